@@ -1,0 +1,92 @@
+// colibri-server: router, compute and expert store in one process, wired through the
+// in-process implementations of the same interfaces the cluster uses over gRPC. The default a
+// new user starts first.
+#include <memory>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "colibri/core/port_file.h"
+#include "colibri/core/signals.h"
+#include "colibri/core/units.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "spdlog/spdlog.h"
+#include "compute_metrics.h"
+#include "compute_node.h"
+#include "compute_client.h"
+#include "http_api.h"
+#include "router_core.h"
+#include "router_service.h"
+
+int main(int argc, char** argv) {
+  colibri::BlockShutdownSignals();
+  std::string model_dir, cache_size = "2G", grpc_listen = "", port_file;
+  int threads = 0;
+  colibri::router::HttpOptions http;
+  CLI::App app{"colibri-server: the whole of colibri in one process (OpenAI API on --port)"};
+  app.add_option("--model", model_dir, "Model directory made by colibri-convert")->required()->check(CLI::ExistingDirectory);
+  app.add_option("--expert-cache-size", cache_size, "Host-RAM expert cache budget (e.g. 512M, 8G)")->capture_default_str();
+  app.add_option("--threads", threads, "Compute threads (0: physical cores)")->capture_default_str();
+  app.add_option("--host", http.host, "HTTP bind address")->capture_default_str();
+  app.add_option("--port", http.port, "HTTP port (0 picks one)")->capture_default_str();
+  app.add_option("--api-key", http.api_key, "Require 'Authorization: Bearer KEY' on API requests");
+  app.add_option("--grpc-listen", grpc_listen, "Also serve the Router gRPC API here (host:port)");
+  app.add_option("--port-file", port_file, "Write the bound HTTP port to this file");
+  CLI11_PARSE(app, argc, argv);
+
+  auto cache_bytes = colibri::ParseSize(cache_size);
+  if (!cache_bytes.ok()) {
+    spdlog::error("--expert-cache-size: {}", std::string(cache_bytes.status().message()));
+    return 2;
+  }
+  colibri::compute::ComputeNodeOptions options;
+  options.model_dir = model_dir;
+  options.expert_cache_bytes = *cache_bytes;
+  options.threads = threads;
+  auto node = colibri::compute::ComputeNode::Create(options);
+  if (!node.ok()) {
+    spdlog::error("{}", std::string(node.status().message()));
+    return 1;
+  }
+  auto core = colibri::router::MakeRouterCore(model_dir, colibri::router::MakeInProcessComputeClient(node->get()));
+  if (!core.ok()) {
+    spdlog::error("{}", std::string(core.status().message()));
+    return 1;
+  }
+  // One registry: the router's HTTP /metrics shows router and compute families together.
+  auto registry = std::make_shared<prometheus::Registry>();
+  colibri::router::RouterMetrics router_metrics(registry);
+  colibri::compute::ComputeMetrics compute_metrics(registry);
+  std::unique_ptr<colibri::router::RouterService> service;
+  std::unique_ptr<grpc::Server> server;
+  if (!grpc_listen.empty()) {
+    service = std::make_unique<colibri::router::RouterService>(core->get(), &router_metrics, http.threads);
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(grpc_listen, grpc::InsecureServerCredentials());
+    builder.RegisterService(service.get());
+    server = builder.BuildAndStart();
+    if (!server) {
+      spdlog::error("cannot listen on {}", grpc_listen);
+      return 1;
+    }
+  }
+  // Scrapes refresh the compute counters first.
+  router_metrics.before_scrape = [&] { compute_metrics.Refresh(**node); };
+  auto api = colibri::router::HttpApi::Start(core->get(), &router_metrics, http);
+  if (!api.ok()) {
+    spdlog::error("{}", std::string(api.status().message()));
+    return 1;
+  }
+  if (auto st = colibri::WritePortFile(port_file, (*api)->port()); !st.ok()) return 1;
+  const auto& m = (*node)->manifest();
+  spdlog::info("colibri-server: model '{}' ({} layers, {} experts, top-{}), expert cache {}, dense {}", m.name,
+               m.config.n_layers, m.config.n_experts, m.config.top_k, colibri::FormatSize(*cache_bytes),
+               colibri::FormatSize(m.dense_size));
+  spdlog::info("OpenAI API on http://{}:{}/v1", http.host, (*api)->port());
+  int sig = colibri::WaitForShutdownSignal();
+  spdlog::info("signal {}: shutting down", sig);
+  api->reset();
+  if (server) server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  return 0;
+}

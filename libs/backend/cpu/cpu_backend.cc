@@ -1,0 +1,222 @@
+#include "colibri/backend/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "colibri/core/file_util.h"
+#include "colibri/core/thread_pool.h"
+#include "colibri/quant/quantize.h"
+#include "colibri/quant/vec_dot.h"
+
+namespace colibri::backend {
+namespace {
+
+class HostBuffer final : public Buffer {
+ public:
+  HostBuffer(AlignedBytes bytes, size_t size) : bytes_(std::move(bytes)), size_(size) {}
+  void* data() override { return bytes_.get(); }
+  size_t size() const override { return size_; }
+
+ private:
+  AlignedBytes bytes_;
+  size_t size_;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads) : pool_(threads) {}
+
+  std::string_view name() const override { return "cpu"; }
+
+  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
+    auto mem = AllocateAligned(bytes, 64);
+    if (!mem.ok()) return mem.status();
+    return std::unique_ptr<Buffer>(new HostBuffer(std::move(*mem), bytes));
+  }
+  void Upload(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void Download(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void Copy(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
+  void Zero(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
+  bool zero_copy() const override { return true; }
+  absl::StatusOr<WeightRef> ImportWeight(quant::DType dtype, int64_t rows, int64_t cols, const void* host_data,
+                                         std::unique_ptr<Buffer>* storage) override {
+    return WeightRef{dtype, rows, cols, host_data};
+  }
+
+  void GetRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) override {
+    const size_t row_bytes = quant::RowBytes(table.dtype, table.cols);
+    for (int64_t i = 0; i < n; ++i) {
+      const auto* row = static_cast<const uint8_t*>(table.data) + static_cast<size_t>(ids[i]) * row_bytes;
+      quant::DequantizeRow(table.dtype, row, out + i * table.cols, table.cols);
+    }
+  }
+
+  void MatMul(const WeightRef& w, const float* x, int64_t n, float* y, bool accumulate) override {
+    const quant::DType act_type = quant::Traits(w.dtype).vec_dot_type;
+    const size_t act_row_bytes = quant::RowBytes(act_type, w.cols);
+    const size_t w_row_bytes = quant::RowBytes(w.dtype, w.cols);
+    if (act_scratch_.size() < act_row_bytes * static_cast<size_t>(n)) {
+      act_scratch_.resize(act_row_bytes * static_cast<size_t>(n));
+    }
+    uint8_t* act = act_scratch_.data();
+    pool_.ParallelFor(n, 4, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        quant::QuantizeActivations(act_type, x + t * w.cols, act + static_cast<size_t>(t) * act_row_bytes, w.cols);
+      }
+    });
+    const auto* wdata = static_cast<const uint8_t*>(w.data);
+    const int64_t rows = w.rows;
+    // Each weight row is read from memory once and dotted with every token (decode is
+    // memory-bound on the weights; prefill reuses the row from L1 across tokens).
+    constexpr int64_t kTokenTile = 64;
+    pool_.ParallelFor(rows, 8, [&](int64_t r0, int64_t r1) {
+      for (int64_t t0 = 0; t0 < n; t0 += kTokenTile) {
+        const int64_t t1 = std::min(n, t0 + kTokenTile);
+        for (int64_t r = r0; r < r1; ++r) {
+          const uint8_t* wr = wdata + static_cast<size_t>(r) * w_row_bytes;
+          for (int64_t t = t0; t < t1; ++t) {
+            float v = quant::VecDot(w.dtype, wr, act + static_cast<size_t>(t) * act_row_bytes, w.cols);
+            float& out = y[t * rows + r];
+            out = accumulate ? out + v : v;
+          }
+        }
+      }
+    });
+  }
+
+  void AddBias(float* x, const float* bias, int64_t n, int64_t dim) override {
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < dim; ++j) x[i * dim + j] += bias[j];
+    }
+  }
+
+  void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) override {
+    for (int64_t i = 0; i < n; ++i) {
+      const float* xi = x + i * dim;
+      float* yi = y + i * dim;
+      double ss = 0;  // double accumulation: dims are up to ~8k and this is cheap
+      for (int64_t j = 0; j < dim; ++j) ss += static_cast<double>(xi[j]) * xi[j];
+      const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(dim) + eps));
+      for (int64_t j = 0; j < dim; ++j) yi[j] = xi[j] * scale * weight[j];
+    }
+  }
+
+  void Rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions, float theta,
+            RopeStyle style) override {
+    const int64_t half = head_dim / 2;
+    if (static_cast<int64_t>(inv_freq_.size()) != half || inv_freq_theta_ != theta) {
+      inv_freq_.resize(static_cast<size_t>(half));
+      for (int64_t i = 0; i < half; ++i) {
+        inv_freq_[static_cast<size_t>(i)] =
+            std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+      }
+      inv_freq_theta_ = theta;
+    }
+    for (int64_t t = 0; t < n; ++t) {
+      const double pos = positions[t];
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = pos * inv_freq_[static_cast<size_t>(i)];
+        const float c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
+        for (int64_t h = 0; h < n_heads; ++h) {
+          float* head = x + (t * n_heads + h) * head_dim;
+          float* a = style == RopeStyle::kHalfSplit ? head + i : head + 2 * i;
+          float* b = style == RopeStyle::kHalfSplit ? head + i + half : head + 2 * i + 1;
+          const float x0 = *a, x1 = *b;
+          *a = x0 * c - x1 * s;
+          *b = x0 * s + x1 * c;
+        }
+      }
+    }
+  }
+
+  void StoreKv(const float* k, const float* v, const int32_t* positions, int64_t n, int64_t kv_dim, float* k_cache,
+               float* v_cache) override {
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(k_cache + static_cast<int64_t>(positions[i]) * kv_dim, k + i * kv_dim, sizeof(float) * kv_dim);
+      std::memcpy(v_cache + static_cast<int64_t>(positions[i]) * kv_dim, v + i * kv_dim, sizeof(float) * kv_dim);
+    }
+  }
+
+  void Attention(const AttentionArgs& a) override {
+    const int64_t group = a.n_heads / a.n_kv_heads;
+    const int64_t kv_dim = a.n_kv_heads * a.head_dim;
+    const int64_t q_dim = a.n_heads * a.head_dim;
+    // One task per (row, head). Online softmax over the keys: memory stays O(head_dim) per
+    // task whatever the context length.
+    pool_.ParallelFor(a.n * a.n_heads, 1, [&](int64_t b, int64_t e) {
+      std::vector<float> acc(static_cast<size_t>(a.head_dim));
+      for (int64_t task = b; task < e; ++task) {
+        const int64_t t = task / a.n_heads, h = task % a.n_heads;
+        const int64_t kvh = h / group;
+        const float* q = a.q + t * q_dim + h * a.head_dim;
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
+        const int64_t last = a.positions[t];
+        for (int64_t j = 0; j <= last; ++j) {
+          const float* k = a.k_cache + j * kv_dim + kvh * a.head_dim;
+          float s = 0;
+          for (int64_t d = 0; d < a.head_dim; ++d) s += q[d] * k[d];
+          s *= a.scale;
+          const float* v = a.v_cache + j * kv_dim + kvh * a.head_dim;
+          if (s > m) {
+            const float corr = std::exp(m - s);
+            l *= corr;
+            for (auto& x : acc) x *= corr;
+            m = s;
+          }
+          const float p = std::exp(s - m);
+          l += p;
+          for (int64_t d = 0; d < a.head_dim; ++d) acc[static_cast<size_t>(d)] += p * v[d];
+        }
+        float* out = a.out + t * q_dim + h * a.head_dim;
+        const float inv = l > 0 ? 1.0f / l : 0.0f;
+        for (int64_t d = 0; d < a.head_dim; ++d) out[d] = acc[static_cast<size_t>(d)] * inv;
+      }
+    });
+  }
+
+  void SiluMul(float* gate, const float* up, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = gate[i];
+      gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+  }
+
+  void Add(float* x, const float* y, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+  }
+
+  void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* dst) override {
+    for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * dim, src + rows[i] * dim, sizeof(float) * dim);
+  }
+
+  void ScatterAddRows(const float* src, const int32_t* rows, const float* scales, int64_t n, int64_t dim,
+                      float* dst) override {
+    for (int64_t i = 0; i < n; ++i) {
+      float* d = dst + static_cast<int64_t>(rows[i]) * dim;
+      const float* s = src + i * dim;
+      for (int64_t j = 0; j < dim; ++j) d[j] += scales[i] * s[j];
+    }
+  }
+
+  void Synchronize() override {}
+
+ private:
+  ThreadPool pool_;
+  std::vector<uint8_t> act_scratch_;
+  std::vector<double> inv_freq_;
+  float inv_freq_theta_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> CreateCpuBackend(const CpuBackendOptions& options) {
+  int threads = options.threads > 0 ? options.threads : PhysicalCoreCount();
+  return std::make_unique<CpuBackend>(threads);
+}
+
+}  // namespace colibri::backend

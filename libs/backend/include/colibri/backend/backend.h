@@ -1,0 +1,108 @@
+// Backend: where the numbers are computed. The CPU backend is the reference and the fallback;
+// a CUDA backend implements the same interface with device memory.
+//
+// Memory model. Every pointer an op takes ("backend memory") was obtained from this backend:
+// activations and KV from Allocate(), weights from ImportWeight(). For the CPU backend that is
+// host memory; for a GPU backend it is device memory and the engine never dereferences it: it
+// moves data with Upload()/Download() only. Routing decisions (top-k) are made on the host from
+// downloaded router logits because they decide which expert blocks to fetch.
+//
+// Shapes. Activations are F32 row-major [n, dim] (n tokens). Weight matrices are [rows, cols]
+// in a GGML quant format with `cols` contiguous per row (rows = output features); MatMul computes
+// y[n, rows] = x[n, cols] · Wᵀ, quantizing x to the weight type's vec-dot format the way GGML
+// does, so results track llama.cpp.
+//
+// Threading. A Backend is used by one thread at a time (the engine's executor); ops may run
+// internally parallel. Ops are ordered; Synchronize() waits for all queued work (no-op on CPU).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "colibri/quant/dtype.h"
+
+namespace colibri::backend {
+
+// A weight matrix in backend memory.
+struct WeightRef {
+  quant::DType dtype = quant::DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const void* data = nullptr;
+};
+
+// An owned allocation of backend memory.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual void* data() = 0;
+  virtual size_t size() const = 0;
+  float* f32() { return static_cast<float*>(data()); }
+};
+
+enum class RopeStyle { kHalfSplit, kInterleaved };
+
+// Causal attention of n query rows over a KV cache.
+struct AttentionArgs {
+  const float* q = nullptr;        // [n, n_heads * head_dim]
+  const float* k_cache = nullptr;  // [capacity, n_kv_heads * head_dim], positions 0..pos
+  const float* v_cache = nullptr;  // same layout
+  const int32_t* positions = nullptr;  // host memory: position of each query row
+  int64_t n = 0;
+  int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  float scale = 1.0f;
+  float* out = nullptr;            // [n, n_heads * head_dim]
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  // Memory --------------------------------------------------------------------------------------
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) = 0;
+  virtual void Upload(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void Download(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void Zero(void* dst, size_t bytes) = 0;
+  // Makes a host weight usable by ops. `host_data` must outlive the returned ref when
+  // `zero_copy()` is true (the CPU backend reads it in place); otherwise the backend copies it
+  // into `storage`, which the caller keeps alive.
+  virtual bool zero_copy() const = 0;
+  virtual absl::StatusOr<WeightRef> ImportWeight(quant::DType dtype, int64_t rows, int64_t cols,
+                                                 const void* host_data,
+                                                 std::unique_ptr<Buffer>* storage) = 0;
+
+  // Ops -----------------------------------------------------------------------------------------
+  // out[i, :] = dequantized row ids[i] of `table` (host ids).
+  virtual void GetRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) = 0;
+  // y = x · Wᵀ (accumulate: y += x · Wᵀ).
+  virtual void MatMul(const WeightRef& w, const float* x, int64_t n, float* y, bool accumulate = false) = 0;
+  // x[i, :] += bias for each of n rows of dim.
+  virtual void AddBias(float* x, const float* bias, int64_t n, int64_t dim) = 0;
+  // y[i, :] = x[i, :] / sqrt(mean(x[i, :]²) + eps) * weight, rows of `dim`. In place allowed.
+  virtual void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) = 0;
+  // Rotates each head of x[n, n_heads * head_dim] in place by its row's position.
+  virtual void Rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+                    float theta, RopeStyle style) = 0;
+  // Writes k/v rows [n, kv_dim] into the caches at rows positions[i].
+  virtual void StoreKv(const float* k, const float* v, const int32_t* positions, int64_t n, int64_t kv_dim,
+                       float* k_cache, float* v_cache) = 0;
+  virtual void Attention(const AttentionArgs& args) = 0;
+  // gate[i] = silu(gate[i]) * up[i] over n elements.
+  virtual void SiluMul(float* gate, const float* up, int64_t n) = 0;
+  // x += y over n elements.
+  virtual void Add(float* x, const float* y, int64_t n) = 0;
+  // dst[i, :] = src[rows[i], :]  (host row indices).
+  virtual void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* dst) = 0;
+  // dst[rows[i], :] += scales[i] * src[i, :]  (host indices and scales; rows distinct).
+  virtual void ScatterAddRows(const float* src, const int32_t* rows, const float* scales, int64_t n,
+                              int64_t dim, float* dst) = 0;
+
+  virtual void Synchronize() = 0;
+};
+
+}  // namespace colibri::backend

@@ -1,0 +1,17 @@
+// The CPU backend: the reference implementation of every op and the fallback without a GPU.
+// Ops run in parallel on an internal thread pool of `threads` workers.
+#pragma once
+
+#include <memory>
+
+#include "colibri/backend/backend.h"
+
+namespace colibri::backend {
+
+struct CpuBackendOptions {
+  int threads = 0;  // 0: number of physical cores
+};
+
+std::unique_ptr<Backend> CreateCpuBackend(const CpuBackendOptions& options);
+
+}  // namespace colibri::backend

@@ -1,0 +1,31 @@
+#include "colibri/core/checksum.h"
+
+#include <xxhash.h>
+
+#include <cstdio>
+
+namespace colibri {
+
+uint64_t Checksum64(const void* data, size_t size) { return XXH3_64bits(data, size); }
+
+std::string ChecksumHex(uint64_t checksum) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(checksum));
+  return buf;
+}
+
+bool ParseChecksumHex(const std::string& text, uint64_t* out) {
+  if (text.size() != 16) return false;
+  uint64_t v = 0;
+  for (char c : text) {
+    int d;
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    else return false;
+    v = (v << 4) | static_cast<uint64_t>(d);
+  }
+  *out = v;
+  return true;
+}
+
+}  // namespace colibri

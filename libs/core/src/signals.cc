@@ -1,0 +1,34 @@
+#include "colibri/core/signals.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+namespace colibri {
+namespace {
+
+sigset_t ShutdownSet() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+
+}  // namespace
+
+void BlockShutdownSignals() {
+  sigset_t set = ShutdownSet();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // A client that disconnects mid-write must not kill the process.
+  signal(SIGPIPE, SIG_IGN);
+}
+
+int WaitForShutdownSignal() {
+  sigset_t set = ShutdownSet();
+  int sig = 0;
+  while (sigwait(&set, &sig) != 0) {
+  }
+  return sig;
+}
+
+}  // namespace colibri

@@ -1,0 +1,98 @@
+#include "colibri/core/thread_pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <fstream>
+#include <set>
+#include <string>
+#include <utility>
+
+namespace colibri {
+
+ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
+  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::WorkerLoop() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;  // stop_ and drained
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    task();
+  }
+}
+
+void ThreadPool::Submit(std::function<void()> task) {
+  if (workers_.empty()) {
+    task();
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+}
+
+void ThreadPool::ParallelFor(int64_t n, int64_t grain,
+                             const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  int64_t max_chunks = (n + grain - 1) / grain;
+  int64_t chunks = std::min<int64_t>(num_threads_, max_chunks);
+  if (chunks <= 1) {
+    fn(0, n);
+    return;
+  }
+  // Static partition: one chunk per participant keeps weight rows contiguous per thread.
+  std::atomic<int64_t> remaining(chunks - 1);
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  auto range = [&](int64_t c) {
+    int64_t begin = n * c / chunks, end = n * (c + 1) / chunks;
+    return std::make_pair(begin, end);
+  };
+  for (int64_t c = 1; c < chunks; ++c) {
+    Submit([&, c] {
+      auto [b, e] = range(c);
+      fn(b, e);
+      if (remaining.fetch_sub(1) == 1) {
+        std::lock_guard<std::mutex> lock(done_mu);
+        done_cv.notify_one();
+      }
+    });
+  }
+  auto [b, e] = range(0);
+  fn(b, e);
+  std::unique_lock<std::mutex> lock(done_mu);
+  done_cv.wait(lock, [&] { return remaining.load() == 0; });
+}
+
+int PhysicalCoreCount() {
+  std::ifstream in("/proc/cpuinfo");
+  std::set<std::pair<std::string, std::string>> cores;
+  std::string line, phys = "0";
+  while (std::getline(in, line)) {
+    if (line.rfind("physical id", 0) == 0) phys = line.substr(line.find(':') + 1);
+    if (line.rfind("core id", 0) == 0) cores.insert({phys, line.substr(line.find(':') + 1)});
+  }
+  if (!cores.empty()) return static_cast<int>(cores.size());
+  unsigned hc = std::thread::hardware_concurrency();
+  return hc == 0 ? 1 : static_cast<int>(hc);
+}
+
+}  // namespace colibri

@@ -1,0 +1,34 @@
+#include "colibri/core/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <vector>
+
+namespace colibri {
+namespace {
+
+TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {
+  ThreadPool pool(4);
+  for (int64_t n : {1, 3, 7, 100, 1001}) {
+    std::vector<int> hits(static_cast<size_t>(n), 0);
+    pool.ParallelFor(n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+    });
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[static_cast<size_t>(i)], 1) << n << " " << i;
+  }
+}
+
+TEST(ThreadPool, SubmitRunsAllTasksBeforeDestruction) {
+  std::atomic<int> count{0};
+  {
+    ThreadPool pool(3);
+    for (int i = 0; i < 50; ++i) pool.Submit([&] { count++; });
+  }
+  EXPECT_EQ(count.load(), 50);
+}
+
+TEST(ThreadPool, PhysicalCoresPositive) { EXPECT_GE(PhysicalCoreCount(), 1); }
+
+}  // namespace
+}  // namespace colibri

@@ -1,0 +1,55 @@
+// Token sampling: penalties, top-k, top-p, min-p, temperature, seeded RNG, logprobs.
+// Order (as llama.cpp and vLLM apply them): repetition/presence/frequency penalties on the
+// logits, then log-probabilities are taken for reporting, then top-k, top-p and min-p filter
+// the candidates, temperature scales them, and one is drawn. temperature <= 0 is greedy
+// (argmax of the penalised logits, ties to the lowest id).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace colibri::engine {
+
+struct SamplingParams {
+  float temperature = 0.0f;
+  float top_p = 1.0f;              // <= 0 or >= 1: disabled
+  int32_t top_k = 0;               // <= 0: disabled
+  float min_p = 0.0f;              // <= 0: disabled
+  uint64_t seed = 0;
+  float repetition_penalty = 1.0f; // <= 0 or 1: disabled (divides positive logits, multiplies negative)
+  float presence_penalty = 0.0f;   // subtracted once per token id present in the history
+  float frequency_penalty = 0.0f;  // subtracted per occurrence in the history
+  int32_t top_logprobs = 0;        // report this many alternatives (0..20)
+  bool logprobs = false;           // report the sampled token's logprob
+};
+
+struct SampledToken {
+  int32_t id = 0;
+  float logprob = 0.0f;                            // when logprobs requested
+  std::vector<std::pair<int32_t, float>> top;      // top_logprobs alternatives, best first
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+
+  // Samples from `logits` (modified in place by penalties). `history` holds the tokens the
+  // penalties look at (prompt and generated so far, as llama.cpp's penalty window).
+  SampledToken Sample(std::span<float> logits, std::span<const int32_t> history);
+
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int32_t>> candidates_;
+  std::vector<int32_t> counts_;
+};
+
+// Index of the largest value, ties to the lowest index.
+int32_t ArgMax(std::span<const float> values);
+
+}  // namespace colibri::engine

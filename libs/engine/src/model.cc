@@ -1,0 +1,376 @@
+#include "colibri/engine/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "colibri/core/status.h"
+#include "colibri/quant/dtype.h"
+
+namespace colibri::engine {
+
+using backend::Buffer;
+using backend::WeightRef;
+using expert_source::ExpertId;
+using expert_source::Lease;
+
+// Activation buffers in backend memory, grown to the largest batch seen.
+struct Model::Workspace {
+  int64_t n = 0;
+  std::unique_ptr<Buffer> x, h, q, k, v, attn, tmp, moe, router, gate, up, rows_in, rows_out, shexp_logit;
+  // Host-side copies of per-token metadata.
+  std::vector<int32_t> positions;
+};
+
+uint64_t KvCache::bytes() const {
+  return static_cast<uint64_t>(k_.size()) * 2 * static_cast<uint64_t>(capacity_ * kv_dim_) * sizeof(float);
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& container, backend::Backend* backend,
+                                                   expert_source::ExpertSource* experts) {
+  auto m = std::unique_ptr<Model>(new Model());
+  m->manifest_ = container.manifest();
+  m->config_ = m->manifest_.config;
+  m->backend_ = backend;
+  m->experts_ = experts;
+  ASSIGN_OR_RETURN(m->dense_, container.LoadDense());
+  m->dense_size_ = m->dense_.size;
+  const auto& c = m->config_;
+
+  auto weight = [&](const std::string& name, int64_t rows, int64_t cols) -> absl::StatusOr<WeightRef> {
+    ASSIGN_OR_RETURN(model::TensorView t, m->dense_.Get(m->manifest_, name));
+    if (t.rows != rows || t.cols != cols) {
+      return absl::FailedPreconditionError(absl::StrCat("tensor '", name, "' is [", t.rows, ", ", t.cols,
+                                                        "], the config needs [", rows, ", ", cols, "]"));
+    }
+    std::unique_ptr<Buffer> storage;
+    ASSIGN_OR_RETURN(WeightRef ref, backend->ImportWeight(t.dtype, t.rows, t.cols, t.data, &storage));
+    if (storage) m->weight_storage_.push_back(std::move(storage));
+    return ref;
+  };
+  auto vec = [&](const std::string& name, int64_t n) -> absl::StatusOr<const float*> {
+    ASSIGN_OR_RETURN(WeightRef ref, weight(name, 1, n));
+    if (ref.dtype != quant::DType::kF32) {
+      return absl::FailedPreconditionError(absl::StrCat("tensor '", name, "' must be f32"));
+    }
+    return static_cast<const float*>(ref.data);
+  };
+
+  ASSIGN_OR_RETURN(m->token_embd_, weight("token_embd", c.vocab_size, c.hidden_size));
+  ASSIGN_OR_RETURN(m->output_, weight("output", c.vocab_size, c.hidden_size));
+  ASSIGN_OR_RETURN(m->output_norm_, vec("output_norm", c.hidden_size));
+  const int64_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string b = absl::StrCat("blk.", l, ".");
+    LayerWeights w;
+    ASSIGN_OR_RETURN(w.attn_norm, vec(b + "attn_norm", c.hidden_size));
+    ASSIGN_OR_RETURN(w.q, weight(b + "attn_q", qd, c.hidden_size));
+    ASSIGN_OR_RETURN(w.k, weight(b + "attn_k", kvd, c.hidden_size));
+    ASSIGN_OR_RETURN(w.v, weight(b + "attn_v", kvd, c.hidden_size));
+    ASSIGN_OR_RETURN(w.o, weight(b + "attn_output", c.hidden_size, qd));
+    if (c.qkv_bias) {
+      ASSIGN_OR_RETURN(w.q_bias, vec(b + "attn_q_bias", qd));
+      ASSIGN_OR_RETURN(w.k_bias, vec(b + "attn_k_bias", kvd));
+      ASSIGN_OR_RETURN(w.v_bias, vec(b + "attn_v_bias", kvd));
+    }
+    if (c.qk_norm == model::QkNorm::kFull) {
+      ASSIGN_OR_RETURN(w.q_norm, vec(b + "attn_q_norm", qd));
+      ASSIGN_OR_RETURN(w.k_norm, vec(b + "attn_k_norm", kvd));
+    } else if (c.qk_norm == model::QkNorm::kPerHead) {
+      ASSIGN_OR_RETURN(w.q_norm, vec(b + "attn_q_norm", c.head_dim));
+      ASSIGN_OR_RETURN(w.k_norm, vec(b + "attn_k_norm", c.head_dim));
+    }
+    ASSIGN_OR_RETURN(w.ffn_norm, vec(b + "ffn_norm", c.hidden_size));
+    ASSIGN_OR_RETURN(w.router, weight(b + "ffn_gate_inp", c.n_experts, c.hidden_size));
+    if (c.shared_expert_ffn > 0) {
+      ASSIGN_OR_RETURN(w.shexp_gate, weight(b + "ffn_gate_shexp", c.shared_expert_ffn, c.hidden_size));
+      ASSIGN_OR_RETURN(w.shexp_up, weight(b + "ffn_up_shexp", c.shared_expert_ffn, c.hidden_size));
+      ASSIGN_OR_RETURN(w.shexp_down, weight(b + "ffn_down_shexp", c.hidden_size, c.shared_expert_ffn));
+      ASSIGN_OR_RETURN(w.shexp_router, weight(b + "ffn_gate_inp_shexp", 1, c.hidden_size));
+    }
+    m->layers_.push_back(w);
+  }
+  // Every expert block must have the shapes the config implies.
+  for (const auto& blk : m->manifest_.experts) {
+    auto check = [&](const char* part, int64_t rows, int64_t cols) -> absl::Status {
+      const model::TensorEntry* p = blk.Part(part);
+      if (p->rows() != rows || p->cols() != cols) {
+        return absl::FailedPreconditionError(absl::StrCat("expert (layer ", blk.layer, ", id ", blk.expert, ") part '",
+                                                          part, "' has the wrong shape"));
+      }
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(check("gate", c.expert_ffn, c.hidden_size));
+    RETURN_IF_ERROR(check("up", c.expert_ffn, c.hidden_size));
+    RETURN_IF_ERROR(check("down", c.hidden_size, c.expert_ffn));
+  }
+  m->ws_ = std::make_unique<Workspace>();
+  return m;
+}
+
+Model::~Model() = default;
+
+std::unique_ptr<KvCache> Model::NewCache() const {
+  auto cache = std::make_unique<KvCache>();
+  cache->kv_dim_ = config_.n_kv_heads * config_.head_dim;
+  cache->k_.resize(static_cast<size_t>(config_.n_layers));
+  cache->v_.resize(static_cast<size_t>(config_.n_layers));
+  return cache;
+}
+
+absl::Status Model::EnsureCapacity(KvCache* cache, int64_t positions) {
+  if (positions > config_.context_length) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence of ", positions, " tokens exceeds the context length ",
+                                                   config_.context_length));
+  }
+  if (positions <= cache->capacity_) return absl::OkStatus();
+  int64_t cap = std::max<int64_t>(cache->capacity_ * 2, 256);
+  cap = std::min(std::max(cap, positions), config_.context_length);
+  const size_t bytes = static_cast<size_t>(cap * cache->kv_dim_) * sizeof(float);
+  const size_t used = static_cast<size_t>(cache->n_past_ * cache->kv_dim_) * sizeof(float);
+  for (auto* side : {&cache->k_, &cache->v_}) {
+    for (auto& buf : *side) {
+      ASSIGN_OR_RETURN(auto grown, backend_->Allocate(bytes));
+      if (buf && used > 0) backend_->Copy(grown->data(), buf->data(), used);
+      buf = std::move(grown);
+    }
+  }
+  cache->capacity_ = cap;
+  return absl::OkStatus();
+}
+
+absl::Status Model::EnsureWorkspace(int64_t n) {
+  Workspace& w = *ws_;
+  if (n <= w.n) return absl::OkStatus();
+  const auto& c = config_;
+  const int64_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
+  const int64_t ffn = std::max(c.expert_ffn, c.shared_expert_ffn);
+  const int64_t wide = std::max({c.hidden_size, qd, ffn, c.vocab_size});
+  auto alloc = [&](std::unique_ptr<Buffer>* buf, int64_t floats) -> absl::Status {
+    ASSIGN_OR_RETURN(*buf, backend_->Allocate(static_cast<size_t>(floats) * sizeof(float)));
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(alloc(&w.x, n * c.hidden_size));
+  RETURN_IF_ERROR(alloc(&w.h, n * c.hidden_size));
+  RETURN_IF_ERROR(alloc(&w.q, n * qd));
+  RETURN_IF_ERROR(alloc(&w.k, n * kvd));
+  RETURN_IF_ERROR(alloc(&w.v, n * kvd));
+  RETURN_IF_ERROR(alloc(&w.attn, n * qd));
+  RETURN_IF_ERROR(alloc(&w.tmp, n * wide));
+  RETURN_IF_ERROR(alloc(&w.moe, n * c.hidden_size));
+  RETURN_IF_ERROR(alloc(&w.router, n * c.n_experts));
+  RETURN_IF_ERROR(alloc(&w.gate, n * ffn));
+  RETURN_IF_ERROR(alloc(&w.up, n * ffn));
+  RETURN_IF_ERROR(alloc(&w.rows_in, n * c.hidden_size));
+  RETURN_IF_ERROR(alloc(&w.rows_out, n * c.hidden_size));
+  RETURN_IF_ERROR(alloc(&w.shexp_logit, n));
+  w.n = n;
+  return absl::OkStatus();
+}
+
+absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>* logits, ForwardStats* stats) {
+  const int64_t n = static_cast<int64_t>(batch.size());
+  if (n == 0) return absl::OkStatus();
+  const auto& c = config_;
+  for (const auto& item : batch) {
+    if (item.token < 0 || item.token >= c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", item.token, " is outside the vocabulary (size ",
+                                                     c.vocab_size, ")"));
+    }
+  }
+  // Runs of items that share a KV cache.
+  struct Run {
+    KvCache* cache;
+    int64_t begin, end;
+  };
+  std::vector<Run> runs;
+  for (int64_t i = 0; i < n; ++i) {
+    const BatchItem& item = batch[static_cast<size_t>(i)];
+    if (runs.empty() || runs.back().cache != item.cache) {
+      for (const Run& r : runs) {
+        if (r.cache == item.cache) return absl::InvalidArgumentError("batch items of one sequence must be contiguous");
+      }
+      runs.push_back({item.cache, i, i});
+    }
+    const Run& r = runs.back();
+    if (item.position != r.cache->n_past_ + (i - r.begin)) {
+      return absl::InvalidArgumentError(absl::StrCat("batch item ", i, " has position ", item.position, ", expected ",
+                                                     r.cache->n_past_ + (i - r.begin)));
+    }
+    runs.back().end = i + 1;
+  }
+  for (const Run& r : runs) RETURN_IF_ERROR(EnsureCapacity(r.cache, r.cache->n_past_ + (r.end - r.begin)));
+  RETURN_IF_ERROR(EnsureWorkspace(n));
+  Workspace& w = *ws_;
+  w.positions.resize(static_cast<size_t>(n));
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    w.positions[static_cast<size_t>(i)] = batch[static_cast<size_t>(i)].position;
+    tokens[static_cast<size_t>(i)] = batch[static_cast<size_t>(i)].token;
+  }
+  backend::Backend& be = *backend_;
+  const int64_t H = c.hidden_size, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const auto rope = c.rope_style == model::RopeStyle::kHalfSplit ? backend::RopeStyle::kHalfSplit
+                                                                  : backend::RopeStyle::kInterleaved;
+  const float theta = static_cast<float>(c.rope_theta);
+  float* x = w.x->f32();
+  float* h = w.h->f32();
+  be.GetRows(token_embd_, tokens.data(), n, x);
+
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& lw = layers_[static_cast<size_t>(l)];
+    be.RmsNorm(x, lw.attn_norm, n, H, eps, h);
+    be.MatMul(lw.q, h, n, w.q->f32());
+    be.MatMul(lw.k, h, n, w.k->f32());
+    be.MatMul(lw.v, h, n, w.v->f32());
+    if (lw.q_bias) {
+      be.AddBias(w.q->f32(), lw.q_bias, n, qd);
+      be.AddBias(w.k->f32(), lw.k_bias, n, kvd);
+      be.AddBias(w.v->f32(), lw.v_bias, n, kvd);
+    }
+    if (c.qk_norm == model::QkNorm::kFull) {
+      be.RmsNorm(w.q->f32(), lw.q_norm, n, qd, eps, w.q->f32());
+      be.RmsNorm(w.k->f32(), lw.k_norm, n, kvd, eps, w.k->f32());
+    } else if (c.qk_norm == model::QkNorm::kPerHead) {
+      be.RmsNorm(w.q->f32(), lw.q_norm, n * c.n_heads, c.head_dim, eps, w.q->f32());
+      be.RmsNorm(w.k->f32(), lw.k_norm, n * c.n_kv_heads, c.head_dim, eps, w.k->f32());
+    }
+    be.Rope(w.q->f32(), n, c.n_heads, c.head_dim, w.positions.data(), theta, rope);
+    be.Rope(w.k->f32(), n, c.n_kv_heads, c.head_dim, w.positions.data(), theta, rope);
+    for (const Run& r : runs) {
+      const int64_t m = r.end - r.begin;
+      float* kc = r.cache->k_[static_cast<size_t>(l)]->f32();
+      float* vc = r.cache->v_[static_cast<size_t>(l)]->f32();
+      be.StoreKv(w.k->f32() + r.begin * kvd, w.v->f32() + r.begin * kvd, w.positions.data() + r.begin, m, kvd, kc, vc);
+      backend::AttentionArgs a;
+      a.q = w.q->f32() + r.begin * qd;
+      a.k_cache = kc;
+      a.v_cache = vc;
+      a.positions = w.positions.data() + r.begin;
+      a.n = m;
+      a.n_heads = c.n_heads;
+      a.n_kv_heads = c.n_kv_heads;
+      a.head_dim = c.head_dim;
+      a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+      a.out = w.attn->f32() + r.begin * qd;
+      be.Attention(a);
+    }
+    be.MatMul(lw.o, w.attn->f32(), n, x, /*accumulate=*/true);
+    be.RmsNorm(x, lw.ffn_norm, n, H, eps, h);
+    RETURN_IF_ERROR(MoE(static_cast<int>(l), n, stats));
+    be.Add(x, w.moe->f32(), n * H);
+  }
+  for (const Run& r : runs) r.cache->n_past_ += r.end - r.begin;
+
+  // Logits for the rows that want them.
+  std::vector<int32_t> rows;
+  for (int64_t i = 0; i < n; ++i) {
+    if (batch[static_cast<size_t>(i)].want_logits) rows.push_back(static_cast<int32_t>(i));
+  }
+  if (rows.empty() || logits == nullptr) return absl::OkStatus();
+  const int64_t m = static_cast<int64_t>(rows.size());
+  be.GatherRows(x, rows.data(), m, H, w.rows_in->f32());
+  be.RmsNorm(w.rows_in->f32(), output_norm_, m, H, eps, w.rows_in->f32());
+  be.MatMul(output_, w.rows_in->f32(), m, w.tmp->f32());
+  const size_t old = logits->size();
+  logits->resize(old + static_cast<size_t>(m * c.vocab_size));
+  be.Download(logits->data() + old, w.tmp->f32(), static_cast<size_t>(m * c.vocab_size) * sizeof(float));
+  return absl::OkStatus();
+}
+
+absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
+  const auto& c = config_;
+  Workspace& w = *ws_;
+  backend::Backend& be = *backend_;
+  const LayerWeights& lw = layers_[static_cast<size_t>(layer)];
+  const int64_t H = c.hidden_size, E = c.n_experts, K = c.top_k;
+  be.MatMul(lw.router, w.h->f32(), n, w.router->f32());
+  std::vector<float> router(static_cast<size_t>(n * E));
+  be.Download(router.data(), w.router->f32(), router.size() * sizeof(float));
+
+  // Routing on the host: softmax over all experts, top-k (ties to the lowest id), optional
+  // renormalisation of the k weights. Rows are grouped by expert ("batch union").
+  std::map<int32_t, std::pair<std::vector<int32_t>, std::vector<float>>> by_expert;
+  std::vector<std::pair<float, int32_t>> probs(static_cast<size_t>(E));
+  for (int64_t t = 0; t < n; ++t) {
+    const float* r = router.data() + t * E;
+    float mx = r[0];
+    for (int64_t e = 1; e < E; ++e) mx = std::max(mx, r[e]);
+    double z = 0;
+    for (int64_t e = 0; e < E; ++e) z += std::exp(static_cast<double>(r[e] - mx));
+    for (int64_t e = 0; e < E; ++e) {
+      probs[static_cast<size_t>(e)] = {static_cast<float>(std::exp(static_cast<double>(r[e] - mx)) / z),
+                                       static_cast<int32_t>(e)};
+    }
+    std::partial_sort(probs.begin(), probs.begin() + K, probs.end(), [](const auto& a, const auto& b) {
+      return a.first > b.first || (a.first == b.first && a.second < b.second);
+    });
+    double sum = 0;
+    for (int64_t k = 0; k < K; ++k) sum += probs[static_cast<size_t>(k)].first;
+    for (int64_t k = 0; k < K; ++k) {
+      float p = probs[static_cast<size_t>(k)].first;
+      if (c.norm_topk_prob) p = static_cast<float>(p / sum);
+      auto& slot = by_expert[probs[static_cast<size_t>(k)].second];
+      slot.first.push_back(static_cast<int32_t>(t));
+      slot.second.push_back(p);
+    }
+  }
+
+  float* moe = w.moe->f32();
+  be.Zero(moe, static_cast<size_t>(n * H) * sizeof(float));
+  std::vector<ExpertId> ids;
+  for (const auto& [e, rows] : by_expert) ids.push_back(ExpertId{layer, e});
+  // Every block of the layer is requested at once and each expert is applied as soon as its
+  // block arrives (sources call back on this thread, in arrival order).
+  absl::Status apply_status;
+  RETURN_IF_ERROR(experts_->FetchMany(ids, [&](size_t i, Lease lease) {
+    if (!apply_status.ok()) return;
+    const auto& [rows, scales] = by_expert[ids[i].expert];
+    const int64_t m = static_cast<int64_t>(rows.size());
+    const model::ExpertBlock& blk = manifest_.Expert(layer, ids[i].expert);
+    model::ExpertWeights ew = model::ExpertWeightsOf(blk, lease->data());
+    std::unique_ptr<backend::Buffer> s1, s2, s3;
+    auto gate = be.ImportWeight(ew.gate.dtype, ew.gate.rows, ew.gate.cols, ew.gate.data, &s1);
+    auto up = be.ImportWeight(ew.up.dtype, ew.up.rows, ew.up.cols, ew.up.data, &s2);
+    auto down = be.ImportWeight(ew.down.dtype, ew.down.rows, ew.down.cols, ew.down.data, &s3);
+    for (const auto* r : {&gate, &up, &down}) {
+      if (!r->ok()) {
+        apply_status = r->status();
+        return;
+      }
+    }
+    be.GatherRows(w.h->f32(), rows.data(), m, H, w.rows_in->f32());
+    be.MatMul(*gate, w.rows_in->f32(), m, w.gate->f32());
+    be.MatMul(*up, w.rows_in->f32(), m, w.up->f32());
+    be.SiluMul(w.gate->f32(), w.up->f32(), m * c.expert_ffn);
+    be.MatMul(*down, w.gate->f32(), m, w.rows_out->f32());
+    be.ScatterAddRows(w.rows_out->f32(), rows.data(), scales.data(), m, H, moe);
+    // The lease may be released now: on the CPU the kernels have finished; other backends
+    // synchronise in ImportWeight's copy.
+    if (stats) {
+      stats->experts_applied++;
+      stats->expert_rows += m;
+    }
+  }));
+  RETURN_IF_ERROR(apply_status);
+  if (c.shared_expert_ffn > 0) {
+    be.MatMul(lw.shexp_gate, w.h->f32(), n, w.gate->f32());
+    be.MatMul(lw.shexp_up, w.h->f32(), n, w.up->f32());
+    be.SiluMul(w.gate->f32(), w.up->f32(), n * c.shared_expert_ffn);
+    be.MatMul(lw.shexp_down, w.gate->f32(), n, w.rows_out->f32());
+    be.MatMul(lw.shexp_router, w.h->f32(), n, w.shexp_logit->f32());
+    std::vector<float> gate_logit(static_cast<size_t>(n));
+    be.Download(gate_logit.data(), w.shexp_logit->f32(), gate_logit.size() * sizeof(float));
+    std::vector<int32_t> all(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) {
+      all[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+      gate_logit[static_cast<size_t>(t)] = 1.0f / (1.0f + std::exp(-gate_logit[static_cast<size_t>(t)]));
+    }
+    be.ScatterAddRows(w.rows_out->f32(), all.data(), gate_logit.data(), n, H, moe);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace colibri::engine

@@ -1,0 +1,66 @@
+// ExpertSource: where compute gets expert blocks from.
+//
+// Contract
+// - A block is the checksummed bytes of one expert (gate, up, down; see model/manifest.h).
+//   Every source verifies the block checksum before handing it out; a mismatch is DataLoss
+//   naming the expert and where it was read, and the bytes are never returned.
+// - Fetch returns a lease: a shared handle that keeps the block's bytes valid and unmodified
+//   while any copy of it lives. A cache never evicts a leased block. Drop leases promptly.
+// - Prefetch and Cancel are advisory: a source may ignore them; they never change results.
+// - Thread-safe: all methods may be called concurrently from any thread.
+// Implementations: local model directory (disk), remote expert store (gRPC), host-RAM cache
+// tier (a decorator over another source), fault injection for tests.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "colibri/core/file_util.h"
+
+namespace colibri::expert_source {
+
+struct ExpertId {
+  int32_t layer = 0;
+  int32_t expert = 0;
+  bool operator==(const ExpertId&) const = default;
+  uint64_t Key() const { return (static_cast<uint64_t>(layer) << 32) | static_cast<uint32_t>(expert); }
+};
+
+enum class Priority { kDemand, kPrefetch };
+
+// The bytes of one expert block, immutable once published.
+struct Block {
+  ExpertId id;
+  AlignedBytes bytes;  // at least `size` bytes, 4 KiB aligned
+  uint64_t size = 0;   // checksummed length
+  const uint8_t* data() const { return bytes.get(); }
+};
+using Lease = std::shared_ptr<const Block>;
+
+class ExpertSource {
+ public:
+  virtual ~ExpertSource() = default;
+
+  // Blocks until the expert's block is available.
+  virtual absl::StatusOr<Lease> Fetch(ExpertId id, Priority priority = Priority::kDemand) = 0;
+
+  // Fetches several blocks, calling on_ready(i, lease) for each as it becomes available: on the
+  // calling thread, one call at a time, in arrival order, exactly once per index. Returns after
+  // every callback ran, or with the first error (later callbacks are then skipped).
+  virtual absl::Status FetchMany(std::span<const ExpertId> ids,
+                                 const std::function<void(size_t, Lease)>& on_ready);
+
+  // Advisory: start loading these at prefetch priority.
+  virtual void Prefetch(std::span<const ExpertId> ids) {}
+  // Advisory: prefetches of these are no longer wanted.
+  virtual void Cancel(std::span<const ExpertId> ids) {}
+
+  // Bytes of the block of `id` (for budgeting), or 0 when unknown.
+  virtual uint64_t BlockSize(ExpertId id) const = 0;
+};
+
+}  // namespace colibri::expert_source

@@ -1,0 +1,15 @@
+#include "colibri/expert_source/expert_source.h"
+
+namespace colibri::expert_source {
+
+absl::Status ExpertSource::FetchMany(std::span<const ExpertId> ids,
+                                     const std::function<void(size_t, Lease)>& on_ready) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto lease = Fetch(ids[i], Priority::kDemand);
+    if (!lease.ok()) return lease.status();
+    on_ready(i, std::move(*lease));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace colibri::expert_source

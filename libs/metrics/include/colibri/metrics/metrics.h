@@ -1,0 +1,47 @@
+// Prometheus helpers: text exposition of a registry, and a small HTTP endpoint serving
+// /metrics (and /health) for services that have no HTTP API of their own.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace colibri::metrics {
+
+// Text exposition format (version 0.0.4) of every family in the registries.
+std::string Serialize(const prometheus::Registry& registry);
+
+// Serves GET /metrics (calling `before_scrape` first, to refresh gauges) and GET /health on
+// host:port in a background thread. Port 0 picks a free port (see port()).
+class MetricsServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& host, int port,
+                                                              std::shared_ptr<prometheus::Registry> registry,
+                                                              std::function<void()> before_scrape = {});
+  ~MetricsServer();
+  int port() const { return port_; }
+
+ private:
+  MetricsServer() = default;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+// Default latency buckets in seconds (100 µs .. 30 s).
+prometheus::Histogram::BucketBoundaries LatencyBuckets();
+
+}  // namespace colibri::metrics

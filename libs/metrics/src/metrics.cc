@@ -1,0 +1,49 @@
+#include "colibri/metrics/metrics.h"
+
+#include <httplib.h>
+
+#include "absl/strings/str_cat.h"
+#include "prometheus/text_serializer.h"
+
+namespace colibri::metrics {
+
+std::string Serialize(const prometheus::Registry& registry) {
+  prometheus::TextSerializer serializer;
+  return serializer.Serialize(registry.Collect());
+}
+
+absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& host, int port,
+                                                                    std::shared_ptr<prometheus::Registry> registry,
+                                                                    std::function<void()> before_scrape) {
+  auto s = std::unique_ptr<MetricsServer>(new MetricsServer());
+  s->server_ = std::make_unique<httplib::Server>();
+  s->server_->Get("/metrics", [registry, before_scrape](const httplib::Request&, httplib::Response& res) {
+    if (before_scrape) before_scrape();
+    res.set_content(Serialize(*registry), "text/plain; version=0.0.4");
+  });
+  s->server_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("{\"status\":\"ok\"}", "application/json");
+  });
+  if (port == 0) {
+    s->port_ = s->server_->bind_to_any_port(host);
+    if (s->port_ <= 0) return absl::UnavailableError(absl::StrCat("metrics: cannot bind ", host));
+  } else {
+    if (!s->server_->bind_to_port(host, port)) {
+      return absl::UnavailableError(absl::StrCat("metrics: cannot bind ", host, ":", port, " (in use?)"));
+    }
+    s->port_ = port;
+  }
+  s->thread_ = std::thread([srv = s->server_.get()] { srv->listen_after_bind(); });
+  return s;
+}
+
+MetricsServer::~MetricsServer() {
+  if (server_) server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+}
+
+}  // namespace colibri::metrics

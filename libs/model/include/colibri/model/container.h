@@ -1,0 +1,114 @@
+// Writing and opening colibri model directories (see manifest.h for the layout).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "colibri/core/file_util.h"
+#include "colibri/model/manifest.h"
+
+namespace colibri::model {
+
+// A read-only view of one tensor's bytes in memory.
+struct TensorView {
+  quant::DType dtype = quant::DType::kF32;
+  int64_t rows = 0;   // outer dimension(s) flattened
+  int64_t cols = 0;   // innermost dimension (elements per row)
+  const uint8_t* data = nullptr;
+  size_t size = 0;    // bytes
+};
+
+TensorView ViewOf(const TensorEntry& entry, const uint8_t* base);
+
+// Builds a model directory. Everything is written into "<out>.partial/" and renamed to <out>
+// only by Finish(), after manifest.json is fsync'ed: an interrupted conversion never leaves
+// a directory that looks like a whole model. Not thread-safe.
+class ContainerWriter {
+ public:
+  struct Options {
+    bool split_experts = false;  // one file per expert under experts/
+    bool overwrite = false;      // replace an existing <out>
+  };
+  struct Part {
+    std::string name;            // gate | up | down
+    quant::DType dtype;
+    std::vector<int64_t> shape;  // [rows, cols]
+    std::span<const uint8_t> bytes;
+  };
+
+  static absl::StatusOr<std::unique_ptr<ContainerWriter>> Create(const std::filesystem::path& out,
+                                                                 const std::string& name,
+                                                                 const ModelConfig& config,
+                                                                 Options options);
+  ~ContainerWriter();
+
+  absl::Status AddDense(const std::string& name, quant::DType dtype, std::vector<int64_t> shape,
+                        std::span<const uint8_t> bytes);
+  absl::Status AddExpert(int64_t layer, int64_t expert, const std::vector<Part>& parts);
+  // Copies an auxiliary file (tokenizer files) into the model directory.
+  absl::Status CopyFile(const std::filesystem::path& src, const std::string& dest_name);
+  Manifest& manifest() { return manifest_; }
+  // Checks completeness, writes manifest.json, fsyncs, renames into place.
+  absl::Status Finish();
+
+ private:
+  ContainerWriter() = default;
+  absl::Status AppendAligned(std::FILE* f, uint64_t* pos, uint64_t align, std::span<const uint8_t> bytes,
+                             const std::filesystem::path& path);
+
+  std::filesystem::path out_, partial_;
+  Options options_;
+  Manifest manifest_;
+  std::FILE* dense_ = nullptr;
+  std::FILE* experts_ = nullptr;
+  uint64_t dense_pos_ = 0, experts_pos_ = 0;
+  std::vector<bool> expert_done_;
+  bool finished_ = false;
+};
+
+// An opened model directory: the validated manifest and the files it names, checked to exist
+// with the sizes the manifest needs. Thread-safe after Open (read-only).
+class Container {
+ public:
+  static absl::StatusOr<std::unique_ptr<Container>> Open(const std::filesystem::path& dir);
+
+  const Manifest& manifest() const { return manifest_; }
+  const std::filesystem::path& dir() const { return dir_; }
+  std::filesystem::path ExpertFilePath(const ExpertBlock& block) const { return dir_ / block.file; }
+
+  // Reads dense.bin into memory and verifies every tensor's checksum.
+  struct DenseWeights {
+    AlignedBytes buffer;
+    uint64_t size = 0;
+    absl::StatusOr<TensorView> Get(const Manifest& m, std::string_view name) const;
+  };
+  absl::StatusOr<DenseWeights> LoadDense() const;
+
+  // Reads one expert block (padded size) with pread and verifies its checksum. Used by
+  // `colibri-cli verify` and tests; the serving path goes through an ExpertSource.
+  absl::StatusOr<AlignedBytes> ReadExpertBlock(int64_t layer, int64_t expert) const;
+
+ private:
+  std::filesystem::path dir_;
+  Manifest manifest_;
+};
+
+// Views of the three matrices of an expert block held at `block_data`.
+struct ExpertWeights {
+  TensorView gate;  // [expert_ffn, hidden]
+  TensorView up;    // [expert_ffn, hidden]
+  TensorView down;  // [hidden, expert_ffn]
+};
+ExpertWeights ExpertWeightsOf(const ExpertBlock& block, const uint8_t* block_data);
+
+// Checksum mismatch error with full context.
+absl::Status ExpertChecksumError(const ExpertBlock& block, const std::string& where, uint64_t got);
+
+}  // namespace colibri::model

@@ -1,0 +1,79 @@
+// The colibri model container, version 1: a self-describing directory
+//
+//   <model_dir>/manifest.json   this manifest (written last; its presence marks a whole model)
+//   <model_dir>/dense.bin       every non-expert tensor, each 64-byte aligned
+//   <model_dir>/experts.bin     one block per (layer, expert): gate, up, down adjacent, each
+//                               block 4 KiB aligned and padded to 4 KiB (O_DIRECT-readable)
+//   <model_dir>/experts/L{layer}_E{expert}.bin   instead of experts.bin with --split-experts
+//   <model_dir>/tokenizer.json, tokenizer_config.json   copied from the source, when present
+//
+// Every dense tensor and every expert block carries an XXH3-64 checksum of its bytes.
+// Tensor shapes are outermost-first; a weight matrix is [out, in] with rows of `in` elements
+// stored contiguously in its quant format (the GGML convention, so GGUF blocks copy unchanged).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "colibri/model/model_config.h"
+#include "colibri/quant/dtype.h"
+#include "nlohmann/json.hpp"
+
+namespace colibri::model {
+
+inline constexpr int kContainerVersion = 1;
+inline constexpr uint64_t kExpertBlockAlignment = 4096;
+inline constexpr uint64_t kDenseAlignment = 64;
+
+struct TensorEntry {
+  std::string name;              // canonical: token_embd, output_norm, output, blk.N.attn_q, ...
+  quant::DType dtype = quant::DType::kF32;
+  std::vector<int64_t> shape;    // outermost first
+  uint64_t offset = 0;           // in dense.bin (dense) or inside the block (expert parts)
+  uint64_t size = 0;             // bytes
+  uint64_t checksum = 0;         // dense tensors only
+
+  int64_t numel() const;
+  int64_t rows() const { return shape.size() == 2 ? shape[0] : 1; }
+  int64_t cols() const { return shape.empty() ? 0 : shape.back(); }
+};
+
+struct ExpertBlock {
+  int64_t layer = 0;
+  int64_t expert = 0;
+  std::string file;              // relative to the model directory
+  uint64_t offset = 0;           // 4 KiB aligned
+  uint64_t size = 0;             // bytes covered by the checksum
+  uint64_t padded_size = 0;      // size rounded up to 4 KiB: what an O_DIRECT read fetches
+  uint64_t checksum = 0;
+  std::vector<TensorEntry> parts;  // gate [ffn, hidden], up [ffn, hidden], down [hidden, ffn]
+
+  const TensorEntry* Part(std::string_view name) const;
+};
+
+struct Manifest {
+  int version = kContainerVersion;
+  std::string name;
+  ModelConfig config;
+  std::string dense_file = "dense.bin";
+  uint64_t dense_size = 0;
+  std::vector<TensorEntry> dense;
+  std::vector<ExpertBlock> experts;  // index: layer * n_experts + expert
+  nlohmann::json tokenizer = nlohmann::json::object();  // {"files": [...]} and special ids
+  nlohmann::json source = nlohmann::json::object();     // provenance: input path, format, quantize
+
+  const TensorEntry* FindDense(std::string_view name) const;
+  const ExpertBlock& Expert(int64_t layer, int64_t expert) const {
+    return experts[static_cast<size_t>(layer * config.n_experts + expert)];
+  }
+  uint64_t TotalExpertBytes() const;
+};
+
+nlohmann::json ManifestToJson(const Manifest& m);
+// Validates everything a reader relies on: version, config, every (layer, expert) present once,
+// offsets/sizes consistent with dtypes and shapes, no overflow. Errors name the entry.
+absl::StatusOr<Manifest> ManifestFromJson(const nlohmann::json& j);
+
+}  // namespace colibri::model

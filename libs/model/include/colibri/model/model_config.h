@@ -1,0 +1,64 @@
+// The architecture hyper-parameters of a MoE model, independent of where they were read from
+// (Hugging Face config.json, GGUF metadata, or a colibri manifest).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace colibri::model {
+
+enum class Architecture { kMixtral, kQwen2Moe, kOlmoe, kQwen3Moe };
+
+// How RoPE pairs the dimensions of a head: Hugging Face checkpoints rotate (i, i + D/2)
+// ("half-split"); GGUF files of the llama family have q/k rows permuted so that the pairs are
+// adjacent (2i, 2i+1) ("interleaved").
+enum class RopeStyle { kHalfSplit, kInterleaved };
+
+// Where q/k RMSNorm applies (before RoPE): none, over all heads together (OLMoE), or per head
+// with a [head_dim] weight (Qwen3-MoE).
+enum class QkNorm { kNone, kFull, kPerHead };
+
+struct ModelConfig {
+  Architecture architecture = Architecture::kMixtral;
+  int64_t hidden_size = 0;         // d_model
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t expert_ffn = 0;          // d_ff of one routed expert
+  int64_t n_experts = 0;
+  int64_t top_k = 0;
+  int64_t shared_expert_ffn = 0;   // 0: no shared expert (Qwen2-MoE has one, with a sigmoid gate)
+  int64_t vocab_size = 0;
+  int64_t context_length = 4096;
+  double rms_norm_eps = 1e-5;
+  double rope_theta = 1e6;
+  RopeStyle rope_style = RopeStyle::kHalfSplit;
+  QkNorm qk_norm = QkNorm::kNone;
+  bool qkv_bias = false;
+  bool norm_topk_prob = true;      // renormalise the k routing weights to sum to 1
+  bool tie_word_embeddings = false;
+  int64_t bos_token_id = -1;
+  std::vector<int64_t> eos_token_ids;
+
+  // Checks every field for consistency; errors name the field.
+  absl::Status Validate() const;
+};
+
+std::string_view ArchitectureName(Architecture a);  // "mixtral", "qwen2_moe", "olmoe", "qwen3_moe"
+absl::StatusOr<Architecture> ParseArchitecture(std::string_view name);
+
+// Reads a Hugging Face config.json (its real keys per family). Unknown model types and
+// unsupported options (e.g. sliding windows, dense layers mixed into a MoE stack) are refused
+// with a message naming them.
+absl::StatusOr<ModelConfig> ConfigFromHuggingFace(const nlohmann::json& hf);
+
+// Manifest form (colibri's own keys).
+nlohmann::json ConfigToJson(const ModelConfig& c);
+absl::StatusOr<ModelConfig> ConfigFromJson(const nlohmann::json& j);
+
+}  // namespace colibri::model

@@ -1,0 +1,319 @@
+#include "colibri/model/container.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "colibri/core/checksum.h"
+#include "colibri/core/status.h"
+#include "colibri/core/units.h"
+#include "nlohmann/json.hpp"
+
+namespace colibri::model {
+
+namespace fs = std::filesystem;
+
+TensorView ViewOf(const TensorEntry& entry, const uint8_t* base) {
+  TensorView v;
+  v.dtype = entry.dtype;
+  v.cols = entry.cols();
+  v.rows = entry.cols() == 0 ? 0 : entry.numel() / entry.cols();
+  v.data = base + entry.offset;
+  v.size = entry.size;
+  return v;
+}
+
+ExpertWeights ExpertWeightsOf(const ExpertBlock& block, const uint8_t* block_data) {
+  return ExpertWeights{ViewOf(*block.Part("gate"), block_data), ViewOf(*block.Part("up"), block_data),
+                       ViewOf(*block.Part("down"), block_data)};
+}
+
+absl::Status ExpertChecksumError(const ExpertBlock& block, const std::string& where, uint64_t got) {
+  return absl::DataLossError(absl::StrCat("expert (layer ", block.layer, ", id ", block.expert, ") in ", where,
+                                          " at offset ", block.offset, ": checksum mismatch (manifest ",
+                                          ChecksumHex(block.checksum), ", read ", ChecksumHex(got), ")"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer
+
+absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(const fs::path& out,
+                                                                         const std::string& name,
+                                                                         const ModelConfig& config,
+                                                                         Options options) {
+  RETURN_IF_ERROR(config.Validate());
+  std::error_code ec;
+  if (fs::exists(out, ec) && !options.overwrite) {
+    return absl::AlreadyExistsError(absl::StrCat("output '", out.string(),
+                                                 "' already exists (pass --overwrite to replace it)"));
+  }
+  auto w = std::unique_ptr<ContainerWriter>(new ContainerWriter());
+  w->out_ = out;
+  w->partial_ = out;
+  w->partial_ += ".partial";
+  w->options_ = options;
+  fs::remove_all(w->partial_, ec);
+  fs::create_directories(w->partial_, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create '", w->partial_.string(), "': ", ec.message()));
+  if (options.split_experts) fs::create_directories(w->partial_ / "experts", ec);
+  w->manifest_.name = name;
+  w->manifest_.config = config;
+  w->manifest_.experts.resize(static_cast<size_t>(config.n_layers * config.n_experts));
+  w->expert_done_.assign(w->manifest_.experts.size(), false);
+  w->dense_ = std::fopen((w->partial_ / "dense.bin").c_str(), "wb");
+  if (w->dense_ == nullptr) return ErrnoStatus(errno, "create", w->partial_ / "dense.bin");
+  if (!options.split_experts) {
+    w->experts_ = std::fopen((w->partial_ / "experts.bin").c_str(), "wb");
+    if (w->experts_ == nullptr) return ErrnoStatus(errno, "create", w->partial_ / "experts.bin");
+  }
+  return w;
+}
+
+ContainerWriter::~ContainerWriter() {
+  if (dense_) std::fclose(dense_);
+  if (experts_) std::fclose(experts_);
+  if (!finished_) {
+    std::error_code ec;
+    fs::remove_all(partial_, ec);  // an abandoned conversion leaves nothing behind
+  }
+}
+
+absl::Status ContainerWriter::AppendAligned(std::FILE* f, uint64_t* pos, uint64_t align,
+                                            std::span<const uint8_t> bytes, const fs::path& path) {
+  static const uint8_t kZeros[4096] = {};
+  uint64_t pad = AlignUp(*pos, align) - *pos;
+  if (pad > 0 && std::fwrite(kZeros, 1, pad, f) != pad) return ErrnoStatus(errno, "write", path);
+  *pos += pad;
+  if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) {
+    return ErrnoStatus(errno, "write", path);
+  }
+  *pos += bytes.size();
+  return absl::OkStatus();
+}
+
+absl::Status ContainerWriter::AddDense(const std::string& name, quant::DType dtype, std::vector<int64_t> shape,
+                                       std::span<const uint8_t> bytes) {
+  if (manifest_.FindDense(name) != nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("dense tensor '", name, "' added twice"));
+  }
+  TensorEntry e;
+  e.name = name;
+  e.dtype = dtype;
+  e.shape = std::move(shape);
+  ASSIGN_OR_RETURN(size_t row_bytes, quant::CheckedRowBytes(dtype, e.cols()));
+  if (row_bytes * static_cast<uint64_t>(e.numel() / e.cols()) != bytes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("dense tensor '", name, "': ", bytes.size(),
+                                                   " bytes do not match its shape and dtype"));
+  }
+  e.offset = AlignUp(dense_pos_, kDenseAlignment);
+  e.size = bytes.size();
+  e.checksum = Checksum64(bytes.data(), bytes.size());
+  RETURN_IF_ERROR(AppendAligned(dense_, &dense_pos_, kDenseAlignment, bytes, partial_ / "dense.bin"));
+  manifest_.dense.push_back(std::move(e));
+  return absl::OkStatus();
+}
+
+absl::Status ContainerWriter::AddExpert(int64_t layer, int64_t expert, const std::vector<Part>& parts) {
+  const ModelConfig& c = manifest_.config;
+  if (layer < 0 || layer >= c.n_layers || expert < 0 || expert >= c.n_experts) {
+    return absl::InvalidArgumentError(absl::StrCat("expert (layer ", layer, ", id ", expert, ") out of range"));
+  }
+  size_t idx = static_cast<size_t>(layer * c.n_experts + expert);
+  if (expert_done_[idx]) {
+    return absl::InvalidArgumentError(absl::StrCat("expert (layer ", layer, ", id ", expert, ") added twice"));
+  }
+  ExpertBlock b;
+  b.layer = layer;
+  b.expert = expert;
+  // Parts are 64-byte aligned inside the block so SIMD kernels can read them directly.
+  std::string block;
+  for (const auto& p : parts) {
+    TensorEntry e;
+    e.name = p.name;
+    e.dtype = p.dtype;
+    e.shape = p.shape;
+    ASSIGN_OR_RETURN(size_t row_bytes, quant::CheckedRowBytes(p.dtype, e.cols()));
+    if (row_bytes * static_cast<uint64_t>(e.numel() / e.cols()) != p.bytes.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("expert (layer ", layer, ", id ", expert, ") part '", p.name,
+                                                     "': byte size does not match shape and dtype"));
+    }
+    block.resize(AlignUp(block.size(), 64), '\0');
+    e.offset = block.size();
+    e.size = p.bytes.size();
+    block.append(reinterpret_cast<const char*>(p.bytes.data()), p.bytes.size());
+    b.parts.push_back(std::move(e));
+  }
+  b.size = block.size();
+  b.padded_size = AlignUp(b.size, kExpertBlockAlignment);
+  b.checksum = Checksum64(block.data(), block.size());
+  block.resize(b.padded_size, '\0');
+  std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(block.data()), block.size());
+  if (options_.split_experts) {
+    b.file = absl::StrCat("experts/L", layer, "_E", expert, ".bin");
+    b.offset = 0;
+    fs::path path = partial_ / b.file;
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (f == nullptr) return ErrnoStatus(errno, "create", path);
+    bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+    ok = (std::fclose(f) == 0) && ok;
+    if (!ok) return ErrnoStatus(errno, "write", path);
+  } else {
+    b.file = "experts.bin";
+    b.offset = AlignUp(experts_pos_, kExpertBlockAlignment);
+    RETURN_IF_ERROR(AppendAligned(experts_, &experts_pos_, kExpertBlockAlignment, bytes, partial_ / "experts.bin"));
+  }
+  manifest_.experts[idx] = std::move(b);
+  expert_done_[idx] = true;
+  return absl::OkStatus();
+}
+
+absl::Status ContainerWriter::CopyFile(const fs::path& src, const std::string& dest_name) {
+  std::error_code ec;
+  fs::copy_file(src, partial_ / dest_name, fs::copy_options::overwrite_existing, ec);
+  if (ec) return absl::InternalError(absl::StrCat("copy '", src.string(), "': ", ec.message()));
+  return absl::OkStatus();
+}
+
+absl::Status ContainerWriter::Finish() {
+  for (size_t i = 0; i < expert_done_.size(); ++i) {
+    if (!expert_done_[i]) {
+      return absl::FailedPreconditionError(absl::StrCat("expert (layer ", i / manifest_.config.n_experts, ", id ",
+                                                        i % manifest_.config.n_experts, ") was never written"));
+    }
+  }
+  manifest_.dense_size = dense_pos_;
+  for (std::FILE** f : {&dense_, &experts_}) {
+    if (*f == nullptr) continue;
+    bool ok = std::fflush(*f) == 0 && ::fsync(fileno(*f)) == 0;
+    ok = (std::fclose(*f) == 0) && ok;
+    *f = nullptr;
+    if (!ok) return ErrnoStatus(errno, "flush", partial_);
+  }
+  // Validate what we are about to publish with the same code readers use.
+  auto round_trip = ManifestFromJson(ManifestToJson(manifest_));
+  if (!round_trip.ok()) return Annotate(round_trip.status(), "internal: written manifest does not validate");
+  RETURN_IF_ERROR(WriteFileAtomic(partial_ / "manifest.json", ManifestToJson(manifest_).dump(1)));
+  std::error_code ec;
+  if (fs::exists(out_, ec)) fs::remove_all(out_, ec);
+  fs::rename(partial_, out_, ec);
+  if (ec) return absl::InternalError(absl::StrCat("rename '", partial_.string(), "' -> '", out_.string(), "': ", ec.message()));
+  RETURN_IF_ERROR(SyncDirectory(out_.parent_path()));
+  finished_ = true;
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reader
+
+absl::StatusOr<std::unique_ptr<Container>> Container::Open(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return absl::NotFoundError(absl::StrCat("model directory '", dir.string(), "' does not exist"));
+  }
+  fs::path manifest_path = dir / "manifest.json";
+  if (!fs::exists(manifest_path, ec)) {
+    fs::path partial = dir;
+    partial += ".partial";
+    return absl::NotFoundError(absl::StrCat("'", dir.string(),
+                                            "' is not a colibri model: manifest.json is missing (convert a model "
+                                            "with colibri-convert)"));
+  }
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(manifest_path));
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat("'", manifest_path.string(), "' is not valid JSON"));
+  }
+  auto manifest = ManifestFromJson(j);
+  if (!manifest.ok()) return Annotate(manifest.status(), manifest_path.string());
+  auto c = std::unique_ptr<Container>(new Container());
+  c->dir_ = dir;
+  c->manifest_ = std::move(*manifest);
+  // Every file must exist and be large enough for what the manifest places in it.
+  auto check_size = [&](const fs::path& p, uint64_t need) -> absl::Status {
+    std::error_code e;
+    uint64_t have = fs::file_size(p, e);
+    if (e) return absl::NotFoundError(absl::StrCat("model file '", p.string(), "' is missing"));
+    if (have < need) {
+      return absl::DataLossError(absl::StrCat("model file '", p.string(), "' is truncated: ", have,
+                                              " bytes, manifest needs ", need));
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(check_size(dir / c->manifest_.dense_file, c->manifest_.dense_size));
+  std::map<std::string, uint64_t> need;
+  for (const auto& b : c->manifest_.experts) {
+    uint64_t& n = need[b.file];
+    n = std::max(n, b.offset + b.padded_size);
+  }
+  for (const auto& [file, n] : need) RETURN_IF_ERROR(check_size(dir / file, n));
+  return c;
+}
+
+absl::StatusOr<TensorView> Container::DenseWeights::Get(const Manifest& m, std::string_view name) const {
+  const TensorEntry* e = m.FindDense(name);
+  if (e == nullptr) return absl::NotFoundError(absl::StrCat("dense tensor '", std::string(name), "' is not in the model"));
+  return ViewOf(*e, buffer.get());
+}
+
+absl::StatusOr<Container::DenseWeights> Container::LoadDense() const {
+  DenseWeights w;
+  fs::path path = dir_ / manifest_.dense_file;
+  ASSIGN_OR_RETURN(w.buffer, AllocateAligned(manifest_.dense_size, 4096));
+  w.size = manifest_.dense_size;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "open", path);
+  uint64_t done = 0;
+  while (done < w.size) {
+    ssize_t n = ::pread(fd, w.buffer.get() + done, w.size - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      return ErrnoStatus(err, "read", path);
+    }
+    done += static_cast<uint64_t>(n);
+  }
+  ::close(fd);
+  for (const auto& t : manifest_.dense) {
+    uint64_t got = Checksum64(w.buffer.get() + t.offset, t.size);
+    if (got != t.checksum) {
+      return absl::DataLossError(absl::StrCat("dense tensor '", t.name, "' in '", path.string(),
+                                              "': checksum mismatch (manifest ", ChecksumHex(t.checksum), ", read ",
+                                              ChecksumHex(got), ")"));
+    }
+  }
+  return w;
+}
+
+absl::StatusOr<AlignedBytes> Container::ReadExpertBlock(int64_t layer, int64_t expert) const {
+  const auto& c = manifest_.config;
+  if (layer < 0 || layer >= c.n_layers || expert < 0 || expert >= c.n_experts) {
+    return absl::NotFoundError(absl::StrCat("expert (layer ", layer, ", id ", expert, ") is not in the model"));
+  }
+  const ExpertBlock& b = manifest_.Expert(layer, expert);
+  fs::path path = ExpertFilePath(b);
+  ASSIGN_OR_RETURN(AlignedBytes buf, AllocateAligned(b.padded_size, 4096));
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "open", path);
+  uint64_t done = 0;
+  while (done < b.padded_size) {
+    ssize_t n = ::pread(fd, buf.get() + done, b.padded_size - done, static_cast<off_t>(b.offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      return absl::DataLossError(absl::StrCat("expert (layer ", layer, ", id ", expert, ") in '", path.string(),
+                                              "': short read at offset ", b.offset + done));
+    }
+    done += static_cast<uint64_t>(n);
+  }
+  ::close(fd);
+  uint64_t got = Checksum64(buf.get(), b.size);
+  if (got != b.checksum) return ExpertChecksumError(b, path.string(), got);
+  return buf;
+}
+
+}  // namespace colibri::model

@@ -1,0 +1,198 @@
+// Hugging Face checkpoint -> colibri container.
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "colibri/core/file_util.h"
+#include "colibri/core/status.h"
+#include "colibri/model/container.h"
+#include "colibri/model/convert.h"
+#include "colibri/model/model_config.h"
+#include "colibri/model/safetensors.h"
+#include "colibri/quant/quantize.h"
+#include "nlohmann/json.hpp"
+
+namespace colibri::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Encodes float rows into `dtype`.
+std::vector<uint8_t> Encode(const std::vector<float>& values, int64_t cols, quant::DType dtype) {
+  const int64_t rows = static_cast<int64_t>(values.size()) / cols;
+  const size_t row_bytes = quant::RowBytes(dtype, cols);
+  std::vector<uint8_t> out(row_bytes * static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    quant::QuantizeRow(dtype, values.data() + r * cols, out.data() + static_cast<size_t>(r) * row_bytes, cols);
+  }
+  return out;
+}
+
+// Per-family Hugging Face tensor names.
+struct HfNames {
+  std::string prefix_moe;  // "block_sparse_moe" or "mlp"
+  std::string gate, up, down;
+  std::string Expert(int64_t l, int64_t e, const std::string& which) const {
+    return absl::StrCat("model.layers.", l, ".", prefix_moe, ".experts.", e, ".", which, ".weight");
+  }
+};
+
+HfNames NamesFor(Architecture a) {
+  if (a == Architecture::kMixtral) return {"block_sparse_moe", "w1", "w3", "w2"};
+  return {"mlp", "gate_proj", "up_proj", "down_proj"};
+}
+
+class HfConverter {
+ public:
+  HfConverter(const SafetensorsCheckpoint& ckpt, const ModelConfig& config, const ConvertOptions& options,
+              ContainerWriter& writer)
+      : ckpt_(ckpt), config_(config), options_(options), writer_(writer) {}
+
+  absl::Status Run() {
+    const int64_t total = 1 + config_.n_layers;
+    RETURN_IF_ERROR(Matrix("model.embed_tokens.weight", "token_embd", {config_.vocab_size, config_.hidden_size}));
+    RETURN_IF_ERROR(Vector("model.norm.weight", "output_norm", config_.hidden_size));
+    if (ckpt_.Find("lm_head.weight") != nullptr) {
+      RETURN_IF_ERROR(Matrix("lm_head.weight", "output", {config_.vocab_size, config_.hidden_size}));
+    } else if (config_.tie_word_embeddings) {
+      RETURN_IF_ERROR(Matrix("model.embed_tokens.weight", "output", {config_.vocab_size, config_.hidden_size}));
+    } else {
+      return absl::NotFoundError("checkpoint has no lm_head.weight and tie_word_embeddings is false");
+    }
+    Progress(1, total, "embeddings");
+    for (int64_t l = 0; l < config_.n_layers; ++l) {
+      RETURN_IF_ERROR(Layer(l));
+      Progress(2 + l, total, absl::StrCat("layer ", l));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  void Progress(int64_t done, int64_t total, const std::string& what) {
+    if (options_.progress) options_.progress(done, total, what);
+  }
+
+  absl::StatusOr<std::vector<float>> Load(const std::string& hf_name, const std::vector<int64_t>& shape) {
+    ASSIGN_OR_RETURN(const SafetensorsTensor* t, ckpt_.Get(hf_name));
+    if (t->shape != shape) {
+      std::string want, got;
+      for (auto d : shape) absl::StrAppend(&want, want.empty() ? "" : ",", d);
+      for (auto d : t->shape) absl::StrAppend(&got, got.empty() ? "" : ",", d);
+      return absl::FailedPreconditionError(absl::StrCat("tensor '", hf_name, "' has shape [", got,
+                                                        "], config.json implies [", want, "]"));
+    }
+    return TensorToFloat32(*t);
+  }
+
+  absl::Status Matrix(const std::string& hf_name, const std::string& name, std::vector<int64_t> shape) {
+    ASSIGN_OR_RETURN(std::vector<float> v, Load(hf_name, shape));
+    ASSIGN_OR_RETURN(quant::DType dt, MatrixDType(options_.quantize, shape[1]));
+    auto bytes = Encode(v, shape[1], dt);
+    return writer_.AddDense(name, dt, shape, bytes);
+  }
+
+  absl::Status F32(const std::string& hf_name, const std::string& name, std::vector<int64_t> shape) {
+    ASSIGN_OR_RETURN(std::vector<float> v, Load(hf_name, shape));
+    std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float));
+    return writer_.AddDense(name, quant::DType::kF32, shape, bytes);
+  }
+
+  absl::Status Vector(const std::string& hf_name, const std::string& name, int64_t n) {
+    return F32(hf_name, name, {n});
+  }
+
+  absl::Status Layer(int64_t l) {
+    const auto& c = config_;
+    const std::string p = absl::StrCat("model.layers.", l, ".");
+    const std::string b = absl::StrCat("blk.", l, ".");
+    const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+    RETURN_IF_ERROR(Vector(p + "input_layernorm.weight", b + "attn_norm", c.hidden_size));
+    RETURN_IF_ERROR(Matrix(p + "self_attn.q_proj.weight", b + "attn_q", {q_dim, c.hidden_size}));
+    RETURN_IF_ERROR(Matrix(p + "self_attn.k_proj.weight", b + "attn_k", {kv_dim, c.hidden_size}));
+    RETURN_IF_ERROR(Matrix(p + "self_attn.v_proj.weight", b + "attn_v", {kv_dim, c.hidden_size}));
+    RETURN_IF_ERROR(Matrix(p + "self_attn.o_proj.weight", b + "attn_output", {c.hidden_size, q_dim}));
+    if (c.qkv_bias) {
+      RETURN_IF_ERROR(Vector(p + "self_attn.q_proj.bias", b + "attn_q_bias", q_dim));
+      RETURN_IF_ERROR(Vector(p + "self_attn.k_proj.bias", b + "attn_k_bias", kv_dim));
+      RETURN_IF_ERROR(Vector(p + "self_attn.v_proj.bias", b + "attn_v_bias", kv_dim));
+    }
+    if (c.qk_norm == QkNorm::kFull) {
+      RETURN_IF_ERROR(Vector(p + "self_attn.q_norm.weight", b + "attn_q_norm", q_dim));
+      RETURN_IF_ERROR(Vector(p + "self_attn.k_norm.weight", b + "attn_k_norm", kv_dim));
+    } else if (c.qk_norm == QkNorm::kPerHead) {
+      RETURN_IF_ERROR(Vector(p + "self_attn.q_norm.weight", b + "attn_q_norm", c.head_dim));
+      RETURN_IF_ERROR(Vector(p + "self_attn.k_norm.weight", b + "attn_k_norm", c.head_dim));
+    }
+    RETURN_IF_ERROR(Vector(p + "post_attention_layernorm.weight", b + "ffn_norm", c.hidden_size));
+    const HfNames names = NamesFor(c.architecture);
+    // Routers stay F32: they decide which experts are read, and are small.
+    RETURN_IF_ERROR(F32(absl::StrCat(p, names.prefix_moe, ".gate.weight"), b + "ffn_gate_inp",
+                        {c.n_experts, c.hidden_size}));
+    if (c.shared_expert_ffn > 0) {
+      const int64_t s = c.shared_expert_ffn;
+      RETURN_IF_ERROR(Matrix(p + "mlp.shared_expert.gate_proj.weight", b + "ffn_gate_shexp", {s, c.hidden_size}));
+      RETURN_IF_ERROR(Matrix(p + "mlp.shared_expert.up_proj.weight", b + "ffn_up_shexp", {s, c.hidden_size}));
+      RETURN_IF_ERROR(Matrix(p + "mlp.shared_expert.down_proj.weight", b + "ffn_down_shexp", {c.hidden_size, s}));
+      RETURN_IF_ERROR(F32(p + "mlp.shared_expert_gate.weight", b + "ffn_gate_inp_shexp", {1, c.hidden_size}));
+    }
+    for (int64_t e = 0; e < c.n_experts; ++e) {
+      const int64_t f = c.expert_ffn, h = c.hidden_size;
+      ASSIGN_OR_RETURN(auto gate, Load(names.Expert(l, e, names.gate), {f, h}));
+      ASSIGN_OR_RETURN(auto up, Load(names.Expert(l, e, names.up), {f, h}));
+      ASSIGN_OR_RETURN(auto down, Load(names.Expert(l, e, names.down), {h, f}));
+      ASSIGN_OR_RETURN(quant::DType dt_h, MatrixDType(options_.quantize, h));
+      ASSIGN_OR_RETURN(quant::DType dt_f, MatrixDType(options_.quantize, f));
+      auto gb = Encode(gate, h, dt_h), ub = Encode(up, h, dt_h), db = Encode(down, f, dt_f);
+      RETURN_IF_ERROR(writer_.AddExpert(l, e,
+                                        {{"gate", dt_h, {f, h}, gb}, {"up", dt_h, {f, h}, ub}, {"down", dt_f, {h, f}, db}}));
+    }
+    return absl::OkStatus();
+  }
+
+  const SafetensorsCheckpoint& ckpt_;
+  const ModelConfig& config_;
+  const ConvertOptions& options_;
+  ContainerWriter& writer_;
+};
+
+}  // namespace
+
+absl::StatusOr<quant::DType> MatrixDType(const std::string& quantize, int64_t cols) {
+  ASSIGN_OR_RETURN(quant::DType dt, quant::ParseDType(quantize));
+  if (dt == quant::DType::kQ8_K) {
+    return absl::InvalidArgumentError("q8_k is an activation format, not a weight format");
+  }
+  if (cols % quant::Traits(dt).block_elems != 0) return quant::DType::kF16;
+  return dt;
+}
+
+absl::Status ConvertHuggingFace(const fs::path& input, const fs::path& output, const ConvertOptions& options) {
+  ASSIGN_OR_RETURN(std::string config_text, ReadFileToString(input / "config.json"));
+  nlohmann::json hf = nlohmann::json::parse(config_text, nullptr, false);
+  if (hf.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat("'", (input / "config.json").string(), "' is not valid JSON"));
+  }
+  ASSIGN_OR_RETURN(ModelConfig config, ConfigFromHuggingFace(hf));
+  RETURN_IF_ERROR(MatrixDType(options.quantize, 256).status());
+  ASSIGN_OR_RETURN(auto ckpt, SafetensorsCheckpoint::Open(input));
+  std::string name = options.name.empty() ? output.filename().string() : options.name;
+  ASSIGN_OR_RETURN(auto writer, ContainerWriter::Create(output, name, config,
+                                                        {.split_experts = options.split_experts,
+                                                         .overwrite = options.overwrite}));
+  HfConverter converter(*ckpt, config, options, *writer);
+  RETURN_IF_ERROR(converter.Run());
+  nlohmann::json files = nlohmann::json::array();
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+    if (fs::exists(input / f)) {
+      RETURN_IF_ERROR(writer->CopyFile(input / f, f));
+      files.push_back(f);
+    }
+  }
+  writer->manifest().tokenizer = {{"files", files}};
+  writer->manifest().source = {{"format", "huggingface"},
+                               {"path", fs::absolute(input).string()},
+                               {"quantize", options.quantize}};
+  return writer->Finish();
+}
+
+}  // namespace colibri::model

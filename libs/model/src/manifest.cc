@@ -1,0 +1,219 @@
+#include "colibri/model/manifest.h"
+
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "colibri/core/checksum.h"
+#include "colibri/core/status.h"
+
+namespace colibri::model {
+namespace {
+
+using nlohmann::json;
+
+json TensorToJson(const TensorEntry& t, bool with_checksum) {
+  json j{{"name", t.name},
+         {"dtype", std::string(quant::DTypeName(t.dtype))},
+         {"shape", t.shape},
+         {"offset", t.offset},
+         {"size", t.size}};
+  if (with_checksum) j["checksum"] = ChecksumHex(t.checksum);
+  return j;
+}
+
+absl::StatusOr<uint64_t> GetU64(const json& j, const char* key, const std::string& ctx) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer() || (!it->is_number_unsigned() && it->get<int64_t>() < 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": '", key, "' must be a non-negative integer"));
+  }
+  return it->get<uint64_t>();
+}
+
+absl::StatusOr<TensorEntry> TensorFromJson(const json& j, bool with_checksum, const std::string& ctx_in) {
+  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx_in, ": not an object"));
+  TensorEntry t;
+  t.name = j.value("name", std::string());
+  const std::string ctx = absl::StrCat(ctx_in, " tensor '", t.name, "'");
+  if (t.name.empty()) return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": missing name"));
+  ASSIGN_OR_RETURN(t.dtype, quant::ParseDType(j.value("dtype", std::string())));
+  auto shape = j.find("shape");
+  if (shape == j.end() || !shape->is_array() || shape->empty() || shape->size() > 4) {
+    return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": shape must be a list of 1..4 dims"));
+  }
+  for (const auto& d : *shape) {
+    if (!d.is_number_integer() || d.get<int64_t>() <= 0 || d.get<int64_t>() > (int64_t{1} << 32)) {
+      return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": bad dimension"));
+    }
+    t.shape.push_back(d.get<int64_t>());
+  }
+  ASSIGN_OR_RETURN(t.offset, GetU64(j, "offset", ctx));
+  ASSIGN_OR_RETURN(t.size, GetU64(j, "size", ctx));
+  // Size must equal rows * row bytes of the dtype.
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < t.shape.size(); ++i) {
+    if (rows > (int64_t{1} << 40) / t.shape[i]) {
+      return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": shape overflows"));
+    }
+    rows *= t.shape[i];
+  }
+  auto row_bytes = quant::CheckedRowBytes(t.dtype, t.shape.back());
+  if (!row_bytes.ok()) return Annotate(row_bytes.status(), absl::StrCat("manifest: ", ctx));
+  if (static_cast<uint64_t>(rows) * *row_bytes != t.size) {
+    return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": size ", t.size, " does not match shape and dtype (",
+                                                   static_cast<uint64_t>(rows) * *row_bytes, ")"));
+  }
+  if (t.offset > std::numeric_limits<uint64_t>::max() - t.size) {
+    return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": offset overflows"));
+  }
+  if (with_checksum) {
+    if (!ParseChecksumHex(j.value("checksum", std::string()), &t.checksum)) {
+      return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": bad checksum"));
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+int64_t TensorEntry::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+const TensorEntry* ExpertBlock::Part(std::string_view name) const {
+  for (const auto& p : parts) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+const TensorEntry* Manifest::FindDense(std::string_view name) const {
+  for (const auto& t : dense) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+uint64_t Manifest::TotalExpertBytes() const {
+  uint64_t total = 0;
+  for (const auto& b : experts) total += b.size;
+  return total;
+}
+
+json ManifestToJson(const Manifest& m) {
+  json dense = json::array();
+  for (const auto& t : m.dense) dense.push_back(TensorToJson(t, true));
+  json blocks = json::array();
+  for (const auto& b : m.experts) {
+    json parts = json::array();
+    for (const auto& p : b.parts) parts.push_back(TensorToJson(p, false));
+    blocks.push_back(json{{"layer", b.layer},
+                          {"expert", b.expert},
+                          {"file", b.file},
+                          {"offset", b.offset},
+                          {"size", b.size},
+                          {"padded_size", b.padded_size},
+                          {"checksum", ChecksumHex(b.checksum)},
+                          {"parts", parts}});
+  }
+  return json{{"format", "colibri-model"},
+              {"version", m.version},
+              {"name", m.name},
+              {"config", ConfigToJson(m.config)},
+              {"dense", json{{"file", m.dense_file}, {"size", m.dense_size}, {"tensors", dense}}},
+              {"experts", json{{"block_alignment", kExpertBlockAlignment}, {"blocks", blocks}}},
+              {"tokenizer", m.tokenizer},
+              {"source", m.source}};
+}
+
+absl::StatusOr<Manifest> ManifestFromJson(const json& j) {
+  if (!j.is_object() || j.value("format", std::string()) != "colibri-model") {
+    return absl::InvalidArgumentError("manifest: not a colibri model manifest (format != colibri-model)");
+  }
+  Manifest m;
+  m.version = j.value("version", 0);
+  if (m.version != kContainerVersion) {
+    return absl::FailedPreconditionError(absl::StrCat("manifest: container version ", m.version,
+                                                      " is not supported (this build reads version ",
+                                                      kContainerVersion, ")"));
+  }
+  m.name = j.value("name", std::string());
+  if (!j.contains("config")) return absl::InvalidArgumentError("manifest: missing config");
+  ASSIGN_OR_RETURN(m.config, ConfigFromJson(j["config"]));
+  const json& dense = j.value("dense", json::object());
+  m.dense_file = dense.value("file", std::string("dense.bin"));
+  ASSIGN_OR_RETURN(m.dense_size, GetU64(dense, "size", "dense"));
+  if (!dense.contains("tensors") || !dense["tensors"].is_array()) {
+    return absl::InvalidArgumentError("manifest: dense.tensors must be a list");
+  }
+  for (const auto& t : dense["tensors"]) {
+    ASSIGN_OR_RETURN(TensorEntry e, TensorFromJson(t, true, "dense"));
+    if (e.offset + e.size > m.dense_size) {
+      return absl::InvalidArgumentError(absl::StrCat("manifest: dense tensor '", e.name, "' lies outside dense.bin"));
+    }
+    m.dense.push_back(std::move(e));
+  }
+  const json& experts = j.value("experts", json::object());
+  if (!experts.contains("blocks") || !experts["blocks"].is_array()) {
+    return absl::InvalidArgumentError("manifest: experts.blocks must be a list");
+  }
+  const int64_t n_blocks = m.config.n_layers * m.config.n_experts;
+  if (static_cast<int64_t>(experts["blocks"].size()) != n_blocks) {
+    return absl::InvalidArgumentError(absl::StrCat("manifest: ", experts["blocks"].size(), " expert blocks, expected ",
+                                                   n_blocks, " (layers x experts)"));
+  }
+  m.experts.resize(static_cast<size_t>(n_blocks));
+  std::vector<bool> seen(static_cast<size_t>(n_blocks), false);
+  for (const auto& bj : experts["blocks"]) {
+    if (!bj.is_object()) return absl::InvalidArgumentError("manifest: expert block is not an object");
+    ExpertBlock b;
+    ASSIGN_OR_RETURN(uint64_t layer, GetU64(bj, "layer", "expert block"));
+    ASSIGN_OR_RETURN(uint64_t expert, GetU64(bj, "expert", "expert block"));
+    const std::string ctx = absl::StrCat("expert (layer ", layer, ", id ", expert, ")");
+    if (layer >= static_cast<uint64_t>(m.config.n_layers) || expert >= static_cast<uint64_t>(m.config.n_experts)) {
+      return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, " out of range"));
+    }
+    b.layer = static_cast<int64_t>(layer);
+    b.expert = static_cast<int64_t>(expert);
+    b.file = bj.value("file", std::string());
+    if (b.file.empty() || b.file.find("..") != std::string::npos || b.file.front() == '/') {
+      return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": bad file name '", b.file, "'"));
+    }
+    ASSIGN_OR_RETURN(b.offset, GetU64(bj, "offset", ctx));
+    ASSIGN_OR_RETURN(b.size, GetU64(bj, "size", ctx));
+    ASSIGN_OR_RETURN(b.padded_size, GetU64(bj, "padded_size", ctx));
+    if (b.offset % kExpertBlockAlignment != 0 || b.padded_size % kExpertBlockAlignment != 0 ||
+        b.padded_size < b.size || b.padded_size - b.size >= kExpertBlockAlignment ||
+        b.offset > std::numeric_limits<uint64_t>::max() - b.padded_size) {
+      return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": misaligned or inconsistent offset/size"));
+    }
+    if (!ParseChecksumHex(bj.value("checksum", std::string()), &b.checksum)) {
+      return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": bad checksum"));
+    }
+    if (!bj.contains("parts") || !bj["parts"].is_array()) {
+      return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": missing parts"));
+    }
+    for (const auto& pj : bj["parts"]) {
+      ASSIGN_OR_RETURN(TensorEntry p, TensorFromJson(pj, false, ctx));
+      if (p.offset + p.size > b.size) {
+        return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, " part '", p.name, "' lies outside the block"));
+      }
+      b.parts.push_back(std::move(p));
+    }
+    for (const char* part : {"gate", "up", "down"}) {
+      if (b.Part(part) == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": missing part '", part, "'"));
+      }
+    }
+    size_t idx = static_cast<size_t>(b.layer * m.config.n_experts + b.expert);
+    if (seen[idx]) return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, " listed twice"));
+    seen[idx] = true;
+    m.experts[idx] = std::move(b);
+  }
+  m.tokenizer = j.value("tokenizer", json::object());
+  m.source = j.value("source", json::object());
+  return m;
+}
+
+}  // namespace colibri::model

@@ -1,0 +1,244 @@
+#include "colibri/model/model_config.h"
+
+#include "absl/strings/str_cat.h"
+#include "colibri/core/status.h"
+
+namespace colibri::model {
+namespace {
+
+using nlohmann::json;
+
+// Typed lookups over untrusted JSON: never throw, always name the key.
+absl::StatusOr<int64_t> GetInt(const json& j, const char* key, const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end()) return absl::InvalidArgumentError(absl::StrCat(where, ": missing key '", key, "'"));
+  if (!it->is_number_integer()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": key '", key, "' must be an integer"));
+  }
+  return it->get<int64_t>();
+}
+
+int64_t GetIntOr(const json& j, const char* key, int64_t fallback) {
+  auto it = j.find(key);
+  return (it != j.end() && it->is_number_integer()) ? it->get<int64_t>() : fallback;
+}
+
+double GetDoubleOr(const json& j, const char* key, double fallback) {
+  auto it = j.find(key);
+  return (it != j.end() && it->is_number()) ? it->get<double>() : fallback;
+}
+
+bool GetBoolOr(const json& j, const char* key, bool fallback) {
+  auto it = j.find(key);
+  return (it != j.end() && it->is_boolean()) ? it->get<bool>() : fallback;
+}
+
+std::vector<int64_t> GetIdList(const json& j, const char* key) {
+  std::vector<int64_t> ids;
+  auto it = j.find(key);
+  if (it == j.end()) return ids;
+  if (it->is_number_integer()) ids.push_back(it->get<int64_t>());
+  if (it->is_array()) {
+    for (const auto& v : *it) {
+      if (v.is_number_integer()) ids.push_back(v.get<int64_t>());
+    }
+  }
+  return ids;
+}
+
+}  // namespace
+
+std::string_view ArchitectureName(Architecture a) {
+  switch (a) {
+    case Architecture::kMixtral: return "mixtral";
+    case Architecture::kQwen2Moe: return "qwen2_moe";
+    case Architecture::kOlmoe: return "olmoe";
+    case Architecture::kQwen3Moe: return "qwen3_moe";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<Architecture> ParseArchitecture(std::string_view name) {
+  for (Architecture a : {Architecture::kMixtral, Architecture::kQwen2Moe, Architecture::kOlmoe,
+                         Architecture::kQwen3Moe}) {
+    if (ArchitectureName(a) == name) return a;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unsupported architecture '", std::string(name), "' (supported: mixtral, qwen2_moe, olmoe, qwen3_moe)"));
+}
+
+absl::Status ModelConfig::Validate() const {
+  auto positive = [](int64_t v, const char* name) -> absl::Status {
+    if (v <= 0 || v > (int64_t{1} << 24)) {
+      return absl::InvalidArgumentError(absl::StrCat("model config: ", name, " = ", v, " is out of range"));
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(positive(hidden_size, "hidden_size"));
+  RETURN_IF_ERROR(positive(n_layers, "n_layers"));
+  RETURN_IF_ERROR(positive(n_heads, "n_heads"));
+  RETURN_IF_ERROR(positive(n_kv_heads, "n_kv_heads"));
+  RETURN_IF_ERROR(positive(head_dim, "head_dim"));
+  RETURN_IF_ERROR(positive(expert_ffn, "expert_ffn"));
+  RETURN_IF_ERROR(positive(n_experts, "n_experts"));
+  RETURN_IF_ERROR(positive(top_k, "top_k"));
+  RETURN_IF_ERROR(positive(vocab_size, "vocab_size"));
+  RETURN_IF_ERROR(positive(context_length, "context_length"));
+  if (n_heads % n_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: n_heads (", n_heads,
+                                                   ") is not a multiple of n_kv_heads (", n_kv_heads, ")"));
+  }
+  if (head_dim % 2 != 0) return absl::InvalidArgumentError("model config: head_dim must be even for RoPE");
+  if (top_k > n_experts) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: top_k (", top_k, ") > n_experts (", n_experts, ")"));
+  }
+  if (shared_expert_ffn < 0) return absl::InvalidArgumentError("model config: shared_expert_ffn < 0");
+  if (!(rms_norm_eps > 0) || !(rope_theta > 0)) {
+    return absl::InvalidArgumentError("model config: rms_norm_eps and rope_theta must be positive");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelConfig> ConfigFromHuggingFace(const json& hf) {
+  if (!hf.is_object()) return absl::InvalidArgumentError("config.json: not a JSON object");
+  std::string model_type = hf.value("model_type", std::string());
+  ModelConfig c;
+  const std::string where = absl::StrCat("config.json (model_type '", model_type, "')");
+  if (model_type == "mixtral") {
+    c.architecture = Architecture::kMixtral;
+    ASSIGN_OR_RETURN(c.n_experts, GetInt(hf, "num_local_experts", where));
+    ASSIGN_OR_RETURN(c.expert_ffn, GetInt(hf, "intermediate_size", where));
+    c.norm_topk_prob = true;
+    if (hf.contains("sliding_window") && !hf["sliding_window"].is_null()) {
+      int64_t sw = GetIntOr(hf, "sliding_window", 0);
+      int64_t ctx = GetIntOr(hf, "max_position_embeddings", 4096);
+      if (sw > 0 && sw < ctx) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": sliding_window ", sw,
+                                                       " < context is not supported"));
+      }
+    }
+  } else if (model_type == "qwen2_moe" || model_type == "qwen3_moe" || model_type == "olmoe") {
+    c.architecture = model_type == "qwen2_moe"   ? Architecture::kQwen2Moe
+                     : model_type == "qwen3_moe" ? Architecture::kQwen3Moe
+                                                 : Architecture::kOlmoe;
+    ASSIGN_OR_RETURN(c.n_experts, GetInt(hf, "num_experts", where));
+    if (c.architecture == Architecture::kOlmoe) {
+      ASSIGN_OR_RETURN(c.expert_ffn, GetInt(hf, "intermediate_size", where));
+      c.qk_norm = QkNorm::kFull;
+      if (hf.contains("clip_qkv") && !hf["clip_qkv"].is_null()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": clip_qkv is not supported"));
+      }
+    } else {
+      ASSIGN_OR_RETURN(c.expert_ffn, GetInt(hf, "moe_intermediate_size", where));
+    }
+    c.norm_topk_prob = GetBoolOr(hf, "norm_topk_prob", c.architecture == Architecture::kQwen3Moe);
+    if (c.architecture == Architecture::kQwen2Moe) {
+      c.qkv_bias = true;
+      ASSIGN_OR_RETURN(c.shared_expert_ffn, GetInt(hf, "shared_expert_intermediate_size", where));
+    }
+    if (c.architecture == Architecture::kQwen3Moe) {
+      c.qk_norm = QkNorm::kPerHead;
+      c.qkv_bias = GetBoolOr(hf, "attention_bias", false);
+    }
+    if (c.architecture != Architecture::kOlmoe) {
+      if (GetIntOr(hf, "decoder_sparse_step", 1) != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": decoder_sparse_step != 1 is not supported"));
+      }
+      auto it = hf.find("mlp_only_layers");
+      if (it != hf.end() && it->is_array() && !it->empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": mlp_only_layers is not supported"));
+      }
+      if (GetBoolOr(hf, "use_sliding_window", false)) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": use_sliding_window is not supported"));
+      }
+    }
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: unsupported model_type '", model_type,
+        "' (supported: mixtral, qwen2_moe, olmoe, qwen3_moe)"));
+  }
+  ASSIGN_OR_RETURN(c.hidden_size, GetInt(hf, "hidden_size", where));
+  ASSIGN_OR_RETURN(c.n_layers, GetInt(hf, "num_hidden_layers", where));
+  ASSIGN_OR_RETURN(c.n_heads, GetInt(hf, "num_attention_heads", where));
+  c.n_kv_heads = GetIntOr(hf, "num_key_value_heads", c.n_heads);
+  ASSIGN_OR_RETURN(c.top_k, GetInt(hf, "num_experts_per_tok", where));
+  ASSIGN_OR_RETURN(c.vocab_size, GetInt(hf, "vocab_size", where));
+  c.head_dim = GetIntOr(hf, "head_dim", c.n_heads > 0 ? c.hidden_size / c.n_heads : 0);
+  c.context_length = GetIntOr(hf, "max_position_embeddings", 4096);
+  c.rms_norm_eps = GetDoubleOr(hf, "rms_norm_eps", 1e-5);
+  c.rope_theta = GetDoubleOr(hf, "rope_theta", 1e4);
+  c.tie_word_embeddings = GetBoolOr(hf, "tie_word_embeddings", false);
+  if (hf.contains("rope_scaling") && !hf["rope_scaling"].is_null()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": rope_scaling is not supported"));
+  }
+  c.rope_style = RopeStyle::kHalfSplit;
+  c.bos_token_id = GetIntOr(hf, "bos_token_id", -1);
+  c.eos_token_ids = GetIdList(hf, "eos_token_id");
+  RETURN_IF_ERROR(c.Validate());
+  return c;
+}
+
+json ConfigToJson(const ModelConfig& c) {
+  return json{
+      {"architecture", std::string(ArchitectureName(c.architecture))},
+      {"hidden_size", c.hidden_size},
+      {"n_layers", c.n_layers},
+      {"n_heads", c.n_heads},
+      {"n_kv_heads", c.n_kv_heads},
+      {"head_dim", c.head_dim},
+      {"expert_ffn", c.expert_ffn},
+      {"n_experts", c.n_experts},
+      {"top_k", c.top_k},
+      {"shared_expert_ffn", c.shared_expert_ffn},
+      {"vocab_size", c.vocab_size},
+      {"context_length", c.context_length},
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"rope_theta", c.rope_theta},
+      {"rope_style", c.rope_style == RopeStyle::kHalfSplit ? "half_split" : "interleaved"},
+      {"qk_norm", c.qk_norm == QkNorm::kNone ? "none" : c.qk_norm == QkNorm::kFull ? "full" : "per_head"},
+      {"qkv_bias", c.qkv_bias},
+      {"norm_topk_prob", c.norm_topk_prob},
+      {"tie_word_embeddings", c.tie_word_embeddings},
+      {"bos_token_id", c.bos_token_id},
+      {"eos_token_ids", c.eos_token_ids},
+  };
+}
+
+absl::StatusOr<ModelConfig> ConfigFromJson(const json& j) {
+  if (!j.is_object()) return absl::InvalidArgumentError("manifest config: not an object");
+  const std::string where = "manifest config";
+  ModelConfig c;
+  ASSIGN_OR_RETURN(c.architecture, ParseArchitecture(j.value("architecture", std::string())));
+  ASSIGN_OR_RETURN(c.hidden_size, GetInt(j, "hidden_size", where));
+  ASSIGN_OR_RETURN(c.n_layers, GetInt(j, "n_layers", where));
+  ASSIGN_OR_RETURN(c.n_heads, GetInt(j, "n_heads", where));
+  ASSIGN_OR_RETURN(c.n_kv_heads, GetInt(j, "n_kv_heads", where));
+  ASSIGN_OR_RETURN(c.head_dim, GetInt(j, "head_dim", where));
+  ASSIGN_OR_RETURN(c.expert_ffn, GetInt(j, "expert_ffn", where));
+  ASSIGN_OR_RETURN(c.n_experts, GetInt(j, "n_experts", where));
+  ASSIGN_OR_RETURN(c.top_k, GetInt(j, "top_k", where));
+  c.shared_expert_ffn = GetIntOr(j, "shared_expert_ffn", 0);
+  ASSIGN_OR_RETURN(c.vocab_size, GetInt(j, "vocab_size", where));
+  c.context_length = GetIntOr(j, "context_length", 4096);
+  c.rms_norm_eps = GetDoubleOr(j, "rms_norm_eps", 1e-5);
+  c.rope_theta = GetDoubleOr(j, "rope_theta", 1e4);
+  std::string rope = j.value("rope_style", std::string("half_split"));
+  if (rope != "half_split" && rope != "interleaved") {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": unknown rope_style '", rope, "'"));
+  }
+  c.rope_style = rope == "half_split" ? RopeStyle::kHalfSplit : RopeStyle::kInterleaved;
+  std::string qk = j.value("qk_norm", std::string("none"));
+  if (qk == "none") c.qk_norm = QkNorm::kNone;
+  else if (qk == "full") c.qk_norm = QkNorm::kFull;
+  else if (qk == "per_head") c.qk_norm = QkNorm::kPerHead;
+  else return absl::InvalidArgumentError(absl::StrCat(where, ": unknown qk_norm '", qk, "'"));
+  c.qkv_bias = GetBoolOr(j, "qkv_bias", false);
+  c.norm_topk_prob = GetBoolOr(j, "norm_topk_prob", true);
+  c.tie_word_embeddings = GetBoolOr(j, "tie_word_embeddings", false);
+  c.bos_token_id = GetIntOr(j, "bos_token_id", -1);
+  c.eos_token_ids = GetIdList(j, "eos_token_ids");
+  RETURN_IF_ERROR(c.Validate());
+  return c;
+}
+
+}  // namespace colibri::model

@@ -1,0 +1,95 @@
+// GGML block layouts, byte for byte (little-endian hosts). A row of a quantized type is an array
+// of these structs; GGUF files store exactly these bytes. Field comments give the meaning; the
+// exact bit packing is documented beside each struct and implemented in quantize.cc /
+// dequantize.cc. f16 fields are raw IEEE binary16 bits (see fp16.h). The natural layout of
+// these structs (no packing) is GGML's; the static_asserts pin sizes and offsets.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace colibri::quant {
+
+inline constexpr int kQK8_0 = 32;         // elements per Q8_0 block
+inline constexpr int kQK_K = 256;         // elements per k-quant super-block
+inline constexpr int kKScaleSize = 12;    // bytes of packed 6-bit scales/mins (Q3_K..Q5_K)
+
+// y[i] = d * qs[i].
+struct BlockQ8_0 {
+  uint16_t d;          // f16 scale
+  int8_t qs[kQK8_0];
+};
+static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 block must be 34 bytes");
+
+// Activation format for the k-quant dot products: y[i] = d * qs[i]; bsums[j] is the sum of
+// qs[16j .. 16j+15].
+struct BlockQ8_K {
+  float d;
+  int8_t qs[kQK_K];
+  int16_t bsums[kQK_K / 16];
+};
+static_assert(sizeof(BlockQ8_K) == 292, "Q8_K block must be 292 bytes");
+
+// 16 groups of 16: y = d * (scales[g] & 15) * q - dmin * (scales[g] >> 4), q in 0..3.
+// Element 128h + 32s + l (l < 32) is bits 2s..2s+1 of qs[32h + l]; group = element / 16.
+struct BlockQ2_K {
+  uint8_t scales[kQK_K / 16];  // low nibble: scale, high nibble: min
+  uint8_t qs[kQK_K / 4];
+  uint16_t d;                  // f16 super-scale for the scales
+  uint16_t dmin;               // f16 super-scale for the mins
+};
+static_assert(sizeof(BlockQ2_K) == 84, "Q2_K block must be 84 bytes");
+
+// 16 groups of 16: y = d * (s[g] - 32) * (q - 4), s 6-bit, q = low 2 bits | high bit << 2.
+// Low bits packed as in Q2_K; the high bit of element e is bit e/32 of hmask[e % 32].
+// s[g]: low 4 bits in scales[g % 8] (low nibble for g < 8, high nibble otherwise), high 2 bits
+// at bits 2*(g/4) of scales[8 + g % 4].
+struct BlockQ3_K {
+  uint8_t hmask[kQK_K / 8];
+  uint8_t qs[kQK_K / 4];
+  uint8_t scales[kKScaleSize];
+  uint16_t d;  // f16
+};
+static_assert(sizeof(BlockQ3_K) == 110, "Q3_K block must be 110 bytes");
+
+// 8 groups of 32: y = d * sc[g] * q - dmin * m[g], q in 0..15, sc/m 6-bit packed in `scales`
+// (g < 4: sc = scales[g] & 63, m = scales[g+4] & 63; g >= 4: low nibbles from scales[g+4],
+// high 2 bits from the top bits of scales[g-4] (sc) and scales[g] (m)).
+// Element 64h + l (l < 32) is the low nibble of qs[32h + l]; 64h + 32 + l the high nibble.
+struct BlockQ4_K {
+  uint16_t d;     // f16
+  uint16_t dmin;  // f16
+  uint8_t scales[kKScaleSize];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockQ4_K) == 144, "Q4_K block must be 144 bytes");
+
+// As Q4_K with a fifth bit: element 64h + l takes bit 2h of qh[l], 64h + 32 + l bit 2h+1;
+// q in 0..31.
+struct BlockQ5_K {
+  uint16_t d;     // f16
+  uint16_t dmin;  // f16
+  uint8_t scales[kKScaleSize];
+  uint8_t qh[kQK_K / 8];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockQ5_K) == 176, "Q5_K block must be 176 bytes");
+
+// 16 groups of 16: y = d * scales[g] * (q - 32), q in 0..63. Within each half h (128
+// elements), for l < 32: element l is ql[64h+l] low nibble, l+32 is ql[64h+32+l] low nibble,
+// l+64 is ql[64h+l] high nibble, l+96 is ql[64h+32+l] high nibble; their high 2 bits are bits
+// 0-1, 2-3, 4-5, 6-7 of qh[32h + l].
+struct BlockQ6_K {
+  uint8_t ql[kQK_K / 2];
+  uint8_t qh[kQK_K / 4];
+  int8_t scales[kQK_K / 16];
+  uint16_t d;  // f16
+};
+static_assert(sizeof(BlockQ6_K) == 210, "Q6_K block must be 210 bytes");
+
+static_assert(offsetof(BlockQ4_K, qs) == 16 && offsetof(BlockQ5_K, qh) == 16 &&
+                  offsetof(BlockQ6_K, d) == 208 && offsetof(BlockQ3_K, d) == 108 &&
+                  offsetof(BlockQ2_K, d) == 80 && offsetof(BlockQ8_K, bsums) == 260,
+              "GGML field offsets");
+
+}  // namespace colibri::quant

@@ -1,0 +1,28 @@
+// Row conversion between float32 and every DType.
+//
+// QuantizeRow is the reference quantizer: for each type it produces the same blocks as GGML's
+// reference quantizers (quantize_row_*_ref, i.e. what llama-quantize writes when it has no
+// importance matrix): Q8_0 by absmax with round-half-away, the k-quants by the same weighted
+// scale/min searches, F16/BF16 by round-to-nearest-even. It is deterministic and independent
+// of the CPU (the searches never use SIMD or fused multiply-add).
+//
+// DequantizeRow expands blocks to floats; its SIMD and scalar paths give identical bits.
+//
+// Both take n elements, a multiple of Traits(type).block_elems; the block side is
+// RowBytes(type, n) bytes (no alignment needed beyond the block's own). Violating that is a
+// programmer error (checked only by assertions in debug builds). Thread-safe: no state.
+#pragma once
+
+#include <cstdint>
+
+#include "colibri/quant/dtype.h"
+
+namespace colibri::quant {
+
+void DequantizeRow(DType type, const void* src, float* dst, int64_t n);
+void QuantizeRow(DType type, const float* src, void* dst, int64_t n);
+
+// The portable scalar dequantizer DequantizeRow is checked against.
+void DequantizeRowReference(DType type, const void* src, float* dst, int64_t n);
+
+}  // namespace colibri::quant

@@ -1,0 +1,50 @@
+// Internal: the per-type kernel tables behind DequantizeRow / VecDot, and the helpers the
+// scalar and SIMD kernels share. Not part of the public API.
+//
+// The *_avx2.cc files are compiled with -mavx2 -mfma -mf16c. They must not instantiate inline
+// functions or templates that other translation units also instantiate (the linker could keep
+// the AVX2 copy for everyone), so they include only this header's declarations, <immintrin.h>
+// and C headers, and keep their helpers in an unnamed namespace.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace colibri::quant::internal {
+
+inline constexpr size_t kNumTypeIds = 31;  // GGML type ids 0..30 cover every DType
+
+// The DType values as plain ids, for the SIMD files (dispatch.cc checks they match dtype.h).
+inline constexpr uint32_t kIdF32 = 0, kIdF16 = 1, kIdQ8_0 = 8, kIdQ2_K = 10, kIdQ3_K = 11,
+                          kIdQ4_K = 12, kIdQ5_K = 13, kIdQ6_K = 14, kIdQ8_K = 15, kIdBF16 = 30;
+
+using DequantizeFn = void (*)(const void* src, float* dst, int64_t n);
+using VecDotFn = float (*)(const void* w, const void* act, int64_t n);
+
+struct KernelTable {
+  DequantizeFn dequantize[kNumTypeIds];
+  VecDotFn vec_dot[kNumTypeIds];
+};
+
+// Fill every DType's entry with the scalar reference (dequantize.cc, vec_dot.cc).
+void FillScalarDequantize(KernelTable* table);
+void FillScalarVecDot(KernelTable* table);
+
+// Overwrite the entries that have AVX2 kernels; return false (changing nothing) when this
+// build has none (non-x86 targets).
+bool FillAvx2Dequantize(KernelTable* table);
+bool FillAvx2VecDot(KernelTable* table);
+
+// quantize.cc: Q8_K (quantize_row_q8_K_ref, bsums included) and the Q8_0 activation
+// quantizer (GGML's x86 SIMD rounding: scale 127/absmax, round half to even).
+void QuantizeQ8_K(const float* x, void* dst, int64_t n);
+void QuantizeQ8_0Activations(const float* x, void* dst, int64_t n);
+
+// dispatch.cc: the scalar table; the table in use now (AVX2 when the CPU has it and scalar
+// is not forced); whether that is the AVX2 one; the ForceScalarKernels switch.
+const KernelTable& ScalarKernels();
+const KernelTable& ActiveKernels();
+bool ActiveIsaIsAvx2();
+void SetForceScalar(bool force);
+
+}  // namespace colibri::quant::internal

@@ -1,0 +1,370 @@
+// AVX2 + FMA + F16C dot products. Built with -mavx2 -mfma -mf16c and only called after
+// dispatch.cc has seen those features. See kernels.h for what this file may include.
+//
+// k-quants: the integer sums of each 256-element super-block are computed exactly with
+// maddubs/madd (weights unsigned, activations signed; activations are never -128, so no
+// int16 pair saturates), then combined with the same float expression as vec_dot.cc's
+// reference, so the result is bit-identical to it. Q8_0 and the float types accumulate in
+// vector lanes instead (differences from the reference are float summation order only).
+#include "kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <immintrin.h>
+
+#include "colibri/quant/blocks.h"
+
+namespace colibri::quant::internal {
+namespace {
+
+inline float HalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
+
+inline __m256i Load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+inline int HorizontalSum(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Pairwise int16 sums of unsigned(u) * signed(s) bytes, then weighted by `scale` (int16 per
+// lane) into 8 int32.
+inline __m256i DotScaled(__m256i u, __m256i s, __m256i scale) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale);
+}
+
+// Int16 scale vector: the low 128 bits (the products of bytes 0..15) get a, the high get b.
+inline __m256i TwoScales(int a, int b) {
+  return _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_set1_epi16(static_cast<short>(a))),
+      _mm_set1_epi16(static_cast<short>(b)), 1);
+}
+
+// 0x00 / 0xff per byte: whether `bit` is set in each byte of v.
+inline __m256i BitSet(__m256i v, uint8_t bit) {
+  const __m256i b = _mm256_set1_epi8(static_cast<char>(bit));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(v, b), b);
+}
+
+// Sum over the 16 groups of bsums[g] * weights[g] (16 int16 each).
+inline int WeightedBsums(const int16_t* bsums, __m256i weights16) {
+  return HorizontalSum(_mm256_madd_epi16(Load32(bsums), weights16));
+}
+
+// Same float tail as vec_dot.cc's KBlockSum.
+inline float KBlockSum(float d, float dmin, int isum, int imin) {
+  return d * static_cast<float>(isum) - dmin * static_cast<float>(imin);
+}
+
+float DotF32Avx2(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const float*>(w);
+  const auto* y = static_cast<const float*>(a);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
+    acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), acc2);
+    acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), acc3);
+  }
+  for (; i + 8 <= n; i += 8) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+  }
+  float sum = HorizontalSum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+  for (; i < n; ++i) sum += x[i] * y[i];
+  return sum;
+}
+
+inline __m256 LoadHalf8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+inline __m256 LoadBf8(const uint16_t* p) {
+  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+inline float BfToFloat(uint16_t h) {
+  return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(static_cast<int>(h) << 16)));
+}
+
+template <bool kBf16>
+float DotHalfAvx2(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const uint16_t*>(w);
+  const auto* y = static_cast<const uint16_t*>(a);
+  auto load = [](const uint16_t* p) { return kBf16 ? LoadBf8(p) : LoadHalf8(p); };
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm256_fmadd_ps(load(x + i), load(y + i), acc0);
+    acc1 = _mm256_fmadd_ps(load(x + i + 8), load(y + i + 8), acc1);
+    acc2 = _mm256_fmadd_ps(load(x + i + 16), load(y + i + 16), acc2);
+    acc3 = _mm256_fmadd_ps(load(x + i + 24), load(y + i + 24), acc3);
+  }
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load(x + i), load(y + i), acc0);
+  float sum = HorizontalSum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+  for (; i < n; ++i) {
+    sum += kBf16 ? BfToFloat(x[i]) * BfToFloat(y[i]) : HalfToFloat(x[i]) * HalfToFloat(y[i]);
+  }
+  return sum;
+}
+
+// Signed int8 x signed int8, 32 lanes, to 8 int32 (sign trick: |x| * (y * sign(x))).
+inline __m256i DotSigned(__m256i x, __m256i y) {
+  const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+  return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+float DotQ8_0Avx2(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ8_0*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  const int64_t nb = n / kQK8_0;
+  int64_t i = 0;
+  for (; i + 2 <= nb; i += 2) {
+    const __m256 d0 = _mm256_set1_ps(HalfToFloat(x[i].d) * HalfToFloat(y[i].d));
+    const __m256 d1 = _mm256_set1_ps(HalfToFloat(x[i + 1].d) * HalfToFloat(y[i + 1].d));
+    const __m256i p0 = DotSigned(Load32(x[i].qs), Load32(y[i].qs));
+    const __m256i p1 = DotSigned(Load32(x[i + 1].qs), Load32(y[i + 1].qs));
+    acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(p0), acc0);
+    acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(p1), acc1);
+  }
+  for (; i < nb; ++i) {
+    const __m256 d0 = _mm256_set1_ps(HalfToFloat(x[i].d) * HalfToFloat(y[i].d));
+    acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(DotSigned(Load32(x[i].qs), Load32(y[i].qs))),
+                           acc0);
+  }
+  return HorizontalSum(_mm256_add_ps(acc0, acc1));
+}
+
+float DotQ8_KAvx2(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ8_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float sum = 0;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    __m256i acc = _mm256_setzero_si256();
+    for (int k = 0; k < kQK_K; k += 32) {
+      acc = _mm256_add_epi32(acc, DotSigned(Load32(x[i].qs + k), Load32(y[i].qs + k)));
+    }
+    sum += (x[i].d * y[i].d) * static_cast<float>(HorizontalSum(acc));
+  }
+  return sum;
+}
+
+inline void UnpackScaleMinK4(const uint8_t* q, int* sc, int* m) {
+  for (int j = 0; j < 8; ++j) {
+    if (j < 4) {
+      sc[j] = q[j] & 63;
+      m[j] = q[j + 4] & 63;
+    } else {
+      sc[j] = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+      m[j] = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+  }
+}
+
+// The 8 group mins, each repeated for its two bsums, as 16 int16.
+inline __m256i MinsPerBsum(const int* m) {
+  return _mm256_setr_epi16(
+      static_cast<short>(m[0]), static_cast<short>(m[0]), static_cast<short>(m[1]),
+      static_cast<short>(m[1]), static_cast<short>(m[2]), static_cast<short>(m[2]),
+      static_cast<short>(m[3]), static_cast<short>(m[3]), static_cast<short>(m[4]),
+      static_cast<short>(m[4]), static_cast<short>(m[5]), static_cast<short>(m[5]),
+      static_cast<short>(m[6]), static_cast<short>(m[6]), static_cast<short>(m[7]),
+      static_cast<short>(m[7]));
+}
+
+float DotQ4_KAvx2(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ4_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  float sum = 0;
+  int sc[8], m[8];
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    UnpackScaleMinK4(x[i].scales, sc, m);
+    const int imin = WeightedBsums(y[i].bsums, MinsPerBsum(m));
+    __m256i acc = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = Load32(x[i].qs + 32 * c);
+      const __m256i lo = _mm256_and_si256(q, low4);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+      const __m256i p_lo = DotScaled(lo, Load32(y[i].qs + 64 * c),
+                                     _mm256_set1_epi16(static_cast<short>(sc[2 * c])));
+      const __m256i p_hi = DotScaled(hi, Load32(y[i].qs + 64 * c + 32),
+                                     _mm256_set1_epi16(static_cast<short>(sc[2 * c + 1])));
+      acc = _mm256_add_epi32(acc, _mm256_add_epi32(p_lo, p_hi));
+    }
+    const float yd = y[i].d;
+    sum += KBlockSum(HalfToFloat(x[i].d) * yd, HalfToFloat(x[i].dmin) * yd, HorizontalSum(acc),
+                     imin);
+  }
+  return sum;
+}
+
+float DotQ5_KAvx2(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ5_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i sixteen = _mm256_set1_epi8(16);
+  float sum = 0;
+  int sc[8], m[8];
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    UnpackScaleMinK4(x[i].scales, sc, m);
+    const int imin = WeightedBsums(y[i].bsums, MinsPerBsum(m));
+    const __m256i qh = Load32(x[i].qh);
+    __m256i acc = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = Load32(x[i].qs + 32 * c);
+      const __m256i h0 = _mm256_and_si256(BitSet(qh, static_cast<uint8_t>(1u << (2 * c))), sixteen);
+      const __m256i h1 = _mm256_and_si256(BitSet(qh, static_cast<uint8_t>(2u << (2 * c))), sixteen);
+      const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low4), h0);
+      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4), h1);
+      const __m256i p_lo = DotScaled(lo, Load32(y[i].qs + 64 * c),
+                                     _mm256_set1_epi16(static_cast<short>(sc[2 * c])));
+      const __m256i p_hi = DotScaled(hi, Load32(y[i].qs + 64 * c + 32),
+                                     _mm256_set1_epi16(static_cast<short>(sc[2 * c + 1])));
+      acc = _mm256_add_epi32(acc, _mm256_add_epi32(p_lo, p_hi));
+    }
+    const float yd = y[i].d;
+    sum += KBlockSum(HalfToFloat(x[i].d) * yd, HalfToFloat(x[i].dmin) * yd, HorizontalSum(acc),
+                     imin);
+  }
+  return sum;
+}
+
+float DotQ6_KAvx2(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ6_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i bits45 = _mm256_set1_epi8(0x30);
+  float sum = 0;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    // Quants are stored biased by +32: sum scale * (q - 32) * a as
+    // sum scale * q * a - 32 * sum scale * bsum.
+    const __m256i scales16 =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
+    const int ibias = WeightedBsums(y[i].bsums, scales16);
+    __m256i acc = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = Load32(x[i].ql + 64 * h);
+      const __m256i ql1 = Load32(x[i].ql + 64 * h + 32);
+      const __m256i qh = Load32(x[i].qh + 32 * h);
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(ql0, low4),
+                          _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45)),
+          _mm256_or_si256(_mm256_and_si256(ql1, low4),
+                          _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                          _mm256_and_si256(qh, bits45)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45)),
+      };
+      const int8_t* sc = x[i].scales + 8 * h;
+      for (int k = 0; k < 4; ++k) {
+        acc = _mm256_add_epi32(acc, DotScaled(q[k], Load32(y[i].qs + 128 * h + 32 * k),
+                                              TwoScales(sc[2 * k], sc[2 * k + 1])));
+      }
+    }
+    const int isum = HorizontalSum(acc) - 32 * ibias;
+    sum += KBlockSum(HalfToFloat(x[i].d) * y[i].d, 0.f, isum, 0);
+  }
+  return sum;
+}
+
+float DotQ3_KAvx2(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ3_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  const __m256i low2 = _mm256_set1_epi8(3);
+  const __m256i four = _mm256_set1_epi8(4);
+  float sum = 0;
+  short scales[16];
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    for (int g = 0; g < 16; ++g) {
+      const int low = g < 8 ? x[i].scales[g] & 0xF : x[i].scales[g - 8] >> 4;
+      const int high = (x[i].scales[8 + g % 4] >> (2 * (g / 4))) & 3;
+      scales[g] = static_cast<short>((low | (high << 4)) - 32);
+    }
+    // Quants are stored as q + 4 (0..7): subtract 4 * sum scale * bsum.
+    const int ibias = WeightedBsums(y[i].bsums, Load32(scales));
+    const __m256i hm = Load32(x[i].hmask);
+    __m256i acc = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q = Load32(x[i].qs + 32 * h);
+      for (int s = 0; s < 4; ++s) {
+        const __m256i v2 = _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), low2);
+        const __m256i hb =
+            _mm256_and_si256(BitSet(hm, static_cast<uint8_t>(1u << (4 * h + s))), four);
+        const int g = 8 * h + 2 * s;
+        acc = _mm256_add_epi32(acc, DotScaled(_mm256_or_si256(v2, hb),
+                                              Load32(y[i].qs + 128 * h + 32 * s),
+                                              TwoScales(scales[g], scales[g + 1])));
+      }
+    }
+    const int isum = HorizontalSum(acc) - 4 * ibias;
+    sum += KBlockSum(HalfToFloat(x[i].d) * y[i].d, 0.f, isum, 0);
+  }
+  return sum;
+}
+
+float DotQ2_KAvx2(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ2_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  const __m256i low2 = _mm256_set1_epi8(3);
+  float sum = 0;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const __m256i packed =
+        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
+    const int imin = WeightedBsums(y[i].bsums, _mm256_srli_epi16(packed, 4));
+    __m256i acc = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q = Load32(x[i].qs + 32 * h);
+      for (int s = 0; s < 4; ++s) {
+        const __m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), low2);
+        const int g = 8 * h + 2 * s;
+        acc = _mm256_add_epi32(
+            acc, DotScaled(v, Load32(y[i].qs + 128 * h + 32 * s),
+                           TwoScales(x[i].scales[g] & 0xF, x[i].scales[g + 1] & 0xF)));
+      }
+    }
+    const float yd = y[i].d;
+    sum += KBlockSum(HalfToFloat(x[i].d) * yd, HalfToFloat(x[i].dmin) * yd, HorizontalSum(acc),
+                     imin);
+  }
+  return sum;
+}
+
+}  // namespace
+
+bool FillAvx2VecDot(KernelTable* table) {
+  table->vec_dot[kIdF32] = DotF32Avx2;
+  table->vec_dot[kIdF16] = DotHalfAvx2<false>;
+  table->vec_dot[kIdBF16] = DotHalfAvx2<true>;
+  table->vec_dot[kIdQ8_0] = DotQ8_0Avx2;
+  table->vec_dot[kIdQ8_K] = DotQ8_KAvx2;
+  table->vec_dot[kIdQ2_K] = DotQ2_KAvx2;
+  table->vec_dot[kIdQ3_K] = DotQ3_KAvx2;
+  table->vec_dot[kIdQ4_K] = DotQ4_KAvx2;
+  table->vec_dot[kIdQ5_K] = DotQ5_KAvx2;
+  table->vec_dot[kIdQ6_K] = DotQ6_KAvx2;
+  return true;
+}
+
+}  // namespace colibri::quant::internal
+
+#else  // not x86
+
+namespace colibri::quant::internal {
+bool FillAvx2VecDot(KernelTable*) { return false; }
+}  // namespace colibri::quant::internal
+
+#endif

@@ -1,0 +1,78 @@
+#include <string>
+
+#include "colibri/tokenizer/tokenizer.h"
+
+namespace colibri::tokenizer {
+namespace {
+
+// Expected sequence length from the lead byte; 0 for continuation/invalid bytes.
+int SeqLen(unsigned char c) {
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) return 2;
+  if (c >= 0xE0 && c <= 0xEF) return 3;
+  if (c >= 0xF0 && c <= 0xF4) return 4;
+  return 0;
+}
+
+}  // namespace
+
+size_t CompleteUtf8Prefix(std::string_view s) {
+  // Walk back over at most 3 continuation bytes to the last lead byte.
+  size_t n = s.size();
+  size_t i = n;
+  int back = 0;
+  while (i > 0 && back < 4) {
+    unsigned char c = static_cast<unsigned char>(s[i - 1]);
+    if ((c & 0xC0) != 0x80) {
+      int len = SeqLen(c);
+      if (len == 0) return n;  // invalid lead: nothing to wait for
+      return (n - (i - 1) >= static_cast<size_t>(len)) ? n : i - 1;
+    }
+    --i;
+    ++back;
+  }
+  return n;
+}
+
+size_t FindInvalidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    int len = SeqLen(c);
+    if (len == 0 || i + static_cast<size_t>(len) > s.size()) return i;
+    for (int k = 1; k < len; ++k) {
+      if ((static_cast<unsigned char>(s[i + static_cast<size_t>(k)]) & 0xC0) != 0x80) return i;
+    }
+    // Overlongs and surrogates.
+    unsigned char c1 = len > 1 ? static_cast<unsigned char>(s[i + 1]) : 0;
+    if ((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 >= 0xA0) || (c == 0xF0 && c1 < 0x90) ||
+        (c == 0xF4 && c1 >= 0x90)) {
+      return i;
+    }
+    i += static_cast<size_t>(len);
+  }
+  return std::string_view::npos;
+}
+
+std::string StreamDecoder::Push(int32_t id) {
+  ids_.push_back(id);
+  // Decoding the whole sequence keeps decoder rules (leading-space strip, byte fusion) exact;
+  // sequences served here are short enough that this is not the bottleneck.
+  std::string full = tok_->Decode(ids_, /*skip_special=*/true);
+  size_t done = CompleteUtf8Prefix(full);
+  if (done <= emitted_.size() || full.compare(0, emitted_.size(), emitted_) != 0) return "";
+  std::string delta = full.substr(emitted_.size(), done - emitted_.size());
+  emitted_ += delta;
+  return delta;
+}
+
+std::string StreamDecoder::Flush() {
+  std::string full = tok_->Decode(ids_, /*skip_special=*/true);
+  if (full.size() <= emitted_.size()) return "";
+  std::string rest = full.substr(emitted_.size());
+  if (FindInvalidUtf8(rest) != std::string::npos) rest = "\xEF\xBF\xBD";
+  emitted_ += rest;
+  return rest;
+}
+
+}  // namespace colibri::tokenizer

@@ -1,0 +1,81 @@
+// colibri-compute: runs the model. Dense weights resident; experts streamed from expert-store
+// services (--store) or from the model directory, through a host-RAM cache.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "colibri/core/port_file.h"
+#include "colibri/core/signals.h"
+#include "colibri/core/units.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "spdlog/spdlog.h"
+#include "src/compute_metrics.h"
+#include "src/compute_service.h"
+
+int main(int argc, char** argv) {
+  colibri::BlockShutdownSignals();
+  std::string model_dir, listen = "0.0.0.0:50052", cache_size = "2G", port_file;
+  std::vector<std::string> stores;
+  int metrics_port = 9102, threads = 0, max_pending = 64;
+  CLI::App app{"colibri-compute: runs the model, streaming experts from expert stores"};
+  app.add_option("--model", model_dir, "Model directory (manifest and dense weights)")->required()->check(CLI::ExistingDirectory);
+  app.add_option("--store", stores, "Expert store address host:port (default: read experts from --model)");
+  app.add_option("--expert-cache-size", cache_size, "Host-RAM expert cache budget")->capture_default_str();
+  app.add_option("--threads", threads, "Compute threads (0: physical cores)")->capture_default_str();
+  app.add_option("--listen", listen, "gRPC address (port 0 picks one)")->capture_default_str();
+  app.add_option("--metrics-port", metrics_port, "Prometheus /metrics port (0 picks one, -1 disables)")->capture_default_str();
+  app.add_option("--max-pending-requests", max_pending, "Requests allowed to wait for the engine")->capture_default_str();
+  app.add_option("--port-file", port_file, "Write the bound gRPC port to this file");
+  CLI11_PARSE(app, argc, argv);
+
+  auto cache_bytes = colibri::ParseSize(cache_size);
+  if (!cache_bytes.ok()) {
+    spdlog::error("--expert-cache-size: {}", std::string(cache_bytes.status().message()));
+    return 2;
+  }
+  colibri::compute::ComputeNodeOptions options;
+  options.model_dir = model_dir;
+  options.stores = stores;
+  options.expert_cache_bytes = *cache_bytes;
+  options.threads = threads;
+  auto node = colibri::compute::ComputeNode::Create(options);
+  if (!node.ok()) {
+    spdlog::error("{}", std::string(node.status().message()));
+    return 1;
+  }
+  auto registry = std::make_shared<prometheus::Registry>();
+  colibri::compute::ComputeMetrics metrics(registry);
+  colibri::compute::ComputeService service(node->get(), &metrics, std::max(1, max_pending));
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    spdlog::error("cannot listen on {}", listen);
+    return 1;
+  }
+  std::unique_ptr<colibri::metrics::MetricsServer> metrics_server;
+  if (metrics_port >= 0) {
+    auto ms = colibri::metrics::MetricsServer::Start("0.0.0.0", metrics_port, registry,
+                                                     [&] { metrics.Refresh(**node); });
+    if (!ms.ok()) {
+      spdlog::error("{}", std::string(ms.status().message()));
+      return 1;
+    }
+    metrics_server = std::move(*ms);
+  }
+  if (auto st = colibri::WritePortFile(port_file, port); !st.ok()) {
+    spdlog::error("{}", std::string(st.message()));
+    return 1;
+  }
+  spdlog::info("colibri-compute serving model '{}' on port {} (experts from {}, cache {})", (*node)->model_name(),
+               port, stores.empty() ? model_dir : stores[0], colibri::FormatSize(*cache_bytes));
+  int sig = colibri::WaitForShutdownSignal();
+  spdlog::info("signal {}: shutting down", sig);
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  return 0;
+}

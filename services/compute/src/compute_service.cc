@@ -1,0 +1,125 @@
+#include "compute_service.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "colibri/rpc/status.h"
+
+namespace colibri::compute {
+
+engine::SamplingParams SamplingFromProto(const v1::SamplingParams& p) {
+  engine::SamplingParams s;
+  s.temperature = p.temperature();
+  s.top_p = p.top_p() > 0 ? p.top_p() : 1.0f;
+  s.top_k = p.top_k();
+  s.min_p = p.min_p();
+  s.seed = p.has_seed() ? p.seed() : std::random_device{}();
+  s.repetition_penalty = p.repetition_penalty() > 0 ? p.repetition_penalty() : 1.0f;
+  s.presence_penalty = p.presence_penalty();
+  s.frequency_penalty = p.frequency_penalty();
+  s.top_logprobs = p.top_logprobs();
+  s.logprobs = p.logprobs();
+  return s;
+}
+
+v1::FinishReason FinishToProto(engine::FinishReason f) {
+  switch (f) {
+    case engine::FinishReason::kStop: return v1::FINISH_REASON_STOP;
+    case engine::FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
+    case engine::FinishReason::kCancelled: return v1::FINISH_REASON_CANCELLED;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+ComputeService::ComputeService(ComputeNode* node, ComputeMetrics* metrics, int max_pending_requests)
+    : node_(node), metrics_(metrics), max_pending_(max_pending_requests), executor_(max_pending_requests + 1) {}
+
+ComputeService::~ComputeService() = default;
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* ComputeService::Generate(grpc::CallbackServerContext* ctx,
+                                                                         const v1::GenerateRequest* req) {
+  if (!req->model().empty() && req->model() != node_->model_name()) {
+    return Reject(absl::NotFoundError(absl::StrCat("model '", req->model(), "' is not served here (this node runs '",
+                                                   node_->model_name(), "')")));
+  }
+  if (pending_.fetch_add(1) >= max_pending_) {
+    pending_--;
+    return Reject(absl::ResourceExhaustedError("compute: too many requests waiting"));
+  }
+  engine::GenerationRequest r;
+  r.prompt.assign(req->prompt_tokens().begin(), req->prompt_tokens().end());
+  r.sampling = SamplingFromProto(req->sampling());
+  r.max_tokens = req->stop().max_tokens() > 0 ? req->stop().max_tokens() : node_->manifest().config.context_length;
+  r.stop_tokens.assign(req->stop().stop_token_ids().begin(), req->stop().stop_token_ids().end());
+  r.ignore_eos = req->stop().ignore_eos();
+  const auto deadline = ctx->deadline();
+  using Writer = rpc::QueuedWriteReactor<v1::GenerateResponse>;
+  return new Writer(&executor_, [this, r = std::move(r), deadline](Writer* out) { return Run(r, deadline, out); });
+}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* ComputeService::Reject(const absl::Status& status) {
+  using Writer = rpc::QueuedWriteReactor<v1::GenerateResponse>;
+  return new Writer(&executor_, [status](Writer*) { return rpc::ToGrpc(status); });
+}
+
+grpc::Status ComputeService::Run(const engine::GenerationRequest& r, std::chrono::system_clock::time_point deadline,
+                                 rpc::QueuedWriteReactor<v1::GenerateResponse>* out) {
+  metrics_->active_requests->Increment();
+  const auto t0 = std::chrono::steady_clock::now();
+  bool first = true;
+  auto result = node_->engine().Generate(r, [&](const engine::SampledToken& tok) {
+    if (first) {
+      metrics_->time_to_first_token_seconds->Observe(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      first = false;
+    }
+    if (std::chrono::system_clock::now() > deadline) return false;
+    v1::GenerateResponse msg;
+    auto* ev = msg.add_tokens();
+    ev->set_token_id(static_cast<uint32_t>(tok.id));
+    ev->set_logprob(tok.logprob);
+    for (const auto& [id, lp] : tok.top) {
+      auto* t = ev->add_top_logprobs();
+      t->set_token_id(static_cast<uint32_t>(id));
+      t->set_logprob(lp);
+    }
+    return out->Push(std::move(msg));
+  });
+  metrics_->active_requests->Decrement();
+  pending_--;
+  if (!result.ok()) {
+    metrics_->requests_failed->Increment();
+    return rpc::ToGrpc(result.status());
+  }
+  if (result->finish == engine::FinishReason::kCancelled) {
+    return std::chrono::system_clock::now() > deadline
+               ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded during generation")
+               : grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
+  }
+  v1::GenerateResponse last;
+  last.set_finish_reason(FinishToProto(result->finish));
+  last.mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(result->prompt_tokens));
+  last.mutable_usage()->set_completion_tokens(static_cast<uint32_t>(result->tokens.size()));
+  out->Push(std::move(last));
+  return grpc::Status::OK;
+}
+
+grpc::ServerUnaryReactor* ComputeService::GetModelInfo(grpc::CallbackServerContext* ctx,
+                                                       const v1::ModelInfoRequest* req, v1::ModelInfo* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  const auto& m = node_->manifest();
+  if (!req->model().empty() && req->model() != m.name) {
+    reactor->Finish(rpc::ToGrpc(absl::NotFoundError(absl::StrCat("model '", req->model(), "' is not served here"))));
+    return reactor;
+  }
+  resp->set_name(m.name);
+  resp->set_architecture(std::string(model::ArchitectureName(m.config.architecture)));
+  resp->set_vocab_size(static_cast<uint32_t>(m.config.vocab_size));
+  resp->set_context_length(static_cast<uint32_t>(m.config.context_length));
+  for (int64_t e : m.config.eos_token_ids) resp->add_eos_token_ids(static_cast<uint32_t>(e));
+  resp->set_bos_token_id(static_cast<uint32_t>(std::max<int64_t>(0, m.config.bos_token_id)));
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace colibri::compute

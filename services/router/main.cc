@@ -1,0 +1,65 @@
+// colibri-router: the OpenAI-compatible HTTP API and the Router gRPC API in front of a
+// colibri-compute service.
+#include <memory>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "colibri/core/port_file.h"
+#include "colibri/core/signals.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "spdlog/spdlog.h"
+#include "src/compute_client.h"
+#include "src/http_api.h"
+#include "src/router_core.h"
+#include "src/router_service.h"
+
+int main(int argc, char** argv) {
+  colibri::BlockShutdownSignals();
+  std::string model_dir, compute, grpc_listen = "0.0.0.0:50050", port_file, grpc_port_file;
+  colibri::router::HttpOptions http;
+  CLI::App app{"colibri-router: OpenAI-compatible HTTP API and gRPC API"};
+  app.add_option("--model", model_dir, "Model directory (tokenizer files and manifest)")->required()->check(CLI::ExistingDirectory);
+  app.add_option("--compute", compute, "colibri-compute address host:port")->required();
+  app.add_option("--host", http.host, "HTTP bind address")->capture_default_str();
+  app.add_option("--port", http.port, "HTTP port (0 picks one)")->capture_default_str();
+  app.add_option("--grpc-listen", grpc_listen, "Router gRPC address")->capture_default_str();
+  app.add_option("--api-key", http.api_key, "Require 'Authorization: Bearer KEY' on API requests");
+  app.add_option("--http-threads", http.threads, "HTTP worker threads")->capture_default_str();
+  app.add_option("--port-file", port_file, "Write the bound HTTP port to this file");
+  app.add_option("--grpc-port-file", grpc_port_file, "Write the bound gRPC port to this file");
+  CLI11_PARSE(app, argc, argv);
+
+  auto core = colibri::router::MakeRouterCore(model_dir, colibri::router::MakeGrpcComputeClient(compute));
+  if (!core.ok()) {
+    spdlog::error("{}", std::string(core.status().message()));
+    return 1;
+  }
+  auto registry = std::make_shared<prometheus::Registry>();
+  colibri::router::RouterMetrics metrics(registry);
+  colibri::router::RouterService service(core->get(), &metrics, http.threads);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int grpc_port = 0;
+  builder.AddListeningPort(grpc_listen, grpc::InsecureServerCredentials(), &grpc_port);
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  if (!server || grpc_port == 0) {
+    spdlog::error("cannot listen on {}", grpc_listen);
+    return 1;
+  }
+  auto api = colibri::router::HttpApi::Start(core->get(), &metrics, http);
+  if (!api.ok()) {
+    spdlog::error("{}", std::string(api.status().message()));
+    return 1;
+  }
+  if (auto st = colibri::WritePortFile(grpc_port_file, grpc_port); !st.ok()) return 1;
+  if (auto st = colibri::WritePortFile(port_file, (*api)->port()); !st.ok()) return 1;
+  spdlog::info("colibri-router: model '{}' via compute {}; HTTP on port {}, gRPC on port {}", (*core)->model_name(),
+               compute, (*api)->port(), grpc_port);
+  int sig = colibri::WaitForShutdownSignal();
+  spdlog::info("signal {}: shutting down", sig);
+  api->reset();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  return 0;
+}

@@ -1,0 +1,132 @@
+#include "compute_client.h"
+
+#include "absl/strings/str_cat.h"
+#include "colibri/rpc/status.h"
+#include "compute_node.h"
+#include "grpcpp/grpcpp.h"
+
+namespace colibri::router {
+namespace {
+
+class InProcessComputeClient final : public ComputeClient {
+ public:
+  explicit InProcessComputeClient(compute::ComputeNode* node) : node_(node) {}
+
+  absl::StatusOr<ModelInfo> Info() override {
+    const auto& m = node_->manifest();
+    return ModelInfo{m.name, std::string(model::ArchitectureName(m.config.architecture)), m.config.vocab_size,
+                     m.config.context_length};
+  }
+
+  absl::StatusOr<ComputeResult> Generate(const ComputeRequest& request,
+                                         const std::function<bool(const engine::SampledToken&)>& on_token) override {
+    engine::GenerationRequest r;
+    r.prompt = request.prompt;
+    r.sampling = request.sampling;
+    r.max_tokens = request.max_tokens;
+    r.stop_tokens = request.stop_tokens;
+    r.ignore_eos = request.ignore_eos;
+    auto result = node_->engine().Generate(r, [&](const engine::SampledToken& t) {
+      if (std::chrono::system_clock::now() > request.deadline) return false;
+      return on_token(t);
+    });
+    if (!result.ok()) return result.status();
+    if (result->finish == engine::FinishReason::kCancelled && std::chrono::system_clock::now() > request.deadline) {
+      return absl::DeadlineExceededError("request deadline exceeded during generation");
+    }
+    return ComputeResult{result->finish, result->prompt_tokens, static_cast<int64_t>(result->tokens.size())};
+  }
+
+ private:
+  compute::ComputeNode* node_;
+};
+
+class GrpcComputeClient final : public ComputeClient {
+ public:
+  explicit GrpcComputeClient(const std::string& target)
+      : target_(target),
+        stub_(v1::Compute::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))) {}
+
+  absl::StatusOr<ModelInfo> Info() override {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::ModelInfo info;
+    grpc::Status st = stub_->GetModelInfo(&ctx, v1::ModelInfoRequest(), &info);
+    if (!st.ok()) return Unavailable(st);
+    return ModelInfo{info.name(), info.architecture(), info.vocab_size(), info.context_length()};
+  }
+
+  absl::StatusOr<ComputeResult> Generate(const ComputeRequest& request,
+                                         const std::function<bool(const engine::SampledToken&)>& on_token) override {
+    v1::GenerateRequest req;
+    for (int32_t t : request.prompt) req.add_prompt_tokens(static_cast<uint32_t>(t));
+    auto* s = req.mutable_sampling();
+    s->set_temperature(request.sampling.temperature);
+    s->set_top_p(request.sampling.top_p);
+    s->set_top_k(request.sampling.top_k);
+    s->set_min_p(request.sampling.min_p);
+    s->set_seed(request.sampling.seed);
+    s->set_repetition_penalty(request.sampling.repetition_penalty);
+    s->set_presence_penalty(request.sampling.presence_penalty);
+    s->set_frequency_penalty(request.sampling.frequency_penalty);
+    s->set_top_logprobs(request.sampling.top_logprobs);
+    s->set_logprobs(request.sampling.logprobs);
+    req.mutable_stop()->set_max_tokens(static_cast<uint32_t>(request.max_tokens));
+    for (int32_t t : request.stop_tokens) req.mutable_stop()->add_stop_token_ids(static_cast<uint32_t>(t));
+    req.mutable_stop()->set_ignore_eos(request.ignore_eos);
+    grpc::ClientContext ctx;
+    if (request.deadline != std::chrono::system_clock::time_point::max()) ctx.set_deadline(request.deadline);
+    auto reader = stub_->Generate(&ctx, req);
+    v1::GenerateResponse resp;
+    ComputeResult result;
+    bool cancelled = false;
+    while (reader->Read(&resp)) {
+      for (const auto& ev : resp.tokens()) {
+        engine::SampledToken t;
+        t.id = static_cast<int32_t>(ev.token_id());
+        t.logprob = ev.logprob();
+        for (const auto& tl : ev.top_logprobs()) t.top.emplace_back(static_cast<int32_t>(tl.token_id()), tl.logprob());
+        result.completion_tokens++;
+        if (!cancelled && !on_token(t)) {
+          cancelled = true;
+          ctx.TryCancel();
+        }
+      }
+      if (resp.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+        result.finish = resp.finish_reason() == v1::FINISH_REASON_STOP ? engine::FinishReason::kStop
+                        : resp.finish_reason() == v1::FINISH_REASON_LENGTH ? engine::FinishReason::kLength
+                                                                           : engine::FinishReason::kCancelled;
+        result.prompt_tokens = resp.usage().prompt_tokens();
+      }
+    }
+    grpc::Status st = reader->Finish();
+    if (cancelled) {
+      result.finish = engine::FinishReason::kCancelled;
+      result.prompt_tokens = static_cast<int64_t>(request.prompt.size());
+      return result;
+    }
+    if (!st.ok()) return Unavailable(st);
+    return result;
+  }
+
+ private:
+  absl::Status Unavailable(const grpc::Status& st) {
+    absl::Status s = rpc::FromGrpc(st);
+    return absl::Status(s.code(), absl::StrCat("compute at ", target_, ": ", s.message()));
+  }
+
+  std::string target_;
+  std::unique_ptr<v1::Compute::Stub> stub_;
+};
+
+}  // namespace
+
+std::unique_ptr<ComputeClient> MakeInProcessComputeClient(compute::ComputeNode* node) {
+  return std::make_unique<InProcessComputeClient>(node);
+}
+
+std::unique_ptr<ComputeClient> MakeGrpcComputeClient(const std::string& target) {
+  return std::make_unique<GrpcComputeClient>(target);
+}
+
+}  // namespace colibri::router

@@ -1,0 +1,56 @@
+// How the router reaches compute: in-process (colibri-server) or over gRPC (cluster mode).
+// Both run the same engine; only the transport differs. Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "colibri/engine/engine.h"
+#include "colibri/v1/compute.grpc.pb.h"
+
+namespace colibri::compute {
+class ComputeNode;
+}
+
+namespace colibri::router {
+
+struct ComputeRequest {
+  std::vector<int32_t> prompt;
+  engine::SamplingParams sampling;
+  int64_t max_tokens = 256;
+  std::vector<int32_t> stop_tokens;
+  bool ignore_eos = false;
+  std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
+};
+
+struct ComputeResult {
+  engine::FinishReason finish = engine::FinishReason::kLength;
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+
+struct ModelInfo {
+  std::string name;
+  std::string architecture;
+  int64_t vocab_size = 0;
+  int64_t context_length = 0;
+};
+
+class ComputeClient {
+ public:
+  virtual ~ComputeClient() = default;
+  virtual absl::StatusOr<ModelInfo> Info() = 0;
+  // Streams tokens to on_token (return false to cancel: the result then says kCancelled).
+  virtual absl::StatusOr<ComputeResult> Generate(const ComputeRequest& request,
+                                                 const std::function<bool(const engine::SampledToken&)>& on_token) = 0;
+};
+
+std::unique_ptr<ComputeClient> MakeInProcessComputeClient(compute::ComputeNode* node);
+// `target`: host:port or unix:/path of a colibri-compute service.
+std::unique_ptr<ComputeClient> MakeGrpcComputeClient(const std::string& target);
+
+}  // namespace colibri::router

@@ -1,0 +1,273 @@
+#include "http_api.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "colibri/rpc/status.h"
+#include "nlohmann/json.hpp"
+#include "openai_request.h"
+
+namespace colibri::router {
+namespace {
+
+using nlohmann::json;
+
+int64_t NowSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string NewId(const char* prefix) {
+  static std::atomic<uint64_t> counter{0};
+  return absl::StrCat(prefix, NowSeconds(), "-", counter++);
+}
+
+const char* FinishName(engine::FinishReason f) {
+  return f == engine::FinishReason::kLength ? "length" : "stop";
+}
+
+json LogprobsJson(const tokenizer::Tokenizer& tok, const std::vector<engine::SampledToken>& tokens) {
+  json content = json::array();
+  for (const auto& t : tokens) {
+    json top = json::array();
+    for (const auto& [id, lp] : t.top) top.push_back({{"token", tok.Decode({id}, false)}, {"logprob", lp}});
+    content.push_back({{"token", tok.Decode({t.id}, false)}, {"logprob", t.logprob}, {"top_logprobs", top}});
+  }
+  return json{{"content", content}};
+}
+
+class Handler {
+ public:
+  Handler(RouterCore* core, RouterMetrics* metrics, const HttpOptions& options)
+      : core_(core), metrics_(metrics), options_(options) {}
+
+  void Error(httplib::Response& res, const std::string& endpoint, const absl::Status& status) {
+    res.status = rpc::HttpStatus(status);
+    res.set_content(rpc::OpenAiErrorBody(status), "application/json");
+    metrics_->CountRequest(endpoint, res.status);
+  }
+
+  bool Authorized(const httplib::Request& req, httplib::Response& res, const std::string& endpoint) {
+    if (options_.api_key.empty()) return true;
+    if (req.get_header_value("Authorization") == absl::StrCat("Bearer ", options_.api_key)) return true;
+    res.status = 401;
+    res.set_content(rpc::OpenAiErrorBody(401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key"),
+                    "application/json");
+    metrics_->CountRequest(endpoint, 401);
+    return false;
+  }
+
+  void Models(const httplib::Request& req, httplib::Response& res) {
+    if (!Authorized(req, res, "models")) return;
+    json j = {{"object", "list"},
+              {"data", json::array({{{"id", core_->model_name()},
+                                     {"object", "model"},
+                                     {"created", 0},
+                                     {"owned_by", "colibri"},
+                                     {"max_model_len", core_->context_length()}}})}};
+    res.set_content(j.dump(), "application/json");
+    metrics_->CountRequest("models", 200);
+  }
+
+  void Completions(const httplib::Request& req, httplib::Response& res, bool chat) {
+    const std::string endpoint = chat ? "chat_completions" : "completions";
+    if (!Authorized(req, res, endpoint)) return;
+    auto parsed = ParseOpenAiRequest(req.body, chat);
+    if (!parsed.ok()) return Error(res, endpoint, parsed.status());
+    if (auto st = core_->CheckModel(parsed->model); !st.ok()) return Error(res, endpoint, st);
+    absl::StatusOr<std::vector<int32_t>> ids = chat                          ? core_->EncodeChat(parsed->messages)
+                                               : !parsed->prompt_ids.empty() ? parsed->prompt_ids
+                                                                             : core_->EncodeText(parsed->prompt);
+    if (!ids.ok()) return Error(res, endpoint, ids.status());
+    parsed->params.prompt = std::move(*ids);
+    if (static_cast<int64_t>(parsed->params.prompt.size()) >= core_->context_length()) {
+      return Error(res, endpoint,
+                   absl::InvalidArgumentError(absl::StrCat(
+                       "This model's maximum context length is ", core_->context_length(), " tokens, but the prompt has ",
+                       parsed->params.prompt.size(), " tokens")));
+    }
+    auto request = std::make_shared<OpenAiRequest>(std::move(*parsed));
+    const std::string id = NewId(chat ? "chatcmpl-" : "cmpl-");
+    const int64_t created = NowSeconds();
+    if (!request->stream) return Blocking(res, endpoint, *request, id, created);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream", [this, request, id, created, endpoint](
+                                                              size_t, httplib::DataSink& sink) {
+      Stream(sink, endpoint, *request, id, created);
+      return true;
+    });
+  }
+
+ private:
+  json Choice(const OpenAiRequest& r, const Delta* delta, const char* finish, bool first) {
+    json c = {{"index", 0}, {"finish_reason", finish ? json(finish) : json(nullptr)}, {"logprobs", nullptr}};
+    if (r.chat) {
+      json d = json::object();
+      if (first) d["role"] = "assistant";
+      if (delta) d["content"] = delta->text;
+      c["delta"] = d;
+    } else {
+      c["text"] = delta ? delta->text : "";
+    }
+    if (delta && r.params.sampling.logprobs && !delta->tokens.empty()) {
+      c["logprobs"] = LogprobsJson(core_->tokenizer(), delta->tokens);
+    }
+    if (delta && r.return_token_ids) {
+      json ids = json::array();
+      for (const auto& t : delta->tokens) ids.push_back(t.id);
+      c["token_ids"] = ids;
+    }
+    return c;
+  }
+
+  static json Usage(const TextResult& t) {
+    return {{"prompt_tokens", t.prompt_tokens},
+            {"completion_tokens", t.completion_tokens},
+            {"total_tokens", t.prompt_tokens + t.completion_tokens}};
+  }
+
+  void Account(const TextResult& t) {
+    metrics_->prompt_tokens->Increment(static_cast<double>(t.prompt_tokens));
+    metrics_->completion_tokens->Increment(static_cast<double>(t.completion_tokens));
+  }
+
+  void Blocking(httplib::Response& res, const std::string& endpoint, const OpenAiRequest& r, const std::string& id,
+                int64_t created) {
+    const auto t0 = std::chrono::steady_clock::now();
+    metrics_->active_requests->Increment();
+    std::vector<engine::SampledToken> tokens;
+    auto result = core_->Run(r.params, [&](const Delta& d) {
+      tokens.insert(tokens.end(), d.tokens.begin(), d.tokens.end());
+      return true;
+    });
+    metrics_->active_requests->Decrement();
+    if (!result.ok()) return Error(res, endpoint, result.status());
+    Account(*result);
+    json choice = {{"index", 0}, {"finish_reason", FinishName(result->finish)}, {"logprobs", nullptr}};
+    if (r.chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", result->text}};
+    } else {
+      choice["text"] = result->text;
+    }
+    if (r.params.sampling.logprobs) choice["logprobs"] = LogprobsJson(core_->tokenizer(), tokens);
+    if (r.return_token_ids) {
+      json ids = json::array();
+      for (const auto& t : tokens) ids.push_back(t.id);
+      choice["token_ids"] = ids;
+    }
+    json body = {{"id", id},
+                 {"object", r.chat ? "chat.completion" : "text_completion"},
+                 {"created", created},
+                 {"model", core_->model_name()},
+                 {"choices", json::array({choice})},
+                 {"usage", Usage(*result)}};
+    res.set_content(body.dump(), "application/json");
+    metrics_->request_seconds->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    metrics_->CountRequest(endpoint, 200);
+  }
+
+  void Stream(httplib::DataSink& sink, const std::string& endpoint, const OpenAiRequest& r, const std::string& id,
+              int64_t created) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const char* object = r.chat ? "chat.completion.chunk" : "text_completion";
+    auto send = [&](const json& chunk) {
+      std::string line = absl::StrCat("data: ", chunk.dump(), "\n\n");
+      return sink.write(line.data(), line.size());
+    };
+    auto chunk = [&](json choices) {
+      return json{{"id", id}, {"object", object}, {"created", created}, {"model", core_->model_name()},
+                  {"choices", std::move(choices)}};
+    };
+    metrics_->active_requests->Increment();
+    bool first = true, client_ok = true;
+    if (r.chat) client_ok = send(chunk(json::array({Choice(r, nullptr, nullptr, true)})));
+    auto result = core_->Run(r.params, [&](const Delta& d) {
+      if (first) {
+        metrics_->time_to_first_token_seconds->Observe(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        first = false;
+      }
+      if (!client_ok) return false;
+      client_ok = send(chunk(json::array({Choice(r, &d, nullptr, false)})));
+      return client_ok;  // a client that went away cancels the generation at once
+    });
+    metrics_->active_requests->Decrement();
+    if (!result.ok()) {
+      // Headers are gone already: report the error in-band, in OpenAI's error shape.
+      std::string line = absl::StrCat("data: ", rpc::OpenAiErrorBody(result.status()), "\n\n");
+      sink.write(line.data(), line.size());
+      metrics_->CountRequest(endpoint, rpc::HttpStatus(result.status()));
+    } else if (client_ok) {
+      Account(*result);
+      send(chunk(json::array({Choice(r, nullptr, FinishName(result->finish), false)})));
+      if (r.include_usage) {
+        json u = chunk(json::array());
+        u["usage"] = Usage(*result);
+        send(u);
+      }
+      metrics_->CountRequest(endpoint, 200);
+    } else {
+      metrics_->CountRequest(endpoint, 499);
+    }
+    static const std::string kDone = "data: [DONE]\n\n";
+    if (client_ok) sink.write(kDone.data(), kDone.size());
+    sink.done();
+    metrics_->request_seconds->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+
+  RouterCore* core_;
+  RouterMetrics* metrics_;
+  HttpOptions options_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, RouterMetrics* metrics,
+                                                        const HttpOptions& options) {
+  auto api = std::unique_ptr<HttpApi>(new HttpApi());
+  api->server_ = std::make_unique<httplib::Server>();
+  auto handler = std::make_shared<Handler>(core, metrics, options);
+  auto& s = *api->server_;
+  const int threads = options.threads;
+  s.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  s.set_payload_max_length(64 << 20);
+  s.Post("/v1/chat/completions",
+         [handler](const httplib::Request& q, httplib::Response& r) { handler->Completions(q, r, true); });
+  s.Post("/v1/completions",
+         [handler](const httplib::Request& q, httplib::Response& r) { handler->Completions(q, r, false); });
+  s.Get("/v1/models", [handler](const httplib::Request& q, httplib::Response& r) { handler->Models(q, r); });
+  s.Get("/health", [](const httplib::Request&, httplib::Response& r) {
+    r.set_content("{\"status\":\"ok\"}", "application/json");
+  });
+  s.Get("/metrics", [metrics](const httplib::Request&, httplib::Response& r) {
+    if (metrics->before_scrape) metrics->before_scrape();
+    r.set_content(metrics::Serialize(*metrics->registry), "text/plain; version=0.0.4");
+  });
+  s.set_error_handler([](const httplib::Request&, httplib::Response& r) {
+    if (r.body.empty()) {
+      r.set_content(rpc::OpenAiErrorBody(r.status, absl::StrCat("HTTP ", r.status), "invalid_request_error",
+                                         r.status == 404 ? "not_found" : "error"),
+                    "application/json");
+    }
+  });
+  if (options.port == 0) {
+    api->port_ = s.bind_to_any_port(options.host);
+    if (api->port_ <= 0) return absl::UnavailableError(absl::StrCat("http: cannot bind ", options.host));
+  } else {
+    if (!s.bind_to_port(options.host, options.port)) {
+      return absl::UnavailableError(absl::StrCat("http: cannot bind ", options.host, ":", options.port, " (in use?)"));
+    }
+    api->port_ = options.port;
+  }
+  api->thread_ = std::thread([srv = api->server_.get()] { srv->listen_after_bind(); });
+  return api;
+}
+
+HttpApi::~HttpApi() {
+  if (server_) server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace colibri::router

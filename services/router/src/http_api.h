@@ -1,0 +1,40 @@
+// The OpenAI-compatible HTTP API: POST /v1/chat/completions and /v1/completions (SSE streaming
+// and not), GET /v1/models, GET /health, GET /metrics. Errors use OpenAI's JSON error shape.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "router_core.h"
+#include "router_metrics.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace colibri::router {
+
+struct HttpOptions {
+  std::string host = "0.0.0.0";
+  int port = 8080;          // 0 picks a free port
+  std::string api_key;      // when set, requests need "Authorization: Bearer <key>"
+  int threads = 16;
+};
+
+class HttpApi {
+ public:
+  static absl::StatusOr<std::unique_ptr<HttpApi>> Start(RouterCore* core, RouterMetrics* metrics,
+                                                        const HttpOptions& options);
+  ~HttpApi();
+  int port() const { return port_; }
+
+ private:
+  HttpApi() = default;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+}  // namespace colibri::router

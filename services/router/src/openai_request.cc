@@ -1,0 +1,170 @@
+#include "openai_request.h"
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "colibri/core/status.h"
+#include "nlohmann/json.hpp"
+
+namespace colibri::router {
+namespace {
+
+using nlohmann::json;
+
+absl::Status Bad(const std::string& field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat("'", field, "': ", why));
+}
+
+// Optional number in [lo, hi].
+absl::Status Number(const json& j, const char* key, double lo, double hi, float* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_number()) return Bad(key, "must be a number");
+  double v = it->get<double>();
+  if (!(v >= lo && v <= hi)) return Bad(key, absl::StrCat("must be between ", lo, " and ", hi));
+  *out = static_cast<float>(v);
+  return absl::OkStatus();
+}
+
+absl::Status Integer(const json& j, const char* key, int64_t lo, int64_t hi, int64_t* out, bool* present = nullptr) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_number_integer()) return Bad(key, "must be an integer");
+  int64_t v = it->get<int64_t>();
+  if (v < lo || v > hi) return Bad(key, absl::StrCat("must be between ", lo, " and ", hi));
+  *out = v;
+  if (present) *present = true;
+  return absl::OkStatus();
+}
+
+absl::Status Bool(const json& j, const char* key, bool* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_boolean()) return Bad(key, "must be a boolean");
+  *out = it->get<bool>();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> MessageContent(const json& c, size_t i) {
+  const std::string field = absl::StrCat("messages[", i, "].content");
+  if (c.is_null()) return std::string();
+  if (c.is_string()) return c.get<std::string>();
+  if (c.is_array()) {  // [{"type": "text", "text": "..."}]
+    std::string out;
+    for (const auto& part : c) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+        return Bad(field, "only text content parts are supported");
+      }
+      out += part["text"].get<std::string>();
+    }
+    return out;
+  }
+  return Bad(field, "must be a string or a list of text parts");
+}
+
+}  // namespace
+
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool chat) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError("request body is not valid JSON");
+  if (!j.is_object()) return absl::InvalidArgumentError("request body must be a JSON object");
+  OpenAiRequest r;
+  r.chat = chat;
+  if (j.contains("model")) {
+    if (!j["model"].is_string()) return Bad("model", "must be a string");
+    r.model = j["model"].get<std::string>();
+  }
+  if (chat) {
+    auto it = j.find("messages");
+    if (it == j.end() || !it->is_array() || it->empty()) return Bad("messages", "must be a non-empty list");
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& m = (*it)[i];
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+        return Bad(absl::StrCat("messages[", i, "].role"), "is required");
+      }
+      tokenizer::ChatMessage msg;
+      msg.role = m["role"].get<std::string>();
+      if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool" &&
+          msg.role != "developer") {
+        return Bad(absl::StrCat("messages[", i, "].role"), absl::StrCat("unknown role '", msg.role, "'"));
+      }
+      if (msg.role == "developer") msg.role = "system";
+      ASSIGN_OR_RETURN(msg.content, MessageContent(m.value("content", json()), i));
+      r.messages.push_back(std::move(msg));
+    }
+  } else {
+    auto it = j.find("prompt");
+    if (it == j.end()) return Bad("prompt", "is required");
+    if (it->is_string()) {
+      r.prompt = it->get<std::string>();
+    } else if (it->is_array() && !it->empty() && (*it)[0].is_number_integer()) {
+      for (const auto& t : *it) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) {
+          return Bad("prompt", "token ids must be non-negative integers");
+        }
+        r.prompt_ids.push_back(t.get<int32_t>());
+      }
+    } else if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
+      r.prompt = (*it)[0].get<std::string>();
+    } else {
+      return Bad("prompt", "must be a string or a list of token ids (batched prompts are not supported)");
+    }
+  }
+  RETURN_IF_ERROR(Bool(j, "stream", &r.stream));
+  if (j.contains("stream_options") && j["stream_options"].is_object()) {
+    RETURN_IF_ERROR(Bool(j["stream_options"], "include_usage", &r.include_usage));
+  }
+  RETURN_IF_ERROR(Bool(j, "return_token_ids", &r.return_token_ids));
+  int64_t n = 1;
+  RETURN_IF_ERROR(Integer(j, "n", 1, 1, &n));
+  TextRequest& p = r.params;
+  p.sampling.temperature = 1.0f;  // OpenAI's default
+  RETURN_IF_ERROR(Number(j, "temperature", 0, 2, &p.sampling.temperature));
+  RETURN_IF_ERROR(Number(j, "top_p", 0, 1, &p.sampling.top_p));
+  RETURN_IF_ERROR(Number(j, "min_p", 0, 1, &p.sampling.min_p));
+  RETURN_IF_ERROR(Number(j, "presence_penalty", -2, 2, &p.sampling.presence_penalty));
+  RETURN_IF_ERROR(Number(j, "frequency_penalty", -2, 2, &p.sampling.frequency_penalty));
+  RETURN_IF_ERROR(Number(j, "repetition_penalty", 0.01, 10, &p.sampling.repetition_penalty));
+  int64_t top_k = 0;
+  RETURN_IF_ERROR(Integer(j, "top_k", -1, 1 << 20, &top_k));
+  p.sampling.top_k = static_cast<int32_t>(std::max<int64_t>(0, top_k));
+  int64_t seed = 0;
+  bool has_seed = false;
+  RETURN_IF_ERROR(Integer(j, "seed", INT64_MIN, INT64_MAX, &seed, &has_seed));
+  p.sampling.seed = has_seed ? static_cast<uint64_t>(seed) : std::random_device{}();
+  int64_t max_tokens = 256;
+  RETURN_IF_ERROR(Integer(j, "max_tokens", 1, 1 << 24, &max_tokens));
+  RETURN_IF_ERROR(Integer(j, "max_completion_tokens", 1, 1 << 24, &max_tokens));
+  p.max_tokens = max_tokens;
+  if (chat) {
+    RETURN_IF_ERROR(Bool(j, "logprobs", &p.sampling.logprobs));
+    int64_t top_logprobs = 0;
+    RETURN_IF_ERROR(Integer(j, "top_logprobs", 0, 20, &top_logprobs));
+    p.sampling.top_logprobs = static_cast<int32_t>(top_logprobs);
+    if (top_logprobs > 0 && !p.sampling.logprobs) return Bad("top_logprobs", "requires logprobs to be true");
+  } else if (j.contains("logprobs") && !j["logprobs"].is_null()) {
+    int64_t lp = 0;
+    RETURN_IF_ERROR(Integer(j, "logprobs", 0, 5, &lp));
+    p.sampling.logprobs = true;
+    p.sampling.top_logprobs = static_cast<int32_t>(lp);
+  }
+  if (j.contains("stop") && !j["stop"].is_null()) {
+    const json& s = j["stop"];
+    if (s.is_string()) {
+      p.stop_strings.push_back(s.get<std::string>());
+    } else if (s.is_array() && s.size() <= 4) {
+      for (const auto& x : s) {
+        if (!x.is_string()) return Bad("stop", "must be a string or a list of up to 4 strings");
+        p.stop_strings.push_back(x.get<std::string>());
+      }
+    } else {
+      return Bad("stop", "must be a string or a list of up to 4 strings");
+    }
+    for (const auto& x : p.stop_strings) {
+      if (x.empty()) return Bad("stop", "stop strings must not be empty");
+    }
+  }
+  return r;
+}
+
+}  // namespace colibri::router

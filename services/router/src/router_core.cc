@@ -1,0 +1,126 @@
+#include "router_core.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "colibri/core/status.h"
+
+namespace colibri::router {
+
+RouterCore::RouterCore(std::string model_name, std::unique_ptr<tokenizer::Tokenizer> tok,
+                       std::unique_ptr<ComputeClient> compute, int64_t context_length)
+    : model_name_(std::move(model_name)),
+      tok_(std::move(tok)),
+      compute_(std::move(compute)),
+      context_length_(context_length) {}
+
+absl::StatusOr<std::unique_ptr<RouterCore>> MakeRouterCore(const std::string& model_dir,
+                                                           std::unique_ptr<ComputeClient> compute) {
+  ASSIGN_OR_RETURN(auto tok, tokenizer::LoadTokenizer(model_dir));
+  ASSIGN_OR_RETURN(ModelInfo info, compute->Info());
+  if (tok->vocab_size() > info.vocab_size) {
+    return absl::FailedPreconditionError(absl::StrCat("tokenizer in '", model_dir, "' has ", tok->vocab_size(),
+                                                      " tokens but model '", info.name, "' only ", info.vocab_size));
+  }
+  return std::make_unique<RouterCore>(info.name, std::move(tok), std::move(compute), info.context_length);
+}
+
+absl::Status RouterCore::CheckModel(const std::string& name) const {
+  if (name.empty() || name == model_name_) return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat("The model '", name, "' does not exist (this server runs '", model_name_, "')"));
+}
+
+absl::StatusOr<std::vector<int32_t>> RouterCore::EncodeChat(const std::vector<tokenizer::ChatMessage>& messages) const {
+  ASSIGN_OR_RETURN(std::string prompt, tokenizer::RenderMistralChat(*tok_, messages));
+  return tok_->Encode(prompt, /*add_special=*/false);  // the rendered prompt carries BOS itself
+}
+
+absl::StatusOr<std::vector<int32_t>> RouterCore::EncodeText(const std::string& text) const {
+  return tok_->Encode(text, /*add_special=*/true);
+}
+
+absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std::function<bool(const Delta&)>& on_delta) {
+  const int64_t n_prompt = static_cast<int64_t>(request.prompt.size());
+  if (n_prompt == 0) return absl::InvalidArgumentError("the prompt is empty");
+  if (n_prompt >= context_length_) {
+    return absl::InvalidArgumentError(absl::StrCat("This model's maximum context length is ", context_length_,
+                                                   " tokens, but the prompt has ", n_prompt, " tokens"));
+  }
+  ComputeRequest cr;
+  cr.prompt = request.prompt;
+  cr.sampling = request.sampling;
+  cr.max_tokens = std::min(request.max_tokens, context_length_ - n_prompt);
+  cr.stop_tokens = request.stop_tokens;
+  cr.ignore_eos = request.ignore_eos;
+  cr.deadline = request.deadline;
+
+  tokenizer::StreamDecoder decoder(tok_.get());
+  TextResult result;
+  std::string held;  // decoded text not yet emitted because it may start a stop string
+  Delta delta;
+  bool stopped_by_string = false, cancelled_by_client = false;
+  auto emit = [&](std::string text) -> bool {
+    delta.text = std::move(text);
+    result.text += delta.text;
+    bool keep = on_delta(delta);
+    delta.tokens.clear();
+    return keep;
+  };
+  auto on_token = [&](const engine::SampledToken& t) -> bool {
+    delta.tokens.push_back(t);
+    held += decoder.Push(t.id);
+    if (!request.stop_strings.empty()) {
+      for (const auto& s : request.stop_strings) {
+        size_t pos = held.find(s);
+        if (!s.empty() && pos != std::string::npos) {
+          held.resize(pos);
+          stopped_by_string = true;
+        }
+      }
+      if (stopped_by_string) {
+        cancelled_by_client = !emit(held);
+        held.clear();
+        return false;
+      }
+      // Keep back the longest suffix that could still grow into a stop string.
+      size_t keep = 0;
+      for (const auto& s : request.stop_strings) {
+        for (size_t k = std::min(s.size() - 1, held.size()); k > keep; --k) {
+          if (held.compare(held.size() - k, k, s, 0, k) == 0) {
+            keep = k;
+            break;
+          }
+        }
+      }
+      std::string out = held.substr(0, held.size() - keep);
+      held.erase(0, held.size() - keep);
+      if (out.empty() && delta.tokens.empty()) return true;
+      if (!emit(out)) {
+        cancelled_by_client = true;
+        return false;
+      }
+      return true;
+    }
+    std::string out = std::move(held);
+    held.clear();
+    if (!emit(out)) {
+      cancelled_by_client = true;
+      return false;
+    }
+    return true;
+  };
+  ASSIGN_OR_RETURN(ComputeResult cres, compute_->Generate(cr, on_token));
+  result.prompt_tokens = cres.prompt_tokens > 0 ? cres.prompt_tokens : n_prompt;
+  result.completion_tokens = cres.completion_tokens;
+  result.finish = cres.finish;
+  if (stopped_by_string) {
+    result.finish = engine::FinishReason::kStop;
+  } else if (!cancelled_by_client) {
+    std::string rest = held + decoder.Flush();
+    if (!rest.empty() || !delta.tokens.empty()) emit(rest);
+  }
+  if (cancelled_by_client) result.finish = engine::FinishReason::kCancelled;
+  return result;
+}
+
+}  // namespace colibri::router

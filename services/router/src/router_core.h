@@ -1,0 +1,71 @@
+// The router's domain logic, shared by the OpenAI HTTP API and the gRPC Router service:
+// prompts (chat messages, text, token ids) -> token ids with the model's tokenizer and chat
+// format; generation through a ComputeClient; text streamed as UTF-8-safe deltas; stop strings
+// matched across token boundaries. Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "colibri/tokenizer/chat.h"
+#include "colibri/tokenizer/tokenizer.h"
+#include "compute_client.h"
+
+namespace colibri::router {
+
+struct TextRequest {
+  std::vector<int32_t> prompt;
+  engine::SamplingParams sampling;
+  int64_t max_tokens = 256;
+  std::vector<std::string> stop_strings;
+  std::vector<int32_t> stop_tokens;
+  bool ignore_eos = false;
+  std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
+};
+
+struct Delta {
+  std::string text;                          // new text (complete UTF-8 characters only)
+  std::vector<engine::SampledToken> tokens;  // tokens sampled since the previous delta
+};
+
+struct TextResult {
+  engine::FinishReason finish = engine::FinishReason::kLength;
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  std::string text;                          // everything emitted
+};
+
+class RouterCore {
+ public:
+  RouterCore(std::string model_name, std::unique_ptr<tokenizer::Tokenizer> tok, std::unique_ptr<ComputeClient> compute,
+             int64_t context_length);
+
+  const std::string& model_name() const { return model_name_; }
+  const tokenizer::Tokenizer& tokenizer() const { return *tok_; }
+  int64_t context_length() const { return context_length_; }
+
+  absl::StatusOr<std::vector<int32_t>> EncodeChat(const std::vector<tokenizer::ChatMessage>& messages) const;
+  absl::StatusOr<std::vector<int32_t>> EncodeText(const std::string& text) const;
+  // Checks a model name given by a client: empty or ours is fine, anything else is NotFound.
+  absl::Status CheckModel(const std::string& name) const;
+
+  // Runs one request. on_delta returning false cancels it (FinishReason::kCancelled). Prompts
+  // that leave no room to generate are InvalidArgument naming both lengths.
+  absl::StatusOr<TextResult> Run(const TextRequest& request, const std::function<bool(const Delta&)>& on_delta);
+
+ private:
+  std::string model_name_;
+  std::unique_ptr<tokenizer::Tokenizer> tok_;
+  std::unique_ptr<ComputeClient> compute_;
+  int64_t context_length_;
+};
+
+// Loads the tokenizer from `model_dir` and builds a core over `compute`.
+absl::StatusOr<std::unique_ptr<RouterCore>> MakeRouterCore(const std::string& model_dir,
+                                                           std::unique_ptr<ComputeClient> compute);
+
+}  // namespace colibri::router

@@ -1,0 +1,444 @@
+#!/usr/bin/python3
+"""Independent float64 numpy reference forward pass for MoE decoder LLMs.
+
+Families: mixtral, qwen2_moe, olmoe, qwen3_moe.  Loads a Hugging Face checkpoint
+directory (config.json + model.safetensors or a sharded index; F32/F16/BF16), or
+an F32/F16/BF16 GGUF file in llama.cpp layout (archs llama-with-experts,
+qwen2moe, olmoe).
+
+CLI:
+  moe_ref.py --model HF_DIR_OR_GGUF --tokens 1,2,3 [--greedy N]
+             [--logits-out FILE.npy] [--json-out FILE.json] [--rope-style auto|half|interleaved]
+
+It feeds the prompt as one batch (KV cache), then makes N greedy steps
+(argmax, ties -> lowest id) and writes float32 logits [len(tokens)+N, V] where
+row i holds the logits after feeding seq[i] at position i, seq = tokens + greedy.
+
+Equations (what each family computes):
+  RMSNorm(x) = x / sqrt(mean(x^2) + eps) * w
+  RoPE: theta_i = pos * base^(-2i/D), i < D/2; pairs (i, i + D/2) for Hugging Face
+        weights ("half"), pairs (2i, 2i+1) for GGUF llama weights ("interleaved":
+        llama.cpp's converter permutes the q/k rows of Llama/Mixtral).
+  attention: GQA, causal softmax(q k^T / sqrt(D)) v
+  router: softmax over all experts, top-k (ties -> lowest index), optional
+          renormalisation of the k weights (norm_topk_prob)
+  expert(x) = down(silu(gate x) * up x)
+  qwen2_moe: q/k/v bias, plus sigmoid(shared_expert_gate x) * shared_expert(x)
+  olmoe:     RMSNorm over the whole q and the whole k (all heads) before RoPE
+  qwen3_moe: RMSNorm over each head of q and k (weight [D]) before RoPE
+"""
+
+import argparse
+import json
+import os
+import struct
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+# ----------------------------------------------------------------------------
+# Model description
+# ----------------------------------------------------------------------------
+
+# Hugging Face architecture name -> family (= model_type).
+HF_ARCHITECTURES = {
+    "MixtralForCausalLM": "mixtral",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "OlmoeForCausalLM": "olmoe",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+}
+
+
+@dataclass
+class Spec:
+    family: str
+    hidden: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    vocab: int
+    n_experts: int
+    top_k: int
+    norm_topk_prob: bool
+    eps: float
+    rope_theta: float
+    rope_style: str          # "half" (Hugging Face) or "interleaved" (GGUF llama)
+    qk_norm: str | None      # None, "whole" (olmoe) or "per_head" (qwen3_moe)
+
+
+# Every layer is a dict with these keys (arrays in Hugging Face [out, in] layout):
+#   attn_norm [H], wq [NH*D, H], wk/wv [NKV*D, H], wo [H, NH*D],
+#   ffn_norm [H], router [E, H], gate/up [E, F, H], down [E, H, F]
+# and optionally
+#   bq [NH*D], bk/bv [NKV*D]                         (qwen2_moe)
+#   q_norm [NH*D or D], k_norm [NKV*D or D]           (olmoe / qwen3_moe)
+#   sh_gate/sh_up [Fs, H], sh_down [H, Fs], sh_gate_inp [H]   (qwen2_moe)
+
+
+class Model:
+    def __init__(self, spec, embed, layers, final_norm, lm_head):
+        self.spec = spec
+        self.embed = embed
+        self.layers = layers
+        self.final_norm = final_norm
+        self.lm_head = lm_head
+        d = spec.head_dim
+        if d % 2:
+            raise ValueError("head_dim must be even for RoPE")
+        self.inv_freq = spec.rope_theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+
+    def new_cache(self):
+        """Per-layer K and V caches, each a list of [n, NKV, D] blocks."""
+        return [([], []) for _ in self.layers]
+
+    # -- building blocks ---------------------------------------------------
+    def _rms(self, x, w):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.spec.eps) * w
+
+    def _rope(self, x, pos):
+        """x: [n, heads, D]; pos: [n]."""
+        ang = pos[:, None].astype(np.float64) * self.inv_freq[None, :]   # [n, D/2]
+        cos = np.cos(ang)[:, None, :]
+        sin = np.sin(ang)[:, None, :]
+        out = np.empty_like(x)
+        if self.spec.rope_style == "half":
+            h = x.shape[-1] // 2
+            x1, x2 = x[..., :h], x[..., h:]
+            out[..., :h] = x1 * cos - x2 * sin
+            out[..., h:] = x2 * cos + x1 * sin
+        else:
+            x1, x2 = x[..., 0::2], x[..., 1::2]
+            out[..., 0::2] = x1 * cos - x2 * sin
+            out[..., 1::2] = x2 * cos + x1 * sin
+        return out
+
+    def _attention(self, L, h, pos, cache):
+        s = self.spec
+        n, d = h.shape[0], s.head_dim
+        q = h @ L["wq"].T
+        k = h @ L["wk"].T
+        v = h @ L["wv"].T
+        if "bq" in L:
+            q, k, v = q + L["bq"], k + L["bk"], v + L["bv"]
+        if s.qk_norm == "whole":
+            q, k = self._rms(q, L["q_norm"]), self._rms(k, L["k_norm"])
+        q = q.reshape(n, s.n_heads, d)
+        k = k.reshape(n, s.n_kv_heads, d)
+        v = v.reshape(n, s.n_kv_heads, d)
+        if s.qk_norm == "per_head":
+            q, k = self._rms(q, L["q_norm"]), self._rms(k, L["k_norm"])
+        q, k = self._rope(q, pos), self._rope(k, pos)
+
+        cache[0].append(k)
+        cache[1].append(v)
+        K = np.concatenate(cache[0])                  # [T, NKV, D]
+        V = np.concatenate(cache[1])
+        T = K.shape[0]
+        group = s.n_heads // s.n_kv_heads
+        # Query head i uses kv head i // group: index queries as (kv head h, member g).
+        qg = q.reshape(n, s.n_kv_heads, group, d)
+        scores = np.einsum("nhgd,thd->hgnt", qg, K) / np.sqrt(d)   # [NKV, group, n, T]
+        key_pos = np.arange(T)
+        scores = np.where(key_pos[None, :] <= pos[:, None], scores, -np.inf)
+        scores -= scores.max(axis=-1, keepdims=True)
+        p = np.exp(scores)
+        p /= p.sum(axis=-1, keepdims=True)
+        o = np.einsum("hgnt,thd->nhgd", p, V).reshape(n, s.n_heads * d)
+        return o @ L["wo"].T
+
+    @staticmethod
+    def _sigmoid(x):
+        with np.errstate(over="ignore"):           # exp(-x) -> inf gives exactly 0, correct
+            return 1.0 / (1.0 + np.exp(-x))
+
+    def _silu(self, x):
+        return x * self._sigmoid(x)
+
+    def _moe(self, L, h):
+        s = self.spec
+        logits = h @ L["router"].T                                   # [n, E]
+        p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        p /= p.sum(axis=-1, keepdims=True)
+        # Stable sort of -p: equal probabilities keep ascending expert order.
+        top = np.argsort(-p, axis=-1, kind="stable")[:, :s.top_k]   # [n, k]
+        w = np.take_along_axis(p, top, axis=-1)
+        if s.norm_topk_prob:
+            w /= w.sum(axis=-1, keepdims=True)
+
+        out = np.zeros_like(h)
+        for e in np.unique(top):
+            rows, slot = np.nonzero(top == e)
+            x = h[rows]
+            y = (self._silu(x @ L["gate"][e].T) * (x @ L["up"][e].T)) @ L["down"][e].T
+            out[rows] += w[rows, slot][:, None] * y
+        if "sh_gate" in L:
+            y = (self._silu(h @ L["sh_gate"].T) * (h @ L["sh_up"].T)) @ L["sh_down"].T
+            out += self._sigmoid(h @ L["sh_gate_inp"])[:, None] * y
+        return out
+
+    # -- forward -----------------------------------------------------------
+    def forward(self, tokens, cache):
+        """Feed `tokens` after whatever `cache` holds; return float64 logits [n, V]."""
+        start = sum(block.shape[0] for block in cache[0][0])     # tokens already cached
+        pos = np.arange(start, start + len(tokens))
+        x = self.embed[np.asarray(tokens, dtype=np.int64)]
+        for L, c in zip(self.layers, cache):
+            x = x + self._attention(L, self._rms(x, L["attn_norm"]), pos, c)
+            x = x + self._moe(L, self._rms(x, L["ffn_norm"]))
+        return self._rms(x, self.final_norm) @ self.lm_head.T
+
+
+def run(model, prompt, n_greedy):
+    """Prompt as one batch, then n_greedy greedy steps.
+
+    Returns (logits float64 [len(prompt)+n_greedy, V], greedy_ids, margins) where
+    margins[t] is top1 - top2 of the logits that chose greedy_ids[t]."""
+    if not prompt:
+        raise ValueError("empty prompt")
+    cache = model.new_cache()
+    rows = [model.forward(list(prompt), cache)]
+    greedy, margins = [], []
+    for _ in range(n_greedy):
+        last = rows[-1][-1]
+        tok = int(np.argmax(last))                  # first maximum = lowest id on ties
+        top2 = np.sort(last)[-2:]
+        greedy.append(tok)
+        margins.append(float(top2[1] - top2[0]))
+        rows.append(model.forward([tok], cache))
+    return np.concatenate(rows), greedy, margins
+
+
+# ----------------------------------------------------------------------------
+# Hugging Face checkpoints
+# ----------------------------------------------------------------------------
+
+def read_safetensors(path):
+    """Return {name: float64 array} for an F32/F16/BF16 safetensors file."""
+    with open(path, "rb") as f:
+        buf = f.read()
+    (hlen,) = struct.unpack("<Q", buf[:8])
+    header = json.loads(buf[8:8 + hlen])
+    base = 8 + hlen
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        raw = buf[base + begin:base + end]
+        dt = info["dtype"]
+        if dt == "F32":
+            a = np.frombuffer(raw, dtype="<f4")
+        elif dt == "F16":
+            a = np.frombuffer(raw, dtype="<f2")
+        elif dt == "BF16":
+            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            raise ValueError(f"{path}: tensor {name} has unsupported dtype {dt}")
+        out[name] = a.astype(np.float64).reshape(info["shape"])
+    return out
+
+
+def read_hf_tensors(model_dir):
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    tensors = {}
+    for fn in files:
+        tensors.update(read_safetensors(os.path.join(model_dir, fn)))
+    return tensors
+
+
+def hf_family(cfg):
+    mt = cfg.get("model_type")
+    archs = cfg.get("architectures") or []
+    for a in archs:
+        if a in HF_ARCHITECTURES:
+            return HF_ARCHITECTURES[a]
+    if mt in HF_ARCHITECTURES.values():
+        return mt
+    raise ValueError(f"unsupported model: model_type={mt!r}, architectures={archs!r}; "
+                     f"supported: {sorted(HF_ARCHITECTURES)}")
+
+
+def load_hf(model_dir, rope_style="half"):
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    fam = hf_family(cfg)
+    if cfg.get("mlp_only_layers") or cfg.get("decoder_sparse_step", 1) != 1:
+        raise ValueError("dense (mlp_only_layers / decoder_sparse_step) layers are not supported")
+    if cfg.get("clip_qkv") is not None:
+        raise ValueError("olmoe clip_qkv is not supported")
+    if cfg.get("use_sliding_window") or (fam == "mixtral" and cfg.get("sliding_window")):
+        raise ValueError("sliding-window attention is not supported")
+    if cfg.get("rope_scaling"):
+        raise ValueError("rope_scaling is not supported")
+
+    H, NH = cfg["hidden_size"], cfg["num_attention_heads"]
+    spec = Spec(
+        family=fam,
+        hidden=H,
+        n_layers=cfg["num_hidden_layers"],
+        n_heads=NH,
+        n_kv_heads=cfg.get("num_key_value_heads", NH),
+        head_dim=cfg.get("head_dim") or H // NH,
+        vocab=cfg["vocab_size"],
+        n_experts=cfg["num_local_experts"] if fam == "mixtral" else cfg["num_experts"],
+        top_k=cfg["num_experts_per_tok"],
+        # Mixtral always renormalises; the others follow their config flag.
+        norm_topk_prob=True if fam == "mixtral" else bool(cfg.get("norm_topk_prob", False)),
+        eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        rope_theta=float(cfg.get("rope_theta", 10000.0)),
+        rope_style=rope_style,
+        qk_norm={"olmoe": "whole", "qwen3_moe": "per_head"}.get(fam),
+    )
+    t = read_hf_tensors(model_dir)
+
+    moe = "block_sparse_moe" if fam == "mixtral" else "mlp"
+    gate, up, down = ("w1", "w3", "w2") if fam == "mixtral" else ("gate_proj", "up_proj", "down_proj")
+    layers = []
+    for i in range(spec.n_layers):
+        p = f"model.layers.{i}."
+
+        def experts(w):     # stacked [E, out, in], like GGUF's *_exps tensors
+            return np.stack([t[f"{p}{moe}.experts.{j}.{w}.weight"] for j in range(spec.n_experts)])
+
+        L = {
+            "attn_norm": t[p + "input_layernorm.weight"],
+            "wq": t[p + "self_attn.q_proj.weight"],
+            "wk": t[p + "self_attn.k_proj.weight"],
+            "wv": t[p + "self_attn.v_proj.weight"],
+            "wo": t[p + "self_attn.o_proj.weight"],
+            "ffn_norm": t[p + "post_attention_layernorm.weight"],
+            "router": t[f"{p}{moe}.gate.weight"],
+            "gate": experts(gate),
+            "up": experts(up),
+            "down": experts(down),
+        }
+        if fam == "qwen2_moe":
+            for x in "qkv":
+                L["b" + x] = t[f"{p}self_attn.{x}_proj.bias"]
+            L["sh_gate"] = t[p + "mlp.shared_expert.gate_proj.weight"]
+            L["sh_up"] = t[p + "mlp.shared_expert.up_proj.weight"]
+            L["sh_down"] = t[p + "mlp.shared_expert.down_proj.weight"]
+            L["sh_gate_inp"] = t[p + "mlp.shared_expert_gate.weight"].reshape(-1)
+        if spec.qk_norm:
+            L["q_norm"] = t[p + "self_attn.q_norm.weight"]
+            L["k_norm"] = t[p + "self_attn.k_norm.weight"]
+        layers.append(L)
+    embed = t["model.embed_tokens.weight"]
+    lm_head = embed if cfg.get("tie_word_embeddings") else t["lm_head.weight"]
+    return Model(spec, embed, layers, t["model.norm.weight"], lm_head)
+
+
+# ----------------------------------------------------------------------------
+# GGUF files (llama.cpp layout)
+# ----------------------------------------------------------------------------
+
+# GGUF arch -> (family, rope style, renormalise top-k).  llama.cpp ropes llama
+# in "normal" (interleaved) mode because its converter permutes q/k rows; it
+# uses NEOX (half-split) mode for qwen2moe and olmoe, whose rows are unpermuted.
+GGUF_ARCHS = {
+    "llama": ("mixtral", "interleaved", True),
+    "qwen2moe": ("qwen2_moe", "half", False),
+    "olmoe": ("olmoe", "half", False),
+}
+
+
+def load_gguf(path, rope_style=None):
+    from gguf_np import GGUFFile   # sibling module; only needed for GGUF input
+
+    g = GGUFFile(path)
+    arch = g.metadata["general.architecture"]
+    if arch not in GGUF_ARCHS:
+        raise ValueError(f"{path}: unsupported GGUF architecture {arch!r}; supported: {sorted(GGUF_ARCHS)}")
+    fam, default_rope, norm_topk = GGUF_ARCHS[arch]
+    m = lambda k: g.metadata[f"{arch}.{k}"]
+    if f"{arch}.expert_count" not in g.metadata:
+        raise ValueError(f"{path}: not a mixture-of-experts model")
+    H, NH = m("embedding_length"), m("attention.head_count")
+    D = H // NH
+    if m("rope.dimension_count") != D:
+        raise ValueError(f"{path}: partial RoPE is not supported")
+    spec = Spec(
+        family=fam, hidden=H, n_layers=m("block_count"), n_heads=NH,
+        n_kv_heads=m("attention.head_count_kv"), head_dim=D,
+        vocab=g.tensors["token_embd.weight"][1][0],
+        n_experts=m("expert_count"), top_k=m("expert_used_count"),
+        norm_topk_prob=norm_topk, eps=float(m("attention.layer_norm_rms_epsilon")),
+        rope_theta=float(m("rope.freq_base")), rope_style=rope_style or default_rope,
+        qk_norm="whole" if fam == "olmoe" else None,
+    )
+    t = lambda name: g.tensor(name).astype(np.float64)
+    names = {   # our key -> GGUF tensor suffix
+        "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight",
+        "wv": "attn_v.weight", "wo": "attn_output.weight", "ffn_norm": "ffn_norm.weight",
+        "router": "ffn_gate_inp.weight", "gate": "ffn_gate_exps.weight",
+        "up": "ffn_up_exps.weight", "down": "ffn_down_exps.weight",
+        "bq": "attn_q.bias", "bk": "attn_k.bias", "bv": "attn_v.bias",
+        "q_norm": "attn_q_norm.weight", "k_norm": "attn_k_norm.weight",
+        "sh_gate": "ffn_gate_shexp.weight", "sh_up": "ffn_up_shexp.weight",
+        "sh_down": "ffn_down_shexp.weight", "sh_gate_inp": "ffn_gate_inp_shexp.weight",
+    }
+    layers = []
+    for i in range(spec.n_layers):
+        L = {k: t(f"blk.{i}.{v}") for k, v in names.items() if g.has(f"blk.{i}.{v}")}
+        if "gate" not in L:
+            raise ValueError(f"{path}: layer {i} has no stacked expert tensors (ffn_gate_exps)")
+        if "sh_gate_inp" in L:
+            L["sh_gate_inp"] = L["sh_gate_inp"].reshape(-1)
+        layers.append(L)
+    embed = t("token_embd.weight")
+    lm_head = t("output.weight") if g.has("output.weight") else embed
+    return Model(spec, embed, layers, t("output_norm.weight"), lm_head)
+
+
+def load_model(path, rope_style=None):
+    """HF checkpoint directory or .gguf file.  rope_style None = the format's default."""
+    if os.path.isdir(path):
+        return load_hf(path, rope_style or "half")
+    return load_gguf(path, rope_style)
+
+
+# ----------------------------------------------------------------------------
+# CLI
+# ----------------------------------------------------------------------------
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True, help="Hugging Face checkpoint dir or .gguf file")
+    ap.add_argument("--tokens", required=True, help="prompt token ids, comma separated")
+    ap.add_argument("--greedy", type=int, default=0, help="number of greedy steps after the prompt")
+    ap.add_argument("--logits-out", help="write float32 [len(tokens)+N, V] logits (.npy)")
+    ap.add_argument("--json-out", help="write prompt_ids / greedy_ids / greedy_top1_minus_top2")
+    ap.add_argument("--rope-style", choices=["auto", "half", "interleaved"], default="auto",
+                    help="auto: half-split for HF checkpoints, per-arch for GGUF")
+    a = ap.parse_args(argv)
+
+    try:
+        model = load_model(a.model, None if a.rope_style == "auto" else a.rope_style)
+        prompt = [int(x) for x in a.tokens.split(",") if x.strip()]
+        if any(not 0 <= x < model.spec.vocab for x in prompt):
+            raise ValueError(f"token id out of range [0, {model.spec.vocab})")
+        logits, greedy, margins = run(model, prompt, a.greedy)
+    except (ValueError, KeyError, OSError) as e:
+        print(f"moe_ref: error: {e}", file=sys.stderr)
+        return 2
+
+    if a.logits_out:
+        np.save(a.logits_out, logits.astype(np.float32))
+    result = {"prompt_ids": prompt, "greedy_ids": greedy, "greedy_top1_minus_top2": margins}
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            json.dump(result, f, indent=1)
+    if not a.logits_out and not a.json_out:
+        print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+// colibri-cli: run a model from the command line (the oracle hook), verify and inspect model
+// directories.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "colibri/core/units.h"
+#include "colibri/model/container.h"
+#include "colibri/tokenizer/tokenizer.h"
+#include "compute_node.h"
+#include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+// Writes a float32 C-order .npy file of shape [rows, cols].
+bool WriteNpy(const std::string& path, const std::vector<float>& data, int64_t rows, int64_t cols) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
+                       std::to_string(cols) + "), }";
+  const size_t unpadded = 10 + header.size() + 1;
+  header.append((64 - unpadded % 64) % 64, ' ');
+  header.push_back('\n');
+  std::ofstream out(path, std::ios::binary);
+  if (!out) return false;
+  out.write("\x93NUMPY\x01\x00", 8);
+  const uint16_t len = static_cast<uint16_t>(header.size());
+  out.write(reinterpret_cast<const char*>(&len), 2);
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size() * sizeof(float)));
+  return static_cast<bool>(out);
+}
+
+int Run(const std::string& model_dir, const std::string& prompt_tokens, const std::string& prompt_text,
+        int64_t max_tokens, const colibri::engine::SamplingParams& sampling, bool ignore_eos,
+        const std::string& logits_out, int threads, const std::string& cache_size) {
+  auto cache_bytes = colibri::ParseSize(cache_size);
+  if (!cache_bytes.ok()) {
+    spdlog::error("--expert-cache-size: {}", std::string(cache_bytes.status().message()));
+    return 2;
+  }
+  colibri::compute::ComputeNodeOptions options;
+  options.model_dir = model_dir;
+  options.threads = threads;
+  options.expert_cache_bytes = *cache_bytes;
+  auto node = colibri::compute::ComputeNode::Create(options);
+  if (!node.ok()) {
+    spdlog::error("{}", std::string(node.status().message()));
+    return 1;
+  }
+  colibri::engine::GenerationRequest req;
+  std::unique_ptr<colibri::tokenizer::Tokenizer> tok;
+  if (!prompt_tokens.empty()) {
+    for (absl::string_view part : absl::StrSplit(prompt_tokens, ',', absl::SkipWhitespace())) {
+      int32_t id;
+      if (!absl::SimpleAtoi(part, &id)) {
+        spdlog::error("--prompt-tokens: '{}' is not a token id", std::string(part));
+        return 2;
+      }
+      req.prompt.push_back(id);
+    }
+  } else {
+    auto t = colibri::tokenizer::LoadTokenizer(model_dir);
+    if (!t.ok()) {
+      spdlog::error("{}", std::string(t.status().message()));
+      return 1;
+    }
+    tok = std::move(*t);
+    auto ids = tok->Encode(prompt_text, true);
+    if (!ids.ok()) {
+      spdlog::error("{}", std::string(ids.status().message()));
+      return 2;
+    }
+    req.prompt = *ids;
+  }
+  req.sampling = sampling;
+  req.max_tokens = max_tokens;
+  req.ignore_eos = ignore_eos;
+  req.record_logits = !logits_out.empty();
+  auto result = (*node)->engine().Generate(req, [](const colibri::engine::SampledToken&) { return true; });
+  if (!result.ok()) {
+    spdlog::error("{}", std::string(result.status().message()));
+    return 1;
+  }
+  nlohmann::json ids = result->tokens;
+  std::cout << ids.dump() << std::endl;
+  if (tok) std::cerr << tok->Decode(result->tokens, true) << std::endl;
+  if (!logits_out.empty()) {
+    const int64_t vocab = (*node)->manifest().config.vocab_size;
+    if (!WriteNpy(logits_out, result->logits, static_cast<int64_t>(result->logits.size()) / vocab, vocab)) {
+      spdlog::error("cannot write '{}'", logits_out);
+      return 1;
+    }
+  }
+  const auto stats = (*node)->cache_stats();
+  const double tps = result->decode_seconds > 0 ? static_cast<double>(result->tokens.size()) / result->decode_seconds : 0;
+  spdlog::info("prompt {} tokens in {:.3f} s; {} tokens in {:.3f} s ({:.2f} tok/s); expert cache {} hits / {} misses",
+               result->prompt_tokens, result->prefill_seconds, result->tokens.size(), result->decode_seconds, tps,
+               stats.hits, stats.misses);
+  return 0;
+}
+
+int Verify(const std::string& model_dir) {
+  auto c = colibri::model::Container::Open(model_dir);
+  if (!c.ok()) {
+    std::cout << "FAIL " << c.status().message() << std::endl;
+    return 1;
+  }
+  int bad = 0;
+  auto dense = (*c)->LoadDense();
+  if (!dense.ok()) {
+    std::cout << "BAD " << dense.status().message() << std::endl;
+    bad++;
+  }
+  const auto& m = (*c)->manifest();
+  for (const auto& b : m.experts) {
+    auto blk = (*c)->ReadExpertBlock(b.layer, b.expert);
+    if (!blk.ok()) {
+      std::cout << "BAD " << blk.status().message() << std::endl;
+      bad++;
+    }
+  }
+  if (bad > 0) {
+    std::cout << bad << " bad item(s) in '" << model_dir << "'" << std::endl;
+    return 1;
+  }
+  std::cout << "OK " << m.dense.size() << " dense tensors and " << m.experts.size() << " expert blocks verified"
+            << std::endl;
+  return 0;
+}
+
+int Inspect(const std::string& model_dir) {
+  auto c = colibri::model::Container::Open(model_dir);
+  if (!c.ok()) {
+    spdlog::error("{}", std::string(c.status().message()));
+    return 1;
+  }
+  const auto& m = (*c)->manifest();
+  std::map<std::string, uint64_t> mix;
+  for (const auto& t : m.dense) mix[std::string(colibri::quant::DTypeName(t.dtype))] += t.size;
+  for (const auto& b : m.experts) {
+    for (const auto& p : b.parts) mix[std::string(colibri::quant::DTypeName(p.dtype))] += p.size;
+  }
+  nlohmann::json quant_mix = nlohmann::json::object();
+  for (const auto& [k, v] : mix) quant_mix[k] = v;
+  nlohmann::json out = {{"name", m.name},
+                        {"config", colibri::model::ConfigToJson(m.config)},
+                        {"dense_bytes", m.dense_size},
+                        {"expert_bytes", m.TotalExpertBytes()},
+                        {"expert_blocks", m.experts.size()},
+                        {"bytes_per_expert", m.experts.empty() ? 0 : m.experts[0].size},
+                        {"quant_mix_bytes", quant_mix},
+                        {"source", m.source}};
+  std::cout << out.dump(2) << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"colibri-cli: run, verify and inspect colibri models"};
+  app.require_subcommand(1);
+
+  std::string model_dir, prompt_tokens, prompt_text, logits_out, cache_size = "2G";
+  int64_t max_tokens = 32;
+  int threads = 0;
+  bool ignore_eos = false;
+  colibri::engine::SamplingParams sampling;
+  auto* run = app.add_subcommand("run", "Generate from a prompt; prints the generated token ids as JSON");
+  run->add_option("--model", model_dir, "Model directory")->required();
+  auto* pt = run->add_option("--prompt-tokens", prompt_tokens, "Prompt as comma-separated token ids");
+  run->add_option("--prompt", prompt_text, "Prompt text (tokenized with the model's tokenizer)")->excludes(pt);
+  run->add_option("--max-tokens", max_tokens, "Tokens to generate (0: score the prompt only)")->capture_default_str();
+  run->add_option("--temperature", sampling.temperature, "0 = greedy")->capture_default_str();
+  run->add_option("--top-p", sampling.top_p)->capture_default_str();
+  run->add_option("--top-k", sampling.top_k)->capture_default_str();
+  run->add_option("--min-p", sampling.min_p)->capture_default_str();
+  run->add_option("--seed", sampling.seed)->capture_default_str();
+  run->add_flag("--ignore-eos", ignore_eos, "Do not stop at the end-of-sequence token");
+  run->add_option("--logits-out", logits_out, "Write float32 [positions, vocab] logits (.npy)");
+  run->add_option("--threads", threads, "Compute threads (0: physical cores)");
+  run->add_option("--expert-cache-size", cache_size, "Host-RAM expert cache budget")->capture_default_str();
+
+  auto* verify = app.add_subcommand("verify", "Check every checksum of a model directory; names bad blocks");
+  verify->add_option("--model", model_dir, "Model directory")->required();
+  auto* inspect = app.add_subcommand("inspect", "Print a model's manifest summary as JSON");
+  inspect->add_option("--model", model_dir, "Model directory")->required();
+  CLI11_PARSE(app, argc, argv);
+
+  if (run->parsed()) {
+    if (prompt_tokens.empty() && prompt_text.empty()) {
+      spdlog::error("run: give --prompt-tokens or --prompt");
+      return 2;
+    }
+    return Run(model_dir, prompt_tokens, prompt_text, max_tokens, sampling, ignore_eos, logits_out, threads,
+               cache_size);
+  }
+  if (verify->parsed()) return Verify(model_dir);
+  if (inspect->parsed()) return Inspect(model_dir);
+  return 2;
+}

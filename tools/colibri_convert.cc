@@ -1,0 +1,49 @@
+// colibri-convert: Hugging Face checkpoints -> colibri model directory.
+#include <chrono>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "colibri/model/convert.h"
+#include "spdlog/spdlog.h"
+
+int main(int argc, char** argv) {
+  std::string input, output;
+  colibri::model::ConvertOptions options;
+  CLI::App app{"colibri-convert: convert a Hugging Face MoE checkpoint into a colibri model directory"};
+  app.add_option("--input", input, "Hugging Face model directory (config.json + safetensors)")->required();
+  app.add_option("--output", output, "Output model directory (written atomically)")->required();
+  app.add_option("--quantize", options.quantize, "Weight format: f32, f16, bf16, q8_0, q6_k, q5_k, q4_k, q3_k, q2_k")
+      ->capture_default_str();
+  app.add_option("--name", options.name, "Model name served by the API (default: output directory name)");
+  app.add_flag("--split-experts", options.split_experts, "One file per expert under experts/");
+  app.add_flag("--overwrite", options.overwrite, "Replace an existing output directory");
+  CLI11_PARSE(app, argc, argv);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool tty = isatty(fileno(stderr));
+  options.progress = [&](int64_t done, int64_t total, const std::string& what) {
+    if (tty) {
+      std::fprintf(stderr, "\r[%3lld%%] %-30s", static_cast<long long>(100 * done / total), what.c_str());
+    } else {
+      std::fprintf(stderr, "[%lld/%lld] %s\n", static_cast<long long>(done), static_cast<long long>(total), what.c_str());
+    }
+  };
+  std::filesystem::path in(input);
+  if (std::filesystem::is_regular_file(in) && in.extension() == ".gguf") {
+    spdlog::error("'{}': GGUF input is not supported by this build; convert from a Hugging Face directory", input);
+    return 2;
+  }
+  absl::Status st = colibri::model::ConvertHuggingFace(in, output, options);
+  if (tty) std::fprintf(stderr, "\n");
+  if (!st.ok()) {
+    spdlog::error("conversion failed: {}", std::string(st.message()));
+    return 1;
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  spdlog::info("wrote '{}' ({}) in {:.2f} s", output, options.quantize, secs);
+  return 0;
+}
