@@ -5,6 +5,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "colibri/core/logging.h"
 #include "colibri/core/port_file.h"
 #include "colibri/core/signals.h"
 #include "colibri/core/units.h"
@@ -20,6 +21,7 @@
 
 int main(int argc, char** argv) {
   colibri::BlockShutdownSignals();
+  colibri::InitLogging();
   std::string model_dir, cache_size = "2G", grpc_listen = "", port_file;
   int threads = 0;
   colibri::router::HttpOptions http;

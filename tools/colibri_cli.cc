@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "colibri/core/logging.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "colibri/core/units.h"
@@ -162,6 +163,7 @@ int Inspect(const std::string& model_dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  colibri::InitLogging();
   CLI::App app{"colibri-cli: run, verify and inspect colibri models"};
   app.require_subcommand(1);
 

@@ -7,10 +7,12 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "colibri/core/logging.h"
 #include "colibri/model/convert.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
+  colibri::InitLogging();
   std::string input, output;
   colibri::model::ConvertOptions options;
   CLI::App app{"colibri-convert: convert a Hugging Face MoE checkpoint into a colibri model directory"};

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "colibri/core/logging.h"
 #include "colibri/core/port_file.h"
 #include "colibri/core/signals.h"
 #include "colibri/core/units.h"
@@ -16,7 +17,8 @@
 
 int main(int argc, char** argv) {
   colibri::BlockShutdownSignals();
-  std::string model_dir, listen = "0.0.0.0:50052", cache_size = "2G", port_file;
+  colibri::InitLogging();
+  std::string model_dir, listen = "0.0.0.0:50052", cache_size = "2G", port_file, metrics_port_file;
   std::vector<std::string> stores;
   int metrics_port = 9102, threads = 0, max_pending = 64;
   CLI::App app{"colibri-compute: runs the model, streaming experts from expert stores"};
@@ -28,6 +30,7 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-port", metrics_port, "Prometheus /metrics port (0 picks one, -1 disables)")->capture_default_str();
   app.add_option("--max-pending-requests", max_pending, "Requests allowed to wait for the engine")->capture_default_str();
   app.add_option("--port-file", port_file, "Write the bound gRPC port to this file");
+  app.add_option("--metrics-port-file", metrics_port_file, "Write the bound metrics port to this file");
   CLI11_PARSE(app, argc, argv);
 
   auto cache_bytes = colibri::ParseSize(cache_size);
@@ -67,6 +70,12 @@ int main(int argc, char** argv) {
       return 1;
     }
     metrics_server = std::move(*ms);
+  }
+  if (metrics_server) {
+    if (auto st = colibri::WritePortFile(metrics_port_file, metrics_server->port()); !st.ok()) {
+      spdlog::error("{}", std::string(st.message()));
+      return 1;
+    }
   }
   if (auto st = colibri::WritePortFile(port_file, port); !st.ok()) {
     spdlog::error("{}", std::string(st.message()));

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "colibri/core/logging.h"
 #include "colibri/core/port_file.h"
 #include "colibri/core/signals.h"
 #include "colibri/core/units.h"
@@ -24,12 +25,14 @@ struct Config {
   std::string chunk_size = "1M";
   int io_threads = 4;
   std::string port_file;
+  std::string metrics_port_file;
 };
 
 }  // namespace
 
 int main(int argc, char** argv) {
   colibri::BlockShutdownSignals();
+  colibri::InitLogging();
   Config cfg;
   CLI::App app{"colibri-expert-store: serves expert blocks over ExpertStore.Fetch"};
   app.add_option("--model", cfg.models, "Model directory to serve (repeatable)")->required()->check(CLI::ExistingDirectory);
@@ -39,6 +42,7 @@ int main(int argc, char** argv) {
   app.add_option("--chunk-size", cfg.chunk_size, "Bytes per streamed chunk (1M..4M)")->capture_default_str();
   app.add_option("--io-threads", cfg.io_threads, "Threads reading blocks from disk")->capture_default_str();
   app.add_option("--port-file", cfg.port_file, "Write the bound gRPC port to this file");
+  app.add_option("--metrics-port-file", cfg.metrics_port_file, "Write the bound metrics port to this file");
   CLI11_PARSE(app, argc, argv);
 
   auto chunk = colibri::ParseSize(cfg.chunk_size);
@@ -78,6 +82,12 @@ int main(int argc, char** argv) {
       return 1;
     }
     metrics_server = std::move(*ms);
+  }
+  if (metrics_server) {
+    if (auto st = colibri::WritePortFile(cfg.metrics_port_file, metrics_server->port()); !st.ok()) {
+      spdlog::error("{}", std::string(st.message()));
+      return 1;
+    }
   }
   if (auto st = colibri::WritePortFile(cfg.port_file, port); !st.ok()) {
     spdlog::error("{}", std::string(st.message()));

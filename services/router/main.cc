@@ -4,6 +4,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "colibri/core/logging.h"
 #include "colibri/core/port_file.h"
 #include "colibri/core/signals.h"
 #include "grpcpp/grpcpp.h"
@@ -16,6 +17,7 @@
 
 int main(int argc, char** argv) {
   colibri::BlockShutdownSignals();
+  colibri::InitLogging();
   std::string model_dir, compute, grpc_listen = "0.0.0.0:50050", port_file, grpc_port_file;
   colibri::router::HttpOptions http;
   CLI::App app{"colibri-router: OpenAI-compatible HTTP API and gRPC API"};

@@ -1,5 +1,6 @@
 #include "colibri/model/safetensors.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -62,6 +63,11 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(std::spa
   const uint64_t data_start = 8 + header_len;
   const uint64_t data_size = bytes.size() - data_start;
   auto file = std::unique_ptr<SafetensorsFile>(new SafetensorsFile());
+  struct Range {
+    uint64_t begin, end;
+    std::string name;
+  };
+  std::vector<Range> ranges;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") continue;
     const json& info = it.value();
@@ -109,7 +115,16 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(std::spa
       return bad(absl::StrCat(ctx, ": ", end - begin, " bytes but shape and dtype need ", numel * elem));
     }
     t.data = bytes.subspan(data_start + begin, end - begin);
+    if (end > begin) ranges.push_back({begin, end, t.name});
     file->tensors_.emplace(t.name, std::move(t));
+  }
+  // Tensors must not share bytes (a view of one would alias another's data).
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    if (ranges[i].begin < ranges[i - 1].end) {
+      return bad(absl::StrCat("tensors '", ranges[i - 1].name, "' and '", ranges[i].name,
+                              "' overlap in the data section"));
+    }
   }
   return file;
 }

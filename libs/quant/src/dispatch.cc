@@ -2,6 +2,10 @@
 // lets tests force the scalar one.
 #include <atomic>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include "colibri/quant/dtype.h"
 #include "kernels.h"
 
@@ -27,8 +31,11 @@ std::atomic<bool> g_force_scalar{false};
 bool CpuHasAvx2() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
+  // (__builtin_cpu_supports also checks that the OS saves the YMM state; clang's has no
+  // "f16c", so that bit comes from CPUID leaf 1, ECX bit 29.)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 #else
   return false;
 #endif

@@ -12,6 +12,10 @@
 #include "colibri/quant/quantize.h"
 #include "gtest/gtest.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace colibri::quant {
 namespace {
 
@@ -209,8 +213,9 @@ TEST(VecDotTest, ActiveIsaReportsTheKernelSet) {
   EXPECT_EQ(ActiveIsa(), isa);
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c")) {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) {
     EXPECT_EQ(isa, "avx2");
   }
 #endif

@@ -40,7 +40,7 @@ int HttpStatus(const absl::Status& status) {
 std::string OpenAiErrorBody(int http_status, const std::string& message, const std::string& type,
                             const std::string& code) {
   nlohmann::json j = {{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}};
-  return j.dump();
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string OpenAiErrorBody(const absl::Status& status) {

@@ -54,23 +54,40 @@ size_t FindInvalidUtf8(std::string_view s) {
   return std::string_view::npos;
 }
 
+std::string SanitizeUtf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  while (!s.empty()) {
+    size_t bad = FindInvalidUtf8(s);
+    if (bad == std::string_view::npos) {
+      out.append(s);
+      break;
+    }
+    out.append(s.substr(0, bad));
+    out.append("\xEF\xBF\xBD");
+    s.remove_prefix(bad + 1);
+  }
+  return out;
+}
+
 std::string StreamDecoder::Push(int32_t id) {
   ids_.push_back(id);
   // Decoding the whole sequence keeps decoder rules (leading-space strip, byte fusion) exact;
   // sequences served here are short enough that this is not the bottleneck.
   std::string full = tok_->Decode(ids_, /*skip_special=*/true);
   size_t done = CompleteUtf8Prefix(full);
-  if (done <= emitted_.size() || full.compare(0, emitted_.size(), emitted_) != 0) return "";
-  std::string delta = full.substr(emitted_.size(), done - emitted_.size());
+  if (done <= consumed_) return "";
+  std::string delta = SanitizeUtf8(std::string_view(full).substr(consumed_, done - consumed_));
+  consumed_ = done;
   emitted_ += delta;
   return delta;
 }
 
 std::string StreamDecoder::Flush() {
   std::string full = tok_->Decode(ids_, /*skip_special=*/true);
-  if (full.size() <= emitted_.size()) return "";
-  std::string rest = full.substr(emitted_.size());
-  if (FindInvalidUtf8(rest) != std::string::npos) rest = "\xEF\xBF\xBD";
+  if (full.size() <= consumed_) return "";
+  std::string rest = SanitizeUtf8(std::string_view(full).substr(consumed_));
+  consumed_ = full.size();
   emitted_ += rest;
   return rest;
 }

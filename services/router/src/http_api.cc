@@ -15,6 +15,9 @@ namespace {
 
 using nlohmann::json;
 
+// Text from a model can hold anything; the JSON we send is always valid UTF-8.
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 int64_t NowSeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -67,7 +70,7 @@ class Handler {
                                      {"created", 0},
                                      {"owned_by", "colibri"},
                                      {"max_model_len", core_->context_length()}}})}};
-    res.set_content(j.dump(), "application/json");
+    res.set_content(Dump(j), "application/json");
     metrics_->CountRequest("models", 200);
   }
 
@@ -163,7 +166,7 @@ class Handler {
                  {"model", core_->model_name()},
                  {"choices", json::array({choice})},
                  {"usage", Usage(*result)}};
-    res.set_content(body.dump(), "application/json");
+    res.set_content(Dump(body), "application/json");
     metrics_->request_seconds->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     metrics_->CountRequest(endpoint, 200);
   }
@@ -173,7 +176,7 @@ class Handler {
     const auto t0 = std::chrono::steady_clock::now();
     const char* object = r.chat ? "chat.completion.chunk" : "text_completion";
     auto send = [&](const json& chunk) {
-      std::string line = absl::StrCat("data: ", chunk.dump(), "\n\n");
+      std::string line = absl::StrCat("data: ", Dump(chunk), "\n\n");
       return sink.write(line.data(), line.size());
     };
     auto chunk = [&](json choices) {

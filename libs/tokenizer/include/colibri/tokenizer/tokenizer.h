@@ -41,21 +41,27 @@ class Tokenizer {
 // Loads <dir>/tokenizer.json and, when present, <dir>/tokenizer_config.json.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::filesystem::path& dir);
 
-// Turns a growing token sequence into text deltas that never split a UTF-8 character.
+// Turns a growing token sequence into text deltas that never split a UTF-8 character. Bytes
+// that can never become valid UTF-8 (e.g. a stray continuation byte a model sampled) come out
+// as U+FFFD, as Hugging Face's decode(errors="replace") does; deltas are always valid UTF-8.
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer* tok) : tok_(tok) {}
   // Appends `id`; returns the newly completed text (possibly empty).
   std::string Push(int32_t id);
-  // Whatever remains (incomplete bytes are replaced by U+FFFD).
+  // Whatever remains (an incomplete tail becomes U+FFFD).
   std::string Flush();
   const std::string& text() const { return emitted_; }
 
  private:
   const Tokenizer* tok_;
   std::vector<int32_t> ids_;
-  std::string emitted_;
+  size_t consumed_ = 0;   // bytes of the raw decoded text already emitted
+  std::string emitted_;   // sanitized text emitted so far
 };
+
+// Replaces every byte that is not part of a valid UTF-8 sequence with U+FFFD.
+std::string SanitizeUtf8(std::string_view s);
 
 // Length of the longest prefix of `s` that ends on a complete UTF-8 character.
 size_t CompleteUtf8Prefix(std::string_view s);

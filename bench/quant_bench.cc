@@ -1,0 +1,213 @@
+// Throughput of the quant kernels, in GB/s of weight bytes, against memcpy of the same bytes.
+//
+// Each weight type gets a matrix of ~64 MiB (rows of 4096 elements), larger than any cache,
+// as when experts stream from NVMe through RAM:
+//   Dequantize: every row expanded into one reused 16 KiB float buffer.
+//   VecDot:     every row dotted with one activation row (already in the vec_dot type).
+//   Quantize:   reference quantizer speed (the converter's cost), on a 1M-element slice.
+// Each runs with the kernels DequantizeRow / VecDot pick (avx2 where the CPU has it) and with
+// the scalar reference forced. Single thread. After the usual Google Benchmark output a
+// markdown table summarizes it; `--benchmark_filter=` works as usual.
+//
+//   quant_bench [--benchmark_min_time=0.2]
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "colibri/quant/dtype.h"
+#include "colibri/quant/quantize.h"
+#include "colibri/quant/vec_dot.h"
+
+namespace colibri::quant {
+namespace {
+
+constexpr int64_t kCols = 4096;
+constexpr size_t kTargetBytes = size_t{64} << 20;
+
+constexpr DType kTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ6_K,
+                            DType::kQ5_K, DType::kQ4_K, DType::kQ3_K, DType::kQ2_K};
+
+struct Matrix {
+  int64_t rows = 0;
+  size_t row_bytes = 0;
+  std::vector<uint8_t> weights;
+  std::vector<uint8_t> activations;  // one row, in the vec_dot type
+};
+
+// Built once per type (quantizing 64 MiB of k-quants takes a while).
+const Matrix& GetMatrix(DType type) {
+  static std::map<DType, Matrix>* cache = new std::map<DType, Matrix>();
+  auto it = cache->find(type);
+  if (it != cache->end()) return it->second;
+  Matrix m;
+  m.row_bytes = RowBytes(type, kCols);
+  m.rows = static_cast<int64_t>(kTargetBytes / m.row_bytes);
+  m.weights.resize(m.row_bytes * m.rows);
+  std::mt19937 rng(42);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  // Quantize a few distinct rows and tile them: the bytes are realistic, the build is quick.
+  constexpr int64_t kDistinct = 64;
+  std::vector<float> row(kCols);
+  for (int64_t r = 0; r < kDistinct; ++r) {
+    for (float& v : row) v = normal(rng);
+    QuantizeRow(type, row.data(), m.weights.data() + r * m.row_bytes, kCols);
+  }
+  for (int64_t r = kDistinct; r < m.rows; ++r) {
+    std::memcpy(m.weights.data() + r * m.row_bytes,
+                m.weights.data() + (r % kDistinct) * m.row_bytes, m.row_bytes);
+  }
+  const DType act_type = Traits(type).vec_dot_type;
+  m.activations.resize(RowBytes(act_type, kCols));
+  for (float& v : row) v = normal(rng) * 50;
+  QuantizeActivations(act_type, row.data(), m.activations.data(), kCols);
+  return cache->emplace(type, std::move(m)).first->second;
+}
+
+void SetIsa(const benchmark::State& state) { ForceScalarKernels(state.range(1) != 0); }
+
+void BM_Memcpy(benchmark::State& state) {
+  std::vector<uint8_t> src(kTargetBytes, 1), dst(kTargetBytes);
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), src.size());
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kTargetBytes);
+}
+
+void BM_Dequantize(benchmark::State& state) {
+  const auto type = static_cast<DType>(state.range(0));
+  const Matrix& m = GetMatrix(type);
+  SetIsa(state);
+  std::vector<float> out(kCols);
+  for (auto _ : state) {
+    for (int64_t r = 0; r < m.rows; ++r) {
+      DequantizeRow(type, m.weights.data() + r * m.row_bytes, out.data(), kCols);
+      benchmark::DoNotOptimize(out.data());
+    }
+    benchmark::ClobberMemory();
+  }
+  ForceScalarKernels(false);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * m.rows * m.row_bytes);
+  state.SetLabel(std::string(DTypeName(type)) + (state.range(1) ? "/scalar" : "/simd"));
+}
+
+void BM_VecDot(benchmark::State& state) {
+  const auto type = static_cast<DType>(state.range(0));
+  const Matrix& m = GetMatrix(type);
+  SetIsa(state);
+  std::vector<float> out(static_cast<size_t>(m.rows));
+  for (auto _ : state) {
+    MatVec(type, m.weights.data(), m.row_bytes, m.rows, m.activations.data(), kCols, out.data());
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  ForceScalarKernels(false);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * m.rows * m.row_bytes);
+  state.SetLabel(std::string(DTypeName(type)) + (state.range(1) ? "/scalar" : "/simd"));
+}
+
+void BM_Quantize(benchmark::State& state) {
+  const auto type = static_cast<DType>(state.range(0));
+  constexpr int64_t kElems = int64_t{1} << 20;
+  std::vector<float> x(kElems);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  for (float& v : x) v = normal(rng);
+  std::vector<uint8_t> out(RowBytes(type, kElems));
+  for (auto _ : state) {
+    for (int64_t r = 0; r < kElems; r += kCols) {
+      QuantizeRow(type, x.data() + r, out.data() + RowBytes(type, r), kCols);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  // Reported per weight byte produced, like the other columns.
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * out.size());
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * kElems);
+}
+
+void TypeArgs(benchmark::internal::Benchmark* b) {
+  for (DType t : kTypes) {
+    for (int scalar : {0, 1}) b->Args({static_cast<int64_t>(t), scalar});
+  }
+}
+
+void QuantizeArgs(benchmark::internal::Benchmark* b) {
+  for (DType t : kTypes) b->Args({static_cast<int64_t>(t)});
+}
+
+BENCHMARK(BM_Memcpy)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Dequantize)->Apply(TypeArgs)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_VecDot)->Apply(TypeArgs)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Quantize)->Apply(QuantizeArgs)->Unit(benchmark::kMillisecond);
+
+// Collects bytes_per_second per benchmark run while printing as usual.
+class TableReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& run : runs) {
+      if (run.run_type != Run::RT_Iteration || run.error_occurred) continue;
+      auto it = run.counters.find("bytes_per_second");
+      if (it == run.counters.end()) continue;
+      rates_[run.benchmark_name()] = it->second.value / 1e9;
+    }
+  }
+
+  void PrintTable() const {
+    auto rate = [&](const std::string& name) -> std::string {
+      auto it = rates_.find(name);
+      if (it == rates_.end()) return "-";
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%.2f", it->second);
+      return buf;
+    };
+    auto ratio = [&](const std::string& name, double base) -> std::string {
+      auto it = rates_.find(name);
+      if (it == rates_.end() || base <= 0) return "-";
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%.2fx", it->second / base);
+      return buf;
+    };
+    const auto memcpy_it = rates_.find("BM_Memcpy");
+    const double memcpy_rate = memcpy_it == rates_.end() ? 0 : memcpy_it->second;
+    std::printf("\nWeight bytes per second (GB/s), single thread, %s kernels vs scalar reference;"
+                " memcpy of 64 MiB: %s GB/s\n\n",
+                std::string(ActiveIsa()).c_str(), rate("BM_Memcpy").c_str());
+    std::printf("| type | bits/weight | dequantize simd | dequantize scalar | vec_dot simd | "
+                "vec_dot scalar | vec_dot simd / memcpy | quantize (ref) |\n");
+    std::printf("|---|---|---|---|---|---|---|---|\n");
+    for (DType t : kTypes) {
+      const std::string id = std::to_string(static_cast<uint32_t>(t));
+      const double bits = 8.0 * Traits(t).block_bytes / Traits(t).block_elems;
+      std::printf("| %s | %.4g | %s | %s | %s | %s | %s | %s |\n",
+                  std::string(DTypeName(t)).c_str(), bits,
+                  rate("BM_Dequantize/" + id + "/0").c_str(),
+                  rate("BM_Dequantize/" + id + "/1").c_str(), rate("BM_VecDot/" + id + "/0").c_str(),
+                  rate("BM_VecDot/" + id + "/1").c_str(),
+                  ratio("BM_VecDot/" + id + "/0", memcpy_rate).c_str(),
+                  rate("BM_Quantize/" + id).c_str());
+    }
+  }
+
+ private:
+  std::map<std::string, double> rates_;
+};
+
+}  // namespace
+}  // namespace colibri::quant
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  colibri::quant::TableReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  reporter.PrintTable();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,191 @@
+"""Integration: the three services as separate processes on loopback ephemeral ports, against the
+embedded colibri-server and the numpy reference, with an expert cache smaller than the model so
+experts really stream from the store. Plus the clear-error paths users hit first.
+"""
+import json
+import os
+import shutil
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import testlib  # noqa: E402
+
+PROMPT = [1, 275, 290, 300, 13, 350, 400, 268, 281, 450, 511, 32, 100, 269, 300, 301]
+CACHE = '300K'  # three expert blocks of the micro model (each ~100 KiB); the model has 16
+
+
+def metric(text, name, labels=''):
+    """Sums the samples of a Prometheus metric (optionally only lines containing `labels`)."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and (line[len(name)] in ' {') and labels in line:
+            total += float(line.rsplit(' ', 1)[1])
+    return total
+
+
+class ClusterTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = testlib.tempdir('colibri-cluster-')
+        cls.hf = testlib.gen_model(os.path.join(cls.dir, 'hf'), 'mixtral', 'micro', 'f32')
+        cls.model = testlib.convert(cls.hf, os.path.join(cls.dir, 'demo'), 'f32')
+        cls.services = []
+        store = cls.start('colibri-expert-store', ['--model', cls.model, '--listen', '127.0.0.1:0',
+                                                   '--metrics-port', '0'], ('--port-file', '--metrics-port-file'))
+        compute = cls.start('colibri-compute', ['--model', cls.model, '--store', f'127.0.0.1:{store.port()}',
+                                                '--listen', '127.0.0.1:0', '--expert-cache-size', CACHE,
+                                                '--metrics-port', '0', '--threads', '2'],
+                            ('--port-file', '--metrics-port-file'))
+        router = cls.start('colibri-router', ['--model', cls.model, '--compute', f'127.0.0.1:{compute.port()}',
+                                              '--port', '0', '--host', '127.0.0.1', '--grpc-listen', '127.0.0.1:0'],
+                           ('--port-file', '--grpc-port-file'))
+        server = cls.start('colibri-server', ['--model', cls.model, '--port', '0', '--host', '127.0.0.1',
+                                              '--expert-cache-size', CACHE, '--threads', '2'])
+        cls.store, cls.compute, cls.router, cls.server = store, compute, router, server
+        cls.router_url = f'http://127.0.0.1:{router.port()}'
+        cls.server_url = f'http://127.0.0.1:{server.port()}'
+
+    @classmethod
+    def start(cls, name, args, flags=('--port-file',)):
+        s = testlib.Service(name, args, cls.dir, flags)
+        cls.services.append(s)
+        return s
+
+    @classmethod
+    def tearDownClass(cls):
+        for s in reversed(cls.services):
+            s.stop()
+        testlib.rmtree(cls.dir)
+
+    def stream_ids(self, base, path, body):
+        events = testlib.sse_events(base + path, dict(body, stream=True, return_token_ids=True))
+        self.assertEqual(events[-1], '[DONE]')
+        ids, text, finish = [], '', None
+        for e in events[:-1]:
+            self.assertNotIn('error', e, e)
+            for c in e['choices']:
+                ids += c.get('token_ids', [])
+                text += c['delta'].get('content', '') if 'delta' in c else c.get('text', '')
+                finish = c.get('finish_reason') or finish
+        return ids, text, finish
+
+    def test_completion_token_ids_match_embedded_and_reference(self):
+        body = {'model': 'demo', 'prompt': PROMPT, 'max_tokens': 24, 'temperature': 0}
+        cluster_ids, cluster_text, _ = self.stream_ids(self.router_url, '/v1/completions', body)
+        embedded_ids, embedded_text, _ = self.stream_ids(self.server_url, '/v1/completions', body)
+        self.assertEqual(cluster_ids, embedded_ids)
+        self.assertEqual(cluster_text, embedded_text)
+        _, ref_ids, _ = testlib.reference(self.hf, PROMPT, 24, None)
+        # The API stops at EOS (id 2); the reference runs on, so compare up to and including it.
+        n = ref_ids.index(2) + 1 if 2 in ref_ids else len(ref_ids)
+        self.assertEqual(cluster_ids, ref_ids[:n])
+        # Experts really streamed through the store into a cache smaller than the model.
+        status, text = testlib.http('GET', f'http://127.0.0.1:{self.compute.port("--metrics-port-file")}/metrics')
+        self.assertEqual(status, 200)
+        self.assertGreater(metric(text, 'colibri_compute_expert_cache_lookups_total', 'miss'), 16)
+        self.assertGreater(metric(text, 'colibri_compute_expert_cache_evictions_total'), 0)
+        status, text = testlib.http('GET', f'http://127.0.0.1:{self.store.port("--metrics-port-file")}/metrics')
+        self.assertGreater(metric(text, 'colibri_store_bytes_served_total'), 16 * 98304)
+
+    def test_streamed_chat_completion_same_on_cluster_and_embedded(self):
+        body = {'model': 'demo', 'messages': [{'role': 'system', 'content': 'Be brief.'},
+                                              {'role': 'user', 'content': 'Hello, world!'}],
+                'max_tokens': 16, 'temperature': 0}
+        c = self.stream_ids(self.router_url, '/v1/chat/completions', body)
+        e = self.stream_ids(self.server_url, '/v1/chat/completions', body)
+        self.assertEqual(c, e)
+        self.assertGreater(len(c[0]), 0)
+        self.assertIn(c[2], ('stop', 'length'))
+
+    def test_non_streaming_chat_and_usage(self):
+        body = {'model': 'demo', 'messages': [{'role': 'user', 'content': 'the world is big'}],
+                'max_tokens': 5, 'temperature': 0, 'return_token_ids': True}
+        status, text = testlib.http('POST', self.router_url + '/v1/chat/completions', body)
+        self.assertEqual(status, 200, text)
+        j = json.loads(text)
+        self.assertEqual(j['object'], 'chat.completion')
+        self.assertEqual(j['choices'][0]['message']['role'], 'assistant')
+        self.assertEqual(j['usage']['completion_tokens'], len(j['choices'][0]['token_ids']))
+        self.assertGreater(j['usage']['prompt_tokens'], 5)
+        status, text = testlib.http('GET', self.router_url + '/v1/models')
+        self.assertEqual(json.loads(text)['data'][0]['id'], 'demo')
+        self.assertEqual(testlib.http('GET', self.router_url + '/health')[0], 200)
+
+    def test_bad_requests_get_openai_errors(self):
+        for url in (self.router_url, self.server_url):
+            status, text = testlib.http('POST', url + '/v1/chat/completions', '{"messages": [')
+            self.assertEqual(status, 400)
+            self.assertIn('not valid JSON', json.loads(text)['error']['message'])
+            status, text = testlib.http('POST', url + '/v1/chat/completions',
+                                        {'model': 'nope', 'messages': [{'role': 'user', 'content': 'x'}]})
+            self.assertEqual(status, 404)
+            self.assertEqual(json.loads(text)['error']['type'], 'invalid_request_error')
+            status, text = testlib.http('POST', url + '/v1/chat/completions', {'messages': 'x'})
+            self.assertEqual(status, 400)
+            self.assertIn("'messages'", json.loads(text)['error']['message'])
+            status, text = testlib.http('POST', url + '/v1/completions', {'prompt': [1] * 5000})
+            self.assertEqual(status, 400)
+            self.assertIn('maximum context length', json.loads(text)['error']['message'])
+
+
+class BadModelTest(unittest.TestCase):
+    """Missing and corrupt model directories fail with messages that name the problem."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = testlib.tempdir('colibri-badmodel-')
+        cls.hf = testlib.gen_model(os.path.join(cls.dir, 'hf'), 'mixtral', 'micro', 'f32')
+        cls.model = testlib.convert(cls.hf, os.path.join(cls.dir, 'good'), 'f32')
+
+    @classmethod
+    def tearDownClass(cls):
+        testlib.rmtree(cls.dir)
+
+    def test_missing_model_directory(self):
+        p = testlib.run([testlib.binary('colibri-cli'), 'run', '--model', os.path.join(self.dir, 'nope'),
+                         '--prompt-tokens', '1'], check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn('does not exist', p.stderr)
+
+    def test_not_a_model_directory(self):
+        p = testlib.run([testlib.binary('colibri-cli'), 'run', '--model', self.hf, '--prompt-tokens', '1'],
+                        check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn('manifest.json is missing', p.stderr)
+
+    def test_corrupt_expert_block_is_named_and_never_used(self):
+        bad = os.path.join(self.dir, 'corrupt')
+        shutil.copytree(self.model, bad)
+        manifest = json.load(open(os.path.join(bad, 'manifest.json')))
+        block = next(b for b in manifest['experts']['blocks'] if b['layer'] == 1 and b['expert'] == 3)
+        with open(os.path.join(bad, 'experts.bin'), 'r+b') as f:
+            f.seek(block['offset'] + 100)
+            byte = f.read(1)
+            f.seek(block['offset'] + 100)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        p = testlib.run([testlib.binary('colibri-cli'), 'verify', '--model', bad], check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn('expert (layer 1, id 3)', p.stdout)
+        self.assertIn('checksum mismatch', p.stdout)
+        self.assertEqual(p.stdout.count('BAD '), 1)
+        self.assertEqual(testlib.run([testlib.binary('colibri-cli'), 'verify', '--model', self.model]).returncode, 0)
+        # Running the corrupt model: either routing never touches the block, or it fails with DataLoss.
+        p = testlib.run([testlib.binary('colibri-cli'), 'run', '--model', bad, '--prompt-tokens',
+                         ','.join(str(t) for t in range(1, 200)), '--max-tokens', '4'], check=False)
+        if p.returncode != 0:
+            self.assertIn('checksum mismatch', p.stderr)
+            self.assertIn('expert (layer 1, id 3)', p.stderr)
+
+    def test_truncated_expert_file(self):
+        bad = os.path.join(self.dir, 'truncated')
+        shutil.copytree(self.model, bad)
+        path = os.path.join(bad, 'experts.bin')
+        os.truncate(path, os.path.getsize(path) - 8192)
+        p = testlib.run([testlib.binary('colibri-cli'), 'run', '--model', bad, '--prompt-tokens', '1'], check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn('truncated', p.stderr)
+
+
+if __name__ == '__main__':
+    unittest.main()

@@ -1,0 +1,152 @@
+"""Shared helpers for colibri's cross-module tests (golden, integration, fault).
+
+Run with Debian's /usr/bin/python3 (numpy from python3-numpy). The built binaries are found in
+$COLIBRI_BIN_DIR (CTest sets it), else build/bin under the repository root.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.environ.get('COLIBRI_BIN_DIR', os.path.join(REPO, 'build', 'bin'))
+PY = '/usr/bin/python3'
+ORACLE = os.environ.get('COLIBRI_ORACLE_DIR', os.path.join(os.path.dirname(REPO), 'shared', 'oracle'))
+
+sys.path.insert(0, os.path.join(REPO, 'tests', 'reference'))
+
+
+def binary(name):
+    path = os.path.join(BIN, name)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f'{path} not built (set COLIBRI_BIN_DIR)')
+    return path
+
+
+def run(cmd, check=True, **kw):
+    """Runs a command, returning CompletedProcess with text output; raises with its stderr."""
+    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if check and p.returncode != 0:
+        raise AssertionError(f'{cmd} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}')
+    return p
+
+
+def gen_model(out, family='mixtral', preset='micro', dtype='f32', seed=0, extra=()):
+    run([PY, os.path.join(REPO, 'tools', 'gen_tiny_model.py'), '--out', out, '--family', family,
+         '--preset', preset, '--dtype', dtype, '--seed', str(seed), *extra])
+    return out
+
+
+def convert(hf_dir, out, quantize='f32', extra=()):
+    run([binary('colibri-convert'), '--input', hf_dir, '--output', out, '--quantize', quantize, *extra])
+    return out
+
+
+def cli_run(model, tokens, max_tokens, logits_out=None, extra=()):
+    """colibri-cli run with greedy decoding; returns the generated ids."""
+    cmd = [binary('colibri-cli'), 'run', '--model', model, '--prompt-tokens', ','.join(map(str, tokens)),
+           '--max-tokens', str(max_tokens), '--temperature', '0', '--ignore-eos', '--threads', '2', *extra]
+    if logits_out:
+        cmd += ['--logits-out', logits_out]
+    return json.loads(run(cmd).stdout.strip().splitlines()[-1])
+
+
+def reference(hf_dir, tokens, greedy, logits_out):
+    """The numpy reference: (logits [n, V] float64, greedy ids, margins)."""
+    import moe_ref  # noqa: E402  (path set above)
+    model = moe_ref.load_model(hf_dir)
+    logits, ids, margins = moe_ref.run(model, list(tokens), greedy)
+    return logits, ids, margins
+
+
+class Service:
+    """A colibri binary started as its own process; announces its port through --port-file."""
+
+    def __init__(self, name, args, workdir, port_flags=('--port-file',)):
+        self.name = name
+        self.files = {flag: os.path.join(workdir, f'{name}{flag.replace("-", "_")}') for flag in port_flags}
+        for f in self.files.values():
+            if os.path.exists(f):
+                os.remove(f)
+        cmd = [binary(name), *args]
+        for flag, f in self.files.items():
+            cmd += [flag, f]
+        self.log = open(os.path.join(workdir, f'{name}.log'), 'w')
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def port(self, flag='--port-file', timeout=60):
+        deadline = time.time() + timeout
+        path = self.files[flag]
+        while time.time() < deadline:
+            if os.path.exists(path):
+                with open(path) as f:
+                    text = f.read().strip()
+                if text:
+                    return int(text)
+            if self.proc.poll() is not None:
+                raise AssertionError(f'{self.name} exited with {self.proc.returncode}: {self.read_log()}')
+            time.sleep(0.05)
+        raise AssertionError(f'{self.name} did not announce its port within {timeout}s: {self.read_log()}')
+
+    def read_log(self):
+        self.log.flush()
+        with open(self.log.name) as f:
+            return f.read()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def http(method, url, body=None, headers=None, timeout=120):
+    """Returns (status, body text)."""
+    data = None
+    hdrs = dict(headers or {})
+    if body is not None:
+        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        hdrs.setdefault('Content-Type', 'application/json')
+    req = urllib.request.Request(url, data=data, headers=hdrs, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def sse_events(url, body, timeout=120):
+    """POSTs a streaming request; returns the list of decoded `data:` payloads (JSON or '[DONE]')."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={'Content-Type': 'application/json'}, method='POST')
+    events = []
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        assert r.headers.get('Content-Type', '').startswith('text/event-stream'), r.headers
+        for raw in r:
+            line = raw.decode().rstrip('\n')
+            if line.startswith('data: '):
+                payload = line[6:]
+                events.append(payload if payload == '[DONE]' else json.loads(payload))
+    return events
+
+
+def tempdir(prefix):
+    d = tempfile.mkdtemp(prefix=prefix)
+    return d
+
+
+def rmtree(d):
+    shutil.rmtree(d, ignore_errors=True)
