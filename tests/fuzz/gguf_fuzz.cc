@@ -3,6 +3,7 @@
 // e.g. `gguf_fuzz -max_len=4096 corpus/` (seed the corpus with small files from GgufWriter).
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -35,15 +36,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)file->GetStringArray("tokenizer.ggml.tokens");
   (void)file->architecture();
 
-  // Decode the first row of every tensor: sizes must agree with the type's block layout.
+  // Decode the first row of every tensor: sizes must agree with the type's block layout. The
+  // row is copied first because the kernels need block-aligned input and this buffer (unlike
+  // an mmap'ed file) has no particular alignment.
   std::vector<float> row;
+  std::vector<uint64_t> aligned;
   for (const auto& t : file->tensors()) {
     const auto bytes = file->TensorData(t);
     if (t.dims.empty() || t.num_rows() == 0 || t.dims[0] == 0 || t.dims[0] > (1 << 16)) continue;
     const size_t row_bytes = colibri::quant::RowBytes(t.type, t.dims[0]);
     if (bytes.size() < row_bytes) __builtin_trap();
     row.resize(static_cast<size_t>(t.dims[0]));
-    colibri::quant::DequantizeRow(t.type, bytes.data(), row.data(), t.dims[0]);
+    aligned.resize(row_bytes / sizeof(uint64_t) + 1);
+    std::memcpy(aligned.data(), bytes.data(), row_bytes);
+    colibri::quant::DequantizeRow(t.type, aligned.data(), row.data(), t.dims[0]);
     checksum += row.empty() ? 0 : row[0] != 0.0f;
   }
   static volatile size_t sink;

@@ -112,6 +112,19 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(json.loads(text)['data'][0]['id'], 'demo')
         self.assertEqual(testlib.http('GET', self.router_url + '/health')[0], 200)
 
+    def test_router_grpc_generate_from_python(self):
+        """The example Python client (tools/router_client.py) streams the same tokens as HTTP."""
+        port = self.router.port('--grpc-port-file')
+        p = testlib.run([testlib.PY, os.path.join(testlib.REPO, 'tools', 'router_client.py'), '--target',
+                         f'127.0.0.1:{port}', '--tokens', ','.join(map(str, PROMPT)), '--max-tokens', '12',
+                         '--json'])
+        got = json.loads(p.stdout)
+        http_ids, http_text, _ = self.stream_ids(self.router_url, '/v1/completions',
+                                                 {'prompt': PROMPT, 'max_tokens': 12, 'temperature': 0})
+        self.assertEqual(got['token_ids'], http_ids)
+        self.assertEqual(got['text'], http_text)
+        self.assertEqual(got['usage']['completion_tokens'], len(http_ids))
+
     def test_bad_requests_get_openai_errors(self):
         for url in (self.router_url, self.server_url):
             status, text = testlib.http('POST', url + '/v1/chat/completions', '{"messages": [')

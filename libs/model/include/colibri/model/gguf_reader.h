@@ -153,7 +153,9 @@ class GgufFile {
   // Tensors in file order.
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* FindTensor(std::string_view name) const;
-  // The tensor's size_bytes bytes (checked at parse time to lie inside the file).
+  // The tensor's size_bytes bytes (checked at parse time to lie inside the file). `tensor`
+  // must come from this file's tensors(). The data's address is a multiple of alignment()
+  // when the file is mapped (Open); after Parse it is only as aligned as the given bytes.
   std::span<const uint8_t> TensorData(const GgufTensorInfo& tensor) const;
 
  private:

@@ -9,8 +9,10 @@
 // DequantizeRow expands blocks to floats; its SIMD and scalar paths give identical bits.
 //
 // Both take n elements, a multiple of Traits(type).block_elems; the block side is
-// RowBytes(type, n) bytes (no alignment needed beyond the block's own). Violating that is a
-// programmer error (checked only by assertions in debug builds). Thread-safe: no state.
+// RowBytes(type, n) bytes, aligned to its element or block struct (2 bytes for f16, bf16 and
+// the q*_k / q8_0 blocks, 4 for f32 and q8_k; GGUF tensor data in a mapped file always is).
+// Violating that is a programmer error (checked only by assertions in debug builds).
+// Thread-safe: no state.
 #pragma once
 
 #include <cstdint>

@@ -10,6 +10,7 @@
 // bits; Q8_0 and the float types differ from it only by float summation order.
 //
 // Activations given to VecDot must come from QuantizeActivations (int8 quants in -127..127).
+// Rows and activations are aligned as quantize.h requires.
 // Thread-safe; ForceScalarKernels affects every thread.
 #pragma once
 
