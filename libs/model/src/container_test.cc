@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -92,11 +94,12 @@ class ContainerTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(root_); }
 
   // Writes a whole model into `out`; returns the bytes it wrote.
-  ModelBytes WriteModel(const fs::path& out, bool split_experts, bool finish = true) {
+  ModelBytes WriteModel(const fs::path& out, bool split_experts, bool finish = true, bool overwrite = false) {
     ModelBytes bytes;
     const ModelConfig c = TinyConfig();
     ContainerWriter::Options options;
     options.split_experts = split_experts;
+    options.overwrite = overwrite;
     auto w = ContainerWriter::Create(out, "tiny model", c, options);
     EXPECT_TRUE(w.ok()) << w.status();
     if (!w.ok()) return bytes;
@@ -383,7 +386,6 @@ TEST_F(ContainerTest, WriterDestroyedBeforeFinishLeavesNothing) {
   }
   EXPECT_FALSE(fs::exists(out));
   EXPECT_FALSE(fs::exists(PartialOf(out)));
-  EXPECT_TRUE(fs::is_empty(root_) || !fs::exists(root_ / "half.partial"));
 }
 
 TEST_F(ContainerTest, FinishRefusesAMissingExpert) {
@@ -459,23 +461,21 @@ TEST_F(ContainerTest, ExistingOutputNeedsOverwrite) {
   EXPECT_NE(w.status().message().find(out.string()), std::string::npos);
   EXPECT_TRUE(fs::exists(out / "old.txt"));
 
-  ModelBytes bytes;
+  // An abandoned overwrite leaves the old directory as it was.
   {
     ContainerWriter::Options options;
     options.overwrite = true;
-    // WriteModel does not pass overwrite; do it by hand for a replaced directory.
-    fs::remove_all(out);
-    bytes = WriteModel(out, false);
+    auto w2 = ContainerWriter::Create(out, "x", TinyConfig(), options);
+    ASSERT_TRUE(w2.ok()) << w2.status();
   }
-  EXPECT_FALSE(fs::exists(out / "old.txt"));
-  ExpectReadsBack(out, bytes, false);
+  EXPECT_TRUE(fs::exists(out / "old.txt"));
+  EXPECT_FALSE(fs::exists(PartialOf(out)));
 
-  // overwrite = true replaces a finished model in one rename.
-  ContainerWriter::Options options;
-  options.overwrite = true;
-  auto w2 = ContainerWriter::Create(out, "x", TinyConfig(), options);
-  ASSERT_TRUE(w2.ok()) << w2.status();
-  EXPECT_TRUE(fs::exists(out / "manifest.json"));  // the old model stays until Finish
+  // A finished overwrite replaces it.
+  ModelBytes bytes = WriteModel(out, false, /*finish=*/true, /*overwrite=*/true);
+  EXPECT_FALSE(fs::exists(out / "old.txt"));
+  EXPECT_FALSE(fs::exists(PartialOf(out)));
+  ExpectReadsBack(out, bytes, false);
 }
 
 TEST_F(ContainerTest, MissingManifestIsNotFoundWithHelp) {
@@ -660,6 +660,26 @@ TEST_F(ManifestFromJsonTest, OtherStructuralErrors) {
        "missing name"},
       {"block not an object", [b](json& j) { j["experts"]["blocks"][b] = 5; }, absl::StatusCode::kInvalidArgument,
        "not an object"},
+      // Wrong JSON types where strings or objects are expected: errors, never exceptions.
+      {"numeric format", [](json& j) { j["format"] = 1; }, absl::StatusCode::kInvalidArgument, "format"},
+      {"string version", [](json& j) { j["version"] = "1"; }, absl::StatusCode::kInvalidArgument, "version"},
+      {"numeric name", [](json& j) { j["name"] = 5; }, absl::StatusCode::kInvalidArgument, "name"},
+      {"dense a list", [](json& j) { j["dense"] = json::array(); }, absl::StatusCode::kInvalidArgument, "dense"},
+      {"dense file a number", [](json& j) { j["dense"]["file"] = 3; }, absl::StatusCode::kInvalidArgument,
+       "file"},
+      {"experts a string", [](json& j) { j["experts"] = "all"; }, absl::StatusCode::kInvalidArgument, "experts"},
+      {"numeric tensor name", [](json& j) { j["dense"]["tensors"][0]["name"] = 7; },
+       absl::StatusCode::kInvalidArgument, "name"},
+      {"numeric dtype", [](json& j) { j["dense"]["tensors"][0]["dtype"] = 0; }, absl::StatusCode::kInvalidArgument,
+       "dtype"},
+      {"numeric block file", [b](json& j) { j["experts"]["blocks"][b]["file"] = 7; },
+       absl::StatusCode::kInvalidArgument, "file"},
+      {"numeric block checksum", [b](json& j) { j["experts"]["blocks"][b]["checksum"] = 7; },
+       absl::StatusCode::kInvalidArgument, "checksum"},
+      {"part not an object", [b](json& j) { j["experts"]["blocks"][b]["parts"][0] = "gate"; },
+       absl::StatusCode::kInvalidArgument, "not an object"},
+      {"config architecture a number", [](json& j) { j["config"]["architecture"] = 1; },
+       absl::StatusCode::kInvalidArgument, "architecture"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.what);

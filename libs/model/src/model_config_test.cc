@@ -205,6 +205,30 @@ TEST(ConfigFromHuggingFace, RefusesUnknownModelType) {
   EXPECT_FALSE(ConfigFromHuggingFace(json::array({1, 2})).ok());
 }
 
+TEST(ConfigFromHuggingFace, WrongJsonTypesAreErrorsNotExceptions) {
+  json hf = MixtralHf();
+  hf["model_type"] = 7;
+  auto c = ConfigFromHuggingFace(hf);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(c.status(), "model_type")) << c.status();
+
+  hf = MixtralHf();
+  hf["hidden_size"] = json::array({64});
+  c = ConfigFromHuggingFace(hf);
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(Contains(c.status(), "hidden_size")) << c.status();
+
+  // Optional keys of the wrong type fall back to their defaults.
+  hf = MixtralHf();
+  hf["rope_theta"] = "big";
+  hf["tie_word_embeddings"] = "yes";
+  c = ConfigFromHuggingFace(hf);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->rope_theta, 1e4);
+  EXPECT_FALSE(c->tie_word_embeddings);
+}
+
 struct Refusal {
   const char* name;
   json (*base)();
@@ -391,6 +415,17 @@ TEST(ConfigJson, RejectsBadManifestConfigs) {
   EXPECT_TRUE(Contains(r.status(), "head_dim")) << r.status();
 
   EXPECT_FALSE(ConfigFromJson(json("not an object")).ok());
+
+  // Wrong JSON types: errors naming the key, never exceptions.
+  for (const char* key : {"architecture", "rope_style", "qk_norm"}) {
+    SCOPED_TRACE(key);
+    j = ConfigToJson(ok);
+    j[key] = 3;
+    r = ConfigFromJson(j);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(Contains(r.status(), key)) << r.status();
+  }
 }
 
 ModelConfig ValidConfig() {
