@@ -11,7 +11,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libpcre2-dev libutf8proc-dev
   libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-numpy python3-grpcio python3-protobuf
+  python3 python3-numpy python3-grpcio python3-protobuf python3-jinja2
 )
 
 SUDO=""

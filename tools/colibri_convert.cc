@@ -15,10 +15,12 @@ int main(int argc, char** argv) {
   colibri::InitLogging();
   std::string input, output;
   colibri::model::ConvertOptions options;
-  CLI::App app{"colibri-convert: convert a Hugging Face MoE checkpoint into a colibri model directory"};
-  app.add_option("--input", input, "Hugging Face model directory (config.json + safetensors)")->required();
+  CLI::App app{"colibri-convert: convert a Hugging Face MoE checkpoint or a GGUF file into a colibri model directory"};
+  app.add_option("--input", input, "Hugging Face model directory (config.json + safetensors) or a .gguf file")
+      ->required();
   app.add_option("--output", output, "Output model directory (written atomically)")->required();
-  app.add_option("--quantize", options.quantize, "Weight format: f32, f16, bf16, q8_0, q6_k, q5_k, q4_k, q3_k, q2_k")
+  app.add_option("--quantize", options.quantize,
+                 "f32, f16, bf16, q8_0, q6_k, q5_k, q4_k, q3_k, q2_k, q5_k_m, q4_k_m, q3_k_m, or keep (GGUF)")
       ->capture_default_str();
   app.add_option("--name", options.name, "Model name served by the API (default: output directory name)");
   app.add_flag("--split-experts", options.split_experts, "One file per expert under experts/");
@@ -35,11 +37,9 @@ int main(int argc, char** argv) {
     }
   };
   std::filesystem::path in(input);
-  if (std::filesystem::is_regular_file(in) && in.extension() == ".gguf") {
-    spdlog::error("'{}': GGUF input is not supported by this build; convert from a Hugging Face directory", input);
-    return 2;
-  }
-  absl::Status st = colibri::model::ConvertHuggingFace(in, output, options);
+  const bool gguf = std::filesystem::is_regular_file(in);
+  absl::Status st = gguf ? colibri::model::ConvertGguf(in, output, options)
+                         : colibri::model::ConvertHuggingFace(in, output, options);
   if (tty) std::fprintf(stderr, "\n");
   if (!st.ok()) {
     spdlog::error("conversion failed: {}", std::string(st.message()));

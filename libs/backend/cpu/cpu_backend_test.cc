@@ -1,1 +1,494 @@
-// placeholder
+// Every op of the Backend interface on the CPU backend, against plain double-precision loops.
+#include "colibri/backend/cpu_backend.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "colibri/quant/dtype.h"
+#include "colibri/quant/quantize.h"
+#include "colibri/quant/vec_dot.h"
+
+namespace colibri::backend {
+namespace {
+
+using quant::DType;
+
+std::vector<float> Normal(size_t n, uint32_t seed, float sigma = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, sigma);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// A quantized weight matrix and its dequantized values (what the matmul must multiply by).
+struct Weight {
+  DType dtype;
+  int64_t rows, cols;
+  std::vector<uint8_t> bytes;
+  std::vector<float> dequantized;  // [rows, cols]
+};
+
+Weight MakeWeight(DType dtype, int64_t rows, int64_t cols, uint32_t seed) {
+  Weight w{dtype, rows, cols, {}, {}};
+  const std::vector<float> f = Normal(static_cast<size_t>(rows * cols), seed, 0.05f);
+  const size_t row_bytes = quant::RowBytes(dtype, cols);
+  w.bytes.resize(row_bytes * static_cast<size_t>(rows));
+  w.dequantized.resize(f.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    quant::QuantizeRow(dtype, f.data() + r * cols, w.bytes.data() + static_cast<size_t>(r) * row_bytes, cols);
+    quant::DequantizeRowReference(dtype, w.bytes.data() + static_cast<size_t>(r) * row_bytes,
+                                  w.dequantized.data() + r * cols, cols);
+  }
+  return w;
+}
+
+// Bound on |x - quantized(x)| for element i of an activation row, by the weight's vec-dot type:
+// the float types round to their mantissa; Q8_0 / Q8_K round to a step of absmax/127 per block
+// (Q8_0 also stores that step as f16).
+std::vector<double> ActivationErrorBound(DType weight_type, const float* x, int64_t n) {
+  const DType at = quant::Traits(weight_type).vec_dot_type;
+  std::vector<double> bound(static_cast<size_t>(n));
+  if (at == DType::kF32 || at == DType::kF16 || at == DType::kBF16) {
+    const double rel = at == DType::kF32 ? 0.0 : at == DType::kF16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+    for (int64_t i = 0; i < n; ++i) bound[static_cast<size_t>(i)] = std::fabs(x[i]) * rel;
+    return bound;
+  }
+  const int64_t block = quant::Traits(at).block_elems;
+  for (int64_t b = 0; b < n; b += block) {
+    double amax = 0;
+    for (int64_t i = b; i < b + block; ++i) amax = std::max(amax, std::fabs(double{x[i]}));
+    for (int64_t i = b; i < b + block; ++i) bound[static_cast<size_t>(i)] = amax * (0.5 / 127 + 1.0 / 1024);
+  }
+  return bound;
+}
+
+class CpuBackendTest : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override { be_ = CreateCpuBackend({.threads = GetParam()}); }
+  std::unique_ptr<Backend> be_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Threads, CpuBackendTest, ::testing::Values(1, 3),
+                         [](const ::testing::TestParamInfo<int>& info) { return "t" + std::to_string(info.param); });
+
+TEST_P(CpuBackendTest, MemoryOps) {
+  EXPECT_EQ(be_->name(), "cpu");
+  EXPECT_TRUE(be_->zero_copy());
+  auto buf = be_->Allocate(1000);
+  ASSERT_TRUE(buf.ok());
+  EXPECT_EQ((*buf)->size(), 1000u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>((*buf)->data()) % 64, 0u);
+  const auto* bytes = static_cast<const uint8_t*>((*buf)->data());
+  for (size_t i = 0; i < 1000; ++i) ASSERT_EQ(bytes[i], 0) << i;
+
+  std::vector<float> host = {1, 2, 3, 4, 5, 6};
+  be_->Upload((*buf)->data(), host.data(), 24);
+  std::vector<float> back(6);
+  be_->Download(back.data(), (*buf)->data(), 24);
+  EXPECT_EQ(back, host);
+  float* f = (*buf)->f32();
+  be_->Copy(f + 1, f, 16);  // overlapping ranges are allowed
+  be_->Download(back.data(), f, 24);
+  EXPECT_EQ(back, std::vector<float>({1, 1, 2, 3, 4, 6}));
+  be_->Zero(f + 2, 8);
+  be_->Download(back.data(), f, 24);
+  EXPECT_EQ(back, std::vector<float>({1, 1, 0, 0, 4, 6}));
+
+  std::vector<float> w(8, 1.0f);
+  std::unique_ptr<Buffer> storage;
+  auto ref = be_->ImportWeight(DType::kF32, 2, 4, w.data(), &storage);
+  ASSERT_TRUE(ref.ok());
+  EXPECT_EQ(ref->data, w.data());  // zero copy
+  EXPECT_EQ(ref->rows, 2);
+  EXPECT_EQ(ref->cols, 4);
+  EXPECT_EQ(ref->dtype, DType::kF32);
+  be_->Synchronize();
+}
+
+TEST_P(CpuBackendTest, MatMulEveryWeightTypeMatchesDequantizedWeights) {
+  const DType types[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ2_K,
+                         DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K};
+  const int64_t rows = 37, cols = 512;
+  for (bool scalar : {false, true}) {
+    quant::ForceScalarKernels(scalar);
+    for (DType t : types) {
+      for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{70}}) {  // 70 > the 64-token tile
+        SCOPED_TRACE(testing::Message() << quant::DTypeName(t) << " n=" << n << (scalar ? " scalar" : " simd"));
+        const Weight w = MakeWeight(t, rows, cols, 17 + static_cast<uint32_t>(t));
+        std::vector<float> x = Normal(static_cast<size_t>(n * cols), 99 + static_cast<uint32_t>(n));
+        x[5] = 6.0f;  // an outlier: its block's quantization step grows
+        std::vector<float> y(static_cast<size_t>(n * rows), std::nanf(""));
+        std::unique_ptr<Buffer> storage;
+        auto ref = be_->ImportWeight(t, rows, cols, w.bytes.data(), &storage);
+        ASSERT_TRUE(ref.ok());
+        be_->MatMul(*ref, x.data(), n, y.data());
+        int bad = 0;
+        const DType at = quant::Traits(t).vec_dot_type;
+        for (int64_t i = 0; i < n; ++i) {
+          const float* xi = x.data() + i * cols;
+          const std::vector<double> err = ActivationErrorBound(t, xi, cols);
+          // The activations as the kernel sees them (quantized to the vec-dot type).
+          std::vector<uint8_t> act(quant::RowBytes(at, cols));
+          quant::QuantizeActivations(at, xi, act.data(), cols);
+          std::vector<float> xq(static_cast<size_t>(cols));
+          quant::DequantizeRowReference(at, act.data(), xq.data(), cols);
+          for (int64_t k = 0; k < cols; ++k) {
+            ASSERT_LE(std::fabs(double{xq[static_cast<size_t>(k)]} - xi[k]), err[static_cast<size_t>(k)] + 1e-7) << k;
+          }
+          for (int64_t r = 0; r < rows; ++r) {
+            const float* wr = w.dequantized.data() + r * cols;
+            double exact = 0, exact_q = 0, tol = 0, magnitude = 0;
+            for (int64_t k = 0; k < cols; ++k) {
+              exact += double{wr[k]} * xi[k];
+              exact_q += double{wr[k]} * xq[static_cast<size_t>(k)];
+              tol += std::fabs(double{wr[k]}) * err[static_cast<size_t>(k)];
+              magnitude += std::fabs(double{wr[k]} * xi[k]);
+            }
+            const double rounding = 2e-6 * magnitude + 1e-6;  // float accumulation inside the kernels
+            const double got = y[static_cast<size_t>(i * rows + r)];
+            // Within the activation-quantization bound of dequantized W times float x...
+            if (!(std::fabs(got - exact) <= tol + rounding) && bad++ < 5) {
+              ADD_FAILURE() << "y[" << i << ", " << r << "] = " << got << ", want " << exact << " +- " << tol;
+            }
+            // ...and, tightly, equal to dequantized W times the quantized activations.
+            if (!(std::fabs(got - exact_q) <= rounding) && bad++ < 5) {
+              ADD_FAILURE() << "y[" << i << ", " << r << "] = " << got << ", want " << exact_q << " +- " << rounding
+                            << " (quantized activations)";
+            }
+          }
+        }
+        EXPECT_EQ(bad, 0);
+      }
+    }
+  }
+  quant::ForceScalarKernels(false);
+}
+
+TEST_P(CpuBackendTest, MatMulF32IsExactToRounding) {
+  // Small integers: every product and partial sum is exact in float.
+  const int64_t rows = 3, cols = 4, n = 2;
+  const std::vector<float> w = {1, 2, 3, 4, -1, 0, 1, 0, 0.5f, 0.5f, 0.5f, 0.5f};
+  const std::vector<float> x = {1, 1, 1, 1, 2, -1, 0, 3};
+  std::vector<float> y(static_cast<size_t>(n * rows));
+  be_->MatMul(WeightRef{DType::kF32, rows, cols, w.data()}, x.data(), n, y.data());
+  EXPECT_EQ(y, std::vector<float>({10, 0, 2, 12, -2, 2}));
+}
+
+TEST_P(CpuBackendTest, MatMulAccumulateAddsToOutput) {
+  for (DType t : {DType::kF32, DType::kQ8_0, DType::kQ4_K}) {
+    SCOPED_TRACE(quant::DTypeName(t));
+    const int64_t rows = 9, cols = 256, n = 4;
+    const Weight w = MakeWeight(t, rows, cols, 5);
+    const std::vector<float> x = Normal(static_cast<size_t>(n * cols), 6);
+    const WeightRef ref{t, rows, cols, w.bytes.data()};
+    std::vector<float> plain(static_cast<size_t>(n * rows));
+    be_->MatMul(ref, x.data(), n, plain.data());
+    std::vector<float> acc = Normal(static_cast<size_t>(n * rows), 7);
+    const std::vector<float> before = acc;
+    be_->MatMul(ref, x.data(), n, acc.data(), /*accumulate=*/true);
+    for (size_t i = 0; i < acc.size(); ++i) EXPECT_FLOAT_EQ(acc[i], before[i] + plain[i]) << i;
+    // Without accumulate, the old contents are overwritten.
+    std::vector<float> over = before;
+    be_->MatMul(ref, x.data(), n, over.data(), /*accumulate=*/false);
+    EXPECT_EQ(over, plain);
+  }
+}
+
+TEST_P(CpuBackendTest, GetRowsDequantizesTheRequestedRows) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    SCOPED_TRACE(quant::DTypeName(t));
+    const int64_t rows = 10, cols = 256;
+    const Weight w = MakeWeight(t, rows, cols, 11);
+    const std::vector<int32_t> ids = {3, 0, 9, 3};
+    std::vector<float> out(ids.size() * static_cast<size_t>(cols), std::nanf(""));
+    be_->GetRows(WeightRef{t, rows, cols, w.bytes.data()}, ids.data(), static_cast<int64_t>(ids.size()), out.data());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      for (int64_t k = 0; k < cols; ++k) {
+        ASSERT_EQ(out[i * static_cast<size_t>(cols) + static_cast<size_t>(k)],
+                  w.dequantized[static_cast<size_t>(ids[i] * cols + k)])
+            << "row " << i << " col " << k;
+      }
+    }
+  }
+}
+
+TEST_P(CpuBackendTest, RmsNorm) {
+  const int64_t n = 3, dim = 96;
+  std::vector<float> x = Normal(static_cast<size_t>(n * dim), 21, 3.0f);
+  const std::vector<float> weight = Normal(static_cast<size_t>(dim), 22);
+  const float eps = 1e-5f;
+  std::vector<float> y(x.size());
+  be_->RmsNorm(x.data(), weight.data(), n, dim, eps, y.data());
+  std::vector<double> want(x.size());
+  for (int64_t i = 0; i < n; ++i) {
+    double ss = 0;
+    for (int64_t j = 0; j < dim; ++j) ss += double{x[i * dim + j]} * x[i * dim + j];
+    const double inv = 1.0 / std::sqrt(ss / dim + eps);
+    for (int64_t j = 0; j < dim; ++j) {
+      want[static_cast<size_t>(i * dim + j)] = x[i * dim + j] * inv * weight[j];
+      EXPECT_NEAR(y[i * dim + j], want[i * dim + j], 1e-6 * (1 + std::fabs(want[i * dim + j])));
+    }
+  }
+  // In place gives the same values.
+  be_->RmsNorm(x.data(), weight.data(), n, dim, eps, x.data());
+  EXPECT_EQ(x, y);
+  // eps matters for a tiny row: all-zero input gives zeros, not NaN.
+  std::vector<float> zeros(static_cast<size_t>(dim), 0.0f), out(static_cast<size_t>(dim), 1.0f);
+  be_->RmsNorm(zeros.data(), weight.data(), 1, dim, eps, out.data());
+  for (float v : out) EXPECT_EQ(v, 0.0f);
+}
+
+// Reference rotation of one head in double.
+void RopeRef(std::vector<double>* head, int64_t head_dim, double pos, double theta, RopeStyle style) {
+  const int64_t half = head_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const double angle = pos * std::pow(theta, -2.0 * i / head_dim);
+    const int64_t a = style == RopeStyle::kHalfSplit ? i : 2 * i;
+    const int64_t b = style == RopeStyle::kHalfSplit ? i + half : 2 * i + 1;
+    const double x0 = (*head)[static_cast<size_t>(a)], x1 = (*head)[static_cast<size_t>(b)];
+    (*head)[static_cast<size_t>(a)] = x0 * std::cos(angle) - x1 * std::sin(angle);
+    (*head)[static_cast<size_t>(b)] = x0 * std::sin(angle) + x1 * std::cos(angle);
+  }
+}
+
+TEST_P(CpuBackendTest, RopeBothStylesMatchReference) {
+  const int64_t n = 4, n_heads = 3, head_dim = 16;
+  const std::vector<int32_t> positions = {0, 1, 7, 1000};
+  for (RopeStyle style : {RopeStyle::kHalfSplit, RopeStyle::kInterleaved}) {
+    for (float theta : {10000.0f, 1e6f}) {
+      SCOPED_TRACE(testing::Message() << (style == RopeStyle::kHalfSplit ? "half-split" : "interleaved")
+                                      << " theta " << theta);
+      const std::vector<float> x0 = Normal(static_cast<size_t>(n * n_heads * head_dim), 31);
+      std::vector<float> x = x0;
+      be_->Rope(x.data(), n, n_heads, head_dim, positions.data(), theta, style);
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t h = 0; h < n_heads; ++h) {
+          const size_t base = static_cast<size_t>((t * n_heads + h) * head_dim);
+          std::vector<double> want(x0.begin() + static_cast<ptrdiff_t>(base),
+                                   x0.begin() + static_cast<ptrdiff_t>(base + head_dim));
+          RopeRef(&want, head_dim, positions[static_cast<size_t>(t)], theta, style);
+          for (int64_t d = 0; d < head_dim; ++d) {
+            EXPECT_NEAR(x[base + static_cast<size_t>(d)], want[static_cast<size_t>(d)], 2e-6)
+                << "t " << t << " h " << h << " d " << d;
+          }
+        }
+      }
+      // Position 0 is the identity.
+      for (size_t i = 0; i < static_cast<size_t>(n_heads * head_dim); ++i) EXPECT_EQ(x[i], x0[i]);
+    }
+  }
+}
+
+TEST_P(CpuBackendTest, RopeRotatesTheRightPairs) {
+  const int64_t head_dim = 8, half = head_dim / 2;
+  const int32_t pos = 3;
+  for (RopeStyle style : {RopeStyle::kHalfSplit, RopeStyle::kInterleaved}) {
+    for (int64_t j = 0; j < head_dim; ++j) {
+      // A unit vector along dimension j may only move within its pair.
+      std::vector<float> x(static_cast<size_t>(head_dim), 0.0f);
+      x[static_cast<size_t>(j)] = 1.0f;
+      be_->Rope(x.data(), 1, 1, head_dim, &pos, 10000.0f, style);
+      const int64_t i = style == RopeStyle::kHalfSplit ? j % half : j / 2;  // frequency index
+      const int64_t partner = style == RopeStyle::kHalfSplit ? (j < half ? j + half : j - half) : (j ^ 1);
+      const bool first = style == RopeStyle::kHalfSplit ? j < half : j % 2 == 0;
+      const double angle = pos * std::pow(10000.0, -2.0 * static_cast<double>(i) / head_dim);
+      for (int64_t d = 0; d < head_dim; ++d) {
+        double want = 0;
+        if (d == j) want = std::cos(angle);
+        if (d == partner) want = first ? std::sin(angle) : -std::sin(angle);
+        EXPECT_NEAR(x[static_cast<size_t>(d)], want, 1e-6)
+            << (style == RopeStyle::kHalfSplit ? "half-split" : "interleaved") << " j " << j << " d " << d;
+      }
+    }
+  }
+}
+
+TEST_P(CpuBackendTest, RopeThenDifferentThetaAndHeadDim) {
+  // The backend caches inverse frequencies: changing theta or head_dim must not reuse them.
+  const int32_t pos = 5;
+  for (auto [theta, head_dim] : {std::pair{10000.0f, int64_t{8}}, std::pair{500.0f, int64_t{8}},
+                                 std::pair{500.0f, int64_t{12}}, std::pair{10000.0f, int64_t{8}}}) {
+    std::vector<float> x = Normal(static_cast<size_t>(head_dim), 3);
+    std::vector<double> want(x.begin(), x.end());
+    be_->Rope(x.data(), 1, 1, head_dim, &pos, theta, RopeStyle::kHalfSplit);
+    RopeRef(&want, head_dim, pos, theta, RopeStyle::kHalfSplit);
+    for (int64_t d = 0; d < head_dim; ++d) EXPECT_NEAR(x[static_cast<size_t>(d)], want[static_cast<size_t>(d)], 2e-6);
+  }
+}
+
+// Naive causal attention in double over explicit K/V rows.
+std::vector<double> AttentionRef(const std::vector<float>& q, const std::vector<float>& k_cache,
+                                 const std::vector<float>& v_cache, const std::vector<int32_t>& positions,
+                                 int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, double scale) {
+  const int64_t n = static_cast<int64_t>(positions.size());
+  const int64_t q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
+  std::vector<double> out(static_cast<size_t>(n * q_dim));
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t h = 0; h < n_heads; ++h) {
+      const int64_t kvh = h / (n_heads / n_kv_heads);
+      const int64_t last = positions[static_cast<size_t>(t)];
+      std::vector<double> s(static_cast<size_t>(last + 1));
+      double m = -INFINITY;
+      for (int64_t j = 0; j <= last; ++j) {
+        double dot = 0;
+        for (int64_t d = 0; d < head_dim; ++d) {
+          dot += double{q[static_cast<size_t>(t * q_dim + h * head_dim + d)]} *
+                 k_cache[static_cast<size_t>(j * kv_dim + kvh * head_dim + d)];
+        }
+        s[static_cast<size_t>(j)] = dot * scale;
+        m = std::max(m, s[static_cast<size_t>(j)]);
+      }
+      double z = 0;
+      for (double& v : s) z += v = std::exp(v - m);
+      for (int64_t d = 0; d < head_dim; ++d) {
+        double acc = 0;
+        for (int64_t j = 0; j <= last; ++j) {
+          acc += s[static_cast<size_t>(j)] * v_cache[static_cast<size_t>(j * kv_dim + kvh * head_dim + d)];
+        }
+        out[static_cast<size_t>(t * q_dim + h * head_dim + d)] = acc / z;
+      }
+    }
+  }
+  return out;
+}
+
+TEST_P(CpuBackendTest, StoreKvAndCausalGqaAttention) {
+  const int64_t n_heads = 4, n_kv_heads = 2, head_dim = 8, capacity = 16;
+  const int64_t q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  std::vector<float> k_cache(static_cast<size_t>(capacity * kv_dim), std::nanf(""));
+  std::vector<float> v_cache = k_cache;
+  // What the cache must hold after each step (rows never written stay NaN and are never read).
+  std::vector<float> k_ref = k_cache, v_ref = v_cache;
+
+  // Prefill 5 tokens at positions 0..4, then decode positions 5 and 6 one at a time.
+  const std::vector<std::vector<int32_t>> steps = {{0, 1, 2, 3, 4}, {5}, {6}};
+  uint32_t seed = 100;
+  for (const auto& positions : steps) {
+    SCOPED_TRACE(testing::Message() << "first position " << positions[0]);
+    const int64_t n = static_cast<int64_t>(positions.size());
+    const std::vector<float> k = Normal(static_cast<size_t>(n * kv_dim), seed++, 2.0f);
+    const std::vector<float> v = Normal(static_cast<size_t>(n * kv_dim), seed++);
+    const std::vector<float> q = Normal(static_cast<size_t>(n * q_dim), seed++, 2.0f);
+    be_->StoreKv(k.data(), v.data(), positions.data(), n, kv_dim, k_cache.data(), v_cache.data());
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy_n(k.begin() + i * kv_dim, kv_dim, k_ref.begin() + positions[static_cast<size_t>(i)] * kv_dim);
+      std::copy_n(v.begin() + i * kv_dim, kv_dim, v_ref.begin() + positions[static_cast<size_t>(i)] * kv_dim);
+    }
+    for (size_t i = 0; i < k_cache.size(); ++i) {
+      if (std::isnan(k_ref[i])) {
+        ASSERT_TRUE(std::isnan(k_cache[i])) << i;  // untouched rows
+      } else {
+        ASSERT_EQ(k_cache[i], k_ref[i]) << i;
+        ASSERT_EQ(v_cache[i], v_ref[i]) << i;
+      }
+    }
+    std::vector<float> out(static_cast<size_t>(n * q_dim), std::nanf(""));
+    AttentionArgs args;
+    args.q = q.data();
+    args.k_cache = k_cache.data();
+    args.v_cache = v_cache.data();
+    args.positions = positions.data();
+    args.n = n;
+    args.n_heads = n_heads;
+    args.n_kv_heads = n_kv_heads;
+    args.head_dim = head_dim;
+    args.scale = scale;
+    args.out = out.data();
+    be_->Attention(args);
+    const std::vector<double> want =
+        AttentionRef(q, k_ref, v_ref, positions, n_heads, n_kv_heads, head_dim, scale);
+    for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], want[i], 1e-5) << i;
+  }
+}
+
+TEST_P(CpuBackendTest, AttentionAtPositionZeroReturnsV) {
+  // One key: softmax weight 1, the output is that V row for every head of its group.
+  const int64_t n_heads = 4, n_kv_heads = 1, head_dim = 4;
+  const std::vector<float> k = {1, 2, 3, 4}, v = {0.5f, -1, 2, 8};
+  std::vector<float> k_cache(8 * 4, 0.0f), v_cache(8 * 4, 0.0f);
+  const int32_t pos = 0;
+  be_->StoreKv(k.data(), v.data(), &pos, 1, 4, k_cache.data(), v_cache.data());
+  const std::vector<float> q = Normal(16, 4, 10.0f);
+  std::vector<float> out(16);
+  AttentionArgs args{q.data(), k_cache.data(), v_cache.data(), &pos, 1, n_heads, n_kv_heads, head_dim, 0.5f,
+                     out.data()};
+  be_->Attention(args);
+  for (int64_t h = 0; h < n_heads; ++h) {
+    for (int64_t d = 0; d < head_dim; ++d) EXPECT_FLOAT_EQ(out[static_cast<size_t>(h * head_dim + d)], v[static_cast<size_t>(d)]);
+  }
+}
+
+TEST_P(CpuBackendTest, AttentionWithLargeScoresStaysFinite) {
+  // Scores of several hundred: a naive exp would overflow; the online softmax must not.
+  const int64_t n_heads = 2, n_kv_heads = 2, head_dim = 4, len = 6;
+  std::vector<float> k_cache(static_cast<size_t>(len * n_kv_heads * head_dim));
+  std::vector<float> v_cache = Normal(k_cache.size(), 8);
+  for (size_t i = 0; i < k_cache.size(); ++i) k_cache[i] = static_cast<float>((i * 7) % 11) * 10.0f;
+  const std::vector<float> q = {10, 10, 10, 10, -10, 5, 10, 0};
+  const std::vector<int32_t> positions = {static_cast<int32_t>(len - 1)};
+  std::vector<float> out(8);
+  AttentionArgs args{q.data(), k_cache.data(), v_cache.data(), positions.data(), 1, n_heads, n_kv_heads, head_dim,
+                     1.0f, out.data()};
+  be_->Attention(args);
+  const std::vector<double> want = AttentionRef(q, k_cache, v_cache, positions, n_heads, n_kv_heads, head_dim, 1.0);
+  for (size_t i = 0; i < out.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(out[i]));
+    EXPECT_NEAR(out[i], want[i], 1e-5);
+  }
+}
+
+TEST_P(CpuBackendTest, SiluMul) {
+  std::vector<float> gate = {-20, -2, -0.5f, 0, 0.5f, 2, 20, 3};
+  const std::vector<float> gate0 = gate;
+  const std::vector<float> up = {1, 2, 3, 4, -5, 6, 0.5f, 0};
+  be_->SiluMul(gate.data(), up.data(), static_cast<int64_t>(gate.size()));
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const double g = gate0[i];
+    const double want = g / (1 + std::exp(-g)) * up[i];
+    EXPECT_NEAR(gate[i], want, 1e-6 * (1 + std::fabs(want))) << i;
+  }
+}
+
+TEST_P(CpuBackendTest, AddAndAddBias) {
+  std::vector<float> x = {1, 2, 3, 4, 5, 6};
+  be_->Add(x.data(), std::vector<float>{0.5f, -2, 0, 1, 1, 1}.data(), 6);
+  EXPECT_EQ(x, std::vector<float>({1.5f, 0, 3, 5, 6, 7}));
+  be_->AddBias(x.data(), std::vector<float>{10, 20, 30}.data(), 2, 3);
+  EXPECT_EQ(x, std::vector<float>({11.5f, 20, 33, 15, 26, 37}));
+}
+
+TEST_P(CpuBackendTest, GatherRows) {
+  const int64_t dim = 3;
+  const std::vector<float> src = {0, 1, 2, 10, 11, 12, 20, 21, 22, 30, 31, 32};
+  const std::vector<int32_t> rows = {2, 0, 2, 3};
+  std::vector<float> dst(rows.size() * dim);
+  be_->GatherRows(src.data(), rows.data(), static_cast<int64_t>(rows.size()), dim, dst.data());
+  EXPECT_EQ(dst, std::vector<float>({20, 21, 22, 0, 1, 2, 20, 21, 22, 30, 31, 32}));
+}
+
+TEST_P(CpuBackendTest, ScatterAddRows) {
+  const int64_t dim = 2;
+  std::vector<float> dst = {1, 1, 2, 2, 3, 3, 4, 4};
+  const std::vector<float> src = {1, 2, 10, 20, -1, 0.5f};
+  const std::vector<int32_t> rows = {3, 0, 1};
+  const std::vector<float> scales = {0.5f, 2.0f, -4.0f};
+  be_->ScatterAddRows(src.data(), rows.data(), scales.data(), 3, dim, dst.data());
+  std::vector<double> want = {1, 1, 2, 2, 3, 3, 4, 4};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    for (int64_t j = 0; j < dim; ++j) {
+      want[static_cast<size_t>(rows[i] * dim + j)] += double{scales[i]} * src[i * dim + static_cast<size_t>(j)];
+    }
+  }
+  for (size_t i = 0; i < dst.size(); ++i) EXPECT_DOUBLE_EQ(dst[i], want[i]) << i;
+  EXPECT_EQ(dst, std::vector<float>({21, 41, 6, 0, 3, 3, 4.5f, 5}));
+}
+
+}  // namespace
+}  // namespace colibri::backend

@@ -178,6 +178,11 @@ absl::Status ContainerWriter::CopyFile(const fs::path& src, const std::string& d
   return absl::OkStatus();
 }
 
+absl::Status ContainerWriter::WriteAuxFile(const std::string& dest_name, std::span<const uint8_t> bytes) {
+  return WriteFileAtomic(partial_ / dest_name,
+                         std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+}
+
 absl::Status ContainerWriter::Finish() {
   for (size_t i = 0; i < expert_done_.size(); ++i) {
     if (!expert_done_[i]) {

@@ -8,25 +8,15 @@
 #include "colibri/model/container.h"
 #include "colibri/model/convert.h"
 #include "colibri/model/model_config.h"
+#include "colibri/model/quant_plan.h"
 #include "colibri/model/safetensors.h"
-#include "colibri/quant/quantize.h"
+#include "convert_util.h"
 #include "nlohmann/json.hpp"
 
 namespace colibri::model {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Encodes float rows into `dtype`.
-std::vector<uint8_t> Encode(const std::vector<float>& values, int64_t cols, quant::DType dtype) {
-  const int64_t rows = static_cast<int64_t>(values.size()) / cols;
-  const size_t row_bytes = quant::RowBytes(dtype, cols);
-  std::vector<uint8_t> out(row_bytes * static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) {
-    quant::QuantizeRow(dtype, values.data() + r * cols, out.data() + static_cast<size_t>(r) * row_bytes, cols);
-  }
-  return out;
-}
 
 // Per-family Hugging Face tensor names.
 struct HfNames {
@@ -44,18 +34,20 @@ HfNames NamesFor(Architecture a) {
 
 class HfConverter {
  public:
-  HfConverter(const SafetensorsCheckpoint& ckpt, const ModelConfig& config, const ConvertOptions& options,
-              ContainerWriter& writer)
-      : ckpt_(ckpt), config_(config), options_(options), writer_(writer) {}
+  HfConverter(const SafetensorsCheckpoint& ckpt, const ModelConfig& config, const QuantPlan& plan,
+              const ConvertOptions& options, ContainerWriter& writer)
+      : ckpt_(ckpt), config_(config), plan_(plan), options_(options), writer_(writer) {}
 
   absl::Status Run() {
     const int64_t total = 1 + config_.n_layers;
-    RETURN_IF_ERROR(Matrix("model.embed_tokens.weight", "token_embd", {config_.vocab_size, config_.hidden_size}));
+    RETURN_IF_ERROR(Matrix("model.embed_tokens.weight", "token_embd", {config_.vocab_size, config_.hidden_size},
+                           TensorKind::kEmbedding));
     RETURN_IF_ERROR(Vector("model.norm.weight", "output_norm", config_.hidden_size));
     if (ckpt_.Find("lm_head.weight") != nullptr) {
-      RETURN_IF_ERROR(Matrix("lm_head.weight", "output", {config_.vocab_size, config_.hidden_size}));
+      RETURN_IF_ERROR(Matrix("lm_head.weight", "output", {config_.vocab_size, config_.hidden_size}, TensorKind::kOutput));
     } else if (config_.tie_word_embeddings) {
-      RETURN_IF_ERROR(Matrix("model.embed_tokens.weight", "output", {config_.vocab_size, config_.hidden_size}));
+      RETURN_IF_ERROR(Matrix("model.embed_tokens.weight", "output", {config_.vocab_size, config_.hidden_size},
+                             TensorKind::kOutput));
     } else {
       return absl::NotFoundError("checkpoint has no lm_head.weight and tie_word_embeddings is false");
     }
@@ -84,10 +76,11 @@ class HfConverter {
     return TensorToFloat32(*t);
   }
 
-  absl::Status Matrix(const std::string& hf_name, const std::string& name, std::vector<int64_t> shape) {
+  absl::Status Matrix(const std::string& hf_name, const std::string& name, std::vector<int64_t> shape,
+                      TensorKind kind, int64_t layer = -1) {
     ASSIGN_OR_RETURN(std::vector<float> v, Load(hf_name, shape));
-    ASSIGN_OR_RETURN(quant::DType dt, MatrixDType(options_.quantize, shape[1]));
-    auto bytes = Encode(v, shape[1], dt);
+    const quant::DType dt = plan_.TypeFor({kind, layer, shape[1]}, quant::DType::kF32);
+    auto bytes = EncodeRows(v.data(), shape[0], shape[1], dt);
     return writer_.AddDense(name, dt, shape, bytes);
   }
 
@@ -107,10 +100,10 @@ class HfConverter {
     const std::string b = absl::StrCat("blk.", l, ".");
     const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
     RETURN_IF_ERROR(Vector(p + "input_layernorm.weight", b + "attn_norm", c.hidden_size));
-    RETURN_IF_ERROR(Matrix(p + "self_attn.q_proj.weight", b + "attn_q", {q_dim, c.hidden_size}));
-    RETURN_IF_ERROR(Matrix(p + "self_attn.k_proj.weight", b + "attn_k", {kv_dim, c.hidden_size}));
-    RETURN_IF_ERROR(Matrix(p + "self_attn.v_proj.weight", b + "attn_v", {kv_dim, c.hidden_size}));
-    RETURN_IF_ERROR(Matrix(p + "self_attn.o_proj.weight", b + "attn_output", {c.hidden_size, q_dim}));
+    RETURN_IF_ERROR(Matrix(p + "self_attn.q_proj.weight", b + "attn_q", {q_dim, c.hidden_size}, TensorKind::kAttnQ, l));
+    RETURN_IF_ERROR(Matrix(p + "self_attn.k_proj.weight", b + "attn_k", {kv_dim, c.hidden_size}, TensorKind::kAttnK, l));
+    RETURN_IF_ERROR(Matrix(p + "self_attn.v_proj.weight", b + "attn_v", {kv_dim, c.hidden_size}, TensorKind::kAttnV, l));
+    RETURN_IF_ERROR(Matrix(p + "self_attn.o_proj.weight", b + "attn_output", {c.hidden_size, q_dim}, TensorKind::kAttnOutput, l));
     if (c.qkv_bias) {
       RETURN_IF_ERROR(Vector(p + "self_attn.q_proj.bias", b + "attn_q_bias", q_dim));
       RETURN_IF_ERROR(Vector(p + "self_attn.k_proj.bias", b + "attn_k_bias", kv_dim));
@@ -130,9 +123,9 @@ class HfConverter {
                         {c.n_experts, c.hidden_size}));
     if (c.shared_expert_ffn > 0) {
       const int64_t s = c.shared_expert_ffn;
-      RETURN_IF_ERROR(Matrix(p + "mlp.shared_expert.gate_proj.weight", b + "ffn_gate_shexp", {s, c.hidden_size}));
-      RETURN_IF_ERROR(Matrix(p + "mlp.shared_expert.up_proj.weight", b + "ffn_up_shexp", {s, c.hidden_size}));
-      RETURN_IF_ERROR(Matrix(p + "mlp.shared_expert.down_proj.weight", b + "ffn_down_shexp", {c.hidden_size, s}));
+      RETURN_IF_ERROR(Matrix(p + "mlp.shared_expert.gate_proj.weight", b + "ffn_gate_shexp", {s, c.hidden_size}, TensorKind::kSharedGate, l));
+      RETURN_IF_ERROR(Matrix(p + "mlp.shared_expert.up_proj.weight", b + "ffn_up_shexp", {s, c.hidden_size}, TensorKind::kSharedUp, l));
+      RETURN_IF_ERROR(Matrix(p + "mlp.shared_expert.down_proj.weight", b + "ffn_down_shexp", {c.hidden_size, s}, TensorKind::kSharedDown, l));
       RETURN_IF_ERROR(F32(p + "mlp.shared_expert_gate.weight", b + "ffn_gate_inp_shexp", {1, c.hidden_size}));
     }
     for (int64_t e = 0; e < c.n_experts; ++e) {
@@ -140,31 +133,25 @@ class HfConverter {
       ASSIGN_OR_RETURN(auto gate, Load(names.Expert(l, e, names.gate), {f, h}));
       ASSIGN_OR_RETURN(auto up, Load(names.Expert(l, e, names.up), {f, h}));
       ASSIGN_OR_RETURN(auto down, Load(names.Expert(l, e, names.down), {h, f}));
-      ASSIGN_OR_RETURN(quant::DType dt_h, MatrixDType(options_.quantize, h));
-      ASSIGN_OR_RETURN(quant::DType dt_f, MatrixDType(options_.quantize, f));
-      auto gb = Encode(gate, h, dt_h), ub = Encode(up, h, dt_h), db = Encode(down, f, dt_f);
+      const quant::DType dt_g = plan_.TypeFor({TensorKind::kExpertGate, l, h}, quant::DType::kF32);
+      const quant::DType dt_u = plan_.TypeFor({TensorKind::kExpertUp, l, h}, quant::DType::kF32);
+      const quant::DType dt_d = plan_.TypeFor({TensorKind::kExpertDown, l, f}, quant::DType::kF32);
+      auto gb = EncodeRows(gate.data(), f, h, dt_g), ub = EncodeRows(up.data(), f, h, dt_u);
+      auto db = EncodeRows(down.data(), h, f, dt_d);
       RETURN_IF_ERROR(writer_.AddExpert(l, e,
-                                        {{"gate", dt_h, {f, h}, gb}, {"up", dt_h, {f, h}, ub}, {"down", dt_f, {h, f}, db}}));
+                                        {{"gate", dt_g, {f, h}, gb}, {"up", dt_u, {f, h}, ub}, {"down", dt_d, {h, f}, db}}));
     }
     return absl::OkStatus();
   }
 
   const SafetensorsCheckpoint& ckpt_;
   const ModelConfig& config_;
+  const QuantPlan& plan_;
   const ConvertOptions& options_;
   ContainerWriter& writer_;
 };
 
 }  // namespace
-
-absl::StatusOr<quant::DType> MatrixDType(const std::string& quantize, int64_t cols) {
-  ASSIGN_OR_RETURN(quant::DType dt, quant::ParseDType(quantize));
-  if (dt == quant::DType::kQ8_K) {
-    return absl::InvalidArgumentError("q8_k is an activation format, not a weight format");
-  }
-  if (cols % quant::Traits(dt).block_elems != 0) return quant::DType::kF16;
-  return dt;
-}
 
 absl::Status ConvertHuggingFace(const fs::path& input, const fs::path& output, const ConvertOptions& options) {
   ASSIGN_OR_RETURN(std::string config_text, ReadFileToString(input / "config.json"));
@@ -173,13 +160,16 @@ absl::Status ConvertHuggingFace(const fs::path& input, const fs::path& output, c
     return absl::InvalidArgumentError(absl::StrCat("'", (input / "config.json").string(), "' is not valid JSON"));
   }
   ASSIGN_OR_RETURN(ModelConfig config, ConfigFromHuggingFace(hf));
-  RETURN_IF_ERROR(MatrixDType(options.quantize, 256).status());
+  ASSIGN_OR_RETURN(QuantPlan plan, QuantPlan::Parse(options.quantize, config));
+  if (plan.keep()) {
+    return absl::InvalidArgumentError("--quantize keep applies to GGUF input; choose a format for safetensors");
+  }
   ASSIGN_OR_RETURN(auto ckpt, SafetensorsCheckpoint::Open(input));
   std::string name = options.name.empty() ? output.filename().string() : options.name;
   ASSIGN_OR_RETURN(auto writer, ContainerWriter::Create(output, name, config,
                                                         {.split_experts = options.split_experts,
                                                          .overwrite = options.overwrite}));
-  HfConverter converter(*ckpt, config, options, *writer);
+  HfConverter converter(*ckpt, config, plan, options, *writer);
   RETURN_IF_ERROR(converter.Run());
   nlohmann::json files = nlohmann::json::array();
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {

@@ -29,13 +29,26 @@ absl::StatusOr<uint64_t> GetU64(const json& j, const char* key, const std::strin
   return it->get<uint64_t>();
 }
 
+// An optional string member: `fallback` when absent, an error naming it when of another JSON
+// type (json::value() would throw).
+absl::StatusOr<std::string> GetString(const json& j, const char* key, const std::string& fallback,
+                                      const std::string& ctx) {
+  auto it = j.find(key);
+  if (it == j.end()) return fallback;
+  if (!it->is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": '", key, "' must be a string"));
+  }
+  return it->get<std::string>();
+}
+
 absl::StatusOr<TensorEntry> TensorFromJson(const json& j, bool with_checksum, const std::string& ctx_in) {
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx_in, ": not an object"));
   TensorEntry t;
-  t.name = j.value("name", std::string());
+  ASSIGN_OR_RETURN(t.name, GetString(j, "name", "", ctx_in));
   const std::string ctx = absl::StrCat(ctx_in, " tensor '", t.name, "'");
   if (t.name.empty()) return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": missing name"));
-  ASSIGN_OR_RETURN(t.dtype, quant::ParseDType(j.value("dtype", std::string())));
+  ASSIGN_OR_RETURN(std::string dtype, GetString(j, "dtype", "", ctx));
+  ASSIGN_OR_RETURN(t.dtype, quant::ParseDType(dtype));
   auto shape = j.find("shape");
   if (shape == j.end() || !shape->is_array() || shape->empty() || shape->size() > 4) {
     return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": shape must be a list of 1..4 dims"));
@@ -66,7 +79,8 @@ absl::StatusOr<TensorEntry> TensorFromJson(const json& j, bool with_checksum, co
     return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": offset overflows"));
   }
   if (with_checksum) {
-    if (!ParseChecksumHex(j.value("checksum", std::string()), &t.checksum)) {
+    ASSIGN_OR_RETURN(std::string checksum, GetString(j, "checksum", "", ctx));
+    if (!ParseChecksumHex(checksum, &t.checksum)) {
       return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": bad checksum"));
     }
   }
@@ -128,21 +142,26 @@ json ManifestToJson(const Manifest& m) {
 }
 
 absl::StatusOr<Manifest> ManifestFromJson(const json& j) {
-  if (!j.is_object() || j.value("format", std::string()) != "colibri-model") {
+  if (!j.is_object() || !j.contains("format") || j["format"] != "colibri-model") {
     return absl::InvalidArgumentError("manifest: not a colibri model manifest (format != colibri-model)");
   }
   Manifest m;
-  m.version = j.value("version", 0);
+  auto version = j.find("version");
+  if (version != j.end() && !version->is_number_integer()) {
+    return absl::InvalidArgumentError("manifest: 'version' must be an integer");
+  }
+  m.version = version == j.end() ? 0 : version->get<int>();
   if (m.version != kContainerVersion) {
     return absl::FailedPreconditionError(absl::StrCat("manifest: container version ", m.version,
                                                       " is not supported (this build reads version ",
                                                       kContainerVersion, ")"));
   }
-  m.name = j.value("name", std::string());
+  ASSIGN_OR_RETURN(m.name, GetString(j, "name", "", "top level"));
   if (!j.contains("config")) return absl::InvalidArgumentError("manifest: missing config");
   ASSIGN_OR_RETURN(m.config, ConfigFromJson(j["config"]));
   const json& dense = j.value("dense", json::object());
-  m.dense_file = dense.value("file", std::string("dense.bin"));
+  if (!dense.is_object()) return absl::InvalidArgumentError("manifest: 'dense' must be an object");
+  ASSIGN_OR_RETURN(m.dense_file, GetString(dense, "file", "dense.bin", "dense"));
   ASSIGN_OR_RETURN(m.dense_size, GetU64(dense, "size", "dense"));
   if (!dense.contains("tensors") || !dense["tensors"].is_array()) {
     return absl::InvalidArgumentError("manifest: dense.tensors must be a list");
@@ -176,7 +195,7 @@ absl::StatusOr<Manifest> ManifestFromJson(const json& j) {
     }
     b.layer = static_cast<int64_t>(layer);
     b.expert = static_cast<int64_t>(expert);
-    b.file = bj.value("file", std::string());
+    ASSIGN_OR_RETURN(b.file, GetString(bj, "file", "", ctx));
     if (b.file.empty() || b.file.find("..") != std::string::npos || b.file.front() == '/') {
       return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": bad file name '", b.file, "'"));
     }
@@ -188,7 +207,8 @@ absl::StatusOr<Manifest> ManifestFromJson(const json& j) {
         b.offset > std::numeric_limits<uint64_t>::max() - b.padded_size) {
       return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": misaligned or inconsistent offset/size"));
     }
-    if (!ParseChecksumHex(bj.value("checksum", std::string()), &b.checksum)) {
+    ASSIGN_OR_RETURN(std::string checksum, GetString(bj, "checksum", "", ctx));
+    if (!ParseChecksumHex(checksum, &b.checksum)) {
       return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": bad checksum"));
     }
     if (!bj.contains("parts") || !bj["parts"].is_array()) {

@@ -33,6 +33,18 @@ bool GetBoolOr(const json& j, const char* key, bool fallback) {
   return (it != j.end() && it->is_boolean()) ? it->get<bool>() : fallback;
 }
 
+// An optional string: `fallback` when absent, an error naming the key when of another JSON type
+// (json::value() would throw).
+absl::StatusOr<std::string> GetStringOr(const json& j, const char* key, const std::string& fallback,
+                                        const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end()) return fallback;
+  if (!it->is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": key '", key, "' must be a string"));
+  }
+  return it->get<std::string>();
+}
+
 std::vector<int64_t> GetIdList(const json& j, const char* key) {
   std::vector<int64_t> ids;
   auto it = j.find(key);
@@ -101,7 +113,7 @@ absl::Status ModelConfig::Validate() const {
 
 absl::StatusOr<ModelConfig> ConfigFromHuggingFace(const json& hf) {
   if (!hf.is_object()) return absl::InvalidArgumentError("config.json: not a JSON object");
-  std::string model_type = hf.value("model_type", std::string());
+  ASSIGN_OR_RETURN(std::string model_type, GetStringOr(hf, "model_type", "", "config.json"));
   ModelConfig c;
   const std::string where = absl::StrCat("config.json (model_type '", model_type, "')");
   if (model_type == "mixtral") {
@@ -208,7 +220,8 @@ absl::StatusOr<ModelConfig> ConfigFromJson(const json& j) {
   if (!j.is_object()) return absl::InvalidArgumentError("manifest config: not an object");
   const std::string where = "manifest config";
   ModelConfig c;
-  ASSIGN_OR_RETURN(c.architecture, ParseArchitecture(j.value("architecture", std::string())));
+  ASSIGN_OR_RETURN(std::string architecture, GetStringOr(j, "architecture", "", where));
+  ASSIGN_OR_RETURN(c.architecture, ParseArchitecture(architecture));
   ASSIGN_OR_RETURN(c.hidden_size, GetInt(j, "hidden_size", where));
   ASSIGN_OR_RETURN(c.n_layers, GetInt(j, "n_layers", where));
   ASSIGN_OR_RETURN(c.n_heads, GetInt(j, "n_heads", where));
@@ -222,12 +235,12 @@ absl::StatusOr<ModelConfig> ConfigFromJson(const json& j) {
   c.context_length = GetIntOr(j, "context_length", 4096);
   c.rms_norm_eps = GetDoubleOr(j, "rms_norm_eps", 1e-5);
   c.rope_theta = GetDoubleOr(j, "rope_theta", 1e4);
-  std::string rope = j.value("rope_style", std::string("half_split"));
+  ASSIGN_OR_RETURN(std::string rope, GetStringOr(j, "rope_style", "half_split", where));
   if (rope != "half_split" && rope != "interleaved") {
     return absl::InvalidArgumentError(absl::StrCat(where, ": unknown rope_style '", rope, "'"));
   }
   c.rope_style = rope == "half_split" ? RopeStyle::kHalfSplit : RopeStyle::kInterleaved;
-  std::string qk = j.value("qk_norm", std::string("none"));
+  ASSIGN_OR_RETURN(std::string qk, GetStringOr(j, "qk_norm", "none", where));
   if (qk == "none") c.qk_norm = QkNorm::kNone;
   else if (qk == "full") c.qk_norm = QkNorm::kFull;
   else if (qk == "per_head") c.qk_norm = QkNorm::kPerHead;

@@ -54,6 +54,8 @@ class ContainerWriter {
   absl::Status AddExpert(int64_t layer, int64_t expert, const std::vector<Part>& parts);
   // Copies an auxiliary file (tokenizer files) into the model directory.
   absl::Status CopyFile(const std::filesystem::path& src, const std::string& dest_name);
+  // Writes an auxiliary file (e.g. tokenizer.gguf) into the model directory.
+  absl::Status WriteAuxFile(const std::string& dest_name, std::span<const uint8_t> bytes);
   Manifest& manifest() { return manifest_; }
   // Checks completeness, writes manifest.json, fsyncs, renames into place.
   absl::Status Finish();

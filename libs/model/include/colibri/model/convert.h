@@ -7,13 +7,18 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "colibri/quant/dtype.h"
 
 namespace colibri::model {
 
+class GgufFile;
+struct ModelConfig;
+
 struct ConvertOptions {
-  // Output format of the weight matrices: "f32", "f16", "bf16", "q8_0" (plus the GGML k-quant
-  // types the quant library provides). Norms, biases and routers stay F32.
+  // Storage format (see quant_plan.h): f32, f16, bf16, q8_0, q6_k, q5_k, q4_k, q3_k, q2_k,
+  // the mixed presets q5_k_m, q4_k_m, q3_k_m, or keep (GGUF: blocks copied unchanged).
+  // Norms, biases and routers stay F32.
   std::string quantize = "f16";
   std::string name;              // model name in the manifest; default: output directory name
   bool split_experts = false;
@@ -27,8 +32,11 @@ struct ConvertOptions {
 absl::Status ConvertHuggingFace(const std::filesystem::path& input, const std::filesystem::path& output,
                                 const ConvertOptions& options);
 
-// The dtype a weight matrix of `cols` columns is stored as under `quantize`: the requested type
-// when the row length is a multiple of its block size, otherwise F16 (as llama.cpp falls back).
-absl::StatusOr<quant::DType> MatrixDType(const std::string& quantize, int64_t cols);
+// GGUF file (v2/v3) of architecture llama (with experts: Mixtral), qwen2moe, olmoe or qwen3moe
+// -> colibri model directory: stacked expert tensors split into one block per expert, blocks
+// kept as they are (`keep`) or re-quantized; tokenizer.* metadata copied into tokenizer.gguf.
+absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& file);
+absl::Status ConvertGguf(const std::filesystem::path& input, const std::filesystem::path& output,
+                         const ConvertOptions& options);
 
 }  // namespace colibri::model

@@ -1,0 +1,30 @@
+#include "convert_util.h"
+
+#include "colibri/quant/quantize.h"
+
+namespace colibri::model {
+
+std::vector<uint8_t> EncodeRows(const float* values, int64_t rows, int64_t cols, quant::DType dst) {
+  const size_t row_bytes = quant::RowBytes(dst, cols);
+  std::vector<uint8_t> out(row_bytes * static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    quant::QuantizeRow(dst, values + r * cols, out.data() + static_cast<size_t>(r) * row_bytes, cols);
+  }
+  return out;
+}
+
+std::vector<uint8_t> ConvertRows(quant::DType src, std::span<const uint8_t> bytes, int64_t cols, quant::DType dst) {
+  if (src == dst) return std::vector<uint8_t>(bytes.begin(), bytes.end());
+  const size_t src_row = quant::RowBytes(src, cols);
+  const int64_t rows = static_cast<int64_t>(bytes.size() / src_row);
+  const size_t dst_row = quant::RowBytes(dst, cols);
+  std::vector<uint8_t> out(dst_row * static_cast<size_t>(rows));
+  std::vector<float> tmp(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    quant::DequantizeRow(src, bytes.data() + static_cast<size_t>(r) * src_row, tmp.data(), cols);
+    quant::QuantizeRow(dst, tmp.data(), out.data() + static_cast<size_t>(r) * dst_row, cols);
+  }
+  return out;
+}
+
+}  // namespace colibri::model

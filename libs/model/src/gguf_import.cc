@@ -1,0 +1,286 @@
+// GGUF (llama.cpp) file -> colibri container.
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "colibri/core/status.h"
+#include "colibri/model/container.h"
+#include "colibri/model/convert.h"
+#include "colibri/model/gguf_reader.h"
+#include "colibri/model/gguf_writer.h"
+#include "colibri/model/quant_plan.h"
+#include "convert_util.h"
+
+namespace colibri::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Key(std::string_view arch, const char* suffix) { return absl::StrCat(std::string(arch), ".", suffix); }
+
+// Copies a metadata value for the tokenizer file.
+absl::StatusOr<GgufWriteValue> CopyValue(const GgufValue& v, std::string_view key) {
+  switch (v.type()) {
+    case GgufType::kString:
+      return GgufWriteValue::String(std::string(*v.AsString()));
+    case GgufType::kBool:
+      return GgufWriteValue::Bool(*v.AsBool());
+    case GgufType::kFloat32:
+      return GgufWriteValue::Float32(static_cast<float>(*v.AsDouble()));
+    case GgufType::kFloat64:
+      return GgufWriteValue::Float64(*v.AsDouble());
+    case GgufType::kArray: {
+      std::vector<GgufWriteValue> elems;
+      elems.reserve(v.size());
+      if (v.element_type() == GgufType::kString) {
+        for (auto s : v.strings()) elems.push_back(GgufWriteValue::String(std::string(s)));
+      } else if (v.element_type() == GgufType::kArray) {
+        return absl::FailedPreconditionError(absl::StrCat("gguf: nested arrays in '", std::string(key),
+                                                          "' are not supported"));
+      } else {
+        for (uint64_t i = 0; i < v.size(); ++i) {
+          switch (v.element_type()) {
+            case GgufType::kFloat32: elems.push_back(GgufWriteValue::Float32(static_cast<float>(*v.FloatElement(i)))); break;
+            case GgufType::kFloat64: elems.push_back(GgufWriteValue::Float64(*v.FloatElement(i))); break;
+            case GgufType::kInt32: elems.push_back(GgufWriteValue::Int32(static_cast<int32_t>(*v.IntElement(i)))); break;
+            case GgufType::kUint32: elems.push_back(GgufWriteValue::Uint32(static_cast<uint32_t>(*v.IntElement(i)))); break;
+            case GgufType::kInt64: elems.push_back(GgufWriteValue::Int64(*v.IntElement(i))); break;
+            case GgufType::kUint64: elems.push_back(GgufWriteValue::Uint64(static_cast<uint64_t>(*v.IntElement(i)))); break;
+            case GgufType::kInt8: elems.push_back(GgufWriteValue::Int8(static_cast<int8_t>(*v.IntElement(i)))); break;
+            case GgufType::kUint8: elems.push_back(GgufWriteValue::Uint8(static_cast<uint8_t>(*v.IntElement(i)))); break;
+            case GgufType::kInt16: elems.push_back(GgufWriteValue::Int16(static_cast<int16_t>(*v.IntElement(i)))); break;
+            case GgufType::kUint16: elems.push_back(GgufWriteValue::Uint16(static_cast<uint16_t>(*v.IntElement(i)))); break;
+            case GgufType::kBool: elems.push_back(GgufWriteValue::Bool(*v.IntElement(i) != 0)); break;
+            default:
+              return absl::FailedPreconditionError(absl::StrCat("gguf: '", std::string(key), "': unsupported element type"));
+          }
+        }
+      }
+      return GgufWriteValue::Array(v.element_type(), std::move(elems));
+    }
+    default:
+      break;
+  }
+  if (v.IsInteger()) {
+    switch (v.type()) {
+      case GgufType::kUint8: return GgufWriteValue::Uint8(static_cast<uint8_t>(*v.AsUint64()));
+      case GgufType::kInt8: return GgufWriteValue::Int8(static_cast<int8_t>(*v.AsInt64()));
+      case GgufType::kUint16: return GgufWriteValue::Uint16(static_cast<uint16_t>(*v.AsUint64()));
+      case GgufType::kInt16: return GgufWriteValue::Int16(static_cast<int16_t>(*v.AsInt64()));
+      case GgufType::kUint32: return GgufWriteValue::Uint32(static_cast<uint32_t>(*v.AsUint64()));
+      case GgufType::kInt32: return GgufWriteValue::Int32(static_cast<int32_t>(*v.AsInt64()));
+      case GgufType::kUint64: return GgufWriteValue::Uint64(*v.AsUint64());
+      default: return GgufWriteValue::Int64(*v.AsInt64());
+    }
+  }
+  return absl::FailedPreconditionError(absl::StrCat("gguf: '", std::string(key), "': unsupported value type"));
+}
+
+class GgufConverter {
+ public:
+  GgufConverter(const GgufFile& f, const ModelConfig& c, const QuantPlan& plan, const ConvertOptions& options,
+                ContainerWriter& w)
+      : f_(f), c_(c), plan_(plan), options_(options), w_(w) {}
+
+  absl::Status Run() {
+    const int64_t total = 1 + c_.n_layers;
+    RETURN_IF_ERROR(Matrix("token_embd.weight", "token_embd", c_.vocab_size, c_.hidden_size, TensorKind::kEmbedding));
+    RETURN_IF_ERROR(Vector("output_norm.weight", "output_norm", c_.hidden_size));
+    const char* output = f_.FindTensor("output.weight") ? "output.weight" : "token_embd.weight";
+    RETURN_IF_ERROR(Matrix(output, "output", c_.vocab_size, c_.hidden_size, TensorKind::kOutput));
+    if (options_.progress) options_.progress(1, total, "embeddings");
+    for (int64_t l = 0; l < c_.n_layers; ++l) {
+      RETURN_IF_ERROR(Layer(l));
+      if (options_.progress) options_.progress(2 + l, total, absl::StrCat("layer ", l));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::StatusOr<const GgufTensorInfo*> Get(const std::string& name, std::vector<int64_t> dims) {
+    const GgufTensorInfo* t = f_.FindTensor(name);
+    if (t == nullptr) return absl::NotFoundError(absl::StrCat("gguf: tensor '", name, "' is missing"));
+    if (t->dims != dims) {
+      return absl::FailedPreconditionError(absl::StrCat("gguf: tensor '", name, "' has dims {", absl::StrJoin(t->dims, ","),
+                                                        "}, the metadata implies {", absl::StrJoin(dims, ","), "}"));
+    }
+    return t;
+  }
+
+  // A 2-D matrix [rows, cols] stored in GGUF as {cols, rows}.
+  absl::Status Matrix(const std::string& gguf_name, const std::string& name, int64_t rows, int64_t cols,
+                      TensorKind kind, int64_t layer = -1) {
+    ASSIGN_OR_RETURN(const GgufTensorInfo* t, Get(gguf_name, {cols, rows}));
+    const quant::DType dt = plan_.TypeFor({kind, layer, cols}, t->type);
+    auto bytes = ConvertRows(t->type, f_.TensorData(*t), cols, dt);
+    return w_.AddDense(name, dt, {rows, cols}, bytes);
+  }
+
+  absl::Status Vector(const std::string& gguf_name, const std::string& name, int64_t n, bool as_row = false) {
+    ASSIGN_OR_RETURN(const GgufTensorInfo* t, Get(gguf_name, {n}));
+    auto bytes = ConvertRows(t->type, f_.TensorData(*t), n, quant::DType::kF32);
+    return w_.AddDense(name, quant::DType::kF32, as_row ? std::vector<int64_t>{1, n} : std::vector<int64_t>{n}, bytes);
+  }
+
+  absl::Status Layer(int64_t l) {
+    const std::string g = absl::StrCat("blk.", l, ".");
+    const int64_t H = c_.hidden_size, qd = c_.n_heads * c_.head_dim, kvd = c_.n_kv_heads * c_.head_dim;
+    RETURN_IF_ERROR(Vector(g + "attn_norm.weight", g + "attn_norm", H));
+    RETURN_IF_ERROR(Matrix(g + "attn_q.weight", g + "attn_q", qd, H, TensorKind::kAttnQ, l));
+    RETURN_IF_ERROR(Matrix(g + "attn_k.weight", g + "attn_k", kvd, H, TensorKind::kAttnK, l));
+    RETURN_IF_ERROR(Matrix(g + "attn_v.weight", g + "attn_v", kvd, H, TensorKind::kAttnV, l));
+    RETURN_IF_ERROR(Matrix(g + "attn_output.weight", g + "attn_output", H, qd, TensorKind::kAttnOutput, l));
+    if (c_.qkv_bias) {
+      RETURN_IF_ERROR(Vector(g + "attn_q.bias", g + "attn_q_bias", qd));
+      RETURN_IF_ERROR(Vector(g + "attn_k.bias", g + "attn_k_bias", kvd));
+      RETURN_IF_ERROR(Vector(g + "attn_v.bias", g + "attn_v_bias", kvd));
+    }
+    if (c_.qk_norm != QkNorm::kNone) {
+      const bool per_head = c_.qk_norm == QkNorm::kPerHead;
+      RETURN_IF_ERROR(Vector(g + "attn_q_norm.weight", g + "attn_q_norm", per_head ? c_.head_dim : qd));
+      RETURN_IF_ERROR(Vector(g + "attn_k_norm.weight", g + "attn_k_norm", per_head ? c_.head_dim : kvd));
+    }
+    RETURN_IF_ERROR(Vector(g + "ffn_norm.weight", g + "ffn_norm", H));
+    {
+      ASSIGN_OR_RETURN(const GgufTensorInfo* t, Get(g + "ffn_gate_inp.weight", {H, c_.n_experts}));
+      auto bytes = ConvertRows(t->type, f_.TensorData(*t), H, quant::DType::kF32);
+      RETURN_IF_ERROR(w_.AddDense(g + "ffn_gate_inp", quant::DType::kF32, {c_.n_experts, H}, bytes));
+    }
+    if (c_.shared_expert_ffn > 0) {
+      const int64_t S = c_.shared_expert_ffn;
+      RETURN_IF_ERROR(Matrix(g + "ffn_gate_shexp.weight", g + "ffn_gate_shexp", S, H, TensorKind::kSharedGate, l));
+      RETURN_IF_ERROR(Matrix(g + "ffn_up_shexp.weight", g + "ffn_up_shexp", S, H, TensorKind::kSharedUp, l));
+      RETURN_IF_ERROR(Matrix(g + "ffn_down_shexp.weight", g + "ffn_down_shexp", H, S, TensorKind::kSharedDown, l));
+      RETURN_IF_ERROR(Vector(g + "ffn_gate_inp_shexp.weight", g + "ffn_gate_inp_shexp", H, /*as_row=*/true));
+    }
+    // Stacked experts: {in, out, n_expert}; expert e is the e-th slab of `out` rows.
+    const int64_t F = c_.expert_ffn, E = c_.n_experts;
+    ASSIGN_OR_RETURN(const GgufTensorInfo* gate, Get(g + "ffn_gate_exps.weight", {H, F, E}));
+    ASSIGN_OR_RETURN(const GgufTensorInfo* up, Get(g + "ffn_up_exps.weight", {H, F, E}));
+    ASSIGN_OR_RETURN(const GgufTensorInfo* down, Get(g + "ffn_down_exps.weight", {F, H, E}));
+    auto slab = [&](const GgufTensorInfo* t, int64_t e) {
+      const size_t bytes = t->size_bytes / static_cast<size_t>(E);
+      return f_.TensorData(*t).subspan(static_cast<size_t>(e) * bytes, bytes);
+    };
+    const quant::DType dg = plan_.TypeFor({TensorKind::kExpertGate, l, H}, gate->type);
+    const quant::DType du = plan_.TypeFor({TensorKind::kExpertUp, l, H}, up->type);
+    const quant::DType dd = plan_.TypeFor({TensorKind::kExpertDown, l, F}, down->type);
+    for (int64_t e = 0; e < E; ++e) {
+      auto gb = ConvertRows(gate->type, slab(gate, e), H, dg);
+      auto ub = ConvertRows(up->type, slab(up, e), H, du);
+      auto db = ConvertRows(down->type, slab(down, e), F, dd);
+      RETURN_IF_ERROR(w_.AddExpert(l, e, {{"gate", dg, {F, H}, gb}, {"up", du, {F, H}, ub}, {"down", dd, {H, F}, db}}));
+    }
+    return absl::OkStatus();
+  }
+
+  const GgufFile& f_;
+  const ModelConfig& c_;
+  const QuantPlan& plan_;
+  const ConvertOptions& options_;
+  ContainerWriter& w_;
+};
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
+  const std::string arch(f.architecture());
+  ModelConfig c;
+  auto u = [&](const char* suffix) { return f.GetI64(Key(arch, suffix)); };
+  if (arch == "llama") {
+    auto n = f.GetI64(Key(arch, "expert_count"));
+    if (!n.ok() || *n <= 1) {
+      return absl::InvalidArgumentError("gguf: architecture 'llama' without experts is a dense model; colibri runs "
+                                        "MoE models (llama with experts = Mixtral, qwen2moe, olmoe, qwen3moe)");
+    }
+    c.architecture = Architecture::kMixtral;
+    c.rope_style = RopeStyle::kInterleaved;  // GGUF converters permute q/k rows for the llama family
+    c.norm_topk_prob = true;
+  } else if (arch == "qwen2moe") {
+    c.architecture = Architecture::kQwen2Moe;
+    c.qkv_bias = true;
+    c.norm_topk_prob = false;
+    ASSIGN_OR_RETURN(c.shared_expert_ffn, u("expert_shared_feed_forward_length"));
+  } else if (arch == "olmoe") {
+    c.architecture = Architecture::kOlmoe;
+    c.qk_norm = QkNorm::kFull;
+    c.norm_topk_prob = false;
+  } else if (arch == "qwen3moe") {
+    c.architecture = Architecture::kQwen3Moe;
+    c.qk_norm = QkNorm::kPerHead;
+    c.norm_topk_prob = true;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("gguf: unsupported architecture '", arch,
+                                                   "' (supported: llama with experts, qwen2moe, olmoe, qwen3moe)"));
+  }
+  ASSIGN_OR_RETURN(c.hidden_size, u("embedding_length"));
+  ASSIGN_OR_RETURN(c.n_layers, u("block_count"));
+  ASSIGN_OR_RETURN(c.n_heads, u("attention.head_count"));
+  c.n_kv_heads = u("attention.head_count_kv").value_or(c.n_heads);
+  c.head_dim = u("attention.key_length").value_or(u("rope.dimension_count").value_or(c.hidden_size / c.n_heads));
+  ASSIGN_OR_RETURN(c.n_experts, u("expert_count"));
+  ASSIGN_OR_RETURN(c.top_k, u("expert_used_count"));
+  auto ffn = u("expert_feed_forward_length");
+  if (ffn.ok()) {
+    c.expert_ffn = *ffn;
+  } else if (const GgufTensorInfo* t = f.FindTensor("blk.0.ffn_gate_exps.weight"); t && t->dims.size() == 3) {
+    c.expert_ffn = t->dims[1];
+  } else {
+    ASSIGN_OR_RETURN(c.expert_ffn, u("feed_forward_length"));
+  }
+  const GgufTensorInfo* embd = f.FindTensor("token_embd.weight");
+  if (embd == nullptr || embd->dims.size() != 2) return absl::NotFoundError("gguf: tensor 'token_embd.weight' is missing");
+  c.vocab_size = embd->dims[1];
+  c.context_length = u("context_length").value_or(4096);
+  c.rms_norm_eps = f.GetF64(Key(arch, "attention.layer_norm_rms_epsilon")).value_or(1e-5);
+  c.rope_theta = f.GetF64(Key(arch, "rope.freq_base")).value_or(1e4);
+  if (f.Find(Key(arch, "rope.scaling.type")) != nullptr) {
+    auto type = f.GetString(Key(arch, "rope.scaling.type"));
+    if (!type.ok() || *type != "none") {
+      return absl::InvalidArgumentError("gguf: rope scaling is not supported");
+    }
+  }
+  c.bos_token_id = f.GetI64("tokenizer.ggml.bos_token_id").value_or(-1);
+  if (auto eos = f.GetI64("tokenizer.ggml.eos_token_id"); eos.ok()) c.eos_token_ids.push_back(*eos);
+  c.tie_word_embeddings = f.FindTensor("output.weight") == nullptr;
+  RETURN_IF_ERROR(c.Validate());
+  return c;
+}
+
+absl::Status ConvertGguf(const fs::path& input, const fs::path& output, const ConvertOptions& options) {
+  ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(input));
+  auto config = ConfigFromGguf(f);
+  if (!config.ok()) return Annotate(config.status(), input.string());
+  ASSIGN_OR_RETURN(QuantPlan plan, QuantPlan::Parse(options.quantize, *config));
+  std::string name = options.name.empty() ? output.filename().string() : options.name;
+  ASSIGN_OR_RETURN(auto writer, ContainerWriter::Create(output, name, *config,
+                                                        {.split_experts = options.split_experts,
+                                                         .overwrite = options.overwrite}));
+  GgufConverter converter(f, *config, plan, options, *writer);
+  RETURN_IF_ERROR(converter.Run());
+  // The tokenizer travels as a small GGUF holding only the tokenizer.* metadata.
+  GgufWriter tok;
+  int copied = 0;
+  for (const auto& kv : f.metadata()) {
+    if (kv.key.rfind("tokenizer.", 0) != 0) continue;
+    ASSIGN_OR_RETURN(GgufWriteValue v, CopyValue(kv.value, kv.key));
+    RETURN_IF_ERROR(tok.Add(std::string(kv.key), std::move(v)));
+    copied++;
+  }
+  nlohmann::json files = nlohmann::json::array();
+  if (copied > 0) {
+    RETURN_IF_ERROR(tok.AddString("general.architecture", std::string(f.architecture())));
+    ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, tok.Serialize());
+    RETURN_IF_ERROR(writer->WriteAuxFile("tokenizer.gguf", bytes));
+    files.push_back("tokenizer.gguf");
+  }
+  writer->manifest().tokenizer = {{"files", files},
+                                  {"model", std::string(f.GetString("tokenizer.ggml.model").value_or(""))}};
+  writer->manifest().source = {{"format", "gguf"},
+                               {"path", fs::absolute(input).string()},
+                               {"gguf_version", f.version()},
+                               {"quantize", options.quantize}};
+  return writer->Finish();
+}
+
+}  // namespace colibri::model
