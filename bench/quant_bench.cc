@@ -4,7 +4,8 @@
 // as when experts stream from NVMe through RAM:
 //   Dequantize: every row expanded into one reused 16 KiB float buffer.
 //   VecDot:     every row dotted with one activation row (already in the vec_dot type).
-//   Quantize:   reference quantizer speed (the converter's cost), on a 1M-element slice.
+//   Quantize:   reference quantizer speed (the converter's cost) in M elements/s, on a
+//               1M-element slice.
 // Each runs with the kernels DequantizeRow / VecDot pick (avx2 where the CPU has it) and with
 // the scalar reference forced. Single thread. After the usual Google Benchmark output a
 // markdown table summarizes it; `--benchmark_filter=` works as usual.
@@ -154,18 +155,19 @@ class TableReporter : public benchmark::ConsoleReporter {
     for (const Run& run : runs) {
       if (run.run_type != Run::RT_Iteration || run.error_occurred) continue;
       auto it = run.counters.find("bytes_per_second");
-      if (it == run.counters.end()) continue;
-      rates_[run.benchmark_name()] = it->second.value / 1e9;
+      if (it != run.counters.end()) rates_[run.benchmark_name()] = it->second.value / 1e9;
+      it = run.counters.find("items_per_second");
+      if (it != run.counters.end()) items_[run.benchmark_name()] = it->second.value / 1e6;
     }
   }
 
   void PrintTable() const {
-    auto rate = [&](const std::string& name) -> std::string {
-      auto it = rates_.find(name);
-      if (it == rates_.end()) return "-";
+    auto rate = [&](const std::string& name, const std::map<std::string, double>& from) {
+      auto it = from.find(name);
+      if (it == from.end()) return std::string("-");
       char buf[32];
       std::snprintf(buf, sizeof(buf), "%.2f", it->second);
-      return buf;
+      return std::string(buf);
     };
     auto ratio = [&](const std::string& name, double base) -> std::string {
       auto it = rates_.find(name);
@@ -178,25 +180,27 @@ class TableReporter : public benchmark::ConsoleReporter {
     const double memcpy_rate = memcpy_it == rates_.end() ? 0 : memcpy_it->second;
     std::printf("\nWeight bytes per second (GB/s), single thread, %s kernels vs scalar reference;"
                 " memcpy of 64 MiB: %s GB/s\n\n",
-                std::string(ActiveIsa()).c_str(), rate("BM_Memcpy").c_str());
+                std::string(ActiveIsa()).c_str(), rate("BM_Memcpy", rates_).c_str());
     std::printf("| type | bits/weight | dequantize simd | dequantize scalar | vec_dot simd | "
-                "vec_dot scalar | vec_dot simd / memcpy | quantize (ref) |\n");
+                "vec_dot scalar | vec_dot simd / memcpy | quantize (ref), Melem/s |\n");
     std::printf("|---|---|---|---|---|---|---|---|\n");
     for (DType t : kTypes) {
       const std::string id = std::to_string(static_cast<uint32_t>(t));
       const double bits = 8.0 * Traits(t).block_bytes / Traits(t).block_elems;
       std::printf("| %s | %.4g | %s | %s | %s | %s | %s | %s |\n",
                   std::string(DTypeName(t)).c_str(), bits,
-                  rate("BM_Dequantize/" + id + "/0").c_str(),
-                  rate("BM_Dequantize/" + id + "/1").c_str(), rate("BM_VecDot/" + id + "/0").c_str(),
-                  rate("BM_VecDot/" + id + "/1").c_str(),
+                  rate("BM_Dequantize/" + id + "/0", rates_).c_str(),
+                  rate("BM_Dequantize/" + id + "/1", rates_).c_str(),
+                  rate("BM_VecDot/" + id + "/0", rates_).c_str(),
+                  rate("BM_VecDot/" + id + "/1", rates_).c_str(),
                   ratio("BM_VecDot/" + id + "/0", memcpy_rate).c_str(),
-                  rate("BM_Quantize/" + id).c_str());
+                  rate("BM_Quantize/" + id, items_).c_str());
     }
   }
 
  private:
-  std::map<std::string, double> rates_;
+  std::map<std::string, double> rates_;  // GB/s
+  std::map<std::string, double> items_;  // M items/s
 };
 
 }  // namespace

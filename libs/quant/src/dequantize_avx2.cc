@@ -84,22 +84,41 @@ void DequantizeQ8_0Avx2(const void* src, float* y, int64_t n) {
   }
 }
 
-inline void UnpackScaleMinK4(const uint8_t* q, int* sc, int* m) {
-  for (int j = 0; j < 8; ++j) {
-    if (j < 4) {
-      sc[j] = q[j] & 63;
-      m[j] = q[j + 4] & 63;
-    } else {
-      sc[j] = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-      m[j] = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-  }
+// The 8 six-bit scales and mins of a Q4_K/Q5_K block (blocks.h) via 32-bit words.
+inline void UnpackScaleMinK4(const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  uint32_t a, b, c;
+  memcpy(&a, q, 4);
+  memcpy(&b, q + 4, 4);
+  memcpy(&c, q + 8, 4);
+  const uint32_t sc_lo = a & 0x3f3f3f3fu;
+  const uint32_t m_lo = b & 0x3f3f3f3fu;
+  const uint32_t sc_hi = (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u);
+  const uint32_t m_hi = ((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u);
+  memcpy(sc, &sc_lo, 4);
+  memcpy(sc + 4, &sc_hi, 4);
+  memcpy(m, &m_lo, 4);
+  memcpy(m + 4, &m_hi, 4);
+}
+
+// The 16 six-bit Q3_K scales minus 32 (blocks.h) via 32-bit words.
+inline void UnpackQ3Scales(const uint8_t* q, int* out) {
+  uint32_t a, b, t;
+  memcpy(&a, q, 4);
+  memcpy(&b, q + 4, 4);
+  memcpy(&t, q + 8, 4);
+  const uint32_t w[4] = {(a & 0x0f0f0f0fu) | ((t & 0x03030303u) << 4),
+                         (b & 0x0f0f0f0fu) | (((t >> 2) & 0x03030303u) << 4),
+                         ((a >> 4) & 0x0f0f0f0fu) | (((t >> 4) & 0x03030303u) << 4),
+                         ((b >> 4) & 0x0f0f0f0fu) | (((t >> 6) & 0x03030303u) << 4)};
+  uint8_t bytes[16];
+  memcpy(bytes, w, 16);
+  for (int g = 0; g < 16; ++g) out[g] = bytes[g] - 32;
 }
 
 void DequantizeQ4_KAvx2(const void* src, float* y, int64_t n) {
   const auto* x = static_cast<const BlockQ4_K*>(src);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
-  int sc[8], m[8];
+  uint8_t sc[8], m[8];
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const float d = HalfToFloat(x[i].d);
     const float dmin = HalfToFloat(x[i].dmin);
@@ -118,7 +137,7 @@ void DequantizeQ5_KAvx2(const void* src, float* y, int64_t n) {
   const auto* x = static_cast<const BlockQ5_K*>(src);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   const __m256i sixteen = _mm256_set1_epi8(16);
-  int sc[8], m[8];
+  uint8_t sc[8], m[8];
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const float d = HalfToFloat(x[i].d);
     const float dmin = HalfToFloat(x[i].dmin);
@@ -175,11 +194,7 @@ void DequantizeQ3_KAvx2(const void* src, float* y, int64_t n) {
   int scales[16];
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const float d_all = HalfToFloat(x[i].d);
-    for (int g = 0; g < 16; ++g) {
-      const int low = g < 8 ? x[i].scales[g] & 0xF : x[i].scales[g - 8] >> 4;
-      const int high = (x[i].scales[8 + g % 4] >> (2 * (g / 4))) & 3;
-      scales[g] = (low | (high << 4)) - 32;
-    }
+    UnpackQ3Scales(x[i].scales, scales);
     const __m256i hm = Load32(x[i].hmask);
     for (int h = 0; h < 2; ++h) {
       const __m256i q = Load32(x[i].qs + 32 * h);

@@ -11,6 +11,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 
 #include <immintrin.h>
+#include <string.h>
 
 #include "colibri/quant/blocks.h"
 
@@ -41,11 +42,24 @@ inline __m256i DotScaled(__m256i u, __m256i s, __m256i scale) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale);
 }
 
-// Int16 scale vector: the low 128 bits (the products of bytes 0..15) get a, the high get b.
-inline __m256i TwoScales(int a, int b) {
-  return _mm256_inserti128_si256(
-      _mm256_castsi128_si256(_mm_set1_epi16(static_cast<short>(a))),
-      _mm_set1_epi16(static_cast<short>(b)), 1);
+// Int16 scale vectors for DotScaled over a run of 32 quants that spans two groups of 16: the
+// low 128 bits (products of bytes 0..15) need scale[2k], the high ones scale[2k+1]. From a
+// vector holding the same 8 scales in both lanes, one in-lane byte shuffle with k[k] makes it.
+struct PairShuffles {
+  __m256i k[4];
+  PairShuffles() {
+    for (int i = 0; i < 4; ++i) {
+      const short lo = static_cast<short>(((4 * i + 1) << 8) | (4 * i));
+      const short hi = static_cast<short>(((4 * i + 3) << 8) | (4 * i + 2));
+      k[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(lo)),
+                                     _mm_set1_epi16(hi), 1);
+    }
+  }
+};
+
+// Lane `half` (0 or 1) of 16 int16 scales copied to both lanes.
+inline __m256i DuplicateLane(__m256i v, int half) {
+  return half == 0 ? _mm256_permute2x128_si256(v, v, 0x00) : _mm256_permute2x128_si256(v, v, 0x11);
 }
 
 // 0x00 / 0xff per byte: whether `bit` is set in each byte of v.
@@ -161,27 +175,38 @@ float DotQ8_KAvx2(const void* w, const void* a, int64_t n) {
   return sum;
 }
 
-inline void UnpackScaleMinK4(const uint8_t* q, int* sc, int* m) {
-  for (int j = 0; j < 8; ++j) {
-    if (j < 4) {
-      sc[j] = q[j] & 63;
-      m[j] = q[j + 4] & 63;
-    } else {
-      sc[j] = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-      m[j] = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-  }
+// The 8 six-bit scales and 8 mins of a Q4_K/Q5_K block (blocks.h), as bytes, using 32-bit
+// words: bytes 0-3 hold scales 0-3 (low 6 bits) and the top bits of scales 4-7, bytes 4-7 the
+// same for the mins, bytes 8-11 the low nibbles of scales/mins 4-7.
+inline void UnpackScaleMinK4(const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  uint32_t a, b, c;
+  memcpy(&a, q, 4);
+  memcpy(&b, q + 4, 4);
+  memcpy(&c, q + 8, 4);
+  const uint32_t sc_lo = a & 0x3f3f3f3fu;
+  const uint32_t m_lo = b & 0x3f3f3f3fu;
+  const uint32_t sc_hi = (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u);
+  const uint32_t m_hi = ((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u);
+  memcpy(sc, &sc_lo, 4);
+  memcpy(sc + 4, &sc_hi, 4);
+  memcpy(m, &m_lo, 4);
+  memcpy(m + 4, &m_hi, 4);
 }
 
-// The 8 group mins, each repeated for its two bsums, as 16 int16.
-inline __m256i MinsPerBsum(const int* m) {
-  return _mm256_setr_epi16(
-      static_cast<short>(m[0]), static_cast<short>(m[0]), static_cast<short>(m[1]),
-      static_cast<short>(m[1]), static_cast<short>(m[2]), static_cast<short>(m[2]),
-      static_cast<short>(m[3]), static_cast<short>(m[3]), static_cast<short>(m[4]),
-      static_cast<short>(m[4]), static_cast<short>(m[5]), static_cast<short>(m[5]),
-      static_cast<short>(m[6]), static_cast<short>(m[6]), static_cast<short>(m[7]),
-      static_cast<short>(m[7]));
+inline int HorizontalSum(__m128i v) {
+  v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4e));
+  v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0xb1));
+  return _mm_cvtsi128_si32(v);
+}
+
+// Sum over the 8 groups of 32 of mins[g] * (bsums[2g] + bsums[2g+1]).
+inline int MinsDotBsums(const uint8_t* mins, const int16_t* bsums) {
+  // Pair sums of bsums fit in int16 (32 * 127).
+  const __m256i pairs = _mm256_madd_epi16(Load32(bsums), _mm256_set1_epi16(1));
+  const __m128i pairs16 =
+      _mm_packs_epi32(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
+  const __m128i mins16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mins)));
+  return HorizontalSum(_mm_madd_epi16(pairs16, mins16));
 }
 
 float DotQ4_KAvx2(const void* w, const void* a, int64_t n) {
@@ -189,10 +214,10 @@ float DotQ4_KAvx2(const void* w, const void* a, int64_t n) {
   const auto* y = static_cast<const BlockQ8_K*>(a);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   float sum = 0;
-  int sc[8], m[8];
+  uint8_t sc[8], m[8];
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     UnpackScaleMinK4(x[i].scales, sc, m);
-    const int imin = WeightedBsums(y[i].bsums, MinsPerBsum(m));
+    const int imin = MinsDotBsums(m, y[i].bsums);
     __m256i acc = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
       const __m256i q = Load32(x[i].qs + 32 * c);
@@ -217,10 +242,10 @@ float DotQ5_KAvx2(const void* w, const void* a, int64_t n) {
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   const __m256i sixteen = _mm256_set1_epi8(16);
   float sum = 0;
-  int sc[8], m[8];
+  uint8_t sc[8], m[8];
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     UnpackScaleMinK4(x[i].scales, sc, m);
-    const int imin = WeightedBsums(y[i].bsums, MinsPerBsum(m));
+    const int imin = MinsDotBsums(m, y[i].bsums);
     const __m256i qh = Load32(x[i].qh);
     __m256i acc = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
@@ -247,6 +272,7 @@ float DotQ6_KAvx2(const void* w, const void* a, int64_t n) {
   const auto* y = static_cast<const BlockQ8_K*>(a);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   const __m256i bits45 = _mm256_set1_epi8(0x30);
+  const PairShuffles shuffles;
   float sum = 0;
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     // Quants are stored biased by +32: sum scale * (q - 32) * a as
@@ -269,10 +295,10 @@ float DotQ6_KAvx2(const void* w, const void* a, int64_t n) {
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45)),
       };
-      const int8_t* sc = x[i].scales + 8 * h;
+      const __m256i half_scales = DuplicateLane(scales16, h);
       for (int k = 0; k < 4; ++k) {
         acc = _mm256_add_epi32(acc, DotScaled(q[k], Load32(y[i].qs + 128 * h + 32 * k),
-                                              TwoScales(sc[2 * k], sc[2 * k + 1])));
+                                              _mm256_shuffle_epi8(half_scales, shuffles.k[k])));
       }
     }
     const int isum = HorizontalSum(acc) - 32 * ibias;
@@ -281,33 +307,45 @@ float DotQ6_KAvx2(const void* w, const void* a, int64_t n) {
   return sum;
 }
 
+// The 16 signed scales of a Q3_K block as int16 (blocks.h: low nibbles in bytes 0-7, top
+// 2 bits in bytes 8-11), via 32-bit words.
+inline __m256i UnpackQ3Scales(const uint8_t* q) {
+  uint32_t a, b, t;
+  memcpy(&a, q, 4);
+  memcpy(&b, q + 4, 4);
+  memcpy(&t, q + 8, 4);
+  const uint32_t w0 = (a & 0x0f0f0f0fu) | ((t & 0x03030303u) << 4);
+  const uint32_t w1 = (b & 0x0f0f0f0fu) | (((t >> 2) & 0x03030303u) << 4);
+  const uint32_t w2 = ((a >> 4) & 0x0f0f0f0fu) | (((t >> 4) & 0x03030303u) << 4);
+  const uint32_t w3 = ((b >> 4) & 0x0f0f0f0fu) | (((t >> 6) & 0x03030303u) << 4);
+  const __m128i biased = _mm_setr_epi32(static_cast<int>(w0), static_cast<int>(w1),
+                                        static_cast<int>(w2), static_cast<int>(w3));
+  return _mm256_sub_epi16(_mm256_cvtepu8_epi16(biased), _mm256_set1_epi16(32));
+}
+
 float DotQ3_KAvx2(const void* w, const void* a, int64_t n) {
   const auto* x = static_cast<const BlockQ3_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
   const __m256i low2 = _mm256_set1_epi8(3);
   const __m256i four = _mm256_set1_epi8(4);
+  const PairShuffles shuffles;
   float sum = 0;
-  short scales[16];
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    for (int g = 0; g < 16; ++g) {
-      const int low = g < 8 ? x[i].scales[g] & 0xF : x[i].scales[g - 8] >> 4;
-      const int high = (x[i].scales[8 + g % 4] >> (2 * (g / 4))) & 3;
-      scales[g] = static_cast<short>((low | (high << 4)) - 32);
-    }
+    const __m256i scales16 = UnpackQ3Scales(x[i].scales);
     // Quants are stored as q + 4 (0..7): subtract 4 * sum scale * bsum.
-    const int ibias = WeightedBsums(y[i].bsums, Load32(scales));
+    const int ibias = WeightedBsums(y[i].bsums, scales16);
     const __m256i hm = Load32(x[i].hmask);
     __m256i acc = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h) {
       const __m256i q = Load32(x[i].qs + 32 * h);
+      const __m256i half_scales = DuplicateLane(scales16, h);
       for (int s = 0; s < 4; ++s) {
         const __m256i v2 = _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), low2);
         const __m256i hb =
             _mm256_and_si256(BitSet(hm, static_cast<uint8_t>(1u << (4 * h + s))), four);
-        const int g = 8 * h + 2 * s;
         acc = _mm256_add_epi32(acc, DotScaled(_mm256_or_si256(v2, hb),
                                               Load32(y[i].qs + 128 * h + 32 * s),
-                                              TwoScales(scales[g], scales[g + 1])));
+                                              _mm256_shuffle_epi8(half_scales, shuffles.k[s])));
       }
     }
     const int isum = HorizontalSum(acc) - 4 * ibias;
@@ -320,20 +358,21 @@ float DotQ2_KAvx2(const void* w, const void* a, int64_t n) {
   const auto* x = static_cast<const BlockQ2_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
   const __m256i low2 = _mm256_set1_epi8(3);
+  const PairShuffles shuffles;
   float sum = 0;
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const __m256i packed =
         _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
     const int imin = WeightedBsums(y[i].bsums, _mm256_srli_epi16(packed, 4));
+    const __m256i scales16 = _mm256_and_si256(packed, _mm256_set1_epi16(0xF));
     __m256i acc = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h) {
       const __m256i q = Load32(x[i].qs + 32 * h);
+      const __m256i half_scales = DuplicateLane(scales16, h);
       for (int s = 0; s < 4; ++s) {
         const __m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), low2);
-        const int g = 8 * h + 2 * s;
-        acc = _mm256_add_epi32(
-            acc, DotScaled(v, Load32(y[i].qs + 128 * h + 32 * s),
-                           TwoScales(x[i].scales[g] & 0xF, x[i].scales[g + 1] & 0xF)));
+        acc = _mm256_add_epi32(acc, DotScaled(v, Load32(y[i].qs + 128 * h + 32 * s),
+                                              _mm256_shuffle_epi8(half_scales, shuffles.k[s])));
       }
     }
     const float yd = y[i].d;

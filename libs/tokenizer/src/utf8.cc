@@ -54,6 +54,32 @@ size_t FindInvalidUtf8(std::string_view s) {
   return std::string_view::npos;
 }
 
+namespace {
+
+// Bytes of the maximal prefix of a (truncated or broken) sequence starting at s[i] that could
+// still begin a valid character: the unit one U+FFFD replaces.
+size_t MaximalSubpart(std::string_view s, size_t i) {
+  unsigned char c = static_cast<unsigned char>(s[i]);
+  int len = SeqLen(c);
+  if (len <= 1) return 1;
+  size_t k = 1;
+  while (k < static_cast<size_t>(len) && i + k < s.size()) {
+    unsigned char b = static_cast<unsigned char>(s[i + k]);
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (k == 1) {
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    }
+    if (b < lo || b > hi) break;
+    ++k;
+  }
+  return k;
+}
+
+}  // namespace
+
 std::string SanitizeUtf8(std::string_view s) {
   std::string out;
   out.reserve(s.size());
@@ -65,7 +91,7 @@ std::string SanitizeUtf8(std::string_view s) {
     }
     out.append(s.substr(0, bad));
     out.append("\xEF\xBF\xBD");
-    s.remove_prefix(bad + 1);
+    s.remove_prefix(bad + MaximalSubpart(s, bad));
   }
   return out;
 }

@@ -38,4 +38,18 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(const ComputeNo
   return node;
 }
 
+absl::StatusOr<int64_t> ComputeNode::PreloadExperts() {
+  const auto& c = manifest().config;
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    for (int32_t e = 0; e < c.n_experts; ++e) {
+      const expert_source::ExpertId id{l, e};
+      if (cache_->Stats().bytes_cached + cache_->BlockSize(id) > cache_->Stats().capacity_bytes) {
+        return static_cast<int64_t>(cache_->Stats().blocks_cached);
+      }
+      RETURN_IF_ERROR(cache_->Fetch(id, expert_source::Priority::kPrefetch).status());
+    }
+  }
+  return static_cast<int64_t>(cache_->Stats().blocks_cached);
+}
+
 }  // namespace colibri::compute

@@ -37,6 +37,9 @@ class ComputeNode {
   const std::string& model_name() const { return container_->manifest().name; }
   expert_source::CacheStats cache_stats() const { return cache_->Stats(); }
   void ClearCache() { cache_->Clear(); }
+  // Reads expert blocks into the cache, layer by layer, until it is full (or all are in).
+  // Returns the number of blocks resident afterwards.
+  absl::StatusOr<int64_t> PreloadExperts();
   // Bytes read from disk or received from stores (below the cache).
   uint64_t expert_bytes_fetched() const { return cache_->Stats().bytes_fetched; }
 
