@@ -178,11 +178,13 @@ class TableReporter : public benchmark::ConsoleReporter {
     };
     const auto memcpy_it = rates_.find("BM_Memcpy");
     const double memcpy_rate = memcpy_it == rates_.end() ? 0 : memcpy_it->second;
-    std::printf("\nWeight bytes per second (GB/s), single thread, %s kernels vs scalar reference;"
-                " memcpy of 64 MiB: %s GB/s\n\n",
-                std::string(ActiveIsa()).c_str(), rate("BM_Memcpy", rates_).c_str());
-    std::printf("| type | bits/weight | dequantize simd | dequantize scalar | vec_dot simd | "
-                "vec_dot scalar | vec_dot simd / memcpy | quantize (ref), Melem/s |\n");
+    std::printf(
+        "\nWeight bytes per second (GB/s), single thread, %s kernels vs scalar reference;"
+        " memcpy of 64 MiB: %s GB/s\n\n",
+        std::string(ActiveIsa()).c_str(), rate("BM_Memcpy", rates_).c_str());
+    std::printf(
+        "| type | bits/weight | dequantize simd | dequantize scalar | vec_dot simd | "
+        "vec_dot scalar | vec_dot simd / memcpy | quantize (ref), Melem/s |\n");
     std::printf("|---|---|---|---|---|---|---|---|\n");
     for (DType t : kTypes) {
       const std::string id = std::to_string(static_cast<uint32_t>(t));

@@ -17,6 +17,9 @@
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
+// tokenize / detokenize / chat-template (cli_tokenizer.cc).
+void AddTokenizerCommands(CLI::App& app);
+
 namespace {
 
 // Writes a float32 C-order .npy file of shape [rows, cols].
@@ -166,6 +169,7 @@ int main(int argc, char** argv) {
   colibri::InitLogging();
   CLI::App app{"colibri-cli: run, verify and inspect colibri models"};
   app.require_subcommand(1);
+  AddTokenizerCommands(app);
 
   std::string model_dir, prompt_tokens, prompt_text, logits_out, cache_size = "2G";
   int64_t max_tokens = 32;

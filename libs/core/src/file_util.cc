@@ -128,14 +128,14 @@ MappedFile::~MappedFile() {
 
 void AlignedDeleter::operator()(uint8_t* p) const { std::free(p); }
 
-absl::StatusOr<AlignedBytes> AllocateAligned(size_t size, size_t alignment) {
+absl::StatusOr<AlignedBytes> AllocateAligned(size_t size, size_t alignment, bool zero) {
   void* p = nullptr;
   size_t rounded = (size + alignment - 1) / alignment * alignment;
   if (rounded == 0) rounded = alignment;
   if (::posix_memalign(&p, alignment, rounded) != 0 || p == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", size, " bytes"));
   }
-  std::memset(p, 0, rounded);
+  if (zero) std::memset(p, 0, rounded);
   return AlignedBytes(static_cast<uint8_t*>(p));
 }
 

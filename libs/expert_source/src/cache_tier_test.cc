@@ -36,13 +36,12 @@ class FakeSource final : public ExpertSource {
     std::unique_lock<std::mutex> lock(mu_);
     fetches_.push_back(id);
     priorities_.push_back(priority);
-    ++in_fetch_;
     cv_.notify_all();
     cv_.wait(lock, [&] { return !gated_.count(id.Key()); });
-    --in_fetch_;
     if (fail_once_.erase(id.Key())) {
       return absl::UnavailableError(absl::StrCat("fake: expert (layer ", id.layer, ", id ", id.expert, ") failed"));
     }
+    lock.unlock();
     return MakeLease(id);
   }
 
@@ -136,7 +135,6 @@ class FakeSource final : public ExpertSource {
   std::vector<ExpertId> fetches_;
   std::vector<Priority> priorities_;
   std::vector<std::vector<ExpertId>> batches_;
-  int in_fetch_ = 0;
 };
 
 void ExpectBlockOf(const Lease& lease, ExpertId id, uint64_t size) {

@@ -1,6 +1,7 @@
 #include "colibri/expert_source/disk_source.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -44,8 +45,9 @@ std::vector<uint8_t> PartBytes(int64_t layer, int64_t expert, int part, size_t s
 class DiskSourceTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           (std::string("colibri_disk_source_test ") + (GetParam() ? "split " : "single ") + "é");
+    // Unique per process: ctest may run several of these tests at once.
+    dir_ = fs::temp_directory_path() / (std::string("colibri_disk_source_test ") + (GetParam() ? "split " : "single ") +
+                                        "é " + std::to_string(::getpid()));
     fs::remove_all(dir_);
     const model::ModelConfig c = Config();
     model::ContainerWriter::Options options;
@@ -128,7 +130,7 @@ TEST_P(DiskSourceTest, ReadsWhatWasWritten) {
       const model::ExpertBlock& b = container_->manifest().Expert(l, e);
       EXPECT_EQ(Checksum64(lease->get()->data(), b.size), b.checksum);
       EXPECT_EQ((*src)->BlockSize({l, e}), b.padded_size);
-      total += b.size;
+      total += b.padded_size;  // whole 4 KiB pages are read, padding included
       // Same bytes as the container's own reader.
       auto direct = container_->ReadExpertBlock(l, e);
       ASSERT_TRUE(direct.ok());
@@ -238,7 +240,7 @@ TEST_P(DiskSourceTest, CacheTierInFrontReadsEachBlockOnce) {
     }
   }
   uint64_t once = 0;
-  for (int32_t e = 0; e < 4; ++e) once += container_->manifest().Expert(1, e).size;
+  for (int32_t e = 0; e < 4; ++e) once += container_->manifest().Expert(1, e).padded_size;
   EXPECT_EQ((*src)->bytes_read(), once);
   EXPECT_EQ(cache.Stats().hits, 8u);
   EXPECT_EQ(cache.Stats().misses, 4u);

@@ -1,6 +1,7 @@
 #include "colibri/model/container.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -86,8 +87,10 @@ struct ModelBytes {
 class ContainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    // Unique per test and process: ctest may run several of these tests at once.
     root_ = fs::temp_directory_path() /
-            ("colibri_container_test_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+            ("colibri_container_test_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) +
+             "_" + std::to_string(::getpid()));
     fs::remove_all(root_);
     fs::create_directories(root_);
   }

@@ -45,7 +45,7 @@ absl::StatusOr<GgufWriteValue> CopyValue(const GgufValue& v, std::string_view ke
             case GgufType::kInt32: elems.push_back(GgufWriteValue::Int32(static_cast<int32_t>(*v.IntElement(i)))); break;
             case GgufType::kUint32: elems.push_back(GgufWriteValue::Uint32(static_cast<uint32_t>(*v.IntElement(i)))); break;
             case GgufType::kInt64: elems.push_back(GgufWriteValue::Int64(*v.IntElement(i))); break;
-            case GgufType::kUint64: elems.push_back(GgufWriteValue::Uint64(static_cast<uint64_t>(*v.IntElement(i)))); break;
+            case GgufType::kUint64: elems.push_back(GgufWriteValue::Uint64(*v.UintElement(i))); break;
             case GgufType::kInt8: elems.push_back(GgufWriteValue::Int8(static_cast<int8_t>(*v.IntElement(i)))); break;
             case GgufType::kUint8: elems.push_back(GgufWriteValue::Uint8(static_cast<uint8_t>(*v.IntElement(i)))); break;
             case GgufType::kInt16: elems.push_back(GgufWriteValue::Int16(static_cast<int16_t>(*v.IntElement(i)))); break;

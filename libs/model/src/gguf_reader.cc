@@ -28,20 +28,20 @@ constexpr uint64_t kMaxAlignment = uint64_t{1} << 30;
 
 // Smallest encodings, used to reject counts that cannot fit in the remaining bytes before
 // anything is allocated for them.
-constexpr uint64_t kMinKeyValueBytes = 8 + 4 + 1;              // key length, type, 1-byte value
-constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;        // name length, n_dims, type, offset
-constexpr uint64_t kMinNestedArrayBytes = 4 + 8;               // element type, count
+constexpr uint64_t kMinKeyValueBytes = 8 + 4 + 1;        // key length, type, 1-byte value
+constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // name length, n_dims, type, offset
+constexpr uint64_t kMinNestedArrayBytes = 4 + 8;         // element type, count
 
 // GGML type names for error messages about types we do not support.
 std::string GgmlTypeName(uint32_t id) {
   static constexpr std::pair<uint32_t, const char*> kNames[] = {
-      {0, "f32"},      {1, "f16"},     {2, "q4_0"},     {3, "q4_1"},    {6, "q5_0"},
-      {7, "q5_1"},     {8, "q8_0"},    {9, "q8_1"},     {10, "q2_k"},   {11, "q3_k"},
-      {12, "q4_k"},    {13, "q5_k"},   {14, "q6_k"},    {15, "q8_k"},   {16, "iq2_xxs"},
-      {17, "iq2_xs"},  {18, "iq3_xxs"}, {19, "iq1_s"},  {20, "iq4_nl"}, {21, "iq3_s"},
-      {22, "iq2_s"},   {23, "iq4_xs"}, {24, "i8"},      {25, "i16"},    {26, "i32"},
-      {27, "i64"},     {28, "f64"},    {29, "iq1_m"},   {30, "bf16"},   {34, "tq1_0"},
-      {35, "tq2_0"},   {39, "mxfp4"}};
+      {0, "f32"},     {1, "f16"},      {2, "q4_0"},   {3, "q4_1"},    {6, "q5_0"},
+      {7, "q5_1"},    {8, "q8_0"},     {9, "q8_1"},   {10, "q2_k"},   {11, "q3_k"},
+      {12, "q4_k"},   {13, "q5_k"},    {14, "q6_k"},  {15, "q8_k"},   {16, "iq2_xxs"},
+      {17, "iq2_xs"}, {18, "iq3_xxs"}, {19, "iq1_s"}, {20, "iq4_nl"}, {21, "iq3_s"},
+      {22, "iq2_s"},  {23, "iq4_xs"},  {24, "i8"},    {25, "i16"},    {26, "i32"},
+      {27, "i64"},    {28, "f64"},     {29, "iq1_m"}, {30, "bf16"},   {34, "tq1_0"},
+      {35, "tq2_0"},  {39, "mxfp4"}};
   for (const auto& [k, name] : kNames) {
     if (k == id) return name;
   }
@@ -71,7 +71,7 @@ bool IsSignedType(GgufType t) {
 
 bool IsValidType(uint32_t id) { return id <= static_cast<uint32_t>(GgufType::kFloat64); }
 
-// Reads element `i` (an integer type) from raw little-endian bytes, sign- or zero-extended.
+// Reads one integer of type t from raw little-endian bytes, sign- or zero-extended.
 uint64_t LoadIntBits(GgufType t, const uint8_t* p) {
   switch (t) {
     case GgufType::kUint8:
@@ -142,19 +142,32 @@ absl::Status Malformed(std::string_view what) {
 
 std::string GgufTypeName(GgufType type) {
   switch (type) {
-    case GgufType::kUint8: return "uint8";
-    case GgufType::kInt8: return "int8";
-    case GgufType::kUint16: return "uint16";
-    case GgufType::kInt16: return "int16";
-    case GgufType::kUint32: return "uint32";
-    case GgufType::kInt32: return "int32";
-    case GgufType::kFloat32: return "float32";
-    case GgufType::kBool: return "bool";
-    case GgufType::kString: return "string";
-    case GgufType::kArray: return "array";
-    case GgufType::kUint64: return "uint64";
-    case GgufType::kInt64: return "int64";
-    case GgufType::kFloat64: return "float64";
+    case GgufType::kUint8:
+      return "uint8";
+    case GgufType::kInt8:
+      return "int8";
+    case GgufType::kUint16:
+      return "uint16";
+    case GgufType::kInt16:
+      return "int16";
+    case GgufType::kUint32:
+      return "uint32";
+    case GgufType::kInt32:
+      return "int32";
+    case GgufType::kFloat32:
+      return "float32";
+    case GgufType::kBool:
+      return "bool";
+    case GgufType::kString:
+      return "string";
+    case GgufType::kArray:
+      return "array";
+    case GgufType::kUint64:
+      return "uint64";
+    case GgufType::kInt64:
+      return "int64";
+    case GgufType::kFloat64:
+      return "float64";
   }
   return absl::StrCat("type(", static_cast<uint32_t>(type), ")");
 }
@@ -221,6 +234,14 @@ std::optional<int64_t> GgufValue::IntElement(uint64_t i) const {
   return BitsAsInt64(element_type_, LoadIntBits(element_type_, element_bytes_.data() + i * width));
 }
 
+std::optional<uint64_t> GgufValue::UintElement(uint64_t i) const {
+  if (type_ != GgufType::kArray || !IsIntegerType(element_type_) || i >= count_) {
+    return std::nullopt;
+  }
+  const size_t width = GgufTypeSize(element_type_);
+  return BitsAsUint64(element_type_, LoadIntBits(element_type_, element_bytes_.data() + i * width));
+}
+
 std::optional<double> GgufValue::FloatElement(uint64_t i) const {
   if (type_ != GgufType::kArray || i >= count_) return std::nullopt;
   if (element_type_ != GgufType::kFloat32 && element_type_ != GgufType::kFloat64) {
@@ -233,7 +254,8 @@ std::optional<double> GgufValue::FloatElement(uint64_t i) const {
 std::string GgufValue::Describe() const {
   switch (type_) {
     case GgufType::kString:
-      return absl::StrCat("string '", Sv(string_.substr(0, 64)), string_.size() > 64 ? "...'" : "'");
+      return absl::StrCat("string '", Sv(string_.substr(0, 64)),
+                          string_.size() > 64 ? "...'" : "'");
     case GgufType::kArray:
       return absl::StrCat("array[", GgufTypeName(element_type_), "; ", count_, "]");
     case GgufType::kBool:
@@ -274,8 +296,8 @@ class GgufParser {
 
   absl::Status Need(uint64_t n, std::string_view what) {
     if (n > remaining()) {
-      return Malformed(absl::StrCat("truncated at byte ", pos_, " reading ", Sv(what), " (need ",
-                                    n, " bytes, ", remaining(), " left)"));
+      return Malformed(absl::StrCat("truncated at byte ", pos_, " reading ", Sv(what), " (need ", n,
+                                    " bytes, ", remaining(), " left)"));
     }
     return absl::OkStatus();
   }
@@ -292,8 +314,8 @@ class GgufParser {
   absl::StatusOr<std::string_view> ReadString(uint64_t max_length, std::string_view what) {
     ASSIGN_OR_RETURN(const uint64_t length, Read<uint64_t>(what));
     if (length > max_length) {
-      return Malformed(absl::StrCat(Sv(what), ": length ", length, " exceeds the limit ",
-                                    max_length));
+      return Malformed(
+          absl::StrCat(Sv(what), ": length ", length, " exceeds the limit ", max_length));
     }
     RETURN_IF_ERROR(Need(length, what));
     std::string_view s(reinterpret_cast<const char*>(bytes_.data() + pos_),
@@ -352,8 +374,8 @@ absl::StatusOr<GgufValue> GgufParser::ReadValue(GgufType type, int depth, std::s
       if (width != 0) {
         if (v.count_ > remaining() / width) {
           return Malformed(absl::StrCat(Sv(what), ": array of ", v.count_, " ",
-                                        GgufTypeName(v.element_type_), " exceeds the ",
-                                        remaining(), " bytes left"));
+                                        GgufTypeName(v.element_type_), " exceeds the ", remaining(),
+                                        " bytes left"));
         }
         v.element_bytes_ = bytes_.subspan(pos_, static_cast<size_t>(v.count_ * width));
         if (v.element_type_ == GgufType::kBool) {
@@ -366,8 +388,8 @@ absl::StatusOr<GgufValue> GgufParser::ReadValue(GgufType type, int depth, std::s
       }
       if (v.element_type_ == GgufType::kString) {
         if (v.count_ > remaining() / 8) {  // each string needs at least its 8-byte length
-          return Malformed(absl::StrCat(Sv(what), ": array of ", v.count_,
-                                        " strings exceeds the ", remaining(), " bytes left"));
+          return Malformed(absl::StrCat(Sv(what), ": array of ", v.count_, " strings exceeds the ",
+                                        remaining(), " bytes left"));
         }
         v.strings_.reserve(static_cast<size_t>(v.count_));
         for (uint64_t i = 0; i < v.count_; ++i) {
@@ -379,8 +401,8 @@ absl::StatusOr<GgufValue> GgufParser::ReadValue(GgufType type, int depth, std::s
       }
       // Nested arrays.
       if (v.count_ > remaining() / kMinNestedArrayBytes) {
-        return Malformed(absl::StrCat(Sv(what), ": array of ", v.count_,
-                                      " arrays exceeds the ", remaining(), " bytes left"));
+        return Malformed(absl::StrCat(Sv(what), ": array of ", v.count_, " arrays exceeds the ",
+                                      remaining(), " bytes left"));
       }
       v.arrays_.reserve(static_cast<size_t>(v.count_));
       for (uint64_t i = 0; i < v.count_; ++i) {
@@ -390,8 +412,8 @@ absl::StatusOr<GgufValue> GgufParser::ReadValue(GgufType type, int depth, std::s
       return v;
     }
     default:
-      return Malformed(absl::StrCat(Sv(what), ": invalid value type ",
-                                    static_cast<uint32_t>(type)));
+      return Malformed(
+          absl::StrCat(Sv(what), ": invalid value type ", static_cast<uint32_t>(type)));
   }
 }
 
@@ -433,7 +455,8 @@ absl::StatusOr<GgufTensorInfo> GgufParser::ReadTensorInfo(uint64_t index) {
   if (!row_bytes.ok()) {
     return Malformed(absl::StrCat(what, ": ", row_bytes.status().message()));
   }
-  if (rows != 0 && *row_bytes > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(rows)) {
+  if (rows != 0 &&
+      *row_bytes > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(rows)) {
     return Malformed(absl::StrCat(what, ": byte size overflows"));
   }
   t.size_bytes = *row_bytes * static_cast<uint64_t>(rows);
@@ -457,12 +480,12 @@ absl::Status GgufParser::Run(GgufFile* file) {
   ASSIGN_OR_RETURN(const uint64_t n_tensors, Read<uint64_t>("tensor count"));
   ASSIGN_OR_RETURN(const uint64_t n_kv, Read<uint64_t>("metadata count"));
   if (n_kv > remaining() / kMinKeyValueBytes) {
-    return Malformed(absl::StrCat("metadata count ", n_kv, " exceeds the ", remaining(),
-                                  " bytes left"));
+    return Malformed(
+        absl::StrCat("metadata count ", n_kv, " exceeds the ", remaining(), " bytes left"));
   }
   if (n_tensors > remaining() / kMinTensorInfoBytes) {
-    return Malformed(absl::StrCat("tensor count ", n_tensors, " exceeds the ", remaining(),
-                                  " bytes left"));
+    return Malformed(
+        absl::StrCat("tensor count ", n_tensors, " exceeds the ", remaining(), " bytes left"));
   }
 
   file->metadata_.reserve(static_cast<size_t>(n_kv));
@@ -492,8 +515,8 @@ absl::Status GgufParser::Run(GgufFile* file) {
   }
 
   if (n_tensors > remaining() / kMinTensorInfoBytes) {
-    return Malformed(absl::StrCat("tensor count ", n_tensors, " exceeds the ", remaining(),
-                                  " bytes left"));
+    return Malformed(
+        absl::StrCat("tensor count ", n_tensors, " exceeds the ", remaining(), " bytes left"));
   }
   file->tensors_.reserve(static_cast<size_t>(n_tensors));
   for (uint64_t i = 0; i < n_tensors; ++i) {
@@ -648,8 +671,7 @@ absl::StatusOr<const GgufValue*> GgufFile::GetArray(std::string_view key) const 
   return v;
 }
 
-absl::StatusOr<std::vector<std::string_view>> GgufFile::GetStringArray(
-    std::string_view key) const {
+absl::StatusOr<std::vector<std::string_view>> GgufFile::GetStringArray(std::string_view key) const {
   ASSIGN_OR_RETURN(const GgufValue* v, GetArray(key));
   if (v->element_type() != GgufType::kString) return WrongType(key, *v, "array[string]");
   return v->strings();

@@ -19,8 +19,8 @@
 namespace colibri::model {
 namespace {
 
-using ::testing::HasSubstr;
 using quant::DType;
+using ::testing::HasSubstr;
 
 std::string Msg(const absl::Status& s) { return std::string(s.message()); }
 
@@ -111,8 +111,7 @@ TEST_P(GgufOracleTest, ParsesMetadataAndTensors) {
   EXPECT_EQ(f.FindTensor("blk.0.ffn_gate_inp.weight")->type, DType::kF32);
   if (a == "qwen2moe") {
     EXPECT_EQ(f.FindTensor("blk.0.ffn_gate_inp_shexp.weight")->dims, (std::vector<int64_t>{e}));
-    EXPECT_EQ(f.FindTensor("blk.0.ffn_down_shexp.weight")->dims,
-              (std::vector<int64_t>{256, e}));
+    EXPECT_EQ(f.FindTensor("blk.0.ffn_down_shexp.weight")->dims, (std::vector<int64_t>{256, e}));
     EXPECT_NE(f.FindTensor("blk.3.attn_q.bias"), nullptr);
   }
   if (a == "olmoe") {
@@ -130,8 +129,8 @@ TEST_P(GgufOracleTest, ParsesMetadataAndTensors) {
     EXPECT_EQ(f.FindTensor("output.weight")->type, DType::kQ6_K);
     int q6_down = 0;
     for (uint32_t l = 0; l < m.layers; ++l) {
-      q6_down += f.FindTensor("blk." + std::to_string(l) + ".ffn_down_exps.weight")->type ==
-                 DType::kQ6_K;
+      q6_down +=
+          f.FindTensor("blk." + std::to_string(l) + ".ffn_down_exps.weight")->type == DType::kQ6_K;
     }
     EXPECT_GE(q6_down, 1);
   } else if (file.find("q8_0") != std::string::npos) {
@@ -231,22 +230,25 @@ GgufWriter MakeRichWriter(GgufWriter::Options options) {
   EXPECT_TRUE(w.Add("flags", GgufWriteValue::Array(GgufType::kBool, {GgufWriteValue::Bool(true),
                                                                      GgufWriteValue::Bool(false)}))
                   .ok());
-  EXPECT_TRUE(w.Add("nested",
-                    GgufWriteValue::Array(
-                        GgufType::kArray,
-                        {GgufWriteValue::Int32Array(types),
-                         GgufWriteValue::StringArray({"a", "bc"}),
-                         GgufWriteValue::Array(GgufType::kArray,
-                                               {GgufWriteValue::Float32Array(scores)})}))
-                  .ok());
+  EXPECT_TRUE(
+      w.Add("nested",
+            GgufWriteValue::Array(
+                GgufType::kArray,
+                {GgufWriteValue::Int32Array(types), GgufWriteValue::StringArray({"a", "bc"}),
+                 GgufWriteValue::Array(GgufType::kArray, {GgufWriteValue::Float32Array(scores)})}))
+          .ok());
   std::vector<float> f32(3 * 5);
   for (size_t i = 0; i < f32.size(); ++i) f32[i] = static_cast<float>(i) - 7.5f;
   EXPECT_TRUE(w.AddTensor("a.f32", {5, 3}, DType::kF32,
                           {reinterpret_cast<const uint8_t*>(f32.data()), f32.size() * 4})
                   .ok());
-  EXPECT_TRUE(w.AddTensor("b.q4_k", {512, 2, 3}, DType::kQ4_K, QuantizedBytes(DType::kQ4_K, 3072, 1)).ok());
-  EXPECT_TRUE(w.AddTensor("c.q8_0", {64, 3}, DType::kQ8_0, QuantizedBytes(DType::kQ8_0, 192, 2)).ok());
-  EXPECT_TRUE(w.AddTensor("d.q6_k", {256, 1, 2, 2}, DType::kQ6_K, QuantizedBytes(DType::kQ6_K, 1024, 3)).ok());
+  EXPECT_TRUE(
+      w.AddTensor("b.q4_k", {512, 2, 3}, DType::kQ4_K, QuantizedBytes(DType::kQ4_K, 3072, 1)).ok());
+  EXPECT_TRUE(
+      w.AddTensor("c.q8_0", {64, 3}, DType::kQ8_0, QuantizedBytes(DType::kQ8_0, 192, 2)).ok());
+  EXPECT_TRUE(
+      w.AddTensor("d.q6_k", {256, 1, 2, 2}, DType::kQ6_K, QuantizedBytes(DType::kQ6_K, 1024, 3))
+          .ok());
   EXPECT_TRUE(w.AddTensor("e.f16", {7}, DType::kF16, QuantizedBytes(DType::kF16, 7, 4)).ok());
   EXPECT_TRUE(w.AddTensor("f.bf16", {3, 1}, DType::kBF16, QuantizedBytes(DType::kBF16, 3, 5)).ok());
   EXPECT_TRUE(w.AddTensor("g.empty", {0, 4}, DType::kF32, {}).ok());
@@ -272,8 +274,7 @@ void ExpectRichContents(const GgufFile& f, uint32_t version, uint64_t alignment)
   EXPECT_TRUE(*f.GetBool("yes"));
   EXPECT_FALSE(*f.GetBool("no"));
   EXPECT_EQ(*f.GetString("empty"), "");
-  EXPECT_EQ(*f.GetStringArray("tokens"),
-            (std::vector<std::string_view>{"<s>", "", "hello world"}));
+  EXPECT_EQ(*f.GetStringArray("tokens"), (std::vector<std::string_view>{"<s>", "", "hello world"}));
   EXPECT_EQ(*f.GetF32Array("scores"), (std::vector<float>{0.5f, -1.0f, 3.0f}));
   EXPECT_EQ(*f.GetIntArray("types"), (std::vector<int64_t>{1, -2, 3, 4}));
   EXPECT_EQ((*f.GetArray("no_items"))->size(), 0u);
@@ -285,6 +286,9 @@ void ExpectRichContents(const GgufFile& f, uint32_t version, uint64_t alignment)
   ASSERT_EQ(nested->element_type(), GgufType::kArray);
   ASSERT_EQ(nested->arrays().size(), 3u);
   EXPECT_EQ(nested->arrays()[0].IntElement(1), -2);
+  EXPECT_EQ(nested->arrays()[0].UintElement(1), std::nullopt);  // negative
+  EXPECT_EQ(nested->arrays()[0].UintElement(2), 3u);
+  EXPECT_EQ(nested->arrays()[0].IntElement(9), std::nullopt);  // out of range
   EXPECT_EQ(nested->arrays()[1].strings()[1], "bc");
   EXPECT_EQ(nested->arrays()[2].arrays()[0].FloatElement(2), 3.0);
   // Insertion order is kept (the writer puts general.alignment first when it adds it).
@@ -445,12 +449,12 @@ std::vector<uint8_t> SmallValidFile() {
   EXPECT_TRUE(w.Add("tokenizer.ggml.tokens", GgufWriteValue::StringArray({"a", "bb"})).ok());
   const int32_t ids[] = {1, 2};
   EXPECT_TRUE(w.Add("ids", GgufWriteValue::Int32Array(ids)).ok());
-  EXPECT_TRUE(w.Add("nested", GgufWriteValue::Array(GgufType::kArray,
-                                                    {GgufWriteValue::Int32Array(ids)}))
-                  .ok());
-  EXPECT_TRUE(w.AddTensor("blk.0.attn_q.weight", {32, 2}, DType::kQ8_0,
-                          QuantizedBytes(DType::kQ8_0, 64, 7))
-                  .ok());
+  EXPECT_TRUE(
+      w.Add("nested", GgufWriteValue::Array(GgufType::kArray, {GgufWriteValue::Int32Array(ids)}))
+          .ok());
+  EXPECT_TRUE(
+      w.AddTensor("blk.0.attn_q.weight", {32, 2}, DType::kQ8_0, QuantizedBytes(DType::kQ8_0, 64, 7))
+          .ok());
   std::vector<float> norm(16, 1.0f);  // 64 bytes: the file ends without padding
   EXPECT_TRUE(w.AddTensor("blk.0.attn_norm.weight", {16}, DType::kF32,
                           {reinterpret_cast<const uint8_t*>(norm.data()), 64})
@@ -489,16 +493,34 @@ TEST(GgufMalformedTest, HugeCounts) {
   b.Header(3, 1).Str("k").Put<uint32_t>(8).Str(std::string(60, 'x'));
   ExpectError(b.get(), "tensor count");
   // Key length, string value length and array counts beyond the file.
-  ExpectError(Bytes().Header(0, 1).Put<uint64_t>(uint64_t{1} << 60).Pad(8).get(), "metadata key #0");
+  ExpectError(Bytes().Header(0, 1).Put<uint64_t>(uint64_t{1} << 60).Pad(8).get(),
+              "metadata key #0");
   ExpectError(Bytes().Header(0, 1).Str("k").Put<uint32_t>(8).Put<uint64_t>(1000).get(), "key 'k'");
-  ExpectError(Bytes().Header(0, 1).Str("k").Put<uint32_t>(9).Put<uint32_t>(4)
-                  .Put<uint64_t>(uint64_t{1} << 61).get(),
+  ExpectError(Bytes()
+                  .Header(0, 1)
+                  .Str("k")
+                  .Put<uint32_t>(9)
+                  .Put<uint32_t>(4)
+                  .Put<uint64_t>(uint64_t{1} << 61)
+                  .get(),
               "array of 2305843009213693952 uint32");
-  ExpectError(Bytes().Header(0, 1).Str("k").Put<uint32_t>(9).Put<uint32_t>(8)
-                  .Put<uint64_t>(std::numeric_limits<uint64_t>::max()).Pad(16).get(),
+  ExpectError(Bytes()
+                  .Header(0, 1)
+                  .Str("k")
+                  .Put<uint32_t>(9)
+                  .Put<uint32_t>(8)
+                  .Put<uint64_t>(std::numeric_limits<uint64_t>::max())
+                  .Pad(16)
+                  .get(),
               "strings exceeds");
-  ExpectError(Bytes().Header(0, 1).Str("k").Put<uint32_t>(9).Put<uint32_t>(9)
-                  .Put<uint64_t>(uint64_t{1} << 40).Pad(16).get(),
+  ExpectError(Bytes()
+                  .Header(0, 1)
+                  .Str("k")
+                  .Put<uint32_t>(9)
+                  .Put<uint32_t>(9)
+                  .Put<uint64_t>(uint64_t{1} << 40)
+                  .Pad(16)
+                  .get(),
               "arrays exceeds");
   ExpectError(Bytes().Header(0, 1).Str(std::string(70000, 'k')).get(), "exceeds the limit");
 }
@@ -506,13 +528,19 @@ TEST(GgufMalformedTest, HugeCounts) {
 TEST(GgufMalformedTest, BadValueTypes) {
   ExpectError(Bytes().Header(0, 1).Str("k").Put<uint32_t>(13).Pad(8).get(),
               "key 'k': invalid value type 13");
-  ExpectError(Bytes().Header(0, 1).Str("k").Put<uint32_t>(9).Put<uint32_t>(77)
-                  .Put<uint64_t>(0).get(),
-              "invalid array element type 77");
-  ExpectError(Bytes().Header(0, 1).Str("k").Put<uint32_t>(7).Put<uint8_t>(2).get(),
-              "invalid bool");
-  ExpectError(Bytes().Header(0, 1).Str("k").Put<uint32_t>(9).Put<uint32_t>(7).Put<uint64_t>(2)
-                  .Put<uint8_t>(1).Put<uint8_t>(9).get(),
+  ExpectError(
+      Bytes().Header(0, 1).Str("k").Put<uint32_t>(9).Put<uint32_t>(77).Put<uint64_t>(0).get(),
+      "invalid array element type 77");
+  ExpectError(Bytes().Header(0, 1).Str("k").Put<uint32_t>(7).Put<uint8_t>(2).get(), "invalid bool");
+  ExpectError(Bytes()
+                  .Header(0, 1)
+                  .Str("k")
+                  .Put<uint32_t>(9)
+                  .Put<uint32_t>(7)
+                  .Put<uint64_t>(2)
+                  .Put<uint8_t>(1)
+                  .Put<uint8_t>(9)
+                  .get(),
               "invalid bool");
   // Arrays nested deeper than the cap.
   Bytes deep;
@@ -521,24 +549,35 @@ TEST(GgufMalformedTest, BadValueTypes) {
   deep.Put<uint32_t>(0).Put<uint64_t>(0);
   ExpectError(deep.get(), "nested deeper");
   // Duplicate keys.
-  ExpectError(Bytes().Header(0, 2).Str("k").Put<uint32_t>(4).Put<uint32_t>(1)
-                  .Str("k").Put<uint32_t>(4).Put<uint32_t>(2).get(),
+  ExpectError(Bytes()
+                  .Header(0, 2)
+                  .Str("k")
+                  .Put<uint32_t>(4)
+                  .Put<uint32_t>(1)
+                  .Str("k")
+                  .Put<uint32_t>(4)
+                  .Put<uint32_t>(2)
+                  .get(),
               "duplicate key 'k'");
 }
 
 TEST(GgufMalformedTest, BadAlignment) {
   for (uint32_t bad : {0u, 3u, 48u}) {
-    ExpectError(Bytes().Header(0, 1).Str("general.alignment").Put<uint32_t>(4)
-                    .Put<uint32_t>(bad).get(),
-                "general.alignment");
+    ExpectError(
+        Bytes().Header(0, 1).Str("general.alignment").Put<uint32_t>(4).Put<uint32_t>(bad).get(),
+        "general.alignment");
   }
-  ExpectError(Bytes().Header(0, 1).Str("general.alignment").Put<uint32_t>(5)
-                  .Put<int32_t>(-32).get(),
-              "general.alignment");
+  ExpectError(
+      Bytes().Header(0, 1).Str("general.alignment").Put<uint32_t>(5).Put<int32_t>(-32).get(),
+      "general.alignment");
   ExpectError(Bytes().Header(0, 1).Str("general.alignment").Put<uint32_t>(8).Str("32").get(),
               "general.alignment");
-  ExpectError(Bytes().Header(0, 1).Str("general.alignment").Put<uint32_t>(10)
-                  .Put<uint64_t>(uint64_t{1} << 40).get(),
+  ExpectError(Bytes()
+                  .Header(0, 1)
+                  .Str("general.alignment")
+                  .Put<uint32_t>(10)
+                  .Put<uint64_t>(uint64_t{1} << 40)
+                  .get(),
               "general.alignment");
   // A valid non-default alignment moves the data section.
   GgufWriter w({3, 256});
@@ -592,7 +631,8 @@ TEST(GgufMalformedTest, BadTensorInfos) {
               "tensor 'b' at data offset 32 overlaps tensor 'a' (0 + 64)");
   ExpectError(WithRawTensors({Raw{"a", {16}, 0, 0}, Raw{"b", {16}, 0, 0}}, 128), "overlaps");
   // Zero-sized tensors may share an offset.
-  EXPECT_TRUE(GgufFile::Parse(WithRawTensors({Raw{"a", {0}, 0, 0}, Raw{"b", {16}, 0, 0}}, 64)).ok());
+  EXPECT_TRUE(
+      GgufFile::Parse(WithRawTensors({Raw{"a", {0}, 0, 0}, Raw{"b", {16}, 0, 0}}, 64)).ok());
 }
 
 TEST(GgufMalformedTest, RandomMutationsNeverCrash) {
@@ -605,9 +645,15 @@ TEST(GgufMalformedTest, RandomMutationsNeverCrash) {
     for (int k = 0; k < flips; ++k) {
       const size_t pos = rng() % bytes.size();
       switch (rng() % 3) {
-        case 0: bytes[pos] = static_cast<uint8_t>(rng()); break;
-        case 1: bytes[pos] ^= static_cast<uint8_t>(1u << (rng() % 8)); break;
-        default: bytes[pos] = (rng() % 2) ? 0xff : 0x00; break;
+        case 0:
+          bytes[pos] = static_cast<uint8_t>(rng());
+          break;
+        case 1:
+          bytes[pos] ^= static_cast<uint8_t>(1u << (rng() % 8));
+          break;
+        default:
+          bytes[pos] = (rng() % 2) ? 0xff : 0x00;
+          break;
       }
     }
     if (rng() % 8 == 0) bytes.resize(rng() % bytes.size());

@@ -137,9 +137,9 @@ absl::Status GgufWriter::Add(std::string key, GgufWriteValue value) {
     if (v->type_ != GgufType::kArray) continue;
     for (const GgufWriteValue& e : v->elements_) {
       if (e.type_ != v->element_type_) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "gguf writer: key '", key, "': element of type ", GgufTypeName(e.type_),
-            " in an array of ", GgufTypeName(v->element_type_)));
+        return absl::InvalidArgumentError(
+            absl::StrCat("gguf writer: key '", key, "': element of type ", GgufTypeName(e.type_),
+                         " in an array of ", GgufTypeName(v->element_type_)));
       }
       pending.push_back(&e);
     }
@@ -155,8 +155,7 @@ absl::Status GgufWriter::AddTensor(std::string name, std::vector<int64_t> dims, 
     if (t.info.name == name) return absl::InvalidArgumentError(absl::StrCat(what, ": duplicate"));
   }
   if (dims.size() > 4) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": ", dims.size(), " dims (at most 4)"));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", dims.size(), " dims (at most 4)"));
   }
   uint64_t rows = 1;
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -167,8 +166,8 @@ absl::Status GgufWriter::AddTensor(std::string name, std::vector<int64_t> dims, 
   auto row_bytes = quant::CheckedRowBytes(type, row_elems);
   if (!row_bytes.ok()) return Annotate(row_bytes.status(), what);
   if (*row_bytes * rows != data.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", data.size(), " bytes given, ",
-                                                   *row_bytes * rows, " expected"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", data.size(), " bytes given, ", *row_bytes * rows, " expected"));
   }
   Tensor t;
   t.info.name = std::move(name);

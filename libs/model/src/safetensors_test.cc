@@ -1,6 +1,7 @@
 #include "colibri/model/safetensors.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -77,7 +78,8 @@ std::vector<RawTensor> ThreeDtypes() {
 }
 
 fs::path TempDir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("colibri_safetensors_test_" + name);
+  // Unique per process: ctest may run several of these tests at once.
+  fs::path dir = fs::temp_directory_path() / ("colibri_safetensors_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;

@@ -146,8 +146,7 @@ void DequantizeQ5_KAvx2(const void* src, float* y, int64_t n) {
     for (int c = 0; c < 4; ++c, y += 64) {
       const __m256i q = Load32(x[i].qs + 32 * c);
       const __m256i h0 = _mm256_and_si256(BitSet(qh, static_cast<uint8_t>(1u << (2 * c))), sixteen);
-      const __m256i h1 =
-          _mm256_and_si256(BitSet(qh, static_cast<uint8_t>(2u << (2 * c))), sixteen);
+      const __m256i h1 = _mm256_and_si256(BitSet(qh, static_cast<uint8_t>(2u << (2 * c))), sixteen);
       const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low4), h0);
       const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4), h1);
       Store32<true>(lo, d * sc[2 * c], dmin * m[2 * c], y);

@@ -57,8 +57,8 @@ TEST(DTypeTest, ParseAcceptsAnyCase) {
   EXPECT_EQ(*ParseDType("Q4_K"), DType::kQ4_K);
   EXPECT_EQ(*ParseDType("BF16"), DType::kBF16);
   EXPECT_EQ(*ParseDType("q8_0"), DType::kQ8_0);
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ2_K,
-                  DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K}) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K,
+                  DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K}) {
     EXPECT_EQ(*ParseDType(DTypeName(t)), t);
   }
 }
@@ -82,10 +82,8 @@ TEST(DTypeTest, RowBytes) {
 }
 
 TEST(DTypeTest, CheckedRowBytesRefusesBadSizes) {
-  EXPECT_EQ(CheckedRowBytes(DType::kQ4_K, 100).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(CheckedRowBytes(DType::kQ8_0, -32).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckedRowBytes(DType::kQ4_K, 100).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckedRowBytes(DType::kQ8_0, -32).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(CheckedRowBytes(DType::kF32, std::numeric_limits<int64_t>::max()).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(CheckedRowBytes(static_cast<DType>(2), 32).status().code(),

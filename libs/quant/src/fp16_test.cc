@@ -63,11 +63,11 @@ TEST(Fp16Test, KnownValues) {
   EXPECT_EQ(F32ToF16(65520.0f), 0x7c00);  // tie between 65504 and 65536 -> even -> inf
   EXPECT_EQ(F32ToF16(std::numeric_limits<float>::infinity()), 0x7c00);
   EXPECT_EQ(F32ToF16(-std::numeric_limits<float>::infinity()), 0xfc00);
-  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -24)), 0x0001);     // smallest subnormal
-  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -25)), 0x0000);     // tie -> even (zero)
+  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -25)), 0x0000);  // tie -> even (zero)
   EXPECT_EQ(F32ToF16(std::ldexp(1.5f, -25)), 0x0001);
-  EXPECT_EQ(F32ToF16(std::ldexp(3.0f, -25)), 0x0002);     // 1.5 units: tie -> even (2)
-  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -14)), 0x0400);     // smallest normal
+  EXPECT_EQ(F32ToF16(std::ldexp(3.0f, -25)), 0x0002);         // 1.5 units: tie -> even (2)
+  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -14)), 0x0400);         // smallest normal
   EXPECT_EQ(F32ToF16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie -> even
   EXPECT_EQ(F32ToF16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
   EXPECT_EQ(F32ToF16(std::nanf("")), 0x7e00);
@@ -100,7 +100,8 @@ TEST(Fp16Test, MatchesIndependentRounding) {
   }
   for (uint32_t h = 0; h < 0x7bff; ++h) {
     const double mid = (static_cast<double>(F16ToF32(static_cast<uint16_t>(h))) +
-                        F16ToF32(static_cast<uint16_t>(h + 1))) / 2;
+                        F16ToF32(static_cast<uint16_t>(h + 1))) /
+                       2;
     const float f = static_cast<float>(mid);  // exact: a half midpoint needs 12 bits
     ASSERT_EQ(F32ToF16(f), NearestEvenF16(f)) << std::hex << h;
   }

@@ -279,8 +279,8 @@ TEST_F(QuantOracleTest, KQuantsMatchLlamaQuantize) {
     }
     // Same algorithm, an input as far from the Q8_0 values as the true original is.
     const GgufTensorInfo* t8 = q8_->FindTensor(t.name);
-    const Quantized self = QuantizeTensor(
-        t.type, SimulateOriginal(q8_->TensorData(*t8), original, 17), t.dims[0]);
+    const Quantized self =
+        QuantizeTensor(t.type, SimulateOriginal(q8_->TensorData(*t8), original, 17), t.dims[0]);
     const double agree_llama = ByteAgreement(ours.bytes, theirs);
     const double agree_self = ByteAgreement(ours.bytes, self.bytes);
 
@@ -391,8 +391,8 @@ TEST_F(QuantOracleTest, ErrorOrderingAcrossKQuants) {
   double previous = 1e30;
   for (DType type : kTypes) {
     const double rmse = errors[type].Rmse();
-    table << "| " << DTypeName(type) << " | " << std::setprecision(5) << rmse << " | "
-          << rmse / rms << " |\n";
+    table << "| " << DTypeName(type) << " | " << std::setprecision(5) << rmse << " | " << rmse / rms
+          << " |\n";
     EXPECT_LT(rmse, previous) << DTypeName(type);
     previous = rmse;
   }

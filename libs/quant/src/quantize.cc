@@ -3,13 +3,14 @@
 // the same order GGML evaluates them: changing an expression's association changes which
 // candidate a search keeps, and with it the bytes. This file is built with
 // -ffp-contract=off so no multiply-add is fused behind our back.
+#include "colibri/quant/quantize.h"
+
 #include <cassert>
 #include <cmath>
 #include <cstring>
 
 #include "colibri/quant/blocks.h"
 #include "colibri/quant/fp16.h"
-#include "colibri/quant/quantize.h"
 #include "kernels.h"
 
 namespace colibri::quant {
@@ -34,9 +35,8 @@ inline int Clamp(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v)
 // w-weighted squared (or absolute, use_mad) error. Starts from the plain min/max grid, then
 // tries nstep+1 stretched grids (nmax + rmin + rdelta * k levels over the range), refitting
 // scale and min by weighted least squares for each; keeps the best. L holds the chosen levels.
-float FitScaleAndMin(int n, int nmax, const float* x, const float* w, uint8_t* L,
-                     float* min_out, uint8_t* L_trial, float rmin, float rdelta, int nstep,
-                     bool use_mad) {
+float FitScaleAndMin(int n, int nmax, const float* x, const float* w, uint8_t* L, float* min_out,
+                     uint8_t* L_trial, float rmin, float rdelta, int nstep, bool use_mad) {
   float lo = x[0];
   float hi = x[0];
   float sum_w = w[0];
@@ -243,8 +243,8 @@ void PackScalesMinsK4(const float* scales, const float* mins, float max_scale, f
 
 // Scale and min search for the 8 groups of 32 of a Q4_K/Q5_K super-block. Weights are
 // rms(group) + |x|. Returns the per-group results and the levels in L.
-void SearchGroupsOf32(const float* x, int nmax, float rmin, int nstep, uint8_t* L,
-                      float* scales, float* mins, float* max_scale, float* max_min) {
+void SearchGroupsOf32(const float* x, int nmax, float rmin, int nstep, uint8_t* L, float* scales,
+                      float* mins, float* max_scale, float* max_min) {
   float weights[32];
   uint8_t L_trial[32];
   *max_scale = 0;
@@ -254,8 +254,8 @@ void SearchGroupsOf32(const float* x, int nmax, float rmin, int nstep, uint8_t* 
     for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
     const float av_x = std::sqrt(sum_x2 / 32);
     for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(x[32 * j + l]);
-    scales[j] = FitScaleAndMin(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], L_trial,
-                               rmin, 0.1f, nstep, false);
+    scales[j] = FitScaleAndMin(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], L_trial, rmin,
+                               0.1f, nstep, false);
     if (scales[j] > *max_scale) *max_scale = scales[j];
     if (mins[j] > *max_min) *max_min = mins[j];
   }
@@ -310,8 +310,8 @@ void QuantizeQ2_K(const float* x, BlockQ2_K* y, int64_t n) {
     float max_min = 0;
     for (int j = 0; j < kQK_K / 16; ++j) {
       for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
-      scales[j] = FitScaleAndMin(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], L_trial,
-                                 -0.5f, 0.1f, 15, true);
+      scales[j] = FitScaleAndMin(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], L_trial, -0.5f,
+                                 0.1f, 15, true);
       if (scales[j] > max_scale) max_scale = scales[j];
       if (mins[j] > max_min) max_min = mins[j];
     }

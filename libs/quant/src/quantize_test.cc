@@ -56,10 +56,9 @@ TEST(QuantizeTest, RoundTripErrorPerType) {
     DType type;
     double max_rmse;
   } kBounds[] = {
-      {DType::kF32, 0.0},     {DType::kF16, 4e-4},    {DType::kBF16, 3e-3},
-      {DType::kQ8_0, 9e-3},   {DType::kQ8_K, 1.8e-2}, {DType::kQ6_K, 2.8e-2},
-      {DType::kQ5_K, 5.2e-2}, {DType::kQ4_K, 0.105},  {DType::kQ3_K, 0.23},
-      {DType::kQ2_K, 0.43},
+      {DType::kF32, 0.0},     {DType::kF16, 4e-4},    {DType::kBF16, 3e-3},   {DType::kQ8_0, 9e-3},
+      {DType::kQ8_K, 1.8e-2}, {DType::kQ6_K, 2.8e-2}, {DType::kQ5_K, 5.2e-2}, {DType::kQ4_K, 0.105},
+      {DType::kQ3_K, 0.23},   {DType::kQ2_K, 0.43},
   };
   for (const auto& b : kBounds) {
     const double rmse = Rmse(x, RoundTrip(b.type, x));
@@ -218,7 +217,8 @@ TEST(DequantizeTest, Q2_KKnownBlock) {
   BlockQ2_K b;
   b.d = F32ToF16(0.5f);
   b.dmin = F32ToF16(0.25f);
-  for (int g = 0; g < 16; ++g) b.scales[g] = static_cast<uint8_t>((g % 16) | (((15 - g) % 16) << 4));
+  for (int g = 0; g < 16; ++g)
+    b.scales[g] = static_cast<uint8_t>((g % 16) | (((15 - g) % 16) << 4));
   auto q_of = [](int e) { return (e * 3 + e / 7) % 4; };
   std::memset(b.qs, 0, sizeof(b.qs));
   for (int e = 0; e < 256; ++e) {
@@ -298,12 +298,27 @@ std::vector<uint8_t> RandomBlocks(DType t, int64_t n, uint32_t seed) {
   };
   for (size_t b = 0; b < bytes.size(); b += bb) {
     switch (t) {
-      case DType::kQ8_0: sane(b + offsetof(BlockQ8_0, d)); break;
-      case DType::kQ2_K: sane(b + offsetof(BlockQ2_K, d)); sane(b + offsetof(BlockQ2_K, dmin)); break;
-      case DType::kQ3_K: sane(b + offsetof(BlockQ3_K, d)); break;
-      case DType::kQ4_K: sane(b + offsetof(BlockQ4_K, d)); sane(b + offsetof(BlockQ4_K, dmin)); break;
-      case DType::kQ5_K: sane(b + offsetof(BlockQ5_K, d)); sane(b + offsetof(BlockQ5_K, dmin)); break;
-      case DType::kQ6_K: sane(b + offsetof(BlockQ6_K, d)); break;
+      case DType::kQ8_0:
+        sane(b + offsetof(BlockQ8_0, d));
+        break;
+      case DType::kQ2_K:
+        sane(b + offsetof(BlockQ2_K, d));
+        sane(b + offsetof(BlockQ2_K, dmin));
+        break;
+      case DType::kQ3_K:
+        sane(b + offsetof(BlockQ3_K, d));
+        break;
+      case DType::kQ4_K:
+        sane(b + offsetof(BlockQ4_K, d));
+        sane(b + offsetof(BlockQ4_K, dmin));
+        break;
+      case DType::kQ5_K:
+        sane(b + offsetof(BlockQ5_K, d));
+        sane(b + offsetof(BlockQ5_K, dmin));
+        break;
+      case DType::kQ6_K:
+        sane(b + offsetof(BlockQ6_K, d));
+        break;
       case DType::kQ8_K: {
         const float d = 0.01f * (1 + rng() % 100);
         std::memcpy(&bytes[b], &d, 4);

@@ -51,8 +51,8 @@ struct PairShuffles {
     for (int i = 0; i < 4; ++i) {
       const short lo = static_cast<short>(((4 * i + 1) << 8) | (4 * i));
       const short hi = static_cast<short>(((4 * i + 3) << 8) | (4 * i + 2));
-      k[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(lo)),
-                                     _mm_set1_epi16(hi), 1);
+      k[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(lo)), _mm_set1_epi16(hi),
+                                     1);
     }
   }
 };
@@ -155,8 +155,8 @@ float DotQ8_0Avx2(const void* w, const void* a, int64_t n) {
   }
   for (; i < nb; ++i) {
     const __m256 d0 = _mm256_set1_ps(HalfToFloat(x[i].d) * HalfToFloat(y[i].d));
-    acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(DotSigned(Load32(x[i].qs), Load32(y[i].qs))),
-                           acc0);
+    acc0 =
+        _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(DotSigned(Load32(x[i].qs), Load32(y[i].qs))), acc0);
   }
   return HorizontalSum(_mm256_add_ps(acc0, acc1));
 }
@@ -223,15 +223,15 @@ float DotQ4_KAvx2(const void* w, const void* a, int64_t n) {
       const __m256i q = Load32(x[i].qs + 32 * c);
       const __m256i lo = _mm256_and_si256(q, low4);
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-      const __m256i p_lo = DotScaled(lo, Load32(y[i].qs + 64 * c),
-                                     _mm256_set1_epi16(static_cast<short>(sc[2 * c])));
+      const __m256i p_lo =
+          DotScaled(lo, Load32(y[i].qs + 64 * c), _mm256_set1_epi16(static_cast<short>(sc[2 * c])));
       const __m256i p_hi = DotScaled(hi, Load32(y[i].qs + 64 * c + 32),
                                      _mm256_set1_epi16(static_cast<short>(sc[2 * c + 1])));
       acc = _mm256_add_epi32(acc, _mm256_add_epi32(p_lo, p_hi));
     }
     const float yd = y[i].d;
-    sum += KBlockSum(HalfToFloat(x[i].d) * yd, HalfToFloat(x[i].dmin) * yd, HorizontalSum(acc),
-                     imin);
+    sum +=
+        KBlockSum(HalfToFloat(x[i].d) * yd, HalfToFloat(x[i].dmin) * yd, HorizontalSum(acc), imin);
   }
   return sum;
 }
@@ -254,15 +254,15 @@ float DotQ5_KAvx2(const void* w, const void* a, int64_t n) {
       const __m256i h1 = _mm256_and_si256(BitSet(qh, static_cast<uint8_t>(2u << (2 * c))), sixteen);
       const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low4), h0);
       const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4), h1);
-      const __m256i p_lo = DotScaled(lo, Load32(y[i].qs + 64 * c),
-                                     _mm256_set1_epi16(static_cast<short>(sc[2 * c])));
+      const __m256i p_lo =
+          DotScaled(lo, Load32(y[i].qs + 64 * c), _mm256_set1_epi16(static_cast<short>(sc[2 * c])));
       const __m256i p_hi = DotScaled(hi, Load32(y[i].qs + 64 * c + 32),
                                      _mm256_set1_epi16(static_cast<short>(sc[2 * c + 1])));
       acc = _mm256_add_epi32(acc, _mm256_add_epi32(p_lo, p_hi));
     }
     const float yd = y[i].d;
-    sum += KBlockSum(HalfToFloat(x[i].d) * yd, HalfToFloat(x[i].dmin) * yd, HorizontalSum(acc),
-                     imin);
+    sum +=
+        KBlockSum(HalfToFloat(x[i].d) * yd, HalfToFloat(x[i].dmin) * yd, HorizontalSum(acc), imin);
   }
   return sum;
 }
@@ -343,9 +343,9 @@ float DotQ3_KAvx2(const void* w, const void* a, int64_t n) {
         const __m256i v2 = _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), low2);
         const __m256i hb =
             _mm256_and_si256(BitSet(hm, static_cast<uint8_t>(1u << (4 * h + s))), four);
-        acc = _mm256_add_epi32(acc, DotScaled(_mm256_or_si256(v2, hb),
-                                              Load32(y[i].qs + 128 * h + 32 * s),
-                                              _mm256_shuffle_epi8(half_scales, shuffles.k[s])));
+        acc = _mm256_add_epi32(
+            acc, DotScaled(_mm256_or_si256(v2, hb), Load32(y[i].qs + 128 * h + 32 * s),
+                           _mm256_shuffle_epi8(half_scales, shuffles.k[s])));
       }
     }
     const int isum = HorizontalSum(acc) - 4 * ibias;
@@ -376,8 +376,8 @@ float DotQ2_KAvx2(const void* w, const void* a, int64_t n) {
       }
     }
     const float yd = y[i].d;
-    sum += KBlockSum(HalfToFloat(x[i].d) * yd, HalfToFloat(x[i].dmin) * yd, HorizontalSum(acc),
-                     imin);
+    sum +=
+        KBlockSum(HalfToFloat(x[i].d) * yd, HalfToFloat(x[i].dmin) * yd, HorizontalSum(acc), imin);
   }
   return sum;
 }

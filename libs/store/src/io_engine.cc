@@ -353,20 +353,25 @@ class IoEngine::Impl {
       Done done = std::move(op->done);
       absl::Status status = std::move(op->status);
       delete op;
-      done(std::move(status));
-      std::lock_guard<std::mutex> lock(d.mu);
-      d.in_flight--;
-      if (uring_) {
-        while (d.in_flight < static_cast<uint64_t>(options_.queue_depth) && (!d.demand.empty() || !d.prefetch.empty())) {
-          auto& q = !d.demand.empty() ? d.demand : d.prefetch;
-          Op* next = q.front();
-          q.pop_front();
-          d.in_flight++;
-          AssignDueLocked(d, next);
-          if (!SubmitLocked(d, next)) work.push_back(next);
+      {
+        // The slot is free before `done` runs, so a callback that reads again gets it. The
+        // destructor still waits for this callback: it joins the thread running it.
+        std::lock_guard<std::mutex> lock(d.mu);
+        d.in_flight--;
+        if (uring_) {
+          while (d.in_flight < static_cast<uint64_t>(options_.queue_depth) &&
+                 (!d.demand.empty() || !d.prefetch.empty())) {
+            auto& q = !d.demand.empty() ? d.demand : d.prefetch;
+            Op* next = q.front();
+            q.pop_front();
+            d.in_flight++;
+            AssignDueLocked(d, next);
+            if (!SubmitLocked(d, next)) work.push_back(next);
+          }
         }
+        d.cv.notify_all();
       }
-      d.cv.notify_all();
+      done(std::move(status));
     }
   }
 

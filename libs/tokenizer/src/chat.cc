@@ -1,8 +1,73 @@
 #include "colibri/tokenizer/chat.h"
 
 #include "absl/strings/str_cat.h"
+#include "colibri/core/status.h"
+#include "colibri/tokenizer/jinja.h"
 
 namespace colibri::tokenizer {
+namespace {
+
+using OrderedJson = nlohmann::ordered_json;
+
+absl::StatusOr<OrderedJson> ParseOption(const std::string& text, const char* what, bool want_object) {
+  OrderedJson j = OrderedJson::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || (want_object ? !j.is_object() : !j.is_array())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": expected a JSON ", want_object ? "object" : "array"));
+  }
+  return j;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RenderChatJson(const Tokenizer& tok, const OrderedJson& messages,
+                                           const ChatOptions& options, std::string_view chat_template) {
+  const std::string_view source = chat_template.empty() ? std::string_view(tok.chat_template()) : chat_template;
+  if (source.empty()) return absl::FailedPreconditionError("the tokenizer has no chat template");
+  if (!messages.is_array()) return absl::InvalidArgumentError("messages: expected a JSON array");
+  OrderedJson context = OrderedJson::object();
+  context["messages"] = messages;
+  context["tools"] = nullptr;
+  if (!options.tools_json.empty()) {
+    ASSIGN_OR_RETURN(context["tools"], ParseOption(options.tools_json, "tools", /*want_object=*/false));
+  }
+  context["documents"] = nullptr;
+  context["add_generation_prompt"] = options.add_generation_prompt;
+  if (!tok.bos_token().empty()) context["bos_token"] = tok.bos_token();
+  if (!tok.eos_token().empty()) context["eos_token"] = tok.eos_token();
+  if (!options.extra_context_json.empty()) {
+    ASSIGN_OR_RETURN(OrderedJson extra, ParseOption(options.extra_context_json, "extra context", /*want_object=*/true));
+    for (auto it = extra.begin(); it != extra.end(); ++it) context[it.key()] = it.value();
+  }
+  auto tmpl = jinja::Template::Parse(source);
+  if (!tmpl.ok()) return Annotate(tmpl.status(), "chat template");
+  auto out = tmpl->Render(context);
+  if (!out.ok()) return Annotate(out.status(), "chat template");
+  return out;
+}
+
+absl::StatusOr<std::string> RenderChat(const Tokenizer& tok, const std::vector<ChatMessage>& messages,
+                                       const ChatOptions& options) {
+  if (tok.chat_template().empty()) return RenderMistralChat(tok, messages);
+  OrderedJson list = OrderedJson::array();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    OrderedJson j = OrderedJson::object();
+    j["role"] = m.role;
+    j["content"] = m.content;
+    if (!m.reasoning_content.empty()) j["reasoning_content"] = m.reasoning_content;
+    if (!m.tool_calls_json.empty()) {
+      auto calls = ParseOption(m.tool_calls_json, "tool_calls", /*want_object=*/false);
+      if (!calls.ok()) return Annotate(calls.status(), absl::StrCat("messages[", i, "]"));
+      j["tool_calls"] = *calls;
+      if (m.content.empty()) j["content"] = nullptr;
+    }
+    if (!m.name.empty()) j["name"] = m.name;
+    if (!m.tool_call_id.empty()) j["tool_call_id"] = m.tool_call_id;
+    list.push_back(std::move(j));
+  }
+  return RenderChatJson(tok, list, options);
+}
 
 absl::StatusOr<std::string> RenderMistralChat(const Tokenizer& tok, const std::vector<ChatMessage>& messages) {
   if (messages.empty()) return absl::InvalidArgumentError("messages: at least one message is required");

@@ -144,6 +144,18 @@ char32_t ToLower(char32_t cp) {
 bool IsUpper(char32_t cp) { return utf8proc_isupper(static_cast<utf8proc_int32_t>(cp)); }
 bool IsLower(char32_t cp) { return utf8proc_islower(static_cast<utf8proc_int32_t>(cp)); }
 
+bool IsPythonPrintable(char32_t cp) {
+  if (cp == ' ') return true;
+  if (cp < 0x80) return cp > 0x20 && cp != 0x7F;
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
+    case UTF8PROC_CATEGORY_CC: case UTF8PROC_CATEGORY_CF: case UTF8PROC_CATEGORY_CS: case UTF8PROC_CATEGORY_CO:
+    case UTF8PROC_CATEGORY_CN: case UTF8PROC_CATEGORY_ZL: case UTF8PROC_CATEGORY_ZP: case UTF8PROC_CATEGORY_ZS:
+      return false;
+    default:
+      return true;
+  }
+}
+
 std::string ToUpperString(std::string_view s) {
   std::string out;
   out.reserve(s.size());

@@ -38,6 +38,10 @@ char32_t ToLower(char32_t cp);
 bool IsUpper(char32_t cp);
 bool IsLower(char32_t cp);
 
+// Python's str.isprintable() for one character (not Cc, Cf, Cs, Co, Cn, Zl, Zp, or Zs other
+// than the ASCII space).
+bool IsPythonPrintable(char32_t cp);
+
 std::string ToUpperString(std::string_view s);
 std::string ToLowerString(std::string_view s);
 

@@ -2,63 +2,89 @@
 
 #include <chrono>
 #include <deque>
+#include <limits>
 #include <mutex>
+#include <unordered_map>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "colibri/core/checksum.h"
-#include "colibri/core/status.h"
-#include "spdlog/spdlog.h"
+#include "colibri/rpc/shm_region.h"
 
 namespace colibri::store {
 
-absl::Status ModelCatalog::AddModelDir(const std::string& dir) {
-  ASSIGN_OR_RETURN(auto container, model::Container::Open(dir));
-  ASSIGN_OR_RETURN(auto source, expert_source::DiskSource::Open(container.get()));
-  const std::string name = container->manifest().name;
-  if (models_.count(name)) {
-    return absl::AlreadyExistsError(absl::StrCat("two model directories are named '", name, "'"));
-  }
-  models_[name] = Entry{std::move(container), std::move(source)};
-  return absl::OkStatus();
+using Clock = std::chrono::steady_clock;
+using expert_source::Priority;
+
+namespace {
+
+// The label for per-client metrics: the client's colibri-client header, else the peer host.
+std::string ClientName(grpc::CallbackServerContext* ctx) {
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("colibri-client");
+  if (it != md.end()) return std::string(it->second.data(), it->second.size());
+  const std::string peer = ctx->peer();
+  if (peer.rfind("unix:", 0) == 0) return "unix";
+  const auto colon = peer.rfind(':');  // ipv4:1.2.3.4:port, ipv6:[::1]:port
+  return colon == std::string::npos ? peer : peer.substr(0, colon);
 }
 
-const ModelCatalog::Entry* ModelCatalog::Find(const std::string& name) const {
-  auto it = models_.find(name);
-  return it == models_.end() ? nullptr : &it->second;
-}
+}  // namespace
 
 class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1::FetchRequest, v1::FetchResponse> {
  public:
-  explicit FetchReactor(ExpertStoreService* svc) : svc_(svc) {
+  FetchReactor(ExpertStoreService* svc, grpc::CallbackServerContext* ctx) : svc_(svc) {
+    unix_peer_ = ctx->peer().rfind("unix:", 0) == 0;
+    client_bytes_ = svc_->metrics_->ClientBytes(ClientName(ctx));
+    if (svc_->open_streams_.fetch_add(1) >= svc_->options_.max_streams) {
+      svc_->open_streams_--;
+      svc_->metrics_->rejected_streams->Increment();
+      finished_ = true;
+      Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          absl::StrCat("expert store: more than ", svc_->options_.max_streams,
+                                       " Fetch streams are open")));
+      return;
+    }
+    counted_ = true;
     svc_->metrics_->open_streams->Increment();
     StartRead(&request_);
   }
 
   void OnReadDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!ok) {
-      reads_done_ = true;
-      MaybeFinishLocked();
-      return;
+    std::vector<Request> starts;
+    bool read_more;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!ok) {
+        reads_done_ = true;
+        MaybeFinishLocked();
+        return;
+      }
+      if (request_.has_block()) {
+        EnqueueLocked(request_.block());
+      } else if (request_.has_cancel()) {
+        CancelLocked(request_.cancel().request_id());
+      } else if (request_.has_shm_attach()) {
+        AttachLocked(request_.shm_attach());
+      }
+      ScheduleLocked(&starts);
+      read_more = !finished_;
     }
-    if (request_.has_block()) {
-      Enqueue(request_.block());
-    } else if (request_.has_cancel()) {
-      CancelQueued(request_.cancel().request_id());
-    }
-    ScheduleLocked();
-    StartRead(&request_);
+    StartReads(starts);
+    if (read_more) StartRead(&request_);
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    writing_ = false;
-    buffered_bytes_ -= out_.front().chunk().data().size();
-    out_.pop_front();
-    if (!ok) broken_ = true;
-    WriteNextLocked();
-    ScheduleLocked();
-    MaybeFinishLocked();
+    std::vector<Request> starts;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+      if (!ok) broken_ = true;
+      WriteNextLocked();
+      ScheduleLocked(&starts);
+      MaybeFinishLocked();
+    }
+    StartReads(starts);
   }
 
   void OnCancel() override {
@@ -77,168 +103,331 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
       prefetch_.clear();
       last = tasks_ == 0;
     }
-    svc_->metrics_->open_streams->Decrement();
+    if (counted_) {
+      svc_->open_streams_--;
+      svc_->metrics_->open_streams->Decrement();
+    }
     if (last) delete this;
   }
 
  private:
-  struct Item {
-    uint64_t request_id;
-    std::string model;
-    expert_source::ExpertId id;
-    bool demand;
+  struct Request {
+    uint64_t id = 0;
+    const StoredModel* model = nullptr;
+    const BlockRecord* block = nullptr;
+    bool demand = true;
+    Clock::time_point deadline = Clock::time_point::max();
+    uint32_t timeout_ms = 0;
+    uint8_t* shm_dst = nullptr;  // set: read into the client's shared memory
+    uint64_t shm_offset = 0;
+    Clock::time_point started;
+  };
+  // An answer waiting for the network: a read block cut into chunks as writes complete, or a
+  // ready message (error, ShmBlock, ShmAttached).
+  struct Out {
+    uint64_t id = 0;
+    SharedBlock block;
+    const BlockRecord* record = nullptr;
+    uint64_t next = 0;
+    v1::FetchResponse message;
   };
 
-  void Enqueue(const v1::BlockRequest& b) {
+  void EnqueueLocked(const v1::BlockRequest& b) {
+    auto& m = *svc_->metrics_;
     if (demand_.size() + prefetch_.size() >= svc_->options_.max_queued) {
-      svc_->metrics_->rejected_requests->Increment();
-      PushError(b.request_id(), absl::ResourceExhaustedError(absl::StrCat(
-                                    "expert store: more than ", svc_->options_.max_queued,
-                                    " requests queued on this stream")));
+      m.rejected_requests->Increment();
+      PushErrorLocked(b.request_id(), absl::ResourceExhaustedError(absl::StrCat(
+                                          "expert store: more than ", svc_->options_.max_queued,
+                                          " requests queued on this stream")));
       return;
     }
-    Item item{b.request_id(), b.key().model(),
-              expert_source::ExpertId{static_cast<int32_t>(b.key().layer()), static_cast<int32_t>(b.key().expert())},
-              b.priority() != v1::PRIORITY_PREFETCH};
-    (item.demand ? demand_ : prefetch_).push_back(std::move(item));
-    svc_->metrics_->queued_requests->Increment();
+    Request r;
+    r.id = b.request_id();
+    auto rec = svc_->store_->FindBlock(b.key().model(), b.key().layer(), b.key().expert(), &r.model);
+    if (!rec.ok()) {
+      m.read_errors->Increment();
+      PushErrorLocked(r.id, rec.status());
+      return;
+    }
+    r.block = *rec;
+    r.demand = b.priority() != v1::PRIORITY_PREFETCH;
+    r.timeout_ms = b.timeout_ms();
+    if (b.timeout_ms() > 0) r.deadline = Clock::now() + std::chrono::milliseconds(b.timeout_ms());
+    if (b.has_shm_offset()) {
+      if (!shm_) {
+        PushErrorLocked(r.id, absl::FailedPreconditionError("no shared-memory region is attached to this stream"));
+        return;
+      }
+      const uint64_t off = b.shm_offset();
+      if (off % 4096 != 0 || off > shm_->size() || r.block->padded_size > shm_->size() - off) {
+        PushErrorLocked(r.id, absl::InvalidArgumentError(absl::StrCat("shared-memory offset ", off, " (+",
+                                                                      r.block->padded_size,
+                                                                      " bytes) is not inside the region")));
+        return;
+      }
+      r.shm_dst = shm_->data() + off;
+      r.shm_offset = off;
+    }
+    (r.demand ? demand_ : prefetch_).push_back(r);
+    m.queued_requests->Increment();
   }
 
-  void CancelQueued(uint64_t request_id) {
+  void CancelLocked(uint64_t id) {
+    auto& m = *svc_->metrics_;
     for (auto* q : {&prefetch_, &demand_}) {
       for (auto it = q->begin(); it != q->end(); ++it) {
-        if (it->request_id == request_id) {
-          q->erase(it);
-          svc_->metrics_->queued_requests->Decrement();
-          svc_->metrics_->cancellations->Increment();
-          return;
-        }
+        if (it->id != id) continue;
+        q->erase(it);
+        m.queued_requests->Decrement();
+        m.cancellations->Increment();
+        PushErrorLocked(id, absl::CancelledError("cancelled by the client"));
+        return;
+      }
+    }
+    if (auto it = in_flight_.find(id); it != in_flight_.end()) {
+      if (!it->second) m.cancellations->Increment();
+      it->second = true;  // answered when the read ends
+      return;
+    }
+    for (auto* q : {&prefetch_out_, &demand_out_}) {
+      for (auto it = q->begin(); it != q->end(); ++it) {
+        if (it->id != id || !it->block) continue;
+        buffered_bytes_ -= it->block->size - it->next;
+        q->erase(it);
+        m.cancellations->Increment();
+        PushErrorLocked(id, absl::CancelledError("cancelled by the client"));
+        return;
       }
     }
   }
 
-  void PushError(uint64_t request_id, const absl::Status& status) {
+  void AttachLocked(const v1::ShmAttach& a) {
     v1::FetchResponse resp;
-    resp.set_request_id(request_id);
-    resp.mutable_error()->set_code(static_cast<int>(status.code()));
-    resp.mutable_error()->set_message(std::string(status.message()));
-    out_.push_back(std::move(resp));
+    auto* ans = resp.mutable_shm_attached();
+    if (shm_) {
+      ans->set_message("a shared-memory region is already attached to this stream");
+    } else if (!svc_->options_.allow_shm) {
+      ans->set_message("shared memory is disabled on this store (--no-shm)");
+    } else if (!unix_peer_) {
+      ans->set_message("shared memory needs a unix-socket connection");
+    } else {
+      auto region = rpc::ShmRegion::Attach(a.name(), a.size());
+      if (region.ok()) {
+        shm_ = std::move(*region);
+        ans->set_ok(true);
+      } else {
+        ans->set_message(std::string(region.status().message()));
+      }
+    }
+    Out o;
+    o.message = std::move(resp);
+    demand_out_.push_back(std::move(o));
     WriteNextLocked();
   }
 
-  // Starts the next read when none is running and the outgoing buffer has room.
-  void ScheduleLocked() {
-    if (busy_ || broken_ || done_ || buffered_bytes_ > svc_->options_.max_buffered_bytes) return;
-    std::deque<Item>* q = !demand_.empty() ? &demand_ : !prefetch_.empty() ? &prefetch_ : nullptr;
-    if (q == nullptr) return;
-    Item item = std::move(q->front());
-    q->pop_front();
-    svc_->metrics_->queued_requests->Decrement();
-    busy_ = true;
-    tasks_++;
-    svc_->io_pool_.Submit([this, item = std::move(item)] { Work(item); });
+  void PushErrorLocked(uint64_t id, const absl::Status& status) {
+    Out o;
+    o.id = id;
+    o.message.set_request_id(id);
+    o.message.mutable_error()->set_code(static_cast<int>(status.code()));
+    o.message.mutable_error()->set_message(std::string(status.message()));
+    demand_out_.push_back(std::move(o));
+    WriteNextLocked();
   }
 
-  void Work(const Item& item) {
-    const auto t0 = std::chrono::steady_clock::now();
-    absl::StatusOr<expert_source::Lease> lease = absl::NotFoundError(
-        absl::StrCat("expert store does not hold model '", item.model, "'"));
-    if (const auto* entry = svc_->catalog_->Find(item.model)) lease = entry->source->Fetch(item.id, {});
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Picks requests to read (demand first) while the stream has read slots and buffer room.
+  // The reads start after the caller releases the lock (StartReads).
+  void ScheduleLocked(std::vector<Request>* starts) {
+    if (broken_ || done_ || finished_) return;
     auto& m = *svc_->metrics_;
-    (item.demand ? m.read_seconds_demand : m.read_seconds_prefetch)->Observe(secs);
+    while (in_flight_.size() < svc_->options_.max_reads_in_flight) {
+      std::deque<Request>* q = !demand_.empty() ? &demand_ : !prefetch_.empty() ? &prefetch_ : nullptr;
+      if (q == nullptr) break;
+      // Bytes read for the network count against the buffer; shared-memory reads land in the
+      // client's memory and only take a read slot.
+      if (q->front().shm_dst == nullptr && chunk_bytes_in_flight_ + buffered_bytes_ >= svc_->options_.max_buffered_bytes) {
+        break;
+      }
+      Request r = q->front();
+      q->pop_front();
+      m.queued_requests->Decrement();
+      r.started = Clock::now();
+      if (r.started > r.deadline) {
+        m.deadline_exceeded->Increment();
+        PushErrorLocked(r.id, absl::DeadlineExceededError(absl::StrCat(
+                                  "expert (layer ", r.block->layer, ", id ", r.block->expert,
+                                  "): still queued after the request's ", r.timeout_ms, " ms timeout")));
+        continue;
+      }
+      if (r.shm_dst == nullptr) chunk_bytes_in_flight_ += r.block->size;
+      in_flight_[r.id] = false;
+      tasks_++;
+      m.reads_in_flight->Increment();
+      starts->push_back(r);
+    }
+  }
+
+  void StartReads(const std::vector<Request>& starts) {
+    for (const Request& r : starts) {
+      const Priority p = r.demand ? Priority::kDemand : Priority::kPrefetch;
+      if (r.shm_dst != nullptr) {
+        svc_->store_->ReadInto(*r.model, *r.block, r.shm_dst, p,
+                               [this, r](absl::Status s) { OnReadComplete(r, std::move(s), nullptr); });
+      } else {
+        svc_->store_->ReadShared(*r.model, *r.block, p, [this, r](absl::StatusOr<SharedBlock> b) {
+          OnReadComplete(r, b.status(), b.ok() ? std::move(*b) : nullptr);
+        });
+      }
+    }
+  }
+
+  void OnReadComplete(const Request& r, absl::Status status, SharedBlock block) {
+    auto& m = *svc_->metrics_;
+    (r.demand ? m.read_seconds_demand : m.read_seconds_prefetch)
+        ->Observe(std::chrono::duration<double>(Clock::now() - r.started).count());
+    m.reads_in_flight->Decrement();
+    std::vector<Request> starts;
     bool last;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      busy_ = false;
       tasks_--;
+      if (r.shm_dst == nullptr) chunk_bytes_in_flight_ -= r.block->size;
+      const bool cancelled = in_flight_[r.id];
+      in_flight_.erase(r.id);
       if (!done_ && !broken_) {
-        if (!lease.ok()) {
-          (lease.status().code() == absl::StatusCode::kDataLoss ? m.checksum_failures : m.read_errors)->Increment();
-          PushError(item.request_id, lease.status());
+        if (cancelled) {
+          PushErrorLocked(r.id, absl::CancelledError("cancelled by the client"));
+        } else if (Clock::now() > r.deadline) {
+          m.deadline_exceeded->Increment();
+          PushErrorLocked(r.id, absl::DeadlineExceededError(absl::StrCat(
+                                    "expert (layer ", r.block->layer, ", id ", r.block->expert,
+                                    "): read finished after the request's ", r.timeout_ms, " ms timeout")));
+        } else if (!status.ok()) {
+          (status.code() == absl::StatusCode::kDataLoss ? m.checksum_failures : m.read_errors)->Increment();
+          PushErrorLocked(r.id, status);
         } else {
-          PushChunks(item, **lease);
+          (r.demand ? m.blocks_served_demand : m.blocks_served_prefetch)->Increment();
+          const double bytes = static_cast<double>(r.block->size);
+          m.bytes_served->Increment(bytes);
+          client_bytes_->Increment(bytes);
+          Out o;
+          o.id = r.id;
+          if (r.shm_dst != nullptr) {
+            m.shm_bytes_served->Increment(bytes);
+            o.message.set_request_id(r.id);
+            auto* d = o.message.mutable_shm_block();
+            d->set_offset(r.shm_offset);
+            d->set_block_size(r.block->size);
+            d->set_block_checksum(r.block->checksum);
+            demand_out_.push_back(std::move(o));
+          } else {
+            o.block = std::move(block);
+            o.record = r.block;
+            buffered_bytes_ += r.block->size;
+            (r.demand ? demand_out_ : prefetch_out_).push_back(std::move(o));
+          }
         }
-        ScheduleLocked();
+        WriteNextLocked();
+        ScheduleLocked(&starts);
         MaybeFinishLocked();
       }
       last = done_ && tasks_ == 0;
     }
+    StartReads(starts);
     if (last) delete this;
   }
 
-  void PushChunks(const Item& item, const expert_source::Block& block) {
-    const uint64_t checksum = Checksum64(block.data(), block.size);
-    for (uint64_t off = 0; off < block.size || (off == 0 && block.size == 0);) {
-      const uint64_t n = std::min<uint64_t>(svc_->options_.chunk_bytes, block.size - off);
-      v1::FetchResponse resp;
-      resp.set_request_id(item.request_id);
-      auto* c = resp.mutable_chunk();
-      c->set_offset(off);
-      c->set_data(block.data() + off, n);
-      c->set_chunk_checksum(Checksum64(block.data() + off, n));
-      c->set_block_size(block.size);
-      c->set_block_checksum(checksum);
-      off += n;
-      c->set_last(off >= block.size);
-      buffered_bytes_ += n;
-      out_.push_back(std::move(resp));
-      if (n == 0) break;
-    }
-    (item.demand ? svc_->metrics_->blocks_served_demand : svc_->metrics_->blocks_served_prefetch)->Increment();
-    svc_->metrics_->bytes_served->Increment(static_cast<double>(block.size));
-    WriteNextLocked();
-  }
-
+  // Starts the next write: demand answers first; a block's next chunk is cut here.
   void WriteNextLocked() {
-    if (writing_ || out_.empty() || finished_ || broken_) return;
+    if (writing_ || finished_ || broken_) return;
+    std::deque<Out>* q = !demand_out_.empty() ? &demand_out_ : !prefetch_out_.empty() ? &prefetch_out_ : nullptr;
+    if (q == nullptr) return;
+    Out& o = q->front();
+    if (o.block) {
+      const uint64_t size = o.block->size;
+      const uint64_t n = std::min<uint64_t>(svc_->options_.chunk_bytes, size - o.next);
+      current_.Clear();
+      current_.set_request_id(o.id);
+      auto* c = current_.mutable_chunk();
+      c->set_offset(o.next);
+      c->set_data(o.block->data() + o.next, n);
+      c->set_chunk_checksum(Checksum64(o.block->data() + o.next, n));
+      c->set_block_size(size);
+      c->set_block_checksum(o.record->checksum);
+      o.next += n;
+      buffered_bytes_ -= n;
+      c->set_last(o.next >= size);
+      if (o.next >= size) q->pop_front();
+    } else {
+      current_ = std::move(o.message);
+      q->pop_front();
+    }
     writing_ = true;
-    StartWrite(&out_.front());
+    StartWrite(&current_);
   }
 
   void MaybeFinishLocked() {
-    if (finished_ || busy_ || writing_) return;
+    if (finished_ || writing_) return;
     if (broken_) {
       finished_ = true;
       Finish(grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled"));
       return;
     }
-    if (reads_done_ && demand_.empty() && prefetch_.empty() && out_.empty()) {
+    if (reads_done_ && demand_.empty() && prefetch_.empty() && in_flight_.empty() && demand_out_.empty() &&
+        prefetch_out_.empty()) {
       finished_ = true;
       Finish(grpc::Status::OK);
     }
   }
 
   ExpertStoreService* svc_;
+  prometheus::Counter* client_bytes_ = nullptr;
+  bool unix_peer_ = false;
+  bool counted_ = false;
   std::mutex mu_;
   v1::FetchRequest request_;
-  std::deque<Item> demand_, prefetch_;
-  std::deque<v1::FetchResponse> out_;  // front is being written when writing_
-  size_t buffered_bytes_ = 0;
+  v1::FetchResponse current_;  // being written while writing_
+  std::deque<Request> demand_, prefetch_;
+  std::unordered_map<uint64_t, bool> in_flight_;  // request id -> cancelled
+  std::deque<Out> demand_out_, prefetch_out_;
+  uint64_t buffered_bytes_ = 0;          // read bytes not yet cut into written chunks
+  uint64_t chunk_bytes_in_flight_ = 0;   // bytes of reads that will become chunks
+  std::unique_ptr<rpc::ShmRegion> shm_;  // outlives every read into it (deleted with the reactor)
   int tasks_ = 0;
-  bool busy_ = false, writing_ = false, reads_done_ = false, broken_ = false, finished_ = false, done_ = false;
+  bool writing_ = false, reads_done_ = false, broken_ = false, finished_ = false, done_ = false;
 };
 
-ExpertStoreService::ExpertStoreService(const ModelCatalog* catalog, StoreOptions options, StoreMetrics* metrics)
-    : catalog_(catalog), options_(options), metrics_(metrics), io_pool_(options.io_threads + 1) {}
+ExpertStoreService::ExpertStoreService(BlockStore* store, StoreOptions options, StoreMetrics* metrics)
+    : store_(store), options_(options), metrics_(metrics) {}
 
 ExpertStoreService::~ExpertStoreService() = default;
 
 grpc::ServerBidiReactor<v1::FetchRequest, v1::FetchResponse>* ExpertStoreService::Fetch(
-    grpc::CallbackServerContext*) {
-  return new FetchReactor(this);
+    grpc::CallbackServerContext* ctx) {
+  return new FetchReactor(this, ctx);
 }
 
 grpc::ServerUnaryReactor* ExpertStoreService::ListModels(grpc::CallbackServerContext* ctx,
                                                          const v1::ListModelsRequest*, v1::ListModelsResponse* resp) {
-  for (const auto& [name, entry] : catalog_->models()) {
-    const auto& m = entry.container->manifest();
+  for (const auto& m : store_->models()) {
     auto* h = resp->add_models();
-    h->set_name(name);
-    h->set_n_layers(static_cast<uint32_t>(m.config.n_layers));
-    h->set_n_experts(static_cast<uint32_t>(m.config.n_experts));
-    h->set_total_expert_bytes(m.TotalExpertBytes());
-    h->set_full_copy(true);
+    h->set_name(m->name());
+    h->set_n_layers(static_cast<uint32_t>(m->n_layers()));
+    h->set_n_experts(static_cast<uint32_t>(m->n_experts()));
+    h->set_total_expert_bytes(m->total_expert_bytes());
+    h->set_full_copy(m->full_copy());
+    if (!m->full_copy()) {
+      const size_t n = static_cast<size_t>(m->n_layers()) * static_cast<size_t>(m->n_experts());
+      std::string held((n + 7) / 8, '\0');
+      for (int32_t l = 0; l < m->n_layers(); ++l) {
+        for (int32_t e = 0; e < m->n_experts(); ++e) {
+          if (m->Find(l, e) == nullptr) continue;
+          const size_t bit = static_cast<size_t>(l) * static_cast<size_t>(m->n_experts()) + static_cast<size_t>(e);
+          held[bit / 8] = static_cast<char>(held[bit / 8] | (1 << (bit % 8)));
+        }
+      }
+      h->set_held(held);
+    }
   }
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);

@@ -1,20 +1,26 @@
-// ExpertStore gRPC service: serves the expert blocks of local model directories over the
-// bidirectional Fetch stream. Thin: requests go to per-stream priority queues, reads run on the
-// store's executor (never inside a reaction), chunks go back with one outstanding write per
-// stream. Demand requests are served before queued prefetches; queued requests can be
-// cancelled; each stream holds at most `max_queued` requests (RESOURCE_EXHAUSTED past it) and
-// at most `max_buffered_bytes` of chunks waiting to be written (back-pressure on reads).
+// ExpertStore gRPC service: serves verified expert blocks from a BlockStore (striped disks
+// and/or plain model directories) over the bidirectional Fetch stream. Thin: requests go to
+// per-stream priority queues; block reads run on the store's I/O engine (never inside a
+// reaction), up to `max_reads_in_flight` per stream so every disk stays busy; answers go back
+// with one outstanding write per stream.
+//
+// Per stream: demand requests are served before queued prefetches (when reads start and when
+// answers are written: chunks of a demand block overtake queued prefetch chunks); queued and
+// in-progress requests can be cancelled (answered CANCELLED); a request queued or read past its
+// timeout_ms is answered DEADLINE_EXCEEDED; at most `max_queued` requests wait
+// (RESOURCE_EXHAUSTED past it) and at most `max_buffered_bytes` of read blocks wait for the
+// network (reads pause: back-pressure). Chunks are cut from the read block as the previous
+// write completes, so a block is held once, not as copies. Store-wide: at most `max_streams`
+// streams (RESOURCE_EXHAUSTED). On unix-socket connections a client may attach a shared-memory
+// region; blocks it asks for there are read straight into it (O_DIRECT, no copy) and only
+// descriptors travel on the stream.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <string>
 
-#include "absl/status/statusor.h"
-#include "colibri/core/thread_pool.h"
-#include "colibri/expert_source/disk_source.h"
-#include "colibri/model/container.h"
+#include "colibri/store/block_store.h"
 #include "colibri/v1/expert_store.grpc.pb.h"
 #include "store_metrics.h"
 
@@ -23,28 +29,16 @@ namespace colibri::store {
 struct StoreOptions {
   size_t chunk_bytes = 1 << 20;            // 1 MiB chunks
   size_t max_queued = 1024;                // requests queued per stream
-  size_t max_buffered_bytes = 16 << 20;    // chunk bytes waiting for the network per stream
-  int io_threads = 4;
-};
-
-// The models a store serves, by name.
-class ModelCatalog {
- public:
-  absl::Status AddModelDir(const std::string& dir);
-  struct Entry {
-    std::unique_ptr<model::Container> container;
-    std::unique_ptr<expert_source::DiskSource> source;
-  };
-  const Entry* Find(const std::string& name) const;
-  const std::map<std::string, Entry>& models() const { return models_; }
-
- private:
-  std::map<std::string, Entry> models_;
+  size_t max_buffered_bytes = 16 << 20;    // read bytes waiting for the network, per stream
+  size_t max_reads_in_flight = 16;         // block reads in progress per stream
+  size_t max_streams = 256;                // open Fetch streams
+  bool allow_shm = true;                   // honour ShmAttach on unix-socket connections
 };
 
 class ExpertStoreService final : public v1::ExpertStore::CallbackService {
  public:
-  ExpertStoreService(const ModelCatalog* catalog, StoreOptions options, StoreMetrics* metrics);
+  // `store` and `metrics` must outlive the service.
+  ExpertStoreService(BlockStore* store, StoreOptions options, StoreMetrics* metrics);
   ~ExpertStoreService() override;
 
   grpc::ServerBidiReactor<v1::FetchRequest, v1::FetchResponse>* Fetch(grpc::CallbackServerContext* ctx) override;
@@ -53,10 +47,10 @@ class ExpertStoreService final : public v1::ExpertStore::CallbackService {
 
  private:
   class FetchReactor;
-  const ModelCatalog* catalog_;
+  BlockStore* store_;
   StoreOptions options_;
   StoreMetrics* metrics_;
-  ThreadPool io_pool_;
+  std::atomic<size_t> open_streams_{0};
 };
 
 }  // namespace colibri::store

@@ -44,11 +44,12 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-// Heap memory aligned for O_DIRECT and SIMD (default 4 KiB). Zero-initialised.
+// Heap memory aligned for O_DIRECT and SIMD (default 4 KiB). Zero-initialised unless `zero` is
+// false (for buffers a read overwrites whole: skipping the memset saves a pass over memory).
 struct AlignedDeleter {
   void operator()(uint8_t* p) const;
 };
 using AlignedBytes = std::unique_ptr<uint8_t[], AlignedDeleter>;
-absl::StatusOr<AlignedBytes> AllocateAligned(size_t size, size_t alignment = 4096);
+absl::StatusOr<AlignedBytes> AllocateAligned(size_t size, size_t alignment = 4096, bool zero = true);
 
 }  // namespace colibri

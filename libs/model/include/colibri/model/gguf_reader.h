@@ -76,8 +76,11 @@ class GgufValue {
   std::span<const uint8_t> element_bytes() const { return element_bytes_; }
   const std::vector<std::string_view>& strings() const { return strings_; }
   const std::vector<GgufValue>& arrays() const { return arrays_; }
-  // Element i of an integer / float array (nullopt for other element types or i >= size()).
+  // Element i of an integer / float array (nullopt for other element types, i >= size(), or
+  // a value outside the result type: IntElement of a uint64 above INT64_MAX, UintElement of
+  // a negative value).
   std::optional<int64_t> IntElement(uint64_t i) const;
+  std::optional<uint64_t> UintElement(uint64_t i) const;
   std::optional<double> FloatElement(uint64_t i) const;
 
   // "uint32 7", "string 'llama'", "array[string; 512]" (for error messages).

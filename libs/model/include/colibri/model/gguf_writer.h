@@ -71,8 +71,12 @@ class GgufWriter {
 
   // InvalidArgument for a duplicate key or an array whose elements are not all element_type.
   absl::Status Add(std::string key, GgufWriteValue value);
-  absl::Status AddU32(std::string key, uint32_t v) { return Add(std::move(key), GgufWriteValue::Uint32(v)); }
-  absl::Status AddF32(std::string key, float v) { return Add(std::move(key), GgufWriteValue::Float32(v)); }
+  absl::Status AddU32(std::string key, uint32_t v) {
+    return Add(std::move(key), GgufWriteValue::Uint32(v));
+  }
+  absl::Status AddF32(std::string key, float v) {
+    return Add(std::move(key), GgufWriteValue::Float32(v));
+  }
   absl::Status AddString(std::string key, std::string v) {
     return Add(std::move(key), GgufWriteValue::String(std::move(v)));
   }

@@ -10,13 +10,13 @@
 
 namespace colibri::quant {
 
-inline constexpr int kQK8_0 = 32;         // elements per Q8_0 block
-inline constexpr int kQK_K = 256;         // elements per k-quant super-block
-inline constexpr int kKScaleSize = 12;    // bytes of packed 6-bit scales/mins (Q3_K..Q5_K)
+inline constexpr int kQK8_0 = 32;       // elements per Q8_0 block
+inline constexpr int kQK_K = 256;       // elements per k-quant super-block
+inline constexpr int kKScaleSize = 12;  // bytes of packed 6-bit scales/mins (Q3_K..Q5_K)
 
 // y[i] = d * qs[i].
 struct BlockQ8_0 {
-  uint16_t d;          // f16 scale
+  uint16_t d;  // f16 scale
   int8_t qs[kQK8_0];
 };
 static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 block must be 34 bytes");
@@ -35,8 +35,8 @@ static_assert(sizeof(BlockQ8_K) == 292, "Q8_K block must be 292 bytes");
 struct BlockQ2_K {
   uint8_t scales[kQK_K / 16];  // low nibble: scale, high nibble: min
   uint8_t qs[kQK_K / 4];
-  uint16_t d;                  // f16 super-scale for the scales
-  uint16_t dmin;               // f16 super-scale for the mins
+  uint16_t d;     // f16 super-scale for the scales
+  uint16_t dmin;  // f16 super-scale for the mins
 };
 static_assert(sizeof(BlockQ2_K) == 84, "Q2_K block must be 84 bytes");
 

@@ -1,0 +1,124 @@
+// BlockStore: the serving view of an expert store. It opens the striped disks (through the
+// RocksDB catalog, read-only) and/or plain model directories, cross-checks the catalog against
+// the files, and reads verified blocks through the I/O engine.
+//
+// Start-up checks (Open fails with an error naming the disk, file or model): every disk of the
+// store given and carrying the store's identity; for every ready model, each disk's stripe file
+// present and as long as the catalog says, block records complete and matching the model's
+// manifest (sizes, checksums), every extent inside its file. Models still ingesting or being
+// removed are skipped with a warning.
+//
+// Verification: a striped block is verified stripe by stripe, each unit's XXH3-64 against the
+// catalog as the unit lands (units were checksummed at ingest from bytes verified against the
+// block checksum, so all units matching is the block matching); a block of a plain model
+// directory against its manifest checksum. A mismatch is DataLoss naming the expert, the
+// stripe, the disk and the file offset, is counted per disk, and the bytes are never reported
+// as good. Thread-safe; models and records are immutable after Open.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "colibri/model/manifest.h"
+#include "colibri/store/catalog.h"
+#include "colibri/store/io_engine.h"
+#include "colibri/store/read_cache.h"
+
+namespace colibri::store {
+
+struct BlockStoreOptions {
+  std::vector<std::filesystem::path> disks;       // striped store roots (any order)
+  std::filesystem::path catalog;                  // empty: found on the disks
+  std::vector<std::filesystem::path> model_dirs;  // plain model directories, served as they are
+  IoEngineOptions io;
+  uint64_t read_cache_bytes = 0;                  // 0: no RAM read cache
+};
+
+// One model the store serves (a full copy or a range of layers).
+class StoredModel {
+ public:
+  const std::string& name() const { return name_; }
+  const model::Manifest& manifest() const { return manifest_; }
+  int32_t n_layers() const { return static_cast<int32_t>(manifest_.config.n_layers); }
+  int32_t n_experts() const { return static_cast<int32_t>(manifest_.config.n_experts); }
+  int32_t first_layer() const { return first_layer_; }
+  int32_t last_layer() const { return last_layer_; }
+  bool full_copy() const { return first_layer_ == 0 && last_layer_ == n_layers() - 1; }
+  uint64_t total_expert_bytes() const { return total_expert_bytes_; }
+  uint64_t stripe_size() const { return stripe_size_; }  // 0: a plain model directory
+  const std::string& origin() const { return origin_; }   // for logs
+  // The block of (layer, expert), or nullptr when out of range or not held.
+  const BlockRecord* Find(int64_t layer, int64_t expert) const;
+
+ private:
+  friend class BlockStore;
+  std::string name_;
+  model::Manifest manifest_;
+  int32_t first_layer_ = 0;
+  int32_t last_layer_ = -1;
+  uint64_t total_expert_bytes_ = 0;
+  uint64_t stripe_size_ = 0;
+  std::string origin_;
+  uint32_t index_ = 0;
+  std::vector<BlockRecord> blocks_;  // by layer * n_experts + expert; padded_size 0: not held
+  std::vector<uint32_t> files_;      // striped: engine file by disk; directory: by block index
+};
+
+class BlockStore {
+ public:
+  using Priority = expert_source::Priority;
+  using Done = std::function<void(absl::Status)>;
+  using SharedDone = std::function<void(absl::StatusOr<SharedBlock>)>;
+
+  static absl::StatusOr<std::unique_ptr<BlockStore>> Open(const BlockStoreOptions& options);
+  ~BlockStore();
+
+  const std::vector<std::unique_ptr<StoredModel>>& models() const { return models_; }
+  const StoredModel* FindModel(std::string_view name) const;
+  // The block, or NotFound naming the model and the expert.
+  absl::StatusOr<const BlockRecord*> FindBlock(std::string_view model, int64_t layer, int64_t expert,
+                                               const StoredModel** found = nullptr) const;
+
+  // Reads the block into `dst` (>= padded_size bytes, 4 KiB aligned) and verifies it. `done`
+  // runs once: on an engine thread, or inline before ReadInto returns on a read-cache hit.
+  void ReadInto(const StoredModel& model, const BlockRecord& block, uint8_t* dst, Priority priority, Done done);
+  // Reads the block into a shared buffer through the read cache (when there is one);
+  // concurrent reads of one block are coalesced. `done` as for ReadInto.
+  void ReadShared(const StoredModel& model, const BlockRecord& block, Priority priority, SharedDone done);
+
+  IoEngine& io() { return *io_; }
+  // Engine disks: the striped disks by index, then one per plain model directory.
+  uint32_t disk_count() const { return io_->disk_count(); }
+  const std::string& disk_name(uint32_t disk) const { return io_->disk_name(disk); }
+  uint64_t checksum_failures(uint32_t disk) const { return checksum_failures_[disk].load(); }
+  std::optional<ReadCacheStats> read_cache_stats() const;
+  // Models found in the catalog but not served (ingesting, removing), with the reason.
+  const std::vector<std::string>& skipped() const { return skipped_; }
+
+ private:
+  BlockStore() = default;
+  absl::Status AddStriped(const Catalog& catalog, const std::vector<std::filesystem::path>& roots);
+  absl::Status AddModelDir(const std::filesystem::path& dir, uint32_t disk);
+  void ReadRaw(const StoredModel& model, const BlockRecord& block, uint8_t* dst, Priority priority, Done done);
+  static uint64_t CacheKey(const StoredModel& model, const BlockRecord& block);
+
+  std::unique_ptr<IoEngine> io_;
+  std::vector<std::unique_ptr<StoredModel>> models_;
+  std::vector<std::string> skipped_;
+  std::unique_ptr<std::atomic<uint64_t>[]> checksum_failures_;
+  std::unique_ptr<ReadCache> cache_;
+  std::mutex inflight_mu_;
+  std::unordered_map<uint64_t, std::vector<SharedDone>> inflight_;  // coalesced shared reads
+};
+
+}  // namespace colibri::store

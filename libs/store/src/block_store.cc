@@ -1,0 +1,345 @@
+#include "colibri/store/block_store.h"
+
+#include <cstring>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "colibri/core/checksum.h"
+#include "colibri/core/status.h"
+#include "colibri/core/units.h"
+#include "colibri/model/container.h"
+#include "colibri/quant/dtype.h"
+#include "colibri/store/disk_set.h"
+#include "spdlog/spdlog.h"
+
+namespace colibri::store {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string ExpertName(const StoredModel& m, const BlockRecord& b) {
+  return absl::StrCat("expert (layer ", b.layer, ", id ", b.expert, ") of model '", m.name(), "'");
+}
+
+// Completion of one block read: the last extent to land reports the first error.
+struct ReadState {
+  std::atomic<size_t> remaining{0};
+  std::mutex mu;
+  absl::Status status;
+  BlockStore::Done done;
+  void Record(absl::Status s) {
+    if (s.ok()) return;
+    std::lock_guard<std::mutex> lock(mu);
+    if (status.ok()) status = std::move(s);
+  }
+};
+
+}  // namespace
+
+const BlockRecord* StoredModel::Find(int64_t layer, int64_t expert) const {
+  if (layer < 0 || layer >= n_layers() || expert < 0 || expert >= n_experts()) return nullptr;
+  const BlockRecord& b = blocks_[static_cast<size_t>(layer * n_experts() + expert)];
+  return b.padded_size == 0 ? nullptr : &b;
+}
+
+BlockStore::~BlockStore() {
+  io_.reset();  // waits for reads in flight; their callbacks may still touch the cache
+}
+
+absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOptions& options) {
+  auto s = std::unique_ptr<BlockStore>(new BlockStore());
+  std::vector<std::string> disk_names;
+  std::vector<fs::path> roots;
+  std::unique_ptr<Catalog> catalog;
+  if (!options.disks.empty()) {
+    ASSIGN_OR_RETURN(fs::path cpath, FindCatalog(options.disks, options.catalog));
+    ASSIGN_OR_RETURN(catalog, Catalog::Open(cpath, Catalog::Mode::kReadOnly));
+    ASSIGN_OR_RETURN(auto meta, catalog->GetMeta());
+    if (!meta) {
+      return absl::FailedPreconditionError(absl::StrCat("catalog '", cpath.string(), "' has no store record"));
+    }
+    ASSIGN_OR_RETURN(roots, ResolveDisks(*meta, options.disks));
+    for (const auto& r : roots) disk_names.push_back(r.string());
+  } else if (!options.catalog.empty()) {
+    return absl::InvalidArgumentError("a catalog path needs the store's disks (--disk)");
+  }
+  for (const auto& d : options.model_dirs) disk_names.push_back(d.string());
+  if (disk_names.empty()) return absl::InvalidArgumentError("nothing to serve: give disks (--disk) or model directories (--model)");
+  s->checksum_failures_ = std::make_unique<std::atomic<uint64_t>[]>(disk_names.size());
+  ASSIGN_OR_RETURN(s->io_, IoEngine::Create(disk_names, options.io));
+  if (catalog) RETURN_IF_ERROR(s->AddStriped(*catalog, roots));
+  for (size_t i = 0; i < options.model_dirs.size(); ++i) {
+    RETURN_IF_ERROR(s->AddModelDir(options.model_dirs[i], static_cast<uint32_t>(roots.size() + i)));
+  }
+  if (options.read_cache_bytes > 0) s->cache_ = std::make_unique<ReadCache>(options.read_cache_bytes);
+  return s;
+}
+
+absl::Status BlockStore::AddStriped(const Catalog& catalog, const std::vector<fs::path>& roots) {
+  ASSIGN_OR_RETURN(auto records, catalog.ListModels());
+  for (const ModelRecord& rec : records) {
+    if (rec.state != ModelState::kReady) {
+      std::string why = absl::StrCat("model '", rec.name, "' is ", ModelStateName(rec.state),
+                                     rec.state == ModelState::kIngesting ? " (rerun the import to finish it)"
+                                                                         : " (rerun remove to finish it)");
+      spdlog::warn("not serving {}", why);
+      skipped_.push_back(std::move(why));
+      continue;
+    }
+    const std::string where = absl::StrCat("model '", rec.name, "' in catalog '", catalog.path().string(), "'");
+    auto m = std::make_unique<StoredModel>();
+    m->name_ = rec.name;
+    auto j = nlohmann::json::parse(rec.manifest_json, nullptr, false);
+    if (j.is_discarded()) return absl::DataLossError(absl::StrCat(where, ": stored manifest is not JSON"));
+    auto manifest = model::ManifestFromJson(j);
+    if (!manifest.ok()) return Annotate(manifest.status(), absl::StrCat(where, ": stored manifest"));
+    m->manifest_ = std::move(*manifest);
+    m->manifest_.name = rec.name;
+    m->first_layer_ = rec.first_layer;
+    m->last_layer_ = rec.last_layer;
+    m->stripe_size_ = rec.stripe_size;
+    m->total_expert_bytes_ = rec.total_expert_bytes;
+    m->index_ = static_cast<uint32_t>(models_.size());
+    m->origin_ = absl::StrCat("striped over ", roots.size(), " disk(s), stripe ", FormatSize(rec.stripe_size));
+    if (rec.disk_bytes.size() != roots.size()) {
+      return absl::DataLossError(absl::StrCat(where, ": recorded for ", rec.disk_bytes.size(), " disks, the store has ",
+                                              roots.size()));
+    }
+    // The files first: a missing disk file is the most likely problem and the clearest message.
+    for (uint32_t d = 0; d < roots.size(); ++d) {
+      const fs::path path = StripeFilePath(roots[d], rec.name);
+      std::error_code ec;
+      const uint64_t have = fs::file_size(path, ec);
+      if (ec) {
+        return absl::NotFoundError(absl::StrCat("model '", rec.name, "': stripe file '", path.string(), "' on disk ", d,
+                                                " is missing (the catalog expects ", rec.disk_bytes[d], " bytes)"));
+      }
+      if (have < rec.disk_bytes[d]) {
+        return absl::DataLossError(absl::StrCat("model '", rec.name, "': stripe file '", path.string(), "' on disk ", d,
+                                                " is truncated: ", have, " bytes, the catalog expects ",
+                                                rec.disk_bytes[d]));
+      }
+      ASSIGN_OR_RETURN(uint32_t file, io_->OpenFile(d, path));
+      m->files_.push_back(file);
+    }
+    ASSIGN_OR_RETURN(auto blocks, catalog.GetBlocks(rec.name));
+    if (blocks.size() != rec.blocks_total) {
+      return absl::DataLossError(absl::StrCat(where, ": ", blocks.size(), " block records, expected ",
+                                              rec.blocks_total));
+    }
+    m->blocks_.resize(m->manifest_.experts.size());
+    for (auto& b : blocks) {
+      const BlockRecord* dup = m->Find(b.layer, b.expert);
+      if (b.layer < rec.first_layer || b.layer > rec.last_layer || b.expert < 0 || b.expert >= m->n_experts() ||
+          dup != nullptr) {
+        return absl::DataLossError(absl::StrCat(where, ": unexpected block record for expert (layer ", b.layer,
+                                                ", id ", b.expert, ")"));
+      }
+      const model::ExpertBlock& want = m->manifest_.Expert(b.layer, b.expert);
+      if (want.size != b.size || want.checksum != b.checksum || want.padded_size != b.padded_size) {
+        return absl::DataLossError(absl::StrCat(where, ": expert (layer ", b.layer, ", id ", b.expert,
+                                                ") differs between the catalog and the stored manifest"));
+      }
+      for (const Extent& e : b.extents) {
+        if (e.disk >= roots.size() || e.offset + e.length > rec.disk_bytes[e.disk] || !e.has_checksum) {
+          return absl::DataLossError(absl::StrCat(where, ": expert (layer ", b.layer, ", id ", b.expert,
+                                                  ") has a stripe outside disk ", e.disk, "'s file"));
+        }
+      }
+      m->blocks_[static_cast<size_t>(b.layer * m->n_experts() + b.expert)] = std::move(b);
+    }
+    models_.push_back(std::move(m));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BlockStore::AddModelDir(const fs::path& dir, uint32_t disk) {
+  ASSIGN_OR_RETURN(auto container, model::Container::Open(dir));
+  auto m = std::make_unique<StoredModel>();
+  m->manifest_ = container->manifest();
+  m->name_ = m->manifest_.name;
+  if (FindModel(m->name_) != nullptr) {
+    return absl::AlreadyExistsError(absl::StrCat("two models are named '", m->name_, "' (", dir.string(), ")"));
+  }
+  m->last_layer_ = m->n_layers() - 1;
+  m->total_expert_bytes_ = m->manifest_.TotalExpertBytes();
+  m->index_ = static_cast<uint32_t>(models_.size());
+  m->origin_ = dir.string();
+  std::map<std::string, uint32_t> files;
+  for (const model::ExpertBlock& b : m->manifest_.experts) {
+    auto it = files.find(b.file);
+    if (it == files.end()) {
+      ASSIGN_OR_RETURN(uint32_t id, io_->OpenFile(disk, container->ExpertFilePath(b)));
+      it = files.emplace(b.file, id).first;
+    }
+    BlockRecord r;
+    r.layer = static_cast<int32_t>(b.layer);
+    r.expert = static_cast<int32_t>(b.expert);
+    r.size = b.size;
+    r.padded_size = b.padded_size;
+    r.checksum = b.checksum;
+    for (const auto& p : b.parts) r.quant.emplace_back(quant::DTypeName(p.dtype));
+    r.extents.push_back(Extent{disk, b.offset, b.padded_size, 0, false});
+    m->blocks_.push_back(std::move(r));
+    m->files_.push_back(it->second);
+  }
+  models_.push_back(std::move(m));
+  return absl::OkStatus();
+}
+
+const StoredModel* BlockStore::FindModel(std::string_view name) const {
+  for (const auto& m : models_) {
+    if (m->name() == name) return m.get();
+  }
+  return nullptr;
+}
+
+absl::StatusOr<const BlockRecord*> BlockStore::FindBlock(std::string_view model, int64_t layer, int64_t expert,
+                                                         const StoredModel** found) const {
+  const StoredModel* m = FindModel(model);
+  if (m == nullptr) {
+    return absl::NotFoundError(absl::StrCat("expert store does not hold model '", std::string(model), "'"));
+  }
+  const BlockRecord* b = m->Find(layer, expert);
+  if (b == nullptr) {
+    const bool in_range = layer >= 0 && layer < m->n_layers() && expert >= 0 && expert < m->n_experts();
+    return absl::NotFoundError(absl::StrCat("expert (layer ", layer, ", id ", expert, ") ",
+                                            in_range ? "is not held by this store" : "is not in model", " '",
+                                            std::string(model), "'",
+                                            in_range ? absl::StrCat(" (it holds layers ", m->first_layer(), "-",
+                                                                    m->last_layer(), ")")
+                                                     : ""));
+  }
+  if (found != nullptr) *found = m;
+  return b;
+}
+
+std::optional<ReadCacheStats> BlockStore::read_cache_stats() const {
+  if (!cache_) return std::nullopt;
+  return cache_->Stats();
+}
+
+uint64_t BlockStore::CacheKey(const StoredModel& model, const BlockRecord& block) {
+  return (static_cast<uint64_t>(model.index_) << 48) | (static_cast<uint64_t>(block.layer) << 24) |
+         static_cast<uint64_t>(block.expert);
+}
+
+void BlockStore::ReadRaw(const StoredModel& model, const BlockRecord& block, uint8_t* dst, Priority priority,
+                         Done done) {
+  auto state = std::make_shared<ReadState>();
+  state->remaining = block.extents.size();
+  state->done = std::move(done);
+  const size_t index = static_cast<size_t>(block.layer * model.n_experts() + block.expert);
+  const bool striped = model.stripe_size_ != 0;
+  uint64_t at = 0;
+  for (size_t k = 0; k < block.extents.size(); ++k) {
+    const Extent& e = block.extents[k];
+    const uint32_t file = striped ? model.files_[e.disk] : model.files_[index];
+    uint8_t* unit = dst + at;
+    at += e.length;
+    io_->Read(file, e.offset, e.length, unit, priority,
+              [this, state, &model, &block, k, file, unit, dst](absl::Status s) {
+                const Extent& e = block.extents[k];
+                const uint32_t disk = io_->file_disk(file);
+                const std::string stripe =
+                    absl::StrCat(ExpertName(model, block), ": stripe ", k, " of ", block.extents.size(), " on disk '",
+                                 io_->disk_name(disk), "' ('", io_->file_path(file).string(), "' at offset ", e.offset,
+                                 ")");
+                if (!s.ok()) {
+                  state->Record(Annotate(s, stripe));
+                } else if (e.has_checksum) {
+                  const uint64_t got = Checksum64(unit, e.length);
+                  if (got != e.checksum) {
+                    checksum_failures_[disk]++;
+                    state->Record(absl::DataLossError(absl::StrCat(stripe, ": checksum mismatch (catalog ",
+                                                                   ChecksumHex(e.checksum), ", read ", ChecksumHex(got),
+                                                                   ")")));
+                  }
+                }
+                if (--state->remaining != 0) return;
+                absl::Status final_status;
+                {
+                  std::lock_guard<std::mutex> lock(state->mu);
+                  final_status = state->status;
+                }
+                if (final_status.ok() && !block.extents[0].has_checksum) {
+                  // A plain model directory: the block checksum is the only one there is.
+                  const uint64_t got = Checksum64(dst, block.size);
+                  if (got != block.checksum) {
+                    checksum_failures_[disk]++;
+                    final_status = absl::DataLossError(absl::StrCat(
+                        ExpertName(model, block), " in '", io_->file_path(file).string(), "' at offset ", e.offset,
+                        ": checksum mismatch (manifest ", ChecksumHex(block.checksum), ", read ", ChecksumHex(got),
+                        ")"));
+                  }
+                }
+                state->done(std::move(final_status));
+              });
+  }
+}
+
+void BlockStore::ReadInto(const StoredModel& model, const BlockRecord& block, uint8_t* dst, Priority priority,
+                          Done done) {
+  if (!cache_) {
+    ReadRaw(model, block, dst, priority, std::move(done));
+    return;
+  }
+  ReadShared(model, block, priority, [dst, done = std::move(done)](absl::StatusOr<SharedBlock> b) {
+    if (!b.ok()) {
+      done(b.status());
+      return;
+    }
+    std::memcpy(dst, (*b)->data(), (*b)->padded_size);
+    done(absl::OkStatus());
+  });
+}
+
+void BlockStore::ReadShared(const StoredModel& model, const BlockRecord& block, Priority priority, SharedDone done) {
+  const uint64_t key = CacheKey(model, block);
+  if (cache_) {
+    if (SharedBlock hit = cache_->Lookup(key)) {
+      done(std::move(hit));
+      return;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(inflight_mu_);
+    auto it = inflight_.find(key);
+    if (it != inflight_.end()) {
+      it->second.push_back(std::move(done));
+      return;
+    }
+    inflight_[key].push_back(std::move(done));
+  }
+  auto finish = [this, key](absl::StatusOr<SharedBlock> result) {
+    std::vector<SharedDone> waiters;
+    {
+      std::lock_guard<std::mutex> lock(inflight_mu_);
+      waiters = std::move(inflight_[key]);
+      inflight_.erase(key);
+    }
+    for (auto& w : waiters) w(result);
+  };
+  auto buffer = std::make_shared<BlockBuffer>();
+  buffer->size = block.size;
+  buffer->padded_size = block.padded_size;
+  auto bytes = AllocateAligned(block.padded_size, 4096, /*zero=*/false);
+  if (!bytes.ok()) {
+    finish(bytes.status());
+    return;
+  }
+  buffer->bytes = std::move(*bytes);
+  uint8_t* dst = buffer->bytes.get();
+  ReadRaw(model, block, dst, priority, [this, key, buffer, finish](absl::Status s) {
+    if (!s.ok()) {
+      finish(s);
+      return;
+    }
+    SharedBlock shared = buffer;
+    if (cache_) cache_->Insert(key, shared);
+    finish(std::move(shared));
+  });
+}
+
+}  // namespace colibri::store

@@ -1,0 +1,234 @@
+#include "colibri/store/io_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "colibri/core/file_util.h"
+#include "store_test_util.h"
+
+namespace colibri::store {
+namespace {
+
+using expert_source::Priority;
+using testing::ScratchDir;
+using Backend = IoEngineOptions::Backend;
+
+// Waits for a number of completions and records their order and statuses.
+class Completions {
+ public:
+  IoEngine::Done Add(int tag) {
+    return [this, tag](absl::Status s) {
+      std::lock_guard<std::mutex> lock(mu_);
+      order_.push_back(tag);
+      statuses_[tag] = std::move(s);
+      cv_.notify_all();
+    };
+  }
+  // Waits (with a deadline) until `n` completions arrived.
+  bool Wait(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(30), [&] { return order_.size() >= n; });
+  }
+  std::vector<int> order() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return order_;
+  }
+  absl::Status status(int tag) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return statuses_[tag];
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int> order_;
+  std::map<int, absl::Status> statuses_;
+};
+
+class IoEngineTest : public ::testing::TestWithParam<Backend> {
+ protected:
+  void SetUp() override {
+    file_ = dir_.path() / "data.bin";
+    data_.resize(1 << 20);
+    for (size_t i = 0; i < data_.size(); ++i) data_[i] = static_cast<uint8_t>(i * 7 + i / 4096);
+    std::ofstream(file_, std::ios::binary).write(reinterpret_cast<const char*>(data_.data()),
+                                                 static_cast<std::streamsize>(data_.size()));
+  }
+  std::unique_ptr<IoEngine> Engine(IoEngineOptions options = {}) {
+    options.backend = GetParam();
+    auto e = IoEngine::Create({"disk0", "disk1"}, options);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return e.ok() ? std::move(*e) : nullptr;
+  }
+  // Reads [offset, offset + n) synchronously.
+  absl::Status ReadAt(IoEngine& e, uint32_t file, uint64_t offset, uint64_t n, uint8_t* dst) {
+    Completions c;
+    e.Read(file, offset, n, dst, Priority::kDemand, c.Add(0));
+    EXPECT_TRUE(c.Wait(1));
+    return c.status(0);
+  }
+
+  ScratchDir dir_{"colibri_io_engine_test"};
+  std::filesystem::path file_;
+  std::vector<uint8_t> data_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, IoEngineTest, ::testing::Values(Backend::kIoUring, Backend::kThreads),
+                         [](const ::testing::TestParamInfo<Backend>& info) {
+                           return info.param == Backend::kIoUring ? "IoUring" : "Threads";
+                         });
+
+TEST_P(IoEngineTest, ReadsWithDirectIoAndCountsPerDisk) {
+  auto e = Engine();
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->using_io_uring(), GetParam() == Backend::kIoUring);
+  auto f0 = e->OpenFile(0, file_);
+  auto f1 = e->OpenFile(1, file_);
+  ASSERT_TRUE(f0.ok() && f1.ok());
+  auto buf = AllocateAligned(1 << 20);
+  ASSERT_TRUE(buf.ok());
+  // Many reads in flight on both disks at once.
+  Completions c;
+  for (int i = 0; i < 64; ++i) {
+    const uint64_t off = static_cast<uint64_t>(i) * 16384;
+    e->Read(i % 2 ? *f1 : *f0, off, 16384, buf->get() + off, Priority::kDemand, c.Add(i));
+  }
+  ASSERT_TRUE(c.Wait(64));
+  for (int i = 0; i < 64; ++i) EXPECT_TRUE(c.status(i).ok()) << c.status(i);
+  EXPECT_EQ(std::memcmp(buf->get(), data_.data(), data_.size()), 0);
+  EXPECT_EQ(e->Stats(0).reads, 32u);
+  EXPECT_EQ(e->Stats(1).bytes, 32u * 16384);
+  EXPECT_EQ(e->Stats(0).in_flight, 0u);
+  EXPECT_TRUE(e->Stats(0).direct);
+}
+
+TEST_P(IoEngineTest, BufferedFallbackWhenDirectIsRefused) {
+  IoEngineOptions o;
+  o.pretend_direct_refused = true;
+  auto e = Engine(o);
+  ASSERT_NE(e, nullptr);
+  auto f = e->OpenFile(1, file_);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_TRUE(e->Stats(0).direct);
+  EXPECT_FALSE(e->Stats(1).direct);
+  auto buf = AllocateAligned(65536);
+  ASSERT_TRUE(ReadAt(*e, *f, 65536, 65536, buf->get()).ok());
+  EXPECT_EQ(std::memcmp(buf->get(), data_.data() + 65536, 65536), 0);
+}
+
+TEST_P(IoEngineTest, ShortReadsAreContinued) {
+  FaultInjector faults;
+  faults.AddRule({FaultKind::kShortRead, 0, 0, UINT64_MAX, 3});
+  IoEngineOptions o;
+  o.faults = &faults;
+  auto e = Engine(o);
+  auto f = e->OpenFile(0, file_);
+  auto buf = AllocateAligned(262144);
+  ASSERT_TRUE(ReadAt(*e, *f, 131072, 262144, buf->get()).ok());
+  EXPECT_EQ(faults.fired(FaultKind::kShortRead), 3u);
+  EXPECT_EQ(std::memcmp(buf->get(), data_.data() + 131072, 262144), 0);
+}
+
+TEST_P(IoEngineTest, EioAndEofAreErrorsNamingTheFile) {
+  FaultInjector faults;
+  faults.AddRule({FaultKind::kEio, 1, 8192, 12288, 1});
+  IoEngineOptions o;
+  o.faults = &faults;
+  auto e = Engine(o);
+  auto f0 = e->OpenFile(0, file_);
+  auto f1 = e->OpenFile(1, file_);
+  auto buf = AllocateAligned(16384);
+  // Disk 0 and other offsets are unaffected.
+  EXPECT_TRUE(ReadAt(*e, *f0, 8192, 4096, buf->get()).ok());
+  EXPECT_TRUE(ReadAt(*e, *f1, 0, 4096, buf->get()).ok());
+  absl::Status s = ReadAt(*e, *f1, 4096, 16384, buf->get());
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;  // EIO
+  EXPECT_NE(s.message().find(file_.string()), std::string::npos) << s;
+  EXPECT_NE(s.message().find("Input/output error"), std::string::npos) << s;
+  EXPECT_EQ(e->Stats(1).errors, 1u);
+  // count=1: the next read succeeds.
+  EXPECT_TRUE(ReadAt(*e, *f1, 4096, 16384, buf->get()).ok());
+  // Reading past the end of the file: EOF before the requested length.
+  s = ReadAt(*e, *f0, data_.size() - 4096, 16384, buf->get());
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("ends after 4096 of 16384 bytes"), std::string::npos) << s;
+}
+
+TEST_P(IoEngineTest, DemandOvertakesQueuedPrefetch) {
+  // Queue depth 1 and a slow disk: the first read holds the slot while the others queue.
+  FaultInjector faults;
+  faults.SetDiskBandwidth(0, 4 << 20);  // 64 KiB takes ~16 ms
+  IoEngineOptions o;
+  o.queue_depth = 1;
+  o.faults = &faults;
+  auto e = Engine(o);
+  auto f = e->OpenFile(0, file_);
+  auto buf = AllocateAligned(5 * 65536);
+  Completions c;
+  e->Read(*f, 0, 65536, buf->get(), Priority::kPrefetch, c.Add(0));
+  // The thread backend picks reads up asynchronously: wait until the first one holds the slot.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (e->Stats(0).in_flight == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  e->Read(*f, 65536, 65536, buf->get() + 65536, Priority::kPrefetch, c.Add(1));
+  e->Read(*f, 131072, 65536, buf->get() + 131072, Priority::kPrefetch, c.Add(2));
+  e->Read(*f, 196608, 65536, buf->get() + 196608, Priority::kDemand, c.Add(3));
+  ASSERT_TRUE(c.Wait(4));
+  EXPECT_EQ(c.order(), (std::vector<int>{0, 3, 1, 2}));
+}
+
+TEST_P(IoEngineTest, BandwidthCapHoldsCompletions) {
+  FaultInjector faults;
+  faults.SetDiskBandwidth(0, 8 << 20);  // 8 MiB/s: 1 MiB takes >= 125 ms
+  IoEngineOptions o;
+  o.faults = &faults;
+  auto e = Engine(o);
+  auto f = e->OpenFile(0, file_);
+  auto buf = AllocateAligned(1 << 20);
+  const auto t0 = std::chrono::steady_clock::now();
+  Completions c;
+  for (int i = 0; i < 16; ++i) {
+    e->Read(*f, static_cast<uint64_t>(i) * 65536, 65536, buf->get() + i * 65536, Priority::kDemand, c.Add(i));
+  }
+  ASSERT_TRUE(c.Wait(16));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(secs, 0.12);
+  EXPECT_EQ(std::memcmp(buf->get(), data_.data(), 1 << 20), 0);
+}
+
+TEST_P(IoEngineTest, MissingFileFailsOpen) {
+  auto e = Engine();
+  auto f = e->OpenFile(0, dir_.path() / "nope.bin");
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(f.status().message().find("nope.bin"), std::string::npos);
+}
+
+TEST(FaultSpec, Parses) {
+  FaultInjector f;
+  EXPECT_TRUE(f.AddSpec("kind=eio,disk=1,offset=0-1M,count=2").ok());
+  EXPECT_TRUE(f.AddSpec("kind=slow,disk=2,rate=100M").ok());
+  EXPECT_EQ(f.DiskBandwidth(2), 100u << 20);
+  EXPECT_EQ(f.DiskBandwidth(0), 0u);
+  EXPECT_FALSE(f.AddSpec("kind=melt").ok());
+  EXPECT_FALSE(f.AddSpec("disk=1").ok());
+  EXPECT_FALSE(f.AddSpec("kind=slow,disk=1").ok());
+  EXPECT_FALSE(f.AddSpec("kind=eio,offset=5-1").ok());
+  int64_t r = 4096;
+  uint8_t b[4096] = {};
+  f.AfterRead(1, 0, 4096, b, &r);
+  EXPECT_EQ(r, -EIO);
+  r = 4096;
+  f.AfterRead(0, 0, 4096, b, &r);  // other disk: untouched
+  EXPECT_EQ(r, 4096);
+  EXPECT_EQ(f.fired(FaultKind::kEio), 1u);
+}
+
+}  // namespace
+}  // namespace colibri::store

@@ -1,0 +1,53 @@
+// A Jinja2 subset interpreter for chat templates, rendering exactly what Hugging Face
+// transformers renders (its ImmutableSandboxedEnvironment with trim_blocks, lstrip_blocks, the
+// loopcontrols extension, the raise_exception / strftime_now globals and its tojson filter).
+//
+// Supported: text with {{ }}, {% %}, {# #} and whitespace control ("-", "+"); if / elif /
+// else; for (tuple unpacking, "if" filter, else, loop.index/index0/revindex/revindex0/first/
+// last/length/previtem/nextitem/cycle, break, continue); set (names, tuples, ns.attr, block
+// set); macro (positional, keyword and default arguments); filter blocks; raw; transformers'
+// generation block. Expressions: literals, lists, tuples, dicts, attribute/item access,
+// slicing, calls, filters, tests, arithmetic, ~, comparisons, in / not in, and / or / not,
+// conditional expressions; Python str / dict / list methods (startswith, endswith, split,
+// strip, replace, items, get, ...); globals namespace(), range(), dict(), raise_exception(),
+// strftime_now(). Filters and tests: see jinja_parser.cc (tojson, trim, length, selectattr,
+// map, join, default, ...). Values follow Python semantics (str() / repr(), truthiness,
+// undefined that prints as "" but fails in arithmetic or attribute access).
+//
+// Errors name the template line: InvalidArgument for syntax errors and render-time failures
+// (including raise_exception, whose message is kept verbatim); FailedPrecondition for valid
+// Jinja outside this subset, naming the construct (tag, filter, test or method).
+//
+// A parsed Template is immutable; Render may run concurrently from several threads.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace colibri::tokenizer::jinja {
+
+struct Options {
+  bool trim_blocks = true;     // transformers' settings
+  bool lstrip_blocks = true;
+  bool keep_trailing_newline = false;
+};
+
+class Template {
+ public:
+  static absl::StatusOr<Template> Parse(std::string_view source, const Options& options = Options());
+
+  // `context` must be a JSON object; its keys become template variables (alongside the
+  // globals above). Keys keep their JSON order when iterated.
+  absl::StatusOr<std::string> Render(const nlohmann::ordered_json& context) const;
+
+ private:
+  struct Impl;
+  explicit Template(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+}  // namespace colibri::tokenizer::jinja
