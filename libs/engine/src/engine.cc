@@ -9,11 +9,87 @@
 namespace colibri::engine {
 namespace {
 
-double SecondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
 }
 
 }  // namespace
+
+// One request: its state on the scheduler thread, and the channel to the waiting caller.
+struct Engine::Sequence {
+  explicit Sequence(const GenerationRequest& r) : req(r), sampler(r.sampling) {}
+
+  // Scheduler-side state.
+  GenerationRequest req;
+  std::vector<int32_t> stops;
+  int64_t budget = 0;                 // tokens to generate
+  uint64_t kv_reserve = 0;            // bytes of KV this request may grow to
+  std::unique_ptr<KvCache> cache;
+  std::vector<int32_t> fed;           // tokens whose KV is in `cache`
+  size_t prompt_fed = 0;              // prompt tokens in `fed`
+  int32_t pending = -1;               // sampled, not yet fed
+  bool final_feed = false;            // feeding the last token only for its logits
+  FinishReason final_reason = FinishReason::kLength;
+  std::vector<int32_t> history;       // prompt + generated, for the penalties
+  Sampler sampler;
+  Clock::time_point admitted, first_token;
+
+  // Channel to the caller (guarded by mu).
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<SampledToken> out;
+  bool done = false;
+  absl::Status status;
+  GenerationResult result;
+  std::atomic<bool> cancelled{false};
+};
+
+Engine::Engine(Model* model, EngineOptions options) : model_(model), options_(options) {
+  scheduler_ = std::thread([this] { SchedulerLoop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  scheduler_.join();
+}
+
+void Engine::ClearKvPool() {
+  std::lock_guard<std::mutex> lock(mu_);
+  pool_.clear();  // kv_bytes is refreshed by the scheduler's next step
+}
+
+uint64_t Engine::KvBytesLocked() const {
+  uint64_t total = 0;
+  for (const auto& e : pool_) total += e.cache->bytes();
+  for (const auto& s : active_) total += s->cache ? s->cache->bytes() : 0;
+  return total;
+}
+
+void Engine::EnforceKvLimitLocked() {
+  if (options_.kv_cache_limit == 0) {
+    while (static_cast<int>(pool_.size()) > options_.kv_pool_entries) pool_.pop_back();
+    return;
+  }
+  uint64_t reserved = 0;
+  for (const auto& s : active_) reserved += s->kv_reserve;
+  uint64_t pooled = 0;
+  for (const auto& e : pool_) pooled += e.cache->bytes();
+  while (!pool_.empty() &&
+         (reserved + pooled > options_.kv_cache_limit || static_cast<int>(pool_.size()) > options_.kv_pool_entries)) {
+    pooled -= pool_.back().cache->bytes();
+    pool_.pop_back();
+  }
+}
 
 absl::StatusOr<GenerationResult> Engine::Generate(const GenerationRequest& request,
                                                   const std::function<bool(const SampledToken&)>& on_token) {
@@ -31,70 +107,245 @@ absl::StatusOr<GenerationResult> Engine::Generate(const GenerationRequest& reque
                                                    c.context_length));
   }
   if (request.max_tokens < 0) return absl::InvalidArgumentError("max_tokens must be >= 0");
-  const int64_t budget = std::min(request.max_tokens, c.context_length - n_prompt - (request.record_logits ? 1 : 0));
-  std::vector<int32_t> stops = request.stop_tokens;
+  auto seq = std::make_shared<Sequence>(request);
+  seq->budget = std::min(request.max_tokens, c.context_length - n_prompt - (request.record_logits ? 1 : 0));
+  seq->stops = request.stop_tokens;
   if (!request.ignore_eos) {
-    for (int64_t e : c.eos_token_ids) stops.push_back(static_cast<int32_t>(e));
+    for (int64_t e : c.eos_token_ids) seq->stops.push_back(static_cast<int32_t>(e));
   }
+  seq->history = request.prompt;
+  const uint64_t kv_per_token = static_cast<uint64_t>(c.n_layers * 2 * c.n_kv_heads * c.head_dim) * sizeof(float);
+  seq->kv_reserve = kv_per_token * static_cast<uint64_t>(n_prompt + seq->budget + 1);
+  if (options_.kv_cache_limit > 0 && seq->kv_reserve > options_.kv_cache_limit) {
+    return absl::ResourceExhaustedError(absl::StrCat("request needs up to ", seq->kv_reserve,
+                                                     " bytes of KV cache, more than --kv-cache-limit ",
+                                                     options_.kv_cache_limit));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (static_cast<int>(queue_.size()) >= options_.max_queued) {
+      return absl::ResourceExhaustedError(absl::StrCat("engine queue is full (", options_.max_queued, " requests)"));
+    }
+    queue_.push_back(seq);
+    counters_.queued = queue_.size();
+    counters_.requests++;
+  }
+  cv_.notify_all();
 
+  // Hand tokens to the caller as they arrive, on this thread.
+  std::unique_lock<std::mutex> lock(seq->mu);
+  for (;;) {
+    seq->cv.wait(lock, [&] { return !seq->out.empty() || seq->done; });
+    while (!seq->out.empty()) {
+      SampledToken t = std::move(seq->out.front());
+      seq->out.pop_front();
+      lock.unlock();
+      const bool keep = seq->cancelled.load() || on_token(t);
+      if (!keep) seq->cancelled = true;
+      lock.lock();
+    }
+    if (seq->done && seq->out.empty()) break;
+  }
+  if (!seq->status.ok()) return seq->status;
+  return std::move(seq->result);
+}
+
+void Engine::SchedulerLoop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty() || !active_.empty(); });
+      if (stop_ && queue_.empty() && active_.empty()) return;
+    }
+    Admit();
+    Step();
+  }
+}
+
+std::unique_ptr<KvCache> Engine::TakeCache(Sequence* seq) {
+  // Requires mu_. The pooled cache whose history shares the longest prefix with the prompt (a
+  // session's own entry first); at least one prompt token is always recomputed so the request
+  // gets the logits it samples from.
+  if (seq->req.record_logits) return model_->NewCache();
+  auto best = pool_.end();
+  size_t best_len = 0;
+  for (auto it = pool_.begin(); it != pool_.end(); ++it) {
+    size_t n = std::min(CommonPrefix(it->tokens, seq->req.prompt), seq->req.prompt.size() - 1);
+    const bool same_session = !seq->req.session_id.empty() && it->session_id == seq->req.session_id;
+    if (n > best_len || (n == best_len && n > 0 && same_session)) {
+      best = it;
+      best_len = n;
+    }
+  }
+  if (best == pool_.end() || best_len == 0) return model_->NewCache();
+  std::unique_ptr<KvCache> cache = std::move(best->cache);
+  pool_.erase(best);
+  cache->Truncate(static_cast<int64_t>(best_len));
+  seq->fed.assign(seq->req.prompt.begin(), seq->req.prompt.begin() + static_cast<ptrdiff_t>(best_len));
+  seq->prompt_fed = best_len;
+  seq->result.cached_prompt_tokens = static_cast<int64_t>(best_len);
+  return cache;
+}
+
+void Engine::Admit() {
   std::lock_guard<std::mutex> lock(mu_);
-  counters_.requests++;
-  GenerationResult result;
-  result.prompt_tokens = n_prompt;
-  auto cache = model_->NewCache();
-  std::vector<float> logits;
-  std::vector<float>* record = request.record_logits ? &result.logits : nullptr;
+  while (!queue_.empty() && static_cast<int>(active_.size()) < options_.max_active) {
+    std::shared_ptr<Sequence> seq = queue_.front();
+    if (options_.kv_cache_limit > 0) {
+      uint64_t reserved = seq->kv_reserve;
+      for (const auto& s : active_) reserved += s->kv_reserve;
+      if (reserved > options_.kv_cache_limit) break;  // waits for an active request to finish
+    }
+    queue_.pop_front();
+    seq->cache = TakeCache(seq.get());
+    seq->admitted = Clock::now();
+    if (absl::Status st = model_->ReserveKv(seq->cache.get(),
+                                            static_cast<int64_t>(seq->req.prompt.size()) + seq->budget + 1);
+        !st.ok()) {
+      Finish(seq.get(), st);
+      continue;
+    }
+    seq->result.prompt_tokens = static_cast<int64_t>(seq->req.prompt.size());
+    active_.push_back(std::move(seq));
+    EnforceKvLimitLocked();
+  }
+  counters_.queued = queue_.size();
+  counters_.active = active_.size();
+}
 
-  // Prefill in chunks; only the last prompt position's logits are needed to sample.
-  auto t0 = std::chrono::steady_clock::now();
+void Engine::Finish(Sequence* seq, absl::Status status) {
+  const auto now = Clock::now();
+  seq->result.decode_seconds = seq->first_token.time_since_epoch().count() ? Seconds(seq->first_token, now) : 0;
+  if (!seq->first_token.time_since_epoch().count()) seq->result.prefill_seconds = Seconds(seq->admitted, now);
+  // A cleanly finished request leaves its KV for the next turn.
+  if (status.ok() && !seq->req.record_logits && seq->cache && seq->cache->n_past() > 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pool_.push_front(PoolEntry{std::move(seq->fed), std::move(seq->cache), seq->req.session_id});
+  }
+  seq->cache.reset();
+  std::lock_guard<std::mutex> lock(seq->mu);
+  seq->status = std::move(status);
+  seq->done = true;
+  seq->cv.notify_all();
+}
+
+void Engine::Step() {
+  const auto& c = model_->config();
+  struct Span {
+    Sequence* seq;
+    int64_t rows_in_batch;   // items of this sequence in the batch
+    int64_t logit_rows;      // logits rows it produces
+    bool prefill;
+  };
   std::vector<BatchItem> batch;
-  for (int64_t begin = 0; begin < n_prompt; begin += options_.prefill_chunk) {
-    const int64_t end = std::min(n_prompt, begin + options_.prefill_chunk);
-    batch.clear();
-    for (int64_t i = begin; i < end; ++i) {
-      batch.push_back(BatchItem{cache.get(), request.prompt[static_cast<size_t>(i)], static_cast<int32_t>(i),
-                                request.record_logits || i == n_prompt - 1});
+  std::vector<Span> spans;
+  int64_t room = options_.max_batch_tokens;
+  // Cancelled requests leave first; then decode rows (one each), then prefill chunks.
+  for (auto& s : active_) {
+    if (s->cancelled.load()) {
+      s->result.finish = FinishReason::kCancelled;
+      Finish(s.get(), absl::OkStatus());
     }
-    logits.clear();
-    RETURN_IF_ERROR(model_->Forward(batch, &logits));
-    if (record) record->insert(record->end(), logits.begin(), logits.end());
   }
-  counters_.prompt_tokens += static_cast<uint64_t>(n_prompt);
-  result.prefill_seconds = SecondsSince(t0);
-
-  // `logits` ends with the last position's row.
-  std::vector<float> last(logits.end() - c.vocab_size, logits.end());
-  std::vector<int32_t> history(request.prompt.begin(), request.prompt.end());
-  Sampler sampler(request.sampling);
-  auto t1 = std::chrono::steady_clock::now();
-  result.finish = FinishReason::kLength;
-  for (int64_t step = 0; step < budget; ++step) {
-    SampledToken tok = sampler.Sample(last, history);
-    result.tokens.push_back(tok.id);
-    history.push_back(tok.id);
+  std::erase_if(active_, [](const auto& s) { return s->done; });
+  for (auto& s : active_) {
+    if (s->prompt_fed < s->req.prompt.size() || s->pending < 0 || room <= 0) continue;
+    batch.push_back(BatchItem{s->cache.get(), s->pending, static_cast<int32_t>(s->cache->n_past()), true});
+    spans.push_back({s.get(), 1, 1, false});
+    room--;
+  }
+  for (auto& s : active_) {
+    const int64_t remaining = static_cast<int64_t>(s->req.prompt.size() - s->prompt_fed);
+    if (remaining <= 0 || room <= 0) continue;
+    const int64_t n = std::min({remaining, options_.prefill_chunk, room});
+    int64_t logit_rows = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t idx = s->prompt_fed + static_cast<size_t>(i);
+      const bool want = s->req.record_logits || idx + 1 == s->req.prompt.size();
+      logit_rows += want;
+      batch.push_back(BatchItem{s->cache.get(), s->req.prompt[idx], static_cast<int32_t>(s->cache->n_past() + i), want});
+    }
+    spans.push_back({s.get(), n, logit_rows, true});
+    room -= n;
+  }
+  if (batch.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_.active = active_.size();
+    return;
+  }
+  std::vector<float> logits;
+  ForwardStats stats;
+  absl::Status st = model_->Forward(batch, &logits, &stats);
+  counters_.steps++;
+  counters_.batched_rows += batch.size();
+  if (!st.ok()) {
+    for (const Span& sp : spans) Finish(sp.seq, st);
+    std::erase_if(active_, [](const auto& s) { return s->done; });
+    return;
+  }
+  const int64_t V = c.vocab_size;
+  size_t item = 0, row = 0;
+  for (const Span& sp : spans) {
+    Sequence* s = sp.seq;
+    const float* rows = logits.data() + row * static_cast<size_t>(V);
+    if (s->req.record_logits) s->result.logits.insert(s->result.logits.end(), rows, rows + sp.logit_rows * V);
+    for (int64_t i = 0; i < sp.rows_in_batch; ++i) s->fed.push_back(batch[item + static_cast<size_t>(i)].token);
+    item += static_cast<size_t>(sp.rows_in_batch);
+    row += static_cast<size_t>(sp.logit_rows);
+    if (sp.prefill) {
+      s->prompt_fed += static_cast<size_t>(sp.rows_in_batch);
+      counters_.prompt_tokens += static_cast<uint64_t>(sp.rows_in_batch);
+      if (s->prompt_fed < s->req.prompt.size()) continue;
+      counters_.cached_prompt_tokens += static_cast<uint64_t>(s->result.cached_prompt_tokens);
+      if (s->budget <= 0) {
+        s->result.finish = FinishReason::kLength;
+        Finish(s, absl::OkStatus());
+        continue;
+      }
+    } else {
+      s->pending = -1;
+      if (s->final_feed) {
+        s->result.finish = s->final_reason;
+        Finish(s, absl::OkStatus());
+        continue;
+      }
+    }
+    // Sample the next token from this sequence's last logits row.
+    std::vector<float> last(rows + (sp.logit_rows - 1) * V, rows + sp.logit_rows * V);
+    SampledToken tok = s->sampler.Sample(last, s->history);
+    if (s->result.tokens.empty()) {
+      s->first_token = Clock::now();
+      s->result.prefill_seconds = Seconds(s->admitted, s->first_token);
+    }
+    s->result.tokens.push_back(tok.id);
+    s->history.push_back(tok.id);
     counters_.generated_tokens++;
-    if (!on_token(tok)) {
-      result.finish = FinishReason::kCancelled;
-      break;
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->out.push_back(tok);
+      s->cv.notify_all();
     }
-    const bool stop = std::find(stops.begin(), stops.end(), tok.id) != stops.end();
-    const bool more = !stop && step + 1 < budget;
-    if (!more && !record) {
-      if (stop) result.finish = FinishReason::kStop;
-      break;
+    const bool stop = std::find(s->stops.begin(), s->stops.end(), tok.id) != s->stops.end();
+    const bool full = static_cast<int64_t>(s->result.tokens.size()) >= s->budget;
+    if (stop || full) {
+      const FinishReason reason = stop ? FinishReason::kStop : FinishReason::kLength;
+      if (s->req.record_logits) {
+        s->pending = tok.id;  // feed it once more for its logits row, then finish
+        s->final_feed = true;
+        s->final_reason = reason;
+      } else {
+        s->result.finish = reason;
+        Finish(s, absl::OkStatus());
+      }
+    } else {
+      s->pending = tok.id;
     }
-    BatchItem item{cache.get(), tok.id, static_cast<int32_t>(cache->n_past()), true};
-    logits.clear();
-    RETURN_IF_ERROR(model_->Forward(std::span<const BatchItem>(&item, 1), &logits));
-    if (record) record->insert(record->end(), logits.begin(), logits.end());
-    if (stop) {
-      result.finish = FinishReason::kStop;
-      break;
-    }
-    last.assign(logits.begin(), logits.end());
   }
-  result.decode_seconds = SecondsSince(t1);
-  return result;
+  std::lock_guard<std::mutex> lock(mu_);
+  std::erase_if(active_, [](const auto& s) { return s->done; });
+  EnforceKvLimitLocked();
+  counters_.active = active_.size();
+  counters_.kv_bytes = KvBytesLocked();
 }
 
 }  // namespace colibri::engine

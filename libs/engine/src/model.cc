@@ -125,7 +125,7 @@ absl::Status Model::EnsureCapacity(KvCache* cache, int64_t positions) {
                                                    config_.context_length));
   }
   if (positions <= cache->capacity_) return absl::OkStatus();
-  int64_t cap = std::max<int64_t>(cache->capacity_ * 2, 256);
+  int64_t cap = std::max<int64_t>(cache->capacity_ * 2, 16);
   cap = std::min(std::max(cap, positions), config_.context_length);
   const size_t bytes = static_cast<size_t>(cap * cache->kv_dim_) * sizeof(float);
   const size_t used = static_cast<size_t>(cache->n_past_ * cache->kv_dim_) * sizeof(float);

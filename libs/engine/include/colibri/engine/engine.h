@@ -1,12 +1,30 @@
-// Engine: runs generation requests on a Model — prefill in chunks, then decode token by token
-// with sampling and stop conditions, streaming each token to the caller.
-// Thread-safe: concurrent Generate calls are serialised on the model (one forward at a time).
+// Engine: runs generation requests on a Model with continuous batching.
+//
+// A scheduler thread owns the model. Every step it builds one batch from all active requests —
+// one token for each decoding sequence plus prompt chunks of sequences still prefilling, up to
+// `max_batch_tokens` — so concurrent requests share each layer's expert reads (each unique
+// expert of a layer is fetched and applied once per step). Batching never changes results: every
+// row is computed independently, so a request yields the same tokens alone or batched.
+//
+// KV reuse: when a request finishes, its KV cache stays in a pool with its token history. A new
+// request whose prompt starts with a pooled history (the next turn of a conversation, even when
+// the client resends the whole history) continues from that cache and prefills only the new
+// tokens. Pooled caches are evicted least recently used to keep all KV within `kv_cache_limit`.
+//
+// Generate() blocks the calling thread; tokens are handed to on_token on that same thread, so a
+// slow consumer (a network client) never stalls the batch. Thread-safe.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <list>
+#include <memory>
 #include <mutex>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -25,47 +43,91 @@ struct GenerationRequest {
   bool ignore_eos = false;
   // Record the logits of every fed position (prompt and generated, teacher forcing): row i is
   // the distribution after token seq[i]. The last generated token is fed too, so the result
-  // has prompt + generated rows.
+  // has prompt + generated rows. Such requests neither reuse nor leave pooled KV.
   bool record_logits = false;
+  // Optional: prefer the pooled KV of this session (any pooled prefix still matches).
+  std::string session_id;
 };
 
 struct GenerationResult {
   std::vector<int32_t> tokens;
   FinishReason finish = FinishReason::kLength;
   int64_t prompt_tokens = 0;
-  std::vector<float> logits;  // [rows, vocab] when record_logits
-  double prefill_seconds = 0;
+  int64_t cached_prompt_tokens = 0;  // prompt tokens whose KV was reused, not recomputed
+  std::vector<float> logits;         // [rows, vocab] when record_logits
+  double prefill_seconds = 0;        // from admission to the first sampled token
   double decode_seconds = 0;
 };
 
 struct EngineOptions {
-  int64_t prefill_chunk = 512;  // tokens per prefill forward
+  int64_t prefill_chunk = 512;     // prompt tokens per sequence per step
+  int64_t max_batch_tokens = 1024; // tokens per forward step (decode rows + prefill chunks)
+  int max_active = 16;             // sequences in the running batch
+  int max_queued = 256;            // waiting requests; more is ResourceExhausted
+  uint64_t kv_cache_limit = 0;     // bytes of KV (active + pooled); 0: unlimited
+  int kv_pool_entries = 64;        // finished sequences kept for reuse
 };
 
 struct EngineCounters {
   std::atomic<uint64_t> prompt_tokens{0};
+  std::atomic<uint64_t> cached_prompt_tokens{0};
   std::atomic<uint64_t> generated_tokens{0};
   std::atomic<uint64_t> requests{0};
+  std::atomic<uint64_t> steps{0};
+  std::atomic<uint64_t> batched_rows{0};
+  std::atomic<uint64_t> kv_bytes{0};
+  std::atomic<uint64_t> queued{0};
+  std::atomic<uint64_t> active{0};
 };
 
 class Engine {
  public:
-  Engine(Model* model, EngineOptions options) : model_(model), options_(options) {}
+  Engine(Model* model, EngineOptions options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
-  // on_token is called for each sampled token; returning false cancels the request
-  // (FinishReason::kCancelled). Errors: InvalidArgument for bad prompts (empty, ids outside the
-  // vocabulary, longer than the context), and whatever the expert source reports.
+  // on_token is called for each sampled token (on this thread); returning false cancels the
+  // request (FinishReason::kCancelled). Errors: InvalidArgument for bad prompts (empty, ids
+  // outside the vocabulary, longer than the context), ResourceExhausted when the queue is full
+  // or the request's KV cannot fit the limit, and whatever the expert source reports.
   absl::StatusOr<GenerationResult> Generate(const GenerationRequest& request,
                                             const std::function<bool(const SampledToken&)>& on_token);
+
+  // Drops every pooled KV cache (not the ones in use).
+  void ClearKvPool();
 
   const Model& model() const { return *model_; }
   const EngineCounters& counters() const { return counters_; }
 
  private:
-  Model* model_;
-  EngineOptions options_;
-  std::mutex mu_;
+  struct Sequence;
+  struct PoolEntry {
+    std::vector<int32_t> tokens;  // history whose KV the cache holds
+    std::unique_ptr<KvCache> cache;
+    std::string session_id;
+  };
+
+  void SchedulerLoop();
+  // One forward step over the active sequences. Returns false when there was nothing to run.
+  void Step();
+  void Admit();
+  void Finish(Sequence* seq, absl::Status status);
+  std::unique_ptr<KvCache> TakeCache(Sequence* seq);
+  void EnforceKvLimitLocked();
+  uint64_t KvBytesLocked() const;
+
+  Model* const model_;
+  const EngineOptions options_;
   EngineCounters counters_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Sequence>> queue_;
+  std::vector<std::shared_ptr<Sequence>> active_;  // scheduler thread only
+  std::list<PoolEntry> pool_;                       // front = most recently used
+  bool stop_ = false;
+  std::thread scheduler_;
 };
 
 }  // namespace colibri::engine

@@ -62,6 +62,8 @@ class Model {
   uint64_t dense_bytes() const { return dense_size_; }
 
   std::unique_ptr<KvCache> NewCache() const;
+  // Grows `cache` to hold `positions` tokens now (Forward grows it by doubling otherwise).
+  absl::Status ReserveKv(KvCache* cache, int64_t positions) { return EnsureCapacity(cache, positions); }
 
   // Runs the batch; appends to `logits` one row of vocab_size floats per item with
   // want_logits, in batch order. Items of one cache must be contiguous and in position order.

@@ -1,0 +1,219 @@
+#include "colibri/engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "colibri/backend/cpu_backend.h"
+#include "colibri/expert_source/disk_source.h"
+#include "colibri/model/container.h"
+
+namespace colibri::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A tiny random Mixtral-shaped model written with ContainerWriter (F32 weights).
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("colibri_engine_test_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    model::ModelConfig c;
+    c.hidden_size = 32;
+    c.n_layers = 2;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.head_dim = 8;
+    c.expert_ffn = 48;
+    c.n_experts = 4;
+    c.top_k = 2;
+    c.vocab_size = 64;
+    c.context_length = 256;
+    c.eos_token_ids = {};
+    std::mt19937 rng(7);
+    auto rows = [&](int64_t r, int64_t cols, float scale) {
+      std::normal_distribution<float> nd(0.0f, scale / std::sqrt(static_cast<float>(cols)));
+      std::vector<float> v(static_cast<size_t>(r * cols));
+      for (auto& x : v) x = nd(rng);
+      return v;
+    };
+    auto bytes = [](const std::vector<float>& v) {
+      return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size() * 4);
+    };
+    auto w = model::ContainerWriter::Create(dir_, "tiny", c, {});
+    ASSERT_TRUE(w.ok()) << w.status();
+    auto& wr = **w;
+    std::vector<float> ones(32, 1.0f);
+    auto embd = rows(64, 32, 5.6f), out = rows(64, 32, 3.0f);
+    ASSERT_TRUE(wr.AddDense("token_embd", quant::DType::kF32, {64, 32}, bytes(embd)).ok());
+    ASSERT_TRUE(wr.AddDense("output", quant::DType::kF32, {64, 32}, bytes(out)).ok());
+    ASSERT_TRUE(wr.AddDense("output_norm", quant::DType::kF32, {32}, bytes(ones)).ok());
+    for (int l = 0; l < 2; ++l) {
+      const std::string b = "blk." + std::to_string(l) + ".";
+      auto q = rows(32, 32, 1), k = rows(16, 32, 1), v = rows(16, 32, 1), o = rows(32, 32, 1), r = rows(4, 32, 2);
+      ASSERT_TRUE(wr.AddDense(b + "attn_norm", quant::DType::kF32, {32}, bytes(ones)).ok());
+      ASSERT_TRUE(wr.AddDense(b + "ffn_norm", quant::DType::kF32, {32}, bytes(ones)).ok());
+      ASSERT_TRUE(wr.AddDense(b + "attn_q", quant::DType::kF32, {32, 32}, bytes(q)).ok());
+      ASSERT_TRUE(wr.AddDense(b + "attn_k", quant::DType::kF32, {16, 32}, bytes(k)).ok());
+      ASSERT_TRUE(wr.AddDense(b + "attn_v", quant::DType::kF32, {16, 32}, bytes(v)).ok());
+      ASSERT_TRUE(wr.AddDense(b + "attn_output", quant::DType::kF32, {32, 32}, bytes(o)).ok());
+      ASSERT_TRUE(wr.AddDense(b + "ffn_gate_inp", quant::DType::kF32, {4, 32}, bytes(r)).ok());
+      for (int e = 0; e < 4; ++e) {
+        auto g = rows(48, 32, 1), u = rows(48, 32, 1), d = rows(32, 48, 1);
+        ASSERT_TRUE(wr.AddExpert(l, e,
+                                 {{"gate", quant::DType::kF32, {48, 32}, bytes(g)},
+                                  {"up", quant::DType::kF32, {48, 32}, bytes(u)},
+                                  {"down", quant::DType::kF32, {32, 48}, bytes(d)}})
+                        .ok());
+      }
+    }
+    ASSERT_TRUE(wr.Finish().ok());
+    auto container = model::Container::Open(dir_);
+    ASSERT_TRUE(container.ok()) << container.status();
+    container_ = std::move(*container);
+    auto src = expert_source::DiskSource::Open(container_.get());
+    ASSERT_TRUE(src.ok());
+    source_ = std::move(*src);
+    backend_ = backend::CreateCpuBackend({.threads = 2});
+    auto m = Model::Load(*container_, backend_.get(), source_.get());
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = std::move(*m);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::unique_ptr<Engine> NewEngine(EngineOptions o = {}) { return std::make_unique<Engine>(model_.get(), o); }
+
+  static GenerationRequest Greedy(std::vector<int32_t> prompt, int64_t n) {
+    GenerationRequest r;
+    r.prompt = std::move(prompt);
+    r.max_tokens = n;
+    r.ignore_eos = true;
+    return r;
+  }
+
+  static absl::StatusOr<GenerationResult> Run(Engine& e, const GenerationRequest& r) {
+    return e.Generate(r, [](const SampledToken&) { return true; });
+  }
+
+  fs::path dir_;
+  std::unique_ptr<model::Container> container_;
+  std::unique_ptr<expert_source::DiskSource> source_;
+  std::unique_ptr<backend::Backend> backend_;
+  std::unique_ptr<Model> model_;
+};
+
+TEST_F(EngineTest, ConcurrentRequestsGiveTheSameTokensAsAlone) {
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 4; ++i) {
+    GenerationRequest r = Greedy({1, 5 + i, 9, 13 + 2 * i, 20}, 12);
+    if (i % 2 == 1) {
+      r.sampling.temperature = 0.8f;
+      r.sampling.seed = 100 + i;
+    }
+    reqs.push_back(r);
+  }
+  std::vector<std::vector<int32_t>> alone;
+  {
+    auto e = NewEngine();
+    for (const auto& r : reqs) {
+      auto res = Run(*e, r);
+      ASSERT_TRUE(res.ok()) << res.status();
+      alone.push_back(res->tokens);
+    }
+  }
+  auto e = NewEngine({.max_active = 8});
+  std::vector<std::vector<int32_t>> together(reqs.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    threads.emplace_back([&, i] {
+      auto res = Run(*e, reqs[i]);
+      ASSERT_TRUE(res.ok()) << res.status();
+      together[i] = res->tokens;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(together, alone);
+  // Several sequences really shared steps.
+  EXPECT_LT(e->counters().steps.load(), 4u * 13u);
+  EXPECT_GT(e->counters().batched_rows.load(), e->counters().steps.load());
+}
+
+TEST_F(EngineTest, NextTurnReusesKvAndMatchesAColdRun) {
+  auto e = NewEngine();
+  auto first = Run(*e, Greedy({1, 7, 8, 9, 10, 11}, 6));
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->cached_prompt_tokens, 0);
+  // The client resends the whole history plus a new user turn.
+  std::vector<int32_t> second_prompt = {1, 7, 8, 9, 10, 11};
+  second_prompt.insert(second_prompt.end(), first->tokens.begin(), first->tokens.end());
+  for (int32_t t : {30, 31, 32}) second_prompt.push_back(t);
+  auto warm = Run(*e, Greedy(second_prompt, 8));
+  ASSERT_TRUE(warm.ok());
+  // Everything but the last generated token (never fed) and the new turn came from the pool.
+  EXPECT_EQ(warm->cached_prompt_tokens, 6 + 6 - 1);
+  auto cold_engine = NewEngine();
+  auto cold = Run(*cold_engine, Greedy(second_prompt, 8));
+  ASSERT_TRUE(cold.ok());
+  EXPECT_EQ(cold->cached_prompt_tokens, 0);
+  EXPECT_EQ(warm->tokens, cold->tokens);
+}
+
+TEST_F(EngineTest, IdenticalPromptRecomputesOnlyTheLastToken) {
+  auto e = NewEngine();
+  auto a = Run(*e, Greedy({1, 2, 3, 4}, 3));
+  auto b = Run(*e, Greedy({1, 2, 3, 4}, 3));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(b->cached_prompt_tokens, 3);
+  EXPECT_EQ(a->tokens, b->tokens);
+}
+
+TEST_F(EngineTest, CancelStopsAtOnce) {
+  auto e = NewEngine();
+  int seen = 0;
+  auto r = e->Generate(Greedy({1, 2, 3}, 50), [&](const SampledToken&) { return ++seen < 3; });
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->finish, FinishReason::kCancelled);
+  EXPECT_EQ(seen, 3);
+  EXPECT_LT(r->tokens.size(), 50u);
+}
+
+TEST_F(EngineTest, RecordLogitsHasOneRowPerFedPosition) {
+  auto e = NewEngine();
+  GenerationRequest r = Greedy({1, 2, 3, 4, 5}, 4);
+  r.record_logits = true;
+  auto res = Run(*e, r);
+  ASSERT_TRUE(res.ok());
+  EXPECT_EQ(res->logits.size(), (5u + 4u) * 64u);
+  // Row prompt-1 is the distribution the first token was sampled from (greedy: its argmax).
+  std::span<const float> row(res->logits.data() + 4 * 64, 64);
+  EXPECT_EQ(ArgMax(row), res->tokens[0]);
+  r.max_tokens = 0;
+  auto score = Run(*e, r);
+  ASSERT_TRUE(score.ok());
+  EXPECT_TRUE(score->tokens.empty());
+  EXPECT_EQ(score->logits.size(), 5u * 64u);
+}
+
+TEST_F(EngineTest, BadRequestsAndLimits) {
+  auto e = NewEngine({.kv_cache_limit = 1000});
+  EXPECT_EQ(Run(*e, Greedy({}, 1)).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Run(*e, Greedy({1, 99}, 1)).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Run(*e, Greedy(std::vector<int32_t>(300, 1), 1)).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Run(*e, Greedy({1, 2, 3}, 4)).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST_F(EngineTest, KvPoolStaysWithinTheLimit) {
+  const uint64_t per_token = 2 * 2 * 16 * sizeof(float);
+  auto e = NewEngine({.kv_cache_limit = 600 * per_token});
+  for (int i = 0; i < 6; ++i) {
+    auto r = Run(*e, Greedy({1, 40 + i, 3}, 4));
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+  EXPECT_LE(e->counters().kv_bytes.load(), 600 * per_token);
+}
+
+}  // namespace
+}  // namespace colibri::engine
