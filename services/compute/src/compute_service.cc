@@ -52,6 +52,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* ComputeService::Generate(grpc::C
   r.max_tokens = req->stop().max_tokens() > 0 ? req->stop().max_tokens() : node_->manifest().config.context_length;
   r.stop_tokens.assign(req->stop().stop_token_ids().begin(), req->stop().stop_token_ids().end());
   r.ignore_eos = req->stop().ignore_eos();
+  r.session_id = req->session_id();
   const auto deadline = ctx->deadline();
   using Writer = rpc::QueuedWriteReactor<v1::GenerateResponse>;
   return new Writer(&executor_, [this, r = std::move(r), deadline](Writer* out) { return Run(r, deadline, out); });
@@ -100,6 +101,7 @@ grpc::Status ComputeService::Run(const engine::GenerationRequest& r, std::chrono
   last.set_finish_reason(FinishToProto(result->finish));
   last.mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(result->prompt_tokens));
   last.mutable_usage()->set_completion_tokens(static_cast<uint32_t>(result->tokens.size()));
+  last.mutable_usage()->set_cached_prompt_tokens(static_cast<uint32_t>(result->cached_prompt_tokens));
   out->Push(std::move(last));
   return grpc::Status::OK;
 }

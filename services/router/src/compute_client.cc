@@ -26,6 +26,7 @@ class InProcessComputeClient final : public ComputeClient {
     r.max_tokens = request.max_tokens;
     r.stop_tokens = request.stop_tokens;
     r.ignore_eos = request.ignore_eos;
+    r.session_id = request.session_id;
     auto result = node_->engine().Generate(r, [&](const engine::SampledToken& t) {
       if (std::chrono::system_clock::now() > request.deadline) return false;
       return on_token(t);
@@ -34,7 +35,8 @@ class InProcessComputeClient final : public ComputeClient {
     if (result->finish == engine::FinishReason::kCancelled && std::chrono::system_clock::now() > request.deadline) {
       return absl::DeadlineExceededError("request deadline exceeded during generation");
     }
-    return ComputeResult{result->finish, result->prompt_tokens, static_cast<int64_t>(result->tokens.size())};
+    return ComputeResult{result->finish, result->prompt_tokens, static_cast<int64_t>(result->tokens.size()),
+                         result->cached_prompt_tokens};
   }
 
  private:
@@ -74,6 +76,7 @@ class GrpcComputeClient final : public ComputeClient {
     req.mutable_stop()->set_max_tokens(static_cast<uint32_t>(request.max_tokens));
     for (int32_t t : request.stop_tokens) req.mutable_stop()->add_stop_token_ids(static_cast<uint32_t>(t));
     req.mutable_stop()->set_ignore_eos(request.ignore_eos);
+    req.set_session_id(request.session_id);
     grpc::ClientContext ctx;
     if (request.deadline != std::chrono::system_clock::time_point::max()) ctx.set_deadline(request.deadline);
     auto reader = stub_->Generate(&ctx, req);
@@ -97,6 +100,7 @@ class GrpcComputeClient final : public ComputeClient {
                         : resp.finish_reason() == v1::FINISH_REASON_LENGTH ? engine::FinishReason::kLength
                                                                            : engine::FinishReason::kCancelled;
         result.prompt_tokens = resp.usage().prompt_tokens();
+        result.cached_prompt_tokens = resp.usage().cached_prompt_tokens();
       }
     }
     grpc::Status st = reader->Finish();

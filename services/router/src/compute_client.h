@@ -24,6 +24,7 @@ struct ComputeRequest {
   int64_t max_tokens = 256;
   std::vector<int32_t> stop_tokens;
   bool ignore_eos = false;
+  std::string session_id;  // optional: prefer this conversation's pooled KV
   std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
 };
 
@@ -31,6 +32,7 @@ struct ComputeResult {
   engine::FinishReason finish = engine::FinishReason::kLength;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t cached_prompt_tokens = 0;  // prompt tokens whose KV was reused
 };
 
 struct ModelInfo {
