@@ -12,6 +12,8 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
+#include "cache_admin.h"
+#include "cache_flags.h"
 #include "compute_metrics.h"
 #include "compute_node.h"
 #include "compute_client.h"
@@ -32,8 +34,12 @@ int main(int argc, char** argv) {
   app.add_option("--host", http.host, "HTTP bind address")->capture_default_str();
   app.add_option("--port", http.port, "HTTP port (0 picks one)")->capture_default_str();
   app.add_option("--api-key", http.api_key, "Require 'Authorization: Bearer KEY' on API requests");
+  app.add_option("--sse-keepalive-ms", http.sse_keepalive_ms, "SSE keep-alive comment interval while a stream is silent")
+      ->capture_default_str();
   app.add_option("--grpc-listen", grpc_listen, "Also serve the Router gRPC API here (host:port)");
   app.add_option("--port-file", port_file, "Write the bound HTTP port to this file");
+  colibri::compute::CacheFlags cache_flags;
+  colibri::compute::AddCacheFlags(&app, &cache_flags);
   CLI11_PARSE(app, argc, argv);
 
   auto cache_bytes = colibri::ParseSize(cache_size);
@@ -45,6 +51,10 @@ int main(int argc, char** argv) {
   options.model_dir = model_dir;
   options.expert_cache_bytes = *cache_bytes;
   options.threads = threads;
+  if (auto st = colibri::compute::ApplyCacheFlags(cache_flags, &options); !st.ok()) {
+    spdlog::error("{}", std::string(st.message()));
+    return 2;
+  }
   auto node = colibri::compute::ComputeNode::Create(options);
   if (!node.ok()) {
     spdlog::error("{}", std::string(node.status().message()));
@@ -75,6 +85,7 @@ int main(int argc, char** argv) {
   }
   // Scrapes refresh the compute counters first.
   router_metrics.before_scrape = [&] { compute_metrics.Refresh(**node); };
+  http.extra_routes = colibri::compute::AdminRoutes(node->get());  // /admin/stats, /admin/cache/clear
   auto api = colibri::router::HttpApi::Start(core->get(), &router_metrics, http);
   if (!api.ok()) {
     spdlog::error("{}", std::string(api.status().message()));

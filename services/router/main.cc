@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
   app.add_option("--port", http.port, "HTTP port (0 picks one)")->capture_default_str();
   app.add_option("--grpc-listen", grpc_listen, "Router gRPC address")->capture_default_str();
   app.add_option("--api-key", http.api_key, "Require 'Authorization: Bearer KEY' on API requests");
+  app.add_option("--sse-keepalive-ms", http.sse_keepalive_ms, "SSE keep-alive comment interval while a stream is silent")
+      ->capture_default_str();
   app.add_option("--http-threads", http.threads, "HTTP worker threads")->capture_default_str();
   app.add_option("--port-file", port_file, "Write the bound HTTP port to this file");
   app.add_option("--grpc-port-file", grpc_port_file, "Write the bound gRPC port to this file");

@@ -142,6 +142,38 @@ class ClusterTest(unittest.TestCase):
             self.assertIn('maximum context length', json.loads(text)['error']['message'])
 
 
+class KeepAliveTest(unittest.TestCase):
+    """SSE comments flow while a long prompt prefills, and the answer still arrives whole."""
+
+    def test_keepalive_comments_during_prefill(self):
+        d = testlib.tempdir('colibri-keepalive-')
+        server = None
+        try:
+            hf = testlib.gen_model(os.path.join(d, 'hf'), 'mixtral', 'micro', 'f32')
+            model = testlib.convert(hf, os.path.join(d, 'm'), 'f32')
+            server = testlib.Service('colibri-server', ['--model', model, '--port', '0', '--host', '127.0.0.1',
+                                                        '--sse-keepalive-ms', '1', '--threads', '1'], d)
+            import urllib.request
+            body = {'prompt': [1] + [300 + i % 200 for i in range(3000)], 'max_tokens': 4, 'temperature': 0,
+                    'stream': True}
+            req = urllib.request.Request(f'http://127.0.0.1:{server.port()}/v1/completions',
+                                         data=json.dumps(body).encode(), headers={'Content-Type': 'application/json'})
+            comments, data = 0, []
+            with urllib.request.urlopen(req, timeout=300) as r:
+                for raw in r:
+                    line = raw.decode().rstrip('\n')
+                    comments += line.startswith(':')
+                    if line.startswith('data: '):
+                        data.append(line[6:])
+            self.assertGreater(comments, 0)
+            self.assertEqual(data[-1], '[DONE]')
+            self.assertEqual(json.loads(data[-2])['choices'][0]['finish_reason'], 'length')
+        finally:
+            if server:
+                server.stop()
+            testlib.rmtree(d)
+
+
 class BadModelTest(unittest.TestCase):
     """Missing and corrupt model directories fail with messages that name the problem."""
 

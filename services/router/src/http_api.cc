@@ -4,6 +4,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "colibri/rpc/status.h"
@@ -186,16 +190,61 @@ class Handler {
     metrics_->active_requests->Increment();
     bool first = true, client_ok = true;
     if (r.chat) client_ok = send(chunk(json::array({Choice(r, nullptr, nullptr, true)})));
-    auto result = core_->Run(r.params, [&](const Delta& d) {
-      if (first) {
-        metrics_->time_to_first_token_seconds->Observe(
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-        first = false;
-      }
-      if (!client_ok) return false;
-      client_ok = send(chunk(json::array({Choice(r, &d, nullptr, false)})));
-      return client_ok;  // a client that went away cancels the generation at once
+    // Generation runs on its own thread; this thread writes to the client. While nothing comes
+    // (a long prefill, a queue wait) it sends SSE comments, which keep proxies from timing the
+    // connection out and notice a client that went away, so the request is cancelled at once.
+    struct Channel {
+      std::mutex mu;
+      std::condition_variable cv;
+      std::deque<Delta> deltas;
+      bool done = false;
+      absl::StatusOr<TextResult> result = absl::UnknownError("not run");
+      std::atomic<bool> client_gone{false};
+    } ch;
+    std::thread worker([&] {
+      auto res = core_->Run(r.params, [&](const Delta& d) {
+        if (ch.client_gone.load()) return false;
+        std::lock_guard<std::mutex> lock(ch.mu);
+        ch.deltas.push_back(d);
+        ch.cv.notify_one();
+        return true;
+      });
+      std::lock_guard<std::mutex> lock(ch.mu);
+      ch.result = std::move(res);
+      ch.done = true;
+      ch.cv.notify_one();
     });
+    const auto keepalive = std::chrono::milliseconds(options_.sse_keepalive_ms);
+    std::unique_lock<std::mutex> lock(ch.mu);
+    for (;;) {
+      const bool ready = ch.cv.wait_for(lock, keepalive, [&] { return !ch.deltas.empty() || ch.done; });
+      if (!ready) {
+        lock.unlock();
+        static const std::string kComment = ": keep-alive\n\n";
+        if (client_ok && !sink.write(kComment.data(), kComment.size())) client_ok = false;
+        if (!client_ok) ch.client_gone = true;
+        lock.lock();
+        continue;
+      }
+      std::deque<Delta> batch;
+      batch.swap(ch.deltas);
+      const bool done = ch.done;
+      lock.unlock();
+      for (const Delta& d : batch) {
+        if (first) {
+          metrics_->time_to_first_token_seconds->Observe(
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          first = false;
+        }
+        if (client_ok) client_ok = send(chunk(json::array({Choice(r, &d, nullptr, false)})));
+      }
+      if (!client_ok) ch.client_gone = true;
+      lock.lock();
+      if (done && ch.deltas.empty()) break;
+    }
+    lock.unlock();
+    worker.join();
+    absl::StatusOr<TextResult>& result = ch.result;
     metrics_->active_requests->Decrement();
     if (!result.ok()) {
       // Headers are gone already: report the error in-band, in OpenAI's error shape.
@@ -248,6 +297,19 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, Router
     if (metrics->before_scrape) metrics->before_scrape();
     r.set_content(metrics::Serialize(*metrics->registry), "text/plain; version=0.0.4");
   });
+  for (const auto& route : options.extra_routes) {
+    auto admin = [handler, h = route.handler](const httplib::Request& q, httplib::Response& r) {
+      if (!handler->Authorized(q, r, "admin")) return;
+      auto [status, body] = h(q.body);
+      r.status = status;
+      r.set_content(body, "application/json");
+    };
+    if (route.method == "POST") {
+      s.Post(route.path, admin);
+    } else {
+      s.Get(route.path, admin);
+    }
+  }
   s.set_error_handler([](const httplib::Request&, httplib::Response& r) {
     if (r.body.empty()) {
       r.set_content(rpc::OpenAiErrorBody(r.status, absl::StrCat("HTTP ", r.status), "invalid_request_error",

@@ -1,10 +1,12 @@
 // The OpenAI-compatible HTTP API: POST /v1/chat/completions and /v1/completions (SSE streaming
-// and not), GET /v1/models, GET /health, GET /metrics. Errors use OpenAI's JSON error shape.
+// and not), GET /v1/models, GET /health, GET /metrics, and any extra (admin) routes. Errors use
+// OpenAI's JSON error shape.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "router_core.h"
@@ -21,6 +23,9 @@ struct HttpOptions {
   int port = 8080;          // 0 picks a free port
   std::string api_key;      // when set, requests need "Authorization: Bearer <key>"
   int threads = 16;
+  int sse_keepalive_ms = 5000;  // SSE comment after this much silence on a stream
+  // Extra JSON endpoints (colibri-server's /admin/...), behind the same API key.
+  std::vector<metrics::HttpRoute> extra_routes;
 };
 
 class HttpApi {
