@@ -125,6 +125,41 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(got['text'], http_text)
         self.assertEqual(got['usage']['completion_tokens'], len(http_ids))
 
+    def test_second_turn_prefills_only_new_tokens(self):
+        """Turn 2 resends the whole history (as OpenAI clients do): compute reuses the KV of turn 1
+        and the answer equals a cold run of the same conversation on a fresh server."""
+        turn1 = [{'role': 'user', 'content': 'Where do rivers go?'}]
+        first = None
+        for url in (self.router_url, self.server_url):
+            status, text = testlib.http('POST', url + '/v1/chat/completions',
+                                        {'messages': turn1, 'max_tokens': 6, 'temperature': 0})
+            self.assertEqual(status, 200, text)
+            first = json.loads(text)
+            # Only a shared start (BOS, the template's prefix) can come from other conversations.
+            self.assertLess(first['usage']['prompt_tokens_details']['cached_tokens'], 5)
+        turn2 = turn1 + [{'role': 'assistant', 'content': first['choices'][0]['message']['content']},
+                         {'role': 'user', 'content': 'And then?'}]
+        body = {'messages': turn2, 'max_tokens': 8, 'temperature': 0, 'return_token_ids': True}
+        warm = {}
+        for url in (self.router_url, self.server_url):
+            status, text = testlib.http('POST', url + '/v1/chat/completions', body)
+            self.assertEqual(status, 200, text)
+            warm[url] = json.loads(text)
+            cached = warm[url]['usage']['prompt_tokens_details']['cached_tokens']
+            # At least the whole first prompt came from the KV pool.
+            self.assertGreaterEqual(cached, first['usage']['prompt_tokens'] - 1)
+            self.assertLess(cached, warm[url]['usage']['prompt_tokens'])
+        cold_server = testlib.Service('colibri-server', ['--model', self.model, '--port', '0', '--host', '127.0.0.1',
+                                                         '--threads', '2'], self.dir)
+        try:
+            status, text = testlib.http('POST', f'http://127.0.0.1:{cold_server.port()}/v1/chat/completions', body)
+        finally:
+            cold_server.stop()
+        cold = json.loads(text)
+        self.assertEqual(cold['usage']['prompt_tokens_details']['cached_tokens'], 0)
+        for w in warm.values():
+            self.assertEqual(w['choices'][0]['token_ids'], cold['choices'][0]['token_ids'])
+
     def test_bad_requests_get_openai_errors(self):
         for url in (self.router_url, self.server_url):
             status, text = testlib.http('POST', url + '/v1/chat/completions', '{"messages": [')

@@ -84,7 +84,7 @@ class Handler {
     auto parsed = ParseOpenAiRequest(req.body, chat);
     if (!parsed.ok()) return Error(res, endpoint, parsed.status());
     if (auto st = core_->CheckModel(parsed->model); !st.ok()) return Error(res, endpoint, st);
-    absl::StatusOr<std::vector<int32_t>> ids = chat                          ? core_->EncodeChat(parsed->messages)
+    absl::StatusOr<std::vector<int32_t>> ids = chat                          ? core_->EncodeChat(parsed->messages, parsed->chat_options)
                                                : !parsed->prompt_ids.empty() ? parsed->prompt_ids
                                                                              : core_->EncodeText(parsed->prompt);
     if (!ids.ok()) return Error(res, endpoint, ids.status());
@@ -132,7 +132,8 @@ class Handler {
   static json Usage(const TextResult& t) {
     return {{"prompt_tokens", t.prompt_tokens},
             {"completion_tokens", t.completion_tokens},
-            {"total_tokens", t.prompt_tokens + t.completion_tokens}};
+            {"total_tokens", t.prompt_tokens + t.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", t.cached_prompt_tokens}}}};
   }
 
   void Account(const TextResult& t) {

@@ -52,7 +52,9 @@ absl::StatusOr<std::string> MessageContent(const json& c, size_t i) {
   if (c.is_array()) {  // [{"type": "text", "text": "..."}]
     std::string out;
     for (const auto& part : c) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+      // (Compared as JSON: json::value("type", "") would throw on a non-string type.)
+      if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+          !part["text"].is_string()) {
         return Bad(field, "only text content parts are supported");
       }
       out += part["text"].get<std::string>();
@@ -89,7 +91,21 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool c
         return Bad(absl::StrCat("messages[", i, "].role"), absl::StrCat("unknown role '", msg.role, "'"));
       }
       if (msg.role == "developer") msg.role = "system";
-      ASSIGN_OR_RETURN(msg.content, MessageContent(m.value("content", json()), i));
+      ASSIGN_OR_RETURN(msg.content, MessageContent(m.contains("content") ? m["content"] : json(), i));
+      // Optional fields the chat templates use: assistant reasoning, tool calls and results.
+      for (const char* key : {"reasoning_content", "reasoning", "name", "tool_call_id"}) {
+        auto f = m.find(key);
+        if (f == m.end() || f->is_null()) continue;
+        if (!f->is_string()) return Bad(absl::StrCat("messages[", i, "].", key), "must be a string");
+        std::string v = f->get<std::string>();
+        if (std::string(key) == "name") msg.name = v;
+        else if (std::string(key) == "tool_call_id") msg.tool_call_id = v;
+        else msg.reasoning_content = v;
+      }
+      if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null()) {
+        if (!tc->is_array()) return Bad(absl::StrCat("messages[", i, "].tool_calls"), "must be a list");
+        msg.tool_calls_json = tc->dump();
+      }
       r.messages.push_back(std::move(msg));
     }
   } else {
@@ -115,6 +131,22 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool c
     RETURN_IF_ERROR(Bool(j["stream_options"], "include_usage", &r.include_usage));
   }
   RETURN_IF_ERROR(Bool(j, "return_token_ids", &r.return_token_ids));
+  if (chat) {
+    if (auto t = j.find("tools"); t != j.end() && !t->is_null()) {
+      if (!t->is_array()) return Bad("tools", "must be a list");
+      if (!t->empty()) r.chat_options.tools_json = t->dump();
+    }
+    if (auto k = j.find("chat_template_kwargs"); k != j.end() && !k->is_null()) {
+      if (!k->is_object()) return Bad("chat_template_kwargs", "must be an object");
+      r.chat_options.extra_context_json = k->dump();
+    }
+  }
+  for (const char* key : {"session_id", "user"}) {  // "user" keys sessions as OpenAI clients send it
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    if (!it->is_string()) return Bad(key, "must be a string");
+    if (r.params.session_id.empty()) r.params.session_id = it->get<std::string>();
+  }
   int64_t n = 1;
   RETURN_IF_ERROR(Integer(j, "n", 1, 1, &n));
   TextRequest& p = r.params;

@@ -20,6 +20,7 @@ struct OpenAiRequest {
   bool stream = false;
   bool include_usage = false;
   bool return_token_ids = false;                 // extension: token ids in each choice
+  tokenizer::ChatOptions chat_options;           // tools, chat_template_kwargs
   TextRequest params;                            // prompt left empty: filled after tokenizing
 };
 

@@ -30,8 +30,10 @@ absl::Status RouterCore::CheckModel(const std::string& name) const {
   return absl::NotFoundError(absl::StrCat("The model '", name, "' does not exist (this server runs '", model_name_, "')"));
 }
 
-absl::StatusOr<std::vector<int32_t>> RouterCore::EncodeChat(const std::vector<tokenizer::ChatMessage>& messages) const {
-  ASSIGN_OR_RETURN(std::string prompt, tokenizer::RenderMistralChat(*tok_, messages));
+absl::StatusOr<std::vector<int32_t>> RouterCore::EncodeChat(const std::vector<tokenizer::ChatMessage>& messages,
+                                                            const tokenizer::ChatOptions& options) const {
+  // The model's own chat template (Mistral's format when it has none), as transformers renders it.
+  ASSIGN_OR_RETURN(std::string prompt, tokenizer::RenderChat(*tok_, messages, options));
   return tok_->Encode(prompt, /*add_special=*/false);  // the rendered prompt carries BOS itself
 }
 
@@ -53,6 +55,7 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
   cr.stop_tokens = request.stop_tokens;
   cr.ignore_eos = request.ignore_eos;
   cr.deadline = request.deadline;
+  cr.session_id = request.session_id;
 
   tokenizer::StreamDecoder decoder(tok_.get());
   TextResult result;
@@ -112,6 +115,7 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
   ASSIGN_OR_RETURN(ComputeResult cres, compute_->Generate(cr, on_token));
   result.prompt_tokens = cres.prompt_tokens > 0 ? cres.prompt_tokens : n_prompt;
   result.completion_tokens = cres.completion_tokens;
+  result.cached_prompt_tokens = cres.cached_prompt_tokens;
   result.finish = cres.finish;
   if (stopped_by_string) {
     result.finish = engine::FinishReason::kStop;

@@ -24,6 +24,7 @@ struct TextRequest {
   std::vector<std::string> stop_strings;
   std::vector<int32_t> stop_tokens;
   bool ignore_eos = false;
+  std::string session_id;  // optional: prefer this conversation's pooled KV on compute
   std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
 };
 
@@ -36,6 +37,7 @@ struct TextResult {
   engine::FinishReason finish = engine::FinishReason::kLength;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t cached_prompt_tokens = 0;          // prompt tokens whose KV compute reused
   std::string text;                          // everything emitted
 };
 
@@ -48,7 +50,8 @@ class RouterCore {
   const tokenizer::Tokenizer& tokenizer() const { return *tok_; }
   int64_t context_length() const { return context_length_; }
 
-  absl::StatusOr<std::vector<int32_t>> EncodeChat(const std::vector<tokenizer::ChatMessage>& messages) const;
+  absl::StatusOr<std::vector<int32_t>> EncodeChat(const std::vector<tokenizer::ChatMessage>& messages,
+                                                  const tokenizer::ChatOptions& options = {}) const;
   absl::StatusOr<std::vector<int32_t>> EncodeText(const std::string& text) const;
   // Checks a model name given by a client: empty or ours is fine, anything else is NotFound.
   absl::Status CheckModel(const std::string& name) const;

@@ -1,1 +1,447 @@
-// placeholder
+#include "router_core.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace colibri::router {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A compute client that streams a scripted list of token ids and records what it was asked.
+class FakeCompute final : public ComputeClient {
+ public:
+  struct Log {
+    std::vector<ComputeRequest> requests;
+    std::vector<bool> on_token_returned;  // what on_token returned, token by token
+    int info_calls = 0;
+  };
+
+  FakeCompute(std::vector<int32_t> script, Log* log, engine::FinishReason finish = engine::FinishReason::kLength)
+      : script_(std::move(script)), log_(log), finish_(finish) {}
+
+  absl::StatusOr<ModelInfo> Info() override {
+    log_->info_calls++;
+    return info_;
+  }
+
+  absl::StatusOr<ComputeResult> Generate(const ComputeRequest& request,
+                                         const std::function<bool(const engine::SampledToken&)>& on_token) override {
+    log_->requests.push_back(request);
+    if (!error_.ok()) return error_;
+    ComputeResult r;
+    r.prompt_tokens = static_cast<int64_t>(request.prompt.size());
+    for (int32_t id : script_) {
+      if (r.completion_tokens >= request.max_tokens) return r;  // kLength
+      engine::SampledToken t;
+      t.id = id;
+      t.logprob = -0.5f;
+      ++r.completion_tokens;
+      const bool keep = on_token(t);
+      log_->on_token_returned.push_back(keep);
+      if (!keep) {
+        r.finish = engine::FinishReason::kCancelled;
+        return r;
+      }
+    }
+    r.finish = finish_;
+    return r;
+  }
+
+  ModelInfo info_{"tiny-moe", "mixtral", 512, 64};
+  absl::Status error_;
+
+ private:
+  std::vector<int32_t> script_;
+  Log* log_;
+  engine::FinishReason finish_;
+};
+
+// The micro tokenizer of tools/gen_tiny_model.py, generated once per test process.
+class RouterCoreTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::temp_directory_path() / ("colibri_router_core_test_" + std::to_string(::getpid())));
+    fs::remove_all(*dir_);
+    const std::string cmd =
+        "/usr/bin/python3 tools/gen_tiny_model.py --out '" + dir_->string() + "' --preset micro > /dev/null";
+    generated_ = std::system(cmd.c_str()) == 0;
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+
+  void SetUp() override {
+    ASSERT_TRUE(generated_) << "could not run tools/gen_tiny_model.py";
+    auto tok = tokenizer::LoadTokenizer(*dir_);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    tok_ = tok->get();
+    own_tok_ = std::move(*tok);
+  }
+
+  // A fresh tokenizer for the next Core() (each core takes ownership of one).
+  void ReloadTokenizer() {
+    auto tok = tokenizer::LoadTokenizer(*dir_);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    own_tok_ = std::move(*tok);
+    tok_ = own_tok_.get();
+  }
+
+  std::vector<int32_t> Ids(const std::string& text) {
+    auto ids = tok_->Encode(text, /*add_special=*/false);
+    EXPECT_TRUE(ids.ok()) << ids.status();
+    return ids.ok() ? *ids : std::vector<int32_t>{};
+  }
+
+  // A core whose compute streams `script`; `context` tokens of context.
+  std::unique_ptr<RouterCore> Core(std::vector<int32_t> script, int64_t context = 64,
+                                   engine::FinishReason finish = engine::FinishReason::kLength) {
+    auto compute = std::make_unique<FakeCompute>(std::move(script), &log_, finish);
+    fake_ = compute.get();
+    return std::make_unique<RouterCore>("tiny-moe", std::move(own_tok_), std::move(compute), context);
+  }
+
+  // Runs `request` collecting the deltas; `cancel_after` deltas, then on_delta returns false.
+  absl::StatusOr<TextResult> Run(RouterCore& core, const TextRequest& request, std::vector<Delta>* deltas,
+                                 size_t cancel_after = SIZE_MAX) {
+    return core.Run(request, [&](const Delta& d) {
+      deltas->push_back(d);
+      return deltas->size() < cancel_after;
+    });
+  }
+
+  static std::string Concat(const std::vector<Delta>& deltas) {
+    std::string s;
+    for (const auto& d : deltas) s += d.text;
+    return s;
+  }
+  static size_t TokenCount(const std::vector<Delta>& deltas) {
+    size_t n = 0;
+    for (const auto& d : deltas) n += d.tokens.size();
+    return n;
+  }
+
+  TextRequest Request() {
+    TextRequest r;
+    r.prompt = {1, 300, 301, 302};
+    return r;
+  }
+
+  static fs::path* dir_;
+  static bool generated_;
+  const tokenizer::Tokenizer* tok_ = nullptr;
+  std::unique_ptr<tokenizer::Tokenizer> own_tok_;
+  FakeCompute::Log log_;
+  FakeCompute* fake_ = nullptr;
+};
+
+fs::path* RouterCoreTest::dir_ = nullptr;
+bool RouterCoreTest::generated_ = false;
+
+TEST_F(RouterCoreTest, DeltasConcatenateToTheDecodedText) {
+  const std::string text = "the river runs past the old mill";
+  const std::vector<int32_t> script = Ids(text);
+  auto core = Core(script);
+  TextRequest req = Request();
+  req.max_tokens = 40;
+  req.sampling.temperature = 0.7f;
+  req.sampling.seed = 5;
+  req.sampling.top_k = 3;
+  req.stop_tokens = {2, 7};
+  req.ignore_eos = true;
+  req.deadline = std::chrono::system_clock::now() + std::chrono::hours(1);
+  std::vector<Delta> deltas;
+  auto r = Run(*core, req, &deltas);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Concat(deltas), text);
+  EXPECT_EQ(r->text, text);
+  EXPECT_EQ(tok_->Decode(script, true), text);
+  EXPECT_EQ(r->finish, engine::FinishReason::kLength);
+  EXPECT_EQ(r->prompt_tokens, 4);
+  EXPECT_EQ(r->completion_tokens, static_cast<int64_t>(script.size()));
+  // Every sampled token is reported once, in order, with what compute sent.
+  std::vector<int32_t> seen;
+  for (const auto& d : deltas) {
+    for (const auto& t : d.tokens) {
+      seen.push_back(t.id);
+      EXPECT_FLOAT_EQ(t.logprob, -0.5f);
+    }
+  }
+  EXPECT_EQ(seen, script);
+  // The request compute got.
+  ASSERT_EQ(log_.requests.size(), 1u);
+  const ComputeRequest& cr = log_.requests[0];
+  EXPECT_EQ(cr.prompt, req.prompt);
+  EXPECT_EQ(cr.max_tokens, 40);
+  EXPECT_FLOAT_EQ(cr.sampling.temperature, 0.7f);
+  EXPECT_EQ(cr.sampling.seed, 5u);
+  EXPECT_EQ(cr.sampling.top_k, 3);
+  EXPECT_EQ(cr.stop_tokens, std::vector<int32_t>({2, 7}));
+  EXPECT_TRUE(cr.ignore_eos);
+  EXPECT_EQ(cr.deadline, req.deadline);
+  EXPECT_EQ(log_.on_token_returned, std::vector<bool>(script.size(), true));
+}
+
+TEST_F(RouterCoreTest, DeltasNeverSplitACharacter) {
+  const std::string text = "café ☃ 😀!";
+  const std::vector<int32_t> script = Ids(text);
+  auto core = Core(script);
+  std::vector<Delta> deltas;
+  auto r = Run(*core, Request(), &deltas);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const auto& d : deltas) EXPECT_EQ(tokenizer::FindInvalidUtf8(d.text), std::string::npos);
+  EXPECT_EQ(Concat(deltas), text);
+  EXPECT_EQ(TokenCount(deltas), script.size());
+  // The 4 byte tokens of 😀 come in 4 tokens but the character in one delta.
+  bool whole_emoji = false;
+  for (const auto& d : deltas) whole_emoji |= d.text.find("😀") != std::string::npos;
+  EXPECT_TRUE(whole_emoji);
+}
+
+TEST_F(RouterCoreTest, FinishReasonComesFromCompute) {
+  auto core = Core(Ids("the river"), 64, engine::FinishReason::kStop);  // e.g. compute saw EOS
+  std::vector<Delta> deltas;
+  auto r = Run(*core, Request(), &deltas);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->finish, engine::FinishReason::kStop);
+  EXPECT_EQ(r->text, "the river");
+}
+
+TEST_F(RouterCoreTest, StopStringAcrossTokenBoundariesCutsExactly) {
+  const std::string text = "the river runs past the old mill";
+  const std::vector<int32_t> script = Ids(text);
+  // "er ru" starts inside "river" and ends inside "runs": it spans token boundaries.
+  auto core = Core(script);
+  TextRequest req = Request();
+  req.stop_strings = {"er ru"};
+  std::vector<Delta> deltas;
+  auto r = Run(*core, req, &deltas);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->text, "the riv");
+  EXPECT_EQ(Concat(deltas), "the riv");
+  EXPECT_EQ(r->finish, engine::FinishReason::kStop);
+  // Compute was told to stop at the token that completed the stop string, and not asked again.
+  ASSERT_FALSE(log_.on_token_returned.empty());
+  EXPECT_FALSE(log_.on_token_returned.back());
+  for (size_t i = 0; i + 1 < log_.on_token_returned.size(); ++i) EXPECT_TRUE(log_.on_token_returned[i]);
+  const size_t used = log_.on_token_returned.size();
+  EXPECT_LT(used, script.size());
+  // The tokens consumed decode to text that contains the stop string; one fewer does not.
+  const std::string consumed = tok_->Decode(std::vector<int32_t>(script.begin(), script.begin() + used), true);
+  const std::string before = tok_->Decode(std::vector<int32_t>(script.begin(), script.begin() + used - 1), true);
+  EXPECT_NE(consumed.find("er ru"), std::string::npos) << consumed;
+  EXPECT_EQ(before.find("er ru"), std::string::npos) << before;
+  EXPECT_EQ(TokenCount(deltas), used);
+}
+
+TEST_F(RouterCoreTest, StopStringCases) {
+  const std::string text = "the old man and the old mill by the river";
+  struct Case {
+    std::vector<std::string> stops;
+    std::string want;
+    engine::FinishReason finish;
+  };
+  const Case cases[] = {
+      // A partial match ("old m" of "old man") is held back, then released when it fails.
+      {{"old mill"}, "the old man and the ", engine::FinishReason::kStop},
+      // The earliest of several stop strings wins, whatever their order in the list.
+      {{"river", "and"}, "the old man ", engine::FinishReason::kStop},
+      {{"and", "river"}, "the old man ", engine::FinishReason::kStop},
+      // Starting and ending inside words.
+      {{"ld m"}, "the o", engine::FinishReason::kStop},
+      {{"ive"}, "the old man and the old mill by the r", engine::FinishReason::kStop},
+      // At the very start: nothing is emitted.
+      {{"the old"}, "", engine::FinishReason::kStop},
+      // Never completed: everything comes out at the end, including a held partial match.
+      {{"riverbank"}, text, engine::FinishReason::kLength},
+      {{"zzz"}, text, engine::FinishReason::kLength},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.stops[0]);
+    log_ = FakeCompute::Log();
+    ReloadTokenizer();
+    const std::vector<int32_t> script = Ids(text);
+    auto core = Core(script);
+    TextRequest req = Request();
+    req.stop_strings = c.stops;
+    std::vector<Delta> deltas;
+    auto r = Run(*core, req, &deltas);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->text, c.want);
+    EXPECT_EQ(Concat(deltas), c.want);
+    EXPECT_EQ(r->finish, c.finish);
+    for (const auto& d : deltas) {
+      for (const auto& s : c.stops) EXPECT_EQ(d.text.find(s), std::string::npos) << "stop string leaked";
+    }
+  }
+}
+
+TEST_F(RouterCoreTest, StopStringWithMultiByteCharacters) {
+  const std::string text = "le café ☃ est chaud";
+  auto core = Core(Ids(text));
+  TextRequest req = Request();
+  req.stop_strings = {"☃"};
+  std::vector<Delta> deltas;
+  auto r = Run(*core, req, &deltas);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->text, "le café ");
+  EXPECT_EQ(r->finish, engine::FinishReason::kStop);
+}
+
+TEST_F(RouterCoreTest, OnDeltaReturningFalseCancels) {
+  const std::vector<int32_t> script = Ids("the river runs past the old mill");
+  ASSERT_GT(script.size(), 4u);
+  auto core = Core(script);
+  std::vector<Delta> deltas;
+  auto r = Run(*core, Request(), &deltas, /*cancel_after=*/3);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->finish, engine::FinishReason::kCancelled);
+  ASSERT_EQ(deltas.size(), 3u);
+  // The fake saw on_token return false at the third token and streamed nothing more.
+  EXPECT_EQ(log_.on_token_returned, std::vector<bool>({true, true, false}));
+  EXPECT_EQ(r->completion_tokens, 3);
+  EXPECT_EQ(r->text, Concat(deltas));
+  EXPECT_EQ(r->text, tok_->Decode(std::vector<int32_t>(script.begin(), script.begin() + 3), true));
+}
+
+TEST_F(RouterCoreTest, OnDeltaReturningFalseCancelsWithStopStrings) {
+  const std::vector<int32_t> script = Ids("the river runs past the old mill");
+  auto core = Core(script);
+  TextRequest req = Request();
+  req.stop_strings = {"zzz"};
+  std::vector<Delta> deltas;
+  auto r = Run(*core, req, &deltas, /*cancel_after=*/2);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->finish, engine::FinishReason::kCancelled);
+  EXPECT_EQ(deltas.size(), 2u);
+  ASSERT_FALSE(log_.on_token_returned.empty());
+  EXPECT_FALSE(log_.on_token_returned.back());
+  EXPECT_EQ(r->text, Concat(deltas));
+}
+
+TEST_F(RouterCoreTest, PromptAtOrOverTheContextIsRefused) {
+  for (int64_t n : {int64_t{16}, int64_t{17}, int64_t{100}}) {
+    log_ = FakeCompute::Log();
+    ReloadTokenizer();
+    auto core = Core(Ids("the river"), /*context=*/16);
+    TextRequest req;
+    req.prompt.assign(static_cast<size_t>(n), 300);
+    std::vector<Delta> deltas;
+    auto r = Run(*core, req, &deltas);
+    ASSERT_FALSE(r.ok()) << n;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    const std::string msg(r.status().message());
+    EXPECT_NE(msg.find("16"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::to_string(n)), std::string::npos) << msg;
+    EXPECT_TRUE(log_.requests.empty());  // compute was never asked
+    EXPECT_TRUE(deltas.empty());
+  }
+}
+
+TEST_F(RouterCoreTest, MaxTokensIsClampedToTheRoomLeft) {
+  const std::vector<int32_t> script = Ids("the river runs past the old mill");
+  auto core = Core(script, /*context=*/16);
+  TextRequest req;
+  req.prompt.assign(15, 300);  // one token of room
+  req.max_tokens = 100;
+  std::vector<Delta> deltas;
+  auto r = Run(*core, req, &deltas);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(log_.requests.size(), 1u);
+  EXPECT_EQ(log_.requests[0].max_tokens, 1);
+  EXPECT_EQ(r->completion_tokens, 1);
+  EXPECT_EQ(r->finish, engine::FinishReason::kLength);
+}
+
+TEST_F(RouterCoreTest, EmptyPromptIsRefused) {
+  auto core = Core({});
+  std::vector<Delta> deltas;
+  auto r = Run(*core, TextRequest(), &deltas);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(log_.requests.empty());
+}
+
+TEST_F(RouterCoreTest, ComputeErrorsPassThrough) {
+  auto core = Core(Ids("the river"));
+  fake_->error_ = absl::UnavailableError("compute node down");
+  std::vector<Delta> deltas;
+  auto r = Run(*core, Request(), &deltas);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status(), absl::UnavailableError("compute node down"));
+  EXPECT_TRUE(deltas.empty());
+}
+
+TEST_F(RouterCoreTest, CheckModel) {
+  auto core = Core({});
+  EXPECT_EQ(core->model_name(), "tiny-moe");
+  EXPECT_TRUE(core->CheckModel("").ok());
+  EXPECT_TRUE(core->CheckModel("tiny-moe").ok());
+  const absl::Status s = core->CheckModel("gpt-4");
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("'gpt-4'"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("tiny-moe"), std::string::npos) << s;
+  EXPECT_FALSE(core->CheckModel("TINY-MOE").ok());
+}
+
+TEST_F(RouterCoreTest, EncodeTextAndChat) {
+  auto core = Core({});
+  auto text = core->EncodeText("the river");
+  ASSERT_TRUE(text.ok());
+  ASSERT_FALSE(text->empty());
+  EXPECT_EQ((*text)[0], 1);  // BOS
+  EXPECT_EQ(std::vector<int32_t>(text->begin() + 1, text->end()), Ids("the river"));
+
+  // The model's chat template (from gen_tiny_model.py: Mistral's [INST] format), encoded
+  // without adding another BOS.
+  const std::vector<tokenizer::ChatMessage> messages = {{"user", "Hi there"}, {"assistant", "Hello"}, {"user", "Bye"}};
+  auto rendered = tokenizer::RenderChat(core->tokenizer(), messages);
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  EXPECT_EQ(*rendered, "<s>[INST] Hi there [/INST]Hello</s>[INST] Bye [/INST]");
+  auto chat = core->EncodeChat(messages);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(*chat, *core->tokenizer().Encode(*rendered, /*add_special=*/false));
+  ASSERT_FALSE(chat->empty());
+  EXPECT_EQ((*chat)[0], 1);
+  EXPECT_EQ(std::count(chat->begin(), chat->end(), 1), 1);  // BOS once, from the template
+  EXPECT_EQ(std::count(chat->begin(), chat->end(), 2), 1);  // EOS after the assistant turn
+
+  // A chat the template cannot render (no user turn) is an error, not a crash.
+  auto empty = core->EncodeChat({});
+  if (!empty.ok()) {
+    EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument) << empty.status();
+  }
+}
+
+TEST_F(RouterCoreTest, MakeRouterCoreChecksTheVocabulary) {
+  auto compute = std::make_unique<FakeCompute>(std::vector<int32_t>{}, &log_);
+  compute->info_ = {"served-name", "mixtral", 512, 128};
+  auto core = MakeRouterCore(dir_->string(), std::move(compute));
+  ASSERT_TRUE(core.ok()) << core.status();
+  EXPECT_EQ((*core)->model_name(), "served-name");
+  EXPECT_EQ((*core)->context_length(), 128);
+  EXPECT_EQ(log_.info_calls, 1);
+
+  auto small = std::make_unique<FakeCompute>(std::vector<int32_t>{}, &log_);
+  small->info_ = {"small", "mixtral", 256, 128};
+  auto refused = MakeRouterCore(dir_->string(), std::move(small));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("512"), std::string::npos) << refused.status();
+  EXPECT_NE(refused.status().message().find("256"), std::string::npos) << refused.status();
+
+  auto missing = MakeRouterCore((*dir_ / "nowhere").string(), std::make_unique<FakeCompute>(std::vector<int32_t>{}, &log_));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace colibri::router

@@ -46,6 +46,7 @@ grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::Generate(gr
     tr.stop_strings.assign(req.stop().stop_strings().begin(), req.stop().stop_strings().end());
     tr.stop_tokens.assign(req.stop().stop_token_ids().begin(), req.stop().stop_token_ids().end());
     tr.ignore_eos = req.stop().ignore_eos();
+    tr.session_id = req.session_id();
     tr.deadline = deadline;
     metrics_->active_requests->Increment();
     auto result = core_->Run(tr, [&](const Delta& d) {
@@ -63,6 +64,7 @@ grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::Generate(gr
     last.set_finish_reason(compute::FinishToProto(result->finish));
     last.mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(result->prompt_tokens));
     last.mutable_usage()->set_completion_tokens(static_cast<uint32_t>(result->completion_tokens));
+    last.mutable_usage()->set_cached_prompt_tokens(static_cast<uint32_t>(result->cached_prompt_tokens));
     out->Push(std::move(last));
     metrics_->CountRequest("grpc_generate", 200);
     return grpc::Status::OK;
