@@ -18,8 +18,8 @@ TEST(ParseSize, AcceptsUserForms) {
 TEST(ParseSize, RejectsGarbage) {
   for (const char* bad : {"", "G", "-1G", "1X", "abc", "1.2.3M", "99999999999T"}) {
     auto r = ParseSize(bad);
-    EXPECT_FALSE(r.ok()) << bad;
-    if (!r.ok()) EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
 }
 
