@@ -67,16 +67,19 @@ def reference(hf_dir, tokens, greedy, logits_out):
 class Service:
     """A colibri binary started as its own process; announces its port through --port-file."""
 
-    def __init__(self, name, args, workdir, port_flags=('--port-file',)):
+    def __init__(self, name, args, workdir, port_flags=('--port-file',), tag=None):
+        """`tag` names this instance's port and log files (default: the binary's name); give one to
+        run several instances of a binary in one directory."""
         self.name = name
-        self.files = {flag: os.path.join(workdir, f'{name}{flag.replace("-", "_")}') for flag in port_flags}
+        tag = tag or name
+        self.files = {flag: os.path.join(workdir, f'{tag}{flag.replace("-", "_")}') for flag in port_flags}
         for f in self.files.values():
             if os.path.exists(f):
                 os.remove(f)
         cmd = [binary(name), *args]
         for flag, f in self.files.items():
             cmd += [flag, f]
-        self.log = open(os.path.join(workdir, f'{name}.log'), 'w')
+        self.log = open(os.path.join(workdir, f'{tag}.log'), 'w')
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
 
     def port(self, flag='--port-file', timeout=60):

@@ -1,5 +1,6 @@
 // colibri-cli tokenizer commands:
-//   tokenize     --tokenizer <dir|file.gguf> (--text T | --text-file F | --input F.json) [--no-special]
+//   tokenize     --tokenizer <dir|file.gguf> (--text T | --text-file F | --input F.json)
+//   [--no-special]
 //                prints the ids as JSON ([1, 2, 3]; with --input, a JSON array with one id list —
 //                or {"error": ...} — per input string). --stats prints encode throughput instead.
 //   detokenize   --tokenizer ... (--ids 1,2,3 | --input F.json) [--skip-special] [--json]
@@ -61,7 +62,9 @@ OrderedJson ParseOrExit(const std::string& text, const std::string& what) {
 }
 
 // Escapes invalid UTF-8 instead of throwing (nlohmann's default).
-std::string DumpJson(const OrderedJson& j) { return j.dump(-1, ' ', false, OrderedJson::error_handler_t::replace); }
+std::string DumpJson(const OrderedJson& j) {
+  return j.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
+}
 
 struct TokenizeFlags {
   std::string tokenizer, text, text_file, input;
@@ -79,7 +82,8 @@ void RunTokenize(const TokenizeFlags& f) {
     for (const auto& item : inputs) {
       if (!item.is_string()) Fail(2, "--input must hold a JSON array of strings");
       auto ids = tok->Encode(item.get<std::string>(), add_special);
-      out.push_back(ids.ok() ? OrderedJson(*ids) : OrderedJson{{"error", std::string(ids.status().message())}});
+      out.push_back(ids.ok() ? OrderedJson(*ids)
+                             : OrderedJson{{"error", std::string(ids.status().message())}});
     }
     Print(DumpJson(out) + "\n");
     Exit(0);
@@ -93,10 +97,14 @@ void RunTokenize(const TokenizeFlags& f) {
       if (!ids.ok()) Fail(2, std::string(ids.status().message()));
       n_tokens = ids->size();
     }
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     double mb = static_cast<double>(text.size()) * std::max(1, f.repeat) / 1e6;
-    OrderedJson s = {{"bytes", text.size()}, {"tokens", n_tokens}, {"repeat", std::max(1, f.repeat)},
-                     {"seconds", seconds}, {"mb_per_s", seconds > 0 ? mb / seconds : 0.0}};
+    OrderedJson s = {{"bytes", text.size()},
+                     {"tokens", n_tokens},
+                     {"repeat", std::max(1, f.repeat)},
+                     {"seconds", seconds},
+                     {"mb_per_s", seconds > 0 ? mb / seconds : 0.0}};
     Print(s.dump() + "\n");
     Exit(0);
   }
@@ -119,7 +127,8 @@ std::vector<int32_t> ParseIdsOrExit(const std::string& text) {
   }
   for (absl::string_view part : absl::StrSplit(s, ',', absl::SkipWhitespace())) {
     int32_t id;
-    if (!absl::SimpleAtoi(part, &id)) Fail(2, "--ids: '" + std::string(part) + "' is not a token id");
+    if (!absl::SimpleAtoi(part, &id))
+      Fail(2, "--ids: '" + std::string(part) + "' is not a token id");
     ids.push_back(id);
   }
   return ids;
@@ -143,7 +152,8 @@ void RunDetokenize(const DetokenizeFlags& f) {
     Print(DumpJson(out) + "\n");
     Exit(0);
   }
-  std::string text = colibri::tokenizer::SanitizeUtf8(tok->Decode(ParseIdsOrExit(f.ids), f.skip_special));
+  std::string text =
+      colibri::tokenizer::SanitizeUtf8(tok->Decode(ParseIdsOrExit(f.ids), f.skip_special));
   Print(f.json ? DumpJson(OrderedJson(text)) + "\n" : text + "\n");
   Exit(0);
 }
@@ -154,8 +164,9 @@ struct ChatFlags {
 };
 
 // One conversation: a message array, or {"messages", "tools", "add_generation_prompt", ...}.
-absl::StatusOr<std::string> RenderCase(const colibri::tokenizer::Tokenizer& tok, const OrderedJson& c,
-                                       const ChatFlags& f, const std::string& tmpl) {
+absl::StatusOr<std::string> RenderCase(const colibri::tokenizer::Tokenizer& tok,
+                                       const OrderedJson& c, const ChatFlags& f,
+                                       const std::string& tmpl) {
   colibri::tokenizer::ChatOptions options;
   options.add_generation_prompt = !f.no_generation_prompt;
   OrderedJson extra = OrderedJson::object();
@@ -166,7 +177,8 @@ absl::StatusOr<std::string> RenderCase(const colibri::tokenizer::Tokenizer& tok,
   if (!f.tools.empty()) options.tools_json = ReadOrExit(f.tools);
   OrderedJson messages = c;
   if (c.is_object()) {
-    if (!c.contains("messages")) return absl::InvalidArgumentError("the conversation object has no \"messages\"");
+    if (!c.contains("messages"))
+      return absl::InvalidArgumentError("the conversation object has no \"messages\"");
     messages = c["messages"];
     for (auto it = c.begin(); it != c.end(); ++it) {
       if (it.key() == "messages") continue;
@@ -188,7 +200,8 @@ void RunChatTemplate(const ChatFlags& f) {
   std::string tmpl = f.template_file.empty() ? "" : ReadOrExit(f.template_file);
   OrderedJson input = ParseOrExit(ReadOrExit(f.messages), f.messages);
   if (f.batch) {
-    if (!input.is_array()) Fail(2, "--batch: the messages file must hold an array of conversations");
+    if (!input.is_array())
+      Fail(2, "--batch: the messages file must hold an array of conversations");
     OrderedJson out = OrderedJson::array();
     for (const auto& c : input) {
       auto prompt = RenderCase(*tok, c, f, tmpl);
@@ -208,35 +221,47 @@ void RunChatTemplate(const ChatFlags& f) {
 
 void AddTokenizerCommands(CLI::App& app) {
   auto tf = std::make_shared<TokenizeFlags>();
-  auto* tokenize = app.add_subcommand("tokenize", "Encode text with a model's tokenizer; prints the ids as JSON");
-  tokenize->add_option("--tokenizer", tf->tokenizer, "Model directory (tokenizer.json) or .gguf file")->required();
+  auto* tokenize = app.add_subcommand(
+      "tokenize", "Encode text with a model's tokenizer; prints the ids as JSON");
+  tokenize
+      ->add_option("--tokenizer", tf->tokenizer, "Model directory (tokenizer.json) or .gguf file")
+      ->required();
   auto* text = tokenize->add_option("--text", tf->text, "Text to encode");
-  auto* text_file = tokenize->add_option("--text-file", tf->text_file, "Encode this file's bytes")->excludes(text);
+  auto* text_file = tokenize->add_option("--text-file", tf->text_file, "Encode this file's bytes")
+                        ->excludes(text);
   tokenize->add_option("--input", tf->input, "JSON array of strings; prints one id list per string")
       ->excludes(text)
       ->excludes(text_file);
   tokenize->add_flag("--no-special", tf->no_special, "Do not add BOS/EOS");
   tokenize->add_flag("--stats", tf->stats, "Print encode throughput (JSON) instead of the ids");
-  tokenize->add_option("--repeat", tf->repeat, "With --stats: encode this many times")->capture_default_str();
+  tokenize->add_option("--repeat", tf->repeat, "With --stats: encode this many times")
+      ->capture_default_str();
   tokenize->callback([tf] { RunTokenize(*tf); });
 
   auto df = std::make_shared<DetokenizeFlags>();
-  auto* detok = app.add_subcommand("detokenize", "Decode token ids with a model's tokenizer; prints the text");
-  detok->add_option("--tokenizer", df->tokenizer, "Model directory (tokenizer.json) or .gguf file")->required();
+  auto* detok = app.add_subcommand("detokenize",
+                                   "Decode token ids with a model's tokenizer; prints the text");
+  detok->add_option("--tokenizer", df->tokenizer, "Model directory (tokenizer.json) or .gguf file")
+      ->required();
   auto* ids = detok->add_option("--ids", df->ids, "Comma-separated token ids");
-  detok->add_option("--input", df->input, "JSON array of id arrays; prints a JSON array of strings")->excludes(ids);
+  detok->add_option("--input", df->input, "JSON array of id arrays; prints a JSON array of strings")
+      ->excludes(ids);
   detok->add_flag("--skip-special", df->skip_special, "Leave out special tokens");
   detok->add_flag("--json", df->json, "Print the text as a JSON string");
   detok->callback([df] { RunDetokenize(*df); });
 
   auto cf = std::make_shared<ChatFlags>();
-  auto* chat = app.add_subcommand("chat-template", "Render a conversation with the model's chat template");
+  auto* chat =
+      app.add_subcommand("chat-template", "Render a conversation with the model's chat template");
   chat->add_option("--tokenizer", cf->tokenizer, "Model directory or .gguf file")->required();
-  chat->add_option("--messages", cf->messages, "JSON file: messages, or {messages, tools, ...}")->required();
-  chat->add_flag("--no-generation-prompt", cf->no_generation_prompt, "Do not open an assistant turn");
+  chat->add_option("--messages", cf->messages, "JSON file: messages, or {messages, tools, ...}")
+      ->required();
+  chat->add_flag("--no-generation-prompt", cf->no_generation_prompt,
+                 "Do not open an assistant turn");
   chat->add_option("--tools", cf->tools, "JSON file with the tool definitions");
   chat->add_option("--context", cf->context, "Extra template variables as a JSON object");
-  chat->add_option("--template", cf->template_file, "Render this template file instead of the tokenizer's");
+  chat->add_option("--template", cf->template_file,
+                   "Render this template file instead of the tokenizer's");
   chat->add_flag("--batch", cf->batch, "The messages file holds an array of conversations");
   chat->add_flag("--json", cf->json, "Print the prompt as a JSON string");
   chat->callback([cf] { RunChatTemplate(*cf); });

@@ -13,12 +13,15 @@
 #include "colibri/core/units.h"
 #include "colibri/model/container.h"
 #include "colibri/tokenizer/tokenizer.h"
+#include "cache_flags.h"
 #include "compute_node.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
 // tokenize / detokenize / chat-template (cli_tokenizer.cc).
 void AddTokenizerCommands(CLI::App& app);
+// cache clear / stats / trace-replay (cli_cache.cc).
+void AddCacheCommands(CLI::App& app);
 
 namespace {
 
@@ -41,7 +44,8 @@ bool WriteNpy(const std::string& path, const std::vector<float>& data, int64_t r
 
 int Run(const std::string& model_dir, const std::string& prompt_tokens, const std::string& prompt_text,
         int64_t max_tokens, const colibri::engine::SamplingParams& sampling, bool ignore_eos,
-        const std::string& logits_out, int threads, const std::string& cache_size) {
+        const std::string& logits_out, int threads, const std::string& cache_size,
+        const colibri::compute::CacheFlags& cache_flags) {
   auto cache_bytes = colibri::ParseSize(cache_size);
   if (!cache_bytes.ok()) {
     spdlog::error("--expert-cache-size: {}", std::string(cache_bytes.status().message()));
@@ -51,6 +55,10 @@ int Run(const std::string& model_dir, const std::string& prompt_tokens, const st
   options.model_dir = model_dir;
   options.threads = threads;
   options.expert_cache_bytes = *cache_bytes;
+  if (auto st = colibri::compute::ApplyCacheFlags(cache_flags, &options); !st.ok()) {
+    spdlog::error("{}", std::string(st.message()));
+    return 2;
+  }
   auto node = colibri::compute::ComputeNode::Create(options);
   if (!node.ok()) {
     spdlog::error("{}", std::string(node.status().message()));
@@ -170,6 +178,7 @@ int main(int argc, char** argv) {
   CLI::App app{"colibri-cli: run, verify and inspect colibri models"};
   app.require_subcommand(1);
   AddTokenizerCommands(app);
+  AddCacheCommands(app);
 
   std::string model_dir, prompt_tokens, prompt_text, logits_out, cache_size = "2G";
   int64_t max_tokens = 32;
@@ -190,6 +199,8 @@ int main(int argc, char** argv) {
   run->add_option("--logits-out", logits_out, "Write float32 [positions, vocab] logits (.npy)");
   run->add_option("--threads", threads, "Compute threads (0: physical cores)");
   run->add_option("--expert-cache-size", cache_size, "Host-RAM expert cache budget")->capture_default_str();
+  colibri::compute::CacheFlags cache_flags;
+  colibri::compute::AddCacheFlags(run, &cache_flags);
 
   auto* verify = app.add_subcommand("verify", "Check every checksum of a model directory; names bad blocks");
   verify->add_option("--model", model_dir, "Model directory")->required();
@@ -203,7 +214,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     return Run(model_dir, prompt_tokens, prompt_text, max_tokens, sampling, ignore_eos, logits_out, threads,
-               cache_size);
+               cache_size, cache_flags);
   }
   if (verify->parsed()) return Verify(model_dir);
   if (inspect->parsed()) return Inspect(model_dir);

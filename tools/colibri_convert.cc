@@ -1,14 +1,18 @@
-// colibri-convert: Hugging Face checkpoints -> colibri model directory.
+// colibri-convert: Hugging Face checkpoints -> colibri model directory (and, with --disk, onto
+// an expert store's striped disks too).
 #include <chrono>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "colibri/core/logging.h"
+#include "colibri/core/units.h"
 #include "colibri/model/convert.h"
+#include "colibri/store/ingest.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
@@ -25,7 +29,18 @@ int main(int argc, char** argv) {
   app.add_option("--name", options.name, "Model name served by the API (default: output directory name)");
   app.add_flag("--split-experts", options.split_experts, "One file per expert under experts/");
   app.add_flag("--overwrite", options.overwrite, "Replace an existing output directory");
+  std::vector<std::string> disks;
+  std::string stripe = std::to_string(colibri::store::kDefaultStripeSize / 1024) + "K", catalog;
+  app.add_option("--disk", disks,
+                 "Also stripe the experts onto these expert-store disks (repeatable; as colibri-expert-store import)");
+  app.add_option("--stripe-size", stripe, "Stripe unit with --disk (multiple of 4K)")->capture_default_str();
+  app.add_option("--catalog", catalog, "Store catalog with --disk (default: on the disks)");
   CLI11_PARSE(app, argc, argv);
+  auto stripe_bytes = colibri::ParseSize(stripe);
+  if (!stripe_bytes.ok()) {
+    spdlog::error("--stripe-size: {}", std::string(stripe_bytes.status().message()));
+    return 2;
+  }
 
   const auto t0 = std::chrono::steady_clock::now();
   const bool tty = isatty(fileno(stderr));
@@ -47,5 +62,20 @@ int main(int argc, char** argv) {
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info("wrote '{}' ({}) in {:.2f} s", output, options.quantize, secs);
+  if (!disks.empty()) {
+    // The model directory keeps the manifest and dense weights compute needs; its experts are
+    // striped onto the store's disks by the store's own (atomic, resumable) import, reading
+    // them back while they are still in the page cache.
+    colibri::store::ImportOptions io;
+    io.stripe_size = *stripe_bytes;
+    io.name = options.name;
+    auto r = colibri::store::ImportModel(output, colibri::store::StoreLocation{{disks.begin(), disks.end()}, catalog}, io);
+    if (!r.ok()) {
+      spdlog::error("striping onto the disks failed: {}", std::string(r.status().message()));
+      return 1;
+    }
+    spdlog::info("striped '{}' onto {} disk(s): {} blocks, {}", r->name, disks.size(), r->blocks_total,
+                 colibri::FormatSize(r->bytes_written));
+  }
   return 0;
 }

@@ -1,5 +1,7 @@
 // colibri-compute: runs the model. Dense weights resident; experts streamed from expert-store
 // services (--store) or from the model directory, through a host-RAM cache.
+#include <unistd.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +14,8 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
+#include "src/cache_admin.h"
+#include "src/cache_flags.h"
 #include "src/compute_metrics.h"
 #include "src/compute_service.h"
 
@@ -23,7 +27,14 @@ int main(int argc, char** argv) {
   int metrics_port = 9102, threads = 0, max_pending = 64;
   CLI::App app{"colibri-compute: runs the model, streaming experts from expert stores"};
   app.add_option("--model", model_dir, "Model directory (manifest and dense weights)")->required()->check(CLI::ExistingDirectory);
-  app.add_option("--store", stores, "Expert store address host:port (default: read experts from --model)");
+  app.add_option("--store", stores,
+                 "Expert store address host:port or unix:/path (repeatable: reads spread over the holders; "
+                 "default: read experts from --model)");
+  std::string store_shm = "auto", client_name;
+  app.add_option("--store-shm-size", store_shm,
+                 "Shared-memory region per unix: store (auto: cache size + two layers in flight; 0: off)")
+      ->capture_default_str();
+  app.add_option("--client-name", client_name, "This node's name in the stores' metrics (default: host name)");
   app.add_option("--expert-cache-size", cache_size, "Host-RAM expert cache budget")->capture_default_str();
   app.add_option("--threads", threads, "Compute threads (0: physical cores)")->capture_default_str();
   app.add_option("--listen", listen, "gRPC address (port 0 picks one)")->capture_default_str();
@@ -31,6 +42,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-pending-requests", max_pending, "Requests allowed to wait for the engine")->capture_default_str();
   app.add_option("--port-file", port_file, "Write the bound gRPC port to this file");
   app.add_option("--metrics-port-file", metrics_port_file, "Write the bound metrics port to this file");
+  colibri::compute::CacheFlags cache_flags;
+  colibri::compute::AddCacheFlags(&app, &cache_flags);
   CLI11_PARSE(app, argc, argv);
 
   auto cache_bytes = colibri::ParseSize(cache_size);
@@ -41,8 +54,25 @@ int main(int argc, char** argv) {
   colibri::compute::ComputeNodeOptions options;
   options.model_dir = model_dir;
   options.stores = stores;
+  if (store_shm != "auto") {
+    auto shm = colibri::ParseSize(store_shm);
+    if (!shm.ok()) {
+      spdlog::error("--store-shm-size: {}", std::string(shm.status().message()));
+      return 2;
+    }
+    options.store_shm_bytes = *shm;
+  }
+  if (client_name.empty()) {
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) == 0) client_name = host;
+  }
+  options.client_name = client_name;
   options.expert_cache_bytes = *cache_bytes;
   options.threads = threads;
+  if (auto st = colibri::compute::ApplyCacheFlags(cache_flags, &options); !st.ok()) {
+    spdlog::error("{}", std::string(st.message()));
+    return 2;
+  }
   auto node = colibri::compute::ComputeNode::Create(options);
   if (!node.ok()) {
     spdlog::error("{}", std::string(node.status().message()));
@@ -64,7 +94,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<colibri::metrics::MetricsServer> metrics_server;
   if (metrics_port >= 0) {
     auto ms = colibri::metrics::MetricsServer::Start("0.0.0.0", metrics_port, registry,
-                                                     [&] { metrics.Refresh(**node); });
+                                                     [&] { metrics.Refresh(**node); },
+                                                     colibri::compute::AdminRoutes(node->get()));
     if (!ms.ok()) {
       spdlog::error("{}", std::string(ms.status().message()));
       return 1;
@@ -81,8 +112,13 @@ int main(int argc, char** argv) {
     spdlog::error("{}", std::string(st.message()));
     return 1;
   }
+  std::string origin = model_dir;
+  if (!stores.empty()) {
+    origin.clear();
+    for (const auto& s : stores) origin += (origin.empty() ? "" : ", ") + s;
+  }
   spdlog::info("colibri-compute serving model '{}' on port {} (experts from {}, cache {})", (*node)->model_name(),
-               port, stores.empty() ? model_dir : stores[0], colibri::FormatSize(*cache_bytes));
+               port, origin, colibri::FormatSize(*cache_bytes));
   int sig = colibri::WaitForShutdownSignal();
   spdlog::info("signal {}: shutting down", sig);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));

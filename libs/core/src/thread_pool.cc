@@ -73,10 +73,10 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   for (int64_t p = 1; p < participants; ++p) {
     Submit([&] {
       work();
-      if (running.fetch_sub(1) == 1) {
-        std::lock_guard<std::mutex> lock(done_mu);
-        done_cv.notify_one();
-      }
+      // Decrement under the lock: the caller may return (destroying done_mu and done_cv) as
+      // soon as it sees zero, so the last touch of them must happen before it can.
+      std::lock_guard<std::mutex> lock(done_mu);
+      if (--running == 0) done_cv.notify_one();
     });
   }
   work();

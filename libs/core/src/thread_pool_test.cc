@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <thread>
 #include <vector>
 
 namespace colibri {
@@ -29,6 +30,30 @@ TEST(ThreadPool, SubmitRunsAllTasksBeforeDestruction) {
 }
 
 TEST(ThreadPool, PhysicalCoresPositive) { EXPECT_GE(PhysicalCoreCount(), 1); }
+
+}  // namespace
+}  // namespace colibri
+
+namespace colibri {
+namespace {
+
+// Many short ParallelFor calls from two threads at once, with the pool's workers also busy with
+// Submit tasks: the pattern of a decode step while reader threads use the same machine. A helper
+// touching a returned call's frame crashes or trips glibc's mutex assertions here.
+TEST(ThreadPool, ParallelForCallsFinishCleanlyUnderContention) {
+  ThreadPool pool(4);
+  std::atomic<int64_t> total{0};
+  auto caller = [&] {
+    for (int i = 0; i < 3000; ++i) {
+      pool.ParallelFor(64, 1, [&](int64_t b, int64_t e) { total += e - b; });
+    }
+  };
+  std::thread a(caller), b(caller);
+  for (int i = 0; i < 200; ++i) pool.Submit([&] { total += 0; });
+  a.join();
+  b.join();
+  EXPECT_EQ(total.load(), 2 * 3000 * 64);
+}
 
 }  // namespace
 }  // namespace colibri

@@ -1,12 +1,15 @@
 #include "colibri/engine/model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 
 #include "absl/strings/str_cat.h"
 #include "colibri/core/status.h"
 #include "colibri/quant/dtype.h"
+#include "lookahead.h"
+#include "routing.h"
 
 namespace colibri::engine {
 
@@ -28,8 +31,9 @@ uint64_t KvCache::bytes() const {
 }
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& container, backend::Backend* backend,
-                                                   expert_source::ExpertSource* experts) {
+                                                   expert_source::ExpertSource* experts, const ModelOptions& options) {
   auto m = std::unique_ptr<Model>(new Model());
+  m->options_ = options;
   m->manifest_ = container.manifest();
   m->config_ = m->manifest_.config;
   m->backend_ = backend;
@@ -106,6 +110,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& conta
     RETURN_IF_ERROR(check("down", c.hidden_size, c.expert_ffn));
   }
   m->ws_ = std::make_unique<Workspace>();
+  if (options.prefetch_layers > 0) {
+    std::vector<Lookahead::LayerGate> gates;
+    for (const LayerWeights& w : m->layers_) gates.push_back({w.ffn_norm, w.router});
+    m->lookahead_ = std::make_unique<Lookahead>(backend, experts, std::move(gates), m->config_,
+                                                options.prefetch_layers, options.prefetch_min_weight, &m->counters_);
+  }
   return m;
 }
 
@@ -218,6 +228,10 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
   float* x = w.x->f32();
   float* h = w.h->f32();
   be.GetRows(token_embd_, tokens.data(), n, x);
+  if (lookahead_) lookahead_->BeginForward();
+  if (options_.trace) trace_step_ = options_.trace->NextStep();
+  counters_.forward_passes++;
+  counters_.rows += static_cast<uint64_t>(n);
 
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& lw = layers_[static_cast<size_t>(l)];
@@ -258,6 +272,7 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
       be.Attention(a);
     }
     be.MatMul(lw.o, w.attn->f32(), n, x, /*accumulate=*/true);
+    if (lookahead_) RETURN_IF_ERROR(lookahead_->Predict(static_cast<int>(l), x, n));
     be.RmsNorm(x, lw.ffn_norm, n, H, eps, h);
     RETURN_IF_ERROR(MoE(static_cast<int>(l), n, stats));
     be.Add(x, w.moe->f32(), n * H);
@@ -280,6 +295,30 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
   return absl::OkStatus();
 }
 
+void Model::ReportRouting(int layer, const Routing& r) {
+  const int64_t n = r.n, E = r.n_experts, K = r.top_k;
+  std::vector<expert_source::RoutingHint> hints(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) hints[static_cast<size_t>(e)].id = ExpertId{layer, static_cast<int32_t>(e)};
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t e = 0; e < E; ++e) hints[static_cast<size_t>(e)].probability += r.probs[static_cast<size_t>(t * E + e)];
+    for (int64_t k = 0; k < K; ++k) hints[static_cast<size_t>(r.experts[static_cast<size_t>(t * K + k)])].selected++;
+  }
+  for (auto& h : hints) h.probability /= static_cast<float>(n);
+  experts_->Hint(hints);
+  if (options_.trace == nullptr) return;
+  for (int64_t t = 0; t < n; ++t) {
+    expert_source::TraceRecord rec;
+    rec.step = trace_step_;
+    rec.item = t;
+    rec.pos = ws_->positions[static_cast<size_t>(t)];
+    rec.layer = layer;
+    rec.experts.assign(r.experts.begin() + t * K, r.experts.begin() + (t + 1) * K);
+    rec.weights.assign(r.weights.begin() + t * K, r.weights.begin() + (t + 1) * K);
+    rec.probs.assign(r.probs.begin() + t * E, r.probs.begin() + (t + 1) * E);
+    options_.trace->Write(rec);
+  }
+}
+
 absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
   const auto& c = config_;
   Workspace& w = *ws_;
@@ -290,43 +329,37 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
   std::vector<float> router(static_cast<size_t>(n * E));
   be.Download(router.data(), w.router->f32(), router.size() * sizeof(float));
 
-  // Routing on the host: softmax over all experts, top-k (ties to the lowest id), optional
-  // renormalisation of the k weights. Rows are grouped by expert ("batch union").
+  // Routing on the host (routing.h). Rows are grouped by expert ("batch union").
+  Routing routing;
+  Route(router.data(), n, E, K, c.norm_topk_prob, /*keep_probs=*/true, &routing);
   std::map<int32_t, std::pair<std::vector<int32_t>, std::vector<float>>> by_expert;
-  std::vector<std::pair<float, int32_t>> probs(static_cast<size_t>(E));
   for (int64_t t = 0; t < n; ++t) {
-    const float* r = router.data() + t * E;
-    float mx = r[0];
-    for (int64_t e = 1; e < E; ++e) mx = std::max(mx, r[e]);
-    double z = 0;
-    for (int64_t e = 0; e < E; ++e) z += std::exp(static_cast<double>(r[e] - mx));
-    for (int64_t e = 0; e < E; ++e) {
-      probs[static_cast<size_t>(e)] = {static_cast<float>(std::exp(static_cast<double>(r[e] - mx)) / z),
-                                       static_cast<int32_t>(e)};
-    }
-    std::partial_sort(probs.begin(), probs.begin() + K, probs.end(), [](const auto& a, const auto& b) {
-      return a.first > b.first || (a.first == b.first && a.second < b.second);
-    });
-    double sum = 0;
-    for (int64_t k = 0; k < K; ++k) sum += probs[static_cast<size_t>(k)].first;
     for (int64_t k = 0; k < K; ++k) {
-      float p = probs[static_cast<size_t>(k)].first;
-      if (c.norm_topk_prob) p = static_cast<float>(p / sum);
-      auto& slot = by_expert[probs[static_cast<size_t>(k)].second];
+      auto& slot = by_expert[routing.experts[static_cast<size_t>(t * K + k)]];
       slot.first.push_back(static_cast<int32_t>(t));
-      slot.second.push_back(p);
+      slot.second.push_back(routing.weights[static_cast<size_t>(t * K + k)]);
     }
   }
-
+  ReportRouting(layer, routing);
   float* moe = w.moe->f32();
   be.Zero(moe, static_cast<size_t>(n * H) * sizeof(float));
   std::vector<ExpertId> ids;
-  for (const auto& [e, rows] : by_expert) ids.push_back(ExpertId{layer, e});
+  std::vector<int32_t> unique;
+  for (const auto& [e, rows] : by_expert) {
+    ids.push_back(ExpertId{layer, e});
+    unique.push_back(e);
+  }
+  if (lookahead_) lookahead_->OnRouted(layer, unique);
   // Every block of the layer is requested at once and each expert is applied as soon as its
   // block arrives (sources call back on this thread, in arrival order).
   absl::Status apply_status;
-  RETURN_IF_ERROR(experts_->FetchMany(ids, [&](size_t i, Lease lease) {
+  // Time blocked on blocks = the whole FetchMany minus the time spent applying them.
+  using Clock = std::chrono::steady_clock;
+  const auto fetch_start = Clock::now();
+  Clock::duration applying{0};
+  absl::Status fetched = experts_->FetchMany(ids, [&](size_t i, Lease lease) {
     if (!apply_status.ok()) return;
+    const auto apply_start = Clock::now();
     const auto& [rows, scales] = by_expert[ids[i].expert];
     const int64_t m = static_cast<int64_t>(rows.size());
     const model::ExpertBlock& blk = manifest_.Expert(layer, ids[i].expert);
@@ -353,7 +386,13 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
       stats->experts_applied++;
       stats->expert_rows += m;
     }
-  }));
+    counters_.experts_applied++;
+    applying += Clock::now() - apply_start;
+  });
+  const auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - fetch_start - applying);
+  counters_.expert_wait_ns += static_cast<uint64_t>(std::max<int64_t>(0, wait.count()));
+  if (stats) stats->expert_wait_seconds += std::max(0.0, static_cast<double>(wait.count()) * 1e-9);
+  RETURN_IF_ERROR(fetched);
   RETURN_IF_ERROR(apply_status);
   if (c.shared_expert_ffn > 0) {
     be.MatMul(lw.shexp_gate, w.h->f32(), n, w.gate->f32());

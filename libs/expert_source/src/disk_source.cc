@@ -1,30 +1,56 @@
 #include "colibri/expert_source/disk_source.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 
 #include "absl/strings/str_cat.h"
 #include "colibri/core/checksum.h"
 #include "colibri/core/status.h"
+#include "colibri/core/thread_pool.h"
 
 namespace colibri::expert_source {
 
-absl::StatusOr<std::unique_ptr<DiskSource>> DiskSource::Open(const model::Container* container) {
-  auto src = std::unique_ptr<DiskSource>(new DiskSource(container));
+absl::StatusOr<std::unique_ptr<DiskSource>> DiskSource::Open(const model::Container* container,
+                                                             DiskSourceOptions options) {
+  if (options.prefetch_chunk_bytes == 0 || options.prefetch_chunk_bytes % 4096 != 0) {
+    return absl::InvalidArgumentError("prefetch_chunk_bytes must be a positive multiple of 4 KiB");
+  }
+  auto src = std::unique_ptr<DiskSource>(new DiskSource(container, options));
   for (const auto& b : container->manifest().experts) {
     if (src->fds_.count(b.file)) continue;
     auto path = container->ExpertFilePath(b);
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ErrnoStatus(errno, "open expert file", path);
-    src->fds_[b.file] = fd;
+    Fds fds;
+    fds.buffered = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fds.buffered < 0) return ErrnoStatus(errno, "open expert file", path);
+    struct stat st;
+    if (::fstat(fds.buffered, &st) != 0) {
+      const int err = errno;
+      ::close(fds.buffered);
+      return ErrnoStatus(err, "stat expert file", path);
+    }
+    fds.size = static_cast<uint64_t>(st.st_size);
+    if (options.direct_io) {
+      fds.direct = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+      if (fds.direct >= 0) src->direct_files_++;
+    }
+    src->fds_[b.file] = fds;
   }
+  if (options.read_parallelism > 1) src->helpers_ = std::make_unique<ThreadPool>(options.read_parallelism);
   return src;
 }
 
 DiskSource::~DiskSource() {
-  for (auto& [f, fd] : fds_) ::close(fd);
+  helpers_.reset();  // no piece read may outlive the descriptors
+  for (auto& [f, fds] : fds_) {
+    ::close(fds.buffered);
+    if (fds.direct >= 0) ::close(fds.direct);
+  }
 }
 
 uint64_t DiskSource::BlockSize(ExpertId id) const {
@@ -33,7 +59,35 @@ uint64_t DiskSource::BlockSize(ExpertId id) const {
   return container_->manifest().Expert(id.layer, id.expert).padded_size;
 }
 
-absl::StatusOr<Lease> DiskSource::Fetch(ExpertId id, Priority) {
+void DiskSource::Cancel(std::span<const ExpertId> ids) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const ExpertId& id : ids) {
+    auto it = prefetching_.find(id.Key());
+    if (it != prefetching_.end()) it->second->store(true);
+  }
+  demand_done_.notify_all();  // paused pieces of cancelled reads stop now
+}
+
+absl::StatusOr<uint64_t> DiskSource::ReadRange(const Fds& fds, uint8_t* dst, uint64_t offset, uint64_t len) {
+  int fd = fds.direct >= 0 ? fds.direct : fds.buffered;
+  uint64_t done = 0;
+  while (done < len) {
+    ssize_t n = ::pread(fd, dst + done, len - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINVAL && fd != fds.buffered) {
+      // O_DIRECT refused this read (alignment after a short read, or the filesystem).
+      fallbacks_++;
+      fd = fds.buffered;
+      continue;
+    }
+    if (n < 0) return absl::ErrnoToStatus(errno, "pread");
+    if (n == 0) break;  // end of file
+    done += static_cast<uint64_t>(n);
+  }
+  return done;
+}
+
+absl::StatusOr<Lease> DiskSource::Fetch(ExpertId id, Priority priority) {
   const auto& m = container_->manifest();
   if (id.layer < 0 || id.layer >= m.config.n_layers || id.expert < 0 || id.expert >= m.config.n_experts) {
     return absl::NotFoundError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") is not in model '",
@@ -43,22 +97,105 @@ absl::StatusOr<Lease> DiskSource::Fetch(ExpertId id, Priority) {
   auto block = std::make_shared<Block>();
   block->id = id;
   block->size = b.size;
-  ASSIGN_OR_RETURN(block->bytes, AllocateAligned(b.padded_size, 4096));
-  const int fd = fds_.at(b.file);
-  uint64_t done = 0;
-  while (done < b.size) {
-    ssize_t n = ::pread(fd, block->bytes.get() + done, b.padded_size - done, static_cast<off_t>(b.offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(errno, absl::StrCat("read expert (layer ", id.layer, ", id ", id.expert, ") from"),
-                                  container_->ExpertFilePath(b));
-    if (n == 0) {
-      return absl::DataLossError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") in '",
-                                              container_->ExpertFilePath(b).string(), "': short read (", done, " of ",
-                                              b.size, " bytes)"));
+  // The read overwrites the buffer up to the checksummed size; the padding is never looked at.
+  ASSIGN_OR_RETURN(block->bytes, AllocateAligned(b.padded_size, 4096, /*zero=*/false));
+  const Fds& fds = fds_.at(b.file);
+
+  // A prefetch can be stopped between pieces, and pauses while demand reads run.
+  std::shared_ptr<std::atomic<bool>> cancel;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (priority == Priority::kPrefetch) {
+      cancel = std::make_shared<std::atomic<bool>>(false);
+      prefetching_[id.Key()] = cancel;
+    } else {
+      demand_reads_++;
     }
-    done += static_cast<uint64_t>(n);
   }
-  bytes_read_ += done;
+  struct Unregister {
+    DiskSource* self;
+    uint64_t key;
+    bool prefetch;
+    ~Unregister() {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      if (prefetch) {
+        self->prefetching_.erase(key);
+      } else if (--self->demand_reads_ == 0) {
+        self->demand_done_.notify_all();
+      }
+    }
+  } unregister{this, id.Key(), cancel != nullptr};
+
+  // Pieces read by this thread and the helpers, so one block uses several disk queues at once
+  // (a virtio disk here reads 0.7 GB/s with one request in flight, 1.46 GB/s with four).
+  const uint64_t piece = options_.prefetch_chunk_bytes;
+  const uint64_t pieces = (b.padded_size + piece - 1) / piece;
+  struct Shared {
+    std::atomic<uint64_t> next{0};
+    std::atomic<uint64_t> bytes{0};
+    std::mutex mu;
+    std::condition_variable cv;
+    uint64_t finished = 0;
+    absl::Status status;
+    bool cancelled = false;
+  };
+  auto sh = std::make_shared<Shared>();
+  uint8_t* base = block->bytes.get();
+  auto work = [this, sh, base, &fds, offset = b.offset, padded = b.padded_size, piece, pieces, cancel] {
+    for (uint64_t i = sh->next++; i < pieces; i = sh->next++) {
+      absl::Status st;
+      if (cancel) {
+        std::unique_lock<std::mutex> lock(mu_);
+        demand_done_.wait(lock, [&] { return demand_reads_ == 0 || cancel->load(); });
+      }
+      bool stopped = cancel && cancel->load();
+      if (!stopped) {
+        const uint64_t at = i * piece, len = std::min(piece, padded - at);
+        auto n = ReadRange(fds, base + at, offset + at, len);
+        if (n.ok()) {
+          sh->bytes += *n;
+        } else {
+          st = n.status();
+        }
+      }
+      std::lock_guard<std::mutex> lock(sh->mu);
+      if (!st.ok() && sh->status.ok()) sh->status = st;
+      sh->cancelled = sh->cancelled || stopped;
+      if (++sh->finished == pieces) sh->cv.notify_all();
+    }
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  // Demand reads only: a paused prefetch must never hold a helper a demand read needs.
+  if (helpers_ && pieces > 1 && !cancel) {
+    const uint64_t extra = std::min<uint64_t>(pieces - 1, static_cast<uint64_t>(helpers_->size() - 1));
+    for (uint64_t i = 0; i < extra; ++i) helpers_->Submit(work);
+  }
+  work();
+  {
+    std::unique_lock<std::mutex> lock(sh->mu);
+    sh->cv.wait(lock, [&] { return sh->finished == pieces; });
+  }
+  read_ns_ += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  bytes_read_ += sh->bytes.load();
+  if (sh->cancelled) {
+    cancelled_++;
+    return absl::CancelledError(absl::StrCat("prefetch of expert (layer ", id.layer, ", id ", id.expert,
+                                             ") cancelled"));
+  }
+  if (!sh->status.ok()) {
+    return absl::Status(sh->status.code(),
+                        absl::StrCat("read expert (layer ", id.layer, ", id ", id.expert, ") from '",
+                                     container_->ExpertFilePath(b).string(), "': ", sh->status.message()));
+  }
+  // Bytes past the end of the file were never read: the block is short.
+  const uint64_t file_end = std::min(b.offset + b.padded_size, fds.size);
+  if (file_end < b.offset + b.size) {
+    return absl::DataLossError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") in '",
+                                            container_->ExpertFilePath(b).string(), "': short read (",
+                                            file_end > b.offset ? file_end - b.offset : 0, " of ", b.size,
+                                            " bytes)"));
+  }
   uint64_t got = Checksum64(block->bytes.get(), b.size);
   if (got != b.checksum) return model::ExpertChecksumError(b, container_->ExpertFilePath(b).string(), got);
   return Lease(std::move(block));

@@ -142,6 +142,25 @@ TEST_P(DiskSourceTest, ReadsWhatWasWritten) {
   EXPECT_EQ((*src)->BlockSize({0, -1}), 0u);
 }
 
+TEST_P(DiskSourceTest, DirectIoReadsTheSameBytes) {
+  // O_DIRECT where the filesystem allows it, buffered reads where it does not (tmpfs): the bytes
+  // are the same either way.
+  DiskSourceOptions options;
+  options.direct_io = true;
+  auto src = DiskSource::Open(container_.get(), options);
+  ASSERT_TRUE(src.ok()) << src.status();
+  EXPECT_GE((*src)->direct_io_files(), 0);
+  const model::ModelConfig c = Config();
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    for (int32_t e = 0; e < c.n_experts; ++e) {
+      auto lease = (*src)->Fetch({l, e}, Priority::kDemand);
+      ASSERT_TRUE(lease.ok()) << lease.status();
+      ExpectWritten(*lease, l, e);
+    }
+  }
+  EXPECT_GE((*src)->read_seconds(), 0.0);
+}
+
 TEST_P(DiskSourceTest, FetchManyDeliversEveryIndexOnce) {
   auto src = DiskSource::Open(container_.get());
   ASSERT_TRUE(src.ok());

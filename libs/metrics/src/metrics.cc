@@ -14,7 +14,8 @@ std::string Serialize(const prometheus::Registry& registry) {
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& host, int port,
                                                                     std::shared_ptr<prometheus::Registry> registry,
-                                                                    std::function<void()> before_scrape) {
+                                                                    std::function<void()> before_scrape,
+                                                                    std::vector<HttpRoute> routes) {
   auto s = std::unique_ptr<MetricsServer>(new MetricsServer());
   s->server_ = std::make_unique<httplib::Server>();
   s->server_->Get("/metrics", [registry, before_scrape](const httplib::Request&, httplib::Response& res) {
@@ -24,6 +25,18 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
   s->server_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("{\"status\":\"ok\"}", "application/json");
   });
+  for (auto& route : routes) {
+    auto handler = [h = route.handler](const httplib::Request& req, httplib::Response& res) {
+      auto [status, body] = h(req.body);
+      res.status = status;
+      res.set_content(body, "application/json");
+    };
+    if (route.method == "POST") {
+      s->server_->Post(route.path, handler);
+    } else {
+      s->server_->Get(route.path, handler);
+    }
+  }
   if (port == 0) {
     s->port_ = s->server_->bind_to_any_port(host);
     if (s->port_ <= 0) return absl::UnavailableError(absl::StrCat("metrics: cannot bind ", host));

@@ -3,13 +3,17 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "colibri/core/buffer_pool.h"
 #include "colibri/core/checksum.h"
 #include "colibri/core/status.h"
 #include "colibri/model/container.h"
+#include "colibri/rpc/shm_arena.h"
 #include "colibri/rpc/status.h"
+#include "spdlog/spdlog.h"
 
 namespace colibri::rpc {
 
+using expert_source::Block;
 using expert_source::ExpertId;
 using expert_source::Lease;
 using expert_source::Priority;
@@ -17,36 +21,81 @@ using expert_source::Priority;
 RemoteStoreSource::RemoteStoreSource(const RemoteStoreOptions& options, const model::Manifest* manifest)
     : options_(options), manifest_(manifest) {}
 
-absl::StatusOr<std::unique_ptr<RemoteStoreSource>> RemoteStoreSource::Connect(const RemoteStoreOptions& options,
-                                                                              const model::Manifest* manifest) {
+std::unique_ptr<RemoteStoreSource> RemoteStoreSource::Create(const RemoteStoreOptions& options,
+                                                             const model::Manifest* manifest) {
   auto src = std::unique_ptr<RemoteStoreSource>(new RemoteStoreSource(options, manifest));
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(8 << 20);  // chunks are <= 4 MiB
+  // Reconnect quickly to a store that restarts (the default backoff grows to two minutes).
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   src->channel_ = grpc::CreateCustomChannel(options.target, grpc::InsecureChannelCredentials(), args);
   src->stub_ = v1::ExpertStore::NewStub(src->channel_);
-  // Fail fast with a clear message when the store is not there or lacks the model.
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  v1::ListModelsResponse resp;
-  grpc::Status st = src->stub_->ListModels(&ctx, v1::ListModelsRequest(), &resp);
-  if (!st.ok()) {
-    return absl::UnavailableError(absl::StrCat("expert store at ", options.target, " is not reachable: ",
-                                               st.error_message()));
-  }
-  bool found = false;
-  for (const auto& m : resp.models()) found |= m.name() == options.model;
-  if (!found) {
-    return absl::NotFoundError(absl::StrCat("expert store at ", options.target, " does not hold model '",
-                                            options.model, "'"));
-  }
   return src;
 }
 
+absl::StatusOr<std::unique_ptr<RemoteStoreSource>> RemoteStoreSource::Connect(const RemoteStoreOptions& options,
+                                                                              const model::Manifest* manifest) {
+  auto src = Create(options, manifest);
+  // Fail fast with a clear message when the store is not there or lacks the model.
+  RETURN_IF_ERROR(src->Probe(std::chrono::seconds(10)));
+  return src;
+}
+
+absl::Status RemoteStoreSource::Probe(std::chrono::milliseconds timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  v1::ListModelsResponse resp;
+  grpc::Status st = stub_->ListModels(&ctx, v1::ListModelsRequest(), &resp);
+  if (!st.ok()) {
+    return absl::UnavailableError(absl::StrCat("expert store at ", options_.target, " is not reachable: ",
+                                               st.error_message()));
+  }
+  for (const auto& m : resp.models()) {
+    if (m.name() != options_.model) continue;
+    if (m.n_layers() != manifest_->config.n_layers || m.n_experts() != manifest_->config.n_experts) {
+      return absl::FailedPreconditionError(absl::StrCat("expert store at ", options_.target, " holds a model '",
+                                                        options_.model, "' of ", m.n_layers(), " layers x ",
+                                                        m.n_experts(), " experts; the local manifest says ",
+                                                        manifest_->config.n_layers, " x ",
+                                                        manifest_->config.n_experts));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    probed_ = true;
+    full_copy_ = m.full_copy();
+    held_ = m.held();
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat("expert store at ", options_.target, " does not hold model '",
+                                          options_.model, "'"));
+}
+
+bool RemoteStoreSource::Holds(ExpertId id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!probed_) return false;
+  if (full_copy_) return true;
+  const auto& c = manifest_->config;
+  if (id.layer < 0 || id.layer >= c.n_layers || id.expert < 0 || id.expert >= c.n_experts) return false;
+  const uint64_t bit = static_cast<uint64_t>(id.layer) * static_cast<uint64_t>(c.n_experts) + static_cast<uint64_t>(id.expert);
+  return bit / 8 < held_.size() && (static_cast<uint8_t>(held_[bit / 8]) >> (bit % 8)) & 1;
+}
+
+bool RemoteStoreSource::full_copy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return probed_ && full_copy_;
+}
+
 RemoteStoreSource::~RemoteStoreSource() {
-  std::unique_lock<std::mutex> lock(mu_);
-  shutting_down_ = true;
-  if (ctx_) ctx_->TryCancel();
-  lock.unlock();
+  std::vector<Completion> completions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutting_down_ = true;
+    if (ctx_) ctx_->TryCancel();
+    for (auto& [rid, p] : pending_) {
+      if (p.done) completions.push_back({std::move(p.done), absl::CancelledError("remote store source shutting down")});
+    }
+    pending_.clear();
+  }
+  Run(completions);
   if (reader_.joinable()) reader_.join();
   for (auto& t : old_readers_) t.join();
 }
@@ -59,44 +108,20 @@ uint64_t RemoteStoreSource::BlockSize(ExpertId id) const {
 
 RemoteStoreStats RemoteStoreSource::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  RemoteStoreStats s = stats_;
+  s.outstanding_bytes = outstanding_bytes_;
+  s.shm_active = shm_active_;
+  return s;
 }
 
-absl::Status RemoteStoreSource::EnsureStreamLocked(std::unique_lock<std::mutex>& lock) {
-  if (stream_) return absl::OkStatus();
-  if (shutting_down_) return absl::CancelledError("remote store source is shutting down");
-  auto ctx = std::make_shared<grpc::ClientContext>();
-  std::shared_ptr<grpc::ClientReaderWriter<v1::FetchRequest, v1::FetchResponse>> stream = stub_->Fetch(ctx.get());
-  if (!stream) return absl::UnavailableError(absl::StrCat("cannot open Fetch stream to ", options_.target));
-  if (reader_.joinable()) old_readers_.push_back(std::move(reader_));
-  if (generation_ > 0) stats_.reconnects++;
-  ctx_ = ctx;
-  stream_ = stream;
-  const uint64_t gen = ++generation_;
-  reader_ = std::thread([this, ctx, stream, gen] { ReaderLoop(ctx, stream, gen); });
-  return absl::OkStatus();
+void RemoteStoreSource::Run(std::vector<Completion>& completions) {
+  for (auto& c : completions) c.done(std::move(c.result));
+  completions.clear();
 }
 
-absl::StatusOr<uint64_t> RemoteStoreSource::SendLocked(std::unique_lock<std::mutex>& lock, ExpertId id,
-                                                       Priority priority) {
-  const auto& c = manifest_->config;
-  if (id.layer < 0 || id.layer >= c.n_layers || id.expert < 0 || id.expert >= c.n_experts) {
-    return absl::NotFoundError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") is not in model '",
-                                            options_.model, "'"));
-  }
-  RETURN_IF_ERROR(EnsureStreamLocked(lock));
-  const uint64_t rid = next_request_id_++;
-  Pending& p = pending_[rid];
-  p.id = id;
-  p.generation = generation_;
-  v1::FetchRequest req;
-  auto* b = req.mutable_block();
-  b->set_request_id(rid);
-  b->mutable_key()->set_model(options_.model);
-  b->mutable_key()->set_layer(static_cast<uint32_t>(id.layer));
-  b->mutable_key()->set_expert(static_cast<uint32_t>(id.expert));
-  b->set_priority(priority == Priority::kDemand ? v1::PRIORITY_DEMAND : v1::PRIORITY_PREFETCH);
+bool RemoteStoreSource::WriteLocked(std::unique_lock<std::mutex>& lock, const v1::FetchRequest& req) {
   auto stream = stream_;
+  if (!stream) return false;
   lock.unlock();
   bool ok;
   {
@@ -104,172 +129,360 @@ absl::StatusOr<uint64_t> RemoteStoreSource::SendLocked(std::unique_lock<std::mut
     ok = stream->Write(req);
   }
   lock.lock();
-  if (!ok) {
-    // The reader sees the broken stream and fails everything pending; this request included.
-    if (stream_ == stream) {
-      stream_.reset();
-      if (ctx_) ctx_->TryCancel();
+  if (!ok && stream_ == stream) {
+    // The reader sees the broken stream and fails everything pending on it.
+    stream_.reset();
+    if (ctx_) ctx_->TryCancel();
+  }
+  return ok;
+}
+
+absl::Status RemoteStoreSource::EnsureStreamLocked() {
+  if (stream_) return absl::OkStatus();
+  if (shutting_down_) return absl::CancelledError("remote store source is shutting down");
+  auto ctx = std::make_shared<grpc::ClientContext>();
+  if (!options_.client_name.empty()) ctx->AddMetadata("colibri-client", options_.client_name);
+  std::shared_ptr<Stream> stream = stub_->Fetch(ctx.get());
+  if (!stream) return absl::UnavailableError(absl::StrCat("cannot open Fetch stream to ", options_.target));
+  if (reader_.joinable()) old_readers_.push_back(std::move(reader_));
+  if (generation_ > 0) stats_.reconnects++;
+  ctx_ = ctx;
+  stream_ = stream;
+  arena_.reset();
+  shm_active_ = false;
+  if (options_.shm_bytes > 0 && options_.target.rfind("unix:", 0) == 0) {
+    auto region = ShmRegion::Create(options_.shm_bytes);
+    if (region.ok()) {
+      arena_ = std::make_shared<ShmArena>(std::move(*region));
+    } else if (!shm_failed_logged_) {
+      shm_failed_logged_ = true;
+      spdlog::warn("expert store at {}: no shared memory ({}); blocks come as chunks on the stream",
+                   options_.target, std::string(region.status().message()));
     }
+  }
+  const uint64_t gen = ++generation_;
+  reader_ = std::thread([this, ctx, stream, gen, arena = arena_] { ReaderLoop(ctx, stream, gen, arena); });
+  if (arena_) {
+    // Written before any block request of this stream (write_mu_ keeps writes in order; a
+    // request racing ahead of the answer simply comes as chunks).
+    v1::FetchRequest attach;
+    attach.mutable_shm_attach()->set_name(arena_->region().name());
+    attach.mutable_shm_attach()->set_size(arena_->region().size());
+    std::lock_guard<std::mutex> wl(write_mu_);
+    stream->Write(attach);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> RemoteStoreSource::StartFetch(ExpertId id, Priority priority, Clock::time_point deadline,
+                                                       Callback done) {
+  const auto& c = manifest_->config;
+  if (id.layer < 0 || id.layer >= c.n_layers || id.expert < 0 || id.expert >= c.n_experts) {
+    return absl::NotFoundError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") is not in model '",
+                                            options_.model, "'"));
+  }
+  const model::ExpertBlock& want = manifest_->Expert(id.layer, id.expert);
+  std::unique_lock<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(EnsureStreamLocked());
+  const uint64_t rid = next_request_id_++;
+  Pending& p = pending_[rid];
+  p.id = id;
+  p.generation = generation_;
+  p.done = std::move(done);
+  p.bytes = want.size;
+  outstanding_bytes_ += want.size;
+  v1::FetchRequest req;
+  auto* b = req.mutable_block();
+  b->set_request_id(rid);
+  b->mutable_key()->set_model(options_.model);
+  b->mutable_key()->set_layer(static_cast<uint32_t>(id.layer));
+  b->mutable_key()->set_expert(static_cast<uint32_t>(id.expert));
+  b->set_priority(priority == Priority::kDemand ? v1::PRIORITY_DEMAND : v1::PRIORITY_PREFETCH);
+  if (deadline != Clock::time_point::max()) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    b->set_timeout_ms(static_cast<uint32_t>(std::clamp<int64_t>(ms, 1, 0xffffffff)));
+  }
+  if (shm_active_ && arena_) {
+    if (auto off = arena_->Allocate(want.padded_size)) {
+      p.arena = arena_;
+      p.shm_offset = *off;
+      p.shm_bytes = want.padded_size;
+      b->set_shm_offset(*off);
+    }
+  }
+  const uint64_t gen = p.generation;
+  if (!WriteLocked(lock, req)) {
     auto it = pending_.find(rid);
-    if (it != pending_.end() && !it->second.done) {
-      it->second.done = true;
-      it->second.status = absl::UnavailableError(absl::StrCat("expert store at ", options_.target, " closed the stream"));
+    if (it != pending_.end() && it->second.done && it->second.generation == gen) {
+      // Not failed by the reader yet: fail it here, without running `done`.
+      outstanding_bytes_ -= it->second.bytes;
+      pending_.erase(it);
+      return absl::UnavailableError(absl::StrCat("expert store at ", options_.target, " closed the stream"));
     }
   }
   return rid;
 }
 
-absl::StatusOr<Lease> RemoteStoreSource::WaitLocked(std::unique_lock<std::mutex>& lock, uint64_t rid) {
-  const auto deadline = std::chrono::steady_clock::now() + options_.fetch_timeout;
-  bool in_time = cv_.wait_until(lock, deadline, [&] { return pending_[rid].done; });
-  Pending p = std::move(pending_[rid]);
-  pending_.erase(rid);
-  if (!in_time) {
-    return absl::DeadlineExceededError(absl::StrCat("expert (layer ", p.id.layer, ", id ", p.id.expert, ") from ",
-                                                    options_.target, ": no answer within ",
-                                                    options_.fetch_timeout.count(), " ms"));
+void RemoteStoreSource::Abandon(uint64_t rid) {
+  Callback done;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto it = pending_.find(rid);
+    if (it == pending_.end() || !it->second.done) return;
+    done = std::move(it->second.done);
+    outstanding_bytes_ -= it->second.bytes;
+    const bool same_stream = it->second.generation == generation_ && stream_ != nullptr;
+    // A shared-memory slot stays reserved until the store's answer says it stopped writing.
+    if (!it->second.arena) pending_.erase(it);
+    if (same_stream) {
+      v1::FetchRequest cancel;
+      cancel.mutable_cancel()->set_request_id(rid);
+      WriteLocked(lock, cancel);
+    }
   }
-  if (!p.status.ok()) return p.status;
-  return Lease(std::move(p.block));
+  done(absl::CancelledError("fetch abandoned"));
+}
+
+void RemoteStoreSource::FinishLocked(uint64_t rid, absl::StatusOr<Lease> result, std::vector<Completion>* out) {
+  auto it = pending_.find(rid);
+  if (it == pending_.end()) return;
+  if (it->second.done) {
+    outstanding_bytes_ -= it->second.bytes;
+    out->push_back({std::move(it->second.done), std::move(result)});
+  }
+  pending_.erase(it);
+}
+
+void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp, std::shared_ptr<ShmArena> arena,
+                                             std::vector<Completion>* out) {
+  if (resp.has_shm_attached()) {
+    if (arena && arena == arena_) {
+      if (resp.shm_attached().ok()) {
+        shm_active_ = true;
+        arena->region().Unlink();  // both sides have it mapped; nothing stays in /dev/shm
+      } else {
+        if (!shm_failed_logged_) {
+          shm_failed_logged_ = true;
+          spdlog::warn("expert store at {} refused shared memory ({}); blocks come as chunks on the stream",
+                       options_.target, resp.shm_attached().message());
+        }
+        arena->Retire();
+        arena_.reset();
+      }
+    }
+    return;
+  }
+  const uint64_t rid = resp.request_id();
+  auto it = pending_.find(rid);
+  if (it == pending_.end()) return;  // abandoned (chunks) or unknown
+  Pending& p = it->second;
+  auto free_slot = [&p] {
+    if (p.arena) p.arena->Free(p.shm_offset, p.shm_bytes);
+    p.arena.reset();
+  };
+  if (!p.done) {
+    // Abandoned with a shared-memory slot: any answer means the store stopped writing there.
+    free_slot();
+    pending_.erase(it);
+    return;
+  }
+  const std::string where = absl::StrCat("expert (layer ", p.id.layer, ", id ", p.id.expert, ") from ", options_.target);
+  const model::ExpertBlock& want = manifest_->Expert(p.id.layer, p.id.expert);
+  if (resp.has_error()) {
+    free_slot();
+    FinishLocked(rid, FromCode(resp.error().code(), resp.error().message()), out);
+    return;
+  }
+  if (resp.has_shm_block()) {
+    const v1::ShmBlock& d = resp.shm_block();
+    if (!p.arena || d.offset() != p.shm_offset) {
+      free_slot();
+      FinishLocked(rid, absl::DataLossError(absl::StrCat(where, ": unexpected shared-memory answer at offset ",
+                                                         d.offset())),
+                   out);
+      return;
+    }
+    if (d.block_size() != want.size) {
+      free_slot();
+      FinishLocked(rid, absl::FailedPreconditionError(absl::StrCat(where, ": store block has ", d.block_size(),
+                                                                   " bytes, the local manifest says ", want.size,
+                                                                   " (different model versions?)")),
+                   out);
+      return;
+    }
+    const uint8_t* bytes = p.arena->region().data() + p.shm_offset;
+    const uint64_t got = Checksum64(bytes, want.size);
+    if (got != want.checksum || d.block_checksum() != want.checksum) {
+      free_slot();
+      FinishLocked(rid, model::ExpertChecksumError(want, absl::StrCat(options_.target, " (shared memory)"), got), out);
+      return;
+    }
+    auto block = std::make_shared<Block>();
+    block->id = p.id;
+    block->size = want.size;
+    block->external = bytes;
+    block->external_owner = p.arena->Hold(p.shm_offset, p.shm_bytes);  // the lease owns the slot now
+    p.arena.reset();
+    stats_.blocks++;
+    stats_.shm_blocks++;
+    stats_.bytes += want.size;
+    FinishLocked(rid, Lease(std::move(block)), out);
+    return;
+  }
+  const v1::BlockChunk& chunk = resp.chunk();
+  free_slot();  // a store that ignores shm_offset answers with chunks and never writes the slot
+  if (!p.block) {
+    if (chunk.block_size() != want.size) {
+      FinishLocked(rid, absl::FailedPreconditionError(absl::StrCat(where, ": store block has ", chunk.block_size(),
+                                                                   " bytes, the local manifest says ", want.size,
+                                                                   " (different model versions?)")),
+                   out);
+      return;
+    }
+    auto block = std::make_shared<Block>();
+    block->id = p.id;
+    block->size = want.size;
+    auto bytes = BufferPool::Default().Get(want.padded_size);  // pages already mapped
+    if (!bytes.ok()) {
+      FinishLocked(rid, bytes.status(), out);
+      return;
+    }
+    block->external = bytes->get();
+    block->external_owner = std::move(*bytes);
+    // The padding past `size` is never sent: keep it zero like a block read from disk.
+    std::memset(const_cast<uint8_t*>(block->external) + want.size, 0, want.padded_size - want.size);
+    p.block = std::move(block);
+  }
+  if (chunk.offset() != p.received || chunk.data().size() > want.size - p.received) {
+    FinishLocked(rid, absl::DataLossError(absl::StrCat(where, ": chunk at offset ", chunk.offset(), " out of order")),
+                 out);
+    return;
+  }
+  if (Checksum64(chunk.data().data(), chunk.data().size()) != chunk.chunk_checksum()) {
+    FinishLocked(rid, absl::DataLossError(absl::StrCat(where, ": chunk at offset ", chunk.offset(), " checksum mismatch")),
+                 out);
+    return;
+  }
+  std::memcpy(const_cast<uint8_t*>(p.block->external) + p.received, chunk.data().data(), chunk.data().size());
+  p.received += chunk.data().size();
+  if (!chunk.last()) return;
+  if (p.received != want.size) {
+    FinishLocked(rid, absl::DataLossError(absl::StrCat(where, ": block ended after ", p.received, " of ", want.size,
+                                                       " bytes")),
+                 out);
+    return;
+  }
+  const uint64_t got = Checksum64(p.block->data(), want.size);
+  if (got != want.checksum) {
+    FinishLocked(rid, model::ExpertChecksumError(want, options_.target, got), out);
+    return;
+  }
+  stats_.blocks++;
+  stats_.bytes += want.size;
+  Lease lease = std::move(p.block);
+  FinishLocked(rid, std::move(lease), out);
+}
+
+void RemoteStoreSource::ReaderLoop(std::shared_ptr<grpc::ClientContext> ctx, std::shared_ptr<Stream> stream,
+                                   uint64_t generation, std::shared_ptr<ShmArena> arena) {
+  v1::FetchResponse resp;
+  std::vector<Completion> completions;
+  while (stream->Read(&resp)) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      HandleResponseLocked(resp, arena, &completions);
+    }
+    Run(completions);
+  }
+  grpc::Status st = stream->Finish();
+  absl::Status broken;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (generation_ == generation) {
+      stream_.reset();
+      ctx_.reset();
+      if (arena_ == arena) {
+        arena_.reset();
+        shm_active_ = false;
+      }
+    }
+    // The store may still be writing into reserved slots: the region is never reused.
+    if (arena) arena->Retire();
+    // Everything still in flight on this stream failed; callers may retry (a new stream opens).
+    const absl::Status err = absl::UnavailableError(absl::StrCat(
+        "expert store at ", options_.target, " stream ended: ", st.ok() ? "closed" : st.error_message()));
+    if (!shutting_down_) broken = err;
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->second.generation != generation) {
+        ++it;
+        continue;
+      }
+      if (it->second.done) {
+        outstanding_bytes_ -= it->second.bytes;
+        completions.push_back({std::move(it->second.done), err});
+      }
+      it = pending_.erase(it);
+    }
+  }
+  Run(completions);
+  if (!broken.ok() && on_broken_) on_broken_(broken);
 }
 
 absl::StatusOr<Lease> RemoteStoreSource::Fetch(ExpertId id, Priority priority) {
-  std::unique_lock<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(uint64_t rid, SendLocked(lock, id, priority));
-  return WaitLocked(lock, rid);
+  Lease out;
+  absl::Status st = FetchMany(std::span<const ExpertId>(&id, 1), [&](size_t, Lease lease) { out = std::move(lease); });
+  if (!st.ok()) return st;
+  return out;
 }
 
 absl::Status RemoteStoreSource::FetchMany(std::span<const ExpertId> ids,
                                           const std::function<void(size_t, Lease)>& on_ready) {
-  std::unique_lock<std::mutex> lock(mu_);
-  std::vector<uint64_t> rids;
-  for (const ExpertId& id : ids) {
-    ASSIGN_OR_RETURN(uint64_t rid, SendLocked(lock, id, Priority::kDemand));
-    rids.push_back(rid);
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::pair<size_t, absl::StatusOr<Lease>>> arrived;
+  };
+  auto shared = std::make_shared<Shared>();
+  const auto deadline = Clock::now() + options_.fetch_timeout;
+  std::vector<uint64_t> handles;
+  absl::Status first_error;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto h = StartFetch(ids[i], Priority::kDemand, deadline, [shared, i](absl::StatusOr<Lease> r) {
+      std::lock_guard<std::mutex> lock(shared->mu);
+      shared->arrived.emplace_back(i, std::move(r));
+      shared->cv.notify_all();
+    });
+    if (!h.ok()) {
+      first_error = h.status();
+      break;
+    }
+    handles.push_back(*h);
   }
   // Hand out blocks in arrival order so compute starts on the first one that lands.
-  std::vector<bool> handed(ids.size(), false);
-  const auto deadline = std::chrono::steady_clock::now() + options_.fetch_timeout;
-  absl::Status first_error;
-  for (size_t done = 0; done < ids.size(); ++done) {
-    size_t ready = ids.size();
-    bool in_time = cv_.wait_until(lock, deadline, [&] {
-      for (size_t i = 0; i < ids.size(); ++i) {
-        if (!handed[i] && pending_[rids[i]].done) {
-          ready = i;
-          return true;
-        }
-      }
-      return false;
-    });
-    if (!in_time) {
+  size_t handed = 0;
+  std::unique_lock<std::mutex> lock(shared->mu);
+  while (first_error.ok() && handed < handles.size()) {
+    if (!shared->cv.wait_until(lock, deadline, [&] { return !shared->arrived.empty(); })) {
       first_error = absl::DeadlineExceededError(absl::StrCat("expert fetch from ", options_.target, " timed out after ",
                                                              options_.fetch_timeout.count(), " ms"));
       break;
     }
-    handed[ready] = true;
-    Pending p = std::move(pending_[rids[ready]]);
-    pending_.erase(rids[ready]);
-    if (!p.status.ok()) {
-      first_error = p.status;
+    auto [i, r] = std::move(shared->arrived.front());
+    shared->arrived.pop_front();
+    handed++;
+    if (!r.ok()) {
+      first_error = r.status();
       break;
     }
     lock.unlock();
-    on_ready(ready, Lease(std::move(p.block)));
+    on_ready(i, std::move(*r));
     lock.lock();
   }
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (!handed[i]) pending_.erase(rids[i]);  // late answers for these are dropped by the reader
+  lock.unlock();
+  if (!first_error.ok()) {
+    for (uint64_t h : handles) Abandon(h);  // no-op for the ones that completed
   }
   return first_error;
-}
-
-void RemoteStoreSource::HandleResponse(const v1::FetchResponse& resp) {
-  auto it = pending_.find(resp.request_id());
-  if (it == pending_.end() || it->second.done) return;  // abandoned request
-  Pending& p = it->second;
-  auto fail = [&](absl::Status s) {
-    p.done = true;
-    p.status = std::move(s);
-    p.block.reset();
-  };
-  const std::string where = absl::StrCat("expert (layer ", p.id.layer, ", id ", p.id.expert, ") from ", options_.target);
-  if (resp.has_error()) {
-    fail(FromCode(resp.error().code(), resp.error().message()));
-    return;
-  }
-  const model::ExpertBlock& want = manifest_->Expert(p.id.layer, p.id.expert);
-  const v1::BlockChunk& chunk = resp.chunk();
-  if (!p.block) {
-    if (chunk.block_size() != want.size) {
-      fail(absl::FailedPreconditionError(absl::StrCat(where, ": store block has ", chunk.block_size(),
-                                                      " bytes, the local manifest says ", want.size,
-                                                      " (different model versions?)")));
-      return;
-    }
-    auto block = std::make_shared<expert_source::Block>();
-    block->id = p.id;
-    block->size = want.size;
-    auto bytes = AllocateAligned(want.padded_size, 4096);
-    if (!bytes.ok()) {
-      fail(bytes.status());
-      return;
-    }
-    block->bytes = std::move(*bytes);
-    p.block = std::move(block);
-  }
-  if (chunk.offset() != p.received || chunk.data().size() > want.size - p.received) {
-    fail(absl::DataLossError(absl::StrCat(where, ": chunk at offset ", chunk.offset(), " out of order")));
-    return;
-  }
-  if (Checksum64(chunk.data().data(), chunk.data().size()) != chunk.chunk_checksum()) {
-    fail(absl::DataLossError(absl::StrCat(where, ": chunk at offset ", chunk.offset(), " checksum mismatch")));
-    return;
-  }
-  std::memcpy(p.block->bytes.get() + p.received, chunk.data().data(), chunk.data().size());
-  p.received += chunk.data().size();
-  if (chunk.last()) {
-    if (p.received != want.size) {
-      fail(absl::DataLossError(absl::StrCat(where, ": block ended after ", p.received, " of ", want.size, " bytes")));
-      return;
-    }
-    uint64_t got = Checksum64(p.block->bytes.get(), want.size);
-    if (got != want.checksum) {
-      fail(model::ExpertChecksumError(want, options_.target, got));
-      return;
-    }
-    p.done = true;
-    stats_.blocks++;
-    stats_.bytes += want.size;
-  }
-}
-
-void RemoteStoreSource::ReaderLoop(std::shared_ptr<grpc::ClientContext> ctx,
-                                   std::shared_ptr<grpc::ClientReaderWriter<v1::FetchRequest, v1::FetchResponse>> stream,
-                                   uint64_t generation) {
-  v1::FetchResponse resp;
-  while (stream->Read(&resp)) {
-    std::lock_guard<std::mutex> lock(mu_);
-    HandleResponse(resp);
-    if (resp.has_error() || resp.chunk().last()) cv_.notify_all();
-  }
-  grpc::Status st = stream->Finish();
-  std::lock_guard<std::mutex> lock(mu_);
-  if (generation_ == generation) {
-    stream_.reset();
-    ctx_.reset();
-  }
-  // Everything still in flight on this stream failed; callers may retry (a new stream opens).
-  const absl::Status err = absl::UnavailableError(absl::StrCat(
-      "expert store at ", options_.target, " stream ended: ", st.ok() ? "closed" : st.error_message()));
-  for (auto& [rid, p] : pending_) {
-    if (!p.done && p.generation == generation) {
-      p.done = true;
-      p.status = err;
-      p.block.reset();
-    }
-  }
-  cv_.notify_all();
 }
 
 }  // namespace colibri::rpc

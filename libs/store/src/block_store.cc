@@ -1,5 +1,7 @@
 #include "colibri/store/block_store.h"
 
+#include <sys/uio.h>
+
 #include <cstring>
 #include <map>
 
@@ -17,6 +19,16 @@ namespace colibri::store {
 namespace fs = std::filesystem;
 
 namespace {
+
+constexpr char kChecksumPayload[] = "colibri.store/checksum-mismatch";
+// Largest single read: bounds how long one request holds a disk ahead of a demand read.
+constexpr uint64_t kMaxRunBytes = 4ull << 20;
+
+absl::Status ChecksumMismatch(std::string message) {
+  absl::Status s = absl::DataLossError(std::move(message));
+  s.SetPayload(kChecksumPayload, absl::Cord("1"));
+  return s;
+}
 
 std::string ExpertName(const StoredModel& m, const BlockRecord& b) {
   return absl::StrCat("expert (layer ", b.layer, ", id ", b.expert, ") of model '", m.name(), "'");
@@ -37,6 +49,10 @@ struct ReadState {
 
 }  // namespace
 
+bool IsChecksumMismatch(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kDataLoss && status.GetPayload(kChecksumPayload).has_value();
+}
+
 const BlockRecord* StoredModel::Find(int64_t layer, int64_t expert) const {
   if (layer < 0 || layer >= n_layers() || expert < 0 || expert >= n_experts()) return nullptr;
   const BlockRecord& b = blocks_[static_cast<size_t>(layer * n_experts() + expert)];
@@ -44,7 +60,8 @@ const BlockRecord* StoredModel::Find(int64_t layer, int64_t expert) const {
 }
 
 BlockStore::~BlockStore() {
-  io_.reset();  // waits for reads in flight; their callbacks may still touch the cache
+  // Reads in flight finish (their callbacks use this store) before any member goes away.
+  if (io_) io_->Shutdown();
 }
 
 absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOptions& options) {
@@ -227,55 +244,94 @@ uint64_t BlockStore::CacheKey(const StoredModel& model, const BlockRecord& block
 
 void BlockStore::ReadRaw(const StoredModel& model, const BlockRecord& block, uint8_t* dst, Priority priority,
                          Done done) {
-  auto state = std::make_shared<ReadState>();
-  state->remaining = block.extents.size();
-  state->done = std::move(done);
+  // A block's stripe units on one disk lie back to back in that disk's file (the plan deals
+  // them in order), so each disk gets one vectored read per run of units (up to kMaxRunBytes):
+  // large sequential requests whatever the stripe size. Each unit is still verified alone.
+  struct Run {
+    uint32_t file = 0;
+    uint64_t offset = 0;  // in the file
+    uint64_t bytes = 0;
+    std::vector<size_t> units;   // indices into block.extents
+    std::vector<uint64_t> at;    // each unit's offset in the block
+    std::vector<iovec> iov;
+  };
   const size_t index = static_cast<size_t>(block.layer * model.n_experts() + block.expert);
   const bool striped = model.stripe_size_ != 0;
+  std::vector<Run> runs;
+  std::vector<int> open_run(io_->disk_count(), -1);  // by disk: the run units may still join
   uint64_t at = 0;
   for (size_t k = 0; k < block.extents.size(); ++k) {
     const Extent& e = block.extents[k];
     const uint32_t file = striped ? model.files_[e.disk] : model.files_[index];
-    uint8_t* unit = dst + at;
+    int r = open_run[e.disk];
+    if (r < 0 || runs[r].file != file || runs[r].offset + runs[r].bytes != e.offset ||
+        runs[r].bytes + e.length > kMaxRunBytes) {
+      runs.push_back(Run{file, e.offset, 0, {}, {}, {}});
+      r = static_cast<int>(runs.size() - 1);
+      open_run[e.disk] = r;
+    }
+    runs[r].bytes += e.length;
+    runs[r].units.push_back(k);
+    runs[r].at.push_back(at);
+    runs[r].iov.push_back(iovec{dst + at, e.length});
     at += e.length;
-    io_->Read(file, e.offset, e.length, unit, priority,
-              [this, state, &model, &block, k, file, unit, dst](absl::Status s) {
-                const Extent& e = block.extents[k];
-                const uint32_t disk = io_->file_disk(file);
-                const std::string stripe =
-                    absl::StrCat(ExpertName(model, block), ": stripe ", k, " of ", block.extents.size(), " on disk '",
-                                 io_->disk_name(disk), "' ('", io_->file_path(file).string(), "' at offset ", e.offset,
-                                 ")");
-                if (!s.ok()) {
-                  state->Record(Annotate(s, stripe));
-                } else if (e.has_checksum) {
-                  const uint64_t got = Checksum64(unit, e.length);
-                  if (got != e.checksum) {
-                    checksum_failures_[disk]++;
-                    state->Record(absl::DataLossError(absl::StrCat(stripe, ": checksum mismatch (catalog ",
-                                                                   ChecksumHex(e.checksum), ", read ", ChecksumHex(got),
-                                                                   ")")));
-                  }
-                }
-                if (--state->remaining != 0) return;
-                absl::Status final_status;
-                {
-                  std::lock_guard<std::mutex> lock(state->mu);
-                  final_status = state->status;
-                }
-                if (final_status.ok() && !block.extents[0].has_checksum) {
-                  // A plain model directory: the block checksum is the only one there is.
-                  const uint64_t got = Checksum64(dst, block.size);
-                  if (got != block.checksum) {
-                    checksum_failures_[disk]++;
-                    final_status = absl::DataLossError(absl::StrCat(
-                        ExpertName(model, block), " in '", io_->file_path(file).string(), "' at offset ", e.offset,
-                        ": checksum mismatch (manifest ", ChecksumHex(block.checksum), ", read ", ChecksumHex(got),
-                        ")"));
-                  }
-                }
-                state->done(std::move(final_status));
-              });
+  }
+  auto state = std::make_shared<ReadState>();
+  state->remaining = runs.size();
+  state->done = std::move(done);
+  for (Run& run : runs) {
+    const uint32_t file = run.file;
+    const uint64_t run_offset = run.offset;
+    io_->ReadV(file, run.offset, std::move(run.iov), priority,
+               [this, state, &model, &block, file, run_offset, units = std::move(run.units), unit_at = std::move(run.at),
+                dst](absl::Status s) {
+                 const uint32_t disk = io_->file_disk(file);
+                 const size_t n = block.extents.size();
+                 auto where = [&](size_t k) {
+                   return absl::StrCat(ExpertName(model, block), ": stripe ", k, " of ", n, " on disk '",
+                                       io_->disk_name(disk), "' ('", io_->file_path(file).string(), "' at offset ",
+                                       block.extents[k].offset, ")");
+                 };
+                 if (!s.ok()) {
+                   std::string which = units.size() == 1 ? absl::StrCat("stripe ", units[0])
+                                                         : absl::StrCat("stripes ", units.front(), "..", units.back());
+                   state->Record(Annotate(s, absl::StrCat(ExpertName(model, block), ": ", which, " of ", n,
+                                                          " on disk '", io_->disk_name(disk), "' ('",
+                                                          io_->file_path(file).string(), "' at offset ", run_offset,
+                                                          ")")));
+                 } else {
+                   for (size_t u = 0; u < units.size(); ++u) {
+                     const size_t k = units[u];
+                     const Extent& e = block.extents[k];
+                     if (!e.has_checksum) continue;
+                     const uint64_t got = Checksum64(dst + unit_at[u], e.length);
+                     if (got != e.checksum) {
+                       checksum_failures_[disk]++;
+                       state->Record(ChecksumMismatch(absl::StrCat(where(k), ": checksum mismatch (catalog ",
+                                                                   ChecksumHex(e.checksum), ", read ",
+                                                                   ChecksumHex(got), ")")));
+                     }
+                   }
+                 }
+                 if (--state->remaining != 0) return;
+                 absl::Status final_status;
+                 {
+                   std::lock_guard<std::mutex> lock(state->mu);
+                   final_status = state->status;
+                 }
+                 if (final_status.ok() && !block.extents[0].has_checksum) {
+                   // A plain model directory: the block checksum is the only one there is.
+                   const uint64_t got = Checksum64(dst, block.size);
+                   if (got != block.checksum) {
+                     checksum_failures_[disk]++;
+                     final_status = ChecksumMismatch(absl::StrCat(
+                         ExpertName(model, block), " in '", io_->file_path(file).string(), "' at offset ",
+                         block.extents[0].offset, ": checksum mismatch (manifest ", ChecksumHex(block.checksum),
+                         ", read ", ChecksumHex(got), ")"));
+                   }
+                 }
+                 state->done(std::move(final_status));
+               });
   }
 }
 
@@ -324,7 +380,7 @@ void BlockStore::ReadShared(const StoredModel& model, const BlockRecord& block, 
   auto buffer = std::make_shared<BlockBuffer>();
   buffer->size = block.size;
   buffer->padded_size = block.padded_size;
-  auto bytes = AllocateAligned(block.padded_size, 4096, /*zero=*/false);
+  auto bytes = BufferPool::Default().Get(block.padded_size);
   if (!bytes.ok()) {
     finish(bytes.status());
     return;

@@ -82,7 +82,8 @@ absl::Status FaultInjector::AddSpec(std::string_view spec) {
   return absl::OkStatus();
 }
 
-void FaultInjector::AfterRead(uint32_t disk, uint64_t offset, uint64_t length, uint8_t* dst, int64_t* result) {
+void FaultInjector::AfterRead(uint32_t disk, uint64_t offset, uint64_t length, std::span<const iovec> dst,
+                              int64_t* result) {
   if (!any_rules_.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& r : rules_) {
@@ -102,10 +103,18 @@ void FaultInjector::AfterRead(uint32_t disk, uint64_t offset, uint64_t length, u
         *result = static_cast<int64_t>(AlignUp(static_cast<uint64_t>(*result) / 2, 4096));
         if (*result >= static_cast<int64_t>(length)) *result -= 4096;
         break;
-      case FaultKind::kCorrupt:
+      case FaultKind::kCorrupt: {
         if (*result <= 0) continue;
-        dst[*result / 2] ^= 0x5a;
+        uint64_t at = static_cast<uint64_t>(*result) / 2;  // the byte in the middle of what was read
+        for (const iovec& v : dst) {
+          if (at < v.iov_len) {
+            static_cast<uint8_t*>(v.iov_base)[at] ^= 0x5a;
+            break;
+          }
+          at -= v.iov_len;
+        }
         break;
+      }
     }
     if (r.count > 0) r.count--;
     fired_[static_cast<int>(r.kind)]++;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <liburing.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -42,7 +43,8 @@ struct Op {
   uint32_t file = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
-  uint8_t* dst = nullptr;
+  std::vector<iovec> iov;  // where the bytes go, in file order
+  std::vector<iovec> cur;  // what is left to read (kept alive while the kernel reads into it)
   expert_source::Priority priority = expert_source::Priority::kDemand;
   IoEngine::Done done;
   uint64_t done_bytes = 0;
@@ -118,7 +120,14 @@ class IoEngine::Impl {
     return absl::OkStatus();
   }
 
-  ~Impl() {
+  ~Impl() { Shutdown(); }
+
+  void Shutdown() {
+    {
+      std::lock_guard<std::mutex> lock(shutdown_mu_);
+      if (shut_down_) return;
+      shut_down_ = true;
+    }
     for (auto& d : disks_) {
       std::deque<Op*> cancelled;
       {
@@ -158,9 +167,13 @@ class IoEngine::Impl {
       timer_cv_.notify_all();
     }
     if (timer_.joinable()) timer_.join();
+  }
+
+  void CloseFiles() {
     for (auto& f : files_) {
       if (f->direct_fd >= 0) ::close(f->direct_fd);
       if (f->buffered_fd >= 0) ::close(f->buffered_fd);
+      f->direct_fd = f->buffered_fd = -1;
     }
   }
 
@@ -188,20 +201,22 @@ class IoEngine::Impl {
     return static_cast<uint32_t>(files_.size() - 1);
   }
 
-  void Read(uint32_t file, uint64_t offset, uint64_t length, uint8_t* dst, Priority priority, Done done) {
+  void Read(uint32_t file, uint64_t offset, std::vector<iovec> iov, Priority priority, Done done) {
     Op* op = new Op;
     op->file = file;
     op->offset = offset;
-    op->length = length;
-    op->dst = dst;
+    for (const iovec& v : iov) op->length += v.iov_len;
+    op->iov = std::move(iov);
     op->priority = priority;
     op->done = std::move(done);
     Disk& d = *disks_[files_[file]->disk];
     std::unique_lock<std::mutex> lock(d.mu);
     if (d.stopping) {
       lock.unlock();
-      op->status = absl::CancelledError("I/O engine shutting down");
-      RunSoon(op);
+      // The engine's threads are gone: this caller's thread is the only one left to answer.
+      Done cb = std::move(op->done);
+      delete op;
+      cb(absl::CancelledError("I/O engine shut down"));
       return;
     }
     if (uring_ && d.in_flight < static_cast<uint64_t>(options_.queue_depth)) {
@@ -284,8 +299,8 @@ class IoEngine::Impl {
       op->status = absl::InternalError(absl::StrCat("io_uring submission queue of disk ", d.name, " is full"));
       return false;
     }
-    io_uring_prep_read(sqe, fd, op->dst + op->done_bytes, static_cast<unsigned>(op->length - op->done_bytes),
-                       op->offset + op->done_bytes);
+    Remaining(op);
+    io_uring_prep_readv(sqe, fd, op->cur.data(), static_cast<unsigned>(op->cur.size()), op->offset + op->done_bytes);
     io_uring_sqe_set_data64(sqe, reinterpret_cast<uint64_t>(op));
     int rc = io_uring_submit(&d.ring);
     if (rc < 0) {
@@ -295,12 +310,27 @@ class IoEngine::Impl {
     return true;
   }
 
+  // The iovecs of the bytes not read yet.
+  static void Remaining(Op* op) {
+    op->cur.clear();
+    uint64_t skip = op->done_bytes;
+    for (const iovec& v : op->iov) {
+      if (skip >= v.iov_len) {
+        skip -= v.iov_len;
+        continue;
+      }
+      op->cur.push_back(iovec{static_cast<uint8_t*>(v.iov_base) + skip, v.iov_len - skip});
+      skip = 0;
+    }
+  }
+
   // Applies faults and interprets a read's result. True: the op is finished (OK or error);
   // false: read the rest (short read, EINTR, O_DIRECT refused).
   bool HandleResult(Disk& d, Op* op, int64_t result) {
     const uint64_t want = op->length - op->done_bytes;
     if (options_.faults != nullptr) {
-      options_.faults->AfterRead(d.index, op->offset + op->done_bytes, want, op->dst + op->done_bytes, &result);
+      Remaining(op);
+      options_.faults->AfterRead(d.index, op->offset + op->done_bytes, want, op->cur, &result);
     }
     File& f = *files_[op->file];
     if (result == -EINTR || result == -EAGAIN) return false;
@@ -428,8 +458,9 @@ class IoEngine::Impl {
         if (fd < 0) {
           n = fd;
         } else {
-          ssize_t r = ::pread(fd, op->dst + op->done_bytes, op->length - op->done_bytes,
-                              static_cast<off_t>(op->offset + op->done_bytes));
+          Remaining(op);
+          ssize_t r = ::preadv(fd, op->cur.data(), static_cast<int>(op->cur.size()),
+                               static_cast<off_t>(op->offset + op->done_bytes));
           n = r < 0 ? -errno : r;
         }
         if (HandleResult(d, op, n)) break;
@@ -470,6 +501,8 @@ class IoEngine::Impl {
   std::multimap<Clock::time_point, Op*> timers_;
   bool timer_stop_ = false;
   std::thread timer_;
+  std::mutex shutdown_mu_;
+  bool shut_down_ = false;
 };
 
 absl::StatusOr<std::unique_ptr<IoEngine>> IoEngine::Create(std::vector<std::string> disk_names,
@@ -481,11 +514,18 @@ absl::StatusOr<std::unique_ptr<IoEngine>> IoEngine::Create(std::vector<std::stri
 }
 
 IoEngine::IoEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-IoEngine::~IoEngine() = default;
+IoEngine::~IoEngine() {
+  impl_->Shutdown();
+  impl_->CloseFiles();
+}
+void IoEngine::Shutdown() { impl_->Shutdown(); }
 
 absl::StatusOr<uint32_t> IoEngine::OpenFile(uint32_t disk, const fs::path& path) { return impl_->OpenFile(disk, path); }
 void IoEngine::Read(uint32_t file, uint64_t offset, uint64_t length, uint8_t* dst, Priority priority, Done done) {
-  impl_->Read(file, offset, length, dst, priority, std::move(done));
+  impl_->Read(file, offset, {iovec{dst, length}}, priority, std::move(done));
+}
+void IoEngine::ReadV(uint32_t file, uint64_t offset, std::vector<iovec> iov, Priority priority, Done done) {
+  impl_->Read(file, offset, std::move(iov), priority, std::move(done));
 }
 uint32_t IoEngine::disk_count() const { return impl_->disk_count(); }
 const std::string& IoEngine::disk_name(uint32_t disk) const { return impl_->disk_name(disk); }

@@ -222,10 +222,11 @@ TEST(FaultSpec, Parses) {
   EXPECT_FALSE(f.AddSpec("kind=eio,offset=5-1").ok());
   int64_t r = 4096;
   uint8_t b[4096] = {};
-  f.AfterRead(1, 0, 4096, b, &r);
+  const iovec v{b, sizeof(b)};
+  f.AfterRead(1, 0, 4096, {&v, 1}, &r);
   EXPECT_EQ(r, -EIO);
   r = 4096;
-  f.AfterRead(0, 0, 4096, b, &r);  // other disk: untouched
+  f.AfterRead(0, 0, 4096, {&v, 1}, &r);  // other disk: untouched
   EXPECT_EQ(r, 4096);
   EXPECT_EQ(f.fired(FaultKind::kEio), 1u);
 }

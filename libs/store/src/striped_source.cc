@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "colibri/core/buffer_pool.h"
 #include "colibri/core/status.h"
 
 namespace colibri::store {
@@ -50,18 +51,21 @@ absl::Status StripedSource::FetchMany(std::span<const ExpertId> ids,
     auto block = std::make_shared<Block>();
     block->id = ids[i];
     block->size = rec->size;
-    auto bytes = AllocateAligned(rec->padded_size, 4096, /*zero=*/false);
+    // Pooled memory: its pages are already mapped (a fresh allocation would fault in every
+    // page during the DMA).
+    auto bytes = BufferPool::Default().Get(rec->padded_size);
     if (!bytes.ok()) {
       first_error = bytes.status();
       break;
     }
-    block->bytes = std::move(*bytes);
+    block->external = bytes->get();
+    block->external_owner = std::move(*bytes);
     slots[i].block = block;
     {
       std::lock_guard<std::mutex> lock(mu);
       outstanding++;
     }
-    store_->ReadInto(*model_, *rec, block->bytes.get(), Priority::kDemand, [&, i](absl::Status s) {
+    store_->ReadInto(*model_, *rec, const_cast<uint8_t*>(block->external), Priority::kDemand, [&, i](absl::Status s) {
       std::lock_guard<std::mutex> lock(mu);
       slots[i].status = std::move(s);
       slots[i].done = true;

@@ -79,7 +79,8 @@ absl::Status AddedVocabulary::Build(std::vector<AddedToken> tokens, const Normal
   return absl::OkStatus();
 }
 
-void AddedVocabulary::Split(std::string_view text, bool normalized_tokens, std::vector<Piece>* out) const {
+void AddedVocabulary::Split(std::string_view text, bool normalized_tokens,
+                            std::vector<Piece>* out) const {
   out->clear();
   const Matcher& m = normalized_tokens ? normalized_ : raw_;
   if (m.nodes.empty() || (normalized_tokens && !has_normalized_)) {

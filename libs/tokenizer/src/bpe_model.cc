@@ -3,10 +3,10 @@
 // vocabularies); unknown characters become <0xXX> byte tokens (byte_fallback) or the unk token
 // (fused when fuse_unk); then the adjacent pair with the lowest merge rank is merged, leftmost
 // first among equal ranks, until no pair has a merge.
-#include <array>
-#include <mutex>
 #include <algorithm>
+#include <array>
 #include <cstdio>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "colibri/core/status.h"
@@ -47,14 +47,16 @@ class WordCache {
     std::mutex mu;
     absl::flat_hash_map<std::string, std::vector<int32_t>> map;
   };
-  static size_t Hash(std::string_view w) { return absl::Hash<absl::string_view>()(AbslView(w)) % kShards; }
+  static size_t Hash(std::string_view w) {
+    return absl::Hash<absl::string_view>()(AbslView(w)) % kShards;
+  }
   mutable std::array<Shard, kShards> shards_;
 };
 
 class BpeModel final : public Model {
  public:
-  BpeModel(absl::flat_hash_map<std::string, int32_t> vocab, absl::flat_hash_map<uint64_t, std::pair<int32_t, int32_t>> merges,
-           const BpeOptions& opt)
+  BpeModel(absl::flat_hash_map<std::string, int32_t> vocab,
+           absl::flat_hash_map<uint64_t, std::pair<int32_t, int32_t>> merges, const BpeOptions& opt)
       : vocab_(std::move(vocab)), merges_(std::move(merges)), opt_(opt) {
     for (int b = 0; b < 256; ++b) {
       char name[8];
@@ -106,7 +108,8 @@ class BpeModel final : public Model {
 
   void InitialSymbols(std::string_view word, std::vector<Symbol>* syms) const {
     int32_t pending_unk = -1;
-    if (opt_.byte_level && opt_.continuing_subword_prefix.empty() && opt_.end_of_word_suffix.empty()) {
+    if (opt_.byte_level && opt_.continuing_subword_prefix.empty() &&
+        opt_.end_of_word_suffix.empty()) {
       for (unsigned char b : word) {
         int32_t id = byte_ids_[b];
         if (id >= 0) {
@@ -143,10 +146,12 @@ class BpeModel final : public Model {
       }
       if (opt_.byte_fallback) {
         bool all = true;
-        for (size_t k = start; k < i; ++k) all = all && fallback_ids_[static_cast<unsigned char>(word[k])] >= 0;
+        for (size_t k = start; k < i; ++k)
+          all = all && fallback_ids_[static_cast<unsigned char>(word[k])] >= 0;
         if (all) {
           FlushUnknown(syms, &pending_unk);
-          for (size_t k = start; k < i; ++k) syms->push_back({fallback_ids_[static_cast<unsigned char>(word[k])], 0, 0, 1});
+          for (size_t k = start; k < i; ++k)
+            syms->push_back({fallback_ids_[static_cast<unsigned char>(word[k])], 0, 0, 1});
           continue;
         }
       }
@@ -179,7 +184,9 @@ class BpeModel final : public Model {
     }
     struct Candidate {
       int32_t rank, pos, new_id;
-      bool operator<(const Candidate& o) const { return rank > o.rank || (rank == o.rank && pos > o.pos); }
+      bool operator<(const Candidate& o) const {
+        return rank > o.rank || (rank == o.rank && pos > o.pos);
+      }
     };
     thread_local std::vector<Candidate> heap;
     heap.clear();
@@ -187,7 +194,8 @@ class BpeModel final : public Model {
       if (pos < 0) return;
       int32_t next = syms[static_cast<size_t>(pos)].next;
       if (next < 0) return;
-      auto it = merges_.find(PairKey(syms[static_cast<size_t>(pos)].id, syms[static_cast<size_t>(next)].id));
+      auto it = merges_.find(
+          PairKey(syms[static_cast<size_t>(pos)].id, syms[static_cast<size_t>(next)].id));
       if (it == merges_.end()) return;
       heap.push_back({it->second.first, pos, it->second.second});
       std::push_heap(heap.begin(), heap.end());
@@ -216,7 +224,8 @@ class BpeModel final : public Model {
   }
 
   absl::flat_hash_map<std::string, int32_t> vocab_;
-  absl::flat_hash_map<uint64_t, std::pair<int32_t, int32_t>> merges_;  // (left, right) -> (rank, merged id)
+  absl::flat_hash_map<uint64_t, std::pair<int32_t, int32_t>>
+      merges_;  // (left, right) -> (rank, merged id)
   BpeOptions opt_;
   std::array<int32_t, 256> fallback_ids_{};  // <0xXX>
   std::array<int32_t, 256> byte_ids_{};      // byte-level alphabet character of each byte
@@ -225,9 +234,9 @@ class BpeModel final : public Model {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Model>> MakeBpeModel(const std::vector<std::pair<std::string, int32_t>>& vocab,
-                                                    const std::vector<std::pair<std::string, std::string>>& merges,
-                                                    const BpeOptions& options) {
+absl::StatusOr<std::unique_ptr<Model>> MakeBpeModel(
+    const std::vector<std::pair<std::string, int32_t>>& vocab,
+    const std::vector<std::pair<std::string, std::string>>& merges, const BpeOptions& options) {
   absl::flat_hash_map<std::string, int32_t> v;
   v.reserve(vocab.size());
   for (const auto& [token, id] : vocab) v.emplace(token, id);
@@ -238,13 +247,16 @@ absl::StatusOr<std::unique_ptr<Model>> MakeBpeModel(const std::vector<std::pair<
   for (const auto& [a, b] : merges) {
     auto ia = v.find(a), ib = v.find(b);
     std::string merged = a;
-    merged += (!prefix.empty() && b.compare(0, prefix.size(), prefix) == 0) ? b.substr(prefix.size()) : b;
+    merged +=
+        (!prefix.empty() && b.compare(0, prefix.size(), prefix) == 0) ? b.substr(prefix.size()) : b;
     auto im = v.find(merged);
     if (ia == v.end() || ib == v.end() || im == v.end()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("merge ", rank, " ('", a, "' '", b, "'): a part or the merged token is not in the vocab"));
+          absl::StrCat("merge ", rank, " ('", a, "' '", b,
+                       "'): a part or the merged token is not in the vocab"));
     }
-    m.emplace(PairKey(ia->second, ib->second), std::make_pair(rank, im->second));  // first (lowest) rank wins
+    m.emplace(PairKey(ia->second, ib->second),
+              std::make_pair(rank, im->second));  // first (lowest) rank wins
     ++rank;
   }
   return std::unique_ptr<Model>(new BpeModel(std::move(v), std::move(m), options));
@@ -256,8 +268,10 @@ absl::StatusOr<std::unique_ptr<Model>> MakeBpeModelFromJson(const Json& model, b
   std::vector<std::pair<std::string, int32_t>> v;
   v.reserve(vocab.size());
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() >= (int64_t{1} << 24)) {
-      return absl::InvalidArgumentError(absl::StrCat("model.vocab: bad id for token '", it.key(), "'"));
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 ||
+        it->get<int64_t>() >= (int64_t{1} << 24)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.vocab: bad id for token '", it.key(), "'"));
     }
     v.emplace_back(it.key(), it->get<int32_t>());
   }
@@ -268,12 +282,14 @@ absl::StatusOr<std::unique_ptr<Model>> MakeBpeModelFromJson(const Json& model, b
     if (m.is_string()) {
       const std::string& s = m.get_ref<const std::string&>();
       size_t sp = s.find(' ');
-      if (sp == std::string::npos) return absl::InvalidArgumentError(absl::StrCat("model.merges: bad merge '", s, "'"));
+      if (sp == std::string::npos)
+        return absl::InvalidArgumentError(absl::StrCat("model.merges: bad merge '", s, "'"));
       merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
       merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
     } else {
-      return absl::InvalidArgumentError("model.merges: entries must be \"a b\" strings or [a, b] pairs");
+      return absl::InvalidArgumentError(
+          "model.merges: entries must be \"a b\" strings or [a, b] pairs");
     }
   }
   BpeOptions opt;
@@ -281,14 +297,17 @@ absl::StatusOr<std::unique_ptr<Model>> MakeBpeModelFromJson(const Json& model, b
   opt.byte_fallback = model.value("byte_fallback", false);
   opt.fuse_unk = model.value("fuse_unk", false);
   opt.ignore_merges = model.value("ignore_merges", false);
-  if (model.contains("continuing_subword_prefix") && model["continuing_subword_prefix"].is_string()) {
+  if (model.contains("continuing_subword_prefix") &&
+      model["continuing_subword_prefix"].is_string()) {
     opt.continuing_subword_prefix = model["continuing_subword_prefix"].get<std::string>();
   }
   if (model.contains("end_of_word_suffix") && model["end_of_word_suffix"].is_string()) {
     opt.end_of_word_suffix = model["end_of_word_suffix"].get<std::string>();
   }
-  if (model.contains("dropout") && model["dropout"].is_number() && model["dropout"].get<double>() > 0) {
-    return absl::InvalidArgumentError("model: BPE dropout is not supported (inference tokenizers have none)");
+  if (model.contains("dropout") && model["dropout"].is_number() &&
+      model["dropout"].get<double>() > 0) {
+    return absl::InvalidArgumentError(
+        "model: BPE dropout is not supported (inference tokenizers have none)");
   }
   if (model.contains("unk_token") && model["unk_token"].is_string()) {
     auto it = vocab.find(model["unk_token"].get<std::string>());

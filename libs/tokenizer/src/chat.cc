@@ -9,7 +9,8 @@ namespace {
 
 using OrderedJson = nlohmann::ordered_json;
 
-absl::StatusOr<OrderedJson> ParseOption(const std::string& text, const char* what, bool want_object) {
+absl::StatusOr<OrderedJson> ParseOption(const std::string& text, const char* what,
+                                        bool want_object) {
   OrderedJson j = OrderedJson::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || (want_object ? !j.is_object() : !j.is_array())) {
     return absl::InvalidArgumentError(
@@ -21,22 +22,26 @@ absl::StatusOr<OrderedJson> ParseOption(const std::string& text, const char* wha
 }  // namespace
 
 absl::StatusOr<std::string> RenderChatJson(const Tokenizer& tok, const OrderedJson& messages,
-                                           const ChatOptions& options, std::string_view chat_template) {
-  const std::string_view source = chat_template.empty() ? std::string_view(tok.chat_template()) : chat_template;
+                                           const ChatOptions& options,
+                                           std::string_view chat_template) {
+  const std::string_view source =
+      chat_template.empty() ? std::string_view(tok.chat_template()) : chat_template;
   if (source.empty()) return absl::FailedPreconditionError("the tokenizer has no chat template");
   if (!messages.is_array()) return absl::InvalidArgumentError("messages: expected a JSON array");
   OrderedJson context = OrderedJson::object();
   context["messages"] = messages;
   context["tools"] = nullptr;
   if (!options.tools_json.empty()) {
-    ASSIGN_OR_RETURN(context["tools"], ParseOption(options.tools_json, "tools", /*want_object=*/false));
+    ASSIGN_OR_RETURN(context["tools"],
+                     ParseOption(options.tools_json, "tools", /*want_object=*/false));
   }
   context["documents"] = nullptr;
   context["add_generation_prompt"] = options.add_generation_prompt;
   if (!tok.bos_token().empty()) context["bos_token"] = tok.bos_token();
   if (!tok.eos_token().empty()) context["eos_token"] = tok.eos_token();
   if (!options.extra_context_json.empty()) {
-    ASSIGN_OR_RETURN(OrderedJson extra, ParseOption(options.extra_context_json, "extra context", /*want_object=*/true));
+    ASSIGN_OR_RETURN(OrderedJson extra, ParseOption(options.extra_context_json, "extra context",
+                                                    /*want_object=*/true));
     for (auto it = extra.begin(); it != extra.end(); ++it) context[it.key()] = it.value();
   }
   auto tmpl = jinja::Template::Parse(source);
@@ -46,7 +51,8 @@ absl::StatusOr<std::string> RenderChatJson(const Tokenizer& tok, const OrderedJs
   return out;
 }
 
-absl::StatusOr<std::string> RenderChat(const Tokenizer& tok, const std::vector<ChatMessage>& messages,
+absl::StatusOr<std::string> RenderChat(const Tokenizer& tok,
+                                       const std::vector<ChatMessage>& messages,
                                        const ChatOptions& options) {
   if (tok.chat_template().empty()) return RenderMistralChat(tok, messages);
   OrderedJson list = OrderedJson::array();
@@ -69,8 +75,10 @@ absl::StatusOr<std::string> RenderChat(const Tokenizer& tok, const std::vector<C
   return RenderChatJson(tok, list, options);
 }
 
-absl::StatusOr<std::string> RenderMistralChat(const Tokenizer& tok, const std::vector<ChatMessage>& messages) {
-  if (messages.empty()) return absl::InvalidArgumentError("messages: at least one message is required");
+absl::StatusOr<std::string> RenderMistralChat(const Tokenizer& tok,
+                                              const std::vector<ChatMessage>& messages) {
+  if (messages.empty())
+    return absl::InvalidArgumentError("messages: at least one message is required");
   size_t i = 0;
   std::string system;
   if (messages[0].role == "system") {
@@ -83,11 +91,12 @@ absl::StatusOr<std::string> RenderMistralChat(const Tokenizer& tok, const std::v
   for (; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     if (m.role != "user" && m.role != "assistant") {
-      return absl::InvalidArgumentError(absl::StrCat("messages[", i, "]: role '", m.role,
-                                                     "' is not supported by this model's chat format"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "messages[", i, "]: role '", m.role, "' is not supported by this model's chat format"));
     }
     if ((m.role == "user") != expect_user) {
-      return absl::InvalidArgumentError(absl::StrCat("messages[", i, "]: roles must alternate user/assistant"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("messages[", i, "]: roles must alternate user/assistant"));
     }
     if (m.role == "user") {
       std::string content = m.content;
@@ -99,7 +108,8 @@ absl::StatusOr<std::string> RenderMistralChat(const Tokenizer& tok, const std::v
     }
     expect_user = !expect_user;
   }
-  if (expect_user) return absl::InvalidArgumentError("messages: the last message must be from the user");
+  if (expect_user)
+    return absl::InvalidArgumentError("messages: the last message must be from the user");
   return out;
 }
 

@@ -134,7 +134,8 @@ class StripDecoder final : public Decoder {
     if (content_.empty()) return;
     for (std::string& t : *tokens) {
       size_t begin = 0, end = t.size();
-      for (size_t k = 0; k < start_ && t.compare(begin, content_.size(), content_) == 0; ++k) begin += content_.size();
+      for (size_t k = 0; k < start_ && t.compare(begin, content_.size(), content_) == 0; ++k)
+        begin += content_.size();
       for (size_t k = 0; k < stop_ && end >= begin + content_.size() &&
                          t.compare(end - content_.size(), content_.size(), content_) == 0;
            ++k) {
@@ -168,7 +169,8 @@ class MetaspaceDecoder final : public Decoder {
 
 class SequenceDecoder final : public Decoder {
  public:
-  explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> parts) : parts_(std::move(parts)) {}
+  explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> parts)
+      : parts_(std::move(parts)) {}
   void Apply(std::vector<std::string>* tokens) const override {
     for (const auto& p : parts_) p->Apply(tokens);
   }
@@ -190,19 +192,22 @@ absl::StatusOr<std::unique_ptr<Decoder>> MakeDecoder(const Json& j) {
   if (type == "Fuse") return std::unique_ptr<Decoder>(new FuseDecoder());
   if (type == "Strip") {
     return std::unique_ptr<Decoder>(new StripDecoder(j.value("content", std::string(" ")),
-                                                     j.value("start", size_t{0}), j.value("stop", size_t{0})));
+                                                     j.value("start", size_t{0}),
+                                                     j.value("stop", size_t{0})));
   }
   if (type == "Replace") {
     const Json& pat = j.value("pattern", Json());
     std::string content = j.value("content", std::string());
     if (pat.is_object() && pat.contains("String") && pat["String"].is_string()) {
-      return std::unique_ptr<Decoder>(new ReplaceDecoder(pat["String"].get<std::string>(), content));
+      return std::unique_ptr<Decoder>(
+          new ReplaceDecoder(pat["String"].get<std::string>(), content));
     }
     if (pat.is_object() && pat.contains("Regex") && pat["Regex"].is_string()) {
       ASSIGN_OR_RETURN(Regex re, Regex::Compile(pat["Regex"].get<std::string>()));
       return std::unique_ptr<Decoder>(new ReplaceDecoder(std::move(re), content));
     }
-    return absl::InvalidArgumentError("decoder Replace: pattern must be {\"String\": ...} or {\"Regex\": ...}");
+    return absl::InvalidArgumentError(
+        "decoder Replace: pattern must be {\"String\": ...} or {\"Regex\": ...}");
   }
   if (type == "Metaspace") {
     bool strip = true;
@@ -211,7 +216,8 @@ absl::StatusOr<std::unique_ptr<Decoder>> MakeDecoder(const Json& j) {
     } else {
       strip = j.value("add_prefix_space", true);
     }
-    return std::unique_ptr<Decoder>(new MetaspaceDecoder(j.value("replacement", std::string(kMetaSpace)), strip));
+    return std::unique_ptr<Decoder>(
+        new MetaspaceDecoder(j.value("replacement", std::string(kMetaSpace)), strip));
   }
   if (type == "Sequence") {
     std::vector<std::unique_ptr<Decoder>> parts;
@@ -222,7 +228,8 @@ absl::StatusOr<std::unique_ptr<Decoder>> MakeDecoder(const Json& j) {
     return std::unique_ptr<Decoder>(new SequenceDecoder(std::move(parts)));
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unsupported decoder '", type, "' (supported: ByteLevel, ByteFallback, Fuse, Strip, Replace, Metaspace, Sequence)"));
+      "unsupported decoder '", type,
+      "' (supported: ByteLevel, ByteFallback, Fuse, Strip, Replace, Metaspace, Sequence)"));
 }
 
 std::unique_ptr<Decoder> MakeSentencePieceDecoder(bool strip_leading_space) {

@@ -17,7 +17,14 @@ using internal::Json;
 using internal::PipelineParts;
 
 // llama.cpp's token types.
-enum TokenType : int64_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
+enum TokenType : int64_t {
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6
+};
 
 constexpr const char* kQwen2Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
@@ -30,10 +37,16 @@ constexpr const char* kDeepSeekV3Patterns[] = {
 };
 
 Json SplitJson(const char* pattern) {
-  return Json{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", "Isolated"}, {"invert", false}};
+  return Json{{"type", "Split"},
+              {"pattern", {{"Regex", pattern}}},
+              {"behavior", "Isolated"},
+              {"invert", false}};
 }
 Json ByteLevelJson(bool use_regex) {
-  return Json{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", use_regex}};
+  return Json{{"type", "ByteLevel"},
+              {"add_prefix_space", false},
+              {"trim_offsets", false},
+              {"use_regex", use_regex}};
 }
 
 // (pre_tokenizer json, normalizer json) for a tokenizer.ggml.pre name.
@@ -42,12 +55,15 @@ absl::StatusOr<std::pair<Json, Json>> PreForName(const std::string& pre) {
     return std::make_pair(ByteLevelJson(true), Json());
   }
   if (pre == "qwen2") {
-    return std::make_pair(Json{{"type", "Sequence"}, {"pretokenizers", {SplitJson(kQwen2Pattern), ByteLevelJson(false)}}},
+    return std::make_pair(Json{{"type", "Sequence"},
+                               {"pretokenizers", {SplitJson(kQwen2Pattern), ByteLevelJson(false)}}},
                           Json{{"type", "NFC"}});
   }
   if (pre == "llama-bpe" || pre == "llama3") {
-    return std::make_pair(Json{{"type", "Sequence"}, {"pretokenizers", {SplitJson(kLlama3Pattern), ByteLevelJson(false)}}},
-                          Json());
+    return std::make_pair(
+        Json{{"type", "Sequence"},
+             {"pretokenizers", {SplitJson(kLlama3Pattern), ByteLevelJson(false)}}},
+        Json());
   }
   if (pre == "deepseek-v3") {
     Json seq = Json::array();
@@ -56,7 +72,8 @@ absl::StatusOr<std::pair<Json, Json>> PreForName(const std::string& pre) {
     return std::make_pair(Json{{"type", "Sequence"}, {"pretokenizers", seq}}, Json());
   }
   return absl::FailedPreconditionError(absl::StrCat(
-      "gguf: tokenizer.ggml.pre '", pre, "' is not supported (supported: default, gpt-2, qwen2, llama-bpe, deepseek-v3)"));
+      "gguf: tokenizer.ggml.pre '", pre,
+      "' is not supported (supported: default, gpt-2, qwen2, llama-bpe, deepseek-v3)"));
 }
 
 int32_t OptionalId(const model::GgufFile& g, const char* key, int32_t n_tokens) {
@@ -80,8 +97,9 @@ absl::StatusOr<PipelineParts> PartsFromGguf(const model::GgufFile& g) {
   if (g.Find("tokenizer.ggml.token_type") != nullptr) {
     ASSIGN_OR_RETURN(types, g.GetIntArray("tokenizer.ggml.token_type"));
     if (types.size() != tokens.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("gguf: tokenizer.ggml.token_type has ", types.size(),
-                                                     " entries for ", tokens.size(), " tokens"));
+      return absl::InvalidArgumentError(absl::StrCat("gguf: tokenizer.ggml.token_type has ",
+                                                     types.size(), " entries for ", tokens.size(),
+                                                     " tokens"));
     }
   }
   parts.id_to_token.reserve(tokens.size());
@@ -103,8 +121,9 @@ absl::StatusOr<PipelineParts> PartsFromGguf(const model::GgufFile& g) {
     if (g.Find("tokenizer.ggml.scores") != nullptr) {
       ASSIGN_OR_RETURN(scores, g.GetF32Array("tokenizer.ggml.scores"));
       if (scores.size() != tokens.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("gguf: tokenizer.ggml.scores has ", scores.size(),
-                                                       " entries for ", tokens.size(), " tokens"));
+        return absl::InvalidArgumentError(absl::StrCat("gguf: tokenizer.ggml.scores has ",
+                                                       scores.size(), " entries for ",
+                                                       tokens.size(), " tokens"));
       }
     }
     std::vector<internal::SpmPiece> pieces(tokens.size());
@@ -119,7 +138,8 @@ absl::StatusOr<PipelineParts> PartsFromGguf(const model::GgufFile& g) {
     parts.decoder = internal::MakeSentencePieceDecoder(space_prefix);
     add_bos = true;
   } else if (model_name == "gpt2") {
-    ASSIGN_OR_RETURN(std::vector<std::string_view> merge_strings, g.GetStringArray("tokenizer.ggml.merges"));
+    ASSIGN_OR_RETURN(std::vector<std::string_view> merge_strings,
+                     g.GetStringArray("tokenizer.ggml.merges"));
     std::string pre_name;
     if (g.Find("tokenizer.ggml.pre") != nullptr) {
       ASSIGN_OR_RETURN(std::string_view p, g.GetString("tokenizer.ggml.pre"));
@@ -130,7 +150,8 @@ absl::StatusOr<PipelineParts> PartsFromGguf(const model::GgufFile& g) {
     ASSIGN_OR_RETURN(parts.normalizer, internal::MakeNormalizer(pre_norm.second));
     std::vector<std::pair<std::string, int32_t>> vocab;
     vocab.reserve(tokens.size());
-    for (int32_t i = 0; i < n; ++i) vocab.emplace_back(parts.id_to_token[static_cast<size_t>(i)], i);
+    for (int32_t i = 0; i < n; ++i)
+      vocab.emplace_back(parts.id_to_token[static_cast<size_t>(i)], i);
     std::vector<std::pair<std::string, std::string>> merges;
     merges.reserve(merge_strings.size());
     for (std::string_view m : merge_strings) {
@@ -148,13 +169,16 @@ absl::StatusOr<PipelineParts> PartsFromGguf(const model::GgufFile& g) {
     parts.model = std::move(*model);
     parts.decoder = internal::MakeByteLevelDecoder();
   } else {
-    return absl::FailedPreconditionError(absl::StrCat("gguf: tokenizer.ggml.model '", std::string(model_name),
-                                                      "' is not supported (supported: llama, gpt2)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("gguf: tokenizer.ggml.model '", std::string(model_name),
+                     "' is not supported (supported: llama, gpt2)"));
   }
   parts.bos_id = OptionalId(g, "tokenizer.ggml.bos_token_id", n);
-  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                          "tokenizer.ggml.eom_token_id"}) {
     int32_t id = OptionalId(g, key, n);
-    if (id >= 0 && std::find(parts.eos_ids.begin(), parts.eos_ids.end(), id) == parts.eos_ids.end()) {
+    if (id >= 0 &&
+        std::find(parts.eos_ids.begin(), parts.eos_ids.end(), id) == parts.eos_ids.end()) {
       parts.eos_ids.push_back(id);
     }
   }

@@ -21,7 +21,8 @@ std::string TokenContent(const Json& cfg, const char* key) {
   if (!cfg.contains(key)) return "";
   const Json& v = cfg[key];
   if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string())
+    return v["content"].get<std::string>();
   return "";
 }
 
@@ -42,14 +43,16 @@ absl::Status ParsePostProcessor(const Json& j, PipelineParts* parts) {
   std::string type = j.value("type", "");
   if (type == "ByteLevel") return absl::OkStatus();  // offsets only
   if (type == "Sequence") {
-    for (const auto& p : j.value("processors", Json::array())) RETURN_IF_ERROR(ParsePostProcessor(p, parts));
+    for (const auto& p : j.value("processors", Json::array()))
+      RETURN_IF_ERROR(ParsePostProcessor(p, parts));
     return absl::OkStatus();
   }
   if (type == "RobertaProcessing" || type == "BertProcessing") {
     const Json& cls = j.value("cls", Json());
     const Json& sep = j.value("sep", Json());
     if (!cls.is_array() || cls.size() != 2 || !sep.is_array() || sep.size() != 2) {
-      return absl::InvalidArgumentError(absl::StrCat("post_processor ", type, ": cls/sep must be [token, id]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("post_processor ", type, ": cls/sep must be [token, id]"));
     }
     parts->prefix_ids.push_back(cls[1].get<int32_t>());
     parts->suffix_ids.push_back(sep[1].get<int32_t>());
@@ -65,12 +68,14 @@ absl::Status ParsePostProcessor(const Json& j, PipelineParts* parts) {
         continue;
       }
       if (!item.contains("SpecialToken")) {
-        return absl::InvalidArgumentError("post_processor TemplateProcessing: unknown item in \"single\"");
+        return absl::InvalidArgumentError(
+            "post_processor TemplateProcessing: unknown item in \"single\"");
       }
       std::string name = item["SpecialToken"].value("id", "");
-      if (!specials.contains(name) || !specials[name].contains("ids") || !specials[name]["ids"].is_array()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("post_processor TemplateProcessing: special token '", name, "' has no ids"));
+      if (!specials.contains(name) || !specials[name].contains("ids") ||
+          !specials[name]["ids"].is_array()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "post_processor TemplateProcessing: special token '", name, "' has no ids"));
       }
       for (const auto& id : specials[name]["ids"]) {
         (seen_sequence ? parts->suffix_ids : parts->prefix_ids).push_back(id.get<int32_t>());
@@ -78,18 +83,21 @@ absl::Status ParsePostProcessor(const Json& j, PipelineParts* parts) {
     }
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat("unsupported post_processor '", type,
-                                                 "' (supported: TemplateProcessing, ByteLevel, RobertaProcessing, "
-                                                 "BertProcessing, Sequence)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unsupported post_processor '", type,
+                   "' (supported: TemplateProcessing, ByteLevel, RobertaProcessing, "
+                   "BertProcessing, Sequence)"));
 }
 
-absl::StatusOr<PipelineParts> PartsFromJsonUnchecked(const Json& tj, const Json& cfg, const Json& gen) {
+absl::StatusOr<PipelineParts> PartsFromJsonUnchecked(const Json& tj, const Json& cfg,
+                                                     const Json& gen) {
   PipelineParts parts;
   const Json& model = tj.value("model", Json());
   if (!model.is_object()) return absl::InvalidArgumentError("no \"model\" object");
   std::string type = model.value("type", "BPE");
   if (type != "BPE") {
-    return absl::InvalidArgumentError(absl::StrCat("unsupported model type '", type, "' (supported: BPE)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unsupported model type '", type, "' (supported: BPE)"));
   }
   {
     auto n = internal::MakeNormalizer(tj.value("normalizer", Json()));
@@ -114,10 +122,12 @@ absl::StatusOr<PipelineParts> PartsFromJsonUnchecked(const Json& tj, const Json&
   // id -> token string over the vocab and the added tokens.
   int64_t max_id = -1;
   const Json& vocab = model["vocab"];
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) max_id = std::max<int64_t>(max_id, it->get<int64_t>());
+  for (auto it = vocab.begin(); it != vocab.end(); ++it)
+    max_id = std::max<int64_t>(max_id, it->get<int64_t>());
   for (const auto& a : tj.value("added_tokens", Json::array())) {
-    if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") ||
-        !a["content"].is_string() || a["id"].get<int64_t>() < 0 || a["id"].get<int64_t>() >= (int64_t{1} << 24)) {
+    if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
+        !a.contains("content") || !a["content"].is_string() || a["id"].get<int64_t>() < 0 ||
+        a["id"].get<int64_t>() >= (int64_t{1} << 24)) {
       return absl::InvalidArgumentError("added_tokens: entries need an id and a content");
     }
     AddedToken t;
@@ -132,7 +142,8 @@ absl::StatusOr<PipelineParts> PartsFromJsonUnchecked(const Json& tj, const Json&
     parts.added.push_back(std::move(t));
   }
   parts.id_to_token.assign(static_cast<size_t>(max_id + 1), "");
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) parts.id_to_token[it->get<size_t>()] = it.key();
+  for (auto it = vocab.begin(); it != vocab.end(); ++it)
+    parts.id_to_token[it->get<size_t>()] = it.key();
   for (const AddedToken& t : parts.added) parts.id_to_token[static_cast<size_t>(t.id)] = t.content;
 
   {
@@ -145,7 +156,8 @@ absl::StatusOr<PipelineParts> PartsFromJsonUnchecked(const Json& tj, const Json&
   const Json& gen_eos = gen.value("eos_token_id", Json());
   for (const auto& e : gen_eos.is_array() ? gen_eos : Json::array({gen_eos})) {
     if (e.is_number_integer() && e.get<int64_t>() >= 0 && e.get<int64_t>() <= max_id &&
-        std::find(parts.eos_ids.begin(), parts.eos_ids.end(), e.get<int32_t>()) == parts.eos_ids.end()) {
+        std::find(parts.eos_ids.begin(), parts.eos_ids.end(), e.get<int32_t>()) ==
+            parts.eos_ids.end()) {
       parts.eos_ids.push_back(e.get<int32_t>());
     }
   }
@@ -170,7 +182,8 @@ absl::StatusOr<PipelineParts> PartsFromJsonUnchecked(const Json& tj, const Json&
     parts.chat_template = tmpl.get<std::string>();
   } else if (tmpl.is_array()) {  // named templates: transformers uses "default"
     for (const auto& t : tmpl) {
-      if (t.is_object() && t.value("name", "") == "default" && t.contains("template") && t["template"].is_string()) {
+      if (t.is_object() && t.value("name", "") == "default" && t.contains("template") &&
+          t["template"].is_string()) {
         parts.chat_template = t["template"].get<std::string>();
       }
     }
@@ -207,13 +220,14 @@ bool HasGgufMagic(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   char magic[4] = {};
   in.read(magic, 4);
-  return in.gcount() == 4 && magic[0] == 'G' && magic[1] == 'G' && magic[2] == 'U' && magic[3] == 'F';
+  return in.gcount() == 4 && magic[0] == 'G' && magic[1] == 'G' && magic[2] == 'U' &&
+         magic[3] == 'F';
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerFromJson(std::string_view tokenizer_json,
-                                                                 std::string_view tokenizer_config_json) {
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerFromJson(
+    std::string_view tokenizer_json, std::string_view tokenizer_config_json) {
   ASSIGN_OR_RETURN(Json tj, ParseJsonText(tokenizer_json, "tokenizer.json"));
   Json cfg = Json::object();
   if (!tokenizer_config_json.empty()) {
@@ -228,12 +242,16 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::filesystem::
   if (std::filesystem::is_regular_file(path, ec)) {
     if (HasGgufMagic(path)) return LoadGgufTokenizer(path);
     if (path.filename() == "tokenizer.json") return LoadTokenizer(path.parent_path());
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", path.string(), "' is neither a GGUF file nor a directory with tokenizer.json"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", path.string(), "' is neither a GGUF file nor a directory with tokenizer.json"));
   }
   const std::filesystem::path tj_path = path / "tokenizer.json";
   if (!std::filesystem::exists(tj_path, ec)) {
-    return absl::NotFoundError(absl::StrCat("no tokenizer.json in '", path.string(), "'"));
+    // colibri-convert stores a GGUF model's tokenizer as tokenizer.gguf (tokenizer.* metadata).
+    if (std::filesystem::exists(path / "tokenizer.gguf", ec))
+      return LoadGgufTokenizer(path / "tokenizer.gguf");
+    return absl::NotFoundError(
+        absl::StrCat("no tokenizer.json or tokenizer.gguf in '", path.string(), "'"));
   }
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(tj_path));
   auto tj = ParseJsonText(text, tj_path.string());

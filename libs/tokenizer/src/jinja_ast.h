@@ -86,32 +86,33 @@ using NodePtr = std::unique_ptr<Node>;
 using Body = std::vector<NodePtr>;
 
 enum class NodeKind {
-  kText,        // text
-  kOutput,      // expr
-  kIf,          // conditions[i] -> bodies[i]; else_body
-  kFor,         // targets in expr [if filter] body [else else_body]
-  kSet,         // targets (names; or one name + attr) = expr
-  kSetBlock,    // targets[0] = rendered body
-  kMacro,       // name(params = defaults) body
+  kText,      // text
+  kOutput,    // expr
+  kIf,        // conditions[i] -> bodies[i]; else_body
+  kFor,       // targets in expr [if filter] body [else else_body]
+  kSet,       // targets (names; or one name + attr) = expr
+  kSetBlock,  // targets[0] = rendered body
+  kMacro,     // name(params = defaults) body
   kBreak,
   kContinue,
-  kGeneration,  // transformers' {% generation %}: renders its body
-  kFilterBlock, // filters applied to the rendered body
+  kGeneration,   // transformers' {% generation %}: renders its body
+  kFilterBlock,  // filters applied to the rendered body
 };
 
 struct Node {
   NodeKind kind;
   int line = 0;
   std::string text;
-  ExprPtr expr;                       // output / for iterable / set value
-  ExprPtr filter;                     // for ... if filter; kFilterBlock chain
-  std::vector<ExprPtr> conditions;    // if / elif
-  std::vector<Body> bodies;           // if / elif bodies
-  Body body;                          // for / macro / set block / generation
-  Body else_body;                     // if / for
-  std::vector<std::string> targets;   // for / set names; macro name in `text`
-  std::string attr;                   // set ns.attr
-  std::vector<std::pair<std::string, ExprPtr>> params;  // macro parameters with defaults (null: none)
+  ExprPtr expr;                      // output / for iterable / set value
+  ExprPtr filter;                    // for ... if filter; kFilterBlock chain
+  std::vector<ExprPtr> conditions;   // if / elif
+  std::vector<Body> bodies;          // if / elif bodies
+  Body body;                         // for / macro / set block / generation
+  Body else_body;                    // if / for
+  std::vector<std::string> targets;  // for / set names; macro name in `text`
+  std::string attr;                  // set ns.attr
+  std::vector<std::pair<std::string, ExprPtr>>
+      params;  // macro parameters with defaults (null: none)
 };
 
 // Parses tokens into a body. Errors: InvalidArgument "line N: ..." for syntax errors, and

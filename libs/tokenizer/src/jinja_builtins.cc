@@ -1,6 +1,8 @@
 // Jinja filters and tests, and the globals transformers gives chat templates. Semantics follow
 // Jinja2 3.x (e.g. sort / unique / min / max ignore case by default; default() only replaces
 // undefined unless boolean=true) and transformers' tojson (json.dumps, ensure_ascii=False).
+#include "jinja_builtins.h"
+
 #include <algorithm>
 #include <cmath>
 #include <ctime>
@@ -8,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "colibri/core/status.h"
 #include "jinja_ast.h"
-#include "jinja_builtins.h"
 #include "unicode.h"
 
 namespace colibri::tokenizer::jinja_internal {
@@ -30,9 +31,12 @@ Value AttrPath(const Value& v, const std::string& path) {
   size_t start = 0;
   while (start <= path.size()) {
     size_t dot = path.find('.', start);
-    std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    std::string part =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     if (cur.is_undefined()) return cur;
-    bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+    bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) {
+      return std::isdigit(static_cast<unsigned char>(c));
+    });
     cur = digits ? GetItem(cur, Value::Int(std::stoll(part))) : GetItem(cur, Value::String(part));
     if (dot == std::string::npos) break;
     start = dot + 1;
@@ -42,14 +46,17 @@ Value AttrPath(const Value& v, const std::string& path) {
 
 // Sort key with Jinja's case folding of strings.
 Value FoldCase(const Value& v, bool case_sensitive) {
-  if (!case_sensitive && v.is_string()) return Value::String(internal::ToLowerString(v.as_string()));
+  if (!case_sensitive && v.is_string())
+    return Value::String(internal::ToLowerString(v.as_string()));
   return v;
 }
 
-absl::Status SortValues(ValueList* items, bool reverse, bool case_sensitive, const Value* attribute) {
+absl::Status SortValues(ValueList* items, bool reverse, bool case_sensitive,
+                        const Value* attribute) {
   absl::Status err;
   auto key = [&](const Value& v) {
-    Value k = attribute != nullptr && attribute->is_string() ? AttrPath(v, attribute->as_string()) : v;
+    Value k =
+        attribute != nullptr && attribute->is_string() ? AttrPath(v, attribute->as_string()) : v;
     return FoldCase(k, case_sensitive);
   };
   std::vector<std::pair<Value, Value>> keyed;
@@ -72,12 +79,23 @@ std::string HtmlEscape(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out.push_back(c);
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out.push_back(c);
     }
   }
   return out;
@@ -89,7 +107,8 @@ std::string JinjaTitle(std::string_view s) {
   bool word_start = true;
   for (size_t i = 0; i < s.size();) {
     char32_t cp = NextCodePoint(s, &i);
-    bool sep = cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || internal::IsWhitespace(cp);
+    bool sep =
+        cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || internal::IsWhitespace(cp);
     if (sep) {
       internal::AppendUtf8(cp, &out);
       word_start = true;
@@ -116,8 +135,10 @@ std::vector<std::string> SplitLines(const std::string& s) {
 }
 
 absl::StatusOr<Value> ToNumber(const Value& v, bool to_float, const Value& fallback) {
-  if (v.is_bool() || v.is_int()) return to_float ? Value::Float(v.as_double()) : Value::Int(v.as_int());
-  if (v.is_float()) return to_float ? v : Value::Int(static_cast<int64_t>(std::trunc(v.as_double())));
+  if (v.is_bool() || v.is_int())
+    return to_float ? Value::Float(v.as_double()) : Value::Int(v.as_int());
+  if (v.is_float())
+    return to_float ? v : Value::Int(static_cast<int64_t>(std::trunc(v.as_double())));
   if (v.is_string()) {
     std::string s = StripChars(v.as_string(), nullptr, true, true);
     std::string clean;
@@ -137,7 +158,8 @@ absl::StatusOr<Value> ToNumber(const Value& v, bool to_float, const Value& fallb
   return fallback;
 }
 
-absl::StatusOr<Value> SelectOrReject(const Value& operand, CallArgs& args, bool select, bool by_attr) {
+absl::StatusOr<Value> SelectOrReject(const Value& operand, CallArgs& args, bool select,
+                                     bool by_attr) {
   ASSIGN_OR_RETURN(ValueList items, Iterate(operand));
   size_t next = 0;
   std::string attr;
@@ -150,13 +172,15 @@ absl::StatusOr<Value> SelectOrReject(const Value& operand, CallArgs& args, bool 
   }
   std::string test;
   if (next < args.positional.size()) {
-    if (!args.positional[next].is_string()) return TypeError("select/reject: the test name must be a string");
+    if (!args.positional[next].is_string())
+      return TypeError("select/reject: the test name must be a string");
     test = args.positional[next].as_string();
     ++next;
   }
   CallArgs test_args;
-  test_args.positional.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(std::min(next, args.positional.size())),
-                              args.positional.end());
+  test_args.positional.assign(
+      args.positional.begin() + static_cast<std::ptrdiff_t>(std::min(next, args.positional.size())),
+      args.positional.end());
   ValueList out;
   for (const Value& item : items) {
     Value subject = by_attr ? AttrPath(item, attr) : item;
@@ -200,8 +224,11 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArg
   auto str_of = [&]() { return v.Str(); };
   if (n == "tojson") {
     const Value* indent = FindArg(args, 0, "indent");
-    if (FindArg(args, 99, "separators") != nullptr) return absl::FailedPreconditionError("unsupported: tojson separators");
-    int ind = indent != nullptr && (indent->is_int() || indent->is_bool()) ? static_cast<int>(indent->as_int()) : -1;
+    if (FindArg(args, 99, "separators") != nullptr)
+      return absl::FailedPreconditionError("unsupported: tojson separators");
+    int ind = indent != nullptr && (indent->is_int() || indent->is_bool())
+                  ? static_cast<int>(indent->as_int())
+                  : -1;
     ASSIGN_OR_RETURN(std::string json, v.ToJson(ind, BoolArg(args, 99, "sort_keys", false)));
     if (BoolArg(args, 99, "ensure_ascii", false)) json = AsciiEscapeJson(json);
     return Value::String(std::move(json));
@@ -229,12 +256,14 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArg
   if (n == "default" || n == "d") {
     const Value* def = FindArg(args, 0, "default_value");
     bool boolean = BoolArg(args, 1, "boolean", false);
-    if (v.is_undefined() || (boolean && !v.Truthy())) return def != nullptr ? *def : Value::String("");
+    if (v.is_undefined() || (boolean && !v.Truthy()))
+      return def != nullptr ? *def : Value::String("");
     return v;
   }
   if (n == "first" || n == "last") {
     ASSIGN_OR_RETURN(ValueList items, Iterate(v));
-    if (items.empty()) return Value::Undefined(absl::StrCat("No ", n, " item, sequence was empty."));
+    if (items.empty())
+      return Value::Undefined(absl::StrCat("No ", n, " item, sequence was empty."));
     return n == "first" ? items.front() : items.back();
   }
   if (n == "list") {
@@ -259,7 +288,9 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArg
     std::string out;
     for (size_t k = 0; k < items.size(); ++k) {
       if (k > 0 && sep != nullptr) out += sep->Str();
-      out += (attr != nullptr && attr->is_string() ? AttrPath(items[k], attr->as_string()) : items[k]).Str();
+      out +=
+          (attr != nullptr && attr->is_string() ? AttrPath(items[k], attr->as_string()) : items[k])
+              .Str();
     }
     return Value::String(std::move(out));
   }
@@ -277,7 +308,8 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArg
   }
   if (n == "items") {
     if (v.is_undefined()) return Value::List({});
-    if (!v.is_dict() || v.is_namespace()) return TypeError(absl::StrCat("items: expected a mapping, got ", v.TypeName()));
+    if (!v.is_dict() || v.is_namespace())
+      return TypeError(absl::StrCat("items: expected a mapping, got ", v.TypeName()));
     CallArgs none;
     return BoundMethod(v, "items").callable().fn(none);
   }
@@ -295,7 +327,8 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArg
   }
   if (n == "sort") {
     ASSIGN_OR_RETURN(ValueList items, Iterate(v));
-    RETURN_IF_ERROR(SortValues(&items, BoolArg(args, 0, "reverse", false), BoolArg(args, 1, "case_sensitive", false),
+    RETURN_IF_ERROR(SortValues(&items, BoolArg(args, 0, "reverse", false),
+                               BoolArg(args, 1, "case_sensitive", false),
                                FindArg(args, 2, "attribute")));
     return Value::List(std::move(items));
   }
@@ -305,8 +338,10 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArg
     const Value* attr = FindArg(args, 1, "attribute");
     ValueList out, seen;
     for (const Value& item : items) {
-      Value key = FoldCase(attr != nullptr && attr->is_string() ? AttrPath(item, attr->as_string()) : item, cs);
-      bool dup = std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return s.Equals(key); });
+      Value key = FoldCase(
+          attr != nullptr && attr->is_string() ? AttrPath(item, attr->as_string()) : item, cs);
+      bool dup =
+          std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return s.Equals(key); });
       if (dup) continue;
       seen.push_back(key);
       out.push_back(item);
@@ -315,8 +350,10 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArg
   }
   if (n == "min" || n == "max") {
     ASSIGN_OR_RETURN(ValueList items, Iterate(v));
-    if (items.empty()) return Value::Undefined(absl::StrCat("No aggregated item, sequence was empty."));
-    RETURN_IF_ERROR(SortValues(&items, false, BoolArg(args, 0, "case_sensitive", false), FindArg(args, 1, "attribute")));
+    if (items.empty())
+      return Value::Undefined(absl::StrCat("No aggregated item, sequence was empty."));
+    RETURN_IF_ERROR(SortValues(&items, false, BoolArg(args, 0, "case_sensitive", false),
+                               FindArg(args, 1, "attribute")));
     return n == "min" ? items.front() : items.back();
   }
   if (n == "sum") {
@@ -325,7 +362,10 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArg
     const Value* start = FindArg(args, 1, "start");
     Value total = start != nullptr ? *start : Value::Int(0);
     for (const Value& item : items) {
-      ASSIGN_OR_RETURN(total, BinaryOp("+", total, attr != nullptr && attr->is_string() ? AttrPath(item, attr->as_string()) : item));
+      ASSIGN_OR_RETURN(
+          total, BinaryOp("+", total,
+                          attr != nullptr && attr->is_string() ? AttrPath(item, attr->as_string())
+                                                               : item));
     }
     return total;
   }
@@ -341,9 +381,11 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArg
       }
       return Value::List(std::move(out));
     }
-    if (args.positional.empty() || !args.positional[0].is_string()) return TypeError("map: needs a filter name or attribute=");
+    if (args.positional.empty() || !args.positional[0].is_string())
+      return TypeError("map: needs a filter name or attribute=");
     std::string filter = args.positional[0].as_string();
-    if (!IsKnownFilter(filter)) return absl::FailedPreconditionError(absl::StrCat("unsupported filter '", filter, "'"));
+    if (!IsKnownFilter(filter))
+      return absl::FailedPreconditionError(absl::StrCat("unsupported filter '", filter, "'"));
     CallArgs rest;
     rest.positional.assign(args.positional.begin() + 1, args.positional.end());
     rest.keyword = args.keyword;
@@ -354,13 +396,17 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArg
     return Value::List(std::move(out));
   }
   if (n == "select" || n == "reject") return SelectOrReject(v, args, n == "select", false);
-  if (n == "selectattr" || n == "rejectattr") return SelectOrReject(v, args, n == "selectattr", true);
+  if (n == "selectattr" || n == "rejectattr")
+    return SelectOrReject(v, args, n == "selectattr", true);
   if (n == "attr") {
     const Value* a = FindArg(args, 0, "name");
     if (a == nullptr || !a->is_string()) return TypeError("attr: needs an attribute name");
     if (v.is_namespace()) return GetAttr(v, a->as_string());
     Value m = BoundMethod(v, a->as_string());
-    return m.is_undefined() ? Value::Undefined(absl::StrCat("'", v.TypeName(), " object' has no attribute '", a->as_string(), "'")) : m;
+    return m.is_undefined()
+               ? Value::Undefined(absl::StrCat("'", v.TypeName(), " object' has no attribute '",
+                                               a->as_string(), "'"))
+               : m;
   }
   if (n == "abs") {
     if (v.is_float()) return Value::Float(std::fabs(v.as_double()));
@@ -380,7 +426,8 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArg
     const Value* method = FindArg(args, 1, "method");
     int64_t p = prec != nullptr && (prec->is_int() || prec->is_bool()) ? prec->as_int() : 0;
     std::string m = method != nullptr && method->is_string() ? method->as_string() : "common";
-    if (!v.is_number()) return TypeError(absl::StrCat("round: expected a number, got ", v.TypeName()));
+    if (!v.is_number())
+      return TypeError(absl::StrCat("round: expected a number, got ", v.TypeName()));
     double scale = std::pow(10.0, static_cast<double>(p));
     double x = v.as_double() * scale;
     double r = m == "ceil" ? std::ceil(x) : m == "floor" ? std::floor(x) : std::nearbyint(x);
@@ -388,9 +435,13 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArg
   }
   if (n == "indent") {
     const Value* width = FindArg(args, 0, "width");
-    std::string pad = width != nullptr && width->is_string()
-                          ? width->as_string()
-                          : std::string(static_cast<size_t>(width != nullptr && width->is_int() ? std::max<int64_t>(0, width->as_int()) : 4), ' ');
+    std::string pad =
+        width != nullptr && width->is_string()
+            ? width->as_string()
+            : std::string(static_cast<size_t>(width != nullptr && width->is_int()
+                                                  ? std::max<int64_t>(0, width->as_int())
+                                                  : 4),
+                          ' ');
     bool first = BoolArg(args, 1, "first", false);
     bool blank = BoolArg(args, 2, "blank", false);
     std::string s = str_of() + "\n";
@@ -414,7 +465,8 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArg
     int64_t len = static_cast<int64_t>(internal::CodePointCount(s));
     if (len >= w) return Value::String(s);
     int64_t total = w - len, left = total / 2 + (total & w & 1);
-    return Value::String(std::string(static_cast<size_t>(left), ' ') + s + std::string(static_cast<size_t>(total - left), ' '));
+    return Value::String(std::string(static_cast<size_t>(left), ' ') + s +
+                         std::string(static_cast<size_t>(total - left), ' '));
   }
   if (n == "format") {
     Value fmt = Value::String(str_of());
@@ -424,7 +476,8 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArg
   if (n == "batch") {
     const Value* size = FindArg(args, 0, "linecount");
     const Value* fill = FindArg(args, 1, "fill_with");
-    if (size == nullptr || !size->is_int() || size->as_int() <= 0) return TypeError("batch: needs a positive size");
+    if (size == nullptr || !size->is_int() || size->as_int() <= 0)
+      return TypeError("batch: needs a positive size");
     ASSIGN_OR_RETURN(ValueList items, Iterate(v));
     ValueList out, cur;
     for (const Value& item : items) {
@@ -435,7 +488,8 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArg
       }
     }
     if (!cur.empty()) {
-      while (fill != nullptr && static_cast<int64_t>(cur.size()) < size->as_int()) cur.push_back(*fill);
+      while (fill != nullptr && static_cast<int64_t>(cur.size()) < size->as_int())
+        cur.push_back(*fill);
       out.push_back(Value::List(std::move(cur)));
     }
     return Value::List(std::move(out));
@@ -463,7 +517,8 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArg
     CallArgs none;
     Value words = BoundMethod(Value::String(out), "split").callable().fn(none).value();
     std::string joined;
-    for (size_t k = 0; k < words.list().size(); ++k) joined += (k ? " " : "") + words.list()[k].as_string();
+    for (size_t k = 0; k < words.list().size(); ++k)
+      joined += (k ? " " : "") + words.list()[k].as_string();
     return Value::String(joined);
   }
   if (n == "truncate") {
@@ -478,7 +533,8 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArg
     ASSIGN_OR_RETURN(ValueList chars, Iterate(Value::String(s)));
     int64_t n_chars = static_cast<int64_t>(chars.size());
     if (n_chars <= length + leeway) return Value::String(s);
-    int64_t keep = std::max<int64_t>(0, length - static_cast<int64_t>(internal::CodePointCount(end)));
+    int64_t keep =
+        std::max<int64_t>(0, length - static_cast<int64_t>(internal::CodePointCount(end)));
     std::string head;
     for (int64_t k = 0; k < keep; ++k) head += chars[static_cast<size_t>(k)].as_string();
     if (!killwords) {
@@ -508,13 +564,15 @@ absl::StatusOr<bool> ApplyTest(std::string_view name, const Value& v, CallArgs& 
   if (n == "number") return v.is_number();
   if (n == "string") return v.is_string();
   if (n == "mapping") return v.is_dict() && !v.is_namespace();
-  if (n == "iterable") return v.is_undefined() || v.is_list() || v.is_string() || (v.is_dict() && !v.is_namespace());
+  if (n == "iterable")
+    return v.is_undefined() || v.is_list() || v.is_string() || (v.is_dict() && !v.is_namespace());
   if (n == "sequence") return v.is_list() || v.is_string() || (v.is_dict() && !v.is_namespace());
   if (n == "callable") return v.is_callable();
   if (n == "escaped") return false;
   if (n == "sameas") {
     RETURN_IF_ERROR(need_arg());
-    if (v.is_list() || v.is_dict() || v.is_callable() || arg->is_list() || arg->is_dict() || arg->is_callable()) {
+    if (v.is_list() || v.is_dict() || v.is_callable() || arg->is_list() || arg->is_dict() ||
+        arg->is_callable()) {
       return v.kind() == arg->kind() && v.Equals(*arg) && v.Repr() == arg->Repr();
     }
     return v.kind() == arg->kind() && v.Equals(*arg);
@@ -550,12 +608,14 @@ absl::StatusOr<bool> ApplyTest(std::string_view name, const Value& v, CallArgs& 
     return Contains(*arg, v);
   }
   if (n == "odd" || n == "even") {
-    if (!v.is_int() && !v.is_bool()) return TypeError(absl::StrCat("test '", n, "' needs an integer"));
+    if (!v.is_int() && !v.is_bool())
+      return TypeError(absl::StrCat("test '", n, "' needs an integer"));
     return (v.as_int() % 2 != 0) == (n == "odd");
   }
   if (n == "divisibleby") {
     const Value* d = FindArg(args, 0, "num");
-    if (d == nullptr || !(d->is_int() || d->is_bool()) || d->as_int() == 0 || !(v.is_int() || v.is_bool())) {
+    if (d == nullptr || !(d->is_int() || d->is_bool()) || d->as_int() == 0 ||
+        !(v.is_int() || v.is_bool())) {
       return TypeError("divisibleby needs integers (and a non-zero divisor)");
     }
     return v.as_int() % d->as_int() == 0;
@@ -563,7 +623,8 @@ absl::StatusOr<bool> ApplyTest(std::string_view name, const Value& v, CallArgs& 
   if (n == "lower" || n == "upper") {
     if (!v.is_string()) return false;
     CallArgs none;
-    ASSIGN_OR_RETURN(Value r, BoundMethod(v, n == "lower" ? "islower" : "isupper").callable().fn(none));
+    ASSIGN_OR_RETURN(Value r,
+                     BoundMethod(v, n == "lower" ? "islower" : "isupper").callable().fn(none));
     return r.as_bool();
   }
   return absl::FailedPreconditionError(absl::StrCat("unsupported test '", n, "'"));
@@ -573,31 +634,37 @@ void AddGlobals(Dict* globals) {
   globals->Set(Value::String("raise_exception"),
                Value::Function("raise_exception", [](CallArgs& args) -> absl::StatusOr<Value> {
                  const Value* msg = FindArg(args, 0, "message");
-                 return absl::InvalidArgumentError(
-                     absl::StrCat("raise_exception: ", msg != nullptr ? msg->Str() : std::string()));
+                 return absl::InvalidArgumentError(absl::StrCat(
+                     "raise_exception: ", msg != nullptr ? msg->Str() : std::string()));
                }));
-  globals->Set(Value::String("namespace"), Value::Function("namespace", [](CallArgs& args) -> absl::StatusOr<Value> {
+  globals->Set(Value::String("namespace"),
+               Value::Function("namespace", [](CallArgs& args) -> absl::StatusOr<Value> {
                  Value ns = Value::NewDict(/*is_namespace=*/true);
                  for (const Value& p : args.positional) {
-                   if (!p.is_dict()) return TypeError("namespace() positional arguments must be mappings");
+                   if (!p.is_dict())
+                     return TypeError("namespace() positional arguments must be mappings");
                    for (const auto& [k, v] : p.dict().items) ns.dict().Set(k, v);
                  }
                  for (const auto& [k, v] : args.keyword) ns.dict().Set(Value::String(k), v);
                  return ns;
                }));
-  globals->Set(Value::String("dict"), Value::Function("dict", [](CallArgs& args) -> absl::StatusOr<Value> {
+  globals->Set(Value::String("dict"),
+               Value::Function("dict", [](CallArgs& args) -> absl::StatusOr<Value> {
                  Value d = Value::NewDict();
                  for (const Value& p : args.positional) {
-                   if (!p.is_dict()) return TypeError("dict() positional arguments must be mappings");
+                   if (!p.is_dict())
+                     return TypeError("dict() positional arguments must be mappings");
                    for (const auto& [k, v] : p.dict().items) d.dict().Set(k, v);
                  }
                  for (const auto& [k, v] : args.keyword) d.dict().Set(Value::String(k), v);
                  return d;
                }));
-  globals->Set(Value::String("range"), Value::Function("range", [](CallArgs& args) -> absl::StatusOr<Value> {
+  globals->Set(Value::String("range"),
+               Value::Function("range", [](CallArgs& args) -> absl::StatusOr<Value> {
                  std::vector<int64_t> a;
                  for (const Value& p : args.positional) {
-                   if (!p.is_int() && !p.is_bool()) return TypeError("range() arguments must be integers");
+                   if (!p.is_int() && !p.is_bool())
+                     return TypeError("range() arguments must be integers");
                    a.push_back(p.as_int());
                  }
                  if (a.empty() || a.size() > 3) return TypeError("range expected 1 to 3 arguments");
@@ -606,14 +673,17 @@ void AddGlobals(Dict* globals) {
                  if (step == 0) return TypeError("range() arg 3 must not be zero");
                  ValueList out;
                  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-                   if (out.size() >= 100000) return absl::ResourceExhaustedError("range() too large for a template");
+                   if (out.size() >= 100000)
+                     return absl::ResourceExhaustedError("range() too large for a template");
                    out.push_back(Value::Int(i));
                  }
                  return Value::List(std::move(out));
                }));
-  globals->Set(Value::String("strftime_now"), Value::Function("strftime_now", [](CallArgs& args) -> absl::StatusOr<Value> {
+  globals->Set(Value::String("strftime_now"),
+               Value::Function("strftime_now", [](CallArgs& args) -> absl::StatusOr<Value> {
                  const Value* fmt = FindArg(args, 0, "format");
-                 if (fmt == nullptr || !fmt->is_string()) return TypeError("strftime_now() needs a format string");
+                 if (fmt == nullptr || !fmt->is_string())
+                   return TypeError("strftime_now() needs a format string");
                  std::time_t now = std::time(nullptr);
                  std::tm tm{};
                  localtime_r(&now, &tm);

@@ -17,7 +17,8 @@ Value GetAttr(const Value& obj, std::string_view name);
 // obj[key]: dict keys, list/str indexes (negative allowed), then methods for str keys.
 Value GetItem(const Value& obj, const Value& key);
 // obj[start:stop:step] on lists, tuples and strings (code points); parts may be None.
-absl::StatusOr<Value> SliceValue(const Value& obj, const Value& start, const Value& stop, const Value& step);
+absl::StatusOr<Value> SliceValue(const Value& obj, const Value& start, const Value& stop,
+                                 const Value& step);
 
 // Items of an iterable: list/tuple elements, dict keys, str characters, nothing for undefined.
 absl::StatusOr<ValueList> Iterate(const Value& v);

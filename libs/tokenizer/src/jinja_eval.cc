@@ -48,7 +48,8 @@ class Evaluator {
     for (const auto& node : body) {
       RETURN_IF_ERROR(RenderNode(*node, frame, out, flow));
       if (*flow != Flow::kNormal) return absl::OkStatus();
-      if (out->size() > kMaxOutputBytes) return absl::ResourceExhaustedError("template output exceeds 64 MiB");
+      if (out->size() > kMaxOutputBytes)
+        return absl::ResourceExhaustedError("template output exceeds 64 MiB");
     }
     return absl::OkStatus();
   }
@@ -67,7 +68,8 @@ class Evaluator {
         "line ", line, ": ", v.undefined_hint().empty() ? "undefined value" : v.undefined_hint()));
   }
 
-  absl::Status Unpack(const std::vector<std::string>& targets, const Value& v, Frame* frame, int line) {
+  absl::Status Unpack(const std::vector<std::string>& targets, const Value& v, Frame* frame,
+                      int line) {
     if (targets.size() == 1) {
       frame->vars[targets[0]] = v;
       return absl::OkStatus();
@@ -75,8 +77,9 @@ class Evaluator {
     auto items = jinja_internal::Iterate(v);
     if (!items.ok()) return AtLine(items.status(), line);
     if (items->size() != targets.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("line ", line, ": cannot unpack ", items->size(),
-                                                     " values into ", targets.size(), " names"));
+      return absl::InvalidArgumentError(absl::StrCat("line ", line, ": cannot unpack ",
+                                                     items->size(), " values into ", targets.size(),
+                                                     " names"));
     }
     for (size_t k = 0; k < targets.size(); ++k) frame->vars[targets[k]] = (*items)[k];
     return absl::OkStatus();
@@ -106,7 +109,8 @@ class Evaluator {
           Value ns = Lookup(n.targets[0], frame);
           if (!ns.is_namespace()) {
             return absl::InvalidArgumentError(
-                absl::StrCat("line ", n.line, ": cannot assign attribute on non-namespace object '", n.targets[0], "'"));
+                absl::StrCat("line ", n.line, ": cannot assign attribute on non-namespace object '",
+                             n.targets[0], "'"));
           }
           ns.dict().Set(Value::String(n.attr), std::move(v));
           return absl::OkStatus();
@@ -135,7 +139,8 @@ class Evaluator {
         std::string text;
         Flow inner = Flow::kNormal;
         RETURN_IF_ERROR(RenderBody(n.body, frame, &text, &inner));
-        ASSIGN_OR_RETURN(Value v, EvalFilterChain(*n.filter, Value::String(std::move(text)), frame));
+        ASSIGN_OR_RETURN(Value v,
+                         EvalFilterChain(*n.filter, Value::String(std::move(text)), frame));
         out->append(v.Str());
         return absl::OkStatus();
       }
@@ -179,10 +184,13 @@ class Evaluator {
       set("length", Value::Int(length));
       set("depth", Value::Int(1));
       set("depth0", Value::Int(0));
-      set("previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value::Undefined("there is no previous item"));
-      set("nextitem", i + 1 < length ? items[static_cast<size_t>(i + 1)] : Value::Undefined("there is no next item"));
+      set("previtem", i > 0 ? items[static_cast<size_t>(i - 1)]
+                            : Value::Undefined("there is no previous item"));
+      set("nextitem", i + 1 < length ? items[static_cast<size_t>(i + 1)]
+                                     : Value::Undefined("there is no next item"));
       set("cycle", Value::Function("loop.cycle", [i](CallArgs& args) -> absl::StatusOr<Value> {
-            if (args.positional.empty()) return absl::InvalidArgumentError("no items for cycling given");
+            if (args.positional.empty())
+              return absl::InvalidArgumentError("no items for cycling given");
             return args.positional[static_cast<size_t>(i) % args.positional.size()];
           }));
       iter->vars["loop"] = loop;
@@ -201,21 +209,26 @@ class Evaluator {
       FramePtr defining = weak.lock();
       if (!defining) {
         return absl::FailedPreconditionError(
-            absl::StrCat("line ", node->line, ": macro '", node->text, "' called outside the scope it was defined in"));
+            absl::StrCat("line ", node->line, ": macro '", node->text,
+                         "' called outside the scope it was defined in"));
       }
       if (depth_ >= kMaxCallDepth) {
-        return absl::ResourceExhaustedError(absl::StrCat("line ", node->line, ": macro recursion too deep"));
+        return absl::ResourceExhaustedError(
+            absl::StrCat("line ", node->line, ": macro recursion too deep"));
       }
       auto frame = std::make_shared<Frame>();
       frame->parent = defining;
       if (args.positional.size() > node->params.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("macro '", node->text, "' takes ", node->params.size(),
-                                                       " arguments (", args.positional.size(), " given)"));
+        return absl::InvalidArgumentError(absl::StrCat("macro '", node->text, "' takes ",
+                                                       node->params.size(), " arguments (",
+                                                       args.positional.size(), " given)"));
       }
       for (const auto& [key, v] : args.keyword) {
         bool known = false;
         for (const auto& p : node->params) known = known || p.first == key;
-        if (!known) return absl::InvalidArgumentError(absl::StrCat("macro '", node->text, "' has no argument '", key, "'"));
+        if (!known)
+          return absl::InvalidArgumentError(
+              absl::StrCat("macro '", node->text, "' has no argument '", key, "'"));
       }
       for (size_t k = 0; k < node->params.size(); ++k) {
         const auto& [pname, def] = node->params[k];
@@ -345,8 +358,9 @@ class Evaluator {
         ASSIGN_OR_RETURN(Value v, Eval(*e.children[0], frame));
         if (v.is_undefined()) return UndefinedError(v, e.line);
         if (!v.is_number()) {
-          return absl::InvalidArgumentError(absl::StrCat("line ", e.line, ": bad operand type for unary ",
-                                                         e.kind == ExprKind::kNeg ? "-" : "+", ": '", v.TypeName(), "'"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("line ", e.line, ": bad operand type for unary ",
+                           e.kind == ExprKind::kNeg ? "-" : "+", ": '", v.TypeName(), "'"));
         }
         if (e.kind == ExprKind::kPos) return v.is_bool() ? Value::Int(v.as_int()) : v;
         return v.is_float() ? Value::Float(-v.as_double()) : Value::Int(-v.as_int());
@@ -383,7 +397,8 @@ class Evaluator {
         ASSIGN_OR_RETURN(Value c, Eval(*e.children[1], frame));
         if (c.Truthy()) return Eval(*e.children[0], frame);
         if (e.children[2]) return Eval(*e.children[2], frame);
-        return Value::Undefined("the inline if-expression evaluated to false and no else section was defined");
+        return Value::Undefined(
+            "the inline if-expression evaluated to false and no else section was defined");
       }
     }
     return absl::InternalError("unknown expression");
@@ -399,8 +414,8 @@ class Evaluator {
     }
     if (a.is_undefined() || b.is_undefined()) {
       const Value& u = a.is_undefined() ? a : b;
-      return absl::InvalidArgumentError(u.undefined_hint().empty() ? "undefined value in a comparison"
-                                                                    : u.undefined_hint());
+      return absl::InvalidArgumentError(
+          u.undefined_hint().empty() ? "undefined value in a comparison" : u.undefined_hint());
     }
     if (op == "<") return Value::Less(a, b);
     if (op == ">") return Value::Less(b, a);
@@ -432,14 +447,16 @@ absl::StatusOr<Template> Template::Parse(std::string_view source, const Options&
 }
 
 absl::StatusOr<std::string> Template::Render(const nlohmann::ordered_json& context) const {
-  if (!context.is_object()) return absl::InvalidArgumentError("template context must be a JSON object");
+  if (!context.is_object())
+    return absl::InvalidArgumentError("template context must be a JSON object");
   auto globals = std::make_shared<Frame>();
   jinja_internal::Dict builtins;
   jinja_internal::AddGlobals(&builtins);
   for (auto& [k, v] : builtins.items) globals->vars[k.as_string()] = v;
   auto frame = std::make_shared<Frame>();
   frame->parent = globals;
-  for (auto it = context.begin(); it != context.end(); ++it) frame->vars[it.key()] = Value::FromJson(it.value());
+  for (auto it = context.begin(); it != context.end(); ++it)
+    frame->vars[it.key()] = Value::FromJson(it.value());
   std::string out;
   Evaluator eval;
   Flow flow = Flow::kNormal;

@@ -134,7 +134,8 @@ class Lexer {
         line_ += src_[pos] == '\n';
         pos = next;
       }
-    } else if (close_mod != '+' && is_block && opt_.trim_blocks && pos < src_.size() && src_[pos] == '\n') {
+    } else if (close_mod != '+' && is_block && opt_.trim_blocks && pos < src_.size() &&
+               src_[pos] == '\n') {
       ++pos;
       ++line_;
     }
@@ -187,7 +188,8 @@ class Lexer {
         line_ += src_[p] == '\n';
         ++p;
       }
-      if (p >= src_.size()) return Error(kind == '{' ? "unterminated '{{' tag" : "unterminated '{%' tag");
+      if (p >= src_.size())
+        return Error(kind == '{' ? "unterminated '{{' tag" : "unterminated '{%' tag");
       // Tag end (only outside brackets, so "{{ {'a': {}} }}" lexes).
       if (depth == 0) {
         char mod = (src_[p] == '-' || src_[p] == '+') ? src_[p] : '\0';
@@ -201,7 +203,9 @@ class Lexer {
       char c = src_[p];
       if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
         size_t s = p;
-        while (p < src_.size() && (std::isalnum(static_cast<unsigned char>(src_[p])) || src_[p] == '_')) ++p;
+        while (p < src_.size() &&
+               (std::isalnum(static_cast<unsigned char>(src_[p])) || src_[p] == '_'))
+          ++p;
         tokens_.push_back({TokenType::kName, src_.substr(s, p - s), line_});
         continue;
       }
@@ -215,8 +219,9 @@ class Lexer {
         p = *next;
         continue;
       }
-      static const char* kOps[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<", ">",
-                                   "=",  "(",  ")",  "[",  "]",  "{",  "}", ",", ".", ":", "|", ";"};
+      static const char* kOps[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*",
+                                   "/",  "%",  "~",  "<",  ">",  "=",  "(", ")", "[",
+                                   "]",  "{",  "}",  ",",  ".",  ":",  "|", ";"};
       bool matched = false;
       for (const char* op : kOps) {
         size_t len = std::char_traits<char>::length(op);
@@ -229,7 +234,8 @@ class Lexer {
           break;
         }
       }
-      if (!matched) return Error(absl::StrCat("unexpected character '", std::string(1, c), "' in a tag"));
+      if (!matched)
+        return Error(absl::StrCat("unexpected character '", std::string(1, c), "' in a tag"));
     }
   }
 
@@ -237,13 +243,15 @@ class Lexer {
     size_t s = p;
     auto digits = [&] {
       while (p < src_.size() && (std::isdigit(static_cast<unsigned char>(src_[p])) ||
-                                 (src_[p] == '_' && p + 1 < src_.size() && std::isdigit(static_cast<unsigned char>(src_[p + 1]))))) {
+                                 (src_[p] == '_' && p + 1 < src_.size() &&
+                                  std::isdigit(static_cast<unsigned char>(src_[p + 1]))))) {
         ++p;
       }
     };
     digits();
     bool is_float = false;
-    if (p + 1 < src_.size() && src_[p] == '.' && std::isdigit(static_cast<unsigned char>(src_[p + 1]))) {
+    if (p + 1 < src_.size() && src_[p] == '.' &&
+        std::isdigit(static_cast<unsigned char>(src_[p + 1]))) {
       ++p;
       digits();
       is_float = true;
@@ -294,24 +302,49 @@ class Lexer {
         for (int k = 0; k < n; ++k) {
           char h = src_[p + static_cast<size_t>(k)];
           if (!std::isxdigit(static_cast<unsigned char>(h))) return -1;
-          v = v * 16 + (std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (std::tolower(h) - 'a' + 10));
+          v = v * 16 + (std::isdigit(static_cast<unsigned char>(h)) ? h - '0'
+                                                                    : (std::tolower(h) - 'a' + 10));
         }
         p += static_cast<size_t>(n);
         return v;
       };
       switch (e) {
-        case 'n': out.push_back('\n'); break;
-        case 't': out.push_back('\t'); break;
-        case 'r': out.push_back('\r'); break;
-        case '\\': out.push_back('\\'); break;
-        case '\'': out.push_back('\''); break;
-        case '"': out.push_back('"'); break;
-        case 'a': out.push_back('\a'); break;
-        case 'b': out.push_back('\b'); break;
-        case 'f': out.push_back('\f'); break;
-        case 'v': out.push_back('\v'); break;
-        case '\n': ++line_; break;  // line continuation
-        case 'x': case 'u': case 'U': {
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        case '\\':
+          out.push_back('\\');
+          break;
+        case '\'':
+          out.push_back('\'');
+          break;
+        case '"':
+          out.push_back('"');
+          break;
+        case 'a':
+          out.push_back('\a');
+          break;
+        case 'b':
+          out.push_back('\b');
+          break;
+        case 'f':
+          out.push_back('\f');
+          break;
+        case 'v':
+          out.push_back('\v');
+          break;
+        case '\n':
+          ++line_;
+          break;  // line continuation
+        case 'x':
+        case 'u':
+        case 'U': {
           int64_t v = hex(e == 'x' ? 2 : e == 'u' ? 4 : 8);
           if (v < 0 || v > 0x10FFFF) return Error("bad escape in string literal");
           internal::AppendUtf8(static_cast<char32_t>(v), &out);
@@ -320,7 +353,8 @@ class Lexer {
         default:
           if (e >= '0' && e <= '7') {  // octal, up to 3 digits
             int v = e - '0';
-            for (int k = 0; k < 2 && p < src_.size() && src_[p] >= '0' && src_[p] <= '7'; ++k) v = v * 8 + (src_[p++] - '0');
+            for (int k = 0; k < 2 && p < src_.size() && src_[p] >= '0' && src_[p] <= '7'; ++k)
+              v = v * 8 + (src_[p++] - '0');
             internal::AppendUtf8(static_cast<char32_t>(v), &out);
           } else {  // unknown escapes stay as written
             out.push_back('\\');

@@ -30,13 +30,17 @@ std::vector<size_t> CodePointOffsets(std::string_view s) {
   return off;
 }
 
-bool IsPyWhitespace(char32_t cp) { return internal::IsWhitespace(cp) || (cp >= 0x1C && cp <= 0x1F); }
+bool IsPyWhitespace(char32_t cp) {
+  return internal::IsWhitespace(cp) || (cp >= 0x1C && cp <= 0x1F);
+}
 
-absl::StatusOr<std::string> StringArg(const CallArgs& args, size_t i, std::string_view kw, const std::string& method) {
+absl::StatusOr<std::string> StringArg(const CallArgs& args, size_t i, std::string_view kw,
+                                      const std::string& method) {
   const Value* v = FindArg(args, i, kw);
   if (v == nullptr) return TypeError(absl::StrCat(method, "() missing argument ", i + 1));
   if (!v->is_string()) {
-    return TypeError(absl::StrCat(method, "() argument ", i + 1, " must be str, not ", v->TypeName()));
+    return TypeError(
+        absl::StrCat(method, "() argument ", i + 1, " must be str, not ", v->TypeName()));
   }
   return v->as_string();
 }
@@ -67,7 +71,8 @@ std::vector<std::string> SplitWhitespace(std::string_view s, int64_t maxsplit, b
   }
   const size_t m = static_cast<size_t>(maxsplit);
   if (!from_right) {
-    for (size_t k = 0; k < m; ++k) out.emplace_back(s.substr(words[k].first, words[k].second - words[k].first));
+    for (size_t k = 0; k < m; ++k)
+      out.emplace_back(s.substr(words[k].first, words[k].second - words[k].first));
     out.push_back(StripChars(s.substr(words[m].first), nullptr, false, true));
   } else {
     size_t first = words.size() - m;
@@ -79,7 +84,8 @@ std::vector<std::string> SplitWhitespace(std::string_view s, int64_t maxsplit, b
   return out;
 }
 
-std::vector<std::string> SplitSep(std::string_view s, std::string_view sep, int64_t maxsplit, bool from_right) {
+std::vector<std::string> SplitSep(std::string_view s, std::string_view sep, int64_t maxsplit,
+                                  bool from_right) {
   std::vector<std::string> out;
   if (!from_right) {
     size_t last = 0, pos;
@@ -118,7 +124,8 @@ std::string PythonTitle(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     char32_t cp = NextCodePoint(s, &i);
     bool cased = internal::IsUpper(cp) || internal::IsLower(cp);
-    internal::AppendUtf8(cased ? (prev_cased ? internal::ToLower(cp) : internal::ToUpper(cp)) : cp, &out);
+    internal::AppendUtf8(cased ? (prev_cased ? internal::ToLower(cp) : internal::ToUpper(cp)) : cp,
+                         &out);
     prev_cased = cased;
   }
   return out;
@@ -156,7 +163,8 @@ absl::StatusOr<std::string> PythonFormat(std::string_view fmt, const CallArgs& a
       continue;
     }
     size_t close = fmt.find('}', i);
-    if (close == std::string_view::npos) return TypeError("Single '{' encountered in format string");
+    if (close == std::string_view::npos)
+      return TypeError("Single '{' encountered in format string");
     std::string field(fmt.substr(i + 1, close - i - 1));
     if (field.find_first_of(":!") != std::string::npos) {
       return absl::FailedPreconditionError("unsupported: format specs in str.format");
@@ -172,11 +180,36 @@ absl::StatusOr<std::string> PythonFormat(std::string_view fmt, const CallArgs& a
         if (name == field) v = &val;
       }
     }
-    if (v == nullptr) return TypeError(absl::StrCat("format field '{", field, "}' has no argument"));
+    if (v == nullptr)
+      return TypeError(absl::StrCat("format field '{", field, "}' has no argument"));
     out += v->Str();
     i = close;
   }
   return out;
+}
+
+// Python methods outside the subset: calling one fails naming it (mutating ones are refused by
+// transformers' immutable sandbox as well).
+constexpr std::string_view kOtherStrMethods[] = {
+    "casefold",     "center",      "encode",   "expandtabs", "format_map", "isascii",
+    "isidentifier", "isprintable", "istitle",  "ljust",      "maketrans",  "partition",
+    "rjust",        "rpartition",  "swapcase", "translate",  "zfill"};
+constexpr std::string_view kOtherDictMethods[] = {"clear",   "copy",       "fromkeys", "pop",
+                                                  "popitem", "setdefault", "update"};
+constexpr std::string_view kOtherListMethods[] = {"append", "clear",  "copy",    "extend", "insert",
+                                                  "pop",    "remove", "reverse", "sort"};
+
+template <size_t N>
+Value Unsupported(const Value& obj, const std::string& method, const std::string_view (&names)[N]) {
+  for (std::string_view n : names) {
+    if (n == method) {
+      std::string what = absl::StrCat("unsupported method '", obj.TypeName(), ".", method, "'");
+      return Value::Function(what, [what](CallArgs&) -> absl::StatusOr<Value> {
+        return absl::FailedPreconditionError(what);
+      });
+    }
+  }
+  return Value::Undefined();
 }
 
 }  // namespace
@@ -220,8 +253,9 @@ std::string StripChars(std::string_view s, const std::string* chars, bool left, 
 Value BoundMethod(const Value& obj, std::string_view name) {
   const std::string method(name);
   auto bind = [&](auto fn) {
-    return Value::Function(absl::StrCat(obj.TypeName(), ".", method),
-                           [obj, fn](CallArgs& args) -> absl::StatusOr<Value> { return fn(obj, args); });
+    return Value::Function(
+        absl::StrCat(obj.TypeName(), ".", method),
+        [obj, fn](CallArgs& args) -> absl::StatusOr<Value> { return fn(obj, args); });
   };
   if (obj.is_string()) {
     if (name == "startswith" || name == "endswith") {
@@ -234,16 +268,19 @@ Value BoundMethod(const Value& obj, std::string_view name) {
           options.push_back(p->as_string());
         } else if (p->is_list()) {
           for (const Value& o : p->list()) {
-            if (!o.is_string()) return TypeError(absl::StrCat(method, "() tuple items must be str"));
+            if (!o.is_string())
+              return TypeError(absl::StrCat(method, "() tuple items must be str"));
             options.push_back(o.as_string());
           }
         } else {
-          return TypeError(absl::StrCat(method, "() first arg must be str or a tuple of str, not ", p->TypeName()));
+          return TypeError(absl::StrCat(method, "() first arg must be str or a tuple of str, not ",
+                                        p->TypeName()));
         }
         const std::string& s = self.as_string();
         for (const auto& o : options) {
-          bool hit = starts ? s.compare(0, o.size(), o) == 0
-                            : (s.size() >= o.size() && s.compare(s.size() - o.size(), o.size(), o) == 0);
+          bool hit =
+              starts ? s.compare(0, o.size(), o) == 0
+                     : (s.size() >= o.size() && s.compare(s.size() - o.size(), o.size(), o) == 0);
           if (hit) return Value::Bool(true);
         }
         return Value::Bool(false);
@@ -254,8 +291,10 @@ Value BoundMethod(const Value& obj, std::string_view name) {
       return bind([right](const Value& self, CallArgs& args) -> absl::StatusOr<Value> {
         const Value* sep = FindArg(args, 0, "sep");
         int64_t maxsplit = IntArgOr(args, 1, "maxsplit", -1);
-        if (sep == nullptr || sep->is_none()) return StringList(SplitWhitespace(self.as_string(), maxsplit, right));
-        if (!sep->is_string()) return TypeError(absl::StrCat("must be str or None, not ", sep->TypeName()));
+        if (sep == nullptr || sep->is_none())
+          return StringList(SplitWhitespace(self.as_string(), maxsplit, right));
+        if (!sep->is_string())
+          return TypeError(absl::StrCat("must be str or None, not ", sep->TypeName()));
         if (sep->as_string().empty()) return TypeError("empty separator");
         return StringList(SplitSep(self.as_string(), sep->as_string(), maxsplit, right));
       });
@@ -267,7 +306,8 @@ Value BoundMethod(const Value& obj, std::string_view name) {
         if (chars != nullptr && !chars->is_none() && !chars->is_string()) {
           return TypeError(absl::StrCat("strip arg must be None or str, not ", chars->TypeName()));
         }
-        const std::string* c = chars != nullptr && chars->is_string() ? &chars->as_string() : nullptr;
+        const std::string* c =
+            chars != nullptr && chars->is_string() ? &chars->as_string() : nullptr;
         return Value::String(StripChars(self.as_string(), c, l, r));
       });
     }
@@ -303,18 +343,33 @@ Value BoundMethod(const Value& obj, std::string_view name) {
         return Value::String(std::move(out));
       });
     }
-    if (name == "upper") return bind([](const Value& self, CallArgs&) -> absl::StatusOr<Value> { return Value::String(internal::ToUpperString(self.as_string())); });
-    if (name == "lower") return bind([](const Value& self, CallArgs&) -> absl::StatusOr<Value> { return Value::String(internal::ToLowerString(self.as_string())); });
-    if (name == "title") return bind([](const Value& self, CallArgs&) -> absl::StatusOr<Value> { return Value::String(PythonTitle(self.as_string())); });
-    if (name == "capitalize") return bind([](const Value& self, CallArgs&) -> absl::StatusOr<Value> { return Value::String(PythonCapitalize(self.as_string())); });
-    if (name == "find" || name == "rfind" || name == "index" || name == "rindex" || name == "count") {
+    if (name == "upper")
+      return bind([](const Value& self, CallArgs&) -> absl::StatusOr<Value> {
+        return Value::String(internal::ToUpperString(self.as_string()));
+      });
+    if (name == "lower")
+      return bind([](const Value& self, CallArgs&) -> absl::StatusOr<Value> {
+        return Value::String(internal::ToLowerString(self.as_string()));
+      });
+    if (name == "title")
+      return bind([](const Value& self, CallArgs&) -> absl::StatusOr<Value> {
+        return Value::String(PythonTitle(self.as_string()));
+      });
+    if (name == "capitalize")
+      return bind([](const Value& self, CallArgs&) -> absl::StatusOr<Value> {
+        return Value::String(PythonCapitalize(self.as_string()));
+      });
+    if (name == "find" || name == "rfind" || name == "index" || name == "rindex" ||
+        name == "count") {
       return bind([method](const Value& self, CallArgs& args) -> absl::StatusOr<Value> {
         ASSIGN_OR_RETURN(std::string sub, StringArg(args, 0, "sub", method));
         const std::string& s = self.as_string();
         if (method == "count") {
           if (sub.empty()) return Value::Int(static_cast<int64_t>(internal::CodePointCount(s) + 1));
           int64_t n = 0;
-          for (size_t pos = s.find(sub); pos != std::string::npos; pos = s.find(sub, pos + sub.size())) ++n;
+          for (size_t pos = s.find(sub); pos != std::string::npos;
+               pos = s.find(sub, pos + sub.size()))
+            ++n;
           return Value::Int(n);
         }
         size_t pos = (method == "find" || method == "index") ? s.find(sub) : s.rfind(sub);
@@ -322,7 +377,8 @@ Value BoundMethod(const Value& obj, std::string_view name) {
           if (method == "index" || method == "rindex") return TypeError("substring not found");
           return Value::Int(-1);
         }
-        return Value::Int(static_cast<int64_t>(internal::CodePointCount(std::string_view(s).substr(0, pos))));
+        return Value::Int(
+            static_cast<int64_t>(internal::CodePointCount(std::string_view(s).substr(0, pos))));
       });
     }
     if (name == "join") {
@@ -333,7 +389,8 @@ Value BoundMethod(const Value& obj, std::string_view name) {
         std::string out;
         for (size_t k = 0; k < items.size(); ++k) {
           if (!items[k].is_string()) {
-            return TypeError(absl::StrCat("sequence item ", k, ": expected str instance, ", items[k].TypeName(), " found"));
+            return TypeError(absl::StrCat("sequence item ", k, ": expected str instance, ",
+                                          items[k].TypeName(), " found"));
           }
           if (k > 0) out += self.as_string();
           out += items[k].as_string();
@@ -343,15 +400,16 @@ Value BoundMethod(const Value& obj, std::string_view name) {
     }
     if (name == "splitlines") {
       return bind([](const Value& self, CallArgs& args) -> absl::StatusOr<Value> {
-        bool keep = FindArg(args, 0, "keepends") != nullptr && FindArg(args, 0, "keepends")->Truthy();
+        bool keep =
+            FindArg(args, 0, "keepends") != nullptr && FindArg(args, 0, "keepends")->Truthy();
         const std::string& s = self.as_string();
         std::vector<std::string> lines;
         size_t start = 0;
         for (size_t i = 0; i < s.size();) {
           size_t at = i;
           char32_t cp = NextCodePoint(s, &i);
-          bool brk = cp == '\n' || cp == '\r' || cp == 0x0B || cp == 0x0C || (cp >= 0x1C && cp <= 0x1E) ||
-                     cp == 0x85 || cp == 0x2028 || cp == 0x2029;
+          bool brk = cp == '\n' || cp == '\r' || cp == 0x0B || cp == 0x0C ||
+                     (cp >= 0x1C && cp <= 0x1E) || cp == 0x85 || cp == 0x2028 || cp == 0x2029;
           if (!brk) continue;
           if (cp == '\r' && i < s.size() && s[i] == '\n') ++i;
           lines.push_back(s.substr(start, (keep ? i : at) - start));
@@ -361,8 +419,8 @@ Value BoundMethod(const Value& obj, std::string_view name) {
         return StringList(std::move(lines));
       });
     }
-    if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" || name == "isupper" ||
-        name == "islower" || name == "isnumeric" || name == "isdecimal") {
+    if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" ||
+        name == "isupper" || name == "islower" || name == "isnumeric" || name == "isdecimal") {
       return bind([method](const Value& self, CallArgs&) -> absl::StatusOr<Value> {
         const std::string& s = self.as_string();
         if (s.empty()) return Value::Bool(false);
@@ -370,7 +428,8 @@ Value BoundMethod(const Value& obj, std::string_view name) {
         for (size_t i = 0; i < s.size();) {
           char32_t cp = NextCodePoint(s, &i);
           bool ok = true;
-          if (method == "isdigit" || method == "isnumeric" || method == "isdecimal") ok = internal::IsDecimalDigit(cp);
+          if (method == "isdigit" || method == "isnumeric" || method == "isdecimal")
+            ok = internal::IsDecimalDigit(cp);
           if (method == "isalpha") ok = internal::IsLetter(cp);
           if (method == "isalnum") ok = internal::IsAlphanumeric(cp);
           if (method == "isspace") ok = IsPyWhitespace(cp);
@@ -406,7 +465,7 @@ Value BoundMethod(const Value& obj, std::string_view name) {
         return Value::String(std::move(s));
       });
     }
-    return Value::Undefined(absl::StrCat("'str object' has no attribute '", method, "'"));
+    return Unsupported(obj, method, kOtherStrMethods);
   }
   if (obj.is_dict() && !obj.is_namespace()) {
     if (name == "items" || name == "keys" || name == "values") {
@@ -431,7 +490,7 @@ Value BoundMethod(const Value& obj, std::string_view name) {
         return def != nullptr ? *def : Value::None();
       });
     }
-    return Value::Undefined();
+    return Unsupported(obj, method, kOtherDictMethods);
   }
   if (obj.is_list()) {
     if (name == "index" || name == "count") {
@@ -449,6 +508,7 @@ Value BoundMethod(const Value& obj, std::string_view name) {
         return Value::Int(n);
       });
     }
+    return Unsupported(obj, method, kOtherListMethods);
   }
   return Value::Undefined();
 }
@@ -457,7 +517,8 @@ Value GetAttr(const Value& obj, std::string_view name) {
   if (obj.is_namespace()) {
     const Value* v = obj.dict().Find(name);
     if (v != nullptr) return *v;
-    return Value::Undefined(absl::StrCat("'Namespace' object has no attribute '", std::string(name), "'"));
+    return Value::Undefined(
+        absl::StrCat("'Namespace' object has no attribute '", std::string(name), "'"));
   }
   Value m = BoundMethod(obj, name);
   if (!m.is_undefined()) return m;
@@ -465,7 +526,8 @@ Value GetAttr(const Value& obj, std::string_view name) {
     const Value* v = obj.dict().Find(name);
     if (v != nullptr) return *v;
   }
-  return Value::Undefined(absl::StrCat("'", obj.TypeName(), " object' has no attribute '", std::string(name), "'"));
+  return Value::Undefined(
+      absl::StrCat("'", obj.TypeName(), " object' has no attribute '", std::string(name), "'"));
 }
 
 Value GetItem(const Value& obj, const Value& key) {
@@ -478,24 +540,30 @@ Value GetItem(const Value& obj, const Value& key) {
       int64_t n = static_cast<int64_t>(obj.list().size());
       if (i < 0) i += n;
       if (i >= 0 && i < n) return obj.list()[static_cast<size_t>(i)];
-      return Value::Undefined(absl::StrCat("'", obj.TypeName(), " object' has no element ", key.as_int()));
+      return Value::Undefined(
+          absl::StrCat("'", obj.TypeName(), " object' has no element ", key.as_int()));
     }
     std::vector<size_t> off = CodePointOffsets(obj.as_string());
     int64_t n = static_cast<int64_t>(off.size()) - 1;
     if (i < 0) i += n;
     if (i >= 0 && i < n) {
-      return Value::String(obj.as_string().substr(off[static_cast<size_t>(i)], off[static_cast<size_t>(i) + 1] - off[static_cast<size_t>(i)]));
+      return Value::String(
+          obj.as_string().substr(off[static_cast<size_t>(i)],
+                                 off[static_cast<size_t>(i) + 1] - off[static_cast<size_t>(i)]));
     }
     return Value::Undefined(absl::StrCat("'str object' has no element ", key.as_int()));
   }
   if (key.is_string()) return GetAttr(obj, key.as_string());
-  return Value::Undefined(absl::StrCat("'", obj.TypeName(), " object' has no element ", key.Repr()));
+  return Value::Undefined(
+      absl::StrCat("'", obj.TypeName(), " object' has no element ", key.Repr()));
 }
 
-absl::StatusOr<Value> SliceValue(const Value& obj, const Value& start, const Value& stop, const Value& step) {
+absl::StatusOr<Value> SliceValue(const Value& obj, const Value& start, const Value& stop,
+                                 const Value& step) {
   auto as_index = [](const Value& v, const char* what) -> absl::StatusOr<std::optional<int64_t>> {
     if (v.is_none() || v.is_undefined()) return std::optional<int64_t>();
-    if (!v.is_int() && !v.is_bool()) return TypeError(absl::StrCat("slice ", what, " must be an integer or None"));
+    if (!v.is_int() && !v.is_bool())
+      return TypeError(absl::StrCat("slice ", what, " must be an integer or None"));
     return std::optional<int64_t>(v.as_int());
   };
   ASSIGN_OR_RETURN(auto b, as_index(start, "start"));
@@ -536,7 +604,8 @@ absl::StatusOr<Value> SliceValue(const Value& obj, const Value& start, const Val
   }
   std::string out;
   for (int64_t i : idx) {
-    out.append(obj.as_string(), off[static_cast<size_t>(i)], off[static_cast<size_t>(i) + 1] - off[static_cast<size_t>(i)]);
+    out.append(obj.as_string(), off[static_cast<size_t>(i)],
+               off[static_cast<size_t>(i) + 1] - off[static_cast<size_t>(i)]);
   }
   return Value::String(std::move(out));
 }
@@ -556,7 +625,8 @@ absl::StatusOr<ValueList> Iterate(const Value& v) {
     case Value::Kind::kString: {
       ValueList chars;
       std::vector<size_t> off = CodePointOffsets(v.as_string());
-      for (size_t k = 0; k + 1 < off.size(); ++k) chars.push_back(Value::String(v.as_string().substr(off[k], off[k + 1] - off[k])));
+      for (size_t k = 0; k + 1 < off.size(); ++k)
+        chars.push_back(Value::String(v.as_string().substr(off[k], off[k + 1] - off[k])));
       return chars;
     }
     default:
@@ -567,11 +637,13 @@ absl::StatusOr<ValueList> Iterate(const Value& v) {
 absl::StatusOr<bool> Contains(const Value& container, const Value& item) {
   if (container.is_string()) {
     if (!item.is_string()) {
-      return TypeError(absl::StrCat("'in <string>' requires string as left operand, not ", item.TypeName()));
+      return TypeError(
+          absl::StrCat("'in <string>' requires string as left operand, not ", item.TypeName()));
     }
     return container.as_string().find(item.as_string()) != std::string::npos;
   }
-  if (container.is_dict() && !container.is_namespace()) return container.dict().Find(item) != nullptr;
+  if (container.is_dict() && !container.is_namespace())
+    return container.dict().Find(item) != nullptr;
   if (container.is_list()) {
     for (const Value& v : container.list()) {
       if (v.Equals(item)) return true;
@@ -584,9 +656,12 @@ absl::StatusOr<bool> Contains(const Value& container, const Value& item) {
 
 absl::StatusOr<int64_t> Length(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return 0;
-    case Value::Kind::kString: return static_cast<int64_t>(internal::CodePointCount(v.as_string()));
-    case Value::Kind::kList: return static_cast<int64_t>(v.list().size());
+    case Value::Kind::kUndefined:
+      return 0;
+    case Value::Kind::kString:
+      return static_cast<int64_t>(internal::CodePointCount(v.as_string()));
+    case Value::Kind::kList:
+      return static_cast<int64_t>(v.list().size());
     case Value::Kind::kDict:
       if (!v.is_namespace()) return static_cast<int64_t>(v.dict().items.size());
       [[fallthrough]];
@@ -608,7 +683,9 @@ absl::StatusOr<std::string> PercentFormat(const std::string& fmt, const Value& a
     }
     size_t j = i + 1;
     std::string spec = "%";
-    while (j < fmt.size() && std::string_view("-+ #0123456789.").find(fmt[j]) != std::string_view::npos) spec.push_back(fmt[j++]);
+    while (j < fmt.size() &&
+           std::string_view("-+ #0123456789.").find(fmt[j]) != std::string_view::npos)
+      spec.push_back(fmt[j++]);
     if (j >= fmt.size()) return TypeError("incomplete format");
     char conv = fmt[j];
     i = j;
@@ -628,19 +705,23 @@ absl::StatusOr<std::string> PercentFormat(const std::string& fmt, const Value& a
         out += s;
       }
     } else if (conv == 'd' || conv == 'i') {
-      if (!v.is_number()) return TypeError(absl::StrCat("%d format: a real number is required, not ", v.TypeName()));
-      std::snprintf(buf, sizeof(buf), (spec + "lld").c_str(), static_cast<long long>(v.is_float() ? std::trunc(v.as_double()) : v.as_int()));
+      if (!v.is_number())
+        return TypeError(absl::StrCat("%d format: a real number is required, not ", v.TypeName()));
+      std::snprintf(buf, sizeof(buf), (spec + "lld").c_str(),
+                    static_cast<long long>(v.is_float() ? std::trunc(v.as_double()) : v.as_int()));
       out += buf;
     } else if (conv == 'f' || conv == 'e' || conv == 'g' || conv == 'x' || conv == 'X') {
       if (!v.is_number()) return TypeError(absl::StrCat("must be real number, not ", v.TypeName()));
       if (conv == 'x' || conv == 'X') {
-        std::snprintf(buf, sizeof(buf), (spec + "ll" + conv).c_str(), static_cast<long long>(v.as_int()));
+        std::snprintf(buf, sizeof(buf), (spec + "ll" + conv).c_str(),
+                      static_cast<long long>(v.as_int()));
       } else {
         std::snprintf(buf, sizeof(buf), (spec + conv).c_str(), v.as_double());
       }
       out += buf;
     } else {
-      return absl::FailedPreconditionError(absl::StrCat("unsupported format character '", std::string(1, conv), "'"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("unsupported format character '", std::string(1, conv), "'"));
     }
   }
   if (next < args.size()) return TypeError("not all arguments converted during string formatting");
@@ -659,13 +740,13 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
   if (op == "~") return Value::String(a.Str() + b.Str());
   if (a.is_undefined() || b.is_undefined()) {
     const Value& u = a.is_undefined() ? a : b;
-    return absl::InvalidArgumentError(u.undefined_hint().empty() ? "undefined value used in an expression"
-                                                                  : u.undefined_hint());
+    return absl::InvalidArgumentError(
+        u.undefined_hint().empty() ? "undefined value used in an expression" : u.undefined_hint());
   }
   const std::string ops(op);
   auto unsupported = [&]() {
-    return TypeError(absl::StrCat("unsupported operand type(s) for ", ops, ": '", a.TypeName(), "' and '",
-                                  b.TypeName(), "'"));
+    return TypeError(absl::StrCat("unsupported operand type(s) for ", ops, ": '", a.TypeName(),
+                                  "' and '", b.TypeName(), "'"));
   };
   if (a.is_number() && b.is_number()) {
     const bool fl = a.is_float() || b.is_float();
@@ -683,7 +764,8 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
       return Value::Float(a.as_double() / b.as_double());
     }
     if (op == "//" || op == "%") {
-      if (b.as_double() == 0) return TypeError(op == "//" ? "integer division or modulo by zero" : "modulo by zero");
+      if (b.as_double() == 0)
+        return TypeError(op == "//" ? "integer division or modulo by zero" : "modulo by zero");
       if (fl) {
         double x = a.as_double(), y = b.as_double();
         double m = std::fmod(x, y);
@@ -720,9 +802,9 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
       out.insert(out.end(), b.list().begin(), b.list().end());
       return Value::List(std::move(out), a.is_tuple());
     }
-    if (a.is_string() || b.is_string()) {
-      return TypeError(absl::StrCat("can only concatenate str (not \"", (a.is_string() ? b : a).TypeName(), "\") to str"));
-    }
+    if (a.is_string())
+      return TypeError(
+          absl::StrCat("can only concatenate str (not \"", b.TypeName(), "\") to str"));
     return unsupported();
   }
   if (op == "*") {
@@ -731,13 +813,15 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
     if ((n.is_int() || n.is_bool()) && (seq.is_string() || seq.is_list())) {
       int64_t times = std::max<int64_t>(0, n.as_int());
       if (seq.is_string()) {
-        if (times * static_cast<int64_t>(seq.as_string().size()) > (int64_t{1} << 26)) return TypeError("repeated string too large");
+        if (times * static_cast<int64_t>(seq.as_string().size()) > (int64_t{1} << 26))
+          return TypeError("repeated string too large");
         std::string out;
         for (int64_t k = 0; k < times; ++k) out += seq.as_string();
         return Value::String(std::move(out));
       }
       ValueList out;
-      for (int64_t k = 0; k < times && out.size() < (1u << 20); ++k) out.insert(out.end(), seq.list().begin(), seq.list().end());
+      for (int64_t k = 0; k < times && out.size() < (1u << 20); ++k)
+        out.insert(out.end(), seq.list().begin(), seq.list().end());
       return Value::List(std::move(out), seq.is_tuple());
     }
     return unsupported();

@@ -15,22 +15,25 @@ namespace colibri::tokenizer::jinja_internal {
 namespace {
 
 constexpr std::string_view kFilters[] = {
-    "abs",     "attr",    "batch",   "capitalize", "center",   "count",     "d",         "default",   "dictsort",
-    "e",       "escape",  "first",   "float",      "format",   "indent",    "int",       "items",     "join",
-    "last",    "length",  "list",    "lower",      "map",      "max",       "min",       "reject",    "rejectattr",
-    "replace", "reverse", "round",   "safe",       "select",   "selectattr", "sort",     "string",    "striptags",
-    "sum",     "title",   "tojson",  "trim",       "truncate", "unique",    "upper",     "wordcount", "forceescape"};
+    "abs",        "attr",   "batch",      "capitalize", "center",     "count",  "d",      "default",
+    "dictsort",   "e",      "escape",     "first",      "float",      "format", "indent", "int",
+    "items",      "join",   "last",       "length",     "list",       "lower",  "map",    "max",
+    "min",        "reject", "rejectattr", "replace",    "reverse",    "round",  "safe",   "select",
+    "selectattr", "sort",   "string",     "striptags",  "sum",        "title",  "tojson", "trim",
+    "truncate",   "unique", "upper",      "wordcount",  "forceescape"};
 
 constexpr std::string_view kTests[] = {
-    "defined",  "undefined", "none",  "boolean", "true",   "false",       "integer", "float",  "number", "string",
-    "mapping",  "iterable",  "sequence", "callable", "sameas", "escaped", "equalto", "eq",     "==",     "ne",
-    "!=",       "lt",        "<",     "lessthan", "le",     "<=",          "gt",      ">",      "greaterthan", "ge",
-    ">=",       "in",        "odd",   "even",    "divisibleby", "lower",   "upper"};
+    "defined",     "undefined", "none",     "boolean", "true",     "false",    "integer",
+    "float",       "number",    "string",   "mapping", "iterable", "sequence", "callable",
+    "sameas",      "escaped",   "equalto",  "eq",      "==",       "ne",       "!=",
+    "lt",          "<",         "lessthan", "le",      "<=",       "gt",       ">",
+    "greaterthan", "ge",        ">=",       "in",      "odd",      "even",     "divisibleby",
+    "lower",       "upper"};
 
 // Valid Jinja tags this interpreter does not implement.
-constexpr std::string_view kUnsupportedTags[] = {
-    "include", "import", "from", "extends", "block", "call", "do", "with", "autoescape", "trans", "pluralize",
-    "endblock"};
+constexpr std::string_view kUnsupportedTags[] = {"include",    "import", "from",      "extends",
+                                                 "block",      "call",   "do",        "with",
+                                                 "autoescape", "trans",  "pluralize", "endblock"};
 
 class Parser {
  public:
@@ -47,8 +50,12 @@ class Parser {
   const Token& Cur() const { return t_[i_]; }
   const Token& Peek(size_t k = 1) const { return t_[std::min(i_ + k, t_.size() - 1)]; }
   int Line() const { return Cur().line; }
-  bool IsOp(std::string_view op) const { return Cur().type == TokenType::kOperator && Cur().text == op; }
-  bool IsName(std::string_view name) const { return Cur().type == TokenType::kName && Cur().text == name; }
+  bool IsOp(std::string_view op) const {
+    return Cur().type == TokenType::kOperator && Cur().text == op;
+  }
+  bool IsName(std::string_view name) const {
+    return Cur().type == TokenType::kName && Cur().text == name;
+  }
   bool SkipOp(std::string_view op) {
     if (!IsOp(op)) return false;
     ++i_;
@@ -68,14 +75,22 @@ class Parser {
   }
   std::string Describe(const Token& t) const {
     switch (t.type) {
-      case TokenType::kData: return "template text";
-      case TokenType::kVarBegin: return "'{{'";
-      case TokenType::kVarEnd: return "'}}'";
-      case TokenType::kBlockBegin: return "'{%'";
-      case TokenType::kBlockEnd: return "'%}'";
-      case TokenType::kEnd: return "end of template";
-      case TokenType::kString: return "a string";
-      default: return absl::StrCat("'", t.text, "'");
+      case TokenType::kData:
+        return "template text";
+      case TokenType::kVarBegin:
+        return "'{{'";
+      case TokenType::kVarEnd:
+        return "'}}'";
+      case TokenType::kBlockBegin:
+        return "'{%'";
+      case TokenType::kBlockEnd:
+        return "'%}'";
+      case TokenType::kEnd:
+        return "end of template";
+      case TokenType::kString:
+        return "a string";
+      default:
+        return absl::StrCat("'", t.text, "'");
     }
   }
   absl::Status Expect(const std::string& op) {
@@ -90,7 +105,8 @@ class Parser {
     return Syntax(absl::StrCat("expected '%}', found ", Describe(Cur())));
   }
   absl::StatusOr<std::string> ExpectName() {
-    if (Cur().type != TokenType::kName) return Syntax(absl::StrCat("expected a name, found ", Describe(Cur())));
+    if (Cur().type != TokenType::kName)
+      return Syntax(absl::StrCat("expected a name, found ", Describe(Cur())));
     return t_[i_++].text;
   }
 
@@ -117,12 +133,14 @@ class Parser {
         n->kind = NodeKind::kOutput;
         n->line = tok.line;
         ASSIGN_OR_RETURN(n->expr, ParseExpression());
-        if (Cur().type != TokenType::kVarEnd) return Syntax(absl::StrCat("expected '}}', found ", Describe(Cur())));
+        if (Cur().type != TokenType::kVarEnd)
+          return Syntax(absl::StrCat("expected '}}', found ", Describe(Cur())));
         ++i_;
         body.push_back(std::move(n));
         continue;
       }
-      if (tok.type != TokenType::kBlockBegin) return Syntax(absl::StrCat("unexpected ", Describe(tok)));
+      if (tok.type != TokenType::kBlockBegin)
+        return Syntax(absl::StrCat("unexpected ", Describe(tok)));
       ++i_;
       if (Cur().type != TokenType::kName) return Syntax("expected a tag name after '{%'");
       const std::string name = Cur().text;
@@ -203,7 +221,8 @@ class Parser {
         RETURN_IF_ERROR(ExpectBlockEnd());
         return n;
       }
-      if (n->targets.size() != 1 || !n->attr.empty()) return Syntax("a block set takes one plain name");
+      if (n->targets.size() != 1 || !n->attr.empty())
+        return Syntax("a block set takes one plain name");
       if (IsOp("|")) return Unsupported("filtered block set", line);
       n->kind = NodeKind::kSetBlock;
       RETURN_IF_ERROR(ExpectBlockEnd());
@@ -296,7 +315,8 @@ class Parser {
     ExprPtr t = NewExpr(ExprKind::kTuple, line);
     t->children.push_back(std::move(first));
     while (SkipOp(",")) {
-      if (Cur().type == TokenType::kBlockEnd || Cur().type == TokenType::kVarEnd || IsName("if")) break;
+      if (Cur().type == TokenType::kBlockEnd || Cur().type == TokenType::kVarEnd || IsName("if"))
+        break;
       ASSIGN_OR_RETURN(ExprPtr more, ParseExpression(with_condexpr));
       t->children.push_back(std::move(more));
     }
@@ -371,8 +391,8 @@ class Parser {
     while (true) {
       std::string op;
       if (Cur().type == TokenType::kOperator &&
-          (Cur().text == "==" || Cur().text == "!=" || Cur().text == "<" || Cur().text == "<=" || Cur().text == ">" ||
-           Cur().text == ">=")) {
+          (Cur().text == "==" || Cur().text == "!=" || Cur().text == "<" || Cur().text == "<=" ||
+           Cur().text == ">" || Cur().text == ">=")) {
         op = Cur().text;
         ++i_;
       } else if (IsName("in")) {
@@ -489,7 +509,8 @@ class Parser {
       }
       case TokenType::kString: {
         std::string s;
-        while (Cur().type == TokenType::kString) s += t_[i_++].text;  // adjacent literals concatenate
+        while (Cur().type == TokenType::kString)
+          s += t_[i_++].text;  // adjacent literals concatenate
         ExprPtr e = NewExpr(ExprKind::kLiteral, line);
         e->value = Value::String(std::move(s));
         return e;
@@ -499,7 +520,8 @@ class Parser {
         ExprPtr e = NewExpr(ExprKind::kLiteral, line);
         errno = 0;
         long long v = std::strtoll(tok.text.c_str(), nullptr, 10);
-        if (errno == ERANGE) return Syntax(absl::StrCat("integer literal ", tok.text, " is too large"));
+        if (errno == ERANGE)
+          return Syntax(absl::StrCat("integer literal ", tok.text, " is too large"));
         e->value = Value::Int(v);
         return e;
       }
@@ -618,7 +640,8 @@ class Parser {
     RETURN_IF_ERROR(Expect("("));
     while (!IsOp(")")) {
       if (IsOp("*") || IsOp("**")) return Unsupported("*args / **kwargs in a call", Line());
-      if (Cur().type == TokenType::kName && Peek().type == TokenType::kOperator && Peek().text == "=") {
+      if (Cur().type == TokenType::kName && Peek().type == TokenType::kOperator &&
+          Peek().text == "=") {
         std::string key = t_[i_].text;
         i_ += 2;
         ASSIGN_OR_RETURN(ExprPtr v, ParseExpression());
@@ -663,8 +686,8 @@ class Parser {
         if (Cur().type == TokenType::kName) {
           name = t_[i_++].text;
         } else if (Cur().type == TokenType::kOperator &&
-                   (Cur().text == "==" || Cur().text == "!=" || Cur().text == "<" || Cur().text == "<=" ||
-                    Cur().text == ">" || Cur().text == ">=")) {
+                   (Cur().text == "==" || Cur().text == "!=" || Cur().text == "<" ||
+                    Cur().text == "<=" || Cur().text == ">" || Cur().text == ">=")) {
           name = t_[i_++].text;
         } else {
           return Syntax(absl::StrCat("expected a test name after 'is', found ", Describe(Cur())));
@@ -677,8 +700,8 @@ class Parser {
         if (IsOp("(")) {
           RETURN_IF_ERROR(ParseArgs(e.get()));
         } else if ((Cur().type == TokenType::kName || Cur().type == TokenType::kString ||
-                    Cur().type == TokenType::kInteger || Cur().type == TokenType::kFloat || IsOp("(") || IsOp("[") ||
-                    IsOp("{")) &&
+                    Cur().type == TokenType::kInteger || Cur().type == TokenType::kFloat ||
+                    IsOp("(") || IsOp("[") || IsOp("{")) &&
                    !IsName("else") && !IsName("or") && !IsName("and")) {
           ASSIGN_OR_RETURN(ExprPtr arg, ParsePrimary());
           ASSIGN_OR_RETURN(arg, ParsePostfix(std::move(arg)));
@@ -715,6 +738,8 @@ bool IsKnownTest(std::string_view name) {
   return false;
 }
 
-absl::StatusOr<Body> Parse(const std::vector<Token>& tokens) { return Parser(tokens).ParseTemplate(); }
+absl::StatusOr<Body> Parse(const std::vector<Token>& tokens) {
+  return Parser(tokens).ParseTemplate();
+}
 
 }  // namespace colibri::tokenizer::jinja_internal

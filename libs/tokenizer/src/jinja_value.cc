@@ -49,7 +49,8 @@ Value Value::FromJson(const nlohmann::ordered_json& j) {
       return Int(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: {
       uint64_t u = j.get<uint64_t>();
-      return u > static_cast<uint64_t>(INT64_MAX) ? Float(static_cast<double>(u)) : Int(static_cast<int64_t>(u));
+      return u > static_cast<uint64_t>(INT64_MAX) ? Float(static_cast<double>(u))
+                                                  : Int(static_cast<int64_t>(u));
     }
     case nlohmann::ordered_json::value_t::number_float:
       return Float(j.get<double>());
@@ -63,7 +64,8 @@ Value Value::FromJson(const nlohmann::ordered_json& j) {
     }
     case nlohmann::ordered_json::value_t::object: {
       Value d = NewDict();
-      for (auto it = j.begin(); it != j.end(); ++it) d.dict().Set(String(it.key()), FromJson(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it)
+        d.dict().Set(String(it.key()), FromJson(it.value()));
       return d;
     }
     default:
@@ -123,7 +125,8 @@ std::string FormatPythonFloat(double d) {
   } else if (decpt <= 0) {
     absl::StrAppend(&out, "0.", std::string(static_cast<size_t>(-decpt), '0'), digits);
   } else if (decpt < n) {
-    absl::StrAppend(&out, digits.substr(0, static_cast<size_t>(decpt)), ".", digits.substr(static_cast<size_t>(decpt)));
+    absl::StrAppend(&out, digits.substr(0, static_cast<size_t>(decpt)), ".",
+                    digits.substr(static_cast<size_t>(decpt)));
   } else {
     absl::StrAppend(&out, digits, std::string(static_cast<size_t>(decpt - n), '0'), ".0");
   }
@@ -168,17 +171,32 @@ void AppendJsonString(std::string_view s, std::string* out) {
   out->push_back('"');
   for (char c : s) {
     switch (c) {
-      case '"': *out += "\\\""; break;
-      case '\\': *out += "\\\\"; break;
-      case '\n': *out += "\\n"; break;
-      case '\r': *out += "\\r"; break;
-      case '\t': *out += "\\t"; break;
-      case '\b': *out += "\\b"; break;
-      case '\f': *out += "\\f"; break;
+      case '"':
+        *out += "\\\"";
+        break;
+      case '\\':
+        *out += "\\\\";
+        break;
+      case '\n':
+        *out += "\\n";
+        break;
+      case '\r':
+        *out += "\\r";
+        break;
+      case '\t':
+        *out += "\\t";
+        break;
+      case '\b':
+        *out += "\\b";
+        break;
+      case '\f':
+        *out += "\\f";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+          std::snprintf(buf, sizeof(buf), "\\u%04x",
+                        static_cast<unsigned>(static_cast<unsigned char>(c)));
           *out += buf;
         } else {
           out->push_back(c);
@@ -240,15 +258,24 @@ std::string Value::Repr() const {
 
 std::string Value::TypeName() const {
   switch (kind_) {
-    case Kind::kUndefined: return "Undefined";
-    case Kind::kNone: return "NoneType";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kString: return "str";
-    case Kind::kList: return tuple_ ? "tuple" : "list";
-    case Kind::kDict: return dict_->is_namespace ? "Namespace" : "dict";
-    case Kind::kCallable: return "function";
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kList:
+      return tuple_ ? "tuple" : "list";
+    case Kind::kDict:
+      return dict_->is_namespace ? "Namespace" : "dict";
+    case Kind::kCallable:
+      return "function";
   }
   return "object";
 }
@@ -304,8 +331,8 @@ absl::StatusOr<bool> Value::Less(const Value& a, const Value& b) {
     }
     return x.size() < y.size();
   }
-  return absl::InvalidArgumentError(absl::StrCat("'<' not supported between instances of '", a.TypeName(),
-                                                 "' and '", b.TypeName(), "'"));
+  return absl::InvalidArgumentError(absl::StrCat("'<' not supported between instances of '",
+                                                 a.TypeName(), "' and '", b.TypeName(), "'"));
 }
 
 absl::StatusOr<std::string> Value::ToJson(int indent, bool sort_keys) const {
@@ -357,7 +384,8 @@ absl::Status Value::AppendJson(std::string* out, int indent, int depth, bool sor
       return absl::OkStatus();
     }
     case Kind::kDict: {
-      if (dict_->is_namespace) return absl::InvalidArgumentError("Object of type Namespace is not JSON serializable");
+      if (dict_->is_namespace)
+        return absl::InvalidArgumentError("Object of type Namespace is not JSON serializable");
       if (dict_->items.empty()) {
         *out += "{}";
         return absl::OkStatus();
@@ -382,7 +410,8 @@ absl::Status Value::AppendJson(std::string* out, int indent, int depth, bool sor
         entries.emplace_back(std::move(key), &v);
       }
       if (sort_keys) {
-        std::stable_sort(entries.begin(), entries.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+        std::stable_sort(entries.begin(), entries.end(),
+                         [](const auto& x, const auto& y) { return x.first < y.first; });
       }
       out->push_back('{');
       for (size_t i = 0; i < entries.size(); ++i) {

@@ -76,7 +76,9 @@ class Value {
   bool is_bool() const { return kind_ == Kind::kBool; }
   bool is_int() const { return kind_ == Kind::kInt; }  // excludes bool
   bool is_float() const { return kind_ == Kind::kFloat; }
-  bool is_number() const { return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool; }
+  bool is_number() const {
+    return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool;
+  }
   bool is_string() const { return kind_ == Kind::kString; }
   bool is_list() const { return kind_ == Kind::kList; }
   bool is_tuple() const { return kind_ == Kind::kList && tuple_; }

@@ -49,7 +49,8 @@ class ReplaceNormalizer final : public Normalizer {
  public:
   ReplaceNormalizer(std::string literal, std::string content)
       : literal_(std::move(literal)), content_(std::move(content)) {}
-  ReplaceNormalizer(Regex regex, std::string content) : regex_(std::move(regex)), content_(std::move(content)) {}
+  ReplaceNormalizer(Regex regex, std::string content)
+      : regex_(std::move(regex)), content_(std::move(content)) {}
   absl::Status Apply(std::string* text) const override {
     std::string out;
     out.reserve(text->size() + text->size() / 4);
@@ -98,7 +99,8 @@ class StripNormalizer final : public Normalizer {
     if (right_) {
       while (end > begin) {
         size_t start = end - 1;
-        while (start > begin && (static_cast<unsigned char>((*text)[start]) & 0xC0) == 0x80) --start;
+        while (start > begin && (static_cast<unsigned char>((*text)[start]) & 0xC0) == 0x80)
+          --start;
         size_t next = start;
         if (!IsWhitespace(NextCodePoint(*text, &next))) break;
         end = start;
@@ -127,7 +129,8 @@ class StripAccentsNormalizer final : public Normalizer {
 
 class SequenceNormalizer final : public Normalizer {
  public:
-  explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> parts) : parts_(std::move(parts)) {}
+  explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> parts)
+      : parts_(std::move(parts)) {}
   absl::Status Apply(std::string* text) const override {
     for (const auto& p : parts_) RETURN_IF_ERROR(p->Apply(text));
     return absl::OkStatus();
@@ -158,22 +161,26 @@ absl::StatusOr<std::unique_ptr<Normalizer>> MakeNormalizer(const Json& j) {
     return std::unique_ptr<Normalizer>(new PrependNormalizer(j["prepend"].get<std::string>()));
   }
   if (type == "Strip") {
-    return std::unique_ptr<Normalizer>(new StripNormalizer(j.value("strip_left", true), j.value("strip_right", true)));
+    return std::unique_ptr<Normalizer>(
+        new StripNormalizer(j.value("strip_left", true), j.value("strip_right", true)));
   }
   if (type == "Replace") {
     const Json& pat = j.value("pattern", Json());
     if (!j.contains("content") || !j["content"].is_string() || !pat.is_object()) {
-      return absl::InvalidArgumentError("normalizer Replace: needs \"pattern\" and a string \"content\"");
+      return absl::InvalidArgumentError(
+          "normalizer Replace: needs \"pattern\" and a string \"content\"");
     }
     std::string content = j["content"].get<std::string>();
     if (pat.contains("String") && pat["String"].is_string()) {
-      return std::unique_ptr<Normalizer>(new ReplaceNormalizer(pat["String"].get<std::string>(), content));
+      return std::unique_ptr<Normalizer>(
+          new ReplaceNormalizer(pat["String"].get<std::string>(), content));
     }
     if (pat.contains("Regex") && pat["Regex"].is_string()) {
       ASSIGN_OR_RETURN(Regex re, Regex::Compile(pat["Regex"].get<std::string>()));
       return std::unique_ptr<Normalizer>(new ReplaceNormalizer(std::move(re), content));
     }
-    return absl::InvalidArgumentError("normalizer Replace: pattern must be {\"String\": ...} or {\"Regex\": ...}");
+    return absl::InvalidArgumentError(
+        "normalizer Replace: pattern must be {\"String\": ...} or {\"Regex\": ...}");
   }
   if (type == "Sequence") {
     std::vector<std::unique_ptr<Normalizer>> parts;
@@ -184,9 +191,10 @@ absl::StatusOr<std::unique_ptr<Normalizer>> MakeNormalizer(const Json& j) {
     if (parts.empty()) return std::unique_ptr<Normalizer>();
     return std::unique_ptr<Normalizer>(new SequenceNormalizer(std::move(parts)));
   }
-  return absl::InvalidArgumentError(absl::StrCat("unsupported normalizer '", type,
-                                                 "' (supported: NFC, NFD, NFKC, NFKD, Lowercase, Prepend, "
-                                                 "Replace, Strip, StripAccents, Sequence)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unsupported normalizer '", type,
+                   "' (supported: NFC, NFD, NFKC, NFKD, Lowercase, Prepend, "
+                   "Replace, Strip, StripAccents, Sequence)"));
 }
 
 std::unique_ptr<Normalizer> MakeSentencePieceNormalizer(bool prepend_space) {

@@ -29,7 +29,9 @@ namespace colibri::tokenizer::internal {
 using Json = nlohmann::json;
 
 // Debian's abseil has its own string_view type; its hash maps take that for lookups.
-inline absl::string_view AbslView(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+inline absl::string_view AbslView(std::string_view s) {
+  return absl::string_view(s.data(), s.size());
+}
 
 // ----- Normalizers: rewrite a text segment.
 class Normalizer {
@@ -70,18 +72,18 @@ class Model {
 };
 
 struct BpeOptions {
-  bool byte_level = false;      // words are raw bytes; initial symbols are single bytes
-  bool byte_fallback = false;   // unknown characters become <0xXX> tokens
-  bool fuse_unk = false;        // consecutive unknowns become one unk
-  bool ignore_merges = false;   // a word found whole in the vocab is not merged
+  bool byte_level = false;     // words are raw bytes; initial symbols are single bytes
+  bool byte_fallback = false;  // unknown characters become <0xXX> tokens
+  bool fuse_unk = false;       // consecutive unknowns become one unk
+  bool ignore_merges = false;  // a word found whole in the vocab is not merged
   int32_t unk_id = -1;
   std::string continuing_subword_prefix;
   std::string end_of_word_suffix;
 };
 // Rank-ordered BPE: `merges` are (left, right) token strings, lowest index merges first.
-absl::StatusOr<std::unique_ptr<Model>> MakeBpeModel(const std::vector<std::pair<std::string, int32_t>>& vocab,
-                                                    const std::vector<std::pair<std::string, std::string>>& merges,
-                                                    const BpeOptions& options);
+absl::StatusOr<std::unique_ptr<Model>> MakeBpeModel(
+    const std::vector<std::pair<std::string, int32_t>>& vocab,
+    const std::vector<std::pair<std::string, std::string>>& merges, const BpeOptions& options);
 // Parses tokenizer.json's "model" object of type BPE.
 absl::StatusOr<std::unique_ptr<Model>> MakeBpeModelFromJson(const Json& model, bool byte_level);
 
@@ -93,7 +95,8 @@ struct SpmPiece {
   float score = 0;
   bool mergeable = true;  // normal pieces; control/byte/unused pieces never come from merging
 };
-absl::StatusOr<std::unique_ptr<Model>> MakeSentencePieceModel(std::vector<SpmPiece> pieces, int32_t unk_id);
+absl::StatusOr<std::unique_ptr<Model>> MakeSentencePieceModel(std::vector<SpmPiece> pieces,
+                                                              int32_t unk_id);
 
 // ----- Added tokens: matched in the text before the model sees it.
 struct AddedToken {

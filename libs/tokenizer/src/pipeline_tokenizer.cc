@@ -18,8 +18,8 @@ class PipelineTokenizer final : public Tokenizer {
     special_.assign(p_.id_to_token.size(), false);
     for (const AddedToken& t : p_.added) {
       if (t.id < 0 || static_cast<size_t>(t.id) >= p_.id_to_token.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("added token '", t.content, "' has id ", t.id,
-                                                       " outside the vocabulary"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("added token '", t.content, "' has id ", t.id, " outside the vocabulary"));
       }
       special_[static_cast<size_t>(t.id)] = t.special;
       added_ids_.emplace(t.content, t.id);
@@ -27,10 +27,12 @@ class PipelineTokenizer final : public Tokenizer {
     return added_.Build(p_.added, p_.normalizer.get());
   }
 
-  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_special) const override {
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
+                                              bool add_special) const override {
     size_t bad = FindInvalidUtf8(text);
     if (bad != std::string_view::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("text is not valid UTF-8 (byte offset ", bad, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("text is not valid UTF-8 (byte offset ", bad, ")"));
     }
     std::vector<int32_t> ids;
     ids.reserve(text.size() / 3 + 4);
@@ -54,7 +56,8 @@ class PipelineTokenizer final : public Tokenizer {
         }
         words.clear();
         words.emplace_back(segment.substr(sub.begin, sub.end - sub.begin));
-        if (p_.pre.pre) RETURN_IF_ERROR(p_.pre.pre->Apply(&words, piece.begin == 0 && sub.begin == 0));
+        if (p_.pre.pre)
+          RETURN_IF_ERROR(p_.pre.pre->Apply(&words, piece.begin == 0 && sub.begin == 0));
         for (const std::string& w : words) RETURN_IF_ERROR(p_.model->Tokenize(w, &ids));
       }
     }
@@ -80,9 +83,12 @@ class PipelineTokenizer final : public Tokenizer {
   int32_t bos_id() const override { return p_.bos_id; }
   std::vector<int32_t> eos_ids() const override { return p_.eos_ids; }
   std::string bos_token() const override { return IdToToken(p_.bos_id); }
-  std::string eos_token() const override { return p_.eos_ids.empty() ? "" : IdToToken(p_.eos_ids[0]); }
+  std::string eos_token() const override {
+    return p_.eos_ids.empty() ? "" : IdToToken(p_.eos_ids[0]);
+  }
   bool IsSpecial(int32_t id) const override {
-    return id >= 0 && static_cast<size_t>(id) < special_.size() && special_[static_cast<size_t>(id)];
+    return id >= 0 && static_cast<size_t>(id) < special_.size() &&
+           special_[static_cast<size_t>(id)];
   }
   const std::string& chat_template() const override { return p_.chat_template; }
 

@@ -29,7 +29,8 @@ absl::StatusOr<Behavior> ParseBehavior(const Json& j, Behavior fallback) {
   if (b == "MergedWithPrevious") return Behavior::kMergedWithPrevious;
   if (b == "MergedWithNext") return Behavior::kMergedWithNext;
   if (b == "Contiguous") return Behavior::kContiguous;
-  return absl::InvalidArgumentError(absl::StrCat("pre_tokenizer: unknown split behavior '", b, "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("pre_tokenizer: unknown split behavior '", b, "'"));
 }
 
 // A segmentation of a word: consecutive ranges covering it, each flagged as a delimiter match.
@@ -96,7 +97,8 @@ void EmitPieces(std::string_view word, const std::vector<Segment>& segs, Behavio
 }
 
 // Turns match ranges into a full segmentation of a word of `size` bytes.
-std::vector<Segment> Segmentation(const std::vector<std::pair<size_t, size_t>>& matches, size_t size, bool invert) {
+std::vector<Segment> Segmentation(const std::vector<std::pair<size_t, size_t>>& matches,
+                                  size_t size, bool invert) {
   std::vector<Segment> segs;
   size_t last = 0;
   for (auto [b, e] : matches) {
@@ -170,7 +172,9 @@ class CharClassPreTokenizer final : public PreTokenizer {
         return c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO;
       }
       case Kind::kPunctuation: {
-        if (cp < 0x80) return (cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) || (cp >= 91 && cp <= 96) || (cp >= 123 && cp <= 126);
+        if (cp < 0x80)
+          return (cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) || (cp >= 91 && cp <= 96) ||
+                 (cp >= 123 && cp <= 126);
         auto c = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
         return c >= UTF8PROC_CATEGORY_PC && c <= UTF8PROC_CATEGORY_PO;
       }
@@ -224,8 +228,10 @@ class MetaspacePreTokenizer final : public PreTokenizer {
           w.push_back(c);
         }
       }
-      bool prepend = prepend_ == Prepend::kAlways || (prepend_ == Prepend::kFirst && at_text_start && k == 0);
-      if (prepend && w.compare(0, replacement_.size(), replacement_) != 0) w.insert(0, replacement_);
+      bool prepend =
+          prepend_ == Prepend::kAlways || (prepend_ == Prepend::kFirst && at_text_start && k == 0);
+      if (prepend && w.compare(0, replacement_.size(), replacement_) != 0)
+        w.insert(0, replacement_);
       if (!split_) {
         out.push_back(std::move(w));
         continue;
@@ -252,7 +258,8 @@ class MetaspacePreTokenizer final : public PreTokenizer {
 
 class SequencePreTokenizer final : public PreTokenizer {
  public:
-  explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> parts) : parts_(std::move(parts)) {}
+  explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> parts)
+      : parts_(std::move(parts)) {}
   absl::Status Apply(std::vector<std::string>* words, bool at_text_start) const override {
     for (const auto& p : parts_) RETURN_IF_ERROR(p->Apply(words, at_text_start));
     return absl::OkStatus();
@@ -270,26 +277,30 @@ absl::StatusOr<Regex> PatternRegex(const Json& j, const char* what) {
   if (pat.is_object() && pat.contains("String") && pat["String"].is_string()) {
     return Regex::Literal(pat["String"].get<std::string>());
   }
-  return absl::InvalidArgumentError(absl::StrCat(what, ": pattern must be {\"String\": ...} or {\"Regex\": ...}"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, ": pattern must be {\"String\": ...} or {\"Regex\": ...}"));
 }
 
-absl::Status MakeInto(const Json& j, std::vector<std::unique_ptr<PreTokenizer>>* parts, bool* byte_level) {
+absl::Status MakeInto(const Json& j, std::vector<std::unique_ptr<PreTokenizer>>* parts,
+                      bool* byte_level) {
   if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
     return absl::InvalidArgumentError("pre_tokenizer: expected an object with a \"type\"");
   }
   const std::string type = j["type"].get<std::string>();
   if (*byte_level) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("pre_tokenizer '", type, "' after ByteLevel is not supported (ByteLevel must come last)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pre_tokenizer '", type, "' after ByteLevel is not supported (ByteLevel must come last)"));
   }
   if (type == "Sequence") {
-    for (const auto& p : j.value("pretokenizers", Json::array())) RETURN_IF_ERROR(MakeInto(p, parts, byte_level));
+    for (const auto& p : j.value("pretokenizers", Json::array()))
+      RETURN_IF_ERROR(MakeInto(p, parts, byte_level));
     return absl::OkStatus();
   }
   if (type == "Split") {
     ASSIGN_OR_RETURN(Regex re, PatternRegex(j, "pre_tokenizer Split"));
     ASSIGN_OR_RETURN(Behavior b, ParseBehavior(j, Behavior::kIsolated));
-    parts->push_back(std::make_unique<SplitPreTokenizer>(std::move(re), b, j.value("invert", false)));
+    parts->push_back(
+        std::make_unique<SplitPreTokenizer>(std::move(re), b, j.value("invert", false)));
     return absl::OkStatus();
   }
   if (type == "ByteLevel") {
@@ -298,7 +309,8 @@ absl::Status MakeInto(const Json& j, std::vector<std::unique_ptr<PreTokenizer>>*
       ASSIGN_OR_RETURN(Regex r, Regex::Compile(kGpt2Pattern));
       re = std::move(r);
     }
-    parts->push_back(std::make_unique<ByteLevelPreTokenizer>(j.value("add_prefix_space", true), std::move(re)));
+    parts->push_back(
+        std::make_unique<ByteLevelPreTokenizer>(j.value("add_prefix_space", true), std::move(re)));
     *byte_level = true;
     return absl::OkStatus();
   }
@@ -310,12 +322,13 @@ absl::Status MakeInto(const Json& j, std::vector<std::unique_ptr<PreTokenizer>>*
   }
   if (type == "Punctuation") {
     ASSIGN_OR_RETURN(Behavior b, ParseBehavior(j, Behavior::kIsolated));
-    parts->push_back(std::make_unique<CharClassPreTokenizer>(CharClassPreTokenizer::Kind::kPunctuation, b));
+    parts->push_back(
+        std::make_unique<CharClassPreTokenizer>(CharClassPreTokenizer::Kind::kPunctuation, b));
     return absl::OkStatus();
   }
   if (type == "WhitespaceSplit") {
-    parts->push_back(
-        std::make_unique<CharClassPreTokenizer>(CharClassPreTokenizer::Kind::kWhitespace, Behavior::kRemoved));
+    parts->push_back(std::make_unique<CharClassPreTokenizer>(
+        CharClassPreTokenizer::Kind::kWhitespace, Behavior::kRemoved));
     return absl::OkStatus();
   }
   if (type == "Whitespace") {
@@ -333,17 +346,20 @@ absl::Status MakeInto(const Json& j, std::vector<std::unique_ptr<PreTokenizer>>*
       } else if (s == "never") {
         prepend = MetaspacePreTokenizer::Prepend::kNever;
       } else if (s != "always") {
-        return absl::InvalidArgumentError(absl::StrCat("pre_tokenizer Metaspace: unknown prepend_scheme '", s, "'"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("pre_tokenizer Metaspace: unknown prepend_scheme '", s, "'"));
       }
     } else if (!j.value("add_prefix_space", true)) {
       prepend = MetaspacePreTokenizer::Prepend::kNever;
     }
-    parts->push_back(std::make_unique<MetaspacePreTokenizer>(replacement, prepend, j.value("split", true)));
+    parts->push_back(
+        std::make_unique<MetaspacePreTokenizer>(replacement, prepend, j.value("split", true)));
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat("unsupported pre_tokenizer '", type,
-                                                 "' (supported: Split, ByteLevel, Digits, Metaspace, Punctuation, "
-                                                 "Whitespace, WhitespaceSplit, Sequence)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unsupported pre_tokenizer '", type,
+                   "' (supported: Split, ByteLevel, Digits, Metaspace, Punctuation, "
+                   "Whitespace, WhitespaceSplit, Sequence)"));
 }
 
 }  // namespace
@@ -366,7 +382,8 @@ const std::array<char32_t, 256>& ByteToUnicode() {
     std::array<char32_t, 256> t{};
     char32_t extra = 256;
     for (int b = 0; b < 256; ++b) {
-      bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      bool printable =
+          (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
       t[static_cast<size_t>(b)] = printable ? static_cast<char32_t>(b) : extra++;
     }
     return t;

@@ -103,7 +103,8 @@ absl::StatusOr<Regex> Regex::Compile(std::string_view pattern) {
   r.impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten.data()), rewritten.size(),
                                 PCRE2_UTF | PCRE2_UCP, &err, &err_offset, nullptr);
   if (r.impl_->code == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("regex '", r.pattern_, "' does not compile: ", Pcre2Message(err),
+    return absl::InvalidArgumentError(absl::StrCat("regex '", r.pattern_,
+                                                   "' does not compile: ", Pcre2Message(err),
                                                    " (offset ", err_offset, ")"));
   }
   // JIT is an optimisation: without it (e.g. an unsupported CPU) matching still works.
@@ -125,7 +126,8 @@ absl::StatusOr<Regex> Regex::Literal(std::string_view literal) {
   return Compile(quoted);
 }
 
-absl::Status Regex::FindAll(std::string_view text, std::vector<std::pair<size_t, size_t>>* matches) const {
+absl::Status Regex::FindAll(std::string_view text,
+                            std::vector<std::pair<size_t, size_t>>* matches) const {
   matches->clear();
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(impl_->code, nullptr);
   if (md == nullptr) return absl::ResourceExhaustedError("regex: out of memory for match data");
@@ -134,11 +136,12 @@ absl::Status Regex::FindAll(std::string_view text, std::vector<std::pair<size_t,
   size_t start = 0;
   absl::Status status;
   while (start <= text.size()) {
-    int rc = pcre2_match(impl_->code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, md, state.context);
+    int rc = pcre2_match(impl_->code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, md,
+                         state.context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
-      status = absl::ResourceExhaustedError(
-          absl::StrCat("regex '", pattern_, "' failed on a ", text.size(), "-byte input: ", Pcre2Message(rc)));
+      status = absl::ResourceExhaustedError(absl::StrCat(
+          "regex '", pattern_, "' failed on a ", text.size(), "-byte input: ", Pcre2Message(rc)));
       break;
     }
     PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);

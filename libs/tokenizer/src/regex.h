@@ -31,7 +31,8 @@ class Regex {
 
   // Non-overlapping, non-empty matches left to right as [begin, end) byte ranges.
   // ResourceExhausted if the JIT stack cannot hold a match (pathologically long inputs).
-  absl::Status FindAll(std::string_view text, std::vector<std::pair<size_t, size_t>>* matches) const;
+  absl::Status FindAll(std::string_view text,
+                       std::vector<std::pair<size_t, size_t>>* matches) const;
 
   const std::string& pattern() const { return pattern_; }
 

@@ -19,9 +19,11 @@ namespace {
 
 class SentencePieceModel final : public Model {
  public:
-  SentencePieceModel(std::vector<SpmPiece> pieces, int32_t unk_id) : pieces_(std::move(pieces)), unk_id_(unk_id) {
+  SentencePieceModel(std::vector<SpmPiece> pieces, int32_t unk_id)
+      : pieces_(std::move(pieces)), unk_id_(unk_id) {
     vocab_.reserve(pieces_.size());
-    for (size_t i = 0; i < pieces_.size(); ++i) vocab_.emplace(pieces_[i].text, static_cast<int32_t>(i));
+    for (size_t i = 0; i < pieces_.size(); ++i)
+      vocab_.emplace(pieces_[i].text, static_cast<int32_t>(i));
     for (int b = 0; b < 256; ++b) {
       char name[8];
       std::snprintf(name, sizeof(name), "<0x%02X>", b);
@@ -45,7 +47,9 @@ class SentencePieceModel final : public Model {
       float score;
       int32_t left, right;
       size_t len;
-      bool operator<(const Bigram& o) const { return score < o.score || (score == o.score && left > o.left); }
+      bool operator<(const Bigram& o) const {
+        return score < o.score || (score == o.score && left > o.left);
+      }
     };
     std::vector<Symbol> syms;
     for (size_t i = 0; i < word.size();) {
@@ -96,7 +100,8 @@ class SentencePieceModel final : public Model {
       }
     }
     if (std::find(ids->begin(), ids->end(), -1) != ids->end()) {
-      return absl::InvalidArgumentError("text has characters outside this vocabulary, which has no unk token");
+      return absl::InvalidArgumentError(
+          "text has characters outside this vocabulary, which has no unk token");
     }
     return absl::OkStatus();
   }
@@ -110,7 +115,8 @@ class SentencePieceModel final : public Model {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Model>> MakeSentencePieceModel(std::vector<SpmPiece> pieces, int32_t unk_id) {
+absl::StatusOr<std::unique_ptr<Model>> MakeSentencePieceModel(std::vector<SpmPiece> pieces,
+                                                              int32_t unk_id) {
   if (pieces.empty()) return absl::InvalidArgumentError("SentencePiece vocabulary is empty");
   return std::unique_ptr<Model>(new SentencePieceModel(std::move(pieces), unk_id));
 }

@@ -83,14 +83,23 @@ absl::StatusOr<std::string> NormalizeUnicode(std::string_view s, NormalForm form
   if (ascii) return std::string(s);  // every normal form leaves ASCII unchanged
   size_t bad = FindInvalidUtf8(s);
   if (bad != std::string_view::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("text is not valid UTF-8 (byte offset ", bad, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("text is not valid UTF-8 (byte offset ", bad, ")"));
   }
   int options = UTF8PROC_STABLE;
   switch (form) {
-    case NormalForm::kNfc: options |= UTF8PROC_COMPOSE; break;
-    case NormalForm::kNfd: options |= UTF8PROC_DECOMPOSE; break;
-    case NormalForm::kNfkc: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
-    case NormalForm::kNfkd: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+    case NormalForm::kNfc:
+      options |= UTF8PROC_COMPOSE;
+      break;
+    case NormalForm::kNfd:
+      options |= UTF8PROC_DECOMPOSE;
+      break;
+    case NormalForm::kNfkc:
+      options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+      break;
+    case NormalForm::kNfkd:
+      options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+      break;
   }
   utf8proc_uint8_t* dst = nullptr;
   utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
@@ -98,15 +107,28 @@ absl::StatusOr<std::string> NormalizeUnicode(std::string_view s, NormalForm form
                                     static_cast<utf8proc_option_t>(options));
   std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(dst, &std::free);
   if (n < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("unicode normalization failed: ", utf8proc_errmsg(n)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unicode normalization failed: ", utf8proc_errmsg(n)));
   }
   return std::string(reinterpret_cast<const char*>(dst), static_cast<size_t>(n));
 }
 
 bool IsWhitespace(char32_t cp) {
   switch (cp) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20: case 0x85: case 0xA0:
-    case 0x1680: case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
+    case 0x09:
+    case 0x0A:
+    case 0x0B:
+    case 0x0C:
+    case 0x0D:
+    case 0x20:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000:
       return true;
     default:
       return cp >= 0x2000 && cp <= 0x200A;
@@ -148,8 +170,14 @@ bool IsPythonPrintable(char32_t cp) {
   if (cp == ' ') return true;
   if (cp < 0x80) return cp > 0x20 && cp != 0x7F;
   switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
-    case UTF8PROC_CATEGORY_CC: case UTF8PROC_CATEGORY_CF: case UTF8PROC_CATEGORY_CS: case UTF8PROC_CATEGORY_CO:
-    case UTF8PROC_CATEGORY_CN: case UTF8PROC_CATEGORY_ZL: case UTF8PROC_CATEGORY_ZP: case UTF8PROC_CATEGORY_ZS:
+    case UTF8PROC_CATEGORY_CC:
+    case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_CS:
+    case UTF8PROC_CATEGORY_CO:
+    case UTF8PROC_CATEGORY_CN:
+    case UTF8PROC_CATEGORY_ZL:
+    case UTF8PROC_CATEGORY_ZP:
+    case UTF8PROC_CATEGORY_ZS:
       return false;
     default:
       return true;

@@ -31,7 +31,7 @@ bool IsWhitespace(char32_t cp);
 // Letters or numbers (general categories L* and N*), as Rust's char::is_alphanumeric.
 bool IsAlphanumeric(char32_t cp);
 bool IsLetter(char32_t cp);
-bool IsDecimalDigit(char32_t cp);  // Nd
+bool IsDecimalDigit(char32_t cp);    // Nd
 bool IsNonspacingMark(char32_t cp);  // Mn
 char32_t ToUpper(char32_t cp);
 char32_t ToLower(char32_t cp);

@@ -14,10 +14,13 @@ prometheus::Gauge* MakeGauge(prometheus::Registry& r, const std::string& name, c
 }
 
 // Advances a Prometheus counter to a monotonic value counted elsewhere.
-void SyncCounter(prometheus::Counter* c, uint64_t value) {
-  const double delta = static_cast<double>(value) - c->Value();
+void SyncCounter(prometheus::Counter* c, double value) {
+  const double delta = value - c->Value();
   if (delta > 0) c->Increment(delta);
 }
+void SyncCounter(prometheus::Counter* c, uint64_t value) { SyncCounter(c, static_cast<double>(value)); }
+
+double Ratio(double num, double den) { return den > 0 ? num / den : 0.0; }
 
 }  // namespace
 
@@ -39,6 +42,44 @@ ComputeMetrics::ComputeMetrics(std::shared_ptr<prometheus::Registry> r) : regist
                       .Register(*registry);
   cache_hits_ = &lookups.Add({{"tier", "ram"}, {"result", "hit"}});
   cache_misses_ = &lookups.Add({{"tier", "ram"}, {"result", "miss"}});
+  cache_in_flight_ = &lookups.Add({{"tier", "ram"}, {"result", "in_flight"}});
+  cache_pinned_bytes_ = MakeGauge(*registry, "colibri_compute_expert_cache_pinned_bytes",
+                                  "Bytes of pinned expert blocks resident", {{"tier", "ram"}});
+  cache_hit_ratio_ = MakeGauge(*registry, "colibri_compute_expert_cache_hit_ratio",
+                               "Demand lookups that found the block resident, since start", {{"tier", "ram"}});
+  cache_coverage_ratio_ = MakeGauge(*registry, "colibri_compute_expert_cache_coverage_ratio",
+                                    "Demand lookups that found the block resident or already being read, since start",
+                                    {{"tier", "ram"}});
+  auto& prefetch = prometheus::BuildCounter()
+                       .Name("colibri_compute_expert_prefetch_blocks_total")
+                       .Help("Prefetched expert blocks: read, used by a demand request, promoted to demand "
+                             "while queued, cancelled while queued, dropped (queue full or no room)")
+                       .Register(*registry);
+  prefetch_read_ = &prefetch.Add({{"result", "read"}});
+  prefetch_used_ = &prefetch.Add({{"result", "used"}});
+  prefetch_promoted_ = &prefetch.Add({{"result", "promoted"}});
+  prefetch_cancelled_ = &prefetch.Add({{"result", "cancelled"}});
+  prefetch_dropped_ = &prefetch.Add({{"result", "dropped"}});
+  prefetch_wasted_bytes_ = MakeCounter(*registry, "colibri_compute_expert_prefetch_wasted_bytes_total",
+                                       "Prefetched bytes evicted or cleared without a demand use");
+  prefetch_precision_ = MakeGauge(*registry, "colibri_compute_expert_prefetch_precision_ratio",
+                                  "Prefetch reads a demand request then used, since start");
+  auto& predictions = prometheus::BuildCounter()
+                          .Name("colibri_compute_expert_predictions_total")
+                          .Help("Lookahead: experts predicted for coming layers, and of those the router picked")
+                          .Register(*registry);
+  predictions_ = &predictions.Add({{"result", "predicted"}});
+  predictions_correct_ = &predictions.Add({{"result", "correct"}});
+  forward_tokens_ = MakeCounter(*registry, "colibri_compute_forward_tokens_total",
+                                "Tokens through the model (prompt and generated)");
+  stall_seconds_ = MakeCounter(*registry, "colibri_compute_expert_stall_seconds_total",
+                               "Time the model waited for expert blocks (not computing)");
+  stall_seconds_per_token_ = MakeGauge(*registry, "colibri_compute_expert_stall_seconds_per_token",
+                                       "Expert stall per token forwarded, since start");
+  fetched_bytes_per_token_ = MakeGauge(*registry, "colibri_compute_expert_fetched_bytes_per_token",
+                                       "Expert bytes read below the cache per token forwarded, since start");
+  dense_bytes_ = MakeGauge(*registry, "colibri_compute_dense_bytes", "Bytes of resident dense weights");
+  kv_cache_bytes_ = MakeGauge(*registry, "colibri_compute_kv_cache_bytes", "Bytes of KV caches (active and pooled)");
   cache_evictions_ = MakeCounter(*registry, "colibri_compute_expert_cache_evictions_total",
                                  "Expert blocks evicted", {{"tier", "ram"}});
   expert_bytes_fetched_ = MakeCounter(*registry, "colibri_compute_expert_fetched_bytes_total",
@@ -47,6 +88,24 @@ ComputeMetrics::ComputeMetrics(std::shared_ptr<prometheus::Registry> r) : regist
                            {{"tier", "ram"}});
   cache_capacity_bytes_ = MakeGauge(*registry, "colibri_compute_expert_cache_capacity_bytes",
                                     "Expert cache budget in bytes", {{"tier", "ram"}});
+  store_failovers_ = MakeCounter(*registry, "colibri_compute_store_failovers_total",
+                                 "Expert fetches retried on another store after one failed");
+  store_bytes_ = &prometheus::BuildCounter()
+                      .Name("colibri_compute_store_received_bytes_total")
+                      .Help("Expert bytes received, by store")
+                      .Register(*registry);
+  store_shm_bytes_ = &prometheus::BuildCounter()
+                          .Name("colibri_compute_store_shm_blocks_total")
+                          .Help("Expert blocks received through shared memory, by store")
+                          .Register(*registry);
+  store_up_ = &prometheus::BuildGauge()
+                   .Name("colibri_compute_store_up")
+                   .Help("1 when the store takes reads, by store")
+                   .Register(*registry);
+  store_outstanding_ = &prometheus::BuildGauge()
+                            .Name("colibri_compute_store_outstanding_bytes")
+                            .Help("Expert bytes requested and not yet received, by store")
+                            .Register(*registry);
 }
 
 void ComputeMetrics::Refresh(ComputeNode& node) {
@@ -58,10 +117,40 @@ void ComputeMetrics::Refresh(ComputeNode& node) {
   SyncCounter(expert_bytes_fetched_, stats.bytes_fetched);
   cache_bytes_->Set(static_cast<double>(stats.bytes_cached));
   cache_capacity_bytes_->Set(static_cast<double>(stats.capacity_bytes));
+  SyncCounter(cache_in_flight_, stats.in_flight_hits);
+  cache_pinned_bytes_->Set(static_cast<double>(stats.bytes_pinned));
+  cache_hit_ratio_->Set(stats.hit_rate());
+  cache_coverage_ratio_->Set(stats.coverage());
+  SyncCounter(prefetch_read_, stats.prefetch_reads);
+  SyncCounter(prefetch_used_, stats.prefetch_used);
+  SyncCounter(prefetch_promoted_, stats.prefetch_promoted);
+  SyncCounter(prefetch_cancelled_, stats.prefetch_cancelled);
+  SyncCounter(prefetch_dropped_, stats.prefetch_dropped);
+  SyncCounter(prefetch_wasted_bytes_, stats.prefetch_wasted_bytes);
+  prefetch_precision_->Set(stats.prefetch_precision());
+  const auto& mc = node.model().counters();
+  SyncCounter(predictions_, mc.prefetch_predicted.load());
+  SyncCounter(predictions_correct_, mc.prefetch_predicted_routed.load());
+  const double tokens = static_cast<double>(mc.rows.load());
+  const double stall = static_cast<double>(mc.expert_wait_ns.load()) * 1e-9;
+  SyncCounter(forward_tokens_, mc.rows.load());
+  SyncCounter(stall_seconds_, stall);
+  stall_seconds_per_token_->Set(Ratio(stall, tokens));
+  fetched_bytes_per_token_->Set(Ratio(static_cast<double>(stats.bytes_fetched), tokens));
+  dense_bytes_->Set(static_cast<double>(node.model().dense_bytes()));
+  kv_cache_bytes_->Set(static_cast<double>(node.engine().counters().kv_bytes.load()));
   const auto& c = node.engine().counters();
   SyncCounter(requests_, c.requests.load());
   SyncCounter(prompt_tokens_, c.prompt_tokens.load());
   SyncCounter(generated_tokens_, c.generated_tokens.load());
+  SyncCounter(store_failovers_, node.store_failovers());
+  for (const auto& st : node.store_states()) {
+    const prometheus::Labels labels = {{"store", st.target}};
+    SyncCounter(&store_bytes_->Add(labels), st.stats.bytes);
+    SyncCounter(&store_shm_bytes_->Add(labels), st.stats.shm_blocks);
+    store_up_->Add(labels).Set(st.up ? 1 : 0);
+    store_outstanding_->Add(labels).Set(static_cast<double>(st.stats.outstanding_bytes));
+  }
 }
 
 }  // namespace colibri::compute

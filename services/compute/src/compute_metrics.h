@@ -31,6 +31,31 @@ class ComputeMetrics {
   prometheus::Counter* expert_bytes_fetched_;
   prometheus::Gauge* cache_bytes_;
   prometheus::Gauge* cache_capacity_bytes_;
+  // Expert cache, prefetch and stalls (cache_tier.h, lookahead.h).
+  prometheus::Counter* cache_in_flight_;
+  prometheus::Gauge* cache_pinned_bytes_;
+  prometheus::Gauge* cache_hit_ratio_;
+  prometheus::Gauge* cache_coverage_ratio_;
+  prometheus::Counter* prefetch_read_;
+  prometheus::Counter* prefetch_used_;
+  prometheus::Counter* prefetch_promoted_;
+  prometheus::Counter* prefetch_cancelled_;
+  prometheus::Counter* prefetch_dropped_;
+  prometheus::Counter* prefetch_wasted_bytes_;
+  prometheus::Gauge* prefetch_precision_;
+  prometheus::Counter* predictions_;
+  prometheus::Counter* predictions_correct_;
+  prometheus::Counter* forward_tokens_;
+  prometheus::Counter* stall_seconds_;
+  prometheus::Gauge* stall_seconds_per_token_;
+  prometheus::Gauge* fetched_bytes_per_token_;
+  prometheus::Gauge* dense_bytes_;
+  prometheus::Gauge* kv_cache_bytes_;
+  prometheus::Counter* store_failovers_;
+  prometheus::Family<prometheus::Counter>* store_bytes_;
+  prometheus::Family<prometheus::Counter>* store_shm_bytes_;
+  prometheus::Family<prometheus::Gauge>* store_up_;
+  prometheus::Family<prometheus::Gauge>* store_outstanding_;
 };
 
 }  // namespace colibri::compute

@@ -19,37 +19,52 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(const ComputeNo
                                                    ") of model '", m.name, "'"));
   }
   if (options.stores.empty()) {
-    ASSIGN_OR_RETURN(auto disk, expert_source::DiskSource::Open(node->container_.get()));
+    ASSIGN_OR_RETURN(auto disk,
+                     expert_source::DiskSource::Open(node->container_.get(), {.direct_io = options.cache.direct_io}));
+    node->disk_ = disk.get();
     node->origin_ = std::move(disk);
   } else {
-    if (options.stores.size() > 1) {
-      return absl::UnimplementedError("several --store targets are not supported yet: give one");
-    }
-    rpc::RemoteStoreOptions ro;
-    ro.target = options.stores[0];
-    ro.model = m.name;
-    ASSIGN_OR_RETURN(auto remote, rpc::RemoteStoreSource::Connect(ro, &node->container_->manifest()));
+    rpc::MultiStoreOptions mo;
+    mo.targets = options.stores;
+    mo.model = m.name;
+    mo.client_name = options.client_name;
+    uint64_t largest_padded = 0;
+    for (const auto& b : m.experts) largest_padded = std::max(largest_padded, b.padded_size);
+    mo.shm_bytes = options.store_shm_bytes != ComputeNodeOptions::kAutoShm
+                       ? options.store_shm_bytes
+                       : options.expert_cache_bytes + 2 * static_cast<uint64_t>(m.config.n_experts) * largest_padded;
+    ASSIGN_OR_RETURN(auto remote, rpc::MultiStoreSource::Connect(mo, &node->container_->manifest()));
+    node->stores_ = remote.get();
     node->origin_ = std::move(remote);
   }
-  node->cache_ = std::make_unique<expert_source::CacheTier>(node->origin_.get(), options.expert_cache_bytes);
   node->backend_ = backend::CreateCpuBackend({.threads = options.threads});
-  ASSIGN_OR_RETURN(node->model_, engine::Model::Load(*node->container_, node->backend_.get(), node->cache_.get()));
-  node->engine_ = std::make_unique<engine::Engine>(node->model_.get(), engine::EngineOptions{options.prefill_chunk});
+  ASSIGN_OR_RETURN(node->cache_, ExpertCache::Create(node->origin_.get(), *node->container_, options.expert_cache_bytes,
+                                                     options.cache, *node->backend_));
+  ASSIGN_OR_RETURN(node->model_,
+                   engine::Model::Load(*node->container_, node->backend_.get(), node->cache_->front(),
+                                       {.prefetch_layers = options.cache.prefetch_layers,
+                                        .prefetch_min_weight = options.cache.prefetch_min_weight,
+                                        .trace = node->cache_->trace()}));
+  engine::EngineOptions eo;
+  eo.prefill_chunk = options.prefill_chunk;
+  eo.kv_cache_limit = options.kv_cache_limit;
+  node->engine_ = std::make_unique<engine::Engine>(node->model_.get(), eo);
   return node;
 }
 
 absl::StatusOr<int64_t> ComputeNode::PreloadExperts() {
   const auto& c = manifest().config;
+  expert_source::CacheTier* cache = &cache_->ram();
   for (int32_t l = 0; l < c.n_layers; ++l) {
     for (int32_t e = 0; e < c.n_experts; ++e) {
       const expert_source::ExpertId id{l, e};
-      if (cache_->Stats().bytes_cached + cache_->BlockSize(id) > cache_->Stats().capacity_bytes) {
-        return static_cast<int64_t>(cache_->Stats().blocks_cached);
+      if (cache->Stats().bytes_cached + cache->BlockSize(id) > cache->Stats().capacity_bytes) {
+        return static_cast<int64_t>(cache->Stats().blocks_cached);
       }
-      RETURN_IF_ERROR(cache_->Fetch(id, expert_source::Priority::kPrefetch).status());
+      RETURN_IF_ERROR(cache->Fetch(id, expert_source::Priority::kPrefetch).status());
     }
   }
-  return static_cast<int64_t>(cache_->Stats().blocks_cached);
+  return static_cast<int64_t>(cache->Stats().blocks_cached);
 }
 
 }  // namespace colibri::compute

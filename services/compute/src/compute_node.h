@@ -15,15 +15,25 @@
 #include "colibri/expert_source/cache_tier.h"
 #include "colibri/expert_source/disk_source.h"
 #include "colibri/model/container.h"
+#include "colibri/rpc/multi_store_source.h"
 #include "colibri/rpc/remote_store_source.h"
+#include "expert_cache.h"
 
 namespace colibri::compute {
 
 struct ComputeNodeOptions {
   std::string model_dir;
-  // Expert stores (host:port or unix:path). Empty: read experts from model_dir directly.
+  // Expert stores (host:port or unix:/path). Empty: read experts from model_dir directly.
+  // Several: reads spread over the holders of each expert, failing over when one dies.
   std::vector<std::string> stores;
+  // Shared-memory region per co-located (unix:) store: blocks land in it without copies and
+  // stay there while cached. kAutoShm: the cache size plus two layers of blocks in flight.
+  static constexpr uint64_t kAutoShm = ~0ull;
+  uint64_t store_shm_bytes = kAutoShm;  // 0: chunks on the stream only
+  std::string client_name;              // how the stores' metrics name this node
   uint64_t expert_cache_bytes = 2ull << 30;
+  ExpertCacheConfig cache;         // tiers, policy, pins, prefetch, trace (expert_cache.h)
+  uint64_t kv_cache_limit = 0;     // bytes of KV caches (dense weights are separate); 0: unlimited
   int threads = 0;                 // 0: physical cores
   int64_t prefill_chunk = 512;
 };
@@ -35,20 +45,29 @@ class ComputeNode {
   engine::Engine& engine() { return *engine_; }
   const model::Manifest& manifest() const { return container_->manifest(); }
   const std::string& model_name() const { return container_->manifest().name; }
-  expert_source::CacheStats cache_stats() const { return cache_->Stats(); }
-  void ClearCache() { cache_->Clear(); }
+  expert_source::CacheStats cache_stats() const { return cache_->ram().Stats(); }
+  expert_source::CacheTier::ClearResult ClearCache() { return cache_->Clear(); }
+  ExpertCache& expert_cache() { return *cache_; }
+  const engine::Model& model() const { return *model_; }
+  // The local disk source (nullptr when experts come from stores).
+  const expert_source::DiskSource* disk() const { return disk_; }
   // Reads expert blocks into the cache, layer by layer, until it is full (or all are in).
   // Returns the number of blocks resident afterwards.
   absl::StatusOr<int64_t> PreloadExperts();
   // Bytes read from disk or received from stores (below the cache).
-  uint64_t expert_bytes_fetched() const { return cache_->Stats().bytes_fetched; }
+  uint64_t expert_bytes_fetched() const { return cache_->ram().Stats().bytes_fetched; }
+  // The expert stores and their state (empty when experts come from the model directory).
+  std::vector<rpc::StoreState> store_states() const { return stores_ ? stores_->Stores() : std::vector<rpc::StoreState>{}; }
+  uint64_t store_failovers() const { return stores_ ? stores_->failovers() : 0; }
 
  private:
   ComputeNode() = default;
   std::unique_ptr<model::Container> container_;
   std::unique_ptr<backend::Backend> backend_;
-  std::unique_ptr<expert_source::ExpertSource> origin_;  // disk or remote store
-  std::unique_ptr<expert_source::CacheTier> cache_;
+  std::unique_ptr<expert_source::ExpertSource> origin_;  // disk or remote stores
+  rpc::MultiStoreSource* stores_ = nullptr;               // origin_, when it is the stores
+  expert_source::DiskSource* disk_ = nullptr;             // origin_, when it is the disk
+  std::unique_ptr<ExpertCache> cache_;
   std::unique_ptr<engine::Model> model_;
   std::unique_ptr<engine::Engine> engine_;
 };

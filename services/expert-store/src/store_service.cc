@@ -34,6 +34,10 @@ std::string ClientName(grpc::CallbackServerContext* ctx) {
 class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1::FetchRequest, v1::FetchResponse> {
  public:
   FetchReactor(ExpertStoreService* svc, grpc::CallbackServerContext* ctx) : svc_(svc) {
+    {
+      std::lock_guard<std::mutex> lock(svc_->reactors_mu_);
+      svc_->reactors_++;
+    }
     unix_peer_ = ctx->peer().rfind("unix:", 0) == 0;
     client_bytes_ = svc_->metrics_->ClientBytes(ClientName(ctx));
     if (svc_->open_streams_.fetch_add(1) >= svc_->options_.max_streams) {
@@ -50,9 +54,15 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
     StartRead(&request_);
   }
 
+  ~FetchReactor() override {
+    shm_.reset();  // unmapped once no read writes into it
+    std::lock_guard<std::mutex> lock(svc_->reactors_mu_);
+    svc_->reactors_--;
+    svc_->reactors_cv_.notify_all();
+  }
+
   void OnReadDone(bool ok) override {
     std::vector<Request> starts;
-    bool read_more;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!ok) {
@@ -68,10 +78,11 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
         AttachLocked(request_.shm_attach());
       }
       ScheduleLocked(&starts);
-      read_more = !finished_;
+      // Under the lock: a read must never be started after Finish (OnCancel may finish the
+      // stream from another thread). gRPC never runs a reaction inside Start*.
+      if (!finished_) StartRead(&request_);
     }
     StartReads(starts);
-    if (read_more) StartRead(&request_);
   }
 
   void OnWriteDone(bool ok) override {
@@ -303,7 +314,7 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
                                     "expert (layer ", r.block->layer, ", id ", r.block->expert,
                                     "): read finished after the request's ", r.timeout_ms, " ms timeout")));
         } else if (!status.ok()) {
-          (status.code() == absl::StatusCode::kDataLoss ? m.checksum_failures : m.read_errors)->Increment();
+          (IsChecksumMismatch(status) ? m.checksum_failures : m.read_errors)->Increment();
           PushErrorLocked(r.id, status);
         } else {
           (r.demand ? m.blocks_served_demand : m.blocks_served_prefetch)->Increment();
@@ -400,7 +411,10 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
 ExpertStoreService::ExpertStoreService(BlockStore* store, StoreOptions options, StoreMetrics* metrics)
     : store_(store), options_(options), metrics_(metrics) {}
 
-ExpertStoreService::~ExpertStoreService() = default;
+ExpertStoreService::~ExpertStoreService() {
+  std::unique_lock<std::mutex> lock(reactors_mu_);
+  reactors_cv_.wait(lock, [&] { return reactors_ == 0; });
+}
 
 grpc::ServerBidiReactor<v1::FetchRequest, v1::FetchResponse>* ExpertStoreService::Fetch(
     grpc::CallbackServerContext* ctx) {

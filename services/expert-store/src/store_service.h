@@ -17,8 +17,10 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 
 #include "colibri/store/block_store.h"
 #include "colibri/v1/expert_store.grpc.pb.h"
@@ -37,7 +39,8 @@ struct StoreOptions {
 
 class ExpertStoreService final : public v1::ExpertStore::CallbackService {
  public:
-  // `store` and `metrics` must outlive the service.
+  // `store` and `metrics` must outlive the service. The destructor waits until every stream's
+  // reads have ended (after the server's Shutdown, streams end but reads may still be landing).
   ExpertStoreService(BlockStore* store, StoreOptions options, StoreMetrics* metrics);
   ~ExpertStoreService() override;
 
@@ -51,6 +54,9 @@ class ExpertStoreService final : public v1::ExpertStore::CallbackService {
   StoreOptions options_;
   StoreMetrics* metrics_;
   std::atomic<size_t> open_streams_{0};
+  std::mutex reactors_mu_;
+  std::condition_variable reactors_cv_;
+  size_t reactors_ = 0;  // alive, counting those finished but still waiting for reads
 };
 
 }  // namespace colibri::store

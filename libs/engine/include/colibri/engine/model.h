@@ -5,9 +5,14 @@
 // attention -> output projection -> residual; RMSNorm -> router (softmax over experts, top-k,
 // optional renormalisation) -> each unique routed expert of the batch fetched once and applied
 // to the rows that chose it (SwiGLU) -> (Qwen2-MoE: + sigmoid-gated shared expert) -> residual.
+// The routing of each layer is reported to the expert source (Hint: every expert's probability)
+// and, with ModelOptions::trace, written one line per token and layer. With prefetch_layers > 0,
+// the experts of the next layers are predicted and prefetched while a layer runs (lookahead.h);
+// that never changes results.
 // Thread safety: one Forward at a time (the caller serialises); the expert source is shared.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -16,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "colibri/backend/backend.h"
 #include "colibri/expert_source/expert_source.h"
+#include "colibri/expert_source/routing_trace.h"
 #include "colibri/model/container.h"
 
 namespace colibri::engine {
@@ -49,17 +55,48 @@ struct BatchItem {
 struct ForwardStats {
   int64_t experts_applied = 0;    // unique (layer, expert) blocks applied
   int64_t expert_rows = 0;        // token-expert pairs computed
+  double expert_wait_seconds = 0; // blocked waiting for expert blocks (not computing)
 };
+
+struct ModelOptions {
+  // Lookahead prefetch: while layer L runs, predict and prefetch the experts of layers
+  // L+1..L+prefetch_layers (see lookahead.h). 0: off. Never changes results.
+  int prefetch_layers = 0;
+  // Predicted experts whose predicted gate weight is below this are not prefetched (a wrong
+  // prefetch costs a whole block of disk time; low-weight predictions are wrong most often).
+  float prefetch_min_weight = 0.0f;
+  // When set, one line per token and layer with the chosen experts and gate probabilities.
+  expert_source::RoutingTraceWriter* trace = nullptr;
+};
+
+// Totals since Load; read from any thread.
+struct ModelCounters {
+  std::atomic<uint64_t> forward_passes{0};
+  std::atomic<uint64_t> rows{0};                 // tokens forwarded (prompt and generated)
+  std::atomic<uint64_t> expert_wait_ns{0};       // blocked on expert blocks
+  std::atomic<uint64_t> experts_applied{0};
+  // Lookahead: experts predicted (and prefetched), how many of those the router then picked,
+  // and how many experts the router picked at layers that can be predicted (layer > 0).
+  std::atomic<uint64_t> prefetch_predicted{0};
+  std::atomic<uint64_t> prefetch_predicted_routed{0};
+  std::atomic<uint64_t> prefetch_routed{0};
+};
+
+class Lookahead;
+struct Routing;
 
 class Model {
  public:
   static absl::StatusOr<std::unique_ptr<Model>> Load(const model::Container& container, backend::Backend* backend,
-                                                     expert_source::ExpertSource* experts);
+                                                     expert_source::ExpertSource* experts,
+                                                     const ModelOptions& options = {});
   ~Model();
 
   const model::ModelConfig& config() const { return config_; }
   const model::Manifest& manifest() const { return manifest_; }
   uint64_t dense_bytes() const { return dense_size_; }
+  const ModelCounters& counters() const { return counters_; }
+  int prefetch_layers() const { return options_.prefetch_layers; }
 
   std::unique_ptr<KvCache> NewCache() const;
   // Grows `cache` to hold `positions` tokens now (Forward grows it by doubling otherwise).
@@ -85,6 +122,8 @@ class Model {
   absl::Status EnsureCapacity(KvCache* cache, int64_t positions);
   absl::Status EnsureWorkspace(int64_t n);
   absl::Status MoE(int layer, int64_t n, ForwardStats* stats);
+  // Tells the expert source what the router decided (hints) and writes the trace lines.
+  void ReportRouting(int layer, const Routing& routing);
 
   model::ModelConfig config_;
   model::Manifest manifest_;
@@ -97,6 +136,10 @@ class Model {
   const float* output_norm_ = nullptr;
   std::vector<LayerWeights> layers_;
   std::unique_ptr<Workspace> ws_;
+  ModelOptions options_;
+  ModelCounters counters_;
+  std::unique_ptr<Lookahead> lookahead_;
+  int64_t trace_step_ = 0;
 };
 
 }  // namespace colibri::engine

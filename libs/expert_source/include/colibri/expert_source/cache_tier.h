@@ -1,67 +1,155 @@
-// A host-RAM expert cache in front of another ExpertSource (LRU eviction).
+// A cache tier of expert blocks in front of another ExpertSource: host RAM over a disk or a
+// store, or (with a GPU backend) VRAM over the RAM tier. Backend-neutral: where the copies live
+// is a TierMemory (cache_tier.h never looks inside a block).
 //
-// Accounting: the bytes of cached blocks never exceed `capacity_bytes`. A block that cannot be
-// cached because every cached block is leased is handed to the caller uncached (counted in
-// `bypasses`), so a cache smaller than one layer's working set still makes progress.
-// Concurrent misses on the same expert are coalesced into one fetch from the next source.
-// Thread-safe.
+// Budget (strict). Every block this tier hands out is resident and counted: the bytes of
+// resident blocks plus the bytes reserved for reads in flight never exceed `capacity_bytes`.
+// Room is made before a read starts, by evicting the block of lowest policy priority that is
+// not leased, not pinned and not a prefetched block awaiting its predicted use. When every
+// resident block is leased, a demand read waits for a lease to be dropped (up to `room_wait`,
+// then ResourceExhausted naming the tier); a prefetch is dropped instead. A block larger than
+// the unpinned budget fails at once. Leases are tracked exactly (the tier knows when the last
+// copy of a lease is dropped), so no block is ever handed out uncached.
+//
+// Reads. With io_threads > 0, misses are read by a pool of reader threads: demand reads first,
+// then queued prefetches in FIFO order; FetchMany hands each block to the caller's thread as it
+// lands. With io_threads == 0, misses are read one at a time on the caller's thread and
+// Prefetch is ignored. Concurrent requests for one block share a single read ("single flight");
+// a demand request for a queued prefetch promotes it to demand priority.
+//
+// Prefetch. Prefetch(ids) queues reads at prefetch priority (at most max_queued_prefetches;
+// the rest are dropped and counted; at most max_prefetch_reads run at once). A prefetched block,
+// and a resident block named by Prefetch, is protected from eviction by other prefetches until a
+// demand request uses it, Cancel names it, or `protect_ticks` demand accesses pass. Cancel
+// removes queued reads, passes the cancel on to the source for reads in progress (a source may
+// stop them: DiskSource does), and demotes prefetched blocks nobody used (evicted first; their
+// bytes count as wasted). A stopped read that a demand request joined meanwhile is read again.
+//
+// Pinning. SetPinned names blocks that are never evicted; those not resident are read in the
+// background (or on the calling thread when io_threads == 0). Pinned bytes count against the
+// budget; SetPinned refuses a set that leaves less than two of the largest blocks unpinned.
+//
+// Thread-safe. Leases may outlive the tier.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <list>
+#include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <thread>
 #include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
+#include "colibri/expert_source/cache_policy.h"
 #include "colibri/expert_source/expert_source.h"
+#include "colibri/expert_source/tier_memory.h"
 
 namespace colibri::expert_source {
 
-struct CacheStats {
-  uint64_t hits = 0;
-  uint64_t misses = 0;
-  uint64_t evictions = 0;
-  uint64_t bypasses = 0;
-  uint64_t bytes_fetched = 0;  // from the next source
-  uint64_t bytes_cached = 0;   // currently resident
+class RoutingHeat;
+
+struct CacheTierOptions {
+  std::string name = "ram";           // the tier's label in stats and metrics: ram | vram
   uint64_t capacity_bytes = 0;
+  CachePolicyKind policy = CachePolicyKind::kLru;
+  CachePolicyParams policy_params;    // zeros: derived from the capacity (see cache_tier.cc)
+  int io_threads = 0;                 // reader threads; 0: read on the caller's thread
+  int max_prefetch_reads = 0;         // prefetch reads at once (0: io_threads - 1, at least 1),
+                                      // so a demand read always finds a free reader
+  size_t max_queued_prefetches = 512;
+  uint64_t protect_ticks = 256;       // how long a prefetched block waits for its use
+  std::chrono::milliseconds room_wait{30000};
+  TierMemory* memory = nullptr;       // nullptr: keep the source's blocks (host RAM)
+  RoutingHeat* heat = nullptr;        // hints are also recorded here; not owned
+};
+
+struct CacheStats {
+  std::string tier;
+  // Demand lookups = hits + in_flight_hits + misses.
+  uint64_t hits = 0;                  // resident
+  uint64_t in_flight_hits = 0;        // already being read (by a prefetch or another request)
+  uint64_t misses = 0;                // a read had to start (or was queued, not started)
+  uint64_t evictions = 0;
+  uint64_t room_waits = 0;            // demand reads that waited for a lease to be dropped
+  uint64_t bytes_fetched = 0;         // read from the next source (demand and prefetch)
+  uint64_t bytes_cached = 0;          // resident now
   uint64_t blocks_cached = 0;
+  uint64_t bytes_reserved = 0;        // reads in flight
+  uint64_t bytes_leased = 0;          // resident blocks with a live lease
+  uint64_t bytes_pinned = 0;          // resident and pinned
+  uint64_t blocks_pinned = 0;
+  uint64_t pins = 0;                  // pinned set (resident or not)
+  uint64_t capacity_bytes = 0;
+  // Prefetch.
+  uint64_t prefetch_requested = 0;    // Prefetch ids not resident or in flight: queued
+  uint64_t prefetch_reads = 0;        // prefetch reads started
+  uint64_t prefetch_bytes = 0;        // bytes they read
+  uint64_t prefetch_used = 0;         // prefetch reads (started) a demand request then used
+  uint64_t prefetch_promoted = 0;     // queued prefetches a demand request turned into demand reads
+  uint64_t prefetch_cancelled = 0;    // removed from the queue by Cancel before reading
+  uint64_t prefetch_aborted = 0;      // stopped by Cancel while being read (the source stopped)
+  uint64_t prefetch_dropped = 0;      // queue full, or no room without evicting protected data
+  uint64_t prefetch_wasted_bytes = 0; // prefetched, then evicted or cleared without a use
+  uint64_t lookups() const { return hits + in_flight_hits + misses; }
+  // Demanded blocks that were resident or already being read.
+  double coverage() const { return lookups() ? static_cast<double>(hits + in_flight_hits) / lookups() : 0; }
+  double hit_rate() const { return lookups() ? static_cast<double>(hits) / lookups() : 0; }
+  // Prefetch reads that a demand request then used.
+  double prefetch_precision() const { return prefetch_reads ? static_cast<double>(prefetch_used) / prefetch_reads : 0; }
 };
 
 class CacheTier final : public ExpertSource {
  public:
   // `next` must outlive the cache.
+  CacheTier(ExpertSource* next, CacheTierOptions options);
+  // Compatibility: an LRU tier of `capacity_bytes`, reads on the caller's thread.
   CacheTier(ExpertSource* next, uint64_t capacity_bytes);
+  ~CacheTier() override;
 
   absl::StatusOr<Lease> Fetch(ExpertId id, Priority priority) override;
-  // Hits are handed out first; the misses go to the next source as one FetchMany.
+  // Hits are handed out first, then the misses as their reads land.
   absl::Status FetchMany(std::span<const ExpertId> ids, const std::function<void(size_t, Lease)>& on_ready) override;
+  void Prefetch(std::span<const ExpertId> ids) override;
+  void Cancel(std::span<const ExpertId> ids) override;
+  // Ranks blocks (routing policy), records heat, and passes the hints on to the next source.
+  void Hint(std::span<const RoutingHint> hints) override;
   uint64_t BlockSize(ExpertId id) const override { return next_->BlockSize(id); }
 
-  // Drops every block not currently leased.
-  void Clear();
+  // Replaces the pinned set (see the contract above). InvalidArgument when it does not fit.
+  absl::Status SetPinned(std::span<const ExpertId> ids);
+  std::vector<ExpertId> Pinned() const;
+
+  struct ClearResult {
+    uint64_t blocks = 0;
+    uint64_t bytes = 0;
+  };
+  // Drops every resident block not currently leased (pinned ones too: they are read again when
+  // next used); queued prefetches are cancelled. The pinned set is kept.
+  ClearResult Clear();
   CacheStats Stats() const;
   bool Contains(ExpertId id) const;
+  // Waits until no read is queued or in flight; false at the deadline.
+  bool WaitIdle(std::chrono::steady_clock::time_point deadline) const;
+  const CacheTierOptions& options() const { return options_; }
 
  private:
-  struct Entry {
-    Lease lease;
-    std::list<uint64_t>::iterator lru_pos;
-  };
-  // Inserts a block fetched from the next source (or counts a bypass). Requires mu_ held.
-  void InsertLocked(const Lease& lease);
-  // Evicts unleased LRU blocks until `need` more bytes fit. Requires mu_ held.
-  bool MakeRoomLocked(uint64_t need);
+  struct State;
+  struct Job;
+  struct Completion;
+
+  void WorkerLoop();
+  // Reserves room for the job, reads it from `next_` (unlocking meanwhile), inserts it and
+  // hands it to its waiters. Requires `lock` held on the state's mutex.
+  void RunJobLocked(const std::shared_ptr<Job>& job, std::unique_lock<std::mutex>& lock);
 
   ExpertSource* const next_;
-  const uint64_t capacity_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::unordered_map<uint64_t, Entry> entries_;
-  std::list<uint64_t> lru_;  // front = most recently used
-  std::unordered_map<uint64_t, int> in_flight_;  // key -> waiters
-  CacheStats stats_;
+  CacheTierOptions options_;
+  std::shared_ptr<State> s_;  // shared with the leases handed out
+  std::vector<std::thread> workers_;
 };
 
 }  // namespace colibri::expert_source

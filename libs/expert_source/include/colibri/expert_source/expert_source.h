@@ -6,7 +6,7 @@
 //   naming the expert and where it was read, and the bytes are never returned.
 // - Fetch returns a lease: a shared handle that keeps the block's bytes valid and unmodified
 //   while any copy of it lives. A cache never evicts a leased block. Drop leases promptly.
-// - Prefetch and Cancel are advisory: a source may ignore them; they never change results.
+// - Prefetch, Cancel and Hint are advisory: a source may ignore them; they never change results.
 // - Thread-safe: all methods may be called concurrently from any thread.
 // Implementations: local model directory (disk), remote expert store (gRPC), host-RAM cache
 // tier (a decorator over another source), fault injection for tests.
@@ -32,12 +32,24 @@ struct ExpertId {
 
 enum class Priority { kDemand, kPrefetch };
 
-// The bytes of one expert block, immutable once published.
+// What the router decided for one expert of one layer in one forward pass: the mean of its
+// softmax probability over the batch rows, and how many rows picked it (top-k).
+struct RoutingHint {
+  ExpertId id;
+  float probability = 0;
+  uint32_t selected = 0;
+};
+
+// The bytes of one expert block, immutable once published. They live in `bytes` (owned), or
+// elsewhere (`external`, e.g. a slot of a shared-memory region) kept valid by `external_owner`
+// for as long as the block lives.
 struct Block {
   ExpertId id;
   AlignedBytes bytes;  // at least `size` bytes, 4 KiB aligned
   uint64_t size = 0;   // checksummed length
-  const uint8_t* data() const { return bytes.get(); }
+  const uint8_t* external = nullptr;           // when set: the bytes (4 KiB aligned)
+  std::shared_ptr<const void> external_owner;  // keeps `external` valid
+  const uint8_t* data() const { return external != nullptr ? external : bytes.get(); }
 };
 using Lease = std::shared_ptr<const Block>;
 
@@ -58,6 +70,9 @@ class ExpertSource {
   virtual void Prefetch(std::span<const ExpertId> ids) {}
   // Advisory: prefetches of these are no longer wanted.
   virtual void Cancel(std::span<const ExpertId> ids) {}
+  // Advisory: the routing of one layer (every expert of the layer, chosen or not), reported by
+  // the engine before it fetches that layer's experts. Caches use it to rank blocks.
+  virtual void Hint(std::span<const RoutingHint> hints) {}
 
   // Bytes of the block of `id` (for budgeting), or 0 when unknown.
   virtual uint64_t BlockSize(ExpertId id) const = 0;

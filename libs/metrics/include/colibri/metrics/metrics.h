@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "prometheus/counter.h"
@@ -24,13 +26,22 @@ namespace colibri::metrics {
 // Text exposition format (version 0.0.4) of every family in the registries.
 std::string Serialize(const prometheus::Registry& registry);
 
-// Serves GET /metrics (calling `before_scrape` first, to refresh gauges) and GET /health on
-// host:port in a background thread. Port 0 picks a free port (see port()).
+// A small JSON endpoint served beside /metrics (admin calls such as GET /admin/stats).
+struct HttpRoute {
+  std::string method;  // "GET" | "POST"
+  std::string path;
+  // Takes the request body; returns the HTTP status and a JSON body.
+  std::function<std::pair<int, std::string>(const std::string& body)> handler;
+};
+
+// Serves GET /metrics (calling `before_scrape` first, to refresh gauges), GET /health and
+// `routes` on host:port in a background thread. Port 0 picks a free port (see port()).
 class MetricsServer {
  public:
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& host, int port,
                                                               std::shared_ptr<prometheus::Registry> registry,
-                                                              std::function<void()> before_scrape = {});
+                                                              std::function<void()> before_scrape = {},
+                                                              std::vector<HttpRoute> routes = {});
   ~MetricsServer();
   int port() const { return port_; }
 

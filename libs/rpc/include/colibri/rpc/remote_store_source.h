@@ -2,9 +2,18 @@
 //
 // One long-lived bidirectional stream per source. Requests are written by the fetching
 // threads (serialised), responses are read by a background thread that reassembles chunks,
-// checks every chunk checksum and the block checksum against the local manifest, and wakes the
-// waiter. A broken stream fails the fetches in flight with Unavailable and is re-opened on the
-// next fetch. Thread-safe.
+// checks every chunk checksum and the block checksum against the local manifest, and completes
+// the request. A broken stream fails the fetches in flight with Unavailable and is re-opened on
+// the next fetch. Every request carries its timeout, so the store drops work nobody waits for.
+//
+// Shared memory: with `shm_bytes` > 0 and a unix: target, each stream creates a shared-memory
+// region, offers it to the store (ShmAttach) and, once accepted, asks for blocks to be written
+// into slots of it: no bytes on the stream, no copy on either side. The block's lease points
+// into its slot and keeps it reserved until dropped, so the region must hold the leases a cache
+// keeps (size it as the cache plus the reads in flight); a request that finds no room falls back
+// to chunks. The checksum is verified over the shared bytes before the lease is handed out.
+//
+// Asynchronous use (MultiStoreSource): StartFetch/Abandon. Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -16,6 +25,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "colibri/expert_source/expert_source.h"
 #include "colibri/model/manifest.h"
@@ -24,24 +34,37 @@
 
 namespace colibri::rpc {
 
+class ShmArena;
+
 struct RemoteStoreOptions {
   std::string target;                  // host:port or unix:/path
   std::string model;                   // model name as the store knows it
   std::chrono::milliseconds fetch_timeout{60000};
+  std::string client_name;             // sent as colibri-client metadata (the store's per-client metrics)
+  uint64_t shm_bytes = 0;              // > 0 with a unix: target: shared-memory delivery through a region this big
 };
 
 struct RemoteStoreStats {
   uint64_t blocks = 0;
   uint64_t bytes = 0;
   uint64_t reconnects = 0;
+  uint64_t shm_blocks = 0;          // of `blocks`, delivered through shared memory
+  uint64_t outstanding_bytes = 0;   // requested and not answered yet
+  bool shm_active = false;          // the current stream has shared memory attached
 };
 
 class RemoteStoreSource final : public expert_source::ExpertSource {
  public:
+  using Clock = std::chrono::steady_clock;
+  using Callback = std::function<void(absl::StatusOr<expert_source::Lease>)>;
+
   // `manifest` (the model's, read by compute) must outlive the source; it gives block sizes
-  // and the checksums every received block is verified against.
+  // and the checksums every received block is verified against. Fails (Unavailable, NotFound)
+  // when the store is unreachable or does not hold the model.
   static absl::StatusOr<std::unique_ptr<RemoteStoreSource>> Connect(const RemoteStoreOptions& options,
                                                                     const model::Manifest* manifest);
+  // As Connect, without contacting the store (call Probe() to learn what it holds).
+  static std::unique_ptr<RemoteStoreSource> Create(const RemoteStoreOptions& options, const model::Manifest* manifest);
   ~RemoteStoreSource() override;
 
   absl::StatusOr<expert_source::Lease> Fetch(expert_source::ExpertId id, expert_source::Priority priority) override;
@@ -50,24 +73,54 @@ class RemoteStoreSource final : public expert_source::ExpertSource {
   uint64_t BlockSize(expert_source::ExpertId id) const override;
   RemoteStoreStats Stats() const;
 
+  // Asks the store (ListModels) what it holds of the model: OK when it holds some of it.
+  absl::Status Probe(std::chrono::milliseconds timeout);
+  // What the last successful Probe (or Connect) said; false before any.
+  bool Holds(expert_source::ExpertId id) const;
+  bool full_copy() const;
+  const std::string& target() const { return options_.target; }
+
+  // Starts a fetch; `done` runs exactly once, on the reader thread (or on the thread calling
+  // Abandon or the destructor), never inside StartFetch. Errors returned here mean `done` never
+  // runs. The returned handle names the fetch for Abandon.
+  absl::StatusOr<uint64_t> StartFetch(expert_source::ExpertId id, expert_source::Priority priority,
+                                      Clock::time_point deadline, Callback done);
+  // Gives up on a fetch: `done` runs now with Cancelled (unless it already ran) and the store is
+  // told to cancel. A shared-memory slot stays reserved until the store answers.
+  void Abandon(uint64_t handle);
+  // Called (on the reader thread) when a stream breaks, with or without fetches in flight.
+  // Set before the first fetch.
+  void OnStreamBroken(std::function<void(const absl::Status&)> listener) { on_broken_ = std::move(listener); }
+
  private:
   struct Pending {
     expert_source::ExpertId id;
     std::shared_ptr<expert_source::Block> block;
     uint64_t generation = 0;  // the stream it was sent on
     uint64_t received = 0;
-    bool done = false;
-    absl::Status status;
+    uint64_t bytes = 0;       // counted in outstanding_bytes_
+    Callback done;            // empty once run
+    std::shared_ptr<ShmArena> arena;  // set: the block goes to `shm_offset` of this arena
+    uint64_t shm_offset = 0;
+    uint64_t shm_bytes = 0;
   };
+  // A callback to run (outside mu_) with its result.
+  struct Completion {
+    Callback done;
+    absl::StatusOr<expert_source::Lease> result;
+  };
+  using Stream = grpc::ClientReaderWriter<v1::FetchRequest, v1::FetchResponse>;
+
   RemoteStoreSource(const RemoteStoreOptions& options, const model::Manifest* manifest);
-  absl::Status EnsureStreamLocked(std::unique_lock<std::mutex>& lock);
-  absl::StatusOr<uint64_t> SendLocked(std::unique_lock<std::mutex>& lock, expert_source::ExpertId id,
-                                      expert_source::Priority priority);
-  absl::StatusOr<expert_source::Lease> WaitLocked(std::unique_lock<std::mutex>& lock, uint64_t request_id);
-  void ReaderLoop(std::shared_ptr<grpc::ClientContext> ctx,
-                  std::shared_ptr<grpc::ClientReaderWriter<v1::FetchRequest, v1::FetchResponse>> stream,
-                  uint64_t generation);
-  void HandleResponse(const v1::FetchResponse& resp);
+  absl::Status EnsureStreamLocked();
+  bool WriteLocked(std::unique_lock<std::mutex>& lock, const v1::FetchRequest& req);
+  void ReaderLoop(std::shared_ptr<grpc::ClientContext> ctx, std::shared_ptr<Stream> stream, uint64_t generation,
+                  std::shared_ptr<ShmArena> arena);
+  // Handles one response; appends completions to run after unlocking.
+  void HandleResponseLocked(const v1::FetchResponse& resp, std::shared_ptr<ShmArena> arena,
+                            std::vector<Completion>* out);
+  void FinishLocked(uint64_t rid, absl::StatusOr<expert_source::Lease> result, std::vector<Completion>* out);
+  static void Run(std::vector<Completion>& completions);
 
   const RemoteStoreOptions options_;
   const model::Manifest* manifest_;
@@ -75,17 +128,25 @@ class RemoteStoreSource final : public expert_source::ExpertSource {
   std::unique_ptr<v1::ExpertStore::Stub> stub_;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;
   std::shared_ptr<grpc::ClientContext> ctx_;
-  std::shared_ptr<grpc::ClientReaderWriter<v1::FetchRequest, v1::FetchResponse>> stream_;
+  std::shared_ptr<Stream> stream_;
+  std::shared_ptr<ShmArena> arena_;  // of the current stream
+  bool shm_active_ = false;          // the store accepted arena_
+  bool shm_failed_logged_ = false;
   std::mutex write_mu_;
   uint64_t generation_ = 0;
   std::thread reader_;
   std::vector<std::thread> old_readers_;
   uint64_t next_request_id_ = 1;
   std::unordered_map<uint64_t, Pending> pending_;
+  uint64_t outstanding_bytes_ = 0;
   RemoteStoreStats stats_;
   bool shutting_down_ = false;
+  std::function<void(const absl::Status&)> on_broken_;
+  // Holdings from ListModels.
+  bool probed_ = false;
+  bool full_copy_ = false;
+  std::string held_;  // bitmap, when !full_copy_
 };
 
 }  // namespace colibri::rpc

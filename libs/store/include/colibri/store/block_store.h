@@ -74,6 +74,10 @@ class StoredModel {
   std::vector<uint32_t> files_;      // striped: engine file by disk; directory: by block index
 };
 
+// True for the DataLoss a checksum mismatch produces (as opposed to an I/O error, which the
+// I/O layer may also report as DataLoss, e.g. EIO).
+bool IsChecksumMismatch(const absl::Status& status);
+
 class BlockStore {
  public:
   using Priority = expert_source::Priority;

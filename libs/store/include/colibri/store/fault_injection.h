@@ -13,10 +13,13 @@
 // bounded number of times (or forever). Thread-safe; the engine calls it from its threads.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <atomic>
 #include <cstdint>
 #include <limits>
 #include <mutex>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -46,8 +49,8 @@ class FaultInjector {
   absl::Status AddSpec(std::string_view spec);
 
   // Engine hook: a read of [offset, offset + length) on `disk` returned `*result` (bytes, or
-  // -errno) into `dst`. May change `*result` and the bytes.
-  void AfterRead(uint32_t disk, uint64_t offset, uint64_t length, uint8_t* dst, int64_t* result);
+  // -errno) into the buffers `dst`. May change `*result` and the bytes.
+  void AfterRead(uint32_t disk, uint64_t offset, uint64_t length, std::span<const iovec> dst, int64_t* result);
   uint64_t DiskBandwidth(uint32_t disk) const;
   // Times a rule of this kind fired.
   uint64_t fired(FaultKind kind) const { return fired_[static_cast<int>(kind)].load(); }

@@ -12,10 +12,13 @@
 // - An optional FaultInjector sees every completed read (tests, benches).
 //
 // Threading: Read() may be called from any thread; `done` runs exactly once on an engine
-// thread (never inside Read()) and must not block: hand longer work to your own executor.
+// thread (never inside Read(), except after Shutdown(): then inline, with Cancelled) and must
+// not block: hand longer work to your own executor.
 // OpenFile() must not race with Read(): open every file first. The destructor fails queued
 // reads with Cancelled and waits for the ones in flight (their callbacks run).
 #pragma once
+
+#include <sys/uio.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -67,6 +70,13 @@ class IoEngine {
   // Reads [offset, offset + length) of `file` into `dst`. `offset`, `length` and `dst` must be
   // 4 KiB aligned (O_DIRECT). `done` gets OK once all bytes are in `dst`.
   void Read(uint32_t file, uint64_t offset, uint64_t length, uint8_t* dst, Priority priority, Done done);
+  // Reads consecutive file bytes from `offset` into several buffers (each base and length 4 KiB
+  // aligned): one request to the device for pieces that are contiguous on disk only.
+  void ReadV(uint32_t file, uint64_t offset, std::vector<iovec> iov, Priority priority, Done done);
+
+  // Fails queued reads with Cancelled and waits for the ones in flight (their callbacks run);
+  // later reads fail with Cancelled. The destructor does this too.
+  void Shutdown();
 
   uint32_t disk_count() const;
   const std::string& disk_name(uint32_t disk) const;

@@ -8,13 +8,14 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "colibri/core/file_util.h"
+#include "colibri/core/buffer_pool.h"
 
 namespace colibri::store {
 
 // The bytes of one block: `padded_size` bytes, 4 KiB aligned; `size` of them checksummed.
+// The memory comes from (and returns to) a BufferPool.
 struct BlockBuffer {
-  AlignedBytes bytes;
+  std::shared_ptr<uint8_t> bytes;
   uint64_t size = 0;
   uint64_t padded_size = 0;
   const uint8_t* data() const { return bytes.get(); }

@@ -15,13 +15,13 @@
 namespace colibri::tokenizer {
 
 struct ChatMessage {
-  std::string role;     // system | user | assistant | tool
+  std::string role;  // system | user | assistant | tool
   std::string content;
   // Optional fields; empty means absent (the template sees them undefined).
   std::string reasoning_content;  // an assistant's thinking (Qwen3 renders it in <think>)
   std::string tool_calls_json;    // assistant: JSON array of OpenAI tool calls
   std::string name;
-  std::string tool_call_id;       // tool: the call this message answers
+  std::string tool_call_id;  // tool: the call this message answers
 };
 
 struct ChatOptions {
@@ -41,13 +41,15 @@ struct ChatOptions {
 // RenderMistralChat. Errors: InvalidArgument naming the template line (raise_exception's
 // message verbatim) or the malformed JSON option; FailedPrecondition for a template outside
 // the supported Jinja subset.
-absl::StatusOr<std::string> RenderChat(const Tokenizer& tok, const std::vector<ChatMessage>& messages,
+absl::StatusOr<std::string> RenderChat(const Tokenizer& tok,
+                                       const std::vector<ChatMessage>& messages,
                                        const ChatOptions& options = ChatOptions());
 
 // As RenderChat, with the messages as a JSON array passed to the template unchanged, and with
 // `chat_template` instead of the tokenizer's own when it is not empty. An empty template and
 // no tokenizer template is FailedPrecondition.
-absl::StatusOr<std::string> RenderChatJson(const Tokenizer& tok, const nlohmann::ordered_json& messages,
+absl::StatusOr<std::string> RenderChatJson(const Tokenizer& tok,
+                                           const nlohmann::ordered_json& messages,
                                            const ChatOptions& options = ChatOptions(),
                                            std::string_view chat_template = "");
 
@@ -56,6 +58,7 @@ absl::StatusOr<std::string> RenderChatJson(const Tokenizer& tok, const nlohmann:
 // (a system message is folded into the first user turn, as Mistral's template does).
 // Roles must alternate user/assistant after an optional system message; the last message must
 // be from the user. Violations are InvalidArgument naming the message index.
-absl::StatusOr<std::string> RenderMistralChat(const Tokenizer& tok, const std::vector<ChatMessage>& messages);
+absl::StatusOr<std::string> RenderMistralChat(const Tokenizer& tok,
+                                              const std::vector<ChatMessage>& messages);
 
 }  // namespace colibri::tokenizer

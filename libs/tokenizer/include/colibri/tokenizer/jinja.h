@@ -31,14 +31,15 @@
 namespace colibri::tokenizer::jinja {
 
 struct Options {
-  bool trim_blocks = true;     // transformers' settings
+  bool trim_blocks = true;  // transformers' settings
   bool lstrip_blocks = true;
   bool keep_trailing_newline = false;
 };
 
 class Template {
  public:
-  static absl::StatusOr<Template> Parse(std::string_view source, const Options& options = Options());
+  static absl::StatusOr<Template> Parse(std::string_view source,
+                                        const Options& options = Options());
 
   // `context` must be a JSON object; its keys become template variables (alongside the
   // globals above). Keys keep their JSON order when iterated.

@@ -37,19 +37,20 @@ class Tokenizer {
   // `add_special`: add BOS (and EOS) as the tokenizer's post-processor / config says.
   // Text containing added-token strings (e.g. "</s>", "<|im_start|>") maps them to their ids.
   // Invalid UTF-8 is InvalidArgument naming the byte offset.
-  virtual absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_special) const = 0;
+  virtual absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
+                                                      bool add_special) const = 0;
   // Bytes of the decoded tokens (special tokens rendered unless skip_special). Byte-fallback
   // and byte-level tokens are decoded to their raw bytes, so a prefix of a sequence may end
   // inside a UTF-8 character (StreamDecoder handles that); ids out of range are skipped.
   virtual std::string Decode(const std::vector<int32_t>& ids, bool skip_special) const = 0;
 
   virtual int32_t vocab_size() const = 0;
-  virtual int32_t bos_id() const = 0;              // -1 when none
+  virtual int32_t bos_id() const = 0;  // -1 when none
   // End-of-sequence ids: the configured EOS first, then any extra ones the model declares
   // (generation_config.json eos_token_id, GGUF eot/eom ids).
   virtual std::vector<int32_t> eos_ids() const = 0;
-  virtual std::string bos_token() const = 0;      // "" when none
-  virtual std::string eos_token() const = 0;      // "" when none
+  virtual std::string bos_token() const = 0;  // "" when none
+  virtual std::string eos_token() const = 0;  // "" when none
   virtual bool IsSpecial(int32_t id) const = 0;
   // The chat template (tokenizer_config.json "chat_template" or GGUF tokenizer.chat_template;
   // "" when none).
@@ -61,15 +62,16 @@ class Tokenizer {
   virtual std::string IdToToken(int32_t id) const { return ""; }
 };
 
-// Loads a tokenizer from `path`: a model directory holding tokenizer.json (see above), or a
-// .gguf file (any file that starts with the GGUF magic). NotFound when neither is there;
-// InvalidArgument / FailedPrecondition naming the file and component otherwise.
+// Loads a tokenizer from `path`: a model directory holding tokenizer.json (see above) or, as
+// colibri-convert writes GGUF models, tokenizer.gguf; or a .gguf file (any file that starts
+// with the GGUF magic). NotFound when none is there; InvalidArgument / FailedPrecondition
+// naming the file and component otherwise.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::filesystem::path& path);
 
 // Builds a tokenizer from the texts of tokenizer.json and tokenizer_config.json ("" when
 // absent). For tests and tools that hold the files in memory.
-absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerFromJson(std::string_view tokenizer_json,
-                                                                 std::string_view tokenizer_config_json);
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerFromJson(
+    std::string_view tokenizer_json, std::string_view tokenizer_config_json);
 
 // Turns a growing token sequence into text deltas that never split a UTF-8 character. Bytes
 // that can never become valid UTF-8 (e.g. a stray continuation byte a model sampled) come out
@@ -87,8 +89,8 @@ class StreamDecoder {
  private:
   const Tokenizer* tok_;
   std::vector<int32_t> ids_;
-  size_t consumed_ = 0;   // bytes of the raw decoded text already emitted
-  std::string emitted_;   // sanitized text emitted so far
+  size_t consumed_ = 0;  // bytes of the raw decoded text already emitted
+  std::string emitted_;  // sanitized text emitted so far
 };
 
 // Replaces every maximal invalid UTF-8 subsequence with one U+FFFD (the WHATWG / Python

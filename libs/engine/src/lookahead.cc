@@ -1,0 +1,74 @@
+#include "lookahead.h"
+
+#include "colibri/core/status.h"
+
+namespace colibri::engine {
+
+using expert_source::ExpertId;
+
+Lookahead::Lookahead(backend::Backend* backend, expert_source::ExpertSource* experts, std::vector<LayerGate> gates,
+                     const model::ModelConfig& config, int depth, float min_weight, ModelCounters* counters)
+    : backend_(backend),
+      experts_(experts),
+      gates_(std::move(gates)),
+      config_(config),
+      depth_(depth),
+      min_weight_(min_weight),
+      counters_(counters),
+      predicted_(gates_.size(), std::vector<char>(static_cast<size_t>(config.n_experts), 0)) {}
+
+void Lookahead::BeginForward() {
+  for (auto& layer : predicted_) std::fill(layer.begin(), layer.end(), 0);
+}
+
+absl::Status Lookahead::Predict(int layer, const float* x, int64_t n) {
+  const int64_t H = config_.hidden_size, E = config_.n_experts;
+  if (n > capacity_) {
+    ASSIGN_OR_RETURN(h_, backend_->Allocate(static_cast<size_t>(n * H) * sizeof(float)));
+    ASSIGN_OR_RETURN(logits_, backend_->Allocate(static_cast<size_t>(n * E) * sizeof(float)));
+    capacity_ = n;
+  }
+  host_logits_.resize(static_cast<size_t>(n * E));
+  std::vector<ExpertId> ids;
+  const int last = std::min<int>(static_cast<int>(gates_.size()) - 1, layer + depth_);
+  for (int target = layer + 1; target <= last; ++target) {
+    const LayerGate& g = gates_[static_cast<size_t>(target)];
+    backend_->RmsNorm(x, g.ffn_norm, n, H, static_cast<float>(config_.rms_norm_eps), h_->f32());
+    backend_->MatMul(g.router, h_->f32(), n, logits_->f32());
+    backend_->Download(host_logits_.data(), logits_->f32(), host_logits_.size() * sizeof(float));
+    Route(host_logits_.data(), n, E, config_.top_k, config_.norm_topk_prob, /*keep_probs=*/false, &routing_);
+    auto& seen = predicted_[static_cast<size_t>(target)];
+    for (size_t i = 0; i < routing_.experts.size(); ++i) {
+      const int32_t e = routing_.experts[i];
+      if (seen[static_cast<size_t>(e)] || routing_.weights[i] < min_weight_) continue;
+      seen[static_cast<size_t>(e)] = 1;
+      ids.push_back(ExpertId{target, e});
+    }
+  }
+  if (!ids.empty()) {
+    // Nearest layer first: its read is needed soonest.
+    experts_->Prefetch(ids);
+    counters_->prefetch_predicted += ids.size();
+  }
+  return absl::OkStatus();
+}
+
+void Lookahead::OnRouted(int layer, const std::vector<int32_t>& experts) {
+  auto& seen = predicted_[static_cast<size_t>(layer)];
+  std::vector<char> routed(seen.size(), 0);
+  uint64_t hit = 0;
+  for (int32_t e : experts) {
+    routed[static_cast<size_t>(e)] = 1;
+    hit += seen[static_cast<size_t>(e)] != 0;
+  }
+  std::vector<ExpertId> unused;
+  for (size_t e = 0; e < seen.size(); ++e) {
+    if (seen[e] && !routed[e]) unused.push_back(ExpertId{layer, static_cast<int32_t>(e)});
+  }
+  counters_->prefetch_predicted_routed += hit;
+  // Layer 0 is never predicted (nothing runs before it): it does not count against coverage.
+  if (layer > 0) counters_->prefetch_routed += experts.size();
+  if (!unused.empty()) experts_->Cancel(unused);
+}
+
+}  // namespace colibri::engine

@@ -1,0 +1,60 @@
+#include "colibri/expert_source/mmap_source.h"
+
+#include "absl/strings/str_cat.h"
+#include "colibri/core/checksum.h"
+
+namespace colibri::expert_source {
+
+absl::StatusOr<std::unique_ptr<MmapSource>> MmapSource::Open(const model::Container* container) {
+  auto src = std::unique_ptr<MmapSource>(new MmapSource(container));
+  const auto& m = container->manifest();
+  for (const auto& b : m.experts) {
+    if (src->maps_.count(b.file)) continue;
+    auto f = MappedFile::Open(container->ExpertFilePath(b));
+    if (!f.ok()) return f.status();
+    src->maps_[b.file] = std::make_shared<MappedFile>(std::move(*f));
+  }
+  src->verified_.assign(static_cast<size_t>(m.config.n_layers * m.config.n_experts), false);
+  return src;
+}
+
+uint64_t MmapSource::BlockSize(ExpertId id) const {
+  const auto& c = container_->manifest().config;
+  if (id.layer < 0 || id.layer >= c.n_layers || id.expert < 0 || id.expert >= c.n_experts) return 0;
+  return container_->manifest().Expert(id.layer, id.expert).padded_size;
+}
+
+absl::StatusOr<Lease> MmapSource::Fetch(ExpertId id, Priority) {
+  const auto& m = container_->manifest();
+  if (id.layer < 0 || id.layer >= m.config.n_layers || id.expert < 0 || id.expert >= m.config.n_experts) {
+    return absl::NotFoundError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") is not in model '",
+                                            m.name, "'"));
+  }
+  const model::ExpertBlock& b = m.Expert(id.layer, id.expert);
+  const auto& map = maps_.at(b.file);
+  if (b.offset + b.size > map->size()) {
+    return absl::DataLossError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") in '",
+                                            container_->ExpertFilePath(b).string(), "': file too short"));
+  }
+  const uint8_t* bytes = map->data() + b.offset;
+  const size_t index = static_cast<size_t>(id.layer * m.config.n_experts + id.expert);
+  bool verified;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    verified = verified_[index];
+  }
+  if (!verified) {
+    const uint64_t got = Checksum64(bytes, b.size);
+    if (got != b.checksum) return model::ExpertChecksumError(b, container_->ExpertFilePath(b).string(), got);
+    std::lock_guard<std::mutex> lock(mu_);
+    verified_[index] = true;
+  }
+  auto block = std::make_shared<Block>();
+  block->id = id;
+  block->size = b.size;
+  block->external = bytes;
+  block->external_owner = map;
+  return Lease(std::move(block));
+}
+
+}  // namespace colibri::expert_source

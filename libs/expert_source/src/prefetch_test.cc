@@ -1,0 +1,322 @@
+// Prefetch through a CacheTier with reader threads: background reads, promotion, cancellation,
+// protection of predicted blocks, and the accounting of what prefetch cost and saved.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "colibri/expert_source/cache_tier.h"
+#include "test_sources.h"
+
+namespace colibri::expert_source {
+namespace {
+
+using testing::RecordingSource;
+constexpr auto kDeadline = std::chrono::seconds(10);
+const ExpertId kA{0, 0}, kB{0, 1}, kC{1, 0}, kD{1, 1}, kE{2, 0};
+
+auto Deadline() { return std::chrono::steady_clock::now() + kDeadline; }
+
+// Yields until `done()` or the deadline, for states only observable through Stats().
+bool WaitUntil(const std::function<bool()>& done) {
+  const auto deadline = Deadline();
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+CacheTierOptions Options(uint64_t capacity, int io_threads = 2) {
+  CacheTierOptions o;
+  o.capacity_bytes = capacity;
+  o.io_threads = io_threads;
+  return o;
+}
+
+TEST(Prefetch, ReadsInTheBackgroundAndTheDemandHits) {
+  RecordingSource src(100);
+  CacheTier tier(&src, Options(1000));
+  const std::vector<ExpertId> ids = {kA, kB};
+  tier.Prefetch(ids);
+  ASSERT_TRUE(tier.WaitIdle(Deadline()));
+  EXPECT_TRUE(tier.Contains(kA));
+  EXPECT_TRUE(tier.Contains(kB));
+  EXPECT_EQ(src.PrioritiesOf(kA), std::vector<Priority>({Priority::kPrefetch}));
+  auto a = tier.Fetch(kA, Priority::kDemand);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ((*a)->data()[0], RecordingSource::Fill(kA));
+  const CacheStats s = tier.Stats();
+  EXPECT_EQ(s.prefetch_requested, 2u);
+  EXPECT_EQ(s.prefetch_reads, 2u);
+  EXPECT_EQ(s.prefetch_bytes, 200u);
+  EXPECT_EQ(s.prefetch_used, 1u);
+  EXPECT_EQ(s.hits, 1u);
+  EXPECT_EQ(s.misses, 0u);
+  EXPECT_EQ(src.Count(kA), 1u);
+}
+
+TEST(Prefetch, DemandJoinsAPrefetchInFlight) {
+  RecordingSource src(100);
+  CacheTier tier(&src, Options(1000));
+  src.Gate(kA);
+  const std::vector<ExpertId> ids = {kA};
+  tier.Prefetch(ids);
+  ASSERT_TRUE(src.WaitForFetch(kA));
+  absl::StatusOr<Lease> got = absl::UnknownError("not run");
+  std::thread t([&] { got = tier.Fetch(kA, Priority::kDemand); });
+  // The demand request joins the read (observable through the stats), then the read lands.
+  ASSERT_TRUE(WaitUntil([&] { return tier.Stats().in_flight_hits > 0; }));
+  src.Open(kA);
+  t.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(src.Count(kA), 1u);
+  const CacheStats s = tier.Stats();
+  EXPECT_EQ(s.in_flight_hits, 1u);
+  EXPECT_EQ(s.prefetch_used, 1u);
+  EXPECT_EQ(s.misses, 0u);
+}
+
+TEST(Prefetch, DemandPromotesAQueuedPrefetch) {
+  RecordingSource src(100);
+  CacheTier tier(&src, Options(1000, /*io_threads=*/1));
+  src.Gate(kA);
+  const std::vector<ExpertId> first = {kA}, second = {kB};
+  tier.Prefetch(first);
+  ASSERT_TRUE(src.WaitForFetch(kA));  // the only reader is busy with A
+  tier.Prefetch(second);              // B waits in the queue
+  absl::StatusOr<Lease> got = absl::UnknownError("not run");
+  std::thread t([&] { got = tier.Fetch(kB, Priority::kDemand); });
+  ASSERT_TRUE(WaitUntil([&] { return tier.Stats().prefetch_promoted > 0; }));
+  src.Open(kA);
+  t.join();
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(tier.Stats().misses, 1u);  // it waited for a whole read
+  EXPECT_EQ(tier.Stats().in_flight_hits, 0u);
+  // B was read once, at demand priority.
+  EXPECT_EQ(src.PrioritiesOf(kB), std::vector<Priority>({Priority::kDemand}));
+  EXPECT_EQ(tier.Stats().prefetch_reads, 1u);  // only A ran as a prefetch
+}
+
+TEST(Prefetch, CancelDropsQueuedReads) {
+  RecordingSource src(100);
+  CacheTier tier(&src, Options(1000, /*io_threads=*/1));
+  src.Gate(kA);
+  const std::vector<ExpertId> ids = {kA, kB, kC};
+  tier.Prefetch(ids);
+  ASSERT_TRUE(src.WaitForFetch(kA));
+  const std::vector<ExpertId> cancel = {kB};
+  tier.Cancel(cancel);
+  src.Open(kA);
+  ASSERT_TRUE(tier.WaitIdle(Deadline()));
+  EXPECT_EQ(src.Count(kB), 0u);
+  EXPECT_EQ(src.Count(kC), 1u);
+  EXPECT_FALSE(tier.Contains(kB));
+  const CacheStats s = tier.Stats();
+  EXPECT_EQ(s.prefetch_cancelled, 1u);
+  EXPECT_EQ(s.prefetch_reads, 2u);
+}
+
+TEST(Prefetch, CancelledUnusedBlocksGoFirstAndCountAsWasted) {
+  RecordingSource src(100);
+  CacheTier tier(&src, Options(300));
+  ASSERT_TRUE(tier.Fetch(kA, Priority::kDemand).ok());
+  ASSERT_TRUE(tier.Fetch(kB, Priority::kDemand).ok());
+  const std::vector<ExpertId> ids = {kC};
+  tier.Prefetch(ids);
+  ASSERT_TRUE(tier.WaitIdle(Deadline()));
+  tier.Cancel(ids);  // the routing did not pick C
+  ASSERT_TRUE(tier.Fetch(kD, Priority::kDemand).ok());  // needs one block of room
+  EXPECT_FALSE(tier.Contains(kC));  // the LRU block (A) stays: C was demoted
+  EXPECT_TRUE(tier.Contains(kA));
+  const CacheStats s = tier.Stats();
+  EXPECT_EQ(s.prefetch_wasted_bytes, 100u);
+  EXPECT_EQ(s.prefetch_used, 0u);
+}
+
+TEST(Prefetch, PrefetchNeverEvictsPredictedOrLeasedBlocks) {
+  RecordingSource src(100);
+  CacheTier tier(&src, Options(200));
+  auto a = tier.Fetch(kA, Priority::kDemand);  // leased
+  ASSERT_TRUE(a.ok());
+  const std::vector<ExpertId> b = {kB};
+  tier.Prefetch(b);  // fits
+  ASSERT_TRUE(tier.WaitIdle(Deadline()));
+  const std::vector<ExpertId> c = {kC};
+  tier.Prefetch(c);  // would have to evict A (leased) or B (awaiting its use): dropped
+  ASSERT_TRUE(tier.WaitIdle(Deadline()));
+  EXPECT_TRUE(tier.Contains(kA));
+  EXPECT_TRUE(tier.Contains(kB));
+  EXPECT_FALSE(tier.Contains(kC));
+  EXPECT_EQ(tier.Stats().prefetch_dropped, 1u);
+  // A demand read may take the predicted block's room when nothing else is free.
+  ASSERT_TRUE(tier.Fetch(kD, Priority::kDemand).ok());
+  EXPECT_FALSE(tier.Contains(kB));
+  EXPECT_EQ(tier.Stats().prefetch_wasted_bytes, 100u);
+}
+
+TEST(Prefetch, ResidentPredictedBlocksAreProtected) {
+  RecordingSource src(100);
+  CacheTier tier(&src, Options(300));
+  for (ExpertId id : {kA, kB, kC}) ASSERT_TRUE(tier.Fetch(id, Priority::kDemand).ok());
+  const std::vector<ExpertId> keep = {kA};  // LRU, but predicted for a coming layer
+  tier.Prefetch(keep);
+  const std::vector<ExpertId> d = {kD};
+  tier.Prefetch(d);
+  ASSERT_TRUE(tier.WaitIdle(Deadline()));
+  EXPECT_TRUE(tier.Contains(kA));
+  EXPECT_FALSE(tier.Contains(kB));  // the LRU block that nobody predicted
+  EXPECT_TRUE(tier.Contains(kD));
+}
+
+TEST(Prefetch, QueueIsBounded) {
+  RecordingSource src(100);
+  CacheTierOptions o = Options(10000, /*io_threads=*/1);
+  o.max_queued_prefetches = 2;
+  CacheTier tier(&src, o);
+  src.Gate(kA);
+  const std::vector<ExpertId> first = {kA};
+  tier.Prefetch(first);
+  ASSERT_TRUE(src.WaitForFetch(kA));
+  const std::vector<ExpertId> more = {kB, kC, kD, kE};
+  tier.Prefetch(more);
+  EXPECT_EQ(tier.Stats().prefetch_dropped, 2u);
+  src.Open(kA);
+  ASSERT_TRUE(tier.WaitIdle(Deadline()));
+  EXPECT_TRUE(tier.Contains(kB));
+  EXPECT_TRUE(tier.Contains(kC));
+  EXPECT_FALSE(tier.Contains(kD));
+}
+
+TEST(Prefetch, IgnoredWithoutReaderThreads) {
+  RecordingSource src(100);
+  CacheTier tier(&src, Options(1000, /*io_threads=*/0));
+  const std::vector<ExpertId> ids = {kA};
+  tier.Prefetch(ids);
+  EXPECT_TRUE(tier.WaitIdle(Deadline()));
+  EXPECT_EQ(src.Count(kA), 0u);
+}
+
+TEST(Prefetch, ParallelDemandReadsLandInArrivalOrder) {
+  RecordingSource src(100);
+  CacheTier tier(&src, Options(1000, /*io_threads=*/3));
+  src.Gate(kA);
+  const std::vector<ExpertId> ids = {kA, kB, kC};
+  std::vector<size_t> order;
+  std::atomic<int> delivered{0};
+  std::thread opener([&] {
+    // A is stuck until B and C have been handed out.
+    src.WaitForFetch(kA);
+    WaitUntil([&] { return delivered.load() >= 2; });
+    src.Open(kA);
+  });
+  absl::Status st = tier.FetchMany(ids, [&](size_t i, Lease lease) {
+    EXPECT_EQ(lease->data()[0], RecordingSource::Fill(ids[i]));
+    order.push_back(i);
+    delivered++;
+  });
+  opener.join();
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(order.size(), 3u);
+  EXPECT_EQ(order.back(), 0u);  // A landed last
+}
+
+}  // namespace
+}  // namespace colibri::expert_source
+
+namespace colibri::expert_source {
+namespace {
+
+// A source whose reads of gated ids wait until opened; a prefetch read cancelled meanwhile then
+// fails Cancelled, as DiskSource stops a read between pieces.
+class CancellableSource final : public ExpertSource {
+ public:
+  absl::StatusOr<Lease> Fetch(ExpertId id, Priority priority) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    reads_.push_back({id, priority});
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return !gated_.count(id.Key()); });
+    if (priority == Priority::kPrefetch && cancelled_.erase(id.Key())) return absl::CancelledError("stopped");
+    lock.unlock();
+    auto block = std::make_shared<Block>();
+    block->id = id;
+    block->size = 100;
+    block->bytes = *AllocateAligned(100, 64);
+    return Lease(std::move(block));
+  }
+  void Cancel(std::span<const ExpertId> ids) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& id : ids) cancelled_.insert(id.Key());
+    cv_.notify_all();
+  }
+  uint64_t BlockSize(ExpertId) const override { return 100; }
+  void Gate(ExpertId id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    gated_.insert(id.Key());
+  }
+  void Open(ExpertId id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    gated_.erase(id.Key());
+    cv_.notify_all();
+  }
+  bool WaitForReads(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, kDeadline, [&] { return reads_.size() >= n; });
+  }
+  std::vector<std::pair<ExpertId, Priority>> reads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reads_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<uint64_t> gated_, cancelled_;
+  std::vector<std::pair<ExpertId, Priority>> reads_;
+};
+
+TEST(Prefetch, CancelStopsAReadInProgress) {
+  CancellableSource src;
+  CacheTier tier(&src, Options(1000));
+  src.Gate(kA);
+  const std::vector<ExpertId> ids = {kA};
+  tier.Prefetch(ids);
+  ASSERT_TRUE(src.WaitForReads(1));
+  tier.Cancel(ids);
+  src.Open(kA);
+  ASSERT_TRUE(tier.WaitIdle(Deadline()));
+  EXPECT_FALSE(tier.Contains(kA));
+  const CacheStats s = tier.Stats();
+  EXPECT_EQ(s.prefetch_aborted, 1u);
+  EXPECT_EQ(s.bytes_reserved, 0u);
+  EXPECT_EQ(s.bytes_cached, 0u);
+}
+
+TEST(Prefetch, AStoppedReadThatADemandJoinedIsReadAgain) {
+  CancellableSource src;
+  CacheTier tier(&src, Options(1000));
+  src.Gate(kA);
+  const std::vector<ExpertId> ids = {kA};
+  tier.Prefetch(ids);
+  ASSERT_TRUE(src.WaitForReads(1));
+  tier.Cancel(ids);  // passed on: the source will stop the read
+  absl::StatusOr<Lease> got = absl::UnknownError("not run");
+  std::thread t([&] { got = tier.Fetch(kA, Priority::kDemand); });
+  ASSERT_TRUE(WaitUntil([&] { return tier.Stats().in_flight_hits > 0; }));  // ...but now it is wanted
+  src.Open(kA);
+  t.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(tier.Contains(kA));
+  EXPECT_EQ(tier.Stats().prefetch_aborted, 0u);
+  const auto reads = src.reads();
+  ASSERT_EQ(reads.size(), 2u);  // the stopped prefetch, then a demand read
+  EXPECT_EQ(reads[0].second, Priority::kPrefetch);
+  EXPECT_EQ(reads[1].second, Priority::kDemand);
+}
+
+}  // namespace
+}  // namespace colibri::expert_source

@@ -1,0 +1,140 @@
+#include "colibri/expert_source/routing_trace.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+namespace colibri::expert_source {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path TempPath(const std::string& name) {
+  return fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()) + ".jsonl");
+}
+
+// Accesses of one expert each, at layer 0, in the given order.
+std::vector<TraceAccess> Sequence(const std::vector<int32_t>& experts) {
+  std::vector<TraceAccess> out;
+  for (int32_t e : experts) {
+    TraceAccess a;
+    a.layer = 0;
+    a.experts = {e};
+    out.push_back(a);
+  }
+  return out;
+}
+
+TEST(RoutingTrace, WritesAndReadsBack) {
+  const fs::path path = TempPath("colibri_trace_rw");
+  {
+    auto w = RoutingTraceWriter::Open(path, {"tiny", 2, 4, 2, 4096});
+    ASSERT_TRUE(w.ok()) << w.status();
+    const int64_t step = (*w)->NextStep();
+    EXPECT_EQ(step, 0);
+    (*w)->Write({step, 0, 7, 1, {3, 0}, {0.75f, 0.25f}, {0.2f, 0.1f, 0.1f, 0.6f}});
+    (*w)->Write({(*w)->NextStep(), 1, 8, 0, {1, 2}, {0.5f, 0.5f}, {}});
+    ASSERT_TRUE((*w)->Flush().ok());
+    EXPECT_EQ((*w)->records(), 2u);
+  }
+  auto t = ReadTrace(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->header.model, "tiny");
+  EXPECT_EQ(t->header.n_layers, 2);
+  EXPECT_EQ(t->header.n_experts, 4);
+  EXPECT_EQ(t->header.top_k, 2);
+  EXPECT_EQ(t->header.block_bytes, 4096u);
+  ASSERT_EQ(t->records.size(), 2u);
+  const TraceRecord& r = t->records[0];
+  EXPECT_EQ(r.step, 0);
+  EXPECT_EQ(r.pos, 7);
+  EXPECT_EQ(r.layer, 1);
+  EXPECT_EQ(r.experts, std::vector<int32_t>({3, 0}));
+  EXPECT_FLOAT_EQ(r.weights[0], 0.75f);
+  ASSERT_EQ(r.probs.size(), 4u);
+  EXPECT_FLOAT_EQ(r.probs[3], 0.6f);
+  EXPECT_EQ(t->records[1].step, 1);
+  EXPECT_TRUE(t->records[1].probs.empty());
+  fs::remove(path);
+}
+
+TEST(RoutingTrace, MalformedLinesAreNamed) {
+  const fs::path path = TempPath("colibri_trace_bad");
+  {
+    std::ofstream out(path);
+    out << R"({"format":"colibri-routing-trace","version":1,"n_layers":2,"n_experts":4,"top_k":2})" << "\n";
+    out << R"({"step":0,"layer":0,"experts":[1,2]})" << "\n";
+    out << R"({"step":0,"layer":0,"experts":[9]})" << "\n";
+  }
+  auto t = ReadTrace(path);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("line 3"), std::string::npos) << t.status();
+  {
+    std::ofstream out(path);
+    out << "{\"step\":0}\n";
+  }
+  EXPECT_FALSE(ReadTrace(path).ok());
+  fs::remove(path);
+}
+
+TEST(RoutingTrace, AccessesAreTheBatchUnionPerStepAndLayer) {
+  Trace t;
+  t.header = {"m", 2, 4, 2, 0};
+  // Step 0: two rows; layer 0 picks {1,2} and {2,3}; layer 1 {0,1} twice.
+  t.records = {{0, 0, 0, 0, {1, 2}, {0.6f, 0.4f}, {}}, {0, 1, 0, 0, {2, 3}, {0.5f, 0.5f}, {}},
+               {0, 0, 0, 1, {0, 1}, {0.5f, 0.5f}, {}}, {0, 1, 0, 1, {1, 0}, {0.7f, 0.3f}, {}},
+               {1, 0, 1, 0, {3, 0}, {0.9f, 0.1f}, {}}};
+  auto a = TraceAccesses(t);
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(a[0].layer, 0);
+  EXPECT_EQ(a[0].experts, std::vector<int32_t>({1, 2, 3}));
+  EXPECT_EQ(a[1].layer, 1);
+  EXPECT_EQ(a[1].experts, std::vector<int32_t>({0, 1}));
+  EXPECT_EQ(a[2].experts, std::vector<int32_t>({0, 3}));
+  // Hints: selections counted per expert, weights averaged over the rows.
+  ASSERT_EQ(a[0].hints.size(), 3u);
+  EXPECT_EQ(a[0].hints[1].id, (ExpertId{0, 2}));
+  EXPECT_EQ(a[0].hints[1].selected, 2u);
+  EXPECT_FLOAT_EQ(a[0].hints[1].probability, 0.45f);
+}
+
+TEST(RoutingTrace, BeladyOnAKnownSequence) {
+  // Capacity 2; a b c a b c: MIN keeps a, evicts b for c (b is used later than a)...
+  //   a(m) b(m) c(m, evict b: next b at 4 > next a at 3) a(h) b(m, evict a or c: c at 5, a never)
+  //   c(h) -> 2 hits of 6.
+  auto accesses = Sequence({0, 1, 2, 0, 1, 2});
+  ReplayResult min = ReplayBelady(accesses, 2);
+  EXPECT_EQ(min.lookups, 6u);
+  EXPECT_EQ(min.hits, 2u);
+  // LRU gets none on this loop.
+  ReplayResult lru = ReplayWithPolicy(accesses, 2, CachePolicyKind::kLru, {});
+  EXPECT_EQ(lru.lookups, 6u);
+  EXPECT_EQ(lru.hits, 0u);
+}
+
+TEST(RoutingTrace, NoPolicyBeatsBelady) {
+  std::mt19937 rng(5);
+  std::vector<int32_t> seq;
+  std::discrete_distribution<int> skew({8, 6, 4, 3, 2, 2, 1, 1, 1, 1});
+  for (int i = 0; i < 3000; ++i) seq.push_back(skew(rng));
+  auto accesses = Sequence(seq);
+  for (uint64_t cap : {1u, 3u, 5u}) {
+    const ReplayResult min = ReplayBelady(accesses, cap);
+    for (auto kind : {CachePolicyKind::kLru, CachePolicyKind::kLfu, CachePolicyKind::kRouting}) {
+      const ReplayResult r = ReplayWithPolicy(accesses, cap, kind, DefaultPolicyParams(cap, 1, 10, 1));
+      EXPECT_EQ(r.lookups, min.lookups);
+      EXPECT_LE(r.hits, min.hits) << CachePolicyName(kind) << " at capacity " << cap;
+    }
+    // On a skewed, memoryless stream, frequency beats recency.
+    const ReplayResult lru = ReplayWithPolicy(accesses, cap, CachePolicyKind::kLru, DefaultPolicyParams(cap, 1, 10, 1));
+    const ReplayResult lfu = ReplayWithPolicy(accesses, cap, CachePolicyKind::kLfu, DefaultPolicyParams(cap, 1, 10, 1));
+    if (cap > 1) EXPECT_GT(lfu.hits, lru.hits) << "capacity " << cap;
+  }
+}
+
+}  // namespace
+}  // namespace colibri::expert_source

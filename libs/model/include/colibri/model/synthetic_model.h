@@ -1,0 +1,39 @@
+// Synthetic Mixtral-shaped models with random weights (valid GGML blocks), written straight
+// into a colibri container: fixtures for tests and multi-GB models for benchmarks. Same options
+// and seed, same bytes.
+//
+// Trained MoE models route with locality: the residual stream changes little from one layer to
+// the next (so the next layer's router, applied early, predicts its choice), and tokens share a
+// common direction (so some experts are popular and consecutive tokens reuse experts). Two knobs
+// give random models that shape: `residual_scale` shrinks what attention and experts add to the
+// stream, `embedding_shared` mixes one shared direction into every token embedding.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "absl/status/status.h"
+#include "colibri/model/model_config.h"
+#include "colibri/quant/dtype.h"
+
+namespace colibri::model {
+
+struct SyntheticModelOptions {
+  std::string name = "synthetic";
+  ModelConfig config;                   // Mixtral-shaped; see DefaultSyntheticConfig()
+  quant::DType dtype = quant::DType::kF32;  // matrices (norms and routers stay f32)
+  uint64_t seed = 1;
+  float residual_scale = 1.0f;          // scale of attn_output and expert down projections
+  float embedding_shared = 0.0f;        // 0..1: weight of the shared direction in embeddings
+  float router_scale = 2.0f;            // router logits ~ N(0, router_scale^2) per expert
+  bool split_experts = false;
+  bool overwrite = true;
+};
+
+// hidden 32, expert ffn 64, 2 layers, 4 experts top-2, vocab 64: a test fixture.
+ModelConfig DefaultSyntheticConfig();
+
+absl::Status WriteSyntheticModel(const std::filesystem::path& dir, const SyntheticModelOptions& options);
+
+}  // namespace colibri::model

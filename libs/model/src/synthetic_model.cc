@@ -1,0 +1,129 @@
+#include "colibri/model/synthetic_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "colibri/core/status.h"
+#include "colibri/model/container.h"
+#include "colibri/quant/quantize.h"
+
+namespace colibri::model {
+namespace {
+
+using quant::DType;
+
+std::span<const uint8_t> Bytes(const std::vector<float>& v) {
+  return {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float)};
+}
+
+// Rows of `type` that decode to N(0, (scale^2)/cols) values. Large matrices draw their rows from
+// a pool of 64 quantized rows, so building a multi-GB model does not wait on the k-quant search.
+std::vector<uint8_t> RandomRows(DType type, int64_t rows, int64_t cols, float scale, std::mt19937_64& rng) {
+  const size_t row_bytes = quant::RowBytes(type, cols);
+  std::normal_distribution<float> nd(0.0f, scale / std::sqrt(static_cast<float>(cols)));
+  std::vector<float> row(static_cast<size_t>(cols));
+  std::vector<uint8_t> out(row_bytes * static_cast<size_t>(rows));
+  constexpr int64_t kPool = 64;
+  if (rows * cols <= (1 << 20)) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (auto& x : row) x = nd(rng);
+      quant::QuantizeRow(type, row.data(), out.data() + static_cast<size_t>(r) * row_bytes, cols);
+    }
+    return out;
+  }
+  std::vector<uint8_t> pool(row_bytes * kPool);
+  for (int64_t r = 0; r < kPool; ++r) {
+    for (auto& x : row) x = nd(rng);
+    quant::QuantizeRow(type, row.data(), pool.data() + static_cast<size_t>(r) * row_bytes, cols);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(out.data() + static_cast<size_t>(r) * row_bytes, pool.data() + (rng() % kPool) * row_bytes, row_bytes);
+  }
+  return out;
+}
+
+}  // namespace
+
+ModelConfig DefaultSyntheticConfig() {
+  ModelConfig c;
+  c.hidden_size = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 8;
+  c.expert_ffn = 64;
+  c.n_experts = 4;
+  c.top_k = 2;
+  c.vocab_size = 64;
+  c.context_length = 512;
+  c.eos_token_ids = {};
+  return c;
+}
+
+absl::Status WriteSyntheticModel(const std::filesystem::path& dir, const SyntheticModelOptions& o) {
+  const ModelConfig& c = o.config;
+  RETURN_IF_ERROR(c.Validate());
+  std::mt19937_64 rng(o.seed);
+  ContainerWriter::Options wo;
+  wo.split_experts = o.split_experts;
+  wo.overwrite = o.overwrite;
+  ASSIGN_OR_RETURN(auto w, ContainerWriter::Create(dir, o.name, c, wo));
+  const int64_t H = c.hidden_size, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
+  auto dense = [&](const std::string& name, int64_t rows, int64_t cols, float scale) {
+    auto b = RandomRows(o.dtype, rows, cols, scale, rng);
+    return w->AddDense(name, o.dtype, {rows, cols}, b);
+  };
+  auto f32 = [&](const std::string& name, std::vector<int64_t> shape, const std::vector<float>& v) {
+    return w->AddDense(name, DType::kF32, std::move(shape), Bytes(v));
+  };
+  // Embeddings: a shared unit-variance direction mixed into each token's own.
+  {
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> shared(static_cast<size_t>(H));
+    for (auto& x : shared) x = nd(rng);
+    std::vector<float> embd(static_cast<size_t>(c.vocab_size * H));
+    const float a = o.embedding_shared, b = std::sqrt(std::max(0.0f, 1.0f - a * a));
+    for (int64_t t = 0; t < c.vocab_size; ++t) {
+      for (int64_t i = 0; i < H; ++i) embd[static_cast<size_t>(t * H + i)] = a * shared[i] + b * nd(rng);
+    }
+    std::vector<uint8_t> q(quant::RowBytes(o.dtype, H) * static_cast<size_t>(c.vocab_size));
+    for (int64_t t = 0; t < c.vocab_size; ++t) {
+      quant::QuantizeRow(o.dtype, embd.data() + t * H, q.data() + static_cast<size_t>(t) * quant::RowBytes(o.dtype, H), H);
+    }
+    RETURN_IF_ERROR(w->AddDense("token_embd", o.dtype, {c.vocab_size, H}, q));
+  }
+  RETURN_IF_ERROR(dense("output", c.vocab_size, H, 3.0f));
+  const std::vector<float> ones(static_cast<size_t>(std::max(H, qd)), 1.0f);
+  RETURN_IF_ERROR(f32("output_norm", {H}, std::vector<float>(ones.begin(), ones.begin() + H)));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string b = absl::StrCat("blk.", l, ".");
+    RETURN_IF_ERROR(f32(b + "attn_norm", {H}, std::vector<float>(ones.begin(), ones.begin() + H)));
+    RETURN_IF_ERROR(f32(b + "ffn_norm", {H}, std::vector<float>(ones.begin(), ones.begin() + H)));
+    RETURN_IF_ERROR(dense(b + "attn_q", qd, H, 1.0f));
+    RETURN_IF_ERROR(dense(b + "attn_k", kvd, H, 1.0f));
+    RETURN_IF_ERROR(dense(b + "attn_v", kvd, H, 1.0f));
+    RETURN_IF_ERROR(dense(b + "attn_output", H, qd, o.residual_scale));
+    {
+      std::normal_distribution<float> nd(0.0f, o.router_scale / std::sqrt(static_cast<float>(H)));
+      std::vector<float> router(static_cast<size_t>(c.n_experts * H));
+      for (auto& x : router) x = nd(rng);
+      RETURN_IF_ERROR(f32(b + "ffn_gate_inp", {c.n_experts, H}, router));
+    }
+    for (int64_t e = 0; e < c.n_experts; ++e) {
+      auto g = RandomRows(o.dtype, c.expert_ffn, H, 1.0f, rng);
+      auto u = RandomRows(o.dtype, c.expert_ffn, H, 1.0f, rng);
+      auto d = RandomRows(o.dtype, H, c.expert_ffn, o.residual_scale, rng);
+      RETURN_IF_ERROR(w->AddExpert(l, e,
+                                   {{"gate", o.dtype, {c.expert_ffn, H}, g},
+                                    {"up", o.dtype, {c.expert_ffn, H}, u},
+                                    {"down", o.dtype, {H, c.expert_ffn}, d}}));
+    }
+  }
+  return w->Finish();
+}
+
+}  // namespace colibri::model

@@ -1,0 +1,121 @@
+// Unit tests of RenderChat: the tokenizer's own template with transformers' variables,
+// ChatMessage fields, options, the Mistral fallback and error reporting.
+#include "colibri/tokenizer/chat.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace colibri::tokenizer {
+namespace {
+
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+// A small byte-level tokenizer with <s> / </s> added tokens and the given chat template.
+std::unique_ptr<Tokenizer> TokenizerWithTemplate(const std::string& chat_template) {
+  Json vocab = Json::object();
+  for (int c = 'a'; c <= 'z'; ++c) vocab[std::string(1, static_cast<char>(c))] = c;
+  Json added = Json::array();
+  for (auto [id, content] : {std::pair<int, const char*>{1, "<s>"}, {2, "</s>"}}) {
+    added.push_back({{"id", id},
+                     {"content", content},
+                     {"special", true},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"single_word", false},
+                     {"normalized", false}});
+  }
+  Json tj = {{"added_tokens", added},
+             {"normalizer", nullptr},
+             {"pre_tokenizer", nullptr},
+             {"decoder", nullptr},
+             {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", Json::array()}}}};
+  Json cfg = {{"bos_token", "<s>"}, {"eos_token", "</s>"}};
+  if (!chat_template.empty()) cfg["chat_template"] = chat_template;
+  auto tok = LoadTokenizerFromJson(tj.dump(), cfg.dump());
+  EXPECT_TRUE(tok.ok()) << tok.status();
+  return std::move(*tok);
+}
+
+TEST(RenderChatTest, PassesTransformersVariables) {
+  auto tok = TokenizerWithTemplate(
+      "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% if "
+      "m.reasoning_content is defined %}"
+      "[think:{{ m.reasoning_content }}]{% endif %}{% if m.tool_calls %}{{ m.tool_calls|tojson }}"
+      "{{ m.content is none }}{% endif %}{% if m.tool_call_id is defined %}#{{ m.tool_call_id }}{% "
+      "endif %}"
+      "{{ eos_token }}{% endfor %}{% if tools %}{{ tools|length }} tools{% endif %}{{ tools is "
+      "none }}"
+      "{% if add_generation_prompt %}<assistant>{% endif %}{{ enable_thinking is defined and "
+      "enable_thinking }}");
+  std::vector<ChatMessage> messages = {
+      {"user", "hi"},
+      {"assistant", "", "pondering", R"([{"function": {"name": "f", "arguments": {"x": 1}}}])"},
+      {"tool", "42", "", "", "", "call1"},
+  };
+  auto out = RenderChat(*tok, messages);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out,
+            "<s><user>hi</s><assistant>None[think:pondering][{\"function\": {\"name\": \"f\", "
+            "\"arguments\": {\"x\": 1}}}]"
+            "True</s><tool>42#call1</s>True<assistant>False");
+
+  ChatOptions options;
+  options.add_generation_prompt = false;
+  options.tools_json = R"([{"type": "function"}])";
+  options.extra_context_json = R"({"enable_thinking": true})";
+  out = RenderChat(*tok, {{"user", "hi"}}, options);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "<s><user>hi</s>1 toolsFalseTrue");
+}
+
+TEST(RenderChatTest, FallsBackToMistralFormatWithoutATemplate) {
+  auto tok = TokenizerWithTemplate("");
+  auto out = RenderChat(
+      *tok, {{"system", "be brief"}, {"user", "hi"}, {"assistant", "yo"}, {"user", "again"}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "<s>[INST] be brief\n\nhi [/INST]yo</s>[INST] again [/INST]");
+  auto json = RenderChatJson(*tok, Json::array());
+  EXPECT_EQ(json.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(RenderChatTest, ErrorsNameTheTemplateLineOrTheOption) {
+  auto tok = TokenizerWithTemplate(
+      "{% for m in messages %}\n{% if m.role == 'tool' %}"
+      "{{ raise_exception('no tools here') }}{% endif %}{% endfor %}");
+  auto raised = RenderChat(*tok, {{"user", "a"}, {"tool", "b"}});
+  ASSERT_FALSE(raised.ok());
+  EXPECT_EQ(raised.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(raised.status().message(), "chat template: line 2: raise_exception: no tools here");
+
+  ChatOptions bad_tools;
+  bad_tools.tools_json = "{not json";
+  auto tools = RenderChat(*tok, {{"user", "a"}}, bad_tools);
+  ASSERT_FALSE(tools.ok());
+  EXPECT_THAT(tools.status().message(), HasSubstr("tools: expected a JSON array"));
+
+  auto calls = RenderChat(*tok, {{"assistant", "", "", "[oops"}});
+  ASSERT_FALSE(calls.ok());
+  EXPECT_THAT(calls.status().message(), HasSubstr("messages[0]: tool_calls"));
+
+  auto unsupported = RenderChatJson(*tok, Json::array(), ChatOptions(), "{% extends 'base' %}");
+  ASSERT_FALSE(unsupported.ok());
+  EXPECT_EQ(unsupported.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(unsupported.status().message(), "chat template: line 1: unsupported tag 'extends'");
+}
+
+TEST(RenderChatTest, RenderedPromptEncodesSpecialTokens) {
+  auto tok = TokenizerWithTemplate("{{ bos_token }}{{ messages[0].content }}{{ eos_token }}");
+  auto prompt = RenderChat(*tok, {{"user", "ab"}});
+  ASSERT_TRUE(prompt.ok());
+  auto ids = tok->Encode(*prompt, /*add_special=*/false);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids, (std::vector<int32_t>{1, 'a', 'b', 2}));
+}
+
+}  // namespace
+}  // namespace colibri::tokenizer

@@ -1,0 +1,56 @@
+#include "cache_flags.h"
+
+#include "absl/strings/str_cat.h"
+#include "colibri/core/units.h"
+#include "colibri/expert_source/cache_policy.h"
+
+namespace colibri::compute {
+
+void AddCacheFlags(CLI::App* app, CacheFlags* f) {
+  ExpertCacheConfig& c = f->cache;
+  app->add_option("--vram-budget", f->vram_budget,
+                  "VRAM expert cache budget (needs a GPU backend; the CPU backend ignores it and says so)")
+      ->capture_default_str();
+  // Another component may define the flag too: never twice.
+  if (app->get_option_no_throw("--kv-cache-limit") == nullptr) {
+    app->add_option("--kv-cache-limit", f->kv_cache_limit, "Bytes of KV caches, apart from dense weights (0: unlimited)")
+        ->capture_default_str();
+    f->kv_flag_added = true;
+  }
+  app->add_option("--cache-policy", c.policy, "Expert cache policy: lru, lfu or routing")->capture_default_str();
+  app->add_option("--prefetch-layers", c.prefetch_layers, "Layers of lookahead prefetch (0: off)")->capture_default_str();
+  app->add_option("--prefetch-min-weight", c.prefetch_min_weight,
+                  "Prefetch only predicted experts with at least this predicted gate weight")
+      ->capture_default_str();
+  app->add_option("--io-threads", c.io_threads, "Expert reader threads below the cache (0: read inline)")
+      ->capture_default_str();
+  app->add_option("--direct-io", c.direct_io, "O_DIRECT expert reads from the model directory")->capture_default_str();
+  app->add_option("--pinned-experts", c.pinned_experts, "JSON file of experts never evicted: [[layer, expert], ...]");
+  app->add_option("--routing-heat", c.routing_heat,
+                  "Routing heat file for learned pins (default <model>/routing_heat.json; 'none': not kept)");
+  app->add_option("--learned-pins", c.learned_pin_fraction, "Share of the expert cache pinned from routing heat")
+      ->capture_default_str();
+  app->add_option("--trace-out", c.trace_out, "Write a routing trace (one JSON line per token and layer)");
+}
+
+absl::Status ApplyCacheFlags(const CacheFlags& f, ComputeNodeOptions* o) {
+  o->cache = f.cache;
+  auto vram = ParseSize(f.vram_budget);
+  if (!vram.ok()) return absl::InvalidArgumentError(absl::StrCat("--vram-budget: ", vram.status().message()));
+  o->cache.vram_bytes = *vram;
+  if (f.kv_flag_added) {
+    auto kv = ParseSize(f.kv_cache_limit);
+    if (!kv.ok()) return absl::InvalidArgumentError(absl::StrCat("--kv-cache-limit: ", kv.status().message()));
+    o->kv_cache_limit = *kv;
+  }
+  if (auto p = expert_source::ParseCachePolicy(f.cache.policy); !p.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--cache-policy: ", p.status().message()));
+  }
+  if (f.cache.prefetch_layers < 0) return absl::InvalidArgumentError("--prefetch-layers must be >= 0");
+  if (f.cache.io_threads < 0 || f.cache.io_threads > 64) {
+    return absl::InvalidArgumentError("--io-threads must be between 0 and 64");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace colibri::compute

@@ -1,0 +1,35 @@
+// The expert-cache flags shared by colibri-server, colibri-compute and colibri-cli run, parsed
+// into ComputeNodeOptions (--expert-cache-size stays with each binary):
+//   --vram-budget SIZE        VRAM tier budget (0; needs a GPU backend, no effect on the CPU one)
+//   --kv-cache-limit SIZE     bytes of KV caches, accounted apart from dense weights (0: unlimited)
+//   --cache-policy P          lru | lfu | routing (routing)
+//   --prefetch-layers N       lookahead prefetch depth (1; 0: off)
+//   --prefetch-min-weight W   prefetch only predictions with a predicted gate weight >= W (0)
+//   --io-threads N            reader threads below the cache (4)
+//   --direct-io BOOL          O_DIRECT reads of the model directory (true; falls back to buffered)
+//   --pinned-experts FILE     experts never evicted: JSON [[layer, expert], ...]
+//   --routing-heat FILE       persisted routing heat (<model>/routing_heat.json; "none": not kept)
+//   --learned-pins FRACTION   share of the expert cache pinned from routing heat (0.25)
+//   --trace-out FILE          routing trace: one JSON line per token and layer
+#pragma once
+
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "compute_node.h"
+
+namespace colibri::compute {
+
+struct CacheFlags {
+  std::string vram_budget = "0";
+  std::string kv_cache_limit = "0";
+  ExpertCacheConfig cache;
+  bool kv_flag_added = false;
+};
+
+void AddCacheFlags(CLI::App* app, CacheFlags* flags);
+// Sizes parsed and checked; InvalidArgument naming the flag.
+absl::Status ApplyCacheFlags(const CacheFlags& flags, ComputeNodeOptions* options);
+
+}  // namespace colibri::compute

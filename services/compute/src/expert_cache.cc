@@ -1,0 +1,125 @@
+#include "expert_cache.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "colibri/core/status.h"
+#include "colibri/core/units.h"
+#include "spdlog/spdlog.h"
+
+namespace colibri::compute {
+
+using expert_source::CacheTier;
+using expert_source::CacheTierOptions;
+
+absl::StatusOr<std::unique_ptr<ExpertCache>> ExpertCache::Create(expert_source::ExpertSource* origin,
+                                                                 const model::Container& container,
+                                                                 uint64_t ram_bytes, const ExpertCacheConfig& config,
+                                                                 const backend::Backend& backend) {
+  auto cache = std::unique_ptr<ExpertCache>(new ExpertCache());
+  cache->config_ = config;
+  const model::Manifest& m = container.manifest();
+  const auto& c = m.config;
+  ASSIGN_OR_RETURN(cache->policy_, expert_source::ParseCachePolicy(config.policy));
+  if (config.prefetch_layers < 0) return absl::InvalidArgumentError("--prefetch-layers must be >= 0");
+  if (config.io_threads < 0) return absl::InvalidArgumentError("--io-threads must be >= 0");
+  if (config.learned_pin_fraction < 0 || config.learned_pin_fraction > 0.9) {
+    return absl::InvalidArgumentError("--learned-pins must be between 0 and 0.9 (a share of the expert cache)");
+  }
+  uint64_t largest = 0;
+  for (const auto& b : m.experts) largest = std::max(largest, b.padded_size);
+  const uint64_t blocks = ram_bytes / std::max<uint64_t>(largest, 1);
+  const uint64_t per_token = static_cast<uint64_t>(c.n_layers * c.top_k);
+
+  cache->heat_ = std::make_unique<expert_source::RoutingHeat>(m.name, static_cast<int>(c.n_layers),
+                                                              static_cast<int>(c.n_experts), static_cast<int>(c.top_k));
+  std::filesystem::path heat_path;
+  if (config.routing_heat != "none") {
+    heat_path = config.routing_heat.empty() ? container.dir() / "routing_heat.json"
+                                            : std::filesystem::path(config.routing_heat);
+    absl::Status st = cache->heat_->Load(heat_path);
+    if (st.ok()) {
+      spdlog::info("routing heat of {:.0f} tokens loaded from {}", cache->heat_->tokens(), heat_path.string());
+    } else if (!absl::IsNotFound(st)) {
+      spdlog::warn("routing heat ignored: {}", std::string(st.message()));
+    }
+  }
+
+  CacheTierOptions ro;
+  ro.name = "ram";
+  ro.capacity_bytes = ram_bytes;
+  ro.policy = cache->policy_;
+  ro.policy_params = expert_source::DefaultPolicyParams(blocks, static_cast<int>(c.n_layers),
+                                                         static_cast<int>(c.n_experts), static_cast<int>(c.top_k));
+  ro.io_threads = config.io_threads;
+  ro.max_prefetch_reads = config.max_prefetch_reads;
+  // A prediction waits at most two tokens for its use.
+  ro.protect_ticks = 2 * per_token;
+  ro.heat = cache->heat_.get();
+  cache->ram_ = std::make_unique<CacheTier>(origin, ro);
+
+  if (config.vram_bytes > 0) {
+    if (backend.zero_copy()) {
+      cache->vram_note_ = absl::StrCat("--vram-budget ", FormatSize(config.vram_bytes), " has no effect: the ",
+                                       std::string(backend.name()),
+                                       " backend has no device memory, so experts are cached in host RAM only "
+                                       "(--expert-cache-size)");
+      spdlog::warn("{}", cache->vram_note_);
+    } else {
+      // The tier code is backend-neutral (CacheTier over the RAM tier with the backend's
+      // TierMemory); no backend with device memory provides one yet.
+      return absl::UnimplementedError(absl::StrCat("the ", std::string(backend.name()),
+                                                   " backend provides no VRAM tier memory yet"));
+    }
+  }
+
+  expert_source::PinControllerOptions po;
+  if (!config.pinned_experts.empty()) {
+    ASSIGN_OR_RETURN(po.fixed, expert_source::LoadPinnedExperts(config.pinned_experts, static_cast<int>(c.n_layers),
+                                                                static_cast<int>(c.n_experts)));
+  }
+  cache->fixed_pins_ = po.fixed.size();
+  uint64_t fixed_bytes = 0;
+  for (const auto& id : po.fixed) fixed_bytes += origin->BlockSize(id);
+  // Learned pins take their share of what the file pins and two working blocks leave.
+  const uint64_t room = ram_bytes > fixed_bytes + 2 * largest ? ram_bytes - fixed_bytes - 2 * largest : 0;
+  po.learned_budget_bytes = std::min(room, static_cast<uint64_t>(config.learned_pin_fraction * static_cast<double>(ram_bytes)));
+  po.hysteresis = config.pin_hysteresis;
+  po.heat_path = heat_path;
+  po.interval = std::chrono::milliseconds(config.repin_interval_ms);
+  auto pins = expert_source::PinController::Start(cache->ram_.get(), cache->heat_.get(), po);
+  if (!pins.ok()) {
+    return absl::Status(pins.status().code(),
+                        absl::StrCat("--pinned-experts ", config.pinned_experts, ": ", pins.status().message()));
+  }
+  cache->pins_ = std::move(*pins);
+
+  if (!config.trace_out.empty()) {
+    expert_source::TraceHeader h{m.name, static_cast<int>(c.n_layers), static_cast<int>(c.n_experts),
+                                 static_cast<int>(c.top_k), largest};
+    ASSIGN_OR_RETURN(cache->trace_, expert_source::RoutingTraceWriter::Open(config.trace_out, h));
+  }
+  return cache;
+}
+
+ExpertCache::~ExpertCache() {
+  pins_.reset();  // saves the heat
+  if (trace_) (void)trace_->Flush();
+  vram_.reset();
+  ram_.reset();
+}
+
+expert_source::CacheTier::ClearResult ExpertCache::Clear() {
+  CacheTier::ClearResult r;
+  if (vram_) {
+    auto v = vram_->Clear();
+    r.blocks += v.blocks;
+    r.bytes += v.bytes;
+  }
+  auto ram = ram_->Clear();
+  r.blocks += ram.blocks;
+  r.bytes += ram.bytes;
+  return r;
+}
+
+}  // namespace colibri::compute
