@@ -268,7 +268,8 @@ int main(int argc, char** argv) {
     if (!only.empty()) {
       ExpertSource* src = only == "shm" ? static_cast<ExpertSource*>(shm.get()) : in_process->get();
       Deliver(src, a, a.batch, 0, block);
-      for (int p = 0; p < a.passes; ++p) std::printf("%s: %.2f GB/s\n", only.c_str(), Deliver(src, a, a.batch, 1, block));
+      for (int p = 0; p < a.passes; ++p)
+        std::printf("%s: %.2f GB/s\n", only.c_str(), Deliver(src, a, a.batch, 1, block));
       return 0;
     }
     if (reverse) std::reverse(rows.begin(), rows.end());
@@ -292,10 +293,10 @@ int main(int argc, char** argv) {
     if (direct) {
       std::printf("### Delivered into compute: 1 disk, O_DIRECT (stripe %s)\n\n",
                   colibri::FormatSize(colibri::store::kDefaultStripeSize).c_str());
-      std::printf("raw O_DIRECT sequential read of the same file (4 MiB reads, 1 or 8 in flight, best): median %.2f GB/s, "
-                  "range %.2f-%.2f over %zu runs interleaved with the paths\n\n",
-                  raw, *std::min_element(raws.begin(), raws.end()), *std::max_element(raws.begin(), raws.end()),
-                  raws.size());
+      std::printf(
+          "raw O_DIRECT sequential read of the same file (4 MiB reads, 1 or 8 in flight, best): median %.2f GB/s, "
+          "range %.2f-%.2f over %zu runs interleaved with the paths\n\n",
+          raw, *std::min_element(raws.begin(), raws.end()), *std::max_element(raws.begin(), raws.end()), raws.size());
     } else {
       std::printf("### Transport ceilings: the store reading a hot file through the page cache (no disk limit)\n\n");
       std::printf("raw buffered read of the same hot file: median %.2f GB/s, range %.2f-%.2f\n\n", raw,
@@ -339,9 +340,12 @@ int main(int argc, char** argv) {
   {
     std::printf("### Stripe size, %s experts (in-process; 4 emulated disks at %s/s; 1 real disk)\n\n",
                 colibri::FormatSize(block).c_str(), colibri::FormatSize(rate).c_str());
-    std::printf("| stripe | 4 capped disks, batch 1 | 4 capped disks, batch 2 | 1 real disk, batch %d |\n"
-                "|---|---|---|---|\n", a.batch);
-    for (uint64_t stripe : {64ull << 10, 128ull << 10, 256ull << 10, 512ull << 10, 1ull << 20, 2ull << 20, 4ull << 20}) {
+    std::printf(
+        "| stripe | 4 capped disks, batch 1 | 4 capped disks, batch 2 | 1 real disk, batch %d |\n"
+        "|---|---|---|---|\n",
+        a.batch);
+    for (uint64_t stripe :
+         {64ull << 10, 128ull << 10, 256ull << 10, 512ull << 10, 1ull << 20, 2ull << 20, 4ull << 20}) {
       double capped1, capped2, real;
       {
         const auto disks = Import(root / "sweep4", model, 4, stripe);

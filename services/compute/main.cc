@@ -15,6 +15,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
 #include "src/cache_admin.h"
+#include "src/store_admin.h"
 #include "src/cache_flags.h"
 #include "src/compute_metrics.h"
 #include "src/compute_service.h"
@@ -93,9 +94,11 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<colibri::metrics::MetricsServer> metrics_server;
   if (metrics_port >= 0) {
+    auto admin_routes = colibri::compute::AdminRoutes(node->get());
+    for (auto& r : colibri::compute::StoreAdminRoutes(node->get())) admin_routes.push_back(std::move(r));
     auto ms = colibri::metrics::MetricsServer::Start("0.0.0.0", metrics_port, registry,
                                                      [&] { metrics.Refresh(**node); },
-                                                     colibri::compute::AdminRoutes(node->get()));
+                                                     admin_routes);
     if (!ms.ok()) {
       spdlog::error("{}", std::string(ms.status().message()));
       return 1;

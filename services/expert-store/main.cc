@@ -90,7 +90,7 @@ int Serve(const ServeConfig& cfg) {
   bo.read_cache_bytes = *cache;
   bo.io.queue_depth = std::max(1, cfg.queue_depth);
   bo.io.direct_io = !cfg.no_direct_io;
-  bo.io.backend = cfg.io_backend == "io_uring" ? colibri::store::IoEngineOptions::Backend::kIoUring
+  bo.io.backend = cfg.io_backend == "io_uring"  ? colibri::store::IoEngineOptions::Backend::kIoUring
                   : cfg.io_backend == "threads" ? colibri::store::IoEngineOptions::Backend::kThreads
                                                 : colibri::store::IoEngineOptions::Backend::kAuto;
   if (!cfg.faults.empty()) bo.io.faults = &faults;
@@ -171,17 +171,18 @@ int Import(const std::string& model, const colibri::store::StoreLocation& loc, c
   }
   const bool tty = isatty(fileno(stderr));
   o.progress = [&](uint64_t done, uint64_t total) {
-    if (tty) std::fprintf(stderr, "\r[%3llu%%] %llu/%llu blocks", static_cast<unsigned long long>(100 * done / total),
-                          static_cast<unsigned long long>(done), static_cast<unsigned long long>(total));
+    if (tty)
+      std::fprintf(stderr, "\r[%3llu%%] %llu/%llu blocks", static_cast<unsigned long long>(100 * done / total),
+                   static_cast<unsigned long long>(done), static_cast<unsigned long long>(total));
   };
   const auto t0 = std::chrono::steady_clock::now();
   auto r = colibri::store::ImportModel(model, loc, o);
   if (tty) std::fprintf(stderr, "\n");
   if (!r.ok()) return Fail(r.status());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  spdlog::info("imported '{}': {} blocks ({} resumed from an interrupted import), {} written over {} disk(s) in {:.2f} s",
-               r->name, r->blocks_total, r->blocks_resumed, colibri::FormatSize(r->bytes_written), loc.disks.size(),
-               secs);
+  spdlog::info(
+      "imported '{}': {} blocks ({} resumed from an interrupted import), {} written over {} disk(s) in {:.2f} s",
+      r->name, r->blocks_total, r->blocks_resumed, colibri::FormatSize(r->bytes_written), loc.disks.size(), secs);
   return 0;
 }
 
@@ -192,11 +193,13 @@ int List(const colibri::store::StoreLocation& loc) {
               "SOURCE");
   for (const auto& m : *models) {
     const auto& r = m.record;
-    std::printf("%-24s %-10s %-13s %-12s %-8s %-8s %s\n", r.name.c_str(), colibri::store::ModelStateName(r.state),
-                (std::to_string(m.blocks_committed) + "/" + std::to_string(r.blocks_total)).c_str(),
-                colibri::FormatSize(r.total_expert_bytes).c_str(), colibri::FormatSize(r.stripe_size).c_str(),
-                (r.full_copy() ? std::string("all") : std::to_string(r.first_layer) + "-" + std::to_string(r.last_layer)).c_str(),
-                r.source_dir.c_str());
+    std::printf(
+        "%-24s %-10s %-13s %-12s %-8s %-8s %s\n", r.name.c_str(), colibri::store::ModelStateName(r.state),
+        (std::to_string(m.blocks_committed) + "/" + std::to_string(r.blocks_total)).c_str(),
+        colibri::FormatSize(r.total_expert_bytes).c_str(), colibri::FormatSize(r.stripe_size).c_str(),
+        (r.full_copy() ? std::string("all") : std::to_string(r.first_layer) + "-" + std::to_string(r.last_layer))
+            .c_str(),
+        r.source_dir.c_str());
   }
   return 0;
 }

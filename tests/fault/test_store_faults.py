@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import sys
+import time
 import unittest
 import urllib.request
 
@@ -167,6 +168,27 @@ class StoreFaultTest(unittest.TestCase):
         # flight and checks they finished from the other.)
         # The next generation runs on B alone.
         self.assertEqual(self.generate(url, 32), self.expected)
+
+    def test_a_store_added_to_a_running_cluster_takes_reads(self):
+        a = self.start_store('a', unix=True)
+        compute, url = self.start_cluster([a])
+        self.assertEqual(self.generate(url, 32), self.expected)
+        b = self.start_store('b')
+        admin = f'http://127.0.0.1:{compute.port("--metrics-port-file")}/admin/stores'
+        status, text = testlib.http('POST', admin, {'target': b.target})
+        self.assertEqual(status, 200, text)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            stores = json.loads(testlib.http('GET', admin)[1])['stores']
+            if len(stores) == 2 and stores[1]['up']:
+                break
+            time.sleep(0.05)
+        self.assertTrue(stores[1]['up'], stores)
+        served_before = metric(self.metrics(a), 'colibri_store_bytes_served_total')
+        self.assertEqual(self.generate(url, 32), self.expected)
+        self.assertGreater(metric(self.metrics(b), 'colibri_store_bytes_served_total'), 0)
+        self.assertGreater(metric(self.metrics(a), 'colibri_store_bytes_served_total'), served_before)
+        self.assertEqual(testlib.http('POST', admin, '{"target": 5}')[0], 400)
 
     def test_eio_on_one_disk_fails_over_to_the_other_store(self):
         a = self.start_store('a', ['--inject-fault', 'kind=eio,disk=1'], unix=True)

@@ -16,7 +16,7 @@ TEST(BufferPool, RecyclesBySizeUpToTheIdleCap) {
   auto b = pool.Get(8192);
   EXPECT_EQ(b->get(), first);  // the same memory again
   EXPECT_EQ(pool.idle_bytes(), 0u);
-  auto c = pool.Get(4096);     // another size: new memory
+  auto c = pool.Get(4096);  // another size: new memory
   EXPECT_NE(c->get(), first);
   std::vector<std::shared_ptr<uint8_t>> many;
   for (int i = 0; i < 5; ++i) many.push_back(*pool.Get(8192));

@@ -314,6 +314,7 @@ absl::Status CacheTier::FetchMany(std::span<const ExpertId> ids, const std::func
   State& s = *s_;
   auto done = std::make_shared<Completion>();
   std::vector<std::pair<size_t, Lease>> hits;
+  std::vector<ExpertId> promote;  // prefetch reads in progress that a demand now waits for
   std::vector<std::shared_ptr<Job>> mine;  // reads this call runs itself (io_threads == 0)
   size_t waiting = 0;
   {
@@ -339,6 +340,7 @@ absl::Status CacheTier::FetchMany(std::span<const ExpertId> ids, const std::func
         if (job.reading) {
           s.stats.in_flight_hits++;
           if (job.prefetch && !job.used && !job.pin) s.stats.prefetch_used++;
+          if (job.prefetch && !job.used) promote.push_back(ids[i]);
         } else {
           // Queued, not started: the request waits for a whole read, like a miss.
           s.stats.misses++;
@@ -372,6 +374,7 @@ absl::Status CacheTier::FetchMany(std::span<const ExpertId> ids, const std::func
       }
     }
   }
+  if (!promote.empty()) next_->Promote(promote);
   for (auto& [i, lease] : hits) on_ready(i, std::move(lease));
   hits.clear();
 
@@ -476,6 +479,8 @@ void CacheTier::Hint(std::span<const RoutingHint> hints) {
   if (options_.heat != nullptr) options_.heat->Record(hints);
   next_->Hint(hints);
 }
+
+void CacheTier::Promote(std::span<const ExpertId> ids) { next_->Promote(ids); }
 
 absl::Status CacheTier::SetPinned(std::span<const ExpertId> ids) {
   State& s = *s_;

@@ -63,9 +63,18 @@ void DiskSource::Cancel(std::span<const ExpertId> ids) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const ExpertId& id : ids) {
     auto it = prefetching_.find(id.Key());
-    if (it != prefetching_.end()) it->second->store(true);
+    if (it != prefetching_.end()) it->second->cancelled = true;
   }
   demand_done_.notify_all();  // paused pieces of cancelled reads stop now
+}
+
+void DiskSource::Promote(std::span<const ExpertId> ids) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const ExpertId& id : ids) {
+    auto it = prefetching_.find(id.Key());
+    if (it != prefetching_.end()) it->second->urgent = true;
+  }
+  demand_done_.notify_all();
 }
 
 absl::StatusOr<uint64_t> DiskSource::ReadRange(const Fds& fds, uint8_t* dst, uint64_t offset, uint64_t len) {
@@ -102,11 +111,11 @@ absl::StatusOr<Lease> DiskSource::Fetch(ExpertId id, Priority priority) {
   const Fds& fds = fds_.at(b.file);
 
   // A prefetch can be stopped between pieces, and pauses while demand reads run.
-  std::shared_ptr<std::atomic<bool>> cancel;
+  std::shared_ptr<PrefetchControl> cancel;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (priority == Priority::kPrefetch) {
-      cancel = std::make_shared<std::atomic<bool>>(false);
+      cancel = std::make_shared<PrefetchControl>();
       prefetching_[id.Key()] = cancel;
     } else {
       demand_reads_++;
@@ -146,9 +155,9 @@ absl::StatusOr<Lease> DiskSource::Fetch(ExpertId id, Priority priority) {
       absl::Status st;
       if (cancel) {
         std::unique_lock<std::mutex> lock(mu_);
-        demand_done_.wait(lock, [&] { return demand_reads_ == 0 || cancel->load(); });
+        demand_done_.wait(lock, [&] { return demand_reads_ == 0 || cancel->cancelled || cancel->urgent; });
       }
-      bool stopped = cancel && cancel->load();
+      bool stopped = cancel && cancel->cancelled && !cancel->urgent;
       if (!stopped) {
         const uint64_t at = i * piece, len = std::min(piece, padded - at);
         auto n = ReadRange(fds, base + at, offset + at, len);

@@ -80,10 +80,10 @@ absl::StatusOr<std::unique_ptr<MultiStoreSource>> MultiStoreSource::Connect(cons
     src->stores_.push_back(std::move(s));
   }
   if (down.size() == options.targets.size()) {
-    return options.targets.size() == 1 ? last
-                                       : absl::UnavailableError(absl::StrCat("no expert store is reachable (",
-                                                                             absl::StrJoin(down, ", "), "): ",
-                                                                             last.message()));
+    return options.targets.size() == 1
+               ? last
+               : absl::UnavailableError(
+                     absl::StrCat("no expert store is reachable (", absl::StrJoin(down, ", "), "): ", last.message()));
   }
   for (const auto& t : down) spdlog::warn("expert store at {} is not reachable yet; it joins when it comes up", t);
   // The stores that are up must cover the model between them.
@@ -221,8 +221,7 @@ void MultiStoreSource::AttemptOnce(const std::shared_ptr<Request>& req) {
         if (req->Tried(s) || !s->source->Holds(req->id)) continue;
         const bool up = s->up.load();
         const double rate = now_ns - s->rate_at_ns.load() < kRateMemoryNs ? s->rate.load() : best_rate;
-        const double cost =
-            static_cast<double>(s->source->Stats().outstanding_bytes + size) / std::max(rate, 1.0);
+        const double cost = static_cast<double>(s->source->Stats().outstanding_bytes + size) / std::max(rate, 1.0);
         if (!best || (up && !best_up) || (up == best_up && cost < best_cost)) {
           best = s;
           best_up = up;
@@ -239,8 +238,8 @@ void MultiStoreSource::AttemptOnce(const std::shared_ptr<Request>& req) {
     }
     if (!best) {
       absl::Status err = req->last_error.ok()
-                             ? absl::UnavailableError(absl::StrCat("no expert store holds expert (layer ", req->id.layer,
-                                                                   ", id ", req->id.expert, ")"))
+                             ? absl::UnavailableError(absl::StrCat("no expert store holds expert (layer ",
+                                                                   req->id.layer, ", id ", req->id.expert, ")"))
                              : req->last_error;
       req->done(err);
       return;
@@ -335,8 +334,8 @@ absl::Status MultiStoreSource::RunMany(std::span<const ExpertId> ids, Priority p
   std::unique_lock<std::mutex> lock(shared->mu);
   while (handed < ids.size()) {
     if (!shared->cv.wait_until(lock, deadline, [&] { return !shared->arrived.empty(); })) {
-      first_error = absl::DeadlineExceededError(absl::StrCat("expert fetch timed out after ",
-                                                             options_.fetch_timeout.count(), " ms"));
+      first_error = absl::DeadlineExceededError(
+          absl::StrCat("expert fetch timed out after ", options_.fetch_timeout.count(), " ms"));
       break;
     }
     auto [i, r] = std::move(shared->arrived.front());
@@ -374,7 +373,8 @@ absl::StatusOr<Lease> MultiStoreSource::Fetch(ExpertId id, Priority priority) {
   return out;
 }
 
-absl::Status MultiStoreSource::FetchMany(std::span<const ExpertId> ids, const std::function<void(size_t, Lease)>& on_ready) {
+absl::Status MultiStoreSource::FetchMany(std::span<const ExpertId> ids,
+                                         const std::function<void(size_t, Lease)>& on_ready) {
   return RunMany(ids, Priority::kDemand, on_ready);
 }
 

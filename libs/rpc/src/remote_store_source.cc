@@ -47,17 +47,16 @@ absl::Status RemoteStoreSource::Probe(std::chrono::milliseconds timeout) {
   v1::ListModelsResponse resp;
   grpc::Status st = stub_->ListModels(&ctx, v1::ListModelsRequest(), &resp);
   if (!st.ok()) {
-    return absl::UnavailableError(absl::StrCat("expert store at ", options_.target, " is not reachable: ",
-                                               st.error_message()));
+    return absl::UnavailableError(
+        absl::StrCat("expert store at ", options_.target, " is not reachable: ", st.error_message()));
   }
   for (const auto& m : resp.models()) {
     if (m.name() != options_.model) continue;
     if (m.n_layers() != manifest_->config.n_layers || m.n_experts() != manifest_->config.n_experts) {
-      return absl::FailedPreconditionError(absl::StrCat("expert store at ", options_.target, " holds a model '",
-                                                        options_.model, "' of ", m.n_layers(), " layers x ",
-                                                        m.n_experts(), " experts; the local manifest says ",
-                                                        manifest_->config.n_layers, " x ",
-                                                        manifest_->config.n_experts));
+      return absl::FailedPreconditionError(
+          absl::StrCat("expert store at ", options_.target, " holds a model '", options_.model, "' of ", m.n_layers(),
+                       " layers x ", m.n_experts(), " experts; the local manifest says ", manifest_->config.n_layers,
+                       " x ", manifest_->config.n_experts));
     }
     std::lock_guard<std::mutex> lock(mu_);
     probed_ = true;
@@ -65,8 +64,8 @@ absl::Status RemoteStoreSource::Probe(std::chrono::milliseconds timeout) {
     held_ = m.held();
     return absl::OkStatus();
   }
-  return absl::NotFoundError(absl::StrCat("expert store at ", options_.target, " does not hold model '",
-                                          options_.model, "'"));
+  return absl::NotFoundError(
+      absl::StrCat("expert store at ", options_.target, " does not hold model '", options_.model, "'"));
 }
 
 bool RemoteStoreSource::Holds(ExpertId id) const {
@@ -75,7 +74,8 @@ bool RemoteStoreSource::Holds(ExpertId id) const {
   if (full_copy_) return true;
   const auto& c = manifest_->config;
   if (id.layer < 0 || id.layer >= c.n_layers || id.expert < 0 || id.expert >= c.n_experts) return false;
-  const uint64_t bit = static_cast<uint64_t>(id.layer) * static_cast<uint64_t>(c.n_experts) + static_cast<uint64_t>(id.expert);
+  const uint64_t bit =
+      static_cast<uint64_t>(id.layer) * static_cast<uint64_t>(c.n_experts) + static_cast<uint64_t>(id.expert);
   return bit / 8 < held_.size() && (static_cast<uint8_t>(held_[bit / 8]) >> (bit % 8)) & 1;
 }
 
@@ -156,8 +156,8 @@ absl::Status RemoteStoreSource::EnsureStreamLocked() {
       arena_ = std::make_shared<ShmArena>(std::move(*region));
     } else if (!shm_failed_logged_) {
       shm_failed_logged_ = true;
-      spdlog::warn("expert store at {}: no shared memory ({}); blocks come as chunks on the stream",
-                   options_.target, std::string(region.status().message()));
+      spdlog::warn("expert store at {}: no shared memory ({}); blocks come as chunks on the stream", options_.target,
+                   std::string(region.status().message()));
     }
   }
   const uint64_t gen = ++generation_;
@@ -178,8 +178,8 @@ absl::StatusOr<uint64_t> RemoteStoreSource::StartFetch(ExpertId id, Priority pri
                                                        Callback done) {
   const auto& c = manifest_->config;
   if (id.layer < 0 || id.layer >= c.n_layers || id.expert < 0 || id.expert >= c.n_experts) {
-    return absl::NotFoundError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") is not in model '",
-                                            options_.model, "'"));
+    return absl::NotFoundError(
+        absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") is not in model '", options_.model, "'"));
   }
   const model::ExpertBlock& want = manifest_->Expert(id.layer, id.expert);
   std::unique_lock<std::mutex> lock(mu_);
@@ -286,7 +286,8 @@ void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp, std:
     pending_.erase(it);
     return;
   }
-  const std::string where = absl::StrCat("expert (layer ", p.id.layer, ", id ", p.id.expert, ") from ", options_.target);
+  const std::string where =
+      absl::StrCat("expert (layer ", p.id.layer, ", id ", p.id.expert, ") from ", options_.target);
   const model::ExpertBlock& want = manifest_->Expert(p.id.layer, p.id.expert);
   if (resp.has_error()) {
     free_slot();
@@ -297,16 +298,17 @@ void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp, std:
     const v1::ShmBlock& d = resp.shm_block();
     if (!p.arena || d.offset() != p.shm_offset) {
       free_slot();
-      FinishLocked(rid, absl::DataLossError(absl::StrCat(where, ": unexpected shared-memory answer at offset ",
-                                                         d.offset())),
+      FinishLocked(rid,
+                   absl::DataLossError(absl::StrCat(where, ": unexpected shared-memory answer at offset ", d.offset())),
                    out);
       return;
     }
     if (d.block_size() != want.size) {
       free_slot();
-      FinishLocked(rid, absl::FailedPreconditionError(absl::StrCat(where, ": store block has ", d.block_size(),
-                                                                   " bytes, the local manifest says ", want.size,
-                                                                   " (different model versions?)")),
+      FinishLocked(rid,
+                   absl::FailedPreconditionError(absl::StrCat(where, ": store block has ", d.block_size(),
+                                                              " bytes, the local manifest says ", want.size,
+                                                              " (different model versions?)")),
                    out);
       return;
     }
@@ -333,9 +335,10 @@ void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp, std:
   free_slot();  // a store that ignores shm_offset answers with chunks and never writes the slot
   if (!p.block) {
     if (chunk.block_size() != want.size) {
-      FinishLocked(rid, absl::FailedPreconditionError(absl::StrCat(where, ": store block has ", chunk.block_size(),
-                                                                   " bytes, the local manifest says ", want.size,
-                                                                   " (different model versions?)")),
+      FinishLocked(rid,
+                   absl::FailedPreconditionError(absl::StrCat(where, ": store block has ", chunk.block_size(),
+                                                              " bytes, the local manifest says ", want.size,
+                                                              " (different model versions?)")),
                    out);
       return;
     }
@@ -359,17 +362,17 @@ void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp, std:
     return;
   }
   if (Checksum64(chunk.data().data(), chunk.data().size()) != chunk.chunk_checksum()) {
-    FinishLocked(rid, absl::DataLossError(absl::StrCat(where, ": chunk at offset ", chunk.offset(), " checksum mismatch")),
-                 out);
+    FinishLocked(
+        rid, absl::DataLossError(absl::StrCat(where, ": chunk at offset ", chunk.offset(), " checksum mismatch")), out);
     return;
   }
   std::memcpy(const_cast<uint8_t*>(p.block->external) + p.received, chunk.data().data(), chunk.data().size());
   p.received += chunk.data().size();
   if (!chunk.last()) return;
   if (p.received != want.size) {
-    FinishLocked(rid, absl::DataLossError(absl::StrCat(where, ": block ended after ", p.received, " of ", want.size,
-                                                       " bytes")),
-                 out);
+    FinishLocked(
+        rid, absl::DataLossError(absl::StrCat(where, ": block ended after ", p.received, " of ", want.size, " bytes")),
+        out);
     return;
   }
   const uint64_t got = Checksum64(p.block->data(), want.size);
@@ -409,8 +412,8 @@ void RemoteStoreSource::ReaderLoop(std::shared_ptr<grpc::ClientContext> ctx, std
     // The store may still be writing into reserved slots: the region is never reused.
     if (arena) arena->Retire();
     // Everything still in flight on this stream failed; callers may retry (a new stream opens).
-    const absl::Status err = absl::UnavailableError(absl::StrCat(
-        "expert store at ", options_.target, " stream ended: ", st.ok() ? "closed" : st.error_message()));
+    const absl::Status err = absl::UnavailableError(
+        absl::StrCat("expert store at ", options_.target, " stream ended: ", st.ok() ? "closed" : st.error_message()));
     if (!shutting_down_) broken = err;
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (it->second.generation != generation) {

@@ -57,8 +57,8 @@ absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Attach(const std::string& 
     return absl::PermissionDeniedError(absl::StrCat("shared memory '", name, "' belongs to another user"));
   }
   if (static_cast<uint64_t>(st.st_size) < size || size == 0) {
-    return absl::FailedPreconditionError(absl::StrCat("shared memory '", name, "' has ", st.st_size,
-                                                      " bytes, expected ", size));
+    return absl::FailedPreconditionError(
+        absl::StrCat("shared memory '", name, "' has ", st.st_size, " bytes, expected ", size));
   }
   r->size_ = size;
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd_, 0);

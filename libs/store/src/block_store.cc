@@ -82,7 +82,8 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOpt
     return absl::InvalidArgumentError("a catalog path needs the store's disks (--disk)");
   }
   for (const auto& d : options.model_dirs) disk_names.push_back(d.string());
-  if (disk_names.empty()) return absl::InvalidArgumentError("nothing to serve: give disks (--disk) or model directories (--model)");
+  if (disk_names.empty())
+    return absl::InvalidArgumentError("nothing to serve: give disks (--disk) or model directories (--model)");
   s->checksum_failures_ = std::make_unique<std::atomic<uint64_t>[]>(disk_names.size());
   ASSIGN_OR_RETURN(s->io_, IoEngine::Create(disk_names, options.io));
   if (catalog) RETURN_IF_ERROR(s->AddStriped(*catalog, roots));
@@ -97,9 +98,9 @@ absl::Status BlockStore::AddStriped(const Catalog& catalog, const std::vector<fs
   ASSIGN_OR_RETURN(auto records, catalog.ListModels());
   for (const ModelRecord& rec : records) {
     if (rec.state != ModelState::kReady) {
-      std::string why = absl::StrCat("model '", rec.name, "' is ", ModelStateName(rec.state),
-                                     rec.state == ModelState::kIngesting ? " (rerun the import to finish it)"
-                                                                         : " (rerun remove to finish it)");
+      std::string why = absl::StrCat(
+          "model '", rec.name, "' is ", ModelStateName(rec.state),
+          rec.state == ModelState::kIngesting ? " (rerun the import to finish it)" : " (rerun remove to finish it)");
       spdlog::warn("not serving {}", why);
       skipped_.push_back(std::move(why));
       continue;
@@ -120,8 +121,8 @@ absl::Status BlockStore::AddStriped(const Catalog& catalog, const std::vector<fs
     m->index_ = static_cast<uint32_t>(models_.size());
     m->origin_ = absl::StrCat("striped over ", roots.size(), " disk(s), stripe ", FormatSize(rec.stripe_size));
     if (rec.disk_bytes.size() != roots.size()) {
-      return absl::DataLossError(absl::StrCat(where, ": recorded for ", rec.disk_bytes.size(), " disks, the store has ",
-                                              roots.size()));
+      return absl::DataLossError(
+          absl::StrCat(where, ": recorded for ", rec.disk_bytes.size(), " disks, the store has ", roots.size()));
     }
     // The files first: a missing disk file is the most likely problem and the clearest message.
     for (uint32_t d = 0; d < roots.size(); ++d) {
@@ -142,16 +143,16 @@ absl::Status BlockStore::AddStriped(const Catalog& catalog, const std::vector<fs
     }
     ASSIGN_OR_RETURN(auto blocks, catalog.GetBlocks(rec.name));
     if (blocks.size() != rec.blocks_total) {
-      return absl::DataLossError(absl::StrCat(where, ": ", blocks.size(), " block records, expected ",
-                                              rec.blocks_total));
+      return absl::DataLossError(
+          absl::StrCat(where, ": ", blocks.size(), " block records, expected ", rec.blocks_total));
     }
     m->blocks_.resize(m->manifest_.experts.size());
     for (auto& b : blocks) {
       const BlockRecord* dup = m->Find(b.layer, b.expert);
       if (b.layer < rec.first_layer || b.layer > rec.last_layer || b.expert < 0 || b.expert >= m->n_experts() ||
           dup != nullptr) {
-        return absl::DataLossError(absl::StrCat(where, ": unexpected block record for expert (layer ", b.layer,
-                                                ", id ", b.expert, ")"));
+        return absl::DataLossError(
+            absl::StrCat(where, ": unexpected block record for expert (layer ", b.layer, ", id ", b.expert, ")"));
       }
       const model::ExpertBlock& want = m->manifest_.Expert(b.layer, b.expert);
       if (want.size != b.size || want.checksum != b.checksum || want.padded_size != b.padded_size) {
@@ -221,12 +222,10 @@ absl::StatusOr<const BlockRecord*> BlockStore::FindBlock(std::string_view model,
   const BlockRecord* b = m->Find(layer, expert);
   if (b == nullptr) {
     const bool in_range = layer >= 0 && layer < m->n_layers() && expert >= 0 && expert < m->n_experts();
-    return absl::NotFoundError(absl::StrCat("expert (layer ", layer, ", id ", expert, ") ",
-                                            in_range ? "is not held by this store" : "is not in model", " '",
-                                            std::string(model), "'",
-                                            in_range ? absl::StrCat(" (it holds layers ", m->first_layer(), "-",
-                                                                    m->last_layer(), ")")
-                                                     : ""));
+    return absl::NotFoundError(
+        absl::StrCat("expert (layer ", layer, ", id ", expert, ") ",
+                     in_range ? "is not held by this store" : "is not in model", " '", std::string(model), "'",
+                     in_range ? absl::StrCat(" (it holds layers ", m->first_layer(), "-", m->last_layer(), ")") : ""));
   }
   if (found != nullptr) *found = m;
   return b;
@@ -251,8 +250,8 @@ void BlockStore::ReadRaw(const StoredModel& model, const BlockRecord& block, uin
     uint32_t file = 0;
     uint64_t offset = 0;  // in the file
     uint64_t bytes = 0;
-    std::vector<size_t> units;   // indices into block.extents
-    std::vector<uint64_t> at;    // each unit's offset in the block
+    std::vector<size_t> units;  // indices into block.extents
+    std::vector<uint64_t> at;   // each unit's offset in the block
     std::vector<iovec> iov;
   };
   const size_t index = static_cast<size_t>(block.layer * model.n_experts() + block.expert);
@@ -282,56 +281,55 @@ void BlockStore::ReadRaw(const StoredModel& model, const BlockRecord& block, uin
   for (Run& run : runs) {
     const uint32_t file = run.file;
     const uint64_t run_offset = run.offset;
-    io_->ReadV(file, run.offset, std::move(run.iov), priority,
-               [this, state, &model, &block, file, run_offset, units = std::move(run.units), unit_at = std::move(run.at),
-                dst](absl::Status s) {
-                 const uint32_t disk = io_->file_disk(file);
-                 const size_t n = block.extents.size();
-                 auto where = [&](size_t k) {
-                   return absl::StrCat(ExpertName(model, block), ": stripe ", k, " of ", n, " on disk '",
-                                       io_->disk_name(disk), "' ('", io_->file_path(file).string(), "' at offset ",
-                                       block.extents[k].offset, ")");
-                 };
-                 if (!s.ok()) {
-                   std::string which = units.size() == 1 ? absl::StrCat("stripe ", units[0])
-                                                         : absl::StrCat("stripes ", units.front(), "..", units.back());
-                   state->Record(Annotate(s, absl::StrCat(ExpertName(model, block), ": ", which, " of ", n,
-                                                          " on disk '", io_->disk_name(disk), "' ('",
-                                                          io_->file_path(file).string(), "' at offset ", run_offset,
-                                                          ")")));
-                 } else {
-                   for (size_t u = 0; u < units.size(); ++u) {
-                     const size_t k = units[u];
-                     const Extent& e = block.extents[k];
-                     if (!e.has_checksum) continue;
-                     const uint64_t got = Checksum64(dst + unit_at[u], e.length);
-                     if (got != e.checksum) {
-                       checksum_failures_[disk]++;
-                       state->Record(ChecksumMismatch(absl::StrCat(where(k), ": checksum mismatch (catalog ",
-                                                                   ChecksumHex(e.checksum), ", read ",
-                                                                   ChecksumHex(got), ")")));
-                     }
-                   }
-                 }
-                 if (--state->remaining != 0) return;
-                 absl::Status final_status;
-                 {
-                   std::lock_guard<std::mutex> lock(state->mu);
-                   final_status = state->status;
-                 }
-                 if (final_status.ok() && !block.extents[0].has_checksum) {
-                   // A plain model directory: the block checksum is the only one there is.
-                   const uint64_t got = Checksum64(dst, block.size);
-                   if (got != block.checksum) {
-                     checksum_failures_[disk]++;
-                     final_status = ChecksumMismatch(absl::StrCat(
-                         ExpertName(model, block), " in '", io_->file_path(file).string(), "' at offset ",
-                         block.extents[0].offset, ": checksum mismatch (manifest ", ChecksumHex(block.checksum),
-                         ", read ", ChecksumHex(got), ")"));
-                   }
-                 }
-                 state->done(std::move(final_status));
-               });
+    io_->ReadV(
+        file, run.offset, std::move(run.iov), priority,
+        [this, state, &model, &block, file, run_offset, units = std::move(run.units), unit_at = std::move(run.at),
+         dst](absl::Status s) {
+          const uint32_t disk = io_->file_disk(file);
+          const size_t n = block.extents.size();
+          auto where = [&](size_t k) {
+            return absl::StrCat(ExpertName(model, block), ": stripe ", k, " of ", n, " on disk '", io_->disk_name(disk),
+                                "' ('", io_->file_path(file).string(), "' at offset ", block.extents[k].offset, ")");
+          };
+          if (!s.ok()) {
+            std::string which = units.size() == 1 ? absl::StrCat("stripe ", units[0])
+                                                  : absl::StrCat("stripes ", units.front(), "..", units.back());
+            state->Record(Annotate(
+                s, absl::StrCat(ExpertName(model, block), ": ", which, " of ", n, " on disk '", io_->disk_name(disk),
+                                "' ('", io_->file_path(file).string(), "' at offset ", run_offset, ")")));
+          } else {
+            for (size_t u = 0; u < units.size(); ++u) {
+              const size_t k = units[u];
+              const Extent& e = block.extents[k];
+              if (!e.has_checksum) continue;
+              const uint64_t got = Checksum64(dst + unit_at[u], e.length);
+              if (got != e.checksum) {
+                checksum_failures_[disk]++;
+                state->Record(
+                    ChecksumMismatch(absl::StrCat(where(k), ": checksum mismatch (catalog ", ChecksumHex(e.checksum),
+                                                  ", read ", ChecksumHex(got), ")")));
+              }
+            }
+          }
+          if (--state->remaining != 0) return;
+          absl::Status final_status;
+          {
+            std::lock_guard<std::mutex> lock(state->mu);
+            final_status = state->status;
+          }
+          if (final_status.ok() && !block.extents[0].has_checksum) {
+            // A plain model directory: the block checksum is the only one there is.
+            const uint64_t got = Checksum64(dst, block.size);
+            if (got != block.checksum) {
+              checksum_failures_[disk]++;
+              final_status = ChecksumMismatch(
+                  absl::StrCat(ExpertName(model, block), " in '", io_->file_path(file).string(), "' at offset ",
+                               block.extents[0].offset, ": checksum mismatch (manifest ", ChecksumHex(block.checksum),
+                               ", read ", ChecksumHex(got), ")"));
+            }
+          }
+          state->done(std::move(final_status));
+        });
   }
 }
 

@@ -109,11 +109,14 @@ TEST_F(StoreTest, ImportThenServeEveryBlockStriped) {
   for (int32_t l = 0; l < 2; ++l)
     for (int32_t e = 0; e < 4; ++e) ids.push_back({l, e});
   std::vector<int> calls(ids.size());
-  ASSERT_TRUE((*src)->FetchMany(ids, [&](size_t i, Lease lease) {
-                      calls[i]++;
-                      ExpectBlock(lease, ids[i].layer, ids[i].expert);
-                      EXPECT_EQ(reinterpret_cast<uintptr_t>(lease->data()) % 4096, 0u);
-                    }).ok());
+  ASSERT_TRUE((*src)
+                  ->FetchMany(ids,
+                              [&](size_t i, Lease lease) {
+                                calls[i]++;
+                                ExpectBlock(lease, ids[i].layer, ids[i].expert);
+                                EXPECT_EQ(reinterpret_cast<uintptr_t>(lease->data()) % 4096, 0u);
+                              })
+                  .ok());
   EXPECT_EQ(calls, std::vector<int>(8, 1));
   uint64_t bytes = 0;
   for (uint32_t d = 0; d < 3; ++d) bytes += store->io().Stats(d).bytes;
@@ -360,7 +363,7 @@ TEST_F(StoreTest, CacheTierInFrontOfTheStripedSource) {
   expert_source::CacheTier cache(src->get(), 1 << 20);
   for (int round = 0; round < 2; ++round) {
     auto lease = cache.Fetch({1, 3}, Priority::kDemand);
-    ASSERT_TRUE(lease.ok());
+    ASSERT_TRUE(lease.ok()) << lease.status();
     ExpectBlock(*lease, 1, 3);
   }
   EXPECT_EQ(cache.Stats().hits, 1u);

@@ -102,8 +102,8 @@ absl::StatusOr<StoreMeta> MetaFromJson(const std::string& text) {
     m.version = j.at("version").get<int>();
     m.store_id = j.at("store_id").get<std::string>();
     for (const auto& d : j.at("disks")) {
-      m.disks.push_back({d.at("index").get<uint32_t>(), d.at("id").get<std::string>(),
-                         d.value("last_path", std::string())});
+      m.disks.push_back(
+          {d.at("index").get<uint32_t>(), d.at("id").get<std::string>(), d.value("last_path", std::string())});
     }
   } catch (const std::exception& e) {
     return absl::DataLossError(absl::StrCat("catalog: store meta record: ", e.what()));
@@ -134,10 +134,14 @@ absl::StatusOr<ModelRecord> ModelFromJson(const std::string& text) {
   try {
     r.name = j.at("name").get<std::string>();
     const std::string state = j.at("state").get<std::string>();
-    if (state == "ready") r.state = ModelState::kReady;
-    else if (state == "ingesting") r.state = ModelState::kIngesting;
-    else if (state == "removing") r.state = ModelState::kRemoving;
-    else return absl::DataLossError(absl::StrCat("catalog: model '", r.name, "' has unknown state '", state, "'"));
+    if (state == "ready")
+      r.state = ModelState::kReady;
+    else if (state == "ingesting")
+      r.state = ModelState::kIngesting;
+    else if (state == "removing")
+      r.state = ModelState::kRemoving;
+    else
+      return absl::DataLossError(absl::StrCat("catalog: model '", r.name, "' has unknown state '", state, "'"));
     r.stripe_size = j.at("stripe_size").get<uint64_t>();
     r.n_layers = j.at("n_layers").get<int32_t>();
     r.n_experts = j.at("n_experts").get<int32_t>();
@@ -159,9 +163,12 @@ absl::StatusOr<ModelRecord> ModelFromJson(const std::string& text) {
 
 const char* ModelStateName(ModelState state) {
   switch (state) {
-    case ModelState::kIngesting: return "ingesting";
-    case ModelState::kReady: return "ready";
-    case ModelState::kRemoving: return "removing";
+    case ModelState::kIngesting:
+      return "ingesting";
+    case ModelState::kReady:
+      return "ready";
+    case ModelState::kRemoving:
+      return "removing";
   }
   return "?";
 }
@@ -247,9 +254,8 @@ absl::StatusOr<std::unique_ptr<Catalog>> Catalog::Open(const std::filesystem::pa
                                     : rocksdb::DB::Open(options, dir.string(), &db);
   if (!s.ok()) {
     if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
-      return absl::UnavailableError(absl::StrCat("catalog '", dir.string(),
-                                                 "' is open read-write by another process (an import or remove?): ",
-                                                 s.ToString()));
+      return absl::UnavailableError(absl::StrCat(
+          "catalog '", dir.string(), "' is open read-write by another process (an import or remove?): ", s.ToString()));
     }
     return FromRocks(s, absl::StrCat("open '", dir.string(), "'"));
   }

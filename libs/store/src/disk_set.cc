@@ -30,9 +30,9 @@ absl::StatusOr<std::optional<DiskIdentity>> ReadDiskIdentity(const fs::path& roo
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
   auto j = nlohmann::json::parse(text, nullptr, false);
   DiskIdentity id;
-  if (j.is_discarded() || !j.is_object() || !j.contains("store_id") || !j.contains("disk_id") ||
-      !j.contains("index") || !j.contains("n_disks") || !j["index"].is_number_unsigned() ||
-      !j["n_disks"].is_number_unsigned() || !j["store_id"].is_string() || !j["disk_id"].is_string()) {
+  if (j.is_discarded() || !j.is_object() || !j.contains("store_id") || !j.contains("disk_id") || !j.contains("index") ||
+      !j.contains("n_disks") || !j["index"].is_number_unsigned() || !j["n_disks"].is_number_unsigned() ||
+      !j["store_id"].is_string() || !j["disk_id"].is_string()) {
     return absl::DataLossError(absl::StrCat("'", path.string(), "' is not a valid disk identity file"));
   }
   id.store_id = j["store_id"].get<std::string>();
@@ -43,8 +43,7 @@ absl::StatusOr<std::optional<DiskIdentity>> ReadDiskIdentity(const fs::path& roo
 }
 
 absl::Status WriteDiskIdentity(const fs::path& root, const DiskIdentity& id) {
-  nlohmann::json j = {{"store_id", id.store_id}, {"disk_id", id.disk_id}, {"index", id.index},
-                      {"n_disks", id.n_disks}};
+  nlohmann::json j = {{"store_id", id.store_id}, {"disk_id", id.disk_id}, {"index", id.index}, {"n_disks", id.n_disks}};
   return WriteFileAtomic(root / kDiskIdentityFile, j.dump(1) + "\n");
 }
 
@@ -74,12 +73,12 @@ absl::StatusOr<std::vector<fs::path>> ResolveDisks(const StoreMeta& meta, std::s
                                                         ", not to store ", meta.store_id, " of this catalog"));
     }
     if (id->index >= meta.disks.size() || meta.disks[id->index].id != id->disk_id) {
-      return absl::FailedPreconditionError(absl::StrCat("disk '", root.string(), "' (index ", id->index,
-                                                        ") does not match the catalog's disks"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("disk '", root.string(), "' (index ", id->index, ") does not match the catalog's disks"));
     }
     if (!ordered[id->index].empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("disk ", id->index, " given twice: '",
-                                                     ordered[id->index].string(), "' and '", root.string(), "'"));
+      return absl::InvalidArgumentError(absl::StrCat("disk ", id->index, " given twice: '", ordered[id->index].string(),
+                                                     "' and '", root.string(), "'"));
     }
     ordered[id->index] = root;
   }

@@ -47,12 +47,18 @@ absl::Status FaultInjector::AddSpec(std::string_view spec) {
     const std::string& v = kv.second;
     if (k == "kind") {
       have_kind = true;
-      if (v == "eio") rule.kind = FaultKind::kEio;
-      else if (v == "short") rule.kind = FaultKind::kShortRead;
-      else if (v == "eof") rule.kind = FaultKind::kEof;
-      else if (v == "corrupt") rule.kind = FaultKind::kCorrupt;
-      else if (v == "slow") slow = true;
-      else return bad(absl::StrCat("unknown kind '", v, "' (eio, short, eof, corrupt, slow)"));
+      if (v == "eio")
+        rule.kind = FaultKind::kEio;
+      else if (v == "short")
+        rule.kind = FaultKind::kShortRead;
+      else if (v == "eof")
+        rule.kind = FaultKind::kEof;
+      else if (v == "corrupt")
+        rule.kind = FaultKind::kCorrupt;
+      else if (v == "slow")
+        slow = true;
+      else
+        return bad(absl::StrCat("unknown kind '", v, "' (eio, short, eof, corrupt, slow)"));
     } else if (k == "disk") {
       if (!absl::SimpleAtoi(v, &rule.disk) || rule.disk < 0) return bad("disk must be an index");
     } else if (k == "count") {

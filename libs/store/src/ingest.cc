@@ -45,7 +45,8 @@ absl::StatusOr<WritableStore> OpenStore(const StoreLocation& loc, bool create) {
   if (exists) {
     ASSIGN_OR_RETURN(st.catalog, Catalog::Open(*found, Catalog::Mode::kReadWrite));
     ASSIGN_OR_RETURN(auto meta, st.catalog->GetMeta());
-    if (!meta) return absl::FailedPreconditionError(absl::StrCat("catalog '", found->string(), "' has no store record"));
+    if (!meta)
+      return absl::FailedPreconditionError(absl::StrCat("catalog '", found->string(), "' has no store record"));
     st.meta = std::move(*meta);
     ASSIGN_OR_RETURN(st.roots, ResolveDisks(st.meta, loc.disks));
     bool moved = false;
@@ -57,7 +58,8 @@ absl::StatusOr<WritableStore> OpenStore(const StoreLocation& loc, bool create) {
     if (moved) RETURN_IF_ERROR(st.catalog->PutMeta(st.meta));
     return st;
   }
-  if (!create) return found.ok() ? absl::NotFoundError(absl::StrCat("no catalog at '", found->string(), "'")) : found.status();
+  if (!create)
+    return found.ok() ? absl::NotFoundError(absl::StrCat("no catalog at '", found->string(), "'")) : found.status();
   // A new store: no disk may belong to another one.
   for (const auto& d : loc.disks) {
     ASSIGN_OR_RETURN(auto id, ReadDiskIdentity(d));
@@ -136,8 +138,8 @@ absl::StatusOr<ImportResult> ImportModel(const fs::path& model_dir, const StoreL
   const int32_t first = options.first_layer;
   const int32_t last = options.last_layer < 0 ? n_layers - 1 : options.last_layer;
   if (first < 0 || first > last || last >= n_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("layers ", first, "-", last, " are not within the model's 0-",
-                                                   n_layers - 1));
+    return absl::InvalidArgumentError(
+        absl::StrCat("layers ", first, "-", last, " are not within the model's 0-", n_layers - 1));
   }
   ASSIGN_OR_RETURN(std::string manifest_text, ReadFileToString(model_dir / "manifest.json"));
   const uint64_t manifest_checksum = Checksum64(manifest_text.data(), manifest_text.size());
@@ -166,8 +168,8 @@ absl::StatusOr<ImportResult> ImportModel(const fs::path& model_dir, const StoreL
                                                    "another --name)"));
     }
     if (existing->state == ModelState::kRemoving) {
-      return absl::FailedPreconditionError(absl::StrCat("model '", result.name,
-                                                        "' is being removed: run remove again to finish"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("model '", result.name, "' is being removed: run remove again to finish"));
     }
     if (existing->source_manifest_checksum != manifest_checksum || existing->stripe_size != options.stripe_size ||
         existing->first_layer != first || existing->last_layer != last || existing->disk_bytes != plan.disk_bytes) {
@@ -198,7 +200,8 @@ absl::StatusOr<ImportResult> ImportModel(const fs::path& model_dir, const StoreL
     paths.push_back(StripeFilePath(root, result.name));
     std::error_code ec;
     fs::create_directories(paths.back().parent_path(), ec);
-    if (ec) return absl::InternalError(absl::StrCat("create '", paths.back().parent_path().string(), "': ", ec.message()));
+    if (ec)
+      return absl::InternalError(absl::StrCat("create '", paths.back().parent_path().string(), "': ", ec.message()));
   }
   StripeFiles files;
   RETURN_IF_ERROR(files.Open(paths));
@@ -227,8 +230,8 @@ absl::StatusOr<ImportResult> ImportModel(const fs::path& model_dir, const StoreL
     }
     if (options.stop_after_blocks >= 0 && result.blocks_written >= static_cast<uint64_t>(options.stop_after_blocks)) {
       RETURN_IF_ERROR(commit());
-      return absl::AbortedError(absl::StrCat("import of '", result.name, "' stopped after ", result.blocks_written,
-                                             " blocks (test hook)"));
+      return absl::AbortedError(
+          absl::StrCat("import of '", result.name, "' stopped after ", result.blocks_written, " blocks (test hook)"));
     }
     ASSIGN_OR_RETURN(AlignedBytes bytes, container->ReadExpertBlock(b.layer, b.expert));  // verifies the checksum
     BlockRecord r;

@@ -36,7 +36,7 @@ struct File {
   int direct_fd = -1;    // O_DIRECT descriptor, when the filesystem accepted it
   int buffered_fd = -1;  // opened up front without O_DIRECT, or lazily on a refused read
   std::atomic<bool> direct_refused{false};
-  std::mutex mu;         // guards the lazy open of buffered_fd
+  std::mutex mu;  // guards the lazy open of buffered_fd
 };
 
 struct Op {
@@ -95,8 +95,7 @@ class IoEngine::Impl {
         if (options_.backend == IoEngineOptions::Backend::kIoUring) {
           return absl::UnavailableError(absl::StrCat("io_uring_queue_init: ", std::strerror(-rc)));
         }
-        spdlog::warn("io_uring is unavailable ({}): reading with a pool of pread threads per disk",
-                     std::strerror(-rc));
+        spdlog::warn("io_uring is unavailable ({}): reading with a pool of pread threads per disk", std::strerror(-rc));
         for (auto& o : disks_) {
           if (o->ring_ok) io_uring_queue_exit(&o->ring);
           o->ring_ok = false;
@@ -282,8 +281,8 @@ class IoEngine::Impl {
     if (rate == 0) return;
     const auto now = Clock::now();
     const auto start = std::max(now, d.busy_until);
-    d.busy_until = start + std::chrono::nanoseconds(static_cast<int64_t>(1e9 * static_cast<double>(op->length) /
-                                                                         static_cast<double>(rate)));
+    d.busy_until = start + std::chrono::nanoseconds(
+                               static_cast<int64_t>(1e9 * static_cast<double>(op->length) / static_cast<double>(rate)));
     op->due = d.busy_until;
   }
 
@@ -340,9 +339,9 @@ class IoEngine::Impl {
       return false;
     }
     if (result < 0) {
-      op->status = ErrnoStatus(static_cast<int>(-result),
-                               absl::StrCat("read ", want, " bytes at offset ", op->offset + op->done_bytes, " of"),
-                               f.path);
+      op->status =
+          ErrnoStatus(static_cast<int>(-result),
+                      absl::StrCat("read ", want, " bytes at offset ", op->offset + op->done_bytes, " of"), f.path);
       return true;
     }
     if (result == 0) {

@@ -58,8 +58,8 @@ class IoEngineTest : public ::testing::TestWithParam<Backend> {
     file_ = dir_.path() / "data.bin";
     data_.resize(1 << 20);
     for (size_t i = 0; i < data_.size(); ++i) data_[i] = static_cast<uint8_t>(i * 7 + i / 4096);
-    std::ofstream(file_, std::ios::binary).write(reinterpret_cast<const char*>(data_.data()),
-                                                 static_cast<std::streamsize>(data_.size()));
+    std::ofstream(file_, std::ios::binary)
+        .write(reinterpret_cast<const char*>(data_.data()), static_cast<std::streamsize>(data_.size()));
   }
   std::unique_ptr<IoEngine> Engine(IoEngineOptions options = {}) {
     options.backend = GetParam();

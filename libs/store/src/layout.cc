@@ -27,8 +27,8 @@ StripePlan PlanStripes(std::span<const uint64_t> padded_sizes, uint64_t stripe_s
 
 absl::Status ValidateStripeSize(uint64_t stripe_size) {
   if (stripe_size < kStripeAlignment || stripe_size > (64u << 20) || stripe_size % kStripeAlignment != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("stripe size ", stripe_size,
-                                                   " must be a multiple of 4K between 4K and 64M"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("stripe size ", stripe_size, " must be a multiple of 4K between 4K and 64M"));
   }
   return absl::OkStatus();
 }

@@ -31,6 +31,10 @@ void AddCacheFlags(CLI::App* app, CacheFlags* f) {
   app->add_option("--learned-pins", c.learned_pin_fraction, "Share of the expert cache pinned from routing heat")
       ->capture_default_str();
   app->add_option("--trace-out", c.trace_out, "Write a routing trace (one JSON line per token and layer)");
+  app->add_option("--max-batch", f->max_batch, "Requests decoded together in one batch (1: one at a time)")
+      ->capture_default_str();
+  app->add_option("--max-queued", f->max_queued, "Requests waiting for a batch slot; more get 429")
+      ->capture_default_str();
 }
 
 absl::Status ApplyCacheFlags(const CacheFlags& f, ComputeNodeOptions* o) {
@@ -46,6 +50,11 @@ absl::Status ApplyCacheFlags(const CacheFlags& f, ComputeNodeOptions* o) {
   if (auto p = expert_source::ParseCachePolicy(f.cache.policy); !p.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--cache-policy: ", p.status().message()));
   }
+  if (f.max_batch < 1 || f.max_queued < 0) {
+    return absl::InvalidArgumentError("--max-batch must be >= 1 and --max-queued >= 0");
+  }
+  o->max_batch = f.max_batch;
+  o->max_queued = f.max_queued;
   if (f.cache.prefetch_layers < 0) return absl::InvalidArgumentError("--prefetch-layers must be >= 0");
   if (f.cache.io_threads < 0 || f.cache.io_threads > 64) {
     return absl::InvalidArgumentError("--io-threads must be between 0 and 64");

@@ -26,6 +26,8 @@ struct CacheFlags {
   std::string kv_cache_limit = "0";
   ExpertCacheConfig cache;
   bool kv_flag_added = false;
+  int max_batch = 16;    // sequences decoded together (continuous batching)
+  int max_queued = 256;  // requests waiting for a batch slot
 };
 
 void AddCacheFlags(CLI::App* app, CacheFlags* flags);

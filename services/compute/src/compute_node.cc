@@ -48,8 +48,18 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(const ComputeNo
   engine::EngineOptions eo;
   eo.prefill_chunk = options.prefill_chunk;
   eo.kv_cache_limit = options.kv_cache_limit;
+  eo.max_active = options.max_batch;
+  eo.max_queued = options.max_queued;
   node->engine_ = std::make_unique<engine::Engine>(node->model_.get(), eo);
   return node;
+}
+
+absl::Status ComputeNode::AddStore(const std::string& target) {
+  if (stores_ == nullptr) {
+    return absl::FailedPreconditionError("this node reads experts from its model directory, not from expert stores");
+  }
+  stores_->AddStore(target);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> ComputeNode::PreloadExperts() {

@@ -34,6 +34,8 @@ struct ComputeNodeOptions {
   uint64_t expert_cache_bytes = 2ull << 30;
   ExpertCacheConfig cache;         // tiers, policy, pins, prefetch, trace (expert_cache.h)
   uint64_t kv_cache_limit = 0;     // bytes of KV caches (dense weights are separate); 0: unlimited
+  int max_batch = 16;              // sequences in one continuous batch
+  int max_queued = 256;            // requests waiting for a slot (more: ResourceExhausted)
   int threads = 0;                 // 0: physical cores
   int64_t prefill_chunk = 512;
 };
@@ -59,6 +61,9 @@ class ComputeNode {
   // The expert stores and their state (empty when experts come from the model directory).
   std::vector<rpc::StoreState> store_states() const { return stores_ ? stores_->Stores() : std::vector<rpc::StoreState>{}; }
   uint64_t store_failovers() const { return stores_ ? stores_->failovers() : 0; }
+  // Adds an expert store to a running node (it takes reads once a probe finds it up).
+  // FailedPrecondition when experts come from the model directory.
+  absl::Status AddStore(const std::string& target);
 
  private:
   ComputeNode() = default;

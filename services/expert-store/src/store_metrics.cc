@@ -28,10 +28,10 @@ StoreMetrics::StoreMetrics(std::shared_ptr<prometheus::Registry> r) : registry(s
                               "Blocks whose checksum did not match the catalog (never served)");
   read_errors = Counter(reg, "colibri_store_read_errors_total", "Failed block reads (I/O errors, missing blocks)");
   cancellations = Counter(reg, "colibri_store_cancellations_total", "Requests cancelled by clients");
-  rejected_requests = Counter(reg, "colibri_store_rejected_requests_total",
-                              "Requests refused because a stream's queue was full");
-  rejected_streams = Counter(reg, "colibri_store_rejected_streams_total",
-                             "Fetch streams refused because the store had too many open");
+  rejected_requests =
+      Counter(reg, "colibri_store_rejected_requests_total", "Requests refused because a stream's queue was full");
+  rejected_streams =
+      Counter(reg, "colibri_store_rejected_streams_total", "Fetch streams refused because the store had too many open");
   deadline_exceeded = Counter(reg, "colibri_store_deadline_exceeded_total",
                               "Requests answered DEADLINE_EXCEEDED (queued or read past their timeout)");
   auto& read = prometheus::BuildHistogram()
@@ -51,10 +51,8 @@ StoreMetrics::StoreMetrics(std::shared_ptr<prometheus::Registry> r) : registry(s
                      .Name("colibri_store_disk_reads_total")
                      .Help("Stripe reads completed, by disk")
                      .Register(reg);
-  disk_bytes_ = &prometheus::BuildCounter()
-                     .Name("colibri_store_disk_read_bytes_total")
-                     .Help("Bytes read, by disk")
-                     .Register(reg);
+  disk_bytes_ =
+      &prometheus::BuildCounter().Name("colibri_store_disk_read_bytes_total").Help("Bytes read, by disk").Register(reg);
   disk_errors_ = &prometheus::BuildCounter()
                       .Name("colibri_store_disk_read_errors_total")
                       .Help("Stripe reads that failed, by disk")

@@ -44,9 +44,9 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
       svc_->open_streams_--;
       svc_->metrics_->rejected_streams->Increment();
       finished_ = true;
-      Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          absl::StrCat("expert store: more than ", svc_->options_.max_streams,
-                                       " Fetch streams are open")));
+      Finish(grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("expert store: more than ", svc_->options_.max_streams, " Fetch streams are open")));
       return;
     }
     counted_ = true;
@@ -147,9 +147,9 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
     auto& m = *svc_->metrics_;
     if (demand_.size() + prefetch_.size() >= svc_->options_.max_queued) {
       m.rejected_requests->Increment();
-      PushErrorLocked(b.request_id(), absl::ResourceExhaustedError(absl::StrCat(
-                                          "expert store: more than ", svc_->options_.max_queued,
-                                          " requests queued on this stream")));
+      PushErrorLocked(b.request_id(),
+                      absl::ResourceExhaustedError(absl::StrCat("expert store: more than ", svc_->options_.max_queued,
+                                                                " requests queued on this stream")));
       return;
     }
     Request r;
@@ -171,9 +171,9 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
       }
       const uint64_t off = b.shm_offset();
       if (off % 4096 != 0 || off > shm_->size() || r.block->padded_size > shm_->size() - off) {
-        PushErrorLocked(r.id, absl::InvalidArgumentError(absl::StrCat("shared-memory offset ", off, " (+",
-                                                                      r.block->padded_size,
-                                                                      " bytes) is not inside the region")));
+        PushErrorLocked(
+            r.id, absl::InvalidArgumentError(absl::StrCat("shared-memory offset ", off, " (+", r.block->padded_size,
+                                                          " bytes) is not inside the region")));
         return;
       }
       r.shm_dst = shm_->data() + off;
@@ -256,7 +256,8 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
       if (q == nullptr) break;
       // Bytes read for the network count against the buffer; shared-memory reads land in the
       // client's memory and only take a read slot.
-      if (q->front().shm_dst == nullptr && chunk_bytes_in_flight_ + buffered_bytes_ >= svc_->options_.max_buffered_bytes) {
+      if (q->front().shm_dst == nullptr &&
+          chunk_bytes_in_flight_ + buffered_bytes_ >= svc_->options_.max_buffered_bytes) {
         break;
       }
       Request r = q->front();
@@ -265,9 +266,9 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
       r.started = Clock::now();
       if (r.started > r.deadline) {
         m.deadline_exceeded->Increment();
-        PushErrorLocked(r.id, absl::DeadlineExceededError(absl::StrCat(
-                                  "expert (layer ", r.block->layer, ", id ", r.block->expert,
-                                  "): still queued after the request's ", r.timeout_ms, " ms timeout")));
+        PushErrorLocked(r.id, absl::DeadlineExceededError(
+                                  absl::StrCat("expert (layer ", r.block->layer, ", id ", r.block->expert,
+                                               "): still queued after the request's ", r.timeout_ms, " ms timeout")));
         continue;
       }
       if (r.shm_dst == nullptr) chunk_bytes_in_flight_ += r.block->size;
@@ -421,8 +422,8 @@ grpc::ServerBidiReactor<v1::FetchRequest, v1::FetchResponse>* ExpertStoreService
   return new FetchReactor(this, ctx);
 }
 
-grpc::ServerUnaryReactor* ExpertStoreService::ListModels(grpc::CallbackServerContext* ctx,
-                                                         const v1::ListModelsRequest*, v1::ListModelsResponse* resp) {
+grpc::ServerUnaryReactor* ExpertStoreService::ListModels(grpc::CallbackServerContext* ctx, const v1::ListModelsRequest*,
+                                                         v1::ListModelsResponse* resp) {
   for (const auto& m : store_->models()) {
     auto* h = resp->add_models();
     h->set_name(m->name());

@@ -29,12 +29,12 @@
 namespace colibri::store {
 
 struct StoreOptions {
-  size_t chunk_bytes = 1 << 20;            // 1 MiB chunks
-  size_t max_queued = 1024;                // requests queued per stream
-  size_t max_buffered_bytes = 16 << 20;    // read bytes waiting for the network, per stream
-  size_t max_reads_in_flight = 16;         // block reads in progress per stream
-  size_t max_streams = 256;                // open Fetch streams
-  bool allow_shm = true;                   // honour ShmAttach on unix-socket connections
+  size_t chunk_bytes = 1 << 20;          // 1 MiB chunks
+  size_t max_queued = 1024;              // requests queued per stream
+  size_t max_buffered_bytes = 64 << 20;  // read bytes waiting for the network, per stream
+  size_t max_reads_in_flight = 16;       // block reads in progress per stream
+  size_t max_streams = 256;              // open Fetch streams
+  bool allow_shm = true;                 // honour ShmAttach on unix-socket connections
 };
 
 class ExpertStoreService final : public v1::ExpertStore::CallbackService {

@@ -8,13 +8,13 @@
 #include <cstring>
 #include <thread>
 
+#include "../../../libs/store/src/store_test_util.h"
 #include "colibri/core/checksum.h"
 #include "colibri/rpc/multi_store_source.h"
 #include "colibri/rpc/remote_store_source.h"
 #include "colibri/rpc/status.h"
 #include "colibri/store/ingest.h"
 #include "grpcpp/grpcpp.h"
-#include "../../../libs/store/src/store_test_util.h"
 
 namespace colibri::store {
 namespace {
@@ -73,8 +73,8 @@ class StoreServiceTest : public ::testing::Test {
     ASSERT_TRUE(ImportModel(model_dir_, StoreLocation{disks_, {}}, o).ok());
   }
 
-  std::unique_ptr<TestServer> Serve(StoreOptions so = {}, FaultInjector* faults = nullptr, const std::string& name = "s",
-                                    std::vector<fs::path> disks = {}) {
+  std::unique_ptr<TestServer> Serve(StoreOptions so = {}, FaultInjector* faults = nullptr,
+                                    const std::string& name = "s", std::vector<fs::path> disks = {}) {
     BlockStoreOptions bo;
     bo.disks = disks.empty() ? disks_ : disks;
     bo.io.faults = faults;
@@ -161,10 +161,13 @@ TEST_F(StoreServiceTest, ChunksOverTheStream) {
   ASSERT_TRUE(src.ok()) << src.status();
   const auto ids = AllIds();
   std::vector<int> calls(ids.size());
-  ASSERT_TRUE((*src)->FetchMany(ids, [&](size_t i, Lease l) {
-                      calls[i]++;
-                      ExpectBlock(l, ids[i].layer, ids[i].expert);
-                    }).ok());
+  ASSERT_TRUE((*src)
+                  ->FetchMany(ids,
+                              [&](size_t i, Lease l) {
+                                calls[i]++;
+                                ExpectBlock(l, ids[i].layer, ids[i].expert);
+                              })
+                  .ok());
   EXPECT_EQ(calls, std::vector<int>(ids.size(), 1));
   EXPECT_EQ((*src)->Stats().blocks, ids.size());
   EXPECT_EQ((*src)->Stats().shm_blocks, 0u);
@@ -181,11 +184,14 @@ TEST_F(StoreServiceTest, SharedMemoryCarriesTheBytes) {
   // The first fetch opens the stream; blocks asked before the store accepts the region come as
   // chunks, so ask one first and then everything.
   ASSERT_TRUE((*src)->Fetch({0, 0}, Priority::kDemand).ok());
-  ASSERT_TRUE((*src)->FetchMany(ids, [&](size_t i, Lease l) {
-                      ExpectBlock(l, ids[i].layer, ids[i].expert);
-                      EXPECT_EQ(reinterpret_cast<uintptr_t>(l->data()) % 4096, 0u);
-                      held.push_back(std::move(l));
-                    }).ok());
+  ASSERT_TRUE((*src)
+                  ->FetchMany(ids,
+                              [&](size_t i, Lease l) {
+                                ExpectBlock(l, ids[i].layer, ids[i].expert);
+                                EXPECT_EQ(reinterpret_cast<uintptr_t>(l->data()) % 4096, 0u);
+                                held.push_back(std::move(l));
+                              })
+                  .ok());
   const auto stats = (*src)->Stats();
   EXPECT_TRUE(stats.shm_active);
   EXPECT_EQ(stats.shm_blocks, ids.size());
@@ -207,10 +213,13 @@ TEST_F(StoreServiceTest, SharedMemoryRegionTooSmallFallsBackToChunks) {
   ASSERT_TRUE((*src)->Fetch({0, 0}, Priority::kDemand).ok());
   std::vector<Lease> held;
   const auto ids = AllIds();
-  ASSERT_TRUE((*src)->FetchMany(ids, [&](size_t i, Lease l) {
-                      ExpectBlock(l, ids[i].layer, ids[i].expert);
-                      held.push_back(std::move(l));
-                    }).ok());
+  ASSERT_TRUE((*src)
+                  ->FetchMany(ids,
+                              [&](size_t i, Lease l) {
+                                ExpectBlock(l, ids[i].layer, ids[i].expert);
+                                held.push_back(std::move(l));
+                              })
+                  .ok());
   const auto stats = (*src)->Stats();
   EXPECT_LE(stats.shm_blocks, 4u);
   EXPECT_EQ(stats.blocks, ids.size() + 1);
@@ -245,9 +254,8 @@ TEST_F(StoreServiceTest, DemandOvertakesQueuedPrefetches) {
   StoreOptions so;
   so.max_reads_in_flight = 1;
   auto server = Serve(so, &faults);
-  auto answers = RawExchange(*server,
-                             {Block(1, 0, 0, false), Block(2, 0, 1, false), Block(3, 0, 2, false), Block(4, 1, 7, true)},
-                             4);
+  auto answers = RawExchange(
+      *server, {Block(1, 0, 0, false), Block(2, 0, 1, false), Block(3, 0, 2, false), Block(4, 1, 7, true)}, 4);
   ASSERT_EQ(answers.size(), 4u);
   std::vector<uint64_t> order;
   for (const auto& a : answers) {
@@ -265,7 +273,8 @@ TEST_F(StoreServiceTest, CancelAnswersCancelledQueuedOrInFlight) {
   StoreOptions so;
   so.max_reads_in_flight = 1;
   auto server = Serve(so, &faults);
-  auto answers = RawExchange(*server, {Block(1, 0, 0, false), Block(2, 0, 1, false), Cancel(2), Cancel(1), Cancel(99)}, 2);
+  auto answers =
+      RawExchange(*server, {Block(1, 0, 0, false), Block(2, 0, 1, false), Cancel(2), Cancel(1), Cancel(99)}, 2);
   ASSERT_EQ(answers.size(), 2u);
   std::map<uint64_t, absl::StatusCode> codes;
   for (const auto& a : answers) codes[a.id] = a.code;

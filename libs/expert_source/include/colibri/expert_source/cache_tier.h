@@ -115,6 +115,8 @@ class CacheTier final : public ExpertSource {
   absl::Status FetchMany(std::span<const ExpertId> ids, const std::function<void(size_t, Lease)>& on_ready) override;
   void Prefetch(std::span<const ExpertId> ids) override;
   void Cancel(std::span<const ExpertId> ids) override;
+  // Passed on (a tier above promotes its reads, which are reads of this tier).
+  void Promote(std::span<const ExpertId> ids) override;
   // Ranks blocks (routing policy), records heat, and passes the hints on to the next source.
   void Hint(std::span<const RoutingHint> hints) override;
   uint64_t BlockSize(ExpertId id) const override { return next_->BlockSize(id); }

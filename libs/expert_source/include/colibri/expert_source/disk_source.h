@@ -15,7 +15,8 @@
 // prediction the routing proved wrong stops using the disk. Demand reads are never cancelled.
 // Priority: while any demand read is in progress, prefetch reads pause between pieces, so a
 // prefetch only uses disk time that demand reads leave idle (a wrong prediction then costs
-// little more than the memory it occupies).
+// little more than the memory it occupies). Promote(ids) ends the pauses of a prefetch that a
+// demand request now waits for.
 #pragma once
 
 #include <atomic>
@@ -47,6 +48,7 @@ class DiskSource final : public ExpertSource {
 
   absl::StatusOr<Lease> Fetch(ExpertId id, Priority priority) override;
   void Cancel(std::span<const ExpertId> ids) override;
+  void Promote(std::span<const ExpertId> ids) override;
   uint64_t BlockSize(ExpertId id) const override;
 
   uint64_t bytes_read() const { return bytes_read_.load(); }
@@ -72,7 +74,11 @@ class DiskSource final : public ExpertSource {
   const DiskSourceOptions options_;
   std::map<std::string, Fds> fds_;  // file -> descriptors, fixed after Open
   std::mutex mu_;
-  std::unordered_map<uint64_t, std::shared_ptr<std::atomic<bool>>> prefetching_;  // key -> cancel flag
+  struct PrefetchControl {
+    std::atomic<bool> cancelled{false};
+    std::atomic<bool> urgent{false};  // promoted: no more pauses
+  };
+  std::unordered_map<uint64_t, std::shared_ptr<PrefetchControl>> prefetching_;
   std::atomic<uint64_t> cancelled_{0};
   int demand_reads_ = 0;  // guarded by mu_; prefetch pieces wait on demand_done_ while > 0
   std::condition_variable demand_done_;

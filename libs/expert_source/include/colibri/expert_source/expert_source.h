@@ -70,6 +70,9 @@ class ExpertSource {
   virtual void Prefetch(std::span<const ExpertId> ids) {}
   // Advisory: prefetches of these are no longer wanted.
   virtual void Cancel(std::span<const ExpertId> ids) {}
+  // Advisory: prefetches of these in progress are now wanted by a demand request (read them at
+  // demand priority from here on).
+  virtual void Promote(std::span<const ExpertId> ids) {}
   // Advisory: the routing of one layer (every expert of the layer, chosen or not), reported by
   // the engine before it fetches that layer's experts. Caches use it to rank blocks.
   virtual void Hint(std::span<const RoutingHint> hints) {}

@@ -31,12 +31,12 @@
 namespace colibri::rpc {
 
 struct MultiStoreOptions {
-  std::vector<std::string> targets;   // host:port or unix:/path
+  std::vector<std::string> targets;  // host:port or unix:/path
   std::string model;
   std::chrono::milliseconds fetch_timeout{60000};
   std::chrono::milliseconds probe_interval{1000};
-  std::string client_name;            // colibri-client metadata for the stores' metrics
-  uint64_t shm_bytes = 0;             // shared-memory region per unix: store (0: chunks only)
+  std::string client_name;  // colibri-client metadata for the stores' metrics
+  uint64_t shm_bytes = 0;   // shared-memory region per unix: store (0: chunks only)
 };
 
 struct StoreState {

@@ -37,20 +37,20 @@ namespace colibri::rpc {
 class ShmArena;
 
 struct RemoteStoreOptions {
-  std::string target;                  // host:port or unix:/path
-  std::string model;                   // model name as the store knows it
+  std::string target;  // host:port or unix:/path
+  std::string model;   // model name as the store knows it
   std::chrono::milliseconds fetch_timeout{60000};
-  std::string client_name;             // sent as colibri-client metadata (the store's per-client metrics)
-  uint64_t shm_bytes = 0;              // > 0 with a unix: target: shared-memory delivery through a region this big
+  std::string client_name;  // sent as colibri-client metadata (the store's per-client metrics)
+  uint64_t shm_bytes = 0;   // > 0 with a unix: target: shared-memory delivery through a region this big
 };
 
 struct RemoteStoreStats {
   uint64_t blocks = 0;
   uint64_t bytes = 0;
   uint64_t reconnects = 0;
-  uint64_t shm_blocks = 0;          // of `blocks`, delivered through shared memory
-  uint64_t outstanding_bytes = 0;   // requested and not answered yet
-  bool shm_active = false;          // the current stream has shared memory attached
+  uint64_t shm_blocks = 0;         // of `blocks`, delivered through shared memory
+  uint64_t outstanding_bytes = 0;  // requested and not answered yet
+  bool shm_active = false;         // the current stream has shared memory attached
 };
 
 class RemoteStoreSource final : public expert_source::ExpertSource {
@@ -98,8 +98,8 @@ class RemoteStoreSource final : public expert_source::ExpertSource {
     std::shared_ptr<expert_source::Block> block;
     uint64_t generation = 0;  // the stream it was sent on
     uint64_t received = 0;
-    uint64_t bytes = 0;       // counted in outstanding_bytes_
-    Callback done;            // empty once run
+    uint64_t bytes = 0;               // counted in outstanding_bytes_
+    Callback done;                    // empty once run
     std::shared_ptr<ShmArena> arena;  // set: the block goes to `shm_offset` of this arena
     uint64_t shm_offset = 0;
     uint64_t shm_bytes = 0;

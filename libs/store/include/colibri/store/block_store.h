@@ -41,7 +41,7 @@ struct BlockStoreOptions {
   std::filesystem::path catalog;                  // empty: found on the disks
   std::vector<std::filesystem::path> model_dirs;  // plain model directories, served as they are
   IoEngineOptions io;
-  uint64_t read_cache_bytes = 0;                  // 0: no RAM read cache
+  uint64_t read_cache_bytes = 0;  // 0: no RAM read cache
 };
 
 // One model the store serves (a full copy or a range of layers).
@@ -56,7 +56,7 @@ class StoredModel {
   bool full_copy() const { return first_layer_ == 0 && last_layer_ == n_layers() - 1; }
   uint64_t total_expert_bytes() const { return total_expert_bytes_; }
   uint64_t stripe_size() const { return stripe_size_; }  // 0: a plain model directory
-  const std::string& origin() const { return origin_; }   // for logs
+  const std::string& origin() const { return origin_; }  // for logs
   // The block of (layer, expert), or nullptr when out of range or not held.
   const BlockRecord* Find(int64_t layer, int64_t expert) const;
 

@@ -54,14 +54,14 @@ struct ModelRecord {
   uint64_t stripe_size = kDefaultStripeSize;
   int32_t n_layers = 0;
   int32_t n_experts = 0;
-  int32_t first_layer = 0;             // the store holds layers [first_layer, last_layer]
+  int32_t first_layer = 0;  // the store holds layers [first_layer, last_layer]
   int32_t last_layer = -1;
-  uint32_t blocks_total = 0;           // blocks this store holds of the model
-  uint64_t total_expert_bytes = 0;     // sum of their sizes
-  std::vector<uint64_t> disk_bytes;    // each disk's stripes.bin size
-  std::string source_dir;              // model directory it was ingested from
+  uint32_t blocks_total = 0;              // blocks this store holds of the model
+  uint64_t total_expert_bytes = 0;        // sum of their sizes
+  std::vector<uint64_t> disk_bytes;       // each disk's stripes.bin size
+  std::string source_dir;                 // model directory it was ingested from
   uint64_t source_manifest_checksum = 0;  // XXH3-64 of that manifest.json: resumes must match
-  std::string manifest_json;           // the model's manifest, so the disks alone describe it
+  std::string manifest_json;              // the model's manifest, so the disks alone describe it
 
   bool full_copy() const { return first_layer == 0 && last_layer == n_layers - 1; }
   bool HoldsLayer(int64_t layer) const { return layer >= first_layer && layer <= last_layer; }
@@ -70,9 +70,9 @@ struct ModelRecord {
 struct BlockRecord {
   int32_t layer = 0;
   int32_t expert = 0;
-  uint64_t size = 0;          // checksummed bytes
-  uint64_t padded_size = 0;   // multiple of 4 KiB: what a read fetches
-  uint64_t checksum = 0;      // XXH3-64 of `size` bytes (as in the manifest)
+  uint64_t size = 0;               // checksummed bytes
+  uint64_t padded_size = 0;        // multiple of 4 KiB: what a read fetches
+  uint64_t checksum = 0;           // XXH3-64 of `size` bytes (as in the manifest)
   std::vector<std::string> quant;  // dtype of each part (gate, up, down), e.g. "q4_k"
   std::vector<Extent> extents;     // stripe units in block order, each with its checksum
 

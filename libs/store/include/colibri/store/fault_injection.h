@@ -31,10 +31,10 @@ enum class FaultKind { kEio, kShortRead, kEof, kCorrupt };
 
 struct FaultRule {
   FaultKind kind = FaultKind::kEio;
-  int disk = -1;                 // -1: every disk
-  uint64_t offset_begin = 0;     // file offsets [begin, end) a read must overlap
+  int disk = -1;              // -1: every disk
+  uint64_t offset_begin = 0;  // file offsets [begin, end) a read must overlap
   uint64_t offset_end = std::numeric_limits<uint64_t>::max();
-  int64_t count = -1;            // reads it hits; -1: every matching read
+  int64_t count = -1;  // reads it hits; -1: every matching read
 };
 
 class FaultInjector {

@@ -44,12 +44,12 @@ struct IoEngineOptions {
 };
 
 struct DiskStats {
-  uint64_t reads = 0;        // completed block-unit reads
-  uint64_t bytes = 0;        // bytes delivered
-  uint64_t errors = 0;       // reads that ended in an error
-  uint64_t in_flight = 0;    // reads submitted to the device (or held by a bandwidth cap)
-  uint64_t queued = 0;       // reads waiting for a queue slot
-  bool direct = true;        // false once a file of the disk fell back to buffered reads
+  uint64_t reads = 0;      // completed block-unit reads
+  uint64_t bytes = 0;      // bytes delivered
+  uint64_t errors = 0;     // reads that ended in an error
+  uint64_t in_flight = 0;  // reads submitted to the device (or held by a bandwidth cap)
+  uint64_t queued = 0;     // reads waiting for a queue slot
+  bool direct = true;      // false once a file of the disk fell back to buffered reads
 };
 
 class IoEngine {
