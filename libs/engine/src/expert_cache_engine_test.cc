@@ -170,7 +170,9 @@ TEST_F(ExpertCacheEngineTest, PrefetchNeverChangesTokensOrLogits) {
           for (size_t i = 0; i < run->logits.size(); ++i) ASSERT_EQ(run->logits[i], ref->logits[i]) << i;
           const auto s = tier.Stats();
           EXPECT_LE(s.bytes_cached, o.capacity_bytes);
-          if (prefetch_layers == 0 || io_threads == 0) EXPECT_EQ(s.prefetch_reads, 0u);
+          if (prefetch_layers == 0 || io_threads == 0) {
+            EXPECT_EQ(s.prefetch_reads, 0u);
+          }
           prefetched_reads += s.prefetch_reads;
           predicted_routed += (*model)->counters().prefetch_predicted_routed;
           tier.WaitIdle(std::chrono::steady_clock::now() + std::chrono::seconds(10));

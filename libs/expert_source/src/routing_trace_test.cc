@@ -132,7 +132,9 @@ TEST(RoutingTrace, NoPolicyBeatsBelady) {
     // On a skewed, memoryless stream, frequency beats recency.
     const ReplayResult lru = ReplayWithPolicy(accesses, cap, CachePolicyKind::kLru, DefaultPolicyParams(cap, 1, 10, 1));
     const ReplayResult lfu = ReplayWithPolicy(accesses, cap, CachePolicyKind::kLfu, DefaultPolicyParams(cap, 1, 10, 1));
-    if (cap > 1) EXPECT_GT(lfu.hits, lru.hits) << "capacity " << cap;
+    if (cap > 1) {
+      EXPECT_GT(lfu.hits, lru.hits) << "capacity " << cap;
+    }
   }
 }
 
