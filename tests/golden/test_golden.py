@@ -13,6 +13,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import testlib  # noqa: E402
 
 P1 = [1]
@@ -148,6 +149,48 @@ class Oracle(unittest.TestCase):
         for name in ORACLE_MODELS:
             model = testlib.convert(os.path.join(testlib.ORACLE, f'{name}.gguf'), os.path.join(self.dir, name), 'keep')
             self.check(model, testlib.ORACLE, name)
+
+    def test_qwen3moe_as_gguf(self):
+        """The Qwen3-MoE oracle checkpoint written as a qwen3moe GGUF (llama.cpp's key and tensor
+        names, stacked experts) imports and passes the same oracle checks."""
+        import gguf_write
+        hf = os.path.join(testlib.ORACLE, 'qwen3moe', 'qwen3moe-micro-f32')
+        with open(os.path.join(hf, 'config.json')) as f:
+            cfg = json.load(f)
+        with open(os.path.join(hf, 'model.safetensors'), 'rb') as f:
+            raw = f.read()
+        n = int.from_bytes(raw[:8], 'little')
+        header = json.loads(raw[8:8 + n])
+        w = {k: np.frombuffer(raw[8 + n + v['data_offsets'][0]:8 + n + v['data_offsets'][1]], dtype=np.float32)
+             .reshape(v['shape']) for k, v in header.items() if k != '__metadata__'}
+        a = 'qwen3moe'
+        meta = {'general.architecture': a, f'{a}.block_count': cfg['num_hidden_layers'],
+                f'{a}.context_length': cfg['max_position_embeddings'], f'{a}.embedding_length': cfg['hidden_size'],
+                f'{a}.feed_forward_length': cfg['intermediate_size'],
+                f'{a}.expert_feed_forward_length': cfg['moe_intermediate_size'],
+                f'{a}.attention.head_count': cfg['num_attention_heads'],
+                f'{a}.attention.head_count_kv': cfg['num_key_value_heads'],
+                f'{a}.attention.key_length': cfg['head_dim'], f'{a}.attention.value_length': cfg['head_dim'],
+                f'{a}.rope.freq_base': float(cfg['rope_theta']),
+                f'{a}.attention.layer_norm_rms_epsilon': float(cfg['rms_norm_eps']),
+                f'{a}.expert_count': cfg['num_experts'], f'{a}.expert_used_count': cfg['num_experts_per_tok'],
+                'tokenizer.ggml.bos_token_id': cfg['bos_token_id'], 'tokenizer.ggml.eos_token_id': cfg['eos_token_id']}
+        t = {'token_embd.weight': w['model.embed_tokens.weight'], 'output_norm.weight': w['model.norm.weight'],
+             'output.weight': w['lm_head.weight']}
+        for i in range(cfg['num_hidden_layers']):
+            p, b = f'model.layers.{i}.', f'blk.{i}.'
+            for hf_name, g in (('input_layernorm', 'attn_norm'), ('self_attn.q_proj', 'attn_q'),
+                               ('self_attn.k_proj', 'attn_k'), ('self_attn.v_proj', 'attn_v'),
+                               ('self_attn.o_proj', 'attn_output'), ('self_attn.q_norm', 'attn_q_norm'),
+                               ('self_attn.k_norm', 'attn_k_norm'), ('post_attention_layernorm', 'ffn_norm'),
+                               ('mlp.gate', 'ffn_gate_inp')):
+                t[f'{b}{g}.weight'] = w[f'{p}{hf_name}.weight']
+            for proj, g in (('gate_proj', 'ffn_gate_exps'), ('up_proj', 'ffn_up_exps'), ('down_proj', 'ffn_down_exps')):
+                t[f'{b}{g}.weight'] = np.stack([w[f'{p}mlp.experts.{e}.{proj}.weight'] for e in range(cfg['num_experts'])])
+        path = os.path.join(self.dir, 'qwen3moe.gguf')
+        gguf_write.write_gguf(path, meta, t)
+        model = testlib.convert(path, os.path.join(self.dir, 'qwen3moe-gguf'), 'keep')
+        self.check(model, os.path.join(testlib.ORACLE, 'qwen3moe'), 'qwen3moe-micro-f32')
 
     def test_gguf_requantized_stays_close(self):
         """F32 GGUF re-quantized on import (q8_0): top-1 agreement with llama.cpp's F32 logits."""

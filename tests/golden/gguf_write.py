@@ -1,0 +1,47 @@
+"""A minimal GGUF v3 writer (F32 tensors and scalar metadata) for tests: builds GGUF files the way
+llama.cpp's converter lays them out, from numpy arrays."""
+import struct
+
+import numpy as np
+
+
+def _string(s):
+    b = s.encode('utf-8')
+    return struct.pack('<Q', len(b)) + b
+
+
+def _value(v):
+    if isinstance(v, bool):
+        return struct.pack('<I?', 7, v)
+    if isinstance(v, int):
+        return struct.pack('<II', 4, v)
+    if isinstance(v, float):
+        return struct.pack('<If', 6, v)
+    if isinstance(v, str):
+        return struct.pack('<I', 8) + _string(v)
+    raise TypeError(type(v))
+
+
+def write_gguf(path, metadata, tensors, alignment=32):
+    """metadata: {key: bool|int (uint32)|float (f32)|str}; tensors: {name: float32 ndarray} (C order;
+    GGUF dims are the numpy shape reversed)."""
+    out = bytearray(b'GGUF' + struct.pack('<IQQ', 3, len(tensors), len(metadata)))
+    for k, v in metadata.items():
+        out += _string(k) + _value(v)
+    offset = 0
+    blobs = []
+    for name, a in tensors.items():
+        a = np.ascontiguousarray(a, dtype=np.float32)
+        dims = list(reversed(a.shape))
+        out += _string(name) + struct.pack('<I', len(dims)) + struct.pack(f'<{len(dims)}Q', *dims)
+        out += struct.pack('<IQ', 0, offset)  # type F32, offset in the data section
+        blobs.append(a.tobytes())
+        offset += len(blobs[-1])
+        pad = (alignment - offset % alignment) % alignment
+        blobs[-1] += b'\0' * pad
+        offset += pad
+    out += b'\0' * ((alignment - len(out) % alignment) % alignment)
+    with open(path, 'wb') as f:
+        f.write(out)
+        for b in blobs:
+            f.write(b)
