@@ -11,6 +11,7 @@ PORT="${PORT:-8080}"
 DEMO_DIR="${DEMO_DIR:-$PWD/demo}"
 
 scripts/install-deps.sh
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLIBRI_TESTS=OFF -DCOLIBRI_BENCH=OFF
 cmake --build build -j "$(nproc)" --target colibri-server colibri-convert colibri-cli
 
