@@ -22,8 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import testlib  # noqa: E402
 
 
-def metric(text, name):
-    return sum(float(l.rsplit(' ', 1)[1]) for l in text.splitlines() if l.startswith(name + ' ') or l.startswith(name + '{'))
+metric = testlib.metric
 
 
 def client(url, stop_at, prompt_base, results, lock):

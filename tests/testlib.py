@@ -146,6 +146,16 @@ def sse_events(url, body, timeout=120):
     return events
 
 
+def metric(text, name, labels=''):
+    """Sums the samples of Prometheus metric `name` in exposition `text` (optionally only the
+    lines containing `labels`, e.g. 'tier="ram"')."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and len(line) > len(name) and line[len(name)] in ' {' and labels in line:
+            total += float(line.rsplit(' ', 1)[1])
+    return total
+
+
 def tempdir(prefix):
     d = tempfile.mkdtemp(prefix=prefix)
     return d

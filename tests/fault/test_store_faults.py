@@ -23,13 +23,7 @@ CACHE = '300K'  # three expert blocks of the micro model: experts stream from th
 STRIPE = '16K'
 
 
-def metric(text, name, labels=''):
-    """Sums the samples of a Prometheus metric (optionally only lines containing `labels`)."""
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name) and (line[len(name)] in ' {') and labels in line:
-            total += float(line.rsplit(' ', 1)[1])
-    return total
+metric = testlib.metric
 
 
 class StoreFaultTest(unittest.TestCase):

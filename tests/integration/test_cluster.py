@@ -15,13 +15,7 @@ PROMPT = [1, 275, 290, 300, 13, 350, 400, 268, 281, 450, 511, 32, 100, 269, 300,
 CACHE = '300K'  # three expert blocks of the micro model (each ~100 KiB); the model has 16
 
 
-def metric(text, name, labels=''):
-    """Sums the samples of a Prometheus metric (optionally only lines containing `labels`)."""
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name) and (line[len(name)] in ' {') and labels in line:
-            total += float(line.rsplit(' ', 1)[1])
-    return total
+metric = testlib.metric
 
 
 class ClusterTest(unittest.TestCase):

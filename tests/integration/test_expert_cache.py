@@ -17,12 +17,7 @@ BLOCK = 98304      # one expert block of the micro model (f32)
 CACHE = '400K'     # four blocks; the model has 16 (2 layers x 8 experts)
 
 
-def metric(text, name, labels=''):
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name) and (line[len(name)] in ' {') and labels in line:
-            total += float(line.rsplit(' ', 1)[1])
-    return total
+metric = testlib.metric
 
 
 def wait_for(fn, timeout=30):

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "colibri/core/status.h"
+#include "colibri/rpc/arrivals.h"
 #include "spdlog/spdlog.h"
 
 namespace colibri::rpc {
@@ -301,12 +302,7 @@ void MultiStoreSource::AttemptOnce(const std::shared_ptr<Request>& req) {
 
 absl::Status MultiStoreSource::RunMany(std::span<const ExpertId> ids, Priority priority,
                                        const std::function<void(size_t, Lease)>& on_ready) {
-  struct Shared {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::deque<std::pair<size_t, absl::StatusOr<Lease>>> arrived;
-  };
-  auto shared = std::make_shared<Shared>();
+  Arrivals arrivals;
   const auto deadline = Clock::now() + options_.fetch_timeout;
   std::vector<std::shared_ptr<Request>> reqs;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -321,35 +317,13 @@ absl::Status MultiStoreSource::RunMany(std::span<const ExpertId> ids, Priority p
     req->id = ids[i];
     req->priority = priority;
     req->deadline = deadline;
-    req->done = [shared, i](absl::StatusOr<Lease> r) {
-      std::lock_guard<std::mutex> lock(shared->mu);
-      shared->arrived.emplace_back(i, std::move(r));
-      shared->cv.notify_all();
-    };
+    req->done = arrivals.Slot(i);
     reqs.push_back(req);
     Attempt(req);
   }
-  absl::Status first_error;
-  size_t handed = 0;
-  std::unique_lock<std::mutex> lock(shared->mu);
-  while (handed < ids.size()) {
-    if (!shared->cv.wait_until(lock, deadline, [&] { return !shared->arrived.empty(); })) {
-      first_error = absl::DeadlineExceededError(
-          absl::StrCat("expert fetch timed out after ", options_.fetch_timeout.count(), " ms"));
-      break;
-    }
-    auto [i, r] = std::move(shared->arrived.front());
-    shared->arrived.pop_front();
-    handed++;
-    if (!r.ok()) {
-      first_error = r.status();
-      break;
-    }
-    lock.unlock();
-    on_ready(i, std::move(*r));
-    lock.lock();
-  }
-  lock.unlock();
+  const absl::Status first_error = arrivals.Drain(
+      ids.size(), deadline, absl::StrCat("expert fetch timed out after ", options_.fetch_timeout.count(), " ms"),
+      on_ready);
   if (!first_error.ok()) {
     for (const auto& req : reqs) {
       Store* store = nullptr;

@@ -6,6 +6,7 @@
 #include "colibri/core/buffer_pool.h"
 #include "colibri/core/checksum.h"
 #include "colibri/core/status.h"
+#include "colibri/rpc/arrivals.h"
 #include "colibri/model/container.h"
 #include "colibri/rpc/shm_arena.h"
 #include "colibri/rpc/status.h"
@@ -440,21 +441,12 @@ absl::StatusOr<Lease> RemoteStoreSource::Fetch(ExpertId id, Priority priority) {
 
 absl::Status RemoteStoreSource::FetchMany(std::span<const ExpertId> ids,
                                           const std::function<void(size_t, Lease)>& on_ready) {
-  struct Shared {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::deque<std::pair<size_t, absl::StatusOr<Lease>>> arrived;
-  };
-  auto shared = std::make_shared<Shared>();
+  Arrivals arrivals;
   const auto deadline = Clock::now() + options_.fetch_timeout;
   std::vector<uint64_t> handles;
   absl::Status first_error;
   for (size_t i = 0; i < ids.size(); ++i) {
-    auto h = StartFetch(ids[i], Priority::kDemand, deadline, [shared, i](absl::StatusOr<Lease> r) {
-      std::lock_guard<std::mutex> lock(shared->mu);
-      shared->arrived.emplace_back(i, std::move(r));
-      shared->cv.notify_all();
-    });
+    auto h = StartFetch(ids[i], Priority::kDemand, deadline, arrivals.Slot(i));
     if (!h.ok()) {
       first_error = h.status();
       break;
@@ -462,26 +454,12 @@ absl::Status RemoteStoreSource::FetchMany(std::span<const ExpertId> ids,
     handles.push_back(*h);
   }
   // Hand out blocks in arrival order so compute starts on the first one that lands.
-  size_t handed = 0;
-  std::unique_lock<std::mutex> lock(shared->mu);
-  while (first_error.ok() && handed < handles.size()) {
-    if (!shared->cv.wait_until(lock, deadline, [&] { return !shared->arrived.empty(); })) {
-      first_error = absl::DeadlineExceededError(absl::StrCat("expert fetch from ", options_.target, " timed out after ",
-                                                             options_.fetch_timeout.count(), " ms"));
-      break;
-    }
-    auto [i, r] = std::move(shared->arrived.front());
-    shared->arrived.pop_front();
-    handed++;
-    if (!r.ok()) {
-      first_error = r.status();
-      break;
-    }
-    lock.unlock();
-    on_ready(i, std::move(*r));
-    lock.lock();
+  if (first_error.ok()) {
+    first_error = arrivals.Drain(handles.size(), deadline,
+                                 absl::StrCat("expert fetch from ", options_.target, " timed out after ",
+                                              options_.fetch_timeout.count(), " ms"),
+                                 on_ready);
   }
-  lock.unlock();
   if (!first_error.ok()) {
     for (uint64_t h : handles) Abandon(h);  // no-op for the ones that completed
   }
