@@ -171,6 +171,48 @@ class ClusterTest(unittest.TestCase):
             self.assertIn('maximum context length', json.loads(text)['error']['message'])
 
 
+class OverloadAndOutageTest(unittest.TestCase):
+    """A full queue is 429 and a compute node that went away is 503, in OpenAI's error shape."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = testlib.tempdir('colibri-overload-')
+        hf = testlib.gen_model(os.path.join(cls.dir, 'hf'), 'mixtral', 'micro', 'f32')
+        cls.model = testlib.convert(hf, os.path.join(cls.dir, 'm'), 'f32')
+
+    @classmethod
+    def tearDownClass(cls):
+        testlib.rmtree(cls.dir)
+
+    def test_queue_full_is_429(self):
+        server = testlib.Service('colibri-server', ['--model', self.model, '--port', '0', '--host', '127.0.0.1',
+                                                    '--max-queued', '0'], self.dir)
+        try:
+            status, text = testlib.http('POST', f'http://127.0.0.1:{server.port()}/v1/completions',
+                                        {'prompt': [1, 2, 3], 'max_tokens': 2})
+        finally:
+            server.stop()
+        self.assertEqual(status, 429, text)
+        self.assertEqual(json.loads(text)['error']['type'], 'rate_limit_error')
+
+    def test_compute_gone_is_503(self):
+        compute = testlib.Service('colibri-compute', ['--model', self.model, '--listen', '127.0.0.1:0',
+                                                      '--metrics-port', '-1'], self.dir)
+        router = testlib.Service('colibri-router', ['--model', self.model, '--compute', f'127.0.0.1:{compute.port()}',
+                                                    '--port', '0', '--host', '127.0.0.1',
+                                                    '--grpc-listen', '127.0.0.1:0'], self.dir)
+        try:
+            url = f'http://127.0.0.1:{router.port()}/v1/completions'
+            self.assertEqual(testlib.http('POST', url, {'prompt': [1, 2, 3], 'max_tokens': 2})[0], 200)
+            compute.kill()
+            status, text = testlib.http('POST', url, {'prompt': [1, 2, 3], 'max_tokens': 2})
+        finally:
+            router.stop()
+            compute.stop()
+        self.assertEqual(status, 503, text)
+        self.assertEqual(json.loads(text)['error']['type'], 'server_error')
+
+
 class KeepAliveTest(unittest.TestCase):
     """SSE comments flow while a long prompt prefills, and the answer still arrives whole."""
 
