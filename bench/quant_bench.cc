@@ -69,7 +69,13 @@ const Matrix& GetMatrix(DType type) {
   return cache->emplace(type, std::move(m)).first->second;
 }
 
-void SetIsa(const benchmark::State& state) { ForceScalarKernels(state.range(1) != 0); }
+// range(1): 0 the best kernel set, 1 the scalar reference, 2 the AVX2 set (to compare with
+// AVX-512 on CPUs that have both).
+constexpr std::string_view kIsaArg[] = {"avx512", "scalar", "avx2"};
+void SetIsa(const benchmark::State& state) { SetKernelIsaCap(kIsaArg[state.range(1)]); }
+std::string IsaLabel(const benchmark::State& state) {
+  return state.range(1) == 1 ? "/scalar" : state.range(1) == 2 ? "/avx2" : "/simd";
+}
 
 void BM_Memcpy(benchmark::State& state) {
   std::vector<uint8_t> src(kTargetBytes, 1), dst(kTargetBytes);
@@ -95,7 +101,7 @@ void BM_Dequantize(benchmark::State& state) {
   }
   ForceScalarKernels(false);
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * m.rows * m.row_bytes);
-  state.SetLabel(std::string(DTypeName(type)) + (state.range(1) ? "/scalar" : "/simd"));
+  state.SetLabel(std::string(DTypeName(type)) + IsaLabel(state));
 }
 
 void BM_VecDot(benchmark::State& state) {
@@ -110,7 +116,7 @@ void BM_VecDot(benchmark::State& state) {
   }
   ForceScalarKernels(false);
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * m.rows * m.row_bytes);
-  state.SetLabel(std::string(DTypeName(type)) + (state.range(1) ? "/scalar" : "/simd"));
+  state.SetLabel(std::string(DTypeName(type)) + IsaLabel(state));
 }
 
 void BM_Quantize(benchmark::State& state) {
@@ -134,7 +140,17 @@ void BM_Quantize(benchmark::State& state) {
 
 void TypeArgs(benchmark::internal::Benchmark* b) {
   for (DType t : kTypes) {
-    for (int scalar : {0, 1}) b->Args({static_cast<int64_t>(t), scalar});
+    for (int isa : {0, 1}) b->Args({static_cast<int64_t>(t), isa});
+  }
+}
+
+// VecDot also with the AVX2 set when the best set is above it.
+void VecDotArgs(benchmark::internal::Benchmark* b) {
+  const bool above_avx2 = SupportedIsas().size() > 2;
+  for (DType t : kTypes) {
+    for (int isa : {0, 1, 2}) {
+      if (isa != 2 || above_avx2) b->Args({static_cast<int64_t>(t), isa});
+    }
   }
 }
 
@@ -144,7 +160,7 @@ void QuantizeArgs(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_Memcpy)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Dequantize)->Apply(TypeArgs)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_VecDot)->Apply(TypeArgs)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_VecDot)->Apply(VecDotArgs)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Quantize)->Apply(QuantizeArgs)->Unit(benchmark::kMillisecond);
 
 // Collects bytes_per_second per benchmark run while printing as usual.
@@ -183,17 +199,18 @@ class TableReporter : public benchmark::ConsoleReporter {
         " memcpy of 64 MiB: %s GB/s\n\n",
         std::string(ActiveIsa()).c_str(), rate("BM_Memcpy", rates_).c_str());
     std::printf(
-        "| type | bits/weight | dequantize simd | dequantize scalar | vec_dot simd | "
+        "| type | bits/weight | dequantize simd | dequantize scalar | vec_dot simd | vec_dot avx2 | "
         "vec_dot scalar | vec_dot simd / memcpy | quantize (ref), Melem/s |\n");
-    std::printf("|---|---|---|---|---|---|---|---|\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|\n");
     for (DType t : kTypes) {
       const std::string id = std::to_string(static_cast<uint32_t>(t));
       const double bits = 8.0 * Traits(t).block_bytes / Traits(t).block_elems;
-      std::printf("| %s | %.4g | %s | %s | %s | %s | %s | %s |\n",
+      std::printf("| %s | %.4g | %s | %s | %s | %s | %s | %s | %s |\n",
                   std::string(DTypeName(t)).c_str(), bits,
                   rate("BM_Dequantize/" + id + "/0", rates_).c_str(),
                   rate("BM_Dequantize/" + id + "/1", rates_).c_str(),
                   rate("BM_VecDot/" + id + "/0", rates_).c_str(),
+                  rate("BM_VecDot/" + id + "/2", rates_).c_str(),
                   rate("BM_VecDot/" + id + "/1", rates_).c_str(),
                   ratio("BM_VecDot/" + id + "/0", memcpy_rate).c_str(),
                   rate("BM_Quantize/" + id, items_).c_str());

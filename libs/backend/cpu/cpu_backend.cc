@@ -70,18 +70,23 @@ class CpuBackend final : public Backend {
     });
     const auto* wdata = static_cast<const uint8_t*>(w.data);
     const int64_t rows = w.rows;
-    // Each weight row is read from memory once and dotted with every token (decode is
-    // memory-bound on the weights; prefill reuses the row from L1 across tokens).
-    constexpr int64_t kTokenTile = 64;
+    // Each task takes a range of rows, in tiles small enough to stay in L2 while every token
+    // is dotted with them: decode (n small) streams each weight byte from memory once;
+    // prefill reuses the tile across tokens. quant::MatVec runs the kernel set's fastest
+    // multi-row kernel (the AVX-512 Q4_K one reorders the activations once per call).
+    constexpr int64_t kRowTile = 64;
     pool_.ParallelFor(rows, 8, [&](int64_t r0, int64_t r1) {
-      for (int64_t t0 = 0; t0 < n; t0 += kTokenTile) {
-        const int64_t t1 = std::min(n, t0 + kTokenTile);
-        for (int64_t r = r0; r < r1; ++r) {
-          const uint8_t* wr = wdata + static_cast<size_t>(r) * w_row_bytes;
-          for (int64_t t = t0; t < t1; ++t) {
-            float v = quant::VecDot(w.dtype, wr, act + static_cast<size_t>(t) * act_row_bytes, w.cols);
-            float& out = y[t * rows + r];
-            out = accumulate ? out + v : v;
+      float tile_out[kRowTile];
+      for (int64_t a = r0; a < r1; a += kRowTile) {
+        const int64_t b = std::min(r1, a + kRowTile);
+        for (int64_t t = 0; t < n; ++t) {
+          quant::MatVec(w.dtype, wdata + static_cast<size_t>(a) * w_row_bytes, w_row_bytes, b - a,
+                        act + static_cast<size_t>(t) * act_row_bytes, w.cols, tile_out);
+          float* out = y + t * rows + a;
+          if (accumulate) {
+            for (int64_t r = 0; r < b - a; ++r) out[r] += tile_out[r];
+          } else {
+            std::memcpy(out, tile_out, sizeof(float) * static_cast<size_t>(b - a));
           }
         }
       }
@@ -145,32 +150,42 @@ class CpuBackend final : public Backend {
     const int64_t group = a.n_heads / a.n_kv_heads;
     const int64_t kv_dim = a.n_kv_heads * a.head_dim;
     const int64_t q_dim = a.n_heads * a.head_dim;
-    // One task per (row, head). Online softmax over the keys: memory stays O(head_dim) per
-    // task whatever the context length.
+    // One task per (row, head). Online softmax over blocks of keys: memory stays
+    // O(head_dim + block) per task whatever the context length. Scores of a block come from
+    // the SIMD F32 dot product; the running max and sum are rescaled once per block.
+    constexpr int64_t kKeyBlock = 64;
     pool_.ParallelFor(a.n * a.n_heads, 1, [&](int64_t b, int64_t e) {
       std::vector<float> acc(static_cast<size_t>(a.head_dim));
+      float scores[kKeyBlock];
       for (int64_t task = b; task < e; ++task) {
         const int64_t t = task / a.n_heads, h = task % a.n_heads;
         const int64_t kvh = h / group;
         const float* q = a.q + t * q_dim + h * a.head_dim;
         std::fill(acc.begin(), acc.end(), 0.0f);
         float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
-        const int64_t last = a.positions[t];
-        for (int64_t j = 0; j <= last; ++j) {
-          const float* k = a.k_cache + j * kv_dim + kvh * a.head_dim;
-          float s = 0;
-          for (int64_t d = 0; d < a.head_dim; ++d) s += q[d] * k[d];
-          s *= a.scale;
-          const float* v = a.v_cache + j * kv_dim + kvh * a.head_dim;
-          if (s > m) {
-            const float corr = std::exp(m - s);
+        const int64_t keys = static_cast<int64_t>(a.positions[t]) + 1;
+        for (int64_t j0 = 0; j0 < keys; j0 += kKeyBlock) {
+          const int64_t j1 = std::min(keys, j0 + kKeyBlock);
+          float block_max = -std::numeric_limits<float>::infinity();
+          for (int64_t j = j0; j < j1; ++j) {
+            const float* k = a.k_cache + j * kv_dim + kvh * a.head_dim;
+            const float s = quant::VecDot(quant::DType::kF32, k, q, a.head_dim) * a.scale;
+            scores[j - j0] = s;
+            block_max = std::max(block_max, s);
+          }
+          if (block_max > m) {
+            const float corr = std::exp(m - block_max);
             l *= corr;
             for (auto& x : acc) x *= corr;
-            m = s;
+            m = block_max;
           }
-          const float p = std::exp(s - m);
-          l += p;
-          for (int64_t d = 0; d < a.head_dim; ++d) acc[static_cast<size_t>(d)] += p * v[d];
+          for (int64_t j = j0; j < j1; ++j) {
+            const float p = std::exp(scores[j - j0] - m);
+            l += p;
+            const float* v = a.v_cache + j * kv_dim + kvh * a.head_dim;
+            float* out = acc.data();
+            for (int64_t d = 0; d < a.head_dim; ++d) out[d] += p * v[d];
+          }
         }
         float* out = a.out + t * q_dim + h * a.head_dim;
         const float inv = l > 0 ? 1.0f / l : 0.0f;

@@ -1,5 +1,6 @@
-// Chooses the kernel table once per process (CPU features cannot change while it runs) and
-// lets tests force the scalar one.
+// Chooses the kernel tables once per process (CPU features cannot change while it runs) and
+// lets tests and benchmarks cap the set in use (scalar, avx2, avx512).
+#include <algorithm>
 #include <atomic>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -26,7 +27,7 @@ constexpr bool IdsMatch() {
 }
 static_assert(IdsMatch(), "kernels.h ids must equal the DType values");
 
-std::atomic<bool> g_force_scalar{false};
+std::atomic<int> g_isa_cap{static_cast<int>(Isa::kAvx512)};
 
 bool CpuHasAvx2() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -41,20 +42,34 @@ bool CpuHasAvx2() {
 #endif
 }
 
+bool CpuHasAvx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  // GCC's and clang's checks include the OS saving the ZMM state (XCR0).
+  return CpuHasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
+
 struct Tables {
   KernelTable scalar;
-  KernelTable simd;
-  bool has_simd = false;
+  KernelTable avx2;
+  KernelTable avx512;
+  Isa best = Isa::kScalar;
 
   Tables() {
     FillScalarDequantize(&scalar);
     FillScalarVecDot(&scalar);
-    simd = scalar;
+    for (auto& f : scalar.mat_vec) f = nullptr;
+    avx2 = scalar;
     if (CpuHasAvx2()) {
-      const bool dq = FillAvx2Dequantize(&simd);
-      const bool vd = FillAvx2VecDot(&simd);
-      has_simd = dq || vd;
+      const bool dq = FillAvx2Dequantize(&avx2);
+      const bool vd = FillAvx2VecDot(&avx2);
+      if (dq || vd) best = Isa::kAvx2;
     }
+    avx512 = avx2;
+    if (best == Isa::kAvx2 && CpuHasAvx512() && FillAvx512VecDot(&avx512)) best = Isa::kAvx512;
   }
 };
 
@@ -67,17 +82,26 @@ const Tables& GetTables() {
 
 const KernelTable& ScalarKernels() { return GetTables().scalar; }
 
+Isa BestIsa() { return GetTables().best; }
+
+Isa ActiveIsaLevel() {
+  const int cap = g_isa_cap.load(std::memory_order_relaxed);
+  return static_cast<Isa>(std::min(cap, static_cast<int>(GetTables().best)));
+}
+
 const KernelTable& ActiveKernels() {
   const Tables& t = GetTables();
-  if (!t.has_simd || g_force_scalar.load(std::memory_order_relaxed)) return t.scalar;
-  return t.simd;
+  switch (ActiveIsaLevel()) {
+    case Isa::kAvx512:
+      return t.avx512;
+    case Isa::kAvx2:
+      return t.avx2;
+    case Isa::kScalar:
+      break;
+  }
+  return t.scalar;
 }
 
-bool ActiveIsaIsAvx2() {
-  const Tables& t = GetTables();
-  return t.has_simd && !g_force_scalar.load(std::memory_order_relaxed);
-}
-
-void SetForceScalar(bool force) { g_force_scalar.store(force, std::memory_order_relaxed); }
+void SetIsaCap(Isa cap) { g_isa_cap.store(static_cast<int>(cap), std::memory_order_relaxed); }
 
 }  // namespace colibri::quant::internal

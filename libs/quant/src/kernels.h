@@ -22,11 +22,19 @@ inline constexpr uint32_t kIdF32 = 0, kIdF16 = 1, kIdQ8_0 = 8, kIdQ2_K = 10, kId
 
 using DequantizeFn = void (*)(const void* src, float* dst, int64_t n);
 using VecDotFn = float (*)(const void* w, const void* act, int64_t n);
+// out[r] = dot(row r, act) for rows at w + r * row_stride_bytes; must give the same bits as
+// calling the same table's vec_dot row by row.
+using MatVecFn = void (*)(const void* w, size_t row_stride_bytes, int64_t rows, const void* act,
+                          int64_t n, float* out);
 
 struct KernelTable {
   DequantizeFn dequantize[kNumTypeIds];
   VecDotFn vec_dot[kNumTypeIds];
+  MatVecFn mat_vec[kNumTypeIds];  // nullptr: vec_dot row by row
 };
+
+// Kernel sets, from the portable one up; each includes the ones below it.
+enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 
 // Fill every DType's entry with the scalar reference (dequantize.cc, vec_dot.cc).
 void FillScalarDequantize(KernelTable* table);
@@ -36,17 +44,21 @@ void FillScalarVecDot(KernelTable* table);
 // build has none (non-x86 targets).
 bool FillAvx2Dequantize(KernelTable* table);
 bool FillAvx2VecDot(KernelTable* table);
+// Same for the AVX-512 (F + BW + VL) kernels, applied on top of the AVX2 table
+// (vec_dot_avx512.cc).
+bool FillAvx512VecDot(KernelTable* table);
 
 // quantize.cc: Q8_K (quantize_row_q8_K_ref, bsums included) and the Q8_0 activation
 // quantizer (GGML's x86 SIMD rounding: scale 127/absmax, round half to even).
 void QuantizeQ8_K(const float* x, void* dst, int64_t n);
 void QuantizeQ8_0Activations(const float* x, void* dst, int64_t n);
 
-// dispatch.cc: the scalar table; the table in use now (AVX2 when the CPU has it and scalar
-// is not forced); whether that is the AVX2 one; the ForceScalarKernels switch.
+// dispatch.cc: the scalar table; the table in use now (the best set the CPU has, capped by
+// SetIsaCap); which set that is; the best set this CPU supports; the cap (tests, benchmarks).
 const KernelTable& ScalarKernels();
 const KernelTable& ActiveKernels();
-bool ActiveIsaIsAvx2();
-void SetForceScalar(bool force);
+Isa ActiveIsaLevel();
+Isa BestIsa();
+void SetIsaCap(Isa cap);
 
 }  // namespace colibri::quant::internal

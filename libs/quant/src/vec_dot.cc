@@ -257,8 +257,12 @@ float VecDot(DType weight_type, const void* w_row, const void* act, int64_t n) {
 void MatVec(DType weight_type, const void* w, size_t row_stride_bytes, int64_t rows,
             const void* act, int64_t n, float* out) {
   assert(IsKnownDType(static_cast<uint32_t>(weight_type)));
-  const internal::VecDotFn fn =
-      internal::ActiveKernels().vec_dot[static_cast<uint32_t>(weight_type)];
+  const internal::KernelTable& table = internal::ActiveKernels();
+  if (internal::MatVecFn mv = table.mat_vec[static_cast<uint32_t>(weight_type)]) {
+    mv(w, row_stride_bytes, rows, act, n, out);
+    return;
+  }
+  const internal::VecDotFn fn = table.vec_dot[static_cast<uint32_t>(weight_type)];
   const auto* base = static_cast<const uint8_t*>(w);
   for (int64_t r = 0; r < rows; ++r) {
     out[r] = fn(base + static_cast<size_t>(r) * row_stride_bytes, act, n);
@@ -270,8 +274,30 @@ float VecDotReference(DType weight_type, const void* w_row, const void* act, int
   return internal::ScalarKernels().vec_dot[static_cast<uint32_t>(weight_type)](w_row, act, n);
 }
 
-std::string_view ActiveIsa() { return internal::ActiveIsaIsAvx2() ? "avx2" : "scalar"; }
+namespace {
+constexpr std::string_view kIsaNames[] = {"scalar", "avx2", "avx512"};
+}  // namespace
 
-void ForceScalarKernels(bool force) { internal::SetForceScalar(force); }
+std::string_view ActiveIsa() { return kIsaNames[static_cast<int>(internal::ActiveIsaLevel())]; }
+
+std::vector<std::string_view> SupportedIsas() {
+  std::vector<std::string_view> out;
+  for (int i = 0; i <= static_cast<int>(internal::BestIsa()); ++i) out.push_back(kIsaNames[i]);
+  return out;
+}
+
+bool SetKernelIsaCap(std::string_view isa) {
+  for (int i = 0; i < 3; ++i) {
+    if (isa == kIsaNames[i]) {
+      internal::SetIsaCap(static_cast<internal::Isa>(i));
+      return true;
+    }
+  }
+  return false;
+}
+
+void ForceScalarKernels(bool force) {
+  internal::SetIsaCap(force ? internal::Isa::kScalar : internal::Isa::kAvx512);
+}
 
 }  // namespace colibri::quant

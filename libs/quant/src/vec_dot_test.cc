@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string_view>
 #include <vector>
 
 #include "colibri/quant/blocks.h"
@@ -72,17 +73,37 @@ TEST(VecDotTest, ReferenceMatchesDequantizedDot) {
   }
 }
 
+// The SIMD kernel sets this CPU has ("avx2", "avx512"), each made active in turn.
+class IsaCap {
+ public:
+  explicit IsaCap(std::string_view isa) { EXPECT_TRUE(SetKernelIsaCap(isa)); }
+  ~IsaCap() { SetKernelIsaCap("avx512"); }
+};
+
+std::vector<std::string_view> SimdIsas() {
+  std::vector<std::string_view> out;
+  for (std::string_view isa : SupportedIsas()) {
+    if (isa != "scalar") out.push_back(isa);
+  }
+  return out;
+}
+
 TEST(VecDotTest, SimdMatchesReference) {
-  for (DType t : kWeightTypes) {
-    for (int k = 0; k < 6; ++k) {
-      const int64_t n = LengthFor(t, k);
-      const Case c = MakeCase(t, n, 10 * k + 2);
-      const float ref = VecDotReference(t, c.w.data(), c.act.data(), n);
-      const float got = VecDot(t, c.w.data(), c.act.data(), n);
-      EXPECT_NEAR(got, ref, 1e-5 * c.magnitude) << DTypeName(t) << " n=" << n;
-      // The k-quant SIMD kernels use exact integer block sums: identical bits.
-      if (Traits(t).vec_dot_type == DType::kQ8_K) {
-        EXPECT_EQ(got, ref) << DTypeName(t) << " n=" << n << " isa=" << ActiveIsa();
+  for (std::string_view isa : SimdIsas()) {
+    IsaCap cap(isa);
+    ASSERT_EQ(ActiveIsa(), isa);
+    for (DType t : kWeightTypes) {
+      for (int k = 0; k < 6; ++k) {
+        const int64_t n = LengthFor(t, k);
+        const Case c = MakeCase(t, n, 10 * k + 2);
+        const float ref = VecDotReference(t, c.w.data(), c.act.data(), n);
+        const float got = VecDot(t, c.w.data(), c.act.data(), n);
+        EXPECT_NEAR(got, ref, 1e-5 * c.magnitude) << DTypeName(t) << " n=" << n << " isa=" << isa;
+        // The AVX2 k-quant kernels use exact integer block sums and the reference's float tail:
+        // identical bits.
+        if (isa == "avx2" && Traits(t).vec_dot_type == DType::kQ8_K) {
+          EXPECT_EQ(got, ref) << DTypeName(t) << " n=" << n;
+        }
       }
     }
   }
@@ -141,32 +162,63 @@ TEST(VecDotTest, SimdMatchesReferenceOnArbitraryBlocks) {
       magnitude += std::fabs(double{wd[i]} * ad[i]);
     }
     const float ref = VecDotReference(t, w.data(), act.data(), n);
-    const float got = VecDot(t, w.data(), act.data(), n);
     EXPECT_NEAR(ref, exact, 1e-5 * magnitude) << DTypeName(t);
-    EXPECT_NEAR(got, ref, 1e-5 * magnitude) << DTypeName(t);
-    if (at == DType::kQ8_K) {
-      EXPECT_EQ(got, ref) << DTypeName(t);
+    for (std::string_view isa : SimdIsas()) {
+      IsaCap cap(isa);
+      const float got = VecDot(t, w.data(), act.data(), n);
+      EXPECT_NEAR(got, ref, 1e-5 * magnitude) << DTypeName(t) << " isa=" << isa;
+      if (isa == "avx2" && at == DType::kQ8_K) {
+        EXPECT_EQ(got, ref) << DTypeName(t);
+      }
     }
   }
 }
 
 TEST(VecDotTest, MatVecIsRowwiseVecDot) {
-  const DType t = DType::kQ4_K;
-  const int64_t n = 512, rows = 9;
-  const std::vector<float> wf = RandomRow(n * rows, 3);
-  const size_t row_bytes = RowBytes(t, n);
-  std::vector<uint8_t> w(row_bytes * rows);
-  for (int64_t r = 0; r < rows; ++r) {
-    QuantizeRow(t, wf.data() + r * n, w.data() + r * row_bytes, n);
+  // 70 super-blocks: longer than the AVX-512 kernel's 64-block activation segment. Rows are
+  // padded (stride > row bytes) as a sub-matrix view would be.
+  for (DType t : {DType::kQ4_K, DType::kQ6_K, DType::kQ8_0}) {
+    for (int64_t n : {int64_t{512}, int64_t{256 * 70}}) {
+      const int64_t rows = 9;
+      const std::vector<float> wf = RandomRow(n * rows, 3);
+      const size_t row_bytes = RowBytes(t, n);
+      const size_t stride = row_bytes + 64;
+      std::vector<uint8_t> w(stride * rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        QuantizeRow(t, wf.data() + r * n, w.data() + r * stride, n);
+      }
+      const std::vector<float> x = RandomRow(n, 4);
+      const DType at = Traits(t).vec_dot_type;
+      std::vector<uint8_t> act(RowBytes(at, n));
+      QuantizeActivations(at, x.data(), act.data(), n);
+      for (std::string_view isa : SupportedIsas()) {
+        IsaCap cap(isa);
+        std::vector<float> out(rows);
+        MatVec(t, w.data(), stride, rows, act.data(), n, out.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          EXPECT_EQ(out[r], VecDot(t, w.data() + r * stride, act.data(), n))
+              << DTypeName(t) << " n=" << n << " isa=" << isa << " row " << r;
+          EXPECT_NEAR(out[r], VecDotReference(t, w.data() + r * stride, act.data(), n),
+                      1e-4 * std::fabs(out[r]) + 1e-3)
+              << DTypeName(t) << " n=" << n << " isa=" << isa;
+        }
+      }
+    }
   }
-  const std::vector<float> x = RandomRow(n, 4);
-  std::vector<uint8_t> act(RowBytes(DType::kQ8_K, n));
-  QuantizeActivations(DType::kQ8_K, x.data(), act.data(), n);
-  std::vector<float> out(rows);
-  MatVec(t, w.data(), row_bytes, rows, act.data(), n, out.data());
-  for (int64_t r = 0; r < rows; ++r) {
-    EXPECT_EQ(out[r], VecDot(t, w.data() + r * row_bytes, act.data(), n));
-  }
+}
+
+TEST(VecDotTest, IsaCapNamesAndFallback) {
+  const std::vector<std::string_view> isas = SupportedIsas();
+  ASSERT_FALSE(isas.empty());
+  EXPECT_EQ(isas.front(), "scalar");
+  EXPECT_FALSE(SetKernelIsaCap("sse9"));
+  EXPECT_EQ(ActiveIsa(), isas.back());
+  // Asking for more than the CPU has gives its best set.
+  EXPECT_TRUE(SetKernelIsaCap("avx512"));
+  EXPECT_EQ(ActiveIsa(), isas.back());
+  EXPECT_TRUE(SetKernelIsaCap("scalar"));
+  EXPECT_EQ(ActiveIsa(), "scalar");
+  SetKernelIsaCap("avx512");
 }
 
 TEST(QuantizeActivationsTest, Q8_0RoundsHalfToEvenWithScale127OverMax) {
@@ -216,7 +268,7 @@ TEST(QuantizeActivationsTest, Q8_KMatchesWeightQuantizer) {
 
 TEST(VecDotTest, ActiveIsaReportsTheKernelSet) {
   const std::string_view isa = ActiveIsa();
-  EXPECT_TRUE(isa == "avx2" || isa == "scalar") << isa;
+  EXPECT_TRUE(isa == "avx512" || isa == "avx2" || isa == "scalar") << isa;
   ForceScalarKernels(true);
   EXPECT_EQ(ActiveIsa(), "scalar");
   const Case c = MakeCase(DType::kQ8_0, 1024, 99);
@@ -228,7 +280,12 @@ TEST(VecDotTest, ActiveIsaReportsTheKernelSet) {
   __builtin_cpu_init();
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) {
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  if (avx512) {
+    EXPECT_EQ(isa, "avx512");
+  } else if (avx2) {
     EXPECT_EQ(isa, "avx2");
   }
 #endif

@@ -4,10 +4,14 @@
 // Q8_K for the k-quants), then the row is reduced with integer sums per block and one float
 // scale per block. Matching that quantization is what makes logits agree with llama.cpp.
 //
-// Kernels: an AVX2/FMA/F16C set is used when the CPU has those features (checked once at run
-// time with __builtin_cpu_supports; the library never needs them to build or run), else the
-// portable scalar set. The k-quant SIMD dot products return exactly the scalar reference's
-// bits; Q8_0 and the float types differ from it only by float summation order.
+// Kernels: the best set the CPU has is used (checked once at run time with
+// __builtin_cpu_supports; the library never needs the features to build or run): "avx512"
+// (AVX-512 F/BW/VL on top of AVX2) > "avx2" (AVX2/FMA/F16C) > the portable "scalar" set. The
+// AVX2 k-quant dot products return exactly the scalar reference's bits (exact integer block
+// sums, the reference's float tail); the AVX-512 ones accumulate the per-block float terms in
+// vector lanes, and Q8_0 and the float types do so in every SIMD set, so those differ from the
+// reference by float summation order only. One set always gives the same bits for the same
+// inputs, and MatVec gives the same bits as VecDot row by row.
 //
 // Activations given to VecDot must come from QuantizeActivations (int8 quants in -127..127).
 // Rows and activations are aligned as quantize.h requires.
@@ -17,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "colibri/quant/dtype.h"
 
@@ -39,11 +44,18 @@ void MatVec(DType weight_type, const void* w, size_t row_stride_bytes, int64_t r
 // The portable scalar kernel VecDot is tested against.
 float VecDotReference(DType weight_type, const void* w_row, const void* act, int64_t n);
 
-// "avx2" or "scalar": the kernel set VecDot / DequantizeRow use now.
+// "avx512", "avx2" or "scalar": the kernel set VecDot / MatVec / DequantizeRow use now.
 std::string_view ActiveIsa();
 
-// Forces the scalar kernels (true) or restores automatic selection (false). For tests and
+// The kernel sets this CPU can run, from "scalar" up to the best.
+std::vector<std::string_view> SupportedIsas();
+
+// Caps the kernel set at `isa` ("scalar", "avx2", "avx512"; a set the CPU lacks falls back to
+// the best below it). Returns false, changing nothing, for an unknown name. For tests and
 // benchmarks; takes effect for calls that start after it returns.
+bool SetKernelIsaCap(std::string_view isa);
+
+// Forces the scalar kernels (true) or restores automatic selection (false).
 void ForceScalarKernels(bool force);
 
 }  // namespace colibri::quant

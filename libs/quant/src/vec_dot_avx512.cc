@@ -1,0 +1,170 @@
+// AVX-512 (F + BW + VL, with AVX2/FMA/F16C) matrix-vector kernels. Built with those flags and
+// only called after dispatch.cc has seen the features. See kernels.h for what this file may
+// include.
+//
+// Q4_K (the decode workhorse): the Q8_K activations are first reordered once per call so that
+// each 64-byte activation vector lines up with the nibbles of one 64-byte weight vector (see
+// RepackQ8_K), which leaves per super-block: two weight loads, the nibble split, four
+// maddubs + madd against per-group scale vectors made with one vpermw each, and one FMA into
+// float lanes with the block's scale. The per-block float terms accumulate in vector lanes
+// and are summed once per row, so results differ from the scalar reference by float
+// summation order only (vec_dot.h).
+#include "kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "colibri/quant/blocks.h"
+
+namespace colibri::quant::internal {
+namespace {
+
+// The Q8_K activations of one row, reordered for the Q4_K kernel. Per super-block, 256 bytes:
+// for each half j (elements 128j..128j+127) the 64 bytes that pair with the low nibbles of
+// weight bytes 64j..64j+63 (elements 128j+0..31 and 128j+64..95), then the 64 that pair with
+// the high nibbles (128j+32..63 and 128j+96..127). d and the bsum pairs per 32-group ride
+// alongside. Rows are processed in segments of up to kSegmentBlocks super-blocks so this
+// lives on the stack (17 KiB) whatever the row length.
+constexpr int64_t kSegmentBlocks = 64;
+
+struct Q8KPacked {
+  alignas(64) int8_t qs[kSegmentBlocks * 256];
+  float d[kSegmentBlocks];
+  int16_t gsum[kSegmentBlocks * 8];  // bsums[2g] + bsums[2g + 1] (|.| <= 32 * 127)
+};
+
+void RepackQ8_K(const BlockQ8_K* y, int64_t nb, Q8KPacked* p) {
+  for (int64_t i = 0; i < nb; ++i) {
+    int8_t* dst = p->qs + i * 256;
+    for (int j = 0; j < 2; ++j) {
+      const int8_t* src = y[i].qs + 128 * j;
+      memcpy(dst + 128 * j, src, 32);
+      memcpy(dst + 128 * j + 32, src + 64, 32);
+      memcpy(dst + 128 * j + 64, src + 32, 32);
+      memcpy(dst + 128 * j + 96, src + 96, 32);
+    }
+    p->d[i] = y[i].d;
+    for (int g = 0; g < 8; ++g) {
+      p->gsum[i * 8 + g] = static_cast<int16_t>(y[i].bsums[2 * g] + y[i].bsums[2 * g + 1]);
+    }
+  }
+}
+
+// The Q4_K scales and mins of a block (blocks.h: 12 bytes of 6-bit fields) as 16 int16 lanes
+// [scale 0..7, min 0..7]. Reads 16 bytes from `scales` (the block's quants follow them).
+inline __m256i UnpackScalesMinsQ4_K(const uint8_t* scales) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales));
+  // 32-bit words a (scales 0-3 + top bits of 4-7), b (same for mins), c (low nibbles of 4-7).
+  const __m128i low6 = _mm_and_si128(v, _mm_set1_epi32(0x3f3f3f3f));              // [sc0-3, m0-3]
+  const __m128i c = _mm_shuffle_epi32(v, 0xaa);                                    // [c, c, ..]
+  const __m128i c_nib = _mm_and_si128(_mm_srlv_epi32(c, _mm_setr_epi32(0, 4, 0, 0)),
+                                      _mm_set1_epi32(0x0f0f0f0f));                // [c&f, c>>4&f]
+  const __m128i top2 = _mm_and_si128(_mm_srli_epi32(v, 2), _mm_set1_epi32(0x30303030));
+  const __m128i high = _mm_or_si128(c_nib, top2);                                  // [sc4-7, m4-7]
+  const __m128i bytes = _mm_unpacklo_epi32(low6, high);  // sc0-3, sc4-7, m0-3, m4-7
+  return _mm256_cvtepu8_epi16(bytes);
+}
+
+// (GCC 12's _mm512_reduce_add_ps trips -Wmaybe-uninitialized inside its own header.)
+inline float HorizontalSum(__m512 v) {
+  const __m512 folded = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4e));  // 256-bit halves
+  const __m256 h = _mm512_castps512_ps256(folded);
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// vpermw indices broadcasting scale g to the low 16 int16 lanes and scale g' to the high 16.
+inline __m512i PairIndex(short g_lo, short g_hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(g_lo)), _mm256_set1_epi16(g_hi),
+                            1);
+}
+
+struct Q4KConsts {
+  __m512i low4 = _mm512_set1_epi8(0x0f);
+  __m512i idx[4] = {PairIndex(0, 2), PairIndex(1, 3), PairIndex(4, 6), PairIndex(5, 7)};
+};
+
+inline float RowQ4_K(const BlockQ4_K* x, const Q8KPacked& p, int64_t nb, const Q4KConsts& k) {
+  __m512 acc = _mm512_setzero_ps();
+  __m128 acc_min = _mm_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const float yd = p.d[i];
+    const float d = _cvtsh_ss(x[i].d) * yd;
+    const float dmin = _cvtsh_ss(x[i].dmin) * yd;
+    const __m256i sm = UnpackScalesMinsQ4_K(x[i].scales);
+    const __m512i sm512 = _mm512_castsi256_si512(sm);
+    // Σ_g min[g] * (bsums of group g), as 4 int32 partial sums.
+    const __m128i mins = _mm256_extracti128_si256(sm, 1);
+    const __m128i gsum = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.gsum + 8 * i));
+    acc_min = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, gsum)), acc_min);
+
+    const __m512i w0 = _mm512_loadu_si512(x[i].qs);
+    const __m512i w1 = _mm512_loadu_si512(x[i].qs + 64);
+    const __m512i lo0 = _mm512_and_si512(w0, k.low4);
+    const __m512i hi0 = _mm512_and_si512(_mm512_srli_epi16(w0, 4), k.low4);
+    const __m512i lo1 = _mm512_and_si512(w1, k.low4);
+    const __m512i hi1 = _mm512_and_si512(_mm512_srli_epi16(w1, 4), k.low4);
+    const int8_t* q = p.qs + 256 * i;
+    // maddubs: unsigned nibble * signed activation, pairs <= 2 * 15 * 127 (no saturation).
+    __m512i s0 = _mm512_madd_epi16(_mm512_maddubs_epi16(lo0, _mm512_load_si512(q)),
+                                   _mm512_permutexvar_epi16(k.idx[0], sm512));
+    __m512i s1 = _mm512_madd_epi16(_mm512_maddubs_epi16(hi0, _mm512_load_si512(q + 64)),
+                                   _mm512_permutexvar_epi16(k.idx[1], sm512));
+    __m512i s2 = _mm512_madd_epi16(_mm512_maddubs_epi16(lo1, _mm512_load_si512(q + 128)),
+                                   _mm512_permutexvar_epi16(k.idx[2], sm512));
+    __m512i s3 = _mm512_madd_epi16(_mm512_maddubs_epi16(hi1, _mm512_load_si512(q + 192)),
+                                   _mm512_permutexvar_epi16(k.idx[3], sm512));
+    const __m512i isum = _mm512_add_epi32(_mm512_add_epi32(s0, s1), _mm512_add_epi32(s2, s3));
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(isum), acc);
+  }
+  __m128 m = _mm_add_ps(acc_min, _mm_movehl_ps(acc_min, acc_min));
+  m = _mm_add_ss(m, _mm_movehdup_ps(m));
+  return HorizontalSum(acc) - _mm_cvtss_f32(m);
+}
+
+void MatVecQ4_KAvx512(const void* w, size_t row_stride_bytes, int64_t rows, const void* act,
+                      int64_t n, float* out) {
+  const int64_t nb = n / kQK_K;
+  const auto* y = static_cast<const BlockQ8_K*>(act);
+  const auto* base = static_cast<const uint8_t*>(w);
+  const Q4KConsts k;
+  Q8KPacked p;
+  for (int64_t b0 = 0; b0 < nb || b0 == 0; b0 += kSegmentBlocks) {
+    const int64_t seg = nb - b0 < kSegmentBlocks ? nb - b0 : kSegmentBlocks;
+    RepackQ8_K(y + b0, seg, &p);
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto* x =
+          reinterpret_cast<const BlockQ4_K*>(base + static_cast<size_t>(r) * row_stride_bytes) + b0;
+      const float part = RowQ4_K(x, p, seg, k);
+      out[r] = b0 == 0 ? part : out[r] + part;
+    }
+  }
+}
+
+float DotQ4_KAvx512(const void* w, const void* act, int64_t n) {
+  float out = 0;
+  MatVecQ4_KAvx512(w, 0, 1, act, n, &out);
+  return out;
+}
+
+}  // namespace
+
+bool FillAvx512VecDot(KernelTable* table) {
+  table->vec_dot[kIdQ4_K] = DotQ4_KAvx512;
+  table->mat_vec[kIdQ4_K] = MatVecQ4_KAvx512;
+  return true;
+}
+
+}  // namespace colibri::quant::internal
+
+#else  // not x86
+
+namespace colibri::quant::internal {
+bool FillAvx512VecDot(KernelTable*) { return false; }
+}  // namespace colibri::quant::internal
+
+#endif
