@@ -52,6 +52,17 @@ class ClusterTest(unittest.TestCase):
             s.stop()
         testlib.rmtree(cls.dir)
 
+    def chat_on_fresh_server(self, body, extra=(), tag=None):
+        """A chat completion from a colibri-server started for it alone (no KV from earlier requests)."""
+        server = testlib.Service('colibri-server', ['--model', self.model, '--port', '0', '--host', '127.0.0.1',
+                                                    '--threads', '2', *extra], self.dir, tag=tag)
+        try:
+            status, text = testlib.http('POST', f'http://127.0.0.1:{server.port()}/v1/chat/completions', body)
+        finally:
+            server.stop()
+        self.assertEqual(status, 200, text)
+        return json.loads(text)
+
     def stream_ids(self, base, path, body):
         events = testlib.sse_events(base + path, dict(body, stream=True, return_token_ids=True))
         self.assertEqual(events[-1], '[DONE]')
@@ -143,16 +154,50 @@ class ClusterTest(unittest.TestCase):
             # At least the whole first prompt came from the KV pool.
             self.assertGreaterEqual(cached, first['usage']['prompt_tokens'] - 1)
             self.assertLess(cached, warm[url]['usage']['prompt_tokens'])
-        cold_server = testlib.Service('colibri-server', ['--model', self.model, '--port', '0', '--host', '127.0.0.1',
-                                                         '--threads', '2'], self.dir)
-        try:
-            status, text = testlib.http('POST', f'http://127.0.0.1:{cold_server.port()}/v1/chat/completions', body)
-        finally:
-            cold_server.stop()
-        cold = json.loads(text)
+        cold = self.chat_on_fresh_server(body)
         self.assertEqual(cold['usage']['prompt_tokens_details']['cached_tokens'], 0)
         for w in warm.values():
             self.assertEqual(w['choices'][0]['token_ids'], cold['choices'][0]['token_ids'])
+
+    def test_conversation_reopens_warm_after_a_restart(self):
+        """--kv-persist-dir: a server stopped after turn 1 writes its KV caches; restarted, it answers
+        turn 2 prefilling only the new tokens, with the tokens of a cold run. With --kv-offload-8bit
+        the cache file is ~3.8x smaller and still reused (its tokens may differ, so not compared)."""
+        turn1 = [{'role': 'user', 'content': 'Tell me about the sea.'}]
+        sizes = {}
+        answers = {}
+        for mode, extra in (('f32', []), ('q8', ['--kv-offload-8bit'])):
+            kv_dir = os.path.join(self.dir, f'kv-{mode}')
+            args = ['--model', self.model, '--port', '0', '--host', '127.0.0.1', '--threads', '2',
+                    '--kv-persist-dir', kv_dir, *extra]
+            first_server = testlib.Service('colibri-server', args, self.dir, tag=f'persist-{mode}-1')
+            try:
+                status, text = testlib.http('POST', f'http://127.0.0.1:{first_server.port()}/v1/chat/completions',
+                                            {'messages': turn1, 'max_tokens': 6, 'temperature': 0})
+            finally:
+                first_server.stop()
+            self.assertEqual(status, 200, text)
+            first = json.loads(text)
+            files = [f for f in os.listdir(kv_dir) if f.endswith('.kv')]
+            self.assertEqual(len(files), 1, os.listdir(kv_dir))
+            sizes[mode] = os.path.getsize(os.path.join(kv_dir, files[0]))
+            turn2 = turn1 + [{'role': 'assistant', 'content': first['choices'][0]['message']['content']},
+                             {'role': 'user', 'content': 'And the mountains?'}]
+            body = {'messages': turn2, 'max_tokens': 8, 'temperature': 0, 'return_token_ids': True}
+            second_server = testlib.Service('colibri-server', args, self.dir, tag=f'persist-{mode}-2')
+            try:
+                status, text = testlib.http('POST', f'http://127.0.0.1:{second_server.port()}/v1/chat/completions',
+                                            body)
+            finally:
+                second_server.stop()
+            self.assertEqual(status, 200, text)
+            answers[mode] = json.loads(text)
+            cached = answers[mode]['usage']['prompt_tokens_details']['cached_tokens']
+            self.assertGreaterEqual(cached, first['usage']['prompt_tokens'] - 1, mode)
+        cold = self.chat_on_fresh_server(body, tag='persist-cold')
+        self.assertEqual(cold['usage']['prompt_tokens_details']['cached_tokens'], 0)
+        self.assertEqual(answers['f32']['choices'][0]['token_ids'], cold['choices'][0]['token_ids'])
+        self.assertGreater(sizes['f32'] / sizes['q8'], 3.0, sizes)
 
     def test_bad_requests_get_openai_errors(self):
         for url in (self.router_url, self.server_url):

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 #include "colibri/core/status.h"
 
 namespace colibri::engine {
@@ -61,6 +62,29 @@ Engine::~Engine() {
   }
   cv_.notify_all();
   scheduler_.join();
+  if (options_.kv_store == nullptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  // Oldest first, so the store's recency order matches the pool's.
+  while (!pool_.empty()) {
+    EvictLocked(std::move(pool_.back()));
+    pool_.pop_back();
+  }
+  if (absl::Status st = options_.kv_store->PersistAll(); !st.ok()) {
+    spdlog::error("KV caches not persisted at shutdown: {}", std::string(st.message()));
+  }
+}
+
+void Engine::EvictLocked(PoolEntry entry) {
+  if (options_.kv_store == nullptr || !entry.cache || entry.tokens.empty()) return;
+  const size_t n = std::min(entry.tokens.size(), static_cast<size_t>(entry.cache->n_past()));
+  entry.tokens.resize(n);
+  absl::StatusOr<KvSnapshot> s = model_->SnapshotKv(*entry.cache, std::move(entry.tokens),
+                                                    std::move(entry.session_id), options_.kv_store->snapshot_dtype());
+  if (!s.ok()) {
+    spdlog::warn("KV cache dropped instead of offloaded: {}", std::string(s.status().message()));
+    return;
+  }
+  options_.kv_store->Put(std::move(*s));
 }
 
 void Engine::ClearKvPool() {
@@ -77,7 +101,10 @@ uint64_t Engine::KvBytesLocked() const {
 
 void Engine::EnforceKvLimitLocked() {
   if (options_.kv_cache_limit == 0) {
-    while (static_cast<int>(pool_.size()) > options_.kv_pool_entries) pool_.pop_back();
+    while (static_cast<int>(pool_.size()) > options_.kv_pool_entries) {
+      EvictLocked(std::move(pool_.back()));
+      pool_.pop_back();
+    }
     return;
   }
   uint64_t reserved = 0;
@@ -87,6 +114,7 @@ void Engine::EnforceKvLimitLocked() {
   while (!pool_.empty() &&
          (reserved + pooled > options_.kv_cache_limit || static_cast<int>(pool_.size()) > options_.kv_pool_entries)) {
     pooled -= pool_.back().cache->bytes();
+    EvictLocked(std::move(pool_.back()));
     pool_.pop_back();
   }
 }
@@ -175,6 +203,26 @@ std::unique_ptr<KvCache> Engine::TakeCache(Sequence* seq) {
     if (n > best_len || (n == best_len && n > 0 && same_session)) {
       best = it;
       best_len = n;
+    }
+  }
+  // A longer prefix offloaded to the KV store (host RAM or disk) wins over the pool's.
+  if (options_.kv_store != nullptr &&
+      options_.kv_store->BestPrefix(seq->req.prompt, seq->req.session_id) > best_len) {
+    if (std::optional<KvSnapshot> snap = options_.kv_store->TakeBest(seq->req.prompt, seq->req.session_id)) {
+      const size_t n = std::min(CommonPrefix(snap->tokens, seq->req.prompt), seq->req.prompt.size() - 1);
+      absl::StatusOr<std::unique_ptr<KvCache>> restored = model_->RestoreKv(*snap);
+      if (restored.ok() && n > 0) {
+        std::unique_ptr<KvCache> cache = std::move(*restored);
+        cache->Truncate(static_cast<int64_t>(n));
+        seq->fed.assign(seq->req.prompt.begin(), seq->req.prompt.begin() + static_cast<ptrdiff_t>(n));
+        seq->prompt_fed = n;
+        seq->result.cached_prompt_tokens = static_cast<int64_t>(n);
+        counters_.kv_restored_tokens += n;
+        return cache;
+      }
+      if (!restored.ok()) {
+        spdlog::warn("offloaded KV cache not restored: {}", std::string(restored.status().message()));
+      }
     }
   }
   if (best == pool_.end() || best_len == 0) return model_->NewCache();

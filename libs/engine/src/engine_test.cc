@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -213,6 +214,140 @@ TEST_F(EngineTest, KvPoolStaysWithinTheLimit) {
     ASSERT_TRUE(r.ok()) << r.status();
   }
   EXPECT_LE(e->counters().kv_bytes.load(), 600 * per_token);
+}
+
+// The fingerprint and shape of the fixture model, for KV stores.
+KvStoreOptions StoreOptions(const Model& m, fs::path dir = {}) {
+  KvStoreOptions o;
+  o.ram_limit = 64 << 20;
+  o.dir = std::move(dir);
+  o.model_fingerprint = "engine-test-model";
+  o.n_layers = m.config().n_layers;
+  o.kv_dim = m.config().n_kv_heads * m.config().head_dim;
+  return o;
+}
+
+std::vector<int32_t> NextTurn(std::vector<int32_t> prompt, const std::vector<int32_t>& answer,
+                              std::initializer_list<int32_t> user) {
+  prompt.insert(prompt.end(), answer.begin(), answer.end());
+  prompt.insert(prompt.end(), user);
+  return prompt;
+}
+
+TEST_F(EngineTest, EvictedKvComesBackFromHostRamWithTheSameTokens) {
+  auto store = KvStore::Open(StoreOptions(*model_));
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto e = NewEngine({.kv_pool_entries = 1, .kv_store = store->get()});
+  const std::vector<int32_t> a = {1, 7, 8, 9, 10, 11};
+  auto first = Run(*e, Greedy(a, 6));
+  ASSERT_TRUE(first.ok());
+  // Another conversation pushes the first one out of the pool (one entry) into the store.
+  ASSERT_TRUE(Run(*e, Greedy({2, 40, 41, 42}, 5)).ok());
+  EXPECT_EQ((*store)->stats().ram_entries, 1u);
+  const std::vector<int32_t> second = NextTurn(a, first->tokens, {30, 31, 32});
+  auto warm = Run(*e, Greedy(second, 8));
+  ASSERT_TRUE(warm.ok());
+  EXPECT_EQ(warm->cached_prompt_tokens, 6 + 6 - 1);
+  EXPECT_EQ(e->counters().kv_restored_tokens.load(), 11u);
+  EXPECT_EQ((*store)->stats().restored, 1u);
+  auto cold_engine = NewEngine();
+  auto cold = Run(*cold_engine, Greedy(second, 8));
+  ASSERT_TRUE(cold.ok());
+  EXPECT_EQ(warm->tokens, cold->tokens);
+}
+
+TEST_F(EngineTest, KvPersistsAcrossARestart) {
+  const fs::path kv_dir = dir_ / "kv";
+  const std::vector<int32_t> a = {1, 17, 18, 19, 20};
+  std::vector<int32_t> answer;
+  {
+    auto store = KvStore::Open(StoreOptions(*model_, kv_dir));
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto e = NewEngine({.kv_store = store->get()});
+    GenerationRequest r = Greedy(a, 7);
+    r.session_id = "conversation-1";
+    auto first = Run(*e, r);
+    ASSERT_TRUE(first.ok());
+    answer = first->tokens;
+    e.reset();  // shutdown: the pool goes to disk
+    EXPECT_EQ((*store)->stats().disk_entries, 1u);
+  }
+  ASSERT_EQ(std::distance(fs::directory_iterator(kv_dir), fs::directory_iterator()), 1);
+  // "Restart": a new store indexes the directory; a new engine continues the conversation.
+  auto store = KvStore::Open(StoreOptions(*model_, kv_dir));
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->stats().disk_entries, 1u);
+  auto e = NewEngine({.kv_store = store->get()});
+  const std::vector<int32_t> second = NextTurn(a, answer, {33, 34});
+  GenerationRequest r = Greedy(second, 9);
+  r.session_id = "conversation-1";
+  auto warm = Run(*e, r);
+  ASSERT_TRUE(warm.ok());
+  EXPECT_EQ(warm->cached_prompt_tokens, 5 + 7 - 1);
+  auto cold_engine = NewEngine();
+  auto cold = Run(*cold_engine, Greedy(second, 9));
+  ASSERT_TRUE(cold.ok());
+  EXPECT_EQ(cold->cached_prompt_tokens, 0);
+  EXPECT_EQ(warm->tokens, cold->tokens);
+}
+
+TEST_F(EngineTest, CorruptPersistedKvIsSkippedAndTheRequestRunsCold) {
+  const fs::path kv_dir = dir_ / "kv";
+  const std::vector<int32_t> a = {1, 21, 22, 23};
+  std::vector<int32_t> answer;
+  {
+    auto store = KvStore::Open(StoreOptions(*model_, kv_dir));
+    ASSERT_TRUE(store.ok());
+    auto e = NewEngine({.kv_store = store->get()});
+    auto first = Run(*e, Greedy(a, 4));
+    ASSERT_TRUE(first.ok());
+    answer = first->tokens;
+  }
+  const fs::path file = fs::directory_iterator(kv_dir)->path();
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(file) / 2));
+    f.put('\x5a');
+  }
+  auto store = KvStore::Open(StoreOptions(*model_, kv_dir));
+  ASSERT_TRUE(store.ok());
+  auto e = NewEngine({.kv_store = store->get()});
+  const std::vector<int32_t> second = NextTurn(a, answer, {35});
+  auto r = Run(*e, Greedy(second, 3));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->cached_prompt_tokens, 0);
+  EXPECT_EQ((*store)->stats().load_errors, 1u);
+  // Another model's caches are never indexed.
+  KvStoreOptions other = StoreOptions(*model_, kv_dir);
+  other.model_fingerprint = "another-model";
+  e.reset();  // persists this run's cache under the test model's fingerprint
+  auto other_store = KvStore::Open(other);
+  ASSERT_TRUE(other_store.ok());
+  EXPECT_EQ((*other_store)->stats().disk_entries, 0u);
+  EXPECT_GE((*other_store)->stats().load_errors, 1u);
+}
+
+TEST_F(EngineTest, KvSnapshotRoundTripsExactly) {
+  auto e = NewEngine({.kv_pool_entries = 0});
+  auto cache = model_->NewCache();
+  std::vector<BatchItem> batch;
+  for (int32_t i = 0; i < 6; ++i) batch.push_back({cache.get(), 3 + i, i, false});
+  ASSERT_TRUE(model_->Forward(batch, nullptr).ok());
+  std::vector<int32_t> tokens = {3, 4, 5, 6, 7, 8};
+  auto snap = model_->SnapshotKv(*cache, tokens, "s", quant::DType::kF32);
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  auto restored = model_->RestoreKv(*snap);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ((*restored)->n_past(), 6);
+  auto again = model_->SnapshotKv(**restored, tokens, "s", quant::DType::kF32);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->rows, snap->rows);
+  // This model's kv_dim (16) has no whole Q8_0 blocks: refused, not approximated badly.
+  EXPECT_EQ(model_->SnapshotKv(*cache, tokens, "s", quant::DType::kQ8_0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  tokens.push_back(9);
+  EXPECT_EQ(model_->SnapshotKv(*cache, tokens, "s", quant::DType::kF32).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -17,6 +17,14 @@ void AddCacheFlags(CLI::App* app, CacheFlags* f) {
         ->capture_default_str();
     f->kv_flag_added = true;
   }
+  app->add_option("--kv-offload-limit", f->kv_offload_limit,
+                  "Host RAM for KV caches evicted from --kv-cache-limit, reused when a conversation resumes (0: "
+                  "dropped)")
+      ->capture_default_str();
+  app->add_flag("--kv-offload-8bit", f->kv_offload_8bit,
+                "Keep offloaded/persisted KV as 8-bit (Q8_0): 3.8x smaller, restored approximately");
+  app->add_option("--kv-persist-dir", f->kv_persist_dir,
+                  "Directory for KV caches across restarts (written when RAM is full and at shutdown)");
   app->add_option("--cache-policy", c.policy, "Expert cache policy: lru, lfu or routing")->capture_default_str();
   app->add_option("--prefetch-layers", c.prefetch_layers, "Layers of lookahead prefetch (0: off)")->capture_default_str();
   app->add_option("--prefetch-min-weight", c.prefetch_min_weight,
@@ -47,6 +55,11 @@ absl::Status ApplyCacheFlags(const CacheFlags& f, ComputeNodeOptions* o) {
     if (!kv.ok()) return absl::InvalidArgumentError(absl::StrCat("--kv-cache-limit: ", kv.status().message()));
     o->kv_cache_limit = *kv;
   }
+  auto offload = ParseSize(f.kv_offload_limit);
+  if (!offload.ok()) return absl::InvalidArgumentError(absl::StrCat("--kv-offload-limit: ", offload.status().message()));
+  o->kv_offload_limit = *offload;
+  o->kv_offload_8bit = f.kv_offload_8bit;
+  o->kv_persist_dir = f.kv_persist_dir;
   if (auto p = expert_source::ParseCachePolicy(f.cache.policy); !p.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--cache-policy: ", p.status().message()));
   }

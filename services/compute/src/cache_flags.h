@@ -2,6 +2,9 @@
 // into ComputeNodeOptions (--expert-cache-size stays with each binary):
 //   --vram-budget SIZE        VRAM tier budget (0; needs a GPU backend, no effect on the CPU one)
 //   --kv-cache-limit SIZE     bytes of KV caches, accounted apart from dense weights (0: unlimited)
+//   --kv-offload-limit SIZE   host RAM for KV caches evicted from that limit (0: dropped)
+//   --kv-offload-8bit         keep offloaded KV as Q8_0 (approximate: tokens may differ)
+//   --kv-persist-dir DIR      KV caches kept on disk across restarts (conversations reopen warm)
 //   --cache-policy P          lru | lfu | routing (routing)
 //   --prefetch-layers N       lookahead prefetch depth (1; 0: off)
 //   --prefetch-min-weight W   prefetch only predictions with a predicted gate weight >= W (0)
@@ -24,6 +27,9 @@ namespace colibri::compute {
 struct CacheFlags {
   std::string vram_budget = "0";
   std::string kv_cache_limit = "0";
+  std::string kv_offload_limit = "0";
+  bool kv_offload_8bit = false;
+  std::string kv_persist_dir;
   ExpertCacheConfig cache;
   bool kv_flag_added = false;
   int max_batch = 16;    // sequences decoded together (continuous batching)

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "colibri/backend/cpu_backend.h"
+#include "colibri/core/checksum.h"
 #include "colibri/core/status.h"
 #include "colibri/core/units.h"
 
@@ -50,6 +51,20 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(const ComputeNo
   eo.kv_cache_limit = options.kv_cache_limit;
   eo.max_active = options.max_batch;
   eo.max_queued = options.max_queued;
+  if (options.kv_offload_limit > 0 || !options.kv_persist_dir.empty()) {
+    const model::ModelConfig& c = node->model_->config();
+    engine::KvStoreOptions ko;
+    ko.ram_limit = options.kv_offload_limit;
+    ko.eight_bit = options.kv_offload_8bit;
+    ko.dir = options.kv_persist_dir;
+    // Caches are only reused by the very same model (manifest, so weights' checksums included).
+    const std::string manifest = model::ManifestToJson(node->container_->manifest()).dump();
+    ko.model_fingerprint = ChecksumHex(Checksum64(manifest.data(), manifest.size()));
+    ko.n_layers = c.n_layers;
+    ko.kv_dim = c.n_kv_heads * c.head_dim;
+    ASSIGN_OR_RETURN(node->kv_store_, engine::KvStore::Open(std::move(ko)));
+    eo.kv_store = node->kv_store_.get();
+  }
   node->engine_ = std::make_unique<engine::Engine>(node->model_.get(), eo);
   return node;
 }

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "colibri/backend/backend.h"
 #include "colibri/engine/engine.h"
+#include "colibri/engine/kv_store.h"
 #include "colibri/expert_source/cache_tier.h"
 #include "colibri/expert_source/disk_source.h"
 #include "colibri/model/container.h"
@@ -34,6 +35,9 @@ struct ComputeNodeOptions {
   uint64_t expert_cache_bytes = 2ull << 30;
   ExpertCacheConfig cache;         // tiers, policy, pins, prefetch, trace (expert_cache.h)
   uint64_t kv_cache_limit = 0;     // bytes of KV caches (dense weights are separate); 0: unlimited
+  uint64_t kv_offload_limit = 0;   // host RAM for KV caches evicted from kv_cache_limit (0: none)
+  bool kv_offload_8bit = false;    // offloaded KV kept as Q8_0 (3.8x smaller, approximate restore)
+  std::string kv_persist_dir;      // evicted / shutdown KV caches on disk; reopened warm on restart
   int max_batch = 16;              // sequences in one continuous batch
   int max_queued = 256;            // requests waiting for a slot (more: ResourceExhausted)
   int threads = 0;                 // 0: physical cores
@@ -45,6 +49,8 @@ class ComputeNode {
   static absl::StatusOr<std::unique_ptr<ComputeNode>> Create(const ComputeNodeOptions& options);
 
   engine::Engine& engine() { return *engine_; }
+  // Where evicted KV caches go (nullptr without --kv-offload-limit / --kv-persist-dir).
+  const engine::KvStore* kv_store() const { return kv_store_.get(); }
   const model::Manifest& manifest() const { return container_->manifest(); }
   const std::string& model_name() const { return container_->manifest().name; }
   expert_source::CacheStats cache_stats() const { return cache_->ram().Stats(); }
@@ -74,6 +80,7 @@ class ComputeNode {
   expert_source::DiskSource* disk_ = nullptr;             // origin_, when it is the disk
   std::unique_ptr<ExpertCache> cache_;
   std::unique_ptr<engine::Model> model_;
+  std::unique_ptr<engine::KvStore> kv_store_;  // outlives engine_ (which persists into it)
   std::unique_ptr<engine::Engine> engine_;
 };
 

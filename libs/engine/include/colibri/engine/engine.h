@@ -9,7 +9,10 @@
 // KV reuse: when a request finishes, its KV cache stays in a pool with its token history. A new
 // request whose prompt starts with a pooled history (the next turn of a conversation, even when
 // the client resends the whole history) continues from that cache and prefills only the new
-// tokens. Pooled caches are evicted least recently used to keep all KV within `kv_cache_limit`.
+// tokens. Pooled caches are evicted least recently used to keep all KV within `kv_cache_limit`;
+// with a KvStore they go there (host RAM, then disk) instead of being dropped, and come back
+// when a later prompt continues them. At destruction the whole pool is written to the store
+// (and persisted when it has a directory), so a restarted node resumes conversations warm.
 //
 // Generate() blocks the calling thread; tokens are handed to on_token on that same thread, so a
 // slow consumer (a network client) never stalls the batch. Thread-safe.
@@ -66,6 +69,7 @@ struct EngineOptions {
   int max_queued = 256;            // waiting requests; more is ResourceExhausted
   uint64_t kv_cache_limit = 0;     // bytes of KV (active + pooled); 0: unlimited
   int kv_pool_entries = 64;        // finished sequences kept for reuse
+  KvStore* kv_store = nullptr;     // where evicted caches go (not owned; outlives the engine)
 };
 
 struct EngineCounters {
@@ -78,6 +82,7 @@ struct EngineCounters {
   std::atomic<uint64_t> kv_bytes{0};
   std::atomic<uint64_t> queued{0};
   std::atomic<uint64_t> active{0};
+  std::atomic<uint64_t> kv_restored_tokens{0};  // prompt tokens whose KV came from the KvStore
 };
 
 class Engine {
@@ -115,6 +120,8 @@ class Engine {
   void Finish(Sequence* seq, absl::Status status);
   std::unique_ptr<KvCache> TakeCache(Sequence* seq);
   void EnforceKvLimitLocked();
+  // Moves a pool entry into the KV store (or drops it without one).
+  void EvictLocked(PoolEntry entry);
   uint64_t KvBytesLocked() const;
 
   Model* const model_;

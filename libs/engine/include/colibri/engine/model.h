@@ -22,6 +22,7 @@
 #include "colibri/backend/backend.h"
 #include "colibri/expert_source/expert_source.h"
 #include "colibri/expert_source/routing_trace.h"
+#include "colibri/engine/kv_store.h"
 #include "colibri/model/container.h"
 
 namespace colibri::engine {
@@ -101,6 +102,13 @@ class Model {
   std::unique_ptr<KvCache> NewCache() const;
   // Grows `cache` to hold `positions` tokens now (Forward grows it by doubling otherwise).
   absl::Status ReserveKv(KvCache* cache, int64_t positions) { return EnsureCapacity(cache, positions); }
+
+  // Copies positions [0, tokens.size()) of `cache` out of backend memory into a snapshot with
+  // rows in `dtype` (kF32: exact; kQ8_0: 8-bit). tokens.size() <= cache.n_past().
+  absl::StatusOr<KvSnapshot> SnapshotKv(const KvCache& cache, std::vector<int32_t> tokens, std::string session_id,
+                                        quant::DType dtype) const;
+  // A new cache holding the snapshot's positions (n_past = its token count).
+  absl::StatusOr<std::unique_ptr<KvCache>> RestoreKv(const KvSnapshot& snapshot);
 
   // Runs the batch; appends to `logits` one row of vocab_size floats per item with
   // want_logits, in batch order. Items of one cache must be contiguous and in position order.

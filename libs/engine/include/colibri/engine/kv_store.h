@@ -1,0 +1,126 @@
+// KvStore: where a sequence's KV cache goes after the engine's pool (backend memory, within
+// --kv-cache-limit) evicts it, instead of being dropped: host RAM (within --kv-offload-limit,
+// F32 or optionally Q8_0), then, with a persistence directory, one file per cache on disk. The
+// engine takes a cache back when a new prompt starts with its token history (the next turn of
+// an evicted session), and at shutdown writes its whole pool here, so a restarted node reopens
+// conversations warm: an F32 cache restores bit-exactly, so the next turn's tokens are the
+// ones an uninterrupted node would produce. Q8_0 (8-bit) caches are 3.8x smaller but restore
+// approximately (tokens may differ from a cold run); they are opt-in.
+//
+// Disk format (one file per cache, "<checksum of history>.kv", written atomically): a fixed
+// header (magic "CLBRKV01", version, dtype, n_layers, kv_dim, n_tokens, lengths), the model
+// fingerprint, the session id, the token ids, the rows (per layer: K then V, n_tokens rows of
+// kv_dim in dtype), then XXH3-64 of all bytes before it. Files of another model (fingerprint),
+// of another shape, truncated or failing the checksum are skipped with a warning naming them.
+//
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "colibri/quant/dtype.h"
+
+namespace colibri::engine {
+
+// A KV cache copied out of backend memory: positions [0, tokens.size()).
+struct KvSnapshot {
+  std::vector<int32_t> tokens;  // the history whose KV this is
+  std::string session_id;
+  quant::DType dtype = quant::DType::kF32;  // kF32 or kQ8_0
+  int64_t n_layers = 0;
+  int64_t kv_dim = 0;
+  std::vector<uint8_t> rows;  // [layer][K, V][token] rows of kv_dim in dtype
+
+  size_t RowBytes() const;
+  // Row `t` of layer `l`'s K (side 0) or V (side 1).
+  uint8_t* Row(int64_t l, int side, int64_t t) {
+    return rows.data() + ((static_cast<size_t>(l) * 2 + static_cast<size_t>(side)) * tokens.size() +
+                          static_cast<size_t>(t)) * RowBytes();
+  }
+  const uint8_t* Row(int64_t l, int side, int64_t t) const {
+    return const_cast<KvSnapshot*>(this)->Row(l, side, t);
+  }
+  uint64_t bytes() const { return rows.size() + tokens.size() * sizeof(int32_t); }
+};
+
+struct KvStoreOptions {
+  uint64_t ram_limit = 0;        // bytes of snapshots kept in host RAM (0: none in RAM)
+  bool eight_bit = false;        // store Q8_0 rows (when kv_dim is a multiple of 32)
+  std::filesystem::path dir;     // persistence directory; empty: nothing on disk
+  std::string model_fingerprint; // caches of another model are never used
+  int64_t n_layers = 0;          // shape every snapshot must have
+  int64_t kv_dim = 0;
+};
+
+struct KvStoreStats {
+  uint64_t ram_bytes = 0;
+  uint64_t ram_entries = 0;
+  uint64_t disk_entries = 0;
+  uint64_t restored = 0;     // caches handed back to the engine
+  uint64_t offloaded = 0;    // caches received from the engine
+  uint64_t dropped = 0;      // caches evicted with nowhere to go
+  uint64_t load_errors = 0;  // disk files skipped (corrupt, other model)
+};
+
+class KvStore {
+ public:
+  // Creates the directory if needed and indexes the caches in it (headers only).
+  static absl::StatusOr<std::unique_ptr<KvStore>> Open(KvStoreOptions options);
+
+  const KvStoreOptions& options() const { return options_; }
+  // The element type snapshots should be taken in (Q8_0 only if asked and the shape allows).
+  quant::DType snapshot_dtype() const;
+
+  // Takes an evicted cache. Older entries beyond the RAM limit go to disk (with a directory)
+  // or are dropped.
+  void Put(KvSnapshot snapshot);
+
+  // The length of the longest common prefix between `prompt` and any stored history (capped
+  // at prompt.size() - 1: one prompt token is always recomputed), and whether it belongs to
+  // `session_id`.
+  size_t BestPrefix(const std::vector<int32_t>& prompt, const std::string& session_id) const;
+
+  // Removes and returns the entry BestPrefix chose (reading it from disk if needed). nullopt
+  // when nothing matches or the file turned out unreadable (logged; counted in load_errors).
+  std::optional<KvSnapshot> TakeBest(const std::vector<int32_t>& prompt, const std::string& session_id);
+
+  // Writes every RAM entry to the directory (shutdown). No-op without a directory.
+  absl::Status PersistAll();
+
+  KvStoreStats stats() const;
+
+  // File format, exposed for tests and tools.
+  static std::string Encode(const KvSnapshot& s, const std::string& fingerprint);
+  static absl::StatusOr<KvSnapshot> Decode(std::string_view bytes, const std::string& fingerprint,
+                                           const std::string& what);
+
+ private:
+  struct Entry {
+    std::vector<int32_t> tokens;
+    std::string session_id;
+    std::optional<KvSnapshot> ram;  // set: in RAM; else on disk at `path`
+    std::filesystem::path path;
+  };
+  explicit KvStore(KvStoreOptions options) : options_(std::move(options)) {}
+  absl::Status Index();
+  std::list<Entry>::iterator BestLocked(const std::vector<int32_t>& prompt, const std::string& session_id,
+                                        size_t* len);
+  void SpillLocked();
+  absl::Status WriteLocked(Entry* e);
+
+  const KvStoreOptions options_;
+  mutable std::mutex mu_;
+  std::list<Entry> entries_;  // front = most recent
+  uint64_t ram_bytes_ = 0;
+  KvStoreStats stats_;
+};
+
+}  // namespace colibri::engine

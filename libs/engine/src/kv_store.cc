@@ -1,0 +1,329 @@
+#include "colibri/engine/kv_store.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "colibri/core/checksum.h"
+#include "colibri/core/file_util.h"
+#include "spdlog/spdlog.h"
+#include "colibri/core/status.h"
+
+namespace colibri::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kMagic[8] = {'C', 'L', 'B', 'R', 'K', 'V', '0', '1'};
+constexpr uint32_t kVersion = 1;
+
+// Fixed-size header, little-endian host layout (x86-64 / aarch64).
+struct Header {
+  char magic[8];
+  uint32_t version;
+  uint32_t dtype;
+  int64_t n_layers;
+  int64_t kv_dim;
+  int64_t n_tokens;
+  uint32_t fingerprint_len;
+  uint32_t session_len;
+};
+static_assert(sizeof(Header) == 48);
+
+size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
+// Parses the header, fingerprint, session and tokens; checks the sizes add up to `size`.
+// On success *data_offset is where the rows start.
+absl::Status ParsePrefix(std::string_view bytes, uint64_t file_size, const std::string& fingerprint,
+                         const std::string& what, KvSnapshot* s, size_t* data_offset) {
+  Header h;
+  if (bytes.size() < sizeof(h)) return absl::DataLossError(absl::StrCat(what, ": truncated header"));
+  std::memcpy(&h, bytes.data(), sizeof(h));
+  if (std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0) {
+    return absl::DataLossError(absl::StrCat(what, ": not a colibri KV cache file"));
+  }
+  if (h.version != kVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(what, ": KV file version ", h.version, ", expected ", kVersion));
+  }
+  const auto dtype = static_cast<quant::DType>(h.dtype);
+  if (dtype != quant::DType::kF32 && dtype != quant::DType::kQ8_0) {
+    return absl::DataLossError(absl::StrCat(what, ": unsupported row type ", h.dtype));
+  }
+  if (h.n_layers <= 0 || h.n_layers > 4096 || h.kv_dim <= 0 || h.kv_dim > (1 << 20) || h.n_tokens <= 0 ||
+      h.n_tokens > (int64_t{1} << 24) || h.fingerprint_len > 4096 || h.session_len > 4096 ||
+      (dtype == quant::DType::kQ8_0 && h.kv_dim % 32 != 0)) {
+    return absl::DataLossError(absl::StrCat(what, ": implausible header"));
+  }
+  s->dtype = dtype;
+  s->n_layers = h.n_layers;
+  s->kv_dim = h.kv_dim;
+  const uint64_t tokens_bytes = static_cast<uint64_t>(h.n_tokens) * sizeof(int32_t);
+  const uint64_t rows_bytes = static_cast<uint64_t>(h.n_layers) * 2 * static_cast<uint64_t>(h.n_tokens) *
+                              quant::RowBytes(dtype, h.kv_dim);
+  const uint64_t prefix = sizeof(h) + uint64_t{h.fingerprint_len} + h.session_len + tokens_bytes;
+  if (prefix + rows_bytes + sizeof(uint64_t) != file_size) {
+    return absl::DataLossError(absl::StrCat(what, ": size ", file_size, " does not match its header (expected ",
+                                            prefix + rows_bytes + sizeof(uint64_t), ")"));
+  }
+  if (bytes.size() < prefix) return absl::DataLossError(absl::StrCat(what, ": truncated"));
+  const std::string_view fp = bytes.substr(sizeof(h), h.fingerprint_len);
+  if (fp != fingerprint) {
+    return absl::FailedPreconditionError(absl::StrCat(what, ": KV cache of another model"));
+  }
+  s->session_id.assign(bytes.substr(sizeof(h) + h.fingerprint_len, h.session_len));
+  s->tokens.resize(static_cast<size_t>(h.n_tokens));
+  std::memcpy(s->tokens.data(), bytes.data() + sizeof(h) + h.fingerprint_len + h.session_len, tokens_bytes);
+  *data_offset = static_cast<size_t>(prefix);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+size_t KvSnapshot::RowBytes() const { return quant::RowBytes(dtype, kv_dim); }
+
+std::string KvStore::Encode(const KvSnapshot& s, const std::string& fingerprint) {
+  Header h{};
+  std::memcpy(h.magic, kMagic, sizeof(kMagic));
+  h.version = kVersion;
+  h.dtype = static_cast<uint32_t>(s.dtype);
+  h.n_layers = s.n_layers;
+  h.kv_dim = s.kv_dim;
+  h.n_tokens = static_cast<int64_t>(s.tokens.size());
+  h.fingerprint_len = static_cast<uint32_t>(fingerprint.size());
+  h.session_len = static_cast<uint32_t>(s.session_id.size());
+  std::string out;
+  out.reserve(sizeof(h) + fingerprint.size() + s.session_id.size() + s.tokens.size() * 4 + s.rows.size() + 8);
+  out.append(reinterpret_cast<const char*>(&h), sizeof(h));
+  out.append(fingerprint);
+  out.append(s.session_id);
+  out.append(reinterpret_cast<const char*>(s.tokens.data()), s.tokens.size() * sizeof(int32_t));
+  out.append(reinterpret_cast<const char*>(s.rows.data()), s.rows.size());
+  const uint64_t sum = Checksum64(out.data(), out.size());
+  out.append(reinterpret_cast<const char*>(&sum), sizeof(sum));
+  return out;
+}
+
+absl::StatusOr<KvSnapshot> KvStore::Decode(std::string_view bytes, const std::string& fingerprint,
+                                           const std::string& what) {
+  KvSnapshot s;
+  size_t offset = 0;
+  RETURN_IF_ERROR(ParsePrefix(bytes, bytes.size(), fingerprint, what, &s, &offset));
+  const size_t body = bytes.size() - sizeof(uint64_t);
+  uint64_t stored = 0;
+  std::memcpy(&stored, bytes.data() + body, sizeof(stored));
+  if (Checksum64(bytes.data(), body) != stored) {
+    return absl::DataLossError(absl::StrCat(what, ": checksum mismatch"));
+  }
+  s.rows.assign(bytes.begin() + static_cast<ptrdiff_t>(offset), bytes.begin() + static_cast<ptrdiff_t>(body));
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<KvStore>> KvStore::Open(KvStoreOptions options) {
+  if (options.n_layers <= 0 || options.kv_dim <= 0) {
+    return absl::InvalidArgumentError("KV store: the model shape (layers, kv_dim) is required");
+  }
+  std::unique_ptr<KvStore> store(new KvStore(std::move(options)));
+  if (!store->options_.dir.empty()) RETURN_IF_ERROR(store->Index());
+  return store;
+}
+
+quant::DType KvStore::snapshot_dtype() const {
+  return options_.eight_bit && options_.kv_dim % 32 == 0 ? quant::DType::kQ8_0 : quant::DType::kF32;
+}
+
+absl::Status KvStore::Index() {
+  const fs::path& dir = options_.dir;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("KV persistence directory ", dir.string(), ": ", ec.message()));
+  for (const auto& de : fs::directory_iterator(dir, ec)) {
+    const fs::path p = de.path();
+    if (p.extension() != ".kv" || !de.is_regular_file()) {
+      if (p.filename().string().find(".tmp") != std::string::npos) fs::remove(p, ec);  // an interrupted write
+      continue;
+    }
+    std::ifstream in(p, std::ios::binary);
+    std::string head(64 << 10, '\0');
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    head.resize(static_cast<size_t>(in.gcount()));
+    // The token list can be longer than the first read: read exactly the prefix it needs.
+    Header h{};
+    if (head.size() >= sizeof(h)) {
+      std::memcpy(&h, head.data(), sizeof(h));
+      const uint64_t need = sizeof(h) + uint64_t{h.fingerprint_len} + h.session_len +
+                            static_cast<uint64_t>(std::max<int64_t>(0, std::min<int64_t>(h.n_tokens, 1 << 24))) * 4;
+      if (need > head.size() && need <= (uint64_t{64} << 20)) {
+        in.clear();
+        in.seekg(0);
+        head.resize(need);
+        in.read(head.data(), static_cast<std::streamsize>(need));
+        head.resize(static_cast<size_t>(in.gcount()));
+      }
+    }
+    KvSnapshot s;
+    size_t offset = 0;
+    const uint64_t size = fs::file_size(p, ec);
+    absl::Status st = ec ? absl::DataLossError(absl::StrCat(p.string(), ": ", ec.message()))
+                         : ParsePrefix(head, size, options_.model_fingerprint, p.string(), &s, &offset);
+    if (st.ok() && (s.n_layers != options_.n_layers || s.kv_dim != options_.kv_dim)) {
+      st = absl::FailedPreconditionError(absl::StrCat(p.string(), ": KV cache of another shape"));
+    }
+    if (!st.ok()) {
+      spdlog::warn("skipping KV cache file: {}", std::string(st.message()));
+      stats_.load_errors++;
+      continue;
+    }
+    entries_.push_back(Entry{std::move(s.tokens), std::move(s.session_id), std::nullopt, p});
+    stats_.disk_entries++;
+  }
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("KV persistence directory ", dir.string(), ": ", ec.message()));
+  if (!entries_.empty()) spdlog::info("KV store: {} cached conversations in {}", entries_.size(), dir.string());
+  return absl::OkStatus();
+}
+
+absl::Status KvStore::WriteLocked(Entry* e) {
+  const std::string name = ChecksumHex(Checksum64(e->tokens.data(), e->tokens.size() * sizeof(int32_t))) + ".kv";
+  const fs::path path = options_.dir / name;
+  RETURN_IF_ERROR(WriteFileAtomic(path, Encode(*e->ram, options_.model_fingerprint)));
+  e->path = path;
+  return absl::OkStatus();
+}
+
+void KvStore::SpillLocked() {
+  // Oldest RAM entries first, until the RAM entries fit.
+  for (auto it = entries_.rbegin(); it != entries_.rend() && ram_bytes_ > options_.ram_limit;) {
+    if (!it->ram) {
+      ++it;
+      continue;
+    }
+    const uint64_t b = it->ram->bytes();
+    if (!options_.dir.empty()) {
+      if (absl::Status st = WriteLocked(&*it); st.ok()) {
+        it->ram.reset();
+        ram_bytes_ -= b;
+        stats_.disk_entries++;
+        ++it;
+        continue;
+      } else {
+        spdlog::warn("KV cache not persisted: {}", std::string(st.message()));
+      }
+    }
+    ram_bytes_ -= b;
+    stats_.dropped++;
+    it = std::make_reverse_iterator(entries_.erase(std::next(it).base()));
+  }
+}
+
+void KvStore::Put(KvSnapshot snapshot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.offloaded++;
+  if (snapshot.tokens.empty()) return;
+  // A newer cache of the same history (or of a history it extends) replaces the older one.
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (it->tokens.size() <= snapshot.tokens.size() &&
+        CommonPrefix(it->tokens, snapshot.tokens) == it->tokens.size()) {
+      if (it->ram) ram_bytes_ -= it->ram->bytes();
+      else {
+        std::error_code ec;
+        fs::remove(it->path, ec);
+        stats_.disk_entries--;
+      }
+      it = entries_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  Entry e;
+  e.tokens = snapshot.tokens;
+  e.session_id = snapshot.session_id;
+  ram_bytes_ += snapshot.bytes();
+  e.ram = std::move(snapshot);
+  entries_.push_front(std::move(e));
+  SpillLocked();
+}
+
+std::list<KvStore::Entry>::iterator KvStore::BestLocked(const std::vector<int32_t>& prompt,
+                                                        const std::string& session_id, size_t* len) {
+  auto best = entries_.end();
+  size_t best_len = 0;
+  if (prompt.empty()) {
+    *len = 0;
+    return best;
+  }
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    const size_t n = std::min(CommonPrefix(it->tokens, prompt), prompt.size() - 1);
+    const bool same_session = !session_id.empty() && it->session_id == session_id;
+    if (n > best_len || (n == best_len && n > 0 && same_session)) {
+      best = it;
+      best_len = n;
+    }
+  }
+  *len = best_len;
+  return best_len == 0 ? entries_.end() : best;
+}
+
+size_t KvStore::BestPrefix(const std::vector<int32_t>& prompt, const std::string& session_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t len = 0;
+  const_cast<KvStore*>(this)->BestLocked(prompt, session_id, &len);
+  return len;
+}
+
+std::optional<KvSnapshot> KvStore::TakeBest(const std::vector<int32_t>& prompt, const std::string& session_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t len = 0;
+  auto it = BestLocked(prompt, session_id, &len);
+  if (it == entries_.end()) return std::nullopt;
+  Entry e = std::move(*it);
+  entries_.erase(it);
+  if (e.ram) {
+    ram_bytes_ -= e.ram->bytes();
+    stats_.restored++;
+    return std::move(e.ram);
+  }
+  stats_.disk_entries--;
+  absl::StatusOr<std::string> bytes = ReadFileToString(e.path);
+  std::error_code ec;
+  fs::remove(e.path, ec);  // taken: the engine owns it now and writes it back when evicted
+  absl::StatusOr<KvSnapshot> s = bytes.ok() ? Decode(*bytes, options_.model_fingerprint, e.path.string())
+                                            : absl::StatusOr<KvSnapshot>(bytes.status());
+  if (s.ok() && (s->n_layers != options_.n_layers || s->kv_dim != options_.kv_dim || s->tokens != e.tokens)) {
+    s = absl::DataLossError(absl::StrCat(e.path.string(), ": changed since it was indexed"));
+  }
+  if (!s.ok()) {
+    spdlog::warn("KV cache file unusable: {}", std::string(s.status().message()));
+    stats_.load_errors++;
+    return std::nullopt;
+  }
+  stats_.restored++;
+  return std::move(*s);
+}
+
+absl::Status KvStore::PersistAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (options_.dir.empty()) return absl::OkStatus();
+  for (Entry& e : entries_) {
+    if (!e.ram) continue;
+    RETURN_IF_ERROR(WriteLocked(&e));
+    ram_bytes_ -= e.ram->bytes();
+    e.ram.reset();
+    stats_.disk_entries++;
+  }
+  return SyncDirectory(options_.dir);
+}
+
+KvStoreStats KvStore::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  KvStoreStats s = stats_;
+  s.ram_bytes = ram_bytes_;
+  s.ram_entries = 0;
+  for (const Entry& e : entries_) s.ram_entries += e.ram ? 1 : 0;
+  return s;
+}
+
+}  // namespace colibri::engine
