@@ -1,4 +1,5 @@
 #include "router_core.h"
+#include "sessions.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -441,6 +442,100 @@ TEST_F(RouterCoreTest, MakeRouterCoreChecksTheVocabulary) {
   auto missing = MakeRouterCore((*dir_ / "nowhere").string(), std::make_unique<FakeCompute>(std::vector<int32_t>{}, &log_));
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(RouterCoreTest, SessionKeepsTheConversationAndItsId) {
+  auto core = Core(Ids(" the sea"));
+  SessionManager sessions(core.get(), 16);
+  EXPECT_EQ(sessions.Create("another-model", "").status().code(), absl::StatusCode::kNotFound);
+  auto created = sessions.Create("tiny-moe", "Be brief.");
+  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_EQ(created->messages.size(), 1u);
+  EXPECT_EQ(created->messages[0].role, "system");
+  const std::string id = created->id;
+  EXPECT_EQ(id.rfind("sess-", 0), 0u);
+
+  std::vector<Delta> deltas;
+  TextRequest r;
+  r.max_tokens = 8;
+  auto first = sessions.Send(id, {"", "Hello"}, r, [&](const Delta& d) {
+    deltas.push_back(d);
+    return true;
+  });
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(log_.requests.size(), 1u);
+  EXPECT_EQ(log_.requests[0].session_id, id);
+  auto expected1 = core->EncodeChat({{"system", "Be brief."}, {"user", "Hello"}});
+  ASSERT_TRUE(expected1.ok());
+  EXPECT_EQ(log_.requests[0].prompt, *expected1);
+
+  auto view = sessions.Get(id);
+  ASSERT_TRUE(view.ok());
+  ASSERT_EQ(view->messages.size(), 3u);
+  EXPECT_EQ(view->messages[1].role, "user");
+  EXPECT_EQ(view->messages[2].role, "assistant");
+  EXPECT_EQ(view->messages[2].content, first->text);
+  EXPECT_EQ(view->turns, 1);
+
+  // The second turn renders the whole conversation; its prompt extends the first turn's, which
+  // is what lets compute continue from that turn's KV.
+  auto second = sessions.Send(id, {"user", "More?"}, r, [](const Delta&) { return true; });
+  ASSERT_TRUE(second.ok());
+  ASSERT_EQ(log_.requests.size(), 2u);
+  const auto& p1 = log_.requests[0].prompt;
+  const auto& p2 = log_.requests[1].prompt;
+  ASSERT_GT(p2.size(), p1.size());
+  EXPECT_TRUE(std::equal(p1.begin(), p1.end(), p2.begin()));
+  EXPECT_EQ(sessions.Get(id)->turns, 2);
+
+  EXPECT_TRUE(sessions.Delete(id));
+  EXPECT_FALSE(sessions.Delete(id));
+  EXPECT_EQ(sessions.Get(id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(sessions.Send(id, {"user", "x"}, r, [](const Delta&) { return true; }).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(RouterCoreTest, SessionTurnCancelledOrConcurrentLeavesItUnchanged) {
+  auto core = Core(Ids(" one two three four"));
+  SessionManager sessions(core.get(), 16);
+  auto s = sessions.Create("", "");
+  ASSERT_TRUE(s.ok());
+  TextRequest r;
+  r.max_tokens = 8;
+  absl::Status concurrent;
+  int seen = 0;
+  auto cancelled = sessions.Send(s->id, {"user", "Hi"}, r, [&](const Delta&) {
+    // A second message while the first is being answered is refused.
+    concurrent = sessions.Send(s->id, {"user", "Hi again"}, r, [](const Delta&) { return true; }).status();
+    return ++seen < 2;
+  });
+  ASSERT_TRUE(cancelled.ok());
+  EXPECT_EQ(cancelled->finish, engine::FinishReason::kCancelled);
+  EXPECT_EQ(concurrent.code(), absl::StatusCode::kFailedPrecondition);
+  auto view = sessions.Get(s->id);
+  ASSERT_TRUE(view.ok());
+  EXPECT_TRUE(view->messages.empty());
+  EXPECT_EQ(view->turns, 0);
+  // Not busy any more.
+  EXPECT_TRUE(sessions.Send(s->id, {"user", "Hi"}, r, [](const Delta&) { return true; }).ok());
+  EXPECT_EQ(sessions.Get(s->id)->messages.size(), 2u);
+}
+
+TEST_F(RouterCoreTest, SessionsBeyondTheLimitForgetTheIdleLongest) {
+  auto core = Core({});
+  SessionManager sessions(core.get(), 2);
+  auto a = sessions.Create("", "");
+  auto b = sessions.Create("", "");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(sessions.Get(a->id).ok());
+  TextRequest r;
+  ASSERT_TRUE(sessions.Send(a->id, {"user", "Hi"}, r, [](const Delta&) { return true; }).ok());  // a is recent
+  auto c = sessions.Create("", "");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(sessions.size(), 2u);
+  EXPECT_TRUE(sessions.Get(a->id).ok());
+  EXPECT_EQ(sessions.Get(b->id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(sessions.Get(c->id).ok());
 }
 
 }  // namespace

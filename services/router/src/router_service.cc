@@ -7,12 +7,58 @@
 
 namespace colibri::router {
 
-RouterService::RouterService(RouterCore* core, RouterMetrics* metrics, int max_concurrent)
-    : core_(core), metrics_(metrics), executor_(max_concurrent + 1) {}
+namespace {
+
+using Writer = rpc::QueuedWriteReactor<v1::RouterGenerateResponse>;
+
+// Sampling and stop settings of a request (its prompt is set by the caller).
+TextRequest TextRequestFromProto(const v1::SamplingParams& sampling, const v1::StopConditions& stop,
+                                 std::chrono::system_clock::time_point deadline) {
+  TextRequest tr;
+  tr.sampling = compute::SamplingFromProto(sampling);
+  tr.max_tokens = stop.max_tokens() > 0 ? stop.max_tokens() : 256;
+  tr.stop_strings.assign(stop.stop_strings().begin(), stop.stop_strings().end());
+  tr.stop_tokens.assign(stop.stop_token_ids().begin(), stop.stop_token_ids().end());
+  tr.ignore_eos = stop.ignore_eos();
+  tr.deadline = deadline;
+  return tr;
+}
+
+}  // namespace
+
+RouterService::RouterService(RouterCore* core, RouterMetrics* metrics, int max_concurrent, size_t max_sessions)
+    : core_(core), metrics_(metrics), sessions_(core, max_sessions), executor_(max_concurrent + 1) {}
+
+grpc::Status RouterService::StreamRun(
+    Writer* out, const std::string& endpoint,
+    const std::function<absl::StatusOr<TextResult>(const std::function<bool(const Delta&)>&)>& run) {
+  metrics_->active_requests->Increment();
+  auto result = run([&](const Delta& d) {
+    v1::RouterGenerateResponse msg;
+    msg.set_text(d.text);
+    for (const auto& t : d.tokens) msg.add_token_ids(static_cast<uint32_t>(t.id));
+    return out->Push(std::move(msg));
+  });
+  metrics_->active_requests->Decrement();
+  if (!result.ok()) {
+    metrics_->CountRequest(endpoint, rpc::HttpStatus(result.status()));
+    return rpc::ToGrpc(result.status());
+  }
+  if (result->finish == engine::FinishReason::kCancelled) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+  metrics_->prompt_tokens->Increment(static_cast<double>(result->prompt_tokens));
+  metrics_->completion_tokens->Increment(static_cast<double>(result->completion_tokens));
+  v1::RouterGenerateResponse last;
+  last.set_finish_reason(compute::FinishToProto(result->finish));
+  last.mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(result->prompt_tokens));
+  last.mutable_usage()->set_completion_tokens(static_cast<uint32_t>(result->completion_tokens));
+  last.mutable_usage()->set_cached_prompt_tokens(static_cast<uint32_t>(result->cached_prompt_tokens));
+  out->Push(std::move(last));
+  metrics_->CountRequest(endpoint, 200);
+  return grpc::Status::OK;
+}
 
 grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::Generate(grpc::CallbackServerContext* ctx,
                                                                               const v1::RouterGenerateRequest* req) {
-  using Writer = rpc::QueuedWriteReactor<v1::RouterGenerateResponse>;
   v1::RouterGenerateRequest copy = *req;
   const auto deadline = ctx->deadline();
   return new Writer(&executor_, [this, req = std::move(copy), deadline](Writer* out) -> grpc::Status {
@@ -21,7 +67,6 @@ grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::Generate(gr
       return rpc::ToGrpc(st);
     };
     if (auto st = core_->CheckModel(req.model()); !st.ok()) return fail(st);
-    TextRequest tr;
     absl::StatusOr<std::vector<int32_t>> ids;
     switch (req.input_case()) {
       case v1::RouterGenerateRequest::kPrompt:
@@ -40,35 +85,66 @@ grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::Generate(gr
         ids = absl::InvalidArgumentError("one of prompt, chat or tokens is required");
     }
     if (!ids.ok()) return fail(ids.status());
+    TextRequest tr = TextRequestFromProto(req.sampling(), req.stop(), deadline);
     tr.prompt = std::move(*ids);
-    tr.sampling = compute::SamplingFromProto(req.sampling());
-    tr.max_tokens = req.stop().max_tokens() > 0 ? req.stop().max_tokens() : 256;
-    tr.stop_strings.assign(req.stop().stop_strings().begin(), req.stop().stop_strings().end());
-    tr.stop_tokens.assign(req.stop().stop_token_ids().begin(), req.stop().stop_token_ids().end());
-    tr.ignore_eos = req.stop().ignore_eos();
     tr.session_id = req.session_id();
-    tr.deadline = deadline;
-    metrics_->active_requests->Increment();
-    auto result = core_->Run(tr, [&](const Delta& d) {
-      v1::RouterGenerateResponse msg;
-      msg.set_text(d.text);
-      for (const auto& t : d.tokens) msg.add_token_ids(static_cast<uint32_t>(t.id));
-      return out->Push(std::move(msg));
-    });
-    metrics_->active_requests->Decrement();
-    if (!result.ok()) return fail(result.status());
-    if (result->finish == engine::FinishReason::kCancelled) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
-    metrics_->prompt_tokens->Increment(static_cast<double>(result->prompt_tokens));
-    metrics_->completion_tokens->Increment(static_cast<double>(result->completion_tokens));
-    v1::RouterGenerateResponse last;
-    last.set_finish_reason(compute::FinishToProto(result->finish));
-    last.mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(result->prompt_tokens));
-    last.mutable_usage()->set_completion_tokens(static_cast<uint32_t>(result->completion_tokens));
-    last.mutable_usage()->set_cached_prompt_tokens(static_cast<uint32_t>(result->cached_prompt_tokens));
-    out->Push(std::move(last));
-    metrics_->CountRequest("grpc_generate", 200);
-    return grpc::Status::OK;
+    return StreamRun(out, "grpc_generate", [&](const auto& on_delta) { return core_->Run(tr, on_delta); });
   });
+}
+
+grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::SendMessage(
+    grpc::CallbackServerContext* ctx, const v1::SendMessageRequest* req) {
+  v1::SendMessageRequest copy = *req;
+  const auto deadline = ctx->deadline();
+  return new Writer(&executor_, [this, req = std::move(copy), deadline](Writer* out) -> grpc::Status {
+    TextRequest tr = TextRequestFromProto(req.sampling(), req.stop(), deadline);
+    tokenizer::ChatMessage m{req.message().role(), req.message().content()};
+    return StreamRun(out, "grpc_session_send", [&](const auto& on_delta) {
+      return sessions_.Send(req.session_id(), std::move(m), std::move(tr), on_delta);
+    });
+  });
+}
+
+namespace {
+
+void FillSessionInfo(const SessionView& v, const std::string& model, v1::SessionInfo* info) {
+  info->set_session_id(v.id);
+  info->set_model(model);
+  for (const auto& m : v.messages) {
+    auto* pm = info->add_messages();
+    pm->set_role(m.role);
+    pm->set_content(m.content);
+  }
+  info->set_turns(static_cast<uint32_t>(v.turns));
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* RouterService::CreateSession(grpc::CallbackServerContext* ctx,
+                                                       const v1::CreateSessionRequest* req, v1::SessionInfo* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  auto v = sessions_.Create(req->model(), req->system_prompt());
+  if (v.ok()) FillSessionInfo(*v, core_->model_name(), resp);
+  reactor->Finish(v.ok() ? grpc::Status::OK : rpc::ToGrpc(v.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* RouterService::GetSession(grpc::CallbackServerContext* ctx, const v1::GetSessionRequest* req,
+                                                    v1::SessionInfo* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  auto v = sessions_.Get(req->session_id());
+  if (v.ok()) FillSessionInfo(*v, core_->model_name(), resp);
+  reactor->Finish(v.ok() ? grpc::Status::OK : rpc::ToGrpc(v.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* RouterService::DeleteSession(grpc::CallbackServerContext* ctx,
+                                                       const v1::DeleteSessionRequest* req,
+                                                       v1::DeleteSessionResponse* resp) {
+  resp->set_deleted(sessions_.Delete(req->session_id()));
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* RouterService::ListModels(grpc::CallbackServerContext* ctx,

@@ -1,0 +1,110 @@
+#include "sessions.h"
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "colibri/core/checksum.h"
+#include "colibri/core/status.h"
+
+namespace colibri::router {
+namespace {
+
+std::string NewSessionId() {
+  static std::mutex mu;
+  static std::random_device rd;
+  std::lock_guard<std::mutex> lock(mu);
+  const uint64_t a = (static_cast<uint64_t>(rd()) << 32) | rd();
+  const uint64_t b = (static_cast<uint64_t>(rd()) << 32) | rd();
+  return absl::StrCat("sess-", ChecksumHex(a), ChecksumHex(b));
+}
+
+}  // namespace
+
+SessionManager::SessionManager(RouterCore* core, size_t max_sessions)
+    : core_(core), max_sessions_(std::max<size_t>(1, max_sessions)) {}
+
+void SessionManager::TouchLocked(Session* s) { lru_.splice(lru_.begin(), lru_, s->lru); }
+
+absl::StatusOr<SessionView> SessionManager::Create(const std::string& model, const std::string& system_prompt) {
+  RETURN_IF_ERROR(core_->CheckModel(model));
+  auto s = std::make_unique<Session>();
+  s->id = NewSessionId();
+  if (!system_prompt.empty()) s->messages.push_back({"system", system_prompt});
+  std::lock_guard<std::mutex> lock(mu_);
+  // Forget the sessions idle longest (never one being answered).
+  for (auto it = lru_.end(); sessions_.size() >= max_sessions_ && it != lru_.begin();) {
+    --it;
+    auto found = sessions_.find(*it);
+    if (found != sessions_.end() && !found->second->busy) {
+      sessions_.erase(found);
+      it = lru_.erase(it);
+    }
+  }
+  lru_.push_front(s->id);
+  s->lru = lru_.begin();
+  SessionView view{s->id, s->messages, 0};
+  sessions_.emplace(s->id, std::move(s));
+  return view;
+}
+
+absl::StatusOr<SessionView> SessionManager::Get(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return absl::NotFoundError(absl::StrCat("no session '", id, "'"));
+  return SessionView{it->second->id, it->second->messages, it->second->turns};
+}
+
+bool SessionManager::Delete(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return false;
+  lru_.erase(it->second->lru);
+  sessions_.erase(it);
+  return true;
+}
+
+size_t SessionManager::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sessions_.size();
+}
+
+absl::StatusOr<TextResult> SessionManager::Send(const std::string& id, tokenizer::ChatMessage message,
+                                                TextRequest request,
+                                                const std::function<bool(const Delta&)>& on_delta) {
+  if (message.role.empty()) message.role = "user";
+  std::vector<tokenizer::ChatMessage> conversation;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return absl::NotFoundError(absl::StrCat("no session '", id, "'"));
+    Session* s = it->second.get();
+    if (s->busy) {
+      return absl::FailedPreconditionError(absl::StrCat("session '", id, "' is still answering its previous message"));
+    }
+    s->busy = true;
+    TouchLocked(s);
+    conversation = s->messages;
+  }
+  conversation.push_back(message);
+  absl::StatusOr<TextResult> result;
+  if (auto ids = core_->EncodeChat(conversation); ids.ok()) {
+    request.prompt = std::move(*ids);
+    request.session_id = id;
+    result = core_->Run(request, on_delta);
+  } else {
+    result = ids.status();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return result;  // deleted while answering: nothing to keep
+  Session* s = it->second.get();
+  s->busy = false;
+  if (result.ok() && result->finish != engine::FinishReason::kCancelled) {
+    s->messages.push_back(std::move(message));
+    s->messages.push_back({"assistant", result->text});
+    s->turns++;
+  }
+  return result;
+}
+
+}  // namespace colibri::router

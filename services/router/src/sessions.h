@@ -1,0 +1,67 @@
+// Router-side conversations for the gRPC session API: the messages of each session, so a client
+// sends only its new message. Each turn renders the whole conversation with the chat template
+// and runs it under the session's id, so compute continues from the KV it kept after the
+// previous turn (prefix reuse) and prefills only the new tokens.
+//
+// One turn at a time per session (a second concurrent Send is FailedPrecondition); a turn that
+// fails or is cancelled leaves the conversation unchanged. Beyond `max_sessions`, the session
+// idle longest is forgotten. Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "colibri/tokenizer/chat.h"
+#include "router_core.h"
+
+namespace colibri::router {
+
+struct SessionView {
+  std::string id;
+  std::vector<tokenizer::ChatMessage> messages;
+  int64_t turns = 0;
+};
+
+class SessionManager {
+ public:
+  SessionManager(RouterCore* core, size_t max_sessions);
+
+  // NotFound for a model that is not the router's.
+  absl::StatusOr<SessionView> Create(const std::string& model, const std::string& system_prompt);
+  absl::StatusOr<SessionView> Get(const std::string& id) const;
+  bool Delete(const std::string& id);
+
+  // Adds `message` to session `id`, runs the conversation with `request`'s sampling and stop
+  // settings (its prompt and session id are set here) and, when it finishes (stop or length),
+  // adds the answer as an assistant message.
+  absl::StatusOr<TextResult> Send(const std::string& id, tokenizer::ChatMessage message, TextRequest request,
+                                  const std::function<bool(const Delta&)>& on_delta);
+
+  size_t size() const;
+
+ private:
+  struct Session {
+    std::string id;
+    std::vector<tokenizer::ChatMessage> messages;
+    int64_t turns = 0;
+    bool busy = false;
+    std::list<std::string>::iterator lru;  // position in lru_
+  };
+  void TouchLocked(Session* s);
+
+  RouterCore* const core_;
+  const size_t max_sessions_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::unique_ptr<Session>> sessions_;
+  std::list<std::string> lru_;  // front = most recently used
+};
+
+}  // namespace colibri::router
