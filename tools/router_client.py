@@ -37,13 +37,13 @@ def load_protos(out_dir=None):
     return importlib.import_module('colibri.v1.router_pb2')
 
 
-def generate(target, request, timeout=120):
-    """Yields RouterGenerateResponse messages for a RouterGenerateRequest."""
+def stream(target, method, request, timeout=120):
+    """Yields the RouterGenerateResponse messages of a streaming Router method: Generate (a
+    RouterGenerateRequest) or SendMessage (a SendMessageRequest, one turn of a session)."""
     import grpc
     pb = sys.modules['colibri.v1.router_pb2']
     with grpc.insecure_channel(target) as channel:
-        call = channel.unary_stream('/colibri.v1.Router/Generate',
-                                    request_serializer=pb.RouterGenerateRequest.SerializeToString,
+        call = channel.unary_stream(f'/colibri.v1.Router/{method}', request_serializer=type(request).SerializeToString,
                                     response_deserializer=pb.RouterGenerateResponse.FromString)
         yield from call(request, timeout=timeout)
 
@@ -55,17 +55,6 @@ def unary(target, method, request, response_type, timeout=30):
         call = channel.unary_unary(f'/colibri.v1.Router/{method}', request_serializer=type(request).SerializeToString,
                                    response_deserializer=response_type.FromString)
         return call(request, timeout=timeout)
-
-
-def send_message(target, request, timeout=120):
-    """Yields RouterGenerateResponse messages for a SendMessageRequest (one turn of a session)."""
-    import grpc
-    pb = sys.modules['colibri.v1.router_pb2']
-    with grpc.insecure_channel(target) as channel:
-        call = channel.unary_stream('/colibri.v1.Router/SendMessage',
-                                    request_serializer=pb.SendMessageRequest.SerializeToString,
-                                    response_deserializer=pb.RouterGenerateResponse.FromString)
-        yield from call(request, timeout=timeout)
 
 
 def collect(stream, echo):
@@ -98,7 +87,7 @@ def run_session(a, pb):
         req.stop.max_tokens = a.max_tokens
         if not a.json:
             print(f'> {message}')
-        turns.append(collect(send_message(a.target, req), echo=not a.json))
+        turns.append(collect(stream(a.target, 'SendMessage', req), echo=not a.json))
     info = unary(a.target, 'GetSession', pb.GetSessionRequest(session_id=session.session_id), pb.SessionInfo)
     if a.json:
         print(json.dumps({'session_id': session.session_id, 'turns': turns, 'messages': len(info.messages)}))
@@ -135,7 +124,7 @@ def main():
     if a.seed is not None:
         req.sampling.seed = a.seed
     req.stop.max_tokens = a.max_tokens
-    result = collect(generate(a.target, req), echo=not a.json)
+    result = collect(stream(a.target, 'Generate', req), echo=not a.json)
     if a.json:
         print(json.dumps(result))
 
