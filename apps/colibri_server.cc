@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   std::string model_dir, cache_size = "2G", grpc_listen = "", port_file;
   int threads = 0;
   colibri::router::HttpOptions http;
+  size_t prefetch_hints = 0;
   CLI::App app{"colibri-server: the whole of colibri in one process (OpenAI API on --port)"};
   app.add_option("--model", model_dir, "Model directory made by colibri-convert")->required()->check(CLI::ExistingDirectory);
   app.add_option("--expert-cache-size", cache_size, "Host-RAM expert cache budget (e.g. 512M, 8G)")->capture_default_str();
@@ -38,6 +39,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--grpc-listen", grpc_listen, "Also serve the Router gRPC API here (host:port)");
   app.add_option("--port-file", port_file, "Write the bound HTTP port to this file");
+  app.add_option("--prefetch-hints", prefetch_hints,
+                 "Before a request of a known conversation (session_id / user), ask compute to warm up to N of "
+                 "the experts its earlier turns used most (0: off)")
+      ->capture_default_str();
   colibri::compute::CacheFlags cache_flags;
   colibri::compute::AddCacheFlags(&app, &cache_flags);
   CLI11_PARSE(app, argc, argv);
@@ -65,6 +70,7 @@ int main(int argc, char** argv) {
     spdlog::error("{}", std::string(core.status().message()));
     return 1;
   }
+  (*core)->set_prefetch_hints(prefetch_hints);
   // One registry: the router's HTTP /metrics shows router and compute families together.
   auto registry = std::make_shared<prometheus::Registry>();
   colibri::router::RouterMetrics router_metrics(registry);

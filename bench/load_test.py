@@ -16,7 +16,6 @@ import statistics
 import sys
 import threading
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'tests'))
 import testlib  # noqa: E402
@@ -30,26 +29,11 @@ def client(url, stop_at, prompt_base, results, lock):
     while time.time() < stop_at:
         i += 1
         body = {'prompt': [1] + [(prompt_base * 37 + i * 11 + k) % 500 + 3 for k in range(24)], 'max_tokens': 32,
-                'temperature': 0.7, 'seed': i, 'stream': True}
-        t0 = time.time()
+                'temperature': 0.7, 'seed': i}
         ttft, tokens, finish, error = None, 0, None, None
         try:
-            req = urllib.request.Request(url + '/v1/completions', data=json.dumps(body).encode(),
-                                         headers={'Content-Type': 'application/json'})
-            with urllib.request.urlopen(req, timeout=300) as r:
-                for raw in r:
-                    line = raw.decode().strip()
-                    if not line.startswith('data: {'):
-                        continue
-                    j = json.loads(line[6:])
-                    if 'error' in j:
-                        error = j['error']['message']
-                        break
-                    for c in j['choices']:
-                        if c.get('text'):
-                            tokens += 1
-                            ttft = ttft or time.time() - t0
-                        finish = c.get('finish_reason') or finish
+            res = testlib.stream_completion(url, body)
+            ttft, tokens, finish = res['ttft'], res['chunks'], res['finish']
         except Exception as e:  # noqa: BLE001  (counted, reported)
             error = str(e)
         with lock:

@@ -146,6 +146,31 @@ def sse_events(url, body, timeout=120):
     return events
 
 
+def stream_completion(url, body, timeout=300):
+    """Streams POST /v1/completions (token ids on): {'ttft', 'token_ids', 'chunks' (events with
+    text), 'finish'}. Raises RuntimeError for an error event."""
+    t0 = time.time()
+    out = {'ttft': None, 'token_ids': [], 'chunks': 0, 'finish': None}
+    req = urllib.request.Request(url + '/v1/completions',
+                                 data=json.dumps(dict(body, stream=True, return_token_ids=True)).encode(),
+                                 headers={'Content-Type': 'application/json'})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith('data: {'):
+                continue
+            j = json.loads(line[6:])
+            if 'error' in j:
+                raise RuntimeError(j['error']['message'])
+            for c in j['choices']:
+                if c.get('text') or c.get('token_ids'):
+                    out['chunks'] += 1
+                    out['ttft'] = out['ttft'] or time.time() - t0
+                out['token_ids'] += c.get('token_ids') or []
+                out['finish'] = c.get('finish_reason') or out['finish']
+    return out
+
+
 def metric(text, name, labels=''):
     """Sums the samples of Prometheus metric `name` in exposition `text` (optionally only the
     lines containing `labels`, e.g. 'tier="ram"')."""

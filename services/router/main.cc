@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   colibri::InitLogging();
   std::string model_dir, compute, grpc_listen = "0.0.0.0:50050", port_file, grpc_port_file;
   colibri::router::HttpOptions http;
+  size_t prefetch_hints = 0;
   CLI::App app{"colibri-router: OpenAI-compatible HTTP API and gRPC API"};
   app.add_option("--model", model_dir, "Model directory (tokenizer files and manifest)")->required()->check(CLI::ExistingDirectory);
   app.add_option("--compute", compute, "colibri-compute address host:port")->required();
@@ -31,6 +32,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--http-threads", http.threads, "HTTP worker threads")->capture_default_str();
   app.add_option("--port-file", port_file, "Write the bound HTTP port to this file");
+  app.add_option("--prefetch-hints", prefetch_hints,
+                 "Before a request of a known conversation (session_id / user), ask compute to warm up to N of "
+                 "the experts its earlier turns used most (0: off)")
+      ->capture_default_str();
   app.add_option("--grpc-port-file", grpc_port_file, "Write the bound gRPC port to this file");
   CLI11_PARSE(app, argc, argv);
 
@@ -39,6 +44,7 @@ int main(int argc, char** argv) {
     spdlog::error("{}", std::string(core.status().message()));
     return 1;
   }
+  (*core)->set_prefetch_hints(prefetch_hints);
   auto registry = std::make_shared<prometheus::Registry>();
   colibri::router::RouterMetrics metrics(registry);
   colibri::router::RouterService service(core->get(), &metrics, http.threads);

@@ -269,6 +269,7 @@ void Engine::Finish(Sequence* seq, absl::Status status) {
   if (status.ok() && !seq->req.record_logits && seq->cache && seq->cache->n_past() > 0) {
     std::lock_guard<std::mutex> lock(mu_);
     pool_.push_front(PoolEntry{std::move(seq->fed), std::move(seq->cache), seq->req.session_id});
+    EnforceKvLimitLocked();  // before the caller hears of the finish: its next request sees the result
   }
   seq->cache.reset();
   std::lock_guard<std::mutex> lock(seq->mu);
@@ -330,6 +331,23 @@ void Engine::Step() {
     for (const Span& sp : spans) Finish(sp.seq, st);
     std::erase_if(active_, [](const auto& s) { return s->done; });
     return;
+  }
+  // Which experts each sequence's rows went to (for the router's prefetch hints).
+  const size_t K = static_cast<size_t>(c.top_k), E = static_cast<size_t>(c.n_experts);
+  const size_t L = static_cast<size_t>(c.n_layers), nb = batch.size();
+  if (stats.routed.size() == L * nb * K) {
+    size_t first = 0;
+    for (const Span& sp : spans) {
+      auto& counts = sp.seq->result.expert_counts;
+      if (counts.empty()) counts.assign(L * E, 0);
+      for (size_t l = 0; l < L; ++l) {
+        const int32_t* r = stats.routed.data() + l * nb * K;
+        for (size_t i = first; i < first + static_cast<size_t>(sp.rows_in_batch); ++i) {
+          for (size_t k = 0; k < K; ++k) counts[l * E + static_cast<size_t>(r[i * K + k])]++;
+        }
+      }
+      first += static_cast<size_t>(sp.rows_in_batch);
+    }
   }
   const int64_t V = c.vocab_size;
   size_t item = 0, row = 0;

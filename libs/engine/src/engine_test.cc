@@ -350,5 +350,28 @@ TEST_F(EngineTest, KvSnapshotRoundTripsExactly) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(EngineTest, ExpertCountsCoverEveryComputedRow) {
+  auto e = NewEngine();
+  auto r = Run(*e, Greedy({1, 3, 5, 7, 9, 11, 13}, 5));
+  ASSERT_TRUE(r.ok());
+  const auto& c = model_->config();
+  ASSERT_EQ(r->expert_counts.size(), static_cast<size_t>(c.n_layers * c.n_experts));
+  // 7 prompt rows + 4 fed generated tokens (the last sampled one is never fed).
+  const uint64_t rows = 7 + 4;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    uint64_t sum = 0;
+    for (int64_t x = 0; x < c.n_experts; ++x) sum += r->expert_counts[static_cast<size_t>(l * c.n_experts + x)];
+    EXPECT_EQ(sum, rows * static_cast<uint64_t>(c.top_k)) << "layer " << l;
+  }
+  // Batched with another request, a sequence's counts are its own.
+  std::thread other([&] { ASSERT_TRUE(Run(*e, Greedy({2, 4, 6, 8}, 9)).ok()); });
+  auto again = Run(*e, Greedy({1, 3, 5, 7, 9, 11, 14}, 5));
+  other.join();
+  ASSERT_TRUE(again.ok());
+  uint64_t total = 0;
+  for (uint32_t v : again->expert_counts) total += v;
+  EXPECT_EQ(total, (static_cast<uint64_t>(7 - again->cached_prompt_tokens) + 4) * c.top_k * c.n_layers);
+}
+
 }  // namespace
 }  // namespace colibri::engine

@@ -341,6 +341,7 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
     }
   }
   ReportRouting(layer, routing);
+  if (stats) stats->routed.insert(stats->routed.end(), routing.experts.begin(), routing.experts.end());
   float* moe = w.moe->f32();
   be.Zero(moe, static_cast<size_t>(n * H) * sizeof(float));
   std::vector<ExpertId> ids;

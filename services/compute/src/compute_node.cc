@@ -69,6 +69,42 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(const ComputeNo
   return node;
 }
 
+std::vector<ExpertUse> TopExperts(const std::vector<uint32_t>& counts, const model::ModelConfig& config) {
+  std::vector<ExpertUse> out;
+  const size_t E = static_cast<size_t>(config.n_experts);
+  if (counts.size() != static_cast<size_t>(config.n_layers) * E) return out;
+  const size_t keep = std::min<size_t>(E, static_cast<size_t>(2 * config.top_k));
+  std::vector<ExpertUse> layer(E);
+  for (int32_t l = 0; l < config.n_layers; ++l) {
+    for (size_t e = 0; e < E; ++e) layer[e] = {{l, static_cast<int32_t>(e)}, counts[static_cast<size_t>(l) * E + e]};
+    std::partial_sort(layer.begin(), layer.begin() + static_cast<ptrdiff_t>(keep), layer.end(),
+                      [](const ExpertUse& a, const ExpertUse& b) {
+                        return a.count != b.count ? a.count > b.count : a.id.expert < b.id.expert;
+                      });
+    for (size_t i = 0; i < keep && layer[i].count > 0; ++i) out.push_back(layer[i]);
+  }
+  return out;
+}
+
+absl::StatusOr<size_t> ComputeNode::PrefetchHint(std::span<const expert_source::ExpertId> ids) {
+  const auto& c = model_->config();
+  for (const auto& id : ids) {
+    if (id.layer < 0 || id.layer >= c.n_layers || id.expert < 0 || id.expert >= c.n_experts) {
+      return absl::InvalidArgumentError(absl::StrCat("prefetch hint for expert (layer ", id.layer, ", id ", id.expert,
+                                                     ") outside the model (", c.n_layers, " layers, ", c.n_experts,
+                                                     " experts)"));
+    }
+  }
+  // Never more than half the cache: hints must not evict what the running requests need.
+  const uint64_t block = ids.empty() ? 0 : cache_->front()->BlockSize(ids[0]);
+  const uint64_t capacity = cache_->ram().Stats().capacity_bytes;
+  const size_t limit = block == 0 ? 0 : static_cast<size_t>(capacity / 2 / block);
+  const size_t n = std::min(ids.size(), limit);
+  if (n > 0) cache_->front()->Prefetch(ids.subspan(0, n));
+  prefetch_hints_ += n;
+  return n;
+}
+
 absl::Status ComputeNode::AddStore(const std::string& target) {
   if (stores_ == nullptr) {
     return absl::FailedPreconditionError("this node reads experts from its model directory, not from expert stores");

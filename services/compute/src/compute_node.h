@@ -44,11 +44,24 @@ struct ComputeNodeOptions {
   int64_t prefill_chunk = 512;
 };
 
+// One expert and how many rows of a request were routed to it.
+struct ExpertUse {
+  expert_source::ExpertId id;
+  uint32_t count = 0;
+};
+// The most used experts of a request (GenerationResult::expert_counts): per layer the up to
+// 2 * top_k with the highest counts, layer by layer.
+std::vector<ExpertUse> TopExperts(const std::vector<uint32_t>& counts, const model::ModelConfig& config);
+
 class ComputeNode {
  public:
   static absl::StatusOr<std::unique_ptr<ComputeNode>> Create(const ComputeNodeOptions& options);
 
   engine::Engine& engine() { return *engine_; }
+  // Prefetch hints from the router: starts loading these experts at prefetch priority, the
+  // first ones first, at most half the host-RAM expert cache's worth. Returns how many were
+  // passed on; InvalidArgument for an id outside the model.
+  absl::StatusOr<size_t> PrefetchHint(std::span<const expert_source::ExpertId> ids);
   // Where evicted KV caches go (nullptr without --kv-offload-limit / --kv-persist-dir).
   const engine::KvStore* kv_store() const { return kv_store_.get(); }
   const model::Manifest& manifest() const { return container_->manifest(); }
@@ -82,6 +95,7 @@ class ComputeNode {
   std::unique_ptr<engine::Model> model_;
   std::unique_ptr<engine::KvStore> kv_store_;  // outlives engine_ (which persists into it)
   std::unique_ptr<engine::Engine> engine_;
+  std::atomic<uint64_t> prefetch_hints_{0};  // expert prefetches started from router hints
 };
 
 }  // namespace colibri::compute

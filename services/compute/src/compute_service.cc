@@ -102,8 +102,28 @@ grpc::Status ComputeService::Run(const engine::GenerationRequest& r, std::chrono
   last.mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(result->prompt_tokens));
   last.mutable_usage()->set_completion_tokens(static_cast<uint32_t>(result->tokens.size()));
   last.mutable_usage()->set_cached_prompt_tokens(static_cast<uint32_t>(result->cached_prompt_tokens));
+  for (const ExpertUse& u : TopExperts(result->expert_counts, node_->model().config())) {
+    auto* ec = last.add_expert_counts();
+    ec->set_layer(static_cast<uint32_t>(u.id.layer));
+    ec->set_expert(static_cast<uint32_t>(u.id.expert));
+    ec->set_count(u.count);
+  }
   out->Push(std::move(last));
   return grpc::Status::OK;
+}
+
+grpc::ServerUnaryReactor* ComputeService::Prefetch(grpc::CallbackServerContext* ctx, const v1::PrefetchRequest* req,
+                                                   v1::PrefetchResponse* resp) {
+  std::vector<expert_source::ExpertId> ids;
+  ids.reserve(static_cast<size_t>(req->experts_size()));
+  for (const auto& e : req->experts()) {
+    ids.push_back({static_cast<int32_t>(e.layer()), static_cast<int32_t>(e.expert())});
+  }
+  auto accepted = node_->PrefetchHint(ids);
+  if (accepted.ok()) resp->set_accepted(static_cast<uint32_t>(*accepted));
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(accepted.ok() ? grpc::Status::OK : rpc::ToGrpc(accepted.status()));
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* ComputeService::GetModelInfo(grpc::CallbackServerContext* ctx,

@@ -27,6 +27,8 @@ class ComputeService final : public v1::Compute::CallbackService {
                                                            const v1::GenerateRequest* req) override;
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* ctx, const v1::ModelInfoRequest* req,
                                          v1::ModelInfo* resp) override;
+  grpc::ServerUnaryReactor* Prefetch(grpc::CallbackServerContext* ctx, const v1::PrefetchRequest* req,
+                                     v1::PrefetchResponse* resp) override;
 
  private:
   grpc::ServerWriteReactor<v1::GenerateResponse>* Reject(const absl::Status& status);

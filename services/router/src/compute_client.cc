@@ -35,8 +35,16 @@ class InProcessComputeClient final : public ComputeClient {
     if (result->finish == engine::FinishReason::kCancelled && std::chrono::system_clock::now() > request.deadline) {
       return absl::DeadlineExceededError("request deadline exceeded during generation");
     }
-    return ComputeResult{result->finish, result->prompt_tokens, static_cast<int64_t>(result->tokens.size()),
-                         result->cached_prompt_tokens};
+    ComputeResult out{result->finish, result->prompt_tokens, static_cast<int64_t>(result->tokens.size()),
+                      result->cached_prompt_tokens, {}};
+    for (const compute::ExpertUse& u : compute::TopExperts(result->expert_counts, node_->model().config())) {
+      out.expert_counts.push_back({u.id.layer, u.id.expert, u.count});
+    }
+    return out;
+  }
+
+  absl::StatusOr<size_t> Prefetch(const std::vector<expert_source::ExpertId>& experts) override {
+    return node_->PrefetchHint(experts);
   }
 
  private:
@@ -101,6 +109,10 @@ class GrpcComputeClient final : public ComputeClient {
                                                                            : engine::FinishReason::kCancelled;
         result.prompt_tokens = resp.usage().prompt_tokens();
         result.cached_prompt_tokens = resp.usage().cached_prompt_tokens();
+        for (const auto& ec : resp.expert_counts()) {
+          result.expert_counts.push_back(
+              {static_cast<int32_t>(ec.layer()), static_cast<int32_t>(ec.expert()), ec.count()});
+        }
       }
     }
     grpc::Status st = reader->Finish();
@@ -111,6 +123,21 @@ class GrpcComputeClient final : public ComputeClient {
     }
     if (!st.ok()) return Unavailable(st);
     return result;
+  }
+
+  absl::StatusOr<size_t> Prefetch(const std::vector<expert_source::ExpertId>& experts) override {
+    v1::PrefetchRequest req;
+    for (const auto& id : experts) {
+      auto* e = req.add_experts();
+      e->set_layer(static_cast<uint32_t>(id.layer));
+      e->set_expert(static_cast<uint32_t>(id.expert));
+    }
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    v1::PrefetchResponse resp;
+    grpc::Status st = stub_->Prefetch(&ctx, req, &resp);
+    if (!st.ok()) return Unavailable(st);
+    return static_cast<size_t>(resp.accepted());
   }
 
  private:

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "colibri/engine/engine.h"
 #include "colibri/v1/compute.grpc.pb.h"
+#include "expert_heat.h"
 
 namespace colibri::compute {
 class ComputeNode;
@@ -33,6 +34,7 @@ struct ComputeResult {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_prompt_tokens = 0;  // prompt tokens whose KV was reused
+  std::vector<ExpertCount> expert_counts;  // the experts the request used most (routing report)
 };
 
 struct ModelInfo {
@@ -49,6 +51,8 @@ class ComputeClient {
   // Streams tokens to on_token (return false to cancel: the result then says kCancelled).
   virtual absl::StatusOr<ComputeResult> Generate(const ComputeRequest& request,
                                                  const std::function<bool(const engine::SampledToken&)>& on_token) = 0;
+  // Advisory: warm these experts in compute's caches. Returns how many compute accepted.
+  virtual absl::StatusOr<size_t> Prefetch(const std::vector<expert_source::ExpertId>& experts) = 0;
 };
 
 std::unique_ptr<ComputeClient> MakeInProcessComputeClient(compute::ComputeNode* node);

@@ -56,6 +56,11 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
   cr.ignore_eos = request.ignore_eos;
   cr.deadline = request.deadline;
   cr.session_id = request.session_id;
+  if (hint_experts_ > 0 && !request.session_id.empty()) {
+    const auto hints = heat_.Hints(request.session_id, hint_experts_);
+    // Advisory: a failed hint never fails the request (the request itself reports compute errors).
+    if (!hints.empty()) (void)compute_->Prefetch(hints);
+  }
 
   tokenizer::StreamDecoder decoder(tok_.get());
   TextResult result;
@@ -116,6 +121,7 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
   result.prompt_tokens = cres.prompt_tokens > 0 ? cres.prompt_tokens : n_prompt;
   result.completion_tokens = cres.completion_tokens;
   result.cached_prompt_tokens = cres.cached_prompt_tokens;
+  heat_.Record(request.session_id, cres.expert_counts);
   result.finish = cres.finish;
   if (stopped_by_string) {
     result.finish = engine::FinishReason::kStop;

@@ -60,11 +60,19 @@ class RouterCore {
   // that leave no room to generate are InvalidArgument naming both lengths.
   absl::StatusOr<TextResult> Run(const TextRequest& request, const std::function<bool(const Delta&)>& on_delta);
 
+  // Prefetch hints: before a request of a conversation compute has served before, tell compute
+  // to warm up to `max_experts` of the experts its earlier turns used most (0: off, the
+  // default; bench/hint_bench.py measures whether they pay).
+  void set_prefetch_hints(size_t max_experts) { hint_experts_ = max_experts; }
+  const ExpertHeat& heat() const { return heat_; }
+
  private:
   std::string model_name_;
   std::unique_ptr<tokenizer::Tokenizer> tok_;
   std::unique_ptr<ComputeClient> compute_;
   int64_t context_length_;
+  ExpertHeat heat_;
+  size_t hint_experts_ = 0;
 };
 
 // Loads the tokenizer from `model_dir` and builds a core over `compute`.

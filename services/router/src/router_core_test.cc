@@ -23,6 +23,7 @@ class FakeCompute final : public ComputeClient {
     std::vector<ComputeRequest> requests;
     std::vector<bool> on_token_returned;  // what on_token returned, token by token
     int info_calls = 0;
+    std::vector<std::vector<expert_source::ExpertId>> prefetches;
   };
 
   FakeCompute(std::vector<int32_t> script, Log* log, engine::FinishReason finish = engine::FinishReason::kLength)
@@ -53,8 +54,16 @@ class FakeCompute final : public ComputeClient {
       }
     }
     r.finish = finish_;
+    r.expert_counts = counts_;
     return r;
   }
+
+  absl::StatusOr<size_t> Prefetch(const std::vector<expert_source::ExpertId>& experts) override {
+    log_->prefetches.push_back(experts);
+    return experts.size();
+  }
+
+  std::vector<ExpertCount> counts_;  // the routing report every Generate returns
 
   ModelInfo info_{"tiny-moe", "mixtral", 512, 64};
   absl::Status error_;
@@ -536,6 +545,52 @@ TEST_F(RouterCoreTest, SessionsBeyondTheLimitForgetTheIdleLongest) {
   EXPECT_TRUE(sessions.Get(a->id).ok());
   EXPECT_EQ(sessions.Get(b->id).status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(sessions.Get(c->id).ok());
+}
+
+TEST(ExpertHeatTest, HintsAreTheConversationsHottestInLayerOrder) {
+  ExpertHeat heat(2);
+  EXPECT_TRUE(heat.Hints("a", 4).empty());
+  heat.Record("a", {{1, 5, 10}, {0, 3, 7}, {1, 2, 1}, {0, 1, 9}});
+  auto h = heat.Hints("a", 3);
+  ASSERT_EQ(h.size(), 3u);
+  // The top three by heat (10, 9, 7), then ordered by (layer, expert).
+  EXPECT_EQ(h[0], (expert_source::ExpertId{0, 1}));
+  EXPECT_EQ(h[1], (expert_source::ExpertId{0, 3}));
+  EXPECT_EQ(h[2], (expert_source::ExpertId{1, 5}));
+  // Older turns count half: one new turn on expert (1, 2) outranks the old (1, 5).
+  heat.Record("a", {{1, 2, 12}});
+  h = heat.Hints("a", 1);
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0], (expert_source::ExpertId{1, 2}));
+  // Sessions beyond the limit are forgotten least recently used; global heat sums everything.
+  heat.Record("b", {{0, 0, 1}});
+  heat.Record("c", {{0, 0, 1}});
+  EXPECT_EQ(heat.sessions(), 2u);
+  EXPECT_TRUE(heat.Hints("a", 4).empty());
+  EXPECT_EQ(heat.GlobalHints(1)[0], (expert_source::ExpertId{1, 2}));
+  heat.Record("", {{3, 3, 100}});  // no session: global only
+  EXPECT_EQ(heat.sessions(), 2u);
+  EXPECT_EQ(heat.GlobalHints(1)[0], (expert_source::ExpertId{3, 3}));
+}
+
+TEST_F(RouterCoreTest, PrefetchHintsOnlyWhenOnAndForAKnownConversation) {
+  auto core = Core(Ids(" a b"));
+  fake_->counts_ = {{0, 2, 5}, {1, 7, 3}};
+  TextRequest r = Request();
+  r.session_id = "conv";
+  std::vector<Delta> deltas;
+  ASSERT_TRUE(Run(*core, r, &deltas).ok());
+  ASSERT_TRUE(Run(*core, r, &deltas).ok());
+  EXPECT_TRUE(log_.prefetches.empty());  // off by default
+  core->set_prefetch_hints(8);
+  ASSERT_TRUE(Run(*core, r, &deltas).ok());
+  ASSERT_EQ(log_.prefetches.size(), 1u);
+  EXPECT_EQ(log_.prefetches[0], (std::vector<expert_source::ExpertId>{{0, 2}, {1, 7}}));
+  r.session_id = "never-seen";
+  ASSERT_TRUE(Run(*core, r, &deltas).ok());
+  r.session_id.clear();
+  ASSERT_TRUE(Run(*core, r, &deltas).ok());
+  EXPECT_EQ(log_.prefetches.size(), 1u);
 }
 
 }  // namespace

@@ -60,6 +60,9 @@ struct GenerationResult {
   std::vector<float> logits;         // [rows, vocab] when record_logits
   double prefill_seconds = 0;        // from admission to the first sampled token
   double decode_seconds = 0;
+  // Rows of this request (prompt and generated tokens it computed) routed to each expert:
+  // [layer * n_experts + expert]. What the router's prefetch hints learn from.
+  std::vector<uint32_t> expert_counts;
 };
 
 struct EngineOptions {

@@ -57,6 +57,8 @@ struct ForwardStats {
   int64_t experts_applied = 0;    // unique (layer, expert) blocks applied
   int64_t expert_rows = 0;        // token-expert pairs computed
   double expert_wait_seconds = 0; // blocked waiting for expert blocks (not computing)
+  // The routing of every row: per MoE layer in order, batch size * top_k expert ids.
+  std::vector<int32_t> routed;
 };
 
 struct ModelOptions {
