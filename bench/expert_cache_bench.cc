@@ -203,7 +203,7 @@ int RunDecode(const RunFlags& f) {
     cc.routing_heat = "none";  // every run starts cold: no heat learned by an earlier run
     cc.learned_pin_fraction = f.learned_pins;
     cc.trace_out = f.trace_out;
-    auto c = colibri::compute::ExpertCache::Create(origin.get(), **container, *bytes, cc, *backend);
+    auto c = colibri::compute::ExpertCache::Create(origin.get(), **container, *bytes, cc, backend.get());
     if (!c.ok()) return Fail(std::string(c.status().message()));
     cache = std::move(*c);
     front = cache->front();

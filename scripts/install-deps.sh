@@ -12,6 +12,7 @@ PACKAGES=(
   libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-grpcio python3-protobuf python3-jinja2
+  prometheus docker-compose python3-yaml python3-kubernetes  # tests/deploy: promtool, compose, k8s schemas
 )
 
 SUDO=""

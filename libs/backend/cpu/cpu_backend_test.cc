@@ -108,7 +108,9 @@ TEST_P(CpuBackendTest, MemoryOps) {
   EXPECT_EQ(ref->rows, 2);
   EXPECT_EQ(ref->cols, 4);
   EXPECT_EQ(ref->dtype, DType::kF32);
-  be_->Synchronize();
+  EXPECT_TRUE(be_->Synchronize().ok());
+  EXPECT_TRUE(be_->RecordFence()->Wait().ok());
+  EXPECT_EQ(be_->memory_info().total_bytes, 0u);
 }
 
 TEST_P(CpuBackendTest, MatMulEveryWeightTypeMatchesDequantizedWeights) {

@@ -284,7 +284,7 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
   for (int64_t i = 0; i < n; ++i) {
     if (batch[static_cast<size_t>(i)].want_logits) rows.push_back(static_cast<int32_t>(i));
   }
-  if (rows.empty() || logits == nullptr) return absl::OkStatus();
+  if (rows.empty() || logits == nullptr) return be.Synchronize();
   const int64_t m = static_cast<int64_t>(rows.size());
   be.GatherRows(x, rows.data(), m, H, w.rows_in->f32());
   be.RmsNorm(w.rows_in->f32(), output_norm_, m, H, eps, w.rows_in->f32());
@@ -292,7 +292,7 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
   const size_t old = logits->size();
   logits->resize(old + static_cast<size_t>(m * c.vocab_size));
   be.Download(logits->data() + old, w.tmp->f32(), static_cast<size_t>(m * c.vocab_size) * sizeof(float));
-  return absl::OkStatus();
+  return be.Synchronize();
 }
 
 void Model::ReportRouting(int layer, const Routing& r) {
@@ -328,6 +328,7 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
   be.MatMul(lw.router, w.h->f32(), n, w.router->f32());
   std::vector<float> router(static_cast<size_t>(n * E));
   be.Download(router.data(), w.router->f32(), router.size() * sizeof(float));
+  RETURN_IF_ERROR(be.Synchronize());  // device errors of the layer so far
 
   // Routing on the host (routing.h). Rows are grouped by expert ("batch union").
   Routing routing;
@@ -364,11 +365,18 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
     const auto& [rows, scales] = by_expert[ids[i].expert];
     const int64_t m = static_cast<int64_t>(rows.size());
     const model::ExpertBlock& blk = manifest_.Expert(layer, ids[i].expert);
-    model::ExpertWeights ew = model::ExpertWeightsOf(blk, lease->data());
+    // A device tier's block is already in backend memory (Block::device): its parts are used in
+    // place. Host blocks are imported (a copy per use on non-zero-copy backends).
+    const bool on_device = lease->device != nullptr;
+    model::ExpertWeights ew = model::ExpertWeightsOf(blk, on_device ? lease->device : lease->data());
     std::unique_ptr<backend::Buffer> s1, s2, s3;
-    auto gate = be.ImportWeight(ew.gate.dtype, ew.gate.rows, ew.gate.cols, ew.gate.data, &s1);
-    auto up = be.ImportWeight(ew.up.dtype, ew.up.rows, ew.up.cols, ew.up.data, &s2);
-    auto down = be.ImportWeight(ew.down.dtype, ew.down.rows, ew.down.cols, ew.down.data, &s3);
+    auto import = [&](const model::TensorView& t, std::unique_ptr<backend::Buffer>* s) -> absl::StatusOr<WeightRef> {
+      if (on_device) return WeightRef{t.dtype, t.rows, t.cols, t.data};
+      return be.ImportWeight(t.dtype, t.rows, t.cols, t.data, s);
+    };
+    auto gate = import(ew.gate, &s1);
+    auto up = import(ew.up, &s2);
+    auto down = import(ew.down, &s3);
     for (const auto* r : {&gate, &up, &down}) {
       if (!r->ok()) {
         apply_status = r->status();
@@ -381,8 +389,9 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
     be.SiluMul(w.gate->f32(), w.up->f32(), m * c.expert_ffn);
     be.MatMul(*down, w.gate->f32(), m, w.rows_out->f32());
     be.ScatterAddRows(w.rows_out->f32(), rows.data(), scales.data(), m, H, moe);
-    // The lease may be released now: on the CPU the kernels have finished; other backends
-    // synchronise in ImportWeight's copy.
+    // The lease may be released now: on the CPU the kernels have finished; queued kernels on
+    // other backends keep reading `storage` (freed in op order) or the device tier's slot
+    // (reused only behind a fence recorded when the lease is dropped).
     if (stats) {
       stats->experts_applied++;
       stats->expert_rows += m;

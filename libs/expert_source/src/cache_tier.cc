@@ -274,7 +274,7 @@ void CacheTier::RunJobLocked(const std::shared_ptr<Job>& job, std::unique_lock<s
     if (size == 0) {
       // The source did not know the size up front: account it now (the one case where the
       // tier can overshoot its budget, by this block, until leases are dropped).
-      size = lease->size;
+      size = Charge(lease->size);
       s.ReserveLocked(size, true);
       s.stats.bytes_reserved -= std::min(s.stats.bytes_reserved, size);
     }
@@ -363,7 +363,7 @@ absl::Status CacheTier::FetchMany(std::span<const ExpertId> ids, const std::func
       auto job = std::make_shared<Job>();
       job->id = ids[i];
       job->key = key;
-      job->size = next_->BlockSize(ids[i]);
+      job->size = Charge(next_->BlockSize(ids[i]));
       job->waiters.emplace_back(done, i);
       s.in_flight[key] = job;
       if (workers_.empty()) {
@@ -430,7 +430,7 @@ void CacheTier::Prefetch(std::span<const ExpertId> ids) {
     auto job = std::make_shared<Job>();
     job->id = id;
     job->key = key;
-    job->size = next_->BlockSize(id);
+    job->size = Charge(next_->BlockSize(id));
     job->prefetch = true;
     s.in_flight[key] = job;
     s.prefetch_q.push_back(std::move(job));
@@ -486,7 +486,7 @@ absl::Status CacheTier::SetPinned(std::span<const ExpertId> ids) {
   State& s = *s_;
   uint64_t total = 0, largest = 0;
   for (const ExpertId& id : ids) {
-    const uint64_t size = next_->BlockSize(id);
+    const uint64_t size = Charge(next_->BlockSize(id));
     if (size == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("pinned expert (layer ", id.layer, ", id ", id.expert, ") is not in the model"));
@@ -521,7 +521,7 @@ absl::Status CacheTier::SetPinned(std::span<const ExpertId> ids) {
     auto job = std::make_shared<Job>();
     job->id = id;
     job->key = key;
-    job->size = next_->BlockSize(id);
+    job->size = Charge(next_->BlockSize(id));
     job->prefetch = true;
     job->pin = true;
     s.in_flight[key] = job;

@@ -8,8 +8,11 @@ namespace colibri::compute {
 
 void AddCacheFlags(CLI::App* app, CacheFlags* f) {
   ExpertCacheConfig& c = f->cache;
+  app->add_option("--backend", f->backend, "Where layers compute: cpu, or cuda (an NVIDIA GPU)")
+      ->capture_default_str();
+  app->add_option("--device", f->device, "CUDA device index (--backend cuda)")->capture_default_str();
   app->add_option("--vram-budget", f->vram_budget,
-                  "VRAM expert cache budget (needs a GPU backend; the CPU backend ignores it and says so)")
+                  "VRAM expert cache budget (--backend cuda; the CPU backend ignores it and says so)")
       ->capture_default_str();
   // Another component may define the flag too: never twice.
   if (app->get_option_no_throw("--kv-cache-limit") == nullptr) {
@@ -50,6 +53,12 @@ absl::Status ApplyCacheFlags(const CacheFlags& f, ComputeNodeOptions* o) {
   auto vram = ParseSize(f.vram_budget);
   if (!vram.ok()) return absl::InvalidArgumentError(absl::StrCat("--vram-budget: ", vram.status().message()));
   o->cache.vram_bytes = *vram;
+  if (f.backend != "cpu" && f.backend != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat("--backend '", f.backend, "': expected cpu or cuda"));
+  }
+  if (f.device < 0) return absl::InvalidArgumentError("--device must be >= 0");
+  o->backend = f.backend;
+  o->device = f.device;
   if (f.kv_flag_added) {
     auto kv = ParseSize(f.kv_cache_limit);
     if (!kv.ok()) return absl::InvalidArgumentError(absl::StrCat("--kv-cache-limit: ", kv.status().message()));

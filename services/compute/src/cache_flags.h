@@ -1,6 +1,8 @@
 // The expert-cache flags shared by colibri-server, colibri-compute and colibri-cli run, parsed
 // into ComputeNodeOptions (--expert-cache-size stays with each binary):
-//   --vram-budget SIZE        VRAM tier budget (0; needs a GPU backend, no effect on the CPU one)
+//   --backend cpu|cuda        where layers compute (cpu)
+//   --device N                CUDA device index (0)
+//   --vram-budget SIZE        VRAM tier budget (0; needs --backend cuda, no effect on the CPU one)
 //   --kv-cache-limit SIZE     bytes of KV caches, accounted apart from dense weights (0: unlimited)
 //   --kv-offload-limit SIZE   host RAM for KV caches evicted from that limit (0: dropped)
 //   --kv-offload-8bit         keep offloaded KV as Q8_0 (approximate: tokens may differ)
@@ -25,6 +27,8 @@
 namespace colibri::compute {
 
 struct CacheFlags {
+  std::string backend = "cpu";
+  int device = 0;
   std::string vram_budget = "0";
   std::string kv_cache_limit = "0";
   std::string kv_offload_limit = "0";

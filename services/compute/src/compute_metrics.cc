@@ -1,5 +1,9 @@
 #include "compute_metrics.h"
 
+#include <algorithm>
+#include <functional>
+#include <string>
+
 namespace colibri::compute {
 namespace {
 
@@ -24,6 +28,26 @@ double Ratio(double num, double den) { return den > 0 ? num / den : 0.0; }
 
 }  // namespace
 
+std::vector<LayerHeat> SummarizeHeat(const expert_source::RoutingHeat& heat, int n_layers, int n_experts, int top_k,
+                                     double share) {
+  std::vector<LayerHeat> out(static_cast<size_t>(std::max(0, n_layers)));
+  std::vector<double> h(static_cast<size_t>(std::max(0, n_experts)));
+  for (int l = 0; l < n_layers; ++l) {
+    double total = 0;
+    for (int e = 0; e < n_experts; ++e) total += h[static_cast<size_t>(e)] = heat.Heat({l, e});
+    if (total <= 0) continue;
+    std::sort(h.begin(), h.end(), std::greater<double>());
+    LayerHeat& lh = out[static_cast<size_t>(l)];
+    double sum = 0;
+    for (int e = 0; e < n_experts; ++e) {
+      sum += h[static_cast<size_t>(e)];
+      if (e < top_k) lh.top_k_share = sum / total;
+      if (lh.hot_experts == 0 && sum >= share * total * (1 - 1e-12)) lh.hot_experts = e + 1;
+    }
+  }
+  return out;
+}
+
 ComputeMetrics::ComputeMetrics(std::shared_ptr<prometheus::Registry> r) : registry(std::move(r)) {
   requests_failed = MakeCounter(*registry, "colibri_compute_requests_failed_total",
                                 "Generate requests that ended with an error");
@@ -33,6 +57,10 @@ ComputeMetrics::ComputeMetrics(std::shared_ptr<prometheus::Registry> r) : regist
                                      .Register(*registry)
                                      .Add({}, metrics::LatencyBuckets());
   active_requests = MakeGauge(*registry, "colibri_compute_active_requests", "Generate requests in progress");
+  pending_requests = MakeGauge(*registry, "colibri_compute_pending_requests",
+                               "Generate requests accepted and not finished (waiting for the engine or running)");
+  pending_requests_limit = MakeGauge(*registry, "colibri_compute_pending_requests_limit",
+                                     "Pending Generate requests past which new ones are rejected");
   requests_ = MakeCounter(*registry, "colibri_compute_requests_total", "Generate requests started");
   prompt_tokens_ = MakeCounter(*registry, "colibri_compute_prompt_tokens_total", "Prompt tokens prefilled");
   generated_tokens_ = MakeCounter(*registry, "colibri_compute_generated_tokens_total", "Tokens generated");
@@ -106,6 +134,14 @@ ComputeMetrics::ComputeMetrics(std::shared_ptr<prometheus::Registry> r) : regist
                             .Name("colibri_compute_store_outstanding_bytes")
                             .Help("Expert bytes requested and not yet received, by store")
                             .Register(*registry);
+  hot_set_experts_ = &prometheus::BuildGauge()
+                          .Name("colibri_compute_expert_hot_set_experts")
+                          .Help("Experts of the layer that together take 80% of its decayed routing heat, by layer")
+                          .Register(*registry);
+  heat_top_k_ratio_ = &prometheus::BuildGauge()
+                           .Name("colibri_compute_expert_heat_top_k_ratio")
+                           .Help("Share of the layer's decayed routing heat on its top_k hottest experts, by layer")
+                           .Register(*registry);
 }
 
 void ComputeMetrics::Refresh(ComputeNode& node) {
@@ -150,6 +186,14 @@ void ComputeMetrics::Refresh(ComputeNode& node) {
     SyncCounter(&store_shm_bytes_->Add(labels), st.stats.shm_blocks);
     store_up_->Add(labels).Set(st.up ? 1 : 0);
     store_outstanding_->Add(labels).Set(static_cast<double>(st.stats.outstanding_bytes));
+  }
+  const auto& mcfg = node.manifest().config;
+  const auto layers = SummarizeHeat(node.expert_cache().heat(), static_cast<int>(mcfg.n_layers),
+                                    static_cast<int>(mcfg.n_experts), static_cast<int>(mcfg.top_k));
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const prometheus::Labels labels = {{"layer", std::to_string(l)}};
+    hot_set_experts_->Add(labels).Set(layers[l].hot_experts);
+    heat_top_k_ratio_->Add(labels).Set(layers[l].top_k_share);
   }
 }
 

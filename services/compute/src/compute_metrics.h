@@ -4,11 +4,23 @@
 
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "colibri/metrics/metrics.h"
 #include "compute_node.h"
 
 namespace colibri::compute {
+
+// Bounded-cardinality view of the routing heat (one series per layer, never per expert):
+// hot_experts is how many of the layer's experts together take `share` of its decayed heat
+// (its working set: what the cache must hold for that layer), top_k_share the share its top_k
+// hottest experts take (1: the same experts every token). Both 0 for a layer not routed yet.
+struct LayerHeat {
+  int hot_experts = 0;
+  double top_k_share = 0;
+};
+std::vector<LayerHeat> SummarizeHeat(const expert_source::RoutingHeat& heat, int n_layers, int n_experts, int top_k,
+                                     double share = 0.8);
 
 class ComputeMetrics {
  public:
@@ -19,6 +31,10 @@ class ComputeMetrics {
   prometheus::Counter* requests_failed;
   prometheus::Histogram* time_to_first_token_seconds;
   prometheus::Gauge* active_requests;
+  // Generate requests accepted and not finished (waiting for the engine or running), and the
+  // cap past which new ones get RESOURCE_EXHAUSTED (--max-pending-requests).
+  prometheus::Gauge* pending_requests;
+  prometheus::Gauge* pending_requests_limit;
 
  private:
   std::mutex refresh_mu_;  // scrapes may overlap
@@ -56,6 +72,8 @@ class ComputeMetrics {
   prometheus::Family<prometheus::Counter>* store_shm_bytes_;
   prometheus::Family<prometheus::Gauge>* store_up_;
   prometheus::Family<prometheus::Gauge>* store_outstanding_;
+  prometheus::Family<prometheus::Gauge>* hot_set_experts_;
+  prometheus::Family<prometheus::Gauge>* heat_top_k_ratio_;
 };
 
 }  // namespace colibri::compute

@@ -2,11 +2,53 @@
 
 #include "absl/strings/str_cat.h"
 #include "colibri/backend/cpu_backend.h"
+#include "colibri/backend/cuda_backend.h"
 #include "colibri/core/checksum.h"
 #include "colibri/core/status.h"
 #include "colibri/core/units.h"
+#include "spdlog/spdlog.h"
 
 namespace colibri::compute {
+namespace {
+
+absl::StatusOr<std::unique_ptr<backend::Backend>> MakeBackend(const ComputeNodeOptions& options) {
+  if (options.backend == "cpu") return backend::CreateCpuBackend({.threads = options.threads});
+  if (options.backend == "cuda") {
+    auto be = backend::CreateCudaBackend({.device = options.device});
+    if (!be.ok()) return absl::Status(be.status().code(), absl::StrCat("--backend cuda: ", be.status().message()));
+    return be;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--backend '", options.backend, "': expected cpu or cuda"));
+}
+
+// What stays in device memory besides the VRAM tier and the KV caches: activations, imported
+// expert copies in flight (three matrices of up to two experts), GEMM scratch, cuBLAS.
+constexpr uint64_t kDeviceWorkingBytes = 512ull << 20;
+
+absl::Status CheckDeviceMemory(const backend::Backend& be, const model::Manifest& m, const ComputeNodeOptions& o) {
+  const backend::MemoryInfo mem = be.memory_info();
+  if (mem.total_bytes == 0) return absl::OkStatus();  // host memory: nothing to check
+  uint64_t largest = 0;
+  for (const auto& b : m.experts) largest = std::max(largest, b.size);
+  const uint64_t working = kDeviceWorkingBytes + 2 * largest;
+  const uint64_t need = m.dense_size + o.kv_cache_limit + o.cache.vram_bytes + working;
+  if (need > mem.free_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "model '", m.name, "' does not fit in ", std::string(be.name()), " device memory: dense weights ",
+        FormatSize(m.dense_size), " + --kv-cache-limit ", FormatSize(o.kv_cache_limit), " + --vram-budget ",
+        FormatSize(o.cache.vram_bytes), " + working memory ", FormatSize(working), " = ", FormatSize(need), ", but only ",
+        FormatSize(mem.free_bytes), " of ", FormatSize(mem.total_bytes), " are free; lower --vram-budget or "
+        "--kv-cache-limit"));
+  }
+  if (o.kv_cache_limit == 0) {
+    spdlog::warn("--kv-cache-limit 0 (unlimited) on {}: KV caches may use the {} left after the dense weights and the "
+                 "VRAM tier; set a limit to keep long contexts from running the device out of memory",
+                 std::string(be.name()), FormatSize(mem.free_bytes - need));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(const ComputeNodeOptions& options) {
   auto node = std::unique_ptr<ComputeNode>(new ComputeNode());
@@ -38,9 +80,10 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(const ComputeNo
     node->stores_ = remote.get();
     node->origin_ = std::move(remote);
   }
-  node->backend_ = backend::CreateCpuBackend({.threads = options.threads});
+  ASSIGN_OR_RETURN(node->backend_, MakeBackend(options));
+  RETURN_IF_ERROR(CheckDeviceMemory(*node->backend_, m, options));
   ASSIGN_OR_RETURN(node->cache_, ExpertCache::Create(node->origin_.get(), *node->container_, options.expert_cache_bytes,
-                                                     options.cache, *node->backend_));
+                                                     options.cache, node->backend_.get()));
   ASSIGN_OR_RETURN(node->model_,
                    engine::Model::Load(*node->container_, node->backend_.get(), node->cache_->front(),
                                        {.prefetch_layers = options.cache.prefetch_layers,

@@ -1,6 +1,9 @@
-// A compute node: the model's dense weights resident on a backend, experts streamed from a
-// source (the local model directory, or expert-store services over gRPC) through a host-RAM
-// cache tier, and the engine that runs requests. Used by colibri-compute, colibri-server and
+// A compute node: the model's dense weights resident on a backend (CPU, or a GPU with
+// --backend cuda), experts streamed from a source (the local model directory, or expert-store
+// services over gRPC) through a host-RAM cache tier (and a VRAM tier with --vram-budget), and
+// the engine that runs requests. On a GPU, dense weights + --kv-cache-limit + --vram-budget are
+// checked against the device's free memory before anything is loaded (ResourceExhausted naming
+// the numbers, never an out-of-memory mid-request). Used by colibri-compute, colibri-server and
 // colibri-cli alike, so every mode runs the same code.
 #pragma once
 
@@ -41,6 +44,8 @@ struct ComputeNodeOptions {
   int max_batch = 16;              // sequences in one continuous batch
   int max_queued = 256;            // requests waiting for a slot (more: ResourceExhausted)
   int threads = 0;                 // 0: physical cores
+  std::string backend = "cpu";     // --backend cpu | cuda
+  int device = 0;                  // --device: CUDA device index
   int64_t prefill_chunk = 512;
 };
 
@@ -70,6 +75,7 @@ class ComputeNode {
   expert_source::CacheTier::ClearResult ClearCache() { return cache_->Clear(); }
   ExpertCache& expert_cache() { return *cache_; }
   const engine::Model& model() const { return *model_; }
+  const backend::Backend& backend() const { return *backend_; }
   // The local disk source (nullptr when experts come from stores).
   const expert_source::DiskSource* disk() const { return disk_; }
   // Reads expert blocks into the cache, layer by layer, until it is full (or all are in).

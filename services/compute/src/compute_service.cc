@@ -32,7 +32,9 @@ v1::FinishReason FinishToProto(engine::FinishReason f) {
 }
 
 ComputeService::ComputeService(ComputeNode* node, ComputeMetrics* metrics, int max_pending_requests)
-    : node_(node), metrics_(metrics), max_pending_(max_pending_requests), executor_(max_pending_requests + 1) {}
+    : node_(node), metrics_(metrics), max_pending_(max_pending_requests), executor_(max_pending_requests + 1) {
+  metrics_->pending_requests_limit->Set(max_pending_);
+}
 
 ComputeService::~ComputeService() = default;
 
@@ -46,6 +48,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* ComputeService::Generate(grpc::C
     pending_--;
     return Reject(absl::ResourceExhaustedError("compute: too many requests waiting"));
   }
+  metrics_->pending_requests->Increment();
   engine::GenerationRequest r;
   r.prompt.assign(req->prompt_tokens().begin(), req->prompt_tokens().end());
   r.sampling = SamplingFromProto(req->sampling());
@@ -87,6 +90,7 @@ grpc::Status ComputeService::Run(const engine::GenerationRequest& r, std::chrono
     return out->Push(std::move(msg));
   });
   metrics_->active_requests->Decrement();
+  metrics_->pending_requests->Decrement();
   pending_--;
   if (!result.ok()) {
     metrics_->requests_failed->Increment();

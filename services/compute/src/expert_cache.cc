@@ -15,7 +15,7 @@ using expert_source::CacheTierOptions;
 absl::StatusOr<std::unique_ptr<ExpertCache>> ExpertCache::Create(expert_source::ExpertSource* origin,
                                                                  const model::Container& container,
                                                                  uint64_t ram_bytes, const ExpertCacheConfig& config,
-                                                                 const backend::Backend& backend) {
+                                                                 backend::Backend* backend) {
   auto cache = std::unique_ptr<ExpertCache>(new ExpertCache());
   cache->config_ = config;
   const model::Manifest& m = container.manifest();
@@ -59,17 +59,35 @@ absl::StatusOr<std::unique_ptr<ExpertCache>> ExpertCache::Create(expert_source::
   cache->ram_ = std::make_unique<CacheTier>(origin, ro);
 
   if (config.vram_bytes > 0) {
-    if (backend.zero_copy()) {
+    if (backend->zero_copy()) {
       cache->vram_note_ = absl::StrCat("--vram-budget ", FormatSize(config.vram_bytes), " has no effect: the ",
-                                       std::string(backend.name()),
+                                       std::string(backend->name()),
                                        " backend has no device memory, so experts are cached in host RAM only "
                                        "(--expert-cache-size)");
       spdlog::warn("{}", cache->vram_note_);
     } else {
-      // The tier code is backend-neutral (CacheTier over the RAM tier with the backend's
-      // TierMemory); no backend with device memory provides one yet.
-      return absl::UnimplementedError(absl::StrCat("the ", std::string(backend.name()),
-                                                   " backend provides no VRAM tier memory yet"));
+      uint64_t slot = 0;
+      for (const auto& b : m.experts) slot = std::max(slot, b.size);
+      auto mem = expert_source::DeviceTierMemory::Create(backend, {.name = "vram",
+                                                                   .budget_bytes = config.vram_bytes,
+                                                                   .slot_bytes = slot});
+      if (!mem.ok()) {
+        return absl::Status(mem.status().code(), absl::StrCat("--vram-budget: ", mem.status().message()));
+      }
+      cache->vram_memory_ = std::move(*mem);
+      CacheTierOptions vo;
+      vo.name = "vram";
+      vo.capacity_bytes = cache->vram_memory_->capacity_bytes();
+      vo.policy = cache->policy_;
+      vo.policy_params = expert_source::DefaultPolicyParams(
+          vo.capacity_bytes / cache->vram_memory_->slot_bytes(), static_cast<int>(c.n_layers),
+          static_cast<int>(c.n_experts), static_cast<int>(c.top_k));
+      vo.io_threads = std::max(1, config.vram_io_threads);
+      vo.protect_ticks = 2 * per_token;
+      cache->vram_ = std::make_unique<CacheTier>(cache->ram_.get(), vo);
+      spdlog::info("vram expert tier: {} experts of {} ({} of --vram-budget {})",
+                   vo.capacity_bytes / cache->vram_memory_->slot_bytes(), FormatSize(cache->vram_memory_->slot_bytes()),
+                   FormatSize(vo.capacity_bytes), FormatSize(config.vram_bytes));
     }
   }
 
@@ -106,6 +124,7 @@ ExpertCache::~ExpertCache() {
   pins_.reset();  // saves the heat
   if (trace_) (void)trace_->Flush();
   vram_.reset();
+  vram_memory_.reset();
   ram_.reset();
 }
 

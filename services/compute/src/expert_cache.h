@@ -3,8 +3,11 @@
 //
 //   model ──▶ [vram tier] ──▶ ram tier ──▶ origin (DiskSource | MultiStoreSource)
 //
-// The VRAM tier exists only with a backend that has device memory (zero_copy() false); with the
-// CPU backend --vram-budget has no effect and says so (vram_note()). The RAM tier's budget is
+// The VRAM tier exists only with a backend that has device memory (zero_copy() false): a
+// CacheTier over the RAM tier whose blocks live in a DeviceTierMemory arena of the backend
+// (allocated here, so a budget that does not fit fails at start-up), read by its own threads
+// (copies overlap the engine's compute; lookahead prefetches land in VRAM). With the CPU
+// backend --vram-budget has no effect and says so (vram_note()). The RAM tier's budget is
 // strict (cache_tier.h). Routing heat is loaded from, and saved to, <model dir>/routing_heat.json
 // (or --routing-heat FILE; "none" keeps it in memory only).
 // Thread-safe (the tiers are; the accessors return stable pointers).
@@ -17,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "colibri/backend/backend.h"
 #include "colibri/expert_source/cache_tier.h"
+#include "colibri/expert_source/device_tier_memory.h"
 #include "colibri/expert_source/pinning.h"
 #include "colibri/expert_source/routing_heat.h"
 #include "colibri/expert_source/routing_trace.h"
@@ -26,6 +30,7 @@ namespace colibri::compute {
 
 struct ExpertCacheConfig {
   uint64_t vram_bytes = 0;             // --vram-budget
+  int vram_io_threads = 2;             // VRAM tier copy threads (each with its own stream)
   std::string policy = "routing";      // --cache-policy lru | lfu | routing
   int prefetch_layers = 1;             // --prefetch-layers (used by the model)
   int io_threads = 4;                  // --io-threads: reader threads below the cache
@@ -46,7 +51,7 @@ class ExpertCache {
   static absl::StatusOr<std::unique_ptr<ExpertCache>> Create(expert_source::ExpertSource* origin,
                                                              const model::Container& container, uint64_t ram_bytes,
                                                              const ExpertCacheConfig& config,
-                                                             const backend::Backend& backend);
+                                                             backend::Backend* backend);
   // Saves the routing heat.
   ~ExpertCache();
 
@@ -55,10 +60,13 @@ class ExpertCache {
   expert_source::CacheTier& ram() { return *ram_; }
   const expert_source::CacheTier& ram() const { return *ram_; }
   const expert_source::CacheTier* vram() const { return vram_.get(); }
+  const expert_source::DeviceTierMemory* vram_memory() const { return vram_memory_.get(); }
   // Why there is no VRAM tier (empty when there is one, or none was asked for).
   const std::string& vram_note() const { return vram_note_; }
   expert_source::RoutingTraceWriter* trace() { return trace_.get(); }
   const expert_source::PinController* pins() const { return pins_.get(); }
+  // Decayed routing heat of every expert (what learned pins and the heat metrics read).
+  const expert_source::RoutingHeat& heat() const { return *heat_; }
   size_t fixed_pins() const { return fixed_pins_; }
   const ExpertCacheConfig& config() const { return config_; }
   expert_source::CachePolicyKind policy() const { return policy_; }
@@ -72,6 +80,7 @@ class ExpertCache {
   expert_source::CachePolicyKind policy_ = expert_source::CachePolicyKind::kRouting;
   std::unique_ptr<expert_source::RoutingHeat> heat_;
   std::unique_ptr<expert_source::CacheTier> ram_;
+  std::unique_ptr<expert_source::DeviceTierMemory> vram_memory_;
   std::unique_ptr<expert_source::CacheTier> vram_;
   std::unique_ptr<expert_source::PinController> pins_;
   std::unique_ptr<expert_source::RoutingTraceWriter> trace_;

@@ -13,7 +13,11 @@
 // does, so results track llama.cpp.
 //
 // Threading. A Backend is used by one thread at a time (the engine's executor); ops may run
-// internally parallel. Ops are ordered; Synchronize() waits for all queued work (no-op on CPU).
+// internally parallel. Ops are ordered and may be queued (CUDA): Synchronize() waits for all
+// queued work and returns the first device error since the last call (ops themselves return
+// nothing; a failed op leaves the backend in error until Synchronize reports it, and later ops
+// are skipped). The device-tier calls (TransferIn, RecordFence, memory_info) are thread-safe:
+// cache tiers call them from their reader threads while the engine runs ops.
 #pragma once
 
 #include <cstddef>
@@ -55,6 +59,20 @@ struct AttentionArgs {
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
   float scale = 1.0f;
   float* out = nullptr;            // [n, n_heads * head_dim]
+};
+
+// A point in a backend's op queue (see Backend::RecordFence).
+class Fence {
+ public:
+  virtual ~Fence() = default;
+  // Blocks until every op queued before the fence was recorded has finished.
+  virtual absl::Status Wait() = 0;
+};
+
+// Backend memory in bytes (both 0 when the backend computes in host memory and does not track it).
+struct MemoryInfo {
+  uint64_t free_bytes = 0;
+  uint64_t total_bytes = 0;
 };
 
 class Backend {
@@ -102,7 +120,18 @@ class Backend {
   virtual void ScatterAddRows(const float* src, const int32_t* rows, const float* scales, int64_t n,
                               int64_t dim, float* dst) = 0;
 
-  virtual void Synchronize() = 0;
+  // Waits for every queued op; the first error since the last call (device errors; OK on CPU).
+  virtual absl::Status Synchronize() = 0;
+
+  // Device tiers (thread-safe) ---------------------------------------------------------------------
+  // Copies host bytes into backend memory obtained from Allocate(), on a transfer queue of its own
+  // so the copy overlaps queued ops (CUDA: its own stream, through pinned staging unless the
+  // source is pinned); returns once the bytes have landed. Errors are returned, not kept.
+  virtual absl::Status TransferIn(void* dst, const void* host_src, size_t bytes) = 0;
+  // A fence after every op queued so far (from any thread): memory those ops read may be reused
+  // once Wait() returns. On the CPU ops are synchronous and the fence is already passed.
+  virtual std::unique_ptr<Fence> RecordFence() = 0;
+  virtual MemoryInfo memory_info() const = 0;
 };
 
 }  // namespace colibri::backend

@@ -4,6 +4,8 @@
 //
 // Budget (strict). Every block this tier hands out is resident and counted: the bytes of
 // resident blocks plus the bytes reserved for reads in flight never exceed `capacity_bytes`.
+// A block counts as the bytes it takes in the tier's memory (TierMemory::Footprint: a VRAM
+// tier's fixed slot), which is its size in host RAM.
 // Room is made before a read starts, by evicting the block of lowest policy priority that is
 // not leased, not pinned and not a prefetched block awaiting its predicted use. When every
 // resident block is leased, a demand read waits for a lease to be dropped (up to `room_wait`,
@@ -143,6 +145,10 @@ class CacheTier final : public ExpertSource {
   struct Job;
   struct Completion;
 
+  // Bytes a block of `block_bytes` takes in this tier's memory (TierMemory::Footprint).
+  uint64_t Charge(uint64_t block_bytes) const {
+    return options_.memory != nullptr && block_bytes > 0 ? options_.memory->Footprint(block_bytes) : block_bytes;
+  }
   void WorkerLoop();
   // Reserves room for the job, reads it from `next_` (unlocking meanwhile), inserts it and
   // hands it to its waiters. Requires `lock` held on the state's mutex.

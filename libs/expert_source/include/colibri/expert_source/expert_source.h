@@ -42,13 +42,15 @@ struct RoutingHint {
 
 // The bytes of one expert block, immutable once published. They live in `bytes` (owned), or
 // elsewhere (`external`, e.g. a slot of a shared-memory region) kept valid by `external_owner`
-// for as long as the block lives.
+// for as long as the block lives; or, for a device tier's blocks, in backend memory at `device`
+// (then data() is null: host code must not read them; ops take `device` directly).
 struct Block {
   ExpertId id;
   AlignedBytes bytes;  // at least `size` bytes, 4 KiB aligned
   uint64_t size = 0;   // checksummed length
   const uint8_t* external = nullptr;           // when set: the bytes (4 KiB aligned)
   std::shared_ptr<const void> external_owner;  // keeps `external` valid
+  const uint8_t* device = nullptr;             // when set: the bytes in backend (device) memory
   const uint8_t* data() const { return external != nullptr ? external : bytes.get(); }
 };
 using Lease = std::shared_ptr<const Block>;

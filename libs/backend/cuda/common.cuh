@@ -1,0 +1,261 @@
+// Device helpers shared by the kernels: 16-bit float conversions, warp reductions, and the GGML
+// block formats (colibri/quant/blocks.h) decoded on the device, one element at a time
+// (dequantization) or one 32-element part of a block at a time (dot products with quantized
+// activations, summing integers exactly as the CPU reference vec_dot.cc does).
+//
+// Float expressions that the CPU evaluates without fused multiply-add are written with
+// __fmul_rn / __fsub_rn so nvcc cannot contract them: per block the results then equal the
+// CPU's bits, and whole dot products differ only by summation order.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "colibri/quant/blocks.h"
+#include "colibri/quant/dtype.h"
+
+namespace colibri::backend::cuda {
+
+using quant::BlockQ2_K;
+using quant::BlockQ3_K;
+using quant::BlockQ4_K;
+using quant::BlockQ5_K;
+using quant::BlockQ6_K;
+using quant::BlockQ8_0;
+using quant::BlockQ8_K;
+using quant::DType;
+
+inline constexpr int kWarp = 32;
+
+__device__ __forceinline__ float HalfBits(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ float Bf16Bits(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
+__device__ __forceinline__ uint16_t ToHalfBits(float f) { return __half_as_ushort(__float2half_rn(f)); }
+__device__ __forceinline__ uint16_t ToBf16Bits(float f) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float WarpMax(float v) {
+#pragma unroll
+  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Grid-stride helpers.
+__device__ __forceinline__ int64_t GlobalThread() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t GlobalStride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+inline unsigned GridFor(int64_t n, int threads) {
+  int64_t blocks = (n + threads - 1) / threads;
+  if (blocks < 1) blocks = 1;
+  return static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
+}
+
+// 6-bit scale and min of group j (0..7) of a Q4_K / Q5_K block.
+__device__ __forceinline__ void ScaleMinK4(int j, const uint8_t* q, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// Signed 6-bit scale (minus 32) of group g (0..15) of a Q3_K block.
+__device__ __forceinline__ int ScaleQ3K(const uint8_t* scales, int g) {
+  const int low = g < 8 ? scales[g] & 0xF : scales[g - 8] >> 4;
+  const int high = (scales[8 + g % 4] >> (2 * (g / 4))) & 3;
+  return (low | (high << 4)) - 32;
+}
+
+// Element i of a row of `type` (any DType).
+__device__ __forceinline__ float DequantElement(DType type, const uint8_t* row, int64_t i) {
+  switch (type) {
+    case DType::kF32:
+      return reinterpret_cast<const float*>(row)[i];
+    case DType::kF16:
+      return HalfBits(reinterpret_cast<const uint16_t*>(row)[i]);
+    case DType::kBF16:
+      return Bf16Bits(reinterpret_cast<const uint16_t*>(row)[i]);
+    case DType::kQ8_0: {
+      const auto& b = reinterpret_cast<const BlockQ8_0*>(row)[i / quant::kQK8_0];
+      return HalfBits(b.d) * static_cast<float>(b.qs[i % quant::kQK8_0]);
+    }
+    case DType::kQ8_K: {
+      const auto& b = reinterpret_cast<const BlockQ8_K*>(row)[i / quant::kQK_K];
+      return b.d * static_cast<float>(b.qs[i % quant::kQK_K]);
+    }
+    case DType::kQ2_K: {
+      const auto& b = reinterpret_cast<const BlockQ2_K*>(row)[i / quant::kQK_K];
+      const int e = static_cast<int>(i % quant::kQK_K), g = e / 16;
+      const int q = (b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+      const float dl = HalfBits(b.d) * static_cast<float>(b.scales[g] & 0xF);
+      const float ml = HalfBits(b.dmin) * static_cast<float>(b.scales[g] >> 4);
+      return dl * static_cast<float>(q) - ml;
+    }
+    case DType::kQ3_K: {
+      const auto& b = reinterpret_cast<const BlockQ3_K*>(row)[i / quant::kQK_K];
+      const int e = static_cast<int>(i % quant::kQK_K);
+      const int low = (b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+      const int v = low - (((b.hmask[e % 32] >> (e / 32)) & 1) ? 0 : 4);
+      return HalfBits(b.d) * static_cast<float>(ScaleQ3K(b.scales, e / 16)) * static_cast<float>(v);
+    }
+    case DType::kQ4_K: {
+      const auto& b = reinterpret_cast<const BlockQ4_K*>(row)[i / quant::kQK_K];
+      const int e = static_cast<int>(i % quant::kQK_K), g = e / 32;
+      int sc, m;
+      ScaleMinK4(g, b.scales, &sc, &m);
+      const int q = (b.qs[32 * (g / 2) + e % 32] >> (4 * (g % 2))) & 0xF;
+      return HalfBits(b.d) * static_cast<float>(sc) * static_cast<float>(q) -
+             HalfBits(b.dmin) * static_cast<float>(m);
+    }
+    case DType::kQ5_K: {
+      const auto& b = reinterpret_cast<const BlockQ5_K*>(row)[i / quant::kQK_K];
+      const int e = static_cast<int>(i % quant::kQK_K), g = e / 32;
+      int sc, m;
+      ScaleMinK4(g, b.scales, &sc, &m);
+      const int q = ((b.qs[32 * (g / 2) + e % 32] >> (4 * (g % 2))) & 0xF) | (((b.qh[e % 32] >> g) & 1) << 4);
+      return HalfBits(b.d) * static_cast<float>(sc) * static_cast<float>(q) -
+             HalfBits(b.dmin) * static_cast<float>(m);
+    }
+    case DType::kQ6_K: {
+      const auto& b = reinterpret_cast<const BlockQ6_K*>(row)[i / quant::kQK_K];
+      const int e = static_cast<int>(i % quant::kQK_K);
+      const int half = e / 128, quarter = (e % 128) / 32, off = e % 32;
+      const int low = (b.ql[64 * half + 32 * (quarter % 2) + off] >> (4 * (quarter / 2))) & 0xF;
+      const int high = (b.qh[32 * half + off] >> (2 * quarter)) & 3;
+      return HalfBits(b.d) * static_cast<float>(b.scales[e / 16]) * static_cast<float>((low | (high << 4)) - 32);
+    }
+  }
+  return 0.0f;
+}
+
+// The float tail of the k-quant dot products (vec_dot.cc KBlockSum), uncontracted.
+__device__ __forceinline__ float KBlockSum(float d, float dmin, int isum, int imin) {
+  return __fsub_rn(__fmul_rn(d, static_cast<float>(isum)), __fmul_rn(dmin, static_cast<float>(imin)));
+}
+
+// Dot product of part p (elements 32p..32p+31) of a weight block with the matching Q8_K
+// activation block. Parts of one block summed = the CPU's per-block value up to float order.
+template <DType kType>
+__device__ __forceinline__ float PartDotK(const uint8_t* wb, const BlockQ8_K& y, int p);
+
+template <>
+__device__ __forceinline__ float PartDotK<DType::kQ2_K>(const uint8_t* wb, const BlockQ8_K& y, int p) {
+  const auto& x = *reinterpret_cast<const BlockQ2_K*>(wb);
+  const uint8_t* q = x.qs + 32 * (p / 4);
+  const int shift = 2 * (p % 4);
+  const int8_t* a = y.qs + 32 * p;
+  int g0 = 0, g1 = 0;
+#pragma unroll
+  for (int l = 0; l < 16; ++l) g0 += ((q[l] >> shift) & 3) * a[l];
+#pragma unroll
+  for (int l = 16; l < 32; ++l) g1 += ((q[l] >> shift) & 3) * a[l];
+  const uint8_t s0 = x.scales[2 * p], s1 = x.scales[2 * p + 1];
+  const int isum = (s0 & 0xF) * g0 + (s1 & 0xF) * g1;
+  const int imin = (s0 >> 4) * y.bsums[2 * p] + (s1 >> 4) * y.bsums[2 * p + 1];
+  return KBlockSum(__fmul_rn(HalfBits(x.d), y.d), __fmul_rn(HalfBits(x.dmin), y.d), isum, imin);
+}
+
+template <>
+__device__ __forceinline__ float PartDotK<DType::kQ3_K>(const uint8_t* wb, const BlockQ8_K& y, int p) {
+  const auto& x = *reinterpret_cast<const BlockQ3_K*>(wb);
+  const uint8_t* q = x.qs + 32 * (p / 4);
+  const int shift = 2 * (p % 4);
+  const int8_t* a = y.qs + 32 * p;
+  int g0 = 0, g1 = 0;
+#pragma unroll
+  for (int l = 0; l < 32; ++l) {
+    const int v = ((q[l] >> shift) & 3) - (((x.hmask[l] >> p) & 1) ? 0 : 4);
+    if (l < 16) {
+      g0 += v * a[l];
+    } else {
+      g1 += v * a[l];
+    }
+  }
+  const int isum = ScaleQ3K(x.scales, 2 * p) * g0 + ScaleQ3K(x.scales, 2 * p + 1) * g1;
+  return KBlockSum(__fmul_rn(HalfBits(x.d), y.d), 0.0f, isum, 0);
+}
+
+template <>
+__device__ __forceinline__ float PartDotK<DType::kQ4_K>(const uint8_t* wb, const BlockQ8_K& y, int g) {
+  const auto& x = *reinterpret_cast<const BlockQ4_K*>(wb);
+  int sc, m;
+  ScaleMinK4(g, x.scales, &sc, &m);
+  const uint8_t* q = x.qs + 32 * (g / 2);
+  const int shift = 4 * (g % 2);
+  const int8_t* a = y.qs + 32 * g;
+  int gsum = 0;
+#pragma unroll
+  for (int l = 0; l < 32; ++l) gsum += ((q[l] >> shift) & 0xF) * a[l];
+  const int imin = m * (y.bsums[2 * g] + y.bsums[2 * g + 1]);
+  return KBlockSum(__fmul_rn(HalfBits(x.d), y.d), __fmul_rn(HalfBits(x.dmin), y.d), sc * gsum, imin);
+}
+
+template <>
+__device__ __forceinline__ float PartDotK<DType::kQ5_K>(const uint8_t* wb, const BlockQ8_K& y, int g) {
+  const auto& x = *reinterpret_cast<const BlockQ5_K*>(wb);
+  int sc, m;
+  ScaleMinK4(g, x.scales, &sc, &m);
+  const uint8_t* q = x.qs + 32 * (g / 2);
+  const int shift = 4 * (g % 2);
+  const int8_t* a = y.qs + 32 * g;
+  int gsum = 0;
+#pragma unroll
+  for (int l = 0; l < 32; ++l) gsum += (((q[l] >> shift) & 0xF) | (((x.qh[l] >> g) & 1) << 4)) * a[l];
+  const int imin = m * (y.bsums[2 * g] + y.bsums[2 * g + 1]);
+  return KBlockSum(__fmul_rn(HalfBits(x.d), y.d), __fmul_rn(HalfBits(x.dmin), y.d), sc * gsum, imin);
+}
+
+template <>
+__device__ __forceinline__ float PartDotK<DType::kQ6_K>(const uint8_t* wb, const BlockQ8_K& y, int p) {
+  const auto& x = *reinterpret_cast<const BlockQ6_K*>(wb);
+  const int half = p / 4, quarter = p % 4;
+  const uint8_t* ql = x.ql + 64 * half + 32 * (quarter % 2);
+  const uint8_t* qh = x.qh + 32 * half;
+  const int low_shift = 4 * (quarter / 2), high_shift = 2 * quarter;
+  const int8_t* a = y.qs + 32 * p;
+  int g0 = 0, g1 = 0;
+#pragma unroll
+  for (int l = 0; l < 32; ++l) {
+    const int v = (((ql[l] >> low_shift) & 0xF) | (((qh[l] >> high_shift) & 3) << 4)) - 32;
+    if (l < 16) {
+      g0 += v * a[l];
+    } else {
+      g1 += v * a[l];
+    }
+  }
+  const int isum = x.scales[2 * p] * g0 + x.scales[2 * p + 1] * g1;
+  return KBlockSum(__fmul_rn(HalfBits(x.d), y.d), 0.0f, isum, 0);
+}
+
+template <>
+__device__ __forceinline__ float PartDotK<DType::kQ8_K>(const uint8_t* wb, const BlockQ8_K& y, int p) {
+  const auto& x = *reinterpret_cast<const BlockQ8_K*>(wb);
+  const int8_t* w = x.qs + 32 * p;
+  const int8_t* a = y.qs + 32 * p;
+  int isum = 0;
+#pragma unroll
+  for (int l = 0; l < 32; ++l) isum += w[l] * a[l];
+  return __fmul_rn(__fmul_rn(x.d, y.d), static_cast<float>(isum));
+}
+
+// Q8_0 weights with Q8_0 activations: one whole 32-element block.
+__device__ __forceinline__ float BlockDotQ8_0(const BlockQ8_0& x, const BlockQ8_0& y) {
+  int isum = 0;
+#pragma unroll
+  for (int j = 0; j < quant::kQK8_0; ++j) isum += x.qs[j] * y.qs[j];
+  return __fmul_rn(static_cast<float>(isum), __fmul_rn(HalfBits(x.d), HalfBits(y.d)));
+}
+
+}  // namespace colibri::backend::cuda

@@ -1,0 +1,74 @@
+// Decode matrix-vector kernels: dispatch by weight type, and the float-type, Q8_0 and Q8_K
+// instantiations (the k-quants are in matvec_kquants.cu so the two compile in parallel).
+#include "matvec.cuh"
+
+namespace colibri::backend::cuda {
+namespace {
+
+// Float weights (F32, F16, BF16) with activations in the same type: lanes take consecutive
+// elements (coalesced); any column count.
+template <DType kType>
+__device__ __forceinline__ float LoadFloat(const void* p, int64_t i) {
+  if constexpr (kType == DType::kF32) {
+    return static_cast<const float*>(p)[i];
+  } else if constexpr (kType == DType::kF16) {
+    return HalfBits(static_cast<const uint16_t*>(p)[i]);
+  } else {
+    return Bf16Bits(static_cast<const uint16_t*>(p)[i]);
+  }
+}
+
+template <DType kType>
+__global__ void __launch_bounds__(kMatVecWarps * kWarp)
+    MatVecFloat(const void* __restrict__ w, int64_t rows, int64_t cols, const void* __restrict__ act, int n,
+                float* __restrict__ y, bool accumulate) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kMatVecWarps + threadIdx.x / kWarp;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % kWarp;
+  const int t0 = static_cast<int>(blockIdx.y) * kMatVecTokens;
+  const int nt = min(kMatVecTokens, n - t0);
+  float acc[kMatVecTokens] = {};
+  for (int64_t i = lane; i < cols; i += kWarp) {
+    const float wv = LoadFloat<kType>(w, row * cols + i);
+#pragma unroll
+    for (int t = 0; t < kMatVecTokens; ++t) {
+      if (t < nt) acc[t] += wv * LoadFloat<kType>(act, static_cast<int64_t>(t0 + t) * cols + i);
+    }
+  }
+  WriteRow(acc, nt, row, rows, t0, y, accumulate);
+}
+
+template <DType kType>
+cudaError_t LaunchFloat(const void* w, int64_t rows, int64_t cols, const void* act, int64_t n, float* y,
+                        bool accumulate, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((rows + kMatVecWarps - 1) / kMatVecWarps),
+                  static_cast<unsigned>((n + kMatVecTokens - 1) / kMatVecTokens));
+  MatVecFloat<kType><<<grid, kMatVecWarps * kWarp, 0, stream>>>(w, rows, cols, act, static_cast<int>(n), y,
+                                                                accumulate);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t MatVec(DType w_type, const void* w, int64_t rows, int64_t cols, const void* act, int64_t n, float* y,
+                   bool accumulate, cudaStream_t stream) {
+  if (rows <= 0 || n <= 0) return cudaSuccess;
+  switch (w_type) {
+    case DType::kF32:
+      return LaunchFloat<DType::kF32>(w, rows, cols, act, n, y, accumulate, stream);
+    case DType::kF16:
+      return LaunchFloat<DType::kF16>(w, rows, cols, act, n, y, accumulate, stream);
+    case DType::kBF16:
+      return LaunchFloat<DType::kBF16>(w, rows, cols, act, n, y, accumulate, stream);
+    case DType::kQ8_0:
+      return LaunchMatVecBlocks<DType::kQ8_0, BlockQ8_0, BlockQ8_0, 1>(w, rows, cols, quant::kQK8_0, act, n, y,
+                                                                        accumulate, stream);
+    case DType::kQ8_K:
+      return LaunchMatVecBlocks<DType::kQ8_K, BlockQ8_K, BlockQ8_K, quant::kQK_K / 32>(w, rows, cols, quant::kQK_K,
+                                                                                        act, n, y, accumulate, stream);
+    default:
+      return MatVecKQuant(w_type, w, rows, cols, act, n, y, accumulate, stream);
+  }
+}
+
+}  // namespace colibri::backend::cuda

@@ -1,0 +1,158 @@
+// Activation quantization (bit-exact with quant::QuantizeActivations) and dequantization
+// (GetRows, and weight rows to F16 / F32 for the prefill GEMM).
+#include "common.cuh"
+#include "kernels.h"
+
+namespace colibri::backend::cuda {
+namespace {
+
+// One warp per Q8_0 block: scale absmax/127, q = round-half-even(x * 127/absmax), as GGML's x86
+// SIMD path (and the CPU backend) computes it.
+__global__ void QuantizeQ8_0Kernel(const float* __restrict__ x, int64_t nblocks, BlockQ8_0* __restrict__ out) {
+  const int64_t b = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  if (b >= nblocks) return;
+  const int lane = threadIdx.x % kWarp;
+  const float v = x[b * quant::kQK8_0 + lane];
+  const float amax = WarpMax(fabsf(v));
+  const float d = amax / 127.f;
+  const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+  out[b].qs[lane] = static_cast<int8_t>(__float2int_rn(__fmul_rn(v, id)));
+  if (lane == 0) out[b].d = ToHalfBits(d);
+}
+
+// One 256-thread block per Q8_K block: the element of largest magnitude (the first one on ties)
+// sets iscale = -127 / max; q = min(127, round-half-even(iscale * x)); bsums per 16.
+__global__ void QuantizeQ8_KKernel(const float* __restrict__ x, BlockQ8_K* __restrict__ out) {
+  __shared__ float s_abs[quant::kQK_K / kWarp];
+  __shared__ int s_idx[quant::kQK_K / kWarp];
+  __shared__ int s_q[quant::kQK_K];
+  const int64_t b = blockIdx.x;
+  const int i = threadIdx.x, lane = i % kWarp, warp = i / kWarp;
+  const float v = x[b * quant::kQK_K + i];
+  float best = fabsf(v);
+  int idx = i;
+#pragma unroll
+  for (int o = kWarp / 2; o > 0; o /= 2) {
+    const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+    if (ob > best || (ob == best && oi < idx)) {
+      best = ob;
+      idx = oi;
+    }
+  }
+  if (lane == 0) {
+    s_abs[warp] = best;
+    s_idx[warp] = idx;
+  }
+  __syncthreads();
+  best = s_abs[0];
+  idx = s_idx[0];
+  for (int w = 1; w < quant::kQK_K / kWarp; ++w) {
+    if (s_abs[w] > best) {
+      best = s_abs[w];
+      idx = s_idx[w];
+    }
+  }
+  BlockQ8_K& y = out[b];
+  if (best == 0.0f) {
+    y.qs[i] = 0;
+    if (i < quant::kQK_K / 16) y.bsums[i] = 0;
+    if (i == 0) y.d = 0.0f;
+    return;
+  }
+  const float max = x[b * quant::kQK_K + idx];
+  const float iscale = -127.f / max;
+  const int q = min(127, __float2int_rn(__fmul_rn(iscale, v)));
+  y.qs[i] = static_cast<int8_t>(q);
+  s_q[i] = q;
+  __syncthreads();
+  if (i < quant::kQK_K / 16) {
+    int sum = 0;
+    for (int j = 0; j < 16; ++j) sum += s_q[16 * i + j];
+    y.bsums[i] = static_cast<int16_t>(sum);
+  }
+  if (i == 0) y.d = 1.0f / iscale;
+}
+
+__global__ void ConvertKernel(const float* __restrict__ x, int64_t n, bool bf16, uint16_t* __restrict__ out) {
+  for (int64_t i = GlobalThread(); i < n; i += GlobalStride()) out[i] = bf16 ? ToBf16Bits(x[i]) : ToHalfBits(x[i]);
+}
+
+__global__ void GetRowsKernel(DType type, const uint8_t* __restrict__ table, size_t row_bytes, int64_t cols,
+                              const int32_t* __restrict__ ids, int64_t n, float* __restrict__ out) {
+  const int64_t total = n * cols;
+  for (int64_t k = GlobalThread(); k < total; k += GlobalStride()) {
+    const int64_t r = k / cols, i = k % cols;
+    out[k] = DequantElement(type, table + static_cast<size_t>(ids[r]) * row_bytes, i);
+  }
+}
+
+__global__ void DequantizeKernel(DType type, const uint8_t* __restrict__ w, size_t row_bytes, int64_t cols,
+                                 int64_t row0, int64_t n_rows, bool to_f16, void* __restrict__ out) {
+  const int64_t total = n_rows * cols;
+  for (int64_t k = GlobalThread(); k < total; k += GlobalStride()) {
+    const int64_t r = k / cols, i = k % cols;
+    const float v = DequantElement(type, w + static_cast<size_t>(row0 + r) * row_bytes, i);
+    if (to_f16) {
+      static_cast<uint16_t*>(out)[k] = ToHalfBits(v);
+    } else {
+      static_cast<float*>(out)[k] = v;
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t QuantizeActivations(DType act_type, const float* x, int64_t n, int64_t cols, void* dst,
+                                cudaStream_t stream) {
+  const int64_t elems = n * cols;
+  if (elems <= 0) return cudaSuccess;
+  switch (act_type) {
+    case DType::kQ8_0: {
+      // Rows of whole blocks are contiguous, so the blocks of all rows are one array.
+      const int64_t blocks = elems / quant::kQK8_0;
+      QuantizeQ8_0Kernel<<<static_cast<unsigned>((blocks * kWarp + 255) / 256), 256, 0, stream>>>(
+          x, blocks, static_cast<BlockQ8_0*>(dst));
+      break;
+    }
+    case DType::kQ8_K:
+      QuantizeQ8_KKernel<<<static_cast<unsigned>(elems / quant::kQK_K), quant::kQK_K, 0, stream>>>(
+          x, static_cast<BlockQ8_K*>(dst));
+      break;
+    case DType::kF16:
+    case DType::kBF16:
+      return ConvertF32(x, elems, act_type, dst, stream);
+    case DType::kF32:
+      return cudaMemcpyAsync(dst, x, static_cast<size_t>(elems) * sizeof(float), cudaMemcpyDeviceToDevice, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t ConvertF32(const float* x, int64_t n, DType out_type, void* out, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  if (out_type != DType::kF16 && out_type != DType::kBF16) return cudaErrorInvalidValue;
+  ConvertKernel<<<GridFor(n, 256), 256, 0, stream>>>(x, n, out_type == DType::kBF16, static_cast<uint16_t*>(out));
+  return cudaGetLastError();
+}
+
+cudaError_t GetRows(DType type, const void* table, int64_t cols, const int32_t* ids, int64_t n, float* out,
+                    cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  GetRowsKernel<<<GridFor(n * cols, 256), 256, 0, stream>>>(type, static_cast<const uint8_t*>(table),
+                                                            quant::RowBytes(type, cols), cols, ids, n, out);
+  return cudaGetLastError();
+}
+
+cudaError_t DequantizeRows(DType type, const void* w, int64_t cols, int64_t row0, int64_t n_rows, DType out_type,
+                           void* out, cudaStream_t stream) {
+  if (n_rows <= 0) return cudaSuccess;
+  if (out_type != DType::kF16 && out_type != DType::kF32) return cudaErrorInvalidValue;
+  DequantizeKernel<<<GridFor(n_rows * cols, 256), 256, 0, stream>>>(
+      type, static_cast<const uint8_t*>(w), quant::RowBytes(type, cols), cols, row0, n_rows,
+      out_type == DType::kF16, out);
+  return cudaGetLastError();
+}
+
+}  // namespace colibri::backend::cuda

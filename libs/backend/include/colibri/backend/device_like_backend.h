@@ -1,0 +1,73 @@
+// A test backend that behaves like a device backend without a GPU: ops run on an inner CPU
+// backend, but memory is its own (zero_copy() is false, ImportWeight copies into `storage`,
+// TransferIn copies), every byte allocated is counted, and an optional cap turns allocations
+// past it into ResourceExhausted, as a full GPU would. memory_info() reports the cap.
+// It lets the device paths (the VRAM tier, the engine's non-zero-copy expert path, start-up
+// memory checks) run and be checked on any machine. Thread-safe like Backend.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "colibri/backend/backend.h"
+
+namespace colibri::backend {
+
+struct DeviceLikeCounters {
+  std::atomic<uint64_t> bytes_allocated{0};  // live now
+  std::atomic<uint64_t> peak_bytes{0};
+  std::atomic<uint64_t> allocations{0};
+  std::atomic<uint64_t> failed_allocations{0};
+  std::atomic<uint64_t> imports{0};          // ImportWeight calls (each a copy)
+  std::atomic<uint64_t> bytes_imported{0};
+  std::atomic<uint64_t> transfers{0};        // TransferIn calls
+  std::atomic<uint64_t> bytes_transferred{0};
+  std::atomic<uint64_t> fences{0};
+};
+
+class DeviceLikeBackend final : public Backend {
+ public:
+  // `memory_cap`: bytes that may be allocated at once (0: no cap).
+  explicit DeviceLikeBackend(uint64_t memory_cap = 0, int threads = 2);
+  ~DeviceLikeBackend() override;
+
+  const DeviceLikeCounters& counters() const { return *counters_; }
+
+  std::string_view name() const override { return "device-like"; }
+  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override;
+  void Upload(void* dst, const void* host_src, size_t bytes) override;
+  void Download(void* host_dst, const void* src, size_t bytes) override;
+  void Copy(void* dst, const void* src, size_t bytes) override;
+  void Zero(void* dst, size_t bytes) override;
+  bool zero_copy() const override { return false; }
+  absl::StatusOr<WeightRef> ImportWeight(quant::DType dtype, int64_t rows, int64_t cols, const void* host_data,
+                                         std::unique_ptr<Buffer>* storage) override;
+
+  void GetRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) override;
+  void MatMul(const WeightRef& w, const float* x, int64_t n, float* y, bool accumulate) override;
+  void AddBias(float* x, const float* bias, int64_t n, int64_t dim) override;
+  void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) override;
+  void Rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions, float theta,
+            RopeStyle style) override;
+  void StoreKv(const float* k, const float* v, const int32_t* positions, int64_t n, int64_t kv_dim, float* k_cache,
+               float* v_cache) override;
+  void Attention(const AttentionArgs& args) override;
+  void SiluMul(float* gate, const float* up, int64_t n) override;
+  void Add(float* x, const float* y, int64_t n) override;
+  void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* dst) override;
+  void ScatterAddRows(const float* src, const int32_t* rows, const float* scales, int64_t n, int64_t dim,
+                      float* dst) override;
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  absl::Status TransferIn(void* dst, const void* host_src, size_t bytes) override;
+  std::unique_ptr<Fence> RecordFence() override;
+  MemoryInfo memory_info() const override;
+
+ private:
+  const uint64_t cap_;
+  std::unique_ptr<Backend> cpu_;
+  std::shared_ptr<DeviceLikeCounters> counters_;  // shared with the buffers, which may outlive us
+};
+
+}  // namespace colibri::backend
