@@ -187,8 +187,8 @@ class CpuBackend final : public Backend {
           for (int64_t j = j0; j < j1; ++j) {
             const float p = std::exp(scores[j - j0] - m);
             l += p;
-            const float* v = a.v_cache + j * kv_dim + kvh * a.head_dim;
-            float* out = acc.data();
+            const float* __restrict v = a.v_cache + j * kv_dim + kvh * a.head_dim;
+            float* __restrict out = acc.data();  // never aliases the cache: lets the loop vectorize
             for (int64_t d = 0; d < a.head_dim; ++d) out[d] += p * v[d];
           }
         }

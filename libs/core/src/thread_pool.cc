@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <fstream>
 #include <set>
 #include <string>
@@ -17,20 +18,50 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    stopping_ = true;
   }
   cv_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
+namespace {
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Spins until `done()` or `budget` has passed; true if done() became true. Kernels of a forward
+// pass come back to back, microseconds apart, and a futex sleep + wake-up costs tens of
+// microseconds on a VM: a short spin keeps a pool that is in use awake.
+template <typename Done>
+bool SpinUntil(Done done, std::chrono::microseconds budget) {
+  const auto deadline = std::chrono::steady_clock::now() + budget;
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    CpuRelax();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return false;
+  }
+}
+
+constexpr std::chrono::microseconds kSpin{100};
+
+}  // namespace
+
 void ThreadPool::WorkerLoop() {
   for (;;) {
     std::function<void()> task;
+    SpinUntil([this] { return queued_.load(std::memory_order_acquire) > 0 || stopping_.load(); }, kSpin);
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return stop_ || !tasks_.empty(); });
       if (tasks_.empty()) return;  // stop_ and drained
       task = std::move(tasks_.front());
       tasks_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_relaxed);
     }
     task();
   }
@@ -44,6 +75,7 @@ void ThreadPool::Submit(std::function<void()> task) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     tasks_.push_back(std::move(task));
+    queued_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_one();
 }
@@ -80,6 +112,9 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     });
   }
   work();
+  SpinUntil([&] { return running.load() == 0; }, kSpin);
+  // Under the lock even when the spin saw zero: the last worker may still be inside its
+  // critical section, and done_mu / done_cv die when this returns.
   std::unique_lock<std::mutex> lock(done_mu);
   done_cv.wait(lock, [&] { return running.load() == 0; });
 }

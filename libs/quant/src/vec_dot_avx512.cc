@@ -28,6 +28,7 @@ namespace {
 // alongside. Rows are processed in segments of up to kSegmentBlocks super-blocks so this
 // lives on the stack (17 KiB) whatever the row length.
 constexpr int64_t kSegmentBlocks = 64;
+constexpr int kPrefetchBytes = 1024;
 
 struct Q8KPacked {
   alignas(64) int8_t qs[kSegmentBlocks * 256];
@@ -92,6 +93,10 @@ inline float RowQ4_K(const BlockQ4_K* x, const Q8KPacked& p, int64_t nb, const Q
   __m512 acc = _mm512_setzero_ps();
   __m128 acc_min = _mm_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
+    // Rows of a tile are contiguous: ask for the bytes ~1 KiB ahead (this row's later blocks or
+    // the next row's first) so memory latency overlaps the arithmetic. Never faults.
+    _mm_prefetch(reinterpret_cast<const char*>(x + i) + kPrefetchBytes, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(x + i) + kPrefetchBytes + 64, _MM_HINT_T0);
     const float yd = p.d[i];
     const float d = _cvtsh_ss(x[i].d) * yd;
     const float dmin = _cvtsh_ss(x[i].dmin) * yd;

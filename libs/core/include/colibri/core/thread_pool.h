@@ -2,6 +2,7 @@
 // tasks (Submit). Thread-safe. The destructor drains queued tasks and joins the workers.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -38,6 +39,8 @@ class ThreadPool {
   std::condition_variable cv_;
   std::deque<std::function<void()>> tasks_;
   bool stop_ = false;
+  std::atomic<int> queued_{0};         // tasks_.size(), readable without the lock
+  std::atomic<bool> stopping_{false};  // stop_, readable without the lock
   std::vector<std::thread> workers_;
 };
 
