@@ -162,19 +162,32 @@ absl::StatusOr<GenerationResult> Engine::Generate(const GenerationRequest& reque
 
   // Hand tokens to the caller as they arrive, on this thread.
   std::unique_lock<std::mutex> lock(seq->mu);
+  size_t delivered = 0;  // tokens on_token accepted
+  bool consumer_cancelled = false;
   for (;;) {
     seq->cv.wait(lock, [&] { return !seq->out.empty() || seq->done; });
     while (!seq->out.empty()) {
       SampledToken t = std::move(seq->out.front());
       seq->out.pop_front();
+      if (consumer_cancelled) continue;  // generated before the scheduler saw the cancel
       lock.unlock();
-      const bool keep = seq->cancelled.load() || on_token(t);
-      if (!keep) seq->cancelled = true;
+      if (on_token(t)) {
+        ++delivered;
+      } else {
+        consumer_cancelled = true;
+        seq->cancelled = true;
+      }
       lock.lock();
     }
     if (seq->done && seq->out.empty()) break;
   }
   if (!seq->status.ok()) return seq->status;
+  // A cancel may arrive after the scheduler already finished the request (a fast model): the
+  // result is what the consumer took, and says it was cancelled.
+  if (consumer_cancelled) {
+    seq->result.finish = FinishReason::kCancelled;
+    if (seq->result.tokens.size() > delivered + 1) seq->result.tokens.resize(delivered + 1);
+  }
   return std::move(seq->result);
 }
 
