@@ -22,6 +22,7 @@
 #include "colibri/quant/fp16.h"
 #include "colibri/quant/quantize.h"
 #include "compute_node.h"
+#include "synthetic_weights.h"
 
 namespace {
 
@@ -58,26 +59,6 @@ double ReadBandwidth(size_t bytes, int threads) {
   return best;
 }
 
-// Rows of `type` that decode to N(0, 1/cols) values, as trained weights are scaled: a pool of
-// 64 rows is quantized once per shape and rows are drawn from it, so building a multi-GB model
-// does not wait on the k-quant search.
-std::vector<uint8_t> RandomRows(DType type, int64_t rows, int64_t cols, std::mt19937_64& rng) {
-  const size_t row_bytes = colibri::quant::RowBytes(type, cols);
-  constexpr int kPool = 64;
-  std::vector<uint8_t> pool(row_bytes * kPool);
-  std::normal_distribution<float> nd(0.0f, 1.0f / std::sqrt(static_cast<float>(cols)));
-  std::vector<float> row(static_cast<size_t>(cols));
-  for (int r = 0; r < kPool; ++r) {
-    for (auto& x : row) x = nd(rng);
-    colibri::quant::QuantizeRow(type, row.data(), pool.data() + static_cast<size_t>(r) * row_bytes, cols);
-  }
-  std::vector<uint8_t> out(row_bytes * static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(out.data() + static_cast<size_t>(r) * row_bytes, pool.data() + (rng() % kPool) * row_bytes, row_bytes);
-  }
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,47 +83,13 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  colibri::model::ModelConfig c;
-  c.hidden_size = hidden;
-  c.n_layers = layers;
-  c.n_heads = heads;
-  c.n_kv_heads = kv_heads;
-  c.head_dim = hidden / heads;
-  c.expert_ffn = ffn;
-  c.n_experts = experts;
-  c.top_k = top_k;
-  c.vocab_size = vocab;
-  c.context_length = 4096;
-  c.eos_token_ids = {2};
   std::mt19937_64 rng(1);
-  {
-    auto w = colibri::model::ContainerWriter::Create(dir, "bench", c, {.overwrite = true});
-    if (!w.ok()) return 1;
-    auto& wr = **w;
-    auto dense = [&](const std::string& name, DType t, int64_t rows, int64_t cols) {
-      auto b = RandomRows(t, rows, cols, rng);
-      return wr.AddDense(name, t, {rows, cols}, b);
-    };
-    std::vector<float> ones(static_cast<size_t>(hidden), 1.0f);
-    std::span<const uint8_t> ones_bytes(reinterpret_cast<const uint8_t*>(ones.data()), ones.size() * 4);
-    bool ok = dense("token_embd", *dt, vocab, hidden).ok() && dense("output", *dt, vocab, hidden).ok() &&
-              wr.AddDense("output_norm", DType::kF32, {hidden}, ones_bytes).ok();
-    for (int64_t l = 0; l < layers && ok; ++l) {
-      const std::string b = "blk." + std::to_string(l) + ".";
-      ok = wr.AddDense(b + "attn_norm", DType::kF32, {hidden}, ones_bytes).ok() &&
-           wr.AddDense(b + "ffn_norm", DType::kF32, {hidden}, ones_bytes).ok() &&
-           dense(b + "attn_q", *dt, hidden, hidden).ok() && dense(b + "attn_k", *dt, kv_heads * c.head_dim, hidden).ok() &&
-           dense(b + "attn_v", *dt, kv_heads * c.head_dim, hidden).ok() && dense(b + "attn_output", *dt, hidden, hidden).ok() &&
-           dense(b + "ffn_gate_inp", DType::kF32, experts, hidden).ok();
-      for (int64_t e = 0; e < experts && ok; ++e) {
-        auto g = RandomRows(*dt, ffn, hidden, rng), u = RandomRows(*dt, ffn, hidden, rng), d = RandomRows(*dt, hidden, ffn, rng);
-        ok = wr.AddExpert(l, e, {{"gate", *dt, {ffn, hidden}, g}, {"up", *dt, {ffn, hidden}, u}, {"down", *dt, {hidden, ffn}, d}}).ok();
-      }
-    }
-    if (!ok || !wr.Finish().ok()) {
-      std::fprintf(stderr, "cannot write the synthetic model to %s\n", dir.c_str());
-      return 1;
-    }
+  const colibri::model::ModelConfig c = colibri::bench::MixtralConfig(
+      {.layers = layers, .hidden = hidden, .ffn = ffn, .vocab = vocab, .experts = experts, .top_k = top_k,
+       .heads = heads, .kv_heads = kv_heads});
+  if (!colibri::bench::WriteRandomModel(dir, "bench", c, *dt, *dt, rng).ok()) {
+    std::fprintf(stderr, "cannot write the synthetic model to %s\n", dir.c_str());
+    return 1;
   }
   colibri::compute::ComputeNodeOptions opt;
   opt.model_dir = dir;

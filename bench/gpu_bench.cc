@@ -30,31 +30,16 @@
 #include "colibri/model/container.h"
 #include "colibri/quant/quantize.h"
 #include "compute_node.h"
+#include "synthetic_weights.h"
 #include "nlohmann/json.hpp"
 
 namespace {
 
+using colibri::bench::RandomRows;
 using colibri::quant::DType;
 namespace fs = std::filesystem;
 
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-std::vector<uint8_t> RandomRows(DType type, int64_t rows, int64_t cols, std::mt19937_64& rng) {
-  const size_t row_bytes = colibri::quant::RowBytes(type, cols);
-  constexpr int kPool = 64;
-  std::vector<uint8_t> pool(row_bytes * kPool);
-  std::normal_distribution<float> nd(0.0f, 1.0f / std::sqrt(static_cast<float>(cols)));
-  std::vector<float> row(static_cast<size_t>(cols));
-  for (int r = 0; r < kPool; ++r) {
-    for (auto& x : row) x = nd(rng);
-    colibri::quant::QuantizeRow(type, row.data(), pool.data() + static_cast<size_t>(r) * row_bytes, cols);
-  }
-  std::vector<uint8_t> out(row_bytes * static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(out.data() + static_cast<size_t>(r) * row_bytes, pool.data() + (rng() % kPool) * row_bytes, row_bytes);
-  }
-  return out;
-}
 
 int Fail(const std::string& what, const absl::Status& st) {
   std::fprintf(stderr, "%s: %s\n", what.c_str(), std::string(st.message()).c_str());
@@ -169,49 +154,11 @@ int main(int argc, char** argv) {
   }
 
   // 3. Decode on a Mixtral-shaped model.
-  const int64_t hidden = 4096, ffn = 14336, vocab = 32000, experts = 8, top_k = 2, heads = 32, kv_heads = 8;
-  colibri::model::ModelConfig c;
-  c.hidden_size = hidden;
-  c.n_layers = layers;
-  c.n_heads = heads;
-  c.n_kv_heads = kv_heads;
-  c.head_dim = hidden / heads;
-  c.expert_ffn = ffn;
-  c.n_experts = experts;
-  c.top_k = top_k;
-  c.vocab_size = vocab;
-  c.context_length = 4096;
-  c.eos_token_ids = {2};
+  const colibri::model::ModelConfig c = colibri::bench::MixtralConfig({.layers = layers});  // Mixtral 8x7B's shape
+  const int64_t vocab = c.vocab_size;
   const double gen_start = Now();
-  {
-    auto w = colibri::model::ContainerWriter::Create(dir, "gpu-bench", c, {.overwrite = true});
-    if (!w.ok()) return Fail("model", w.status());
-    auto& wr = **w;
-    auto dense = [&](const std::string& name, DType t, int64_t r, int64_t k) {
-      auto b = RandomRows(t, r, k, rng);
-      return wr.AddDense(name, t, {r, k}, b);
-    };
-    std::vector<float> ones(static_cast<size_t>(hidden), 1.0f);
-    std::span<const uint8_t> ones_bytes(reinterpret_cast<const uint8_t*>(ones.data()), ones.size() * 4);
-    bool ok = dense("token_embd", *dt, vocab, hidden).ok() && dense("output", DType::kQ6_K, vocab, hidden).ok() &&
-              wr.AddDense("output_norm", DType::kF32, {hidden}, ones_bytes).ok();
-    for (int64_t l = 0; l < layers && ok; ++l) {
-      const std::string b = "blk." + std::to_string(l) + ".";
-      ok = wr.AddDense(b + "attn_norm", DType::kF32, {hidden}, ones_bytes).ok() &&
-           wr.AddDense(b + "ffn_norm", DType::kF32, {hidden}, ones_bytes).ok() &&
-           dense(b + "attn_q", *dt, hidden, hidden).ok() && dense(b + "attn_k", *dt, kv_heads * c.head_dim, hidden).ok() &&
-           dense(b + "attn_v", *dt, kv_heads * c.head_dim, hidden).ok() &&
-           dense(b + "attn_output", *dt, hidden, hidden).ok() && dense(b + "ffn_gate_inp", DType::kF32, experts, hidden).ok();
-      for (int64_t e = 0; e < experts && ok; ++e) {
-        auto g = RandomRows(*dt, ffn, hidden, rng), u = RandomRows(*dt, ffn, hidden, rng);
-        auto d = RandomRows(*dt, hidden, ffn, rng);
-        ok = wr.AddExpert(l, e, {{"gate", *dt, {ffn, hidden}, g}, {"up", *dt, {ffn, hidden}, u},
-                                 {"down", *dt, {hidden, ffn}, d}})
-                 .ok();
-      }
-    }
-    if (!ok) return Fail("model", absl::InternalError("cannot write the synthetic model to " + dir));
-    if (auto st = wr.Finish(); !st.ok()) return Fail("model", st);
+  if (auto st = colibri::bench::WriteRandomModel(dir, "gpu-bench", c, *dt, DType::kQ6_K, rng); !st.ok()) {
+    return Fail("model", st);
   }
   std::printf("\nsynthetic model: %lld layers of Mixtral's shape, %s, written in %.0f s\n", static_cast<long long>(layers),
               quant.c_str(), Now() - gen_start);

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 import urllib.error
 import urllib.request
 
@@ -114,6 +115,25 @@ class Service:
     def kill(self):
         self.proc.kill()
         self.proc.wait()
+
+
+class ServicesTestCase(unittest.TestCase):
+    """Tests that share services started once per class: setUpClass sets cls.dir (a tempdir) and
+    starts each service with cls.start; tearDownClass stops them, newest first, and removes cls.dir."""
+
+    @classmethod
+    def start(cls, name, args, port_flags=('--port-file',)):
+        if 'services' not in cls.__dict__:
+            cls.services = []
+        s = Service(name, args, cls.dir, port_flags)
+        cls.services.append(s)
+        return s
+
+    @classmethod
+    def tearDownClass(cls):
+        for s in reversed(cls.__dict__.get('services', [])):
+            s.stop()
+        rmtree(cls.dir)
 
 
 def http(method, url, body=None, headers=None, timeout=120):

@@ -209,13 +209,12 @@ class StaticConfigTest(unittest.TestCase):
         self.assertEqual(referenced_metrics('up{job=~"colibri-.*"} == 0'), {'up'})
 
 
-class LiveMetricsTest(unittest.TestCase):
+class LiveMetricsTest(testlib.ServicesTestCase):
     """The three services on loopback (the store serving two imported disks), one chat completion."""
 
     @classmethod
     def setUpClass(cls):
         cls.dir = testlib.tempdir('colibri-deploy-')
-        cls.services = []
         try:
             hf = testlib.gen_model(os.path.join(cls.dir, 'hf'), 'mixtral', 'micro', 'f32')
             cls.model = testlib.convert(hf, os.path.join(cls.dir, 'demo'), 'f32')
@@ -250,18 +249,6 @@ class LiveMetricsTest(unittest.TestCase):
         except BaseException:
             cls.tearDownClass()
             raise
-
-    @classmethod
-    def start(cls, name, args, flags):
-        s = testlib.Service(name, args, cls.dir, flags)
-        cls.services.append(s)
-        return s
-
-    @classmethod
-    def tearDownClass(cls):
-        for s in reversed(cls.services):
-            s.stop()
-        testlib.rmtree(cls.dir)
 
     def test_promtool_check_metrics(self):
         promtool = tool('promtool', 'prometheus')

@@ -3,51 +3,30 @@
 // top-2 margin is a near-tie) and close logits, with experts imported per use and through a
 // VRAM tier smaller than the experts (with lookahead prefetch). Skips without a device.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "colibri/backend/cpu_backend.h"
 #include "colibri/backend/cuda_backend.h"
 #include "colibri/engine/model.h"
+#include "colibri/engine/test_model.h"
 #include "colibri/expert_source/cache_tier.h"
 #include "colibri/expert_source/device_tier_memory.h"
 #include "colibri/expert_source/disk_source.h"
 #include "colibri/model/container.h"
-#include "colibri/model/synthetic_model.h"
 
 namespace colibri::engine {
 namespace {
 
-namespace fs = std::filesystem;
 using quant::DType;
 
-struct GreedyRun {
-  std::vector<int32_t> tokens;
-  std::vector<float> logits;  // one row per step
-  std::vector<float> margins; // top-1 minus top-2 per step
-};
-
+// Prompt tokens spread over the vocabulary.
 absl::StatusOr<GreedyRun> Greedy(Model& model, int prompt_len, int steps) {
-  GreedyRun run;
-  auto cache = model.NewCache();
-  std::vector<BatchItem> batch;
-  for (int i = 0; i < prompt_len; ++i) batch.push_back({cache.get(), (i * 37 + 5) % 60, i, i + 1 == prompt_len});
-  for (int s = 0; s <= steps; ++s) {
-    std::vector<float> logits;
-    if (absl::Status st = model.Forward(batch, &logits); !st.ok()) return st;
-    std::vector<float> sorted = logits;
-    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-    run.margins.push_back(sorted[0] - sorted[1]);
-    run.logits.insert(run.logits.end(), logits.begin(), logits.end());
-    const auto next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    run.tokens.push_back(next);
-    batch = {{cache.get(), next, static_cast<int32_t>(cache->n_past()), true}};
-  }
-  return run;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < prompt_len; ++i) prompt.push_back((i * 37 + 5) % 60);
+  return GreedyDecode(model, prompt, steps);
 }
 
 class GpuEngineTest : public ::testing::TestWithParam<DType> {
@@ -55,38 +34,26 @@ class GpuEngineTest : public ::testing::TestWithParam<DType> {
   void SetUp() override {
     if (!backend::CudaBuilt()) GTEST_SKIP() << "this build has no CUDA backend (-DCOLIBRI_CUDA=OFF)";
     if (backend::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device: the gpu tests need an NVIDIA GPU";
-    dir_ = fs::temp_directory_path() /
-           absl::StrCat("colibri_gpu_engine_", ::getpid(), "_", std::string(quant::DTypeName(GetParam())));
-    model::SyntheticModelOptions o;
-    o.name = "gpu";
-    o.config = model::DefaultSyntheticConfig();
+    model::SyntheticModelOptions o = SmallTestModelOptions("gpu", /*seed=*/7);
     o.config.hidden_size = 256;
     o.config.expert_ffn = 512;
     o.config.n_heads = 8;
     o.config.n_kv_heads = 2;
     o.config.head_dim = 32;
-    o.config.n_layers = 4;
-    o.config.n_experts = 8;
-    o.config.top_k = 2;
     o.config.vocab_size = 128;
     o.dtype = GetParam();
-    o.residual_scale = 0.5f;
     o.embedding_shared = 0.3f;
-    o.seed = 7;
-    ASSERT_TRUE(model::WriteSyntheticModel(dir_, o).ok());
-    auto c = model::Container::Open(dir_);
-    ASSERT_TRUE(c.ok()) << c.status();
-    container_ = std::move(*c);
-    auto disk = expert_source::DiskSource::Open(container_.get());
-    ASSERT_TRUE(disk.ok());
-    disk_ = std::move(*disk);
+    auto dir = TestModelDir::Write("gpu_engine_" + std::string(quant::DTypeName(GetParam())), o);
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    dir_ = std::move(*dir);
+    auto opened = dir_->Open();
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    container_ = std::move(opened->container);
+    disk_ = std::move(opened->disk);
     auto gpu = backend::CreateCudaBackend({});
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     gpu_ = std::move(*gpu);
     cpu_ = backend::CreateCpuBackend({.threads = 2});
-  }
-  void TearDown() override {
-    if (!dir_.empty()) fs::remove_all(dir_);
   }
 
   void ExpectSame(const GreedyRun& cpu, const GreedyRun& gpu, double logit_tol) {
@@ -110,7 +77,7 @@ class GpuEngineTest : public ::testing::TestWithParam<DType> {
     return GetParam() == DType::kF32 ? 1e-4 : GetParam() == DType::kF16 || GetParam() == DType::kBF16 ? 1e-3 : 3e-2;
   }
 
-  fs::path dir_;
+  std::unique_ptr<TestModelDir> dir_;  // outlives container_ and disk_
   std::unique_ptr<model::Container> container_;
   std::unique_ptr<expert_source::DiskSource> disk_;
   std::unique_ptr<backend::Backend> cpu_, gpu_;
@@ -146,28 +113,20 @@ TEST_P(GpuEngineTest, VramTierSmallerThanTheExpertsGivesTheSameTokens) {
   uint64_t slot = 0;
   for (const auto& b : container_->manifest().experts) slot = std::max(slot, b.size);
   const uint64_t blocks = container_->manifest().experts.size();
-  expert_source::CacheTierOptions ro;
-  ro.capacity_bytes = blocks * container_->manifest().experts[0].padded_size * 2;
-  ro.io_threads = 2;
-  expert_source::CacheTier ram(disk_.get(), ro);
-  auto mem = expert_source::DeviceTierMemory::Create(gpu_.get(), {.budget_bytes = (blocks / 3) * ((slot + 255) / 256 * 256),
-                                                                  .slot_bytes = slot});
-  ASSERT_TRUE(mem.ok()) << mem.status();
-  expert_source::CacheTierOptions vo;
-  vo.name = "vram";
-  vo.capacity_bytes = (*mem)->capacity_bytes();
-  vo.memory = mem->get();
-  vo.io_threads = 2;
-  expert_source::CacheTier vram(&ram, vo);
+  auto tiers = StackVramTier(gpu_.get(), disk_.get(),
+                             /*ram_bytes=*/blocks * container_->manifest().experts[0].padded_size * 2,
+                             /*slots=*/blocks / 3, slot);
+  ASSERT_TRUE(tiers.ok()) << tiers.status();
+  expert_source::CacheTier& vram = *tiers->vram;
   auto gm = Model::Load(*container_, gpu_.get(), &vram, {.prefetch_layers = 1});
   ASSERT_TRUE(gm.ok()) << gm.status();
   auto gpu = Greedy(**gm, 5, 24);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   ExpectSame(*cpu, *gpu, tolerance());
   const auto vs = vram.Stats();
-  EXPECT_LE(vs.bytes_cached, vo.capacity_bytes);
+  EXPECT_LE(vs.bytes_cached, tiers->memory->capacity_bytes());
   EXPECT_GT(vs.evictions, 0u);
-  EXPECT_GT((*mem)->Stats().uploads, 0u);
+  EXPECT_GT(tiers->memory->Stats().uploads, 0u);
   vram.WaitIdle(std::chrono::steady_clock::now() + std::chrono::seconds(10));
 }
 

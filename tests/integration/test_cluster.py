@@ -18,13 +18,12 @@ CACHE = '300K'  # three expert blocks of the micro model (each ~100 KiB); the mo
 metric = testlib.metric
 
 
-class ClusterTest(unittest.TestCase):
+class ClusterTest(testlib.ServicesTestCase):
     @classmethod
     def setUpClass(cls):
         cls.dir = testlib.tempdir('colibri-cluster-')
         cls.hf = testlib.gen_model(os.path.join(cls.dir, 'hf'), 'mixtral', 'micro', 'f32')
         cls.model = testlib.convert(cls.hf, os.path.join(cls.dir, 'demo'), 'f32')
-        cls.services = []
         store = cls.start('colibri-expert-store', ['--model', cls.model, '--listen', '127.0.0.1:0',
                                                    '--metrics-port', '0'], ('--port-file', '--metrics-port-file'))
         compute = cls.start('colibri-compute', ['--model', cls.model, '--store', f'127.0.0.1:{store.port()}',
@@ -39,18 +38,6 @@ class ClusterTest(unittest.TestCase):
         cls.store, cls.compute, cls.router, cls.server = store, compute, router, server
         cls.router_url = f'http://127.0.0.1:{router.port()}'
         cls.server_url = f'http://127.0.0.1:{server.port()}'
-
-    @classmethod
-    def start(cls, name, args, flags=('--port-file',)):
-        s = testlib.Service(name, args, cls.dir, flags)
-        cls.services.append(s)
-        return s
-
-    @classmethod
-    def tearDownClass(cls):
-        for s in reversed(cls.services):
-            s.stop()
-        testlib.rmtree(cls.dir)
 
     def chat_on_fresh_server(self, body, extra=(), tag=None):
         """A chat completion from a colibri-server started for it alone (no KV from earlier requests)."""

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <random>
 #include <vector>
 
+#include "colibri/backend/test_data.h"
 #include "colibri/quant/dtype.h"
 #include "colibri/quant/quantize.h"
 #include "colibri/quant/vec_dot.h"
@@ -17,14 +17,6 @@ namespace colibri::backend {
 namespace {
 
 using quant::DType;
-
-std::vector<float> Normal(size_t n, uint32_t seed, float sigma = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, sigma);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 // A quantized weight matrix and its dequantized values (what the matmul must multiply by).
 struct Weight {
@@ -35,13 +27,10 @@ struct Weight {
 };
 
 Weight MakeWeight(DType dtype, int64_t rows, int64_t cols, uint32_t seed) {
-  Weight w{dtype, rows, cols, {}, {}};
-  const std::vector<float> f = Normal(static_cast<size_t>(rows * cols), seed, 0.05f);
+  Weight w{dtype, rows, cols, RandomQuantizedRows(dtype, rows, cols, seed), {}};
   const size_t row_bytes = quant::RowBytes(dtype, cols);
-  w.bytes.resize(row_bytes * static_cast<size_t>(rows));
-  w.dequantized.resize(f.size());
+  w.dequantized.resize(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r) {
-    quant::QuantizeRow(dtype, f.data() + r * cols, w.bytes.data() + static_cast<size_t>(r) * row_bytes, cols);
     quant::DequantizeRowReference(dtype, w.bytes.data() + static_cast<size_t>(r) * row_bytes,
                                   w.dequantized.data() + r * cols, cols);
   }
@@ -123,7 +112,7 @@ TEST_P(CpuBackendTest, MatMulEveryWeightTypeMatchesDequantizedWeights) {
       for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{70}}) {  // 70 > the 64-token tile
         SCOPED_TRACE(testing::Message() << quant::DTypeName(t) << " n=" << n << (scalar ? " scalar" : " simd"));
         const Weight w = MakeWeight(t, rows, cols, 17 + static_cast<uint32_t>(t));
-        std::vector<float> x = Normal(static_cast<size_t>(n * cols), 99 + static_cast<uint32_t>(n));
+        std::vector<float> x = RandomNormal(static_cast<size_t>(n * cols), 99 + static_cast<uint32_t>(n));
         x[5] = 6.0f;  // an outlier: its block's quantization step grows
         std::vector<float> y(static_cast<size_t>(n * rows), std::nanf(""));
         std::unique_ptr<Buffer> storage;
@@ -187,11 +176,11 @@ TEST_P(CpuBackendTest, MatMulAccumulateAddsToOutput) {
     SCOPED_TRACE(quant::DTypeName(t));
     const int64_t rows = 9, cols = 256, n = 4;
     const Weight w = MakeWeight(t, rows, cols, 5);
-    const std::vector<float> x = Normal(static_cast<size_t>(n * cols), 6);
+    const std::vector<float> x = RandomNormal(static_cast<size_t>(n * cols), 6);
     const WeightRef ref{t, rows, cols, w.bytes.data()};
     std::vector<float> plain(static_cast<size_t>(n * rows));
     be_->MatMul(ref, x.data(), n, plain.data());
-    std::vector<float> acc = Normal(static_cast<size_t>(n * rows), 7);
+    std::vector<float> acc = RandomNormal(static_cast<size_t>(n * rows), 7);
     const std::vector<float> before = acc;
     be_->MatMul(ref, x.data(), n, acc.data(), /*accumulate=*/true);
     for (size_t i = 0; i < acc.size(); ++i) EXPECT_FLOAT_EQ(acc[i], before[i] + plain[i]) << i;
@@ -222,8 +211,8 @@ TEST_P(CpuBackendTest, GetRowsDequantizesTheRequestedRows) {
 
 TEST_P(CpuBackendTest, RmsNorm) {
   const int64_t n = 3, dim = 96;
-  std::vector<float> x = Normal(static_cast<size_t>(n * dim), 21, 3.0f);
-  const std::vector<float> weight = Normal(static_cast<size_t>(dim), 22);
+  std::vector<float> x = RandomNormal(static_cast<size_t>(n * dim), 21, 3.0f);
+  const std::vector<float> weight = RandomNormal(static_cast<size_t>(dim), 22);
   const float eps = 1e-5f;
   std::vector<float> y(x.size());
   be_->RmsNorm(x.data(), weight.data(), n, dim, eps, y.data());
@@ -266,7 +255,7 @@ TEST_P(CpuBackendTest, RopeBothStylesMatchReference) {
     for (float theta : {10000.0f, 1e6f}) {
       SCOPED_TRACE(testing::Message() << (style == RopeStyle::kHalfSplit ? "half-split" : "interleaved")
                                       << " theta " << theta);
-      const std::vector<float> x0 = Normal(static_cast<size_t>(n * n_heads * head_dim), 31);
+      const std::vector<float> x0 = RandomNormal(static_cast<size_t>(n * n_heads * head_dim), 31);
       std::vector<float> x = x0;
       be_->Rope(x.data(), n, n_heads, head_dim, positions.data(), theta, style);
       for (int64_t t = 0; t < n; ++t) {
@@ -316,7 +305,7 @@ TEST_P(CpuBackendTest, RopeThenDifferentThetaAndHeadDim) {
   const int32_t pos = 5;
   for (auto [theta, head_dim] : {std::pair{10000.0f, int64_t{8}}, std::pair{500.0f, int64_t{8}},
                                  std::pair{500.0f, int64_t{12}}, std::pair{10000.0f, int64_t{8}}}) {
-    std::vector<float> x = Normal(static_cast<size_t>(head_dim), 3);
+    std::vector<float> x = RandomNormal(static_cast<size_t>(head_dim), 3);
     std::vector<double> want(x.begin(), x.end());
     be_->Rope(x.data(), 1, 1, head_dim, &pos, theta, RopeStyle::kHalfSplit);
     RopeRef(&want, head_dim, pos, theta, RopeStyle::kHalfSplit);
@@ -375,9 +364,9 @@ TEST_P(CpuBackendTest, StoreKvAndCausalGqaAttention) {
   for (const auto& positions : steps) {
     SCOPED_TRACE(testing::Message() << "first position " << positions[0]);
     const int64_t n = static_cast<int64_t>(positions.size());
-    const std::vector<float> k = Normal(static_cast<size_t>(n * kv_dim), seed++, 2.0f);
-    const std::vector<float> v = Normal(static_cast<size_t>(n * kv_dim), seed++);
-    const std::vector<float> q = Normal(static_cast<size_t>(n * q_dim), seed++, 2.0f);
+    const std::vector<float> k = RandomNormal(static_cast<size_t>(n * kv_dim), seed++, 2.0f);
+    const std::vector<float> v = RandomNormal(static_cast<size_t>(n * kv_dim), seed++);
+    const std::vector<float> q = RandomNormal(static_cast<size_t>(n * q_dim), seed++, 2.0f);
     be_->StoreKv(k.data(), v.data(), positions.data(), n, kv_dim, k_cache.data(), v_cache.data());
     for (int64_t i = 0; i < n; ++i) {
       std::copy_n(k.begin() + i * kv_dim, kv_dim, k_ref.begin() + positions[static_cast<size_t>(i)] * kv_dim);
@@ -417,7 +406,7 @@ TEST_P(CpuBackendTest, AttentionAtPositionZeroReturnsV) {
   std::vector<float> k_cache(8 * 4, 0.0f), v_cache(8 * 4, 0.0f);
   const int32_t pos = 0;
   be_->StoreKv(k.data(), v.data(), &pos, 1, 4, k_cache.data(), v_cache.data());
-  const std::vector<float> q = Normal(16, 4, 10.0f);
+  const std::vector<float> q = RandomNormal(16, 4, 10.0f);
   std::vector<float> out(16);
   AttentionArgs args{q.data(), k_cache.data(), v_cache.data(), &pos, 1, n_heads, n_kv_heads, head_dim, 0.5f,
                      out.data()};
@@ -431,7 +420,7 @@ TEST_P(CpuBackendTest, AttentionWithLargeScoresStaysFinite) {
   // Scores of several hundred: a naive exp would overflow; the online softmax must not.
   const int64_t n_heads = 2, n_kv_heads = 2, head_dim = 4, len = 6;
   std::vector<float> k_cache(static_cast<size_t>(len * n_kv_heads * head_dim));
-  std::vector<float> v_cache = Normal(k_cache.size(), 8);
+  std::vector<float> v_cache = RandomNormal(k_cache.size(), 8);
   for (size_t i = 0; i < k_cache.size(); ++i) k_cache[i] = static_cast<float>((i * 7) % 11) * 10.0f;
   const std::vector<float> q = {10, 10, 10, 10, -10, 5, 10, 0};
   const std::vector<int32_t> positions = {static_cast<int32_t>(len - 1)};

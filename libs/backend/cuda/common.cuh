@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "colibri/quant/blocks.h"
 #include "colibri/quant/dtype.h"
@@ -150,19 +151,30 @@ __device__ __forceinline__ float KBlockSum(float d, float dmin, int isum, int im
 template <DType kType>
 __device__ __forceinline__ float PartDotK(const uint8_t* wb, const BlockQ8_K& y, int p);
 
+// Integer sums of the two 16-element halves of a part (each half has its own scale): x over
+// elements 0..15, y over 16..31; value(l) is weight l of the part, a the activations.
+template <typename Value>
+__device__ __forceinline__ int2 HalfSums(const int8_t* a, Value value) {
+  int2 s = make_int2(0, 0);
+#pragma unroll
+  for (int l = 0; l < 32; ++l) {
+    if (l < 16) {
+      s.x += value(l) * a[l];
+    } else {
+      s.y += value(l) * a[l];
+    }
+  }
+  return s;
+}
+
 template <>
 __device__ __forceinline__ float PartDotK<DType::kQ2_K>(const uint8_t* wb, const BlockQ8_K& y, int p) {
   const auto& x = *reinterpret_cast<const BlockQ2_K*>(wb);
   const uint8_t* q = x.qs + 32 * (p / 4);
   const int shift = 2 * (p % 4);
-  const int8_t* a = y.qs + 32 * p;
-  int g0 = 0, g1 = 0;
-#pragma unroll
-  for (int l = 0; l < 16; ++l) g0 += ((q[l] >> shift) & 3) * a[l];
-#pragma unroll
-  for (int l = 16; l < 32; ++l) g1 += ((q[l] >> shift) & 3) * a[l];
+  const int2 g = HalfSums(y.qs + 32 * p, [&](int l) { return (q[l] >> shift) & 3; });
   const uint8_t s0 = x.scales[2 * p], s1 = x.scales[2 * p + 1];
-  const int isum = (s0 & 0xF) * g0 + (s1 & 0xF) * g1;
+  const int isum = (s0 & 0xF) * g.x + (s1 & 0xF) * g.y;
   const int imin = (s0 >> 4) * y.bsums[2 * p] + (s1 >> 4) * y.bsums[2 * p + 1];
   return KBlockSum(__fmul_rn(HalfBits(x.d), y.d), __fmul_rn(HalfBits(x.dmin), y.d), isum, imin);
 }
@@ -172,49 +184,41 @@ __device__ __forceinline__ float PartDotK<DType::kQ3_K>(const uint8_t* wb, const
   const auto& x = *reinterpret_cast<const BlockQ3_K*>(wb);
   const uint8_t* q = x.qs + 32 * (p / 4);
   const int shift = 2 * (p % 4);
-  const int8_t* a = y.qs + 32 * p;
-  int g0 = 0, g1 = 0;
+  const int2 g = HalfSums(y.qs + 32 * p, [&](int l) {
+    return ((q[l] >> shift) & 3) - (((x.hmask[l] >> p) & 1) ? 0 : 4);
+  });
+  const int isum = ScaleQ3K(x.scales, 2 * p) * g.x + ScaleQ3K(x.scales, 2 * p + 1) * g.y;
+  return KBlockSum(__fmul_rn(HalfBits(x.d), y.d), 0.0f, isum, 0);
+}
+
+// Q4_K and Q5_K: group g of 4-bit values (Q5_K: a fifth bit from qh), a 6-bit scale and min.
+template <typename Block>
+__device__ __forceinline__ float PartDotK4or5(const uint8_t* wb, const BlockQ8_K& y, int g) {
+  const auto& x = *reinterpret_cast<const Block*>(wb);
+  int sc, m;
+  ScaleMinK4(g, x.scales, &sc, &m);
+  const uint8_t* q = x.qs + 32 * (g / 2);
+  const int shift = 4 * (g % 2);
+  const int8_t* a = y.qs + 32 * g;
+  int gsum = 0;
 #pragma unroll
   for (int l = 0; l < 32; ++l) {
-    const int v = ((q[l] >> shift) & 3) - (((x.hmask[l] >> p) & 1) ? 0 : 4);
-    if (l < 16) {
-      g0 += v * a[l];
-    } else {
-      g1 += v * a[l];
-    }
+    int v = (q[l] >> shift) & 0xF;
+    if constexpr (std::is_same_v<Block, BlockQ5_K>) v |= ((x.qh[l] >> g) & 1) << 4;
+    gsum += v * a[l];
   }
-  const int isum = ScaleQ3K(x.scales, 2 * p) * g0 + ScaleQ3K(x.scales, 2 * p + 1) * g1;
-  return KBlockSum(__fmul_rn(HalfBits(x.d), y.d), 0.0f, isum, 0);
+  const int imin = m * (y.bsums[2 * g] + y.bsums[2 * g + 1]);
+  return KBlockSum(__fmul_rn(HalfBits(x.d), y.d), __fmul_rn(HalfBits(x.dmin), y.d), sc * gsum, imin);
 }
 
 template <>
 __device__ __forceinline__ float PartDotK<DType::kQ4_K>(const uint8_t* wb, const BlockQ8_K& y, int g) {
-  const auto& x = *reinterpret_cast<const BlockQ4_K*>(wb);
-  int sc, m;
-  ScaleMinK4(g, x.scales, &sc, &m);
-  const uint8_t* q = x.qs + 32 * (g / 2);
-  const int shift = 4 * (g % 2);
-  const int8_t* a = y.qs + 32 * g;
-  int gsum = 0;
-#pragma unroll
-  for (int l = 0; l < 32; ++l) gsum += ((q[l] >> shift) & 0xF) * a[l];
-  const int imin = m * (y.bsums[2 * g] + y.bsums[2 * g + 1]);
-  return KBlockSum(__fmul_rn(HalfBits(x.d), y.d), __fmul_rn(HalfBits(x.dmin), y.d), sc * gsum, imin);
+  return PartDotK4or5<BlockQ4_K>(wb, y, g);
 }
 
 template <>
 __device__ __forceinline__ float PartDotK<DType::kQ5_K>(const uint8_t* wb, const BlockQ8_K& y, int g) {
-  const auto& x = *reinterpret_cast<const BlockQ5_K*>(wb);
-  int sc, m;
-  ScaleMinK4(g, x.scales, &sc, &m);
-  const uint8_t* q = x.qs + 32 * (g / 2);
-  const int shift = 4 * (g % 2);
-  const int8_t* a = y.qs + 32 * g;
-  int gsum = 0;
-#pragma unroll
-  for (int l = 0; l < 32; ++l) gsum += (((q[l] >> shift) & 0xF) | (((x.qh[l] >> g) & 1) << 4)) * a[l];
-  const int imin = m * (y.bsums[2 * g] + y.bsums[2 * g + 1]);
-  return KBlockSum(__fmul_rn(HalfBits(x.d), y.d), __fmul_rn(HalfBits(x.dmin), y.d), sc * gsum, imin);
+  return PartDotK4or5<BlockQ5_K>(wb, y, g);
 }
 
 template <>
@@ -224,18 +228,10 @@ __device__ __forceinline__ float PartDotK<DType::kQ6_K>(const uint8_t* wb, const
   const uint8_t* ql = x.ql + 64 * half + 32 * (quarter % 2);
   const uint8_t* qh = x.qh + 32 * half;
   const int low_shift = 4 * (quarter / 2), high_shift = 2 * quarter;
-  const int8_t* a = y.qs + 32 * p;
-  int g0 = 0, g1 = 0;
-#pragma unroll
-  for (int l = 0; l < 32; ++l) {
-    const int v = (((ql[l] >> low_shift) & 0xF) | (((qh[l] >> high_shift) & 3) << 4)) - 32;
-    if (l < 16) {
-      g0 += v * a[l];
-    } else {
-      g1 += v * a[l];
-    }
-  }
-  const int isum = x.scales[2 * p] * g0 + x.scales[2 * p + 1] * g1;
+  const int2 g = HalfSums(y.qs + 32 * p, [&](int l) {
+    return (((ql[l] >> low_shift) & 0xF) | (((qh[l] >> high_shift) & 3) << 4)) - 32;
+  });
+  const int isum = x.scales[2 * p] * g.x + x.scales[2 * p + 1] * g.y;
   return KBlockSum(__fmul_rn(HalfBits(x.d), y.d), 0.0f, isum, 0);
 }
 

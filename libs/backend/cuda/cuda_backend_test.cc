@@ -10,11 +10,11 @@
 #include <cstdint>
 #include <cstring>
 #include <numeric>
-#include <random>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "colibri/backend/cpu_backend.h"
+#include "colibri/backend/test_data.h"
 #include "colibri/quant/dtype.h"
 #include "colibri/quant/quantize.h"
 
@@ -22,24 +22,6 @@ namespace colibri::backend {
 namespace {
 
 using quant::DType;
-
-std::vector<float> Normal(size_t n, uint32_t seed, float sigma = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, sigma);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-std::vector<uint8_t> Quantize(DType type, int64_t rows, int64_t cols, uint32_t seed) {
-  const std::vector<float> f = Normal(static_cast<size_t>(rows * cols), seed, 0.05f);
-  const size_t row_bytes = quant::RowBytes(type, cols);
-  std::vector<uint8_t> out(row_bytes * static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) {
-    quant::QuantizeRow(type, f.data() + r * cols, out.data() + static_cast<size_t>(r) * row_bytes, cols);
-  }
-  return out;
-}
 
 // max |a - b| / max |b| (b is the CPU reference).
 double RelError(const std::vector<float>& a, const std::vector<float>& b) {
@@ -130,7 +112,7 @@ TEST_F(CudaParityTest, MatMulEveryWeightTypeMatvecAndGemm) {
                               {DType::kQ8_K, 1e-5, 2e-2}};
   const int64_t rows = 67, cols = 1024;
   for (const MatMulCase& c : cases) {
-    const std::vector<uint8_t> w = Quantize(c.type, rows, cols, 5 + static_cast<uint32_t>(c.type));
+    const std::vector<uint8_t> w = RandomQuantizedRows(c.type, rows, cols, 5 + static_cast<uint32_t>(c.type));
     std::unique_ptr<Buffer> cpu_storage, gpu_storage;
     auto cw = cpu_->ImportWeight(c.type, rows, cols, w.data(), &cpu_storage);
     auto gw = gpu_->ImportWeight(c.type, rows, cols, w.data(), &gpu_storage);
@@ -138,9 +120,9 @@ TEST_F(CudaParityTest, MatMulEveryWeightTypeMatvecAndGemm) {
     for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{9}, int64_t{15}, int64_t{40}}) {
       for (bool accumulate : {false, true}) {
         SCOPED_TRACE(absl::StrCat(std::string(quant::DTypeName(c.type)), " n=", n, accumulate ? " accumulate" : ""));
-        std::vector<float> x = Normal(static_cast<size_t>(n * cols), 31 + static_cast<uint32_t>(n));
+        std::vector<float> x = RandomNormal(static_cast<size_t>(n * cols), 31 + static_cast<uint32_t>(n));
         x[7] = 5.0f;
-        std::vector<float> y0 = Normal(static_cast<size_t>(n * rows), 3);
+        std::vector<float> y0 = RandomNormal(static_cast<size_t>(n * rows), 3);
         std::vector<float> y_cpu = y0;
         cpu_->MatMul(*cw, x.data(), n, y_cpu.data(), accumulate);
         auto dx = Dev(x);
@@ -160,7 +142,7 @@ TEST_F(CudaParityTest, GetRowsEveryType) {
   const std::vector<int32_t> ids = {3, 0, 19, 3, 7};
   for (DType t : types) {
     SCOPED_TRACE(std::string(quant::DTypeName(t)));
-    const std::vector<uint8_t> w = Quantize(t, rows, cols, 77);
+    const std::vector<uint8_t> w = RandomQuantizedRows(t, rows, cols, 77);
     std::unique_ptr<Buffer> cs, gs;
     auto cw = cpu_->ImportWeight(t, rows, cols, w.data(), &cs);
     auto gw = gpu_->ImportWeight(t, rows, cols, w.data(), &gs);
@@ -175,7 +157,7 @@ TEST_F(CudaParityTest, GetRowsEveryType) {
 
 TEST_F(CudaParityTest, RmsNormBiasSiluAddGatherScatter) {
   const int64_t n = 5, dim = 384;
-  const std::vector<float> x = Normal(n * dim, 1), w = Normal(dim, 2), b = Normal(dim, 3), u = Normal(n * dim, 4);
+  const std::vector<float> x = RandomNormal(n * dim, 1), w = RandomNormal(dim, 2), b = RandomNormal(dim, 3), u = RandomNormal(n * dim, 4);
   // RMSNorm, also in place.
   std::vector<float> ref(x.size());
   cpu_->RmsNorm(x.data(), w.data(), n, dim, 1e-5f, ref.data());
@@ -211,7 +193,7 @@ TEST_F(CudaParityTest, RopeBothStylesAndStoreKv) {
   const int64_t n = 6, heads = 4, head_dim = 64;
   const std::vector<int32_t> pos = {0, 1, 2, 1000, 4095, 32000};
   for (RopeStyle style : {RopeStyle::kHalfSplit, RopeStyle::kInterleaved}) {
-    std::vector<float> x = Normal(n * heads * head_dim, 9);
+    std::vector<float> x = RandomNormal(n * heads * head_dim, 9);
     auto dx = Dev(x);
     cpu_->Rope(x.data(), n, heads, head_dim, pos.data(), 1e6f, style);
     gpu_->Rope(dx->f32(), n, heads, head_dim, pos.data(), 1e6f, style);
@@ -219,7 +201,7 @@ TEST_F(CudaParityTest, RopeBothStylesAndStoreKv) {
   }
   const int64_t kv_dim = 128, cap = 40;
   const std::vector<int32_t> at = {3, 7, 39};
-  const std::vector<float> k = Normal(3 * kv_dim, 5), v = Normal(3 * kv_dim, 6);
+  const std::vector<float> k = RandomNormal(3 * kv_dim, 5), v = RandomNormal(3 * kv_dim, 6);
   std::vector<float> kc(cap * kv_dim), vc(cap * kv_dim);
   cpu_->StoreKv(k.data(), v.data(), at.data(), 3, kv_dim, kc.data(), vc.data());
   auto dk = Dev(k), dv = Dev(v), dkc = Dev(std::vector<float>(kc.size())), dvc = Dev(std::vector<float>(vc.size()));
@@ -235,13 +217,13 @@ TEST_F(CudaParityTest, AttentionDecodeAndPrefill) {
   for (const Shape& s : {Shape{4, 2, 64, 1}, Shape{8, 2, 128, 300}, Shape{4, 4, 256, 70}, Shape{6, 3, 80, 1500}}) {
     SCOPED_TRACE(absl::StrCat("heads ", s.heads, "/", s.kv_heads, " dim ", s.head_dim, " context ", s.context));
     const int64_t kv_dim = s.kv_heads * s.head_dim, q_dim = s.heads * s.head_dim;
-    const std::vector<float> kc = Normal(s.context * kv_dim, 11), vc = Normal(s.context * kv_dim, 12);
+    const std::vector<float> kc = RandomNormal(s.context * kv_dim, 11), vc = RandomNormal(s.context * kv_dim, 12);
     auto dkc = Dev(kc), dvc = Dev(vc);
     // Decode (one row at the last position) and prefill (every position, causal).
     for (int64_t n : {int64_t{1}, std::min<int64_t>(s.context, 33)}) {
       std::vector<int32_t> pos(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(s.context - n + i);
-      const std::vector<float> q = Normal(n * q_dim, 13 + static_cast<uint32_t>(n));
+      const std::vector<float> q = RandomNormal(n * q_dim, 13 + static_cast<uint32_t>(n));
       std::vector<float> ref(q.size());
       AttentionArgs a;
       a.q = q.data();
@@ -275,12 +257,12 @@ TEST_F(CudaParityTest, RoutingDecisionsIdentical) {
     for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{64}}) {
       if (t != DType::kF32 && n >= 16) continue;
       SCOPED_TRACE(absl::StrCat(std::string(quant::DTypeName(t)), " n=", n));
-      const std::vector<uint8_t> w = Quantize(t, experts, hidden, 101);
+      const std::vector<uint8_t> w = RandomQuantizedRows(t, experts, hidden, 101);
       std::unique_ptr<Buffer> cs, gs;
       auto cw = cpu_->ImportWeight(t, experts, hidden, w.data(), &cs);
       auto gw = gpu_->ImportWeight(t, experts, hidden, w.data(), &gs);
       ASSERT_TRUE(gw.ok());
-      const std::vector<float> x = Normal(n * hidden, 202 + static_cast<uint32_t>(n));
+      const std::vector<float> x = RandomNormal(n * hidden, 202 + static_cast<uint32_t>(n));
       std::vector<float> lc(n * experts);
       cpu_->MatMul(*cw, x.data(), n, lc.data(), false);
       auto dx = Dev(x), dl = Dev(std::vector<float>(lc.size()));

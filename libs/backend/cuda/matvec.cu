@@ -22,29 +22,23 @@ template <DType kType>
 __global__ void __launch_bounds__(kMatVecWarps * kWarp)
     MatVecFloat(const void* __restrict__ w, int64_t rows, int64_t cols, const void* __restrict__ act, int n,
                 float* __restrict__ y, bool accumulate) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kMatVecWarps + threadIdx.x / kWarp;
-  if (row >= rows) return;
-  const int lane = threadIdx.x % kWarp;
-  const int t0 = static_cast<int>(blockIdx.y) * kMatVecTokens;
-  const int nt = min(kMatVecTokens, n - t0);
+  const MatVecTile tile = ThisMatVecTile(n);
+  if (tile.row >= rows) return;
   float acc[kMatVecTokens] = {};
-  for (int64_t i = lane; i < cols; i += kWarp) {
-    const float wv = LoadFloat<kType>(w, row * cols + i);
+  for (int64_t i = tile.lane; i < cols; i += kWarp) {
+    const float wv = LoadFloat<kType>(w, tile.row * cols + i);
 #pragma unroll
     for (int t = 0; t < kMatVecTokens; ++t) {
-      if (t < nt) acc[t] += wv * LoadFloat<kType>(act, static_cast<int64_t>(t0 + t) * cols + i);
+      if (t < tile.nt) acc[t] += wv * LoadFloat<kType>(act, static_cast<int64_t>(tile.t0 + t) * cols + i);
     }
   }
-  WriteRow(acc, nt, row, rows, t0, y, accumulate);
+  WriteRow(acc, tile, rows, y, accumulate);
 }
 
 template <DType kType>
-cudaError_t LaunchFloat(const void* w, int64_t rows, int64_t cols, const void* act, int64_t n, float* y,
-                        bool accumulate, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((rows + kMatVecWarps - 1) / kMatVecWarps),
-                  static_cast<unsigned>((n + kMatVecTokens - 1) / kMatVecTokens));
-  MatVecFloat<kType><<<grid, kMatVecWarps * kWarp, 0, stream>>>(w, rows, cols, act, static_cast<int>(n), y,
-                                                                accumulate);
+cudaError_t LaunchFloat(const MatVecCall& call) {
+  MatVecFloat<kType><<<MatVecGrid(call), kMatVecWarps * kWarp, 0, call.stream>>>(
+      call.w, call.rows, call.cols, call.act, static_cast<int>(call.n), call.y, call.accumulate);
   return cudaGetLastError();
 }
 
@@ -53,21 +47,20 @@ cudaError_t LaunchFloat(const void* w, int64_t rows, int64_t cols, const void* a
 cudaError_t MatVec(DType w_type, const void* w, int64_t rows, int64_t cols, const void* act, int64_t n, float* y,
                    bool accumulate, cudaStream_t stream) {
   if (rows <= 0 || n <= 0) return cudaSuccess;
+  const MatVecCall call{w, rows, cols, act, n, y, accumulate, stream};
   switch (w_type) {
     case DType::kF32:
-      return LaunchFloat<DType::kF32>(w, rows, cols, act, n, y, accumulate, stream);
+      return LaunchFloat<DType::kF32>(call);
     case DType::kF16:
-      return LaunchFloat<DType::kF16>(w, rows, cols, act, n, y, accumulate, stream);
+      return LaunchFloat<DType::kF16>(call);
     case DType::kBF16:
-      return LaunchFloat<DType::kBF16>(w, rows, cols, act, n, y, accumulate, stream);
+      return LaunchFloat<DType::kBF16>(call);
     case DType::kQ8_0:
-      return LaunchMatVecBlocks<DType::kQ8_0, BlockQ8_0, BlockQ8_0, 1>(w, rows, cols, quant::kQK8_0, act, n, y,
-                                                                        accumulate, stream);
+      return LaunchMatVecBlocks<DType::kQ8_0, BlockQ8_0, BlockQ8_0, 1>(call, quant::kQK8_0);
     case DType::kQ8_K:
-      return LaunchMatVecBlocks<DType::kQ8_K, BlockQ8_K, BlockQ8_K, quant::kQK_K / 32>(w, rows, cols, quant::kQK_K,
-                                                                                        act, n, y, accumulate, stream);
+      return LaunchMatVecBlocks<DType::kQ8_K, BlockQ8_K, BlockQ8_K, quant::kQK_K / 32>(call, quant::kQK_K);
     default:
-      return MatVecKQuant(w_type, w, rows, cols, act, n, y, accumulate, stream);
+      return MatVecKQuant(w_type, call);
   }
 }
 

@@ -14,14 +14,49 @@ namespace colibri::backend::cuda {
 
 inline constexpr int kMatVecWarps = 4;  // rows per thread block
 
-// Sums of one row, reduced over the warp and written by lane 0.
-__device__ __forceinline__ void WriteRow(float (&acc)[kMatVecTokens], int nt, int64_t row, int64_t rows, int t0,
-                                         float* y, bool accumulate) {
+// The arguments of one MatVec call (kernels.h), passed on to the launchers.
+struct MatVecCall {
+  const void* w;
+  int64_t rows;
+  int64_t cols;
+  const void* act;
+  int64_t n;
+  float* y;
+  bool accumulate;
+  cudaStream_t stream;
+};
+
+// The grid of a call: kMatVecWarps weight rows per thread block along x, token tiles along y.
+inline dim3 MatVecGrid(const MatVecCall& call) {
+  return dim3(static_cast<unsigned>((call.rows + kMatVecWarps - 1) / kMatVecWarps),
+              static_cast<unsigned>((call.n + kMatVecTokens - 1) / kMatVecTokens));
+}
+
+// What the calling warp computes: weight row `row` for tokens t0 .. t0 + nt - 1; `lane` is the
+// thread's lane in the warp. Rows past the matrix (row >= rows) have nothing to do.
+struct MatVecTile {
+  int64_t row;
+  int lane;
+  int t0;
+  int nt;
+};
+__device__ __forceinline__ MatVecTile ThisMatVecTile(int n) {
+  MatVecTile tile;
+  tile.row = static_cast<int64_t>(blockIdx.x) * kMatVecWarps + threadIdx.x / kWarp;
+  tile.lane = threadIdx.x % kWarp;
+  tile.t0 = static_cast<int>(blockIdx.y) * kMatVecTokens;
+  tile.nt = min(kMatVecTokens, n - tile.t0);
+  return tile;
+}
+
+// Sums of the tile's row, reduced over the warp and written by lane 0.
+__device__ __forceinline__ void WriteRow(float (&acc)[kMatVecTokens], const MatVecTile& tile, int64_t rows, float* y,
+                                         bool accumulate) {
 #pragma unroll
   for (int t = 0; t < kMatVecTokens; ++t) {
     const float v = WarpSum(acc[t]);
-    if (threadIdx.x % kWarp == 0 && t < nt) {
-      float& out = y[static_cast<int64_t>(t0 + t) * rows + row];
+    if (tile.lane == 0 && t < tile.nt) {
+      float& out = y[static_cast<int64_t>(tile.t0 + t) * rows + tile.row];
       out = accumulate ? out + v : v;
     }
   }
@@ -33,22 +68,19 @@ template <DType kType, typename WBlock, typename ActBlock, int kParts>
 __global__ void __launch_bounds__(kMatVecWarps * kWarp)
     MatVecBlocks(const uint8_t* __restrict__ w, int64_t rows, int64_t nblocks, const uint8_t* __restrict__ act, int n,
                  float* __restrict__ y, bool accumulate) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kMatVecWarps + threadIdx.x / kWarp;
-  if (row >= rows) return;
-  const int lane = threadIdx.x % kWarp;
-  const int t0 = static_cast<int>(blockIdx.y) * kMatVecTokens;
-  const int nt = min(kMatVecTokens, n - t0);
-  const auto* wr = reinterpret_cast<const WBlock*>(w) + row * nblocks;
-  const auto* a0 = reinterpret_cast<const ActBlock*>(act) + static_cast<int64_t>(t0) * nblocks;
+  const MatVecTile tile = ThisMatVecTile(n);
+  if (tile.row >= rows) return;
+  const auto* wr = reinterpret_cast<const WBlock*>(w) + tile.row * nblocks;
+  const auto* a0 = reinterpret_cast<const ActBlock*>(act) + static_cast<int64_t>(tile.t0) * nblocks;
   float acc[kMatVecTokens] = {};
   const int64_t items = nblocks * kParts;
-  for (int64_t it = lane; it < items; it += kWarp) {
+  for (int64_t it = tile.lane; it < items; it += kWarp) {
     const int64_t b = it / kParts;
     const int p = static_cast<int>(it % kParts);
     const auto* wb = reinterpret_cast<const uint8_t*>(wr + b);
 #pragma unroll
     for (int t = 0; t < kMatVecTokens; ++t) {
-      if (t < nt) {
+      if (t < tile.nt) {
         const ActBlock& ab = a0[static_cast<int64_t>(t) * nblocks + b];
         if constexpr (kType == DType::kQ8_0) {
           acc[t] += BlockDotQ8_0(*reinterpret_cast<const BlockQ8_0*>(wb), ab);
@@ -58,22 +90,19 @@ __global__ void __launch_bounds__(kMatVecWarps * kWarp)
       }
     }
   }
-  WriteRow(acc, nt, row, rows, t0, y, accumulate);
+  WriteRow(acc, tile, rows, y, accumulate);
 }
 
+// Launches MatVecBlocks for weights of `block_elems` elements per block.
 template <DType kType, typename WBlock, typename ActBlock, int kParts>
-cudaError_t LaunchMatVecBlocks(const void* w, int64_t rows, int64_t cols, int64_t block_elems, const void* act,
-                               int64_t n, float* y, bool accumulate, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((rows + kMatVecWarps - 1) / kMatVecWarps),
-                  static_cast<unsigned>((n + kMatVecTokens - 1) / kMatVecTokens));
-  MatVecBlocks<kType, WBlock, ActBlock, kParts><<<grid, kMatVecWarps * kWarp, 0, stream>>>(
-      static_cast<const uint8_t*>(w), rows, cols / block_elems, static_cast<const uint8_t*>(act),
-      static_cast<int>(n), y, accumulate);
+cudaError_t LaunchMatVecBlocks(const MatVecCall& call, int64_t block_elems) {
+  MatVecBlocks<kType, WBlock, ActBlock, kParts><<<MatVecGrid(call), kMatVecWarps * kWarp, 0, call.stream>>>(
+      static_cast<const uint8_t*>(call.w), call.rows, call.cols / block_elems, static_cast<const uint8_t*>(call.act),
+      static_cast<int>(call.n), call.y, call.accumulate);
   return cudaGetLastError();
 }
 
 // The k-quant instantiations (matvec_kquants.cu).
-cudaError_t MatVecKQuant(DType w_type, const void* w, int64_t rows, int64_t cols, const void* act, int64_t n,
-                         float* y, bool accumulate, cudaStream_t stream);
+cudaError_t MatVecKQuant(DType w_type, const MatVecCall& call);
 
 }  // namespace colibri::backend::cuda

@@ -12,11 +12,11 @@
 
 #include "colibri/backend/cpu_backend.h"
 #include "colibri/engine/model.h"
+#include "colibri/engine/test_model.h"
 #include "colibri/expert_source/cache_tier.h"
 #include "colibri/expert_source/disk_source.h"
 #include "colibri/expert_source/routing_trace.h"
 #include "colibri/model/container.h"
-#include "colibri/model/synthetic_model.h"
 
 namespace colibri::engine {
 namespace {
@@ -73,69 +73,17 @@ class RecordingSource final : public expert_source::ExpertSource {
   std::map<uint64_t, int> fetches_;
 };
 
-class ExpertCacheEngineTest : public ::testing::Test {
+class ExpertCacheEngineTest : public TestModelSuite<ExpertCacheEngineTest> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new fs::path(fs::temp_directory_path() / ("colibri_expert_cache_engine_" + std::to_string(::getpid())));
-    model::SyntheticModelOptions o;
-    o.name = "lookahead";
-    o.config = model::DefaultSyntheticConfig();
-    o.config.n_layers = 4;
-    o.config.n_experts = 8;
-    o.config.top_k = 2;
-    o.dtype = quant::DType::kQ8_0;
-    o.residual_scale = 0.5f;
-    o.embedding_shared = 0.5f;
-    o.seed = 11;
-    const absl::Status st = model::WriteSyntheticModel(*dir_, o);
-    ASSERT_TRUE(st.ok()) << st;
-  }
-  static void TearDownTestSuite() {
-    fs::remove_all(*dir_);
-    delete dir_;
-  }
+  static void SetUpTestSuite() { WriteModel("expert_cache_engine", SmallTestModelOptions("lookahead", /*seed=*/11)); }
   void SetUp() override {
-    auto c = model::Container::Open(*dir_);
-    ASSERT_TRUE(c.ok()) << c.status();
-    container_ = std::move(*c);
-    auto disk = expert_source::DiskSource::Open(container_.get());
-    ASSERT_TRUE(disk.ok());
-    disk_ = std::move(*disk);
+    TestModelSuite::SetUp();
     backend_ = backend::CreateCpuBackend({.threads = 2});
   }
   uint64_t block_bytes() const { return container_->manifest().experts[0].padded_size; }
 
-  struct Run {
-    std::vector<int32_t> tokens;
-    std::vector<float> logits;  // every step's row
-  };
-  // Greedy decoding: a prompt forward, then one token per forward.
-  static absl::StatusOr<Run> Greedy(Model& model, const std::vector<int32_t>& prompt, int steps) {
-    Run run;
-    auto cache = model.NewCache();
-    std::vector<BatchItem> batch;
-    for (size_t i = 0; i < prompt.size(); ++i) {
-      batch.push_back({cache.get(), prompt[i], static_cast<int32_t>(i), i + 1 == prompt.size()});
-    }
-    std::vector<float> logits;
-    for (int s = 0; s <= steps; ++s) {
-      logits.clear();
-      absl::Status st = model.Forward(batch, &logits);
-      if (!st.ok()) return st;
-      run.logits.insert(run.logits.end(), logits.begin(), logits.end());
-      const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-      run.tokens.push_back(next);
-      batch = {{cache.get(), next, static_cast<int32_t>(cache->n_past()), true}};
-    }
-    return run;
-  }
-
-  static fs::path* dir_;
-  std::unique_ptr<model::Container> container_;
-  std::unique_ptr<expert_source::DiskSource> disk_;
   std::unique_ptr<backend::Backend> backend_;
 };
-fs::path* ExpertCacheEngineTest::dir_ = nullptr;
 
 const std::vector<int32_t> kPrompt = {5, 17, 3, 60, 22, 9};
 constexpr int kSteps = 24;
@@ -144,7 +92,7 @@ TEST_F(ExpertCacheEngineTest, PrefetchNeverChangesTokensOrLogits) {
   // Reference: experts straight from disk, no cache, no lookahead.
   auto ref_model = Model::Load(*container_, backend_.get(), disk_.get());
   ASSERT_TRUE(ref_model.ok()) << ref_model.status();
-  auto ref = Greedy(**ref_model, kPrompt, kSteps);
+  auto ref = GreedyDecode(**ref_model, kPrompt, kSteps);
   ASSERT_TRUE(ref.ok()) << ref.status();
   const uint64_t total_blocks = container_->manifest().experts.size();
 
@@ -163,7 +111,7 @@ TEST_F(ExpertCacheEngineTest, PrefetchNeverChangesTokensOrLogits) {
           expert_source::CacheTier tier(disk_.get(), o);
           auto model = Model::Load(*container_, backend_.get(), &tier, {.prefetch_layers = prefetch_layers});
           ASSERT_TRUE(model.ok());
-          auto run = Greedy(**model, kPrompt, kSteps);
+          auto run = GreedyDecode(**model, kPrompt, kSteps);
           ASSERT_TRUE(run.ok()) << run.status();
           EXPECT_EQ(run->tokens, ref->tokens);
           ASSERT_EQ(run->logits.size(), ref->logits.size());
@@ -262,7 +210,7 @@ TEST_F(ExpertCacheEngineTest, TraceHasOneLinePerTokenAndLayer) {
     RecordingSource rec(disk_.get());
     auto model = Model::Load(*container_, backend_.get(), &rec, {.trace = trace->get()});
     ASSERT_TRUE(model.ok());
-    ASSERT_TRUE(Greedy(**model, kPrompt, 3).ok());
+    ASSERT_TRUE(GreedyDecode(**model, kPrompt, 3).ok());
     ASSERT_TRUE((*trace)->Flush().ok());
     // Each line's experts are what the hints reported as selected.
     const auto hints = rec.TakeHints();
