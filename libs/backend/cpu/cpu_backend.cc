@@ -15,6 +15,18 @@
 namespace colibri::backend {
 namespace {
 
+// y += a * x and y *= a over n floats: the attention's inner loops. GCC builds one copy per
+// target and picks the best for the CPU at load time (ifunc), so the generic build still gets
+// AVX-512 / AVX2 here.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void AxpyF32(float a, const float* __restrict x,
+                                                                          float* __restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void ScaleF32(float a, float* __restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] *= a;
+}
+
 class HostBuffer final : public Buffer {
  public:
   HostBuffer(AlignedBytes bytes, size_t size) : bytes_(std::move(bytes)), size_(size) {}
@@ -171,25 +183,24 @@ class CpuBackend final : public Backend {
         const int64_t keys = static_cast<int64_t>(a.positions[t]) + 1;
         for (int64_t j0 = 0; j0 < keys; j0 += kKeyBlock) {
           const int64_t j1 = std::min(keys, j0 + kKeyBlock);
+          // The block's keys are rows kv_dim apart: one F32 matrix-vector product scores them.
+          quant::MatVec(quant::DType::kF32, a.k_cache + j0 * kv_dim + kvh * a.head_dim,
+                        static_cast<size_t>(kv_dim) * sizeof(float), j1 - j0, q, a.head_dim, scores);
           float block_max = -std::numeric_limits<float>::infinity();
-          for (int64_t j = j0; j < j1; ++j) {
-            const float* k = a.k_cache + j * kv_dim + kvh * a.head_dim;
-            const float s = quant::VecDot(quant::DType::kF32, k, q, a.head_dim) * a.scale;
-            scores[j - j0] = s;
-            block_max = std::max(block_max, s);
+          for (int64_t j = 0; j < j1 - j0; ++j) {
+            scores[j] *= a.scale;
+            block_max = std::max(block_max, scores[j]);
           }
           if (block_max > m) {
             const float corr = std::exp(m - block_max);
             l *= corr;
-            for (auto& x : acc) x *= corr;
+            ScaleF32(corr, acc.data(), a.head_dim);
             m = block_max;
           }
           for (int64_t j = j0; j < j1; ++j) {
             const float p = std::exp(scores[j - j0] - m);
             l += p;
-            const float* __restrict v = a.v_cache + j * kv_dim + kvh * a.head_dim;
-            float* __restrict out = acc.data();  // never aliases the cache: lets the loop vectorize
-            for (int64_t d = 0; d < a.head_dim; ++d) out[d] += p * v[d];
+            AxpyF32(p, a.v_cache + j * kv_dim + kvh * a.head_dim, acc.data(), a.head_dim);
           }
         }
         float* out = a.out + t * q_dim + h * a.head_dim;
