@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   std::string model_dir, cache_size = "2G", grpc_listen = "", port_file;
   int threads = 0;
   colibri::router::HttpOptions http;
-  size_t prefetch_hints = 0;
+  size_t prefetch_hints = 64;
   CLI::App app{"colibri-server: the whole of colibri in one process (OpenAI API on --port)"};
   app.add_option("--model", model_dir, "Model directory made by colibri-convert")->required()->check(CLI::ExistingDirectory);
   app.add_option("--expert-cache-size", cache_size, "Host-RAM expert cache budget (e.g. 512M, 8G)")->capture_default_str();

@@ -33,7 +33,7 @@ def run(model, cache, hints, sessions, rounds, workdir):
         for r in range(rounds):
             for s in range(sessions):
                 # Each conversation draws its tokens from its own range: its own routing.
-                history[s] += [3 + 100 * s + (r * 17 + k * 7) % 100 for k in range(12)]
+                history[s] += [3 + (100 * s + (r * 17 + k * 7) % 100) % 500 for k in range(12)]
                 before = testlib.http('GET', url + '/metrics')[1]
                 res = testlib.stream_completion(url, {'prompt': history[s], 'max_tokens': 8, 'temperature': 0,
                                                       'user': f'conversation-{s}'})

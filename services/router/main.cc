@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
   colibri::InitLogging();
   std::string model_dir, compute, grpc_listen = "0.0.0.0:50050", port_file, grpc_port_file;
   colibri::router::HttpOptions http;
-  size_t prefetch_hints = 0;
+  size_t prefetch_hints = 64;
   CLI::App app{"colibri-router: OpenAI-compatible HTTP API and gRPC API"};
   app.add_option("--model", model_dir, "Model directory (tokenizer files and manifest)")->required()->check(CLI::ExistingDirectory);
   app.add_option("--compute", compute, "colibri-compute address host:port")->required();

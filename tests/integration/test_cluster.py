@@ -130,6 +130,9 @@ class ClusterTest(testlib.ServicesTestCase):
         self.assertEqual(got['messages'], 4)
         first, second = got['turns']
         self.assertGreaterEqual(second['usage']['cached_prompt_tokens'], first['usage']['prompt_tokens'] - 1)
+        # The router's prefetch hints (on by default) warmed the session's experts before turn 2.
+        compute_metrics = testlib.http('GET', f'http://127.0.0.1:{self.compute.port("--metrics-port-file")}/metrics')[1]
+        self.assertGreater(metric(compute_metrics, 'colibri_compute_prefetch_hints_total'), 0)
         conversation = [{'role': 'user', 'content': 'Hello there'}]
         for turn, next_message in ((first, 'What next?'), (second, None)):
             status, text = testlib.http('POST', self.router_url + '/v1/chat/completions',
@@ -199,14 +202,18 @@ class ClusterTest(testlib.ServicesTestCase):
             body = {'messages': turn2, 'max_tokens': 8, 'temperature': 0, 'return_token_ids': True}
             second_server = testlib.Service('colibri-server', args, self.dir, tag=f'persist-{mode}-2')
             try:
-                status, text = testlib.http('POST', f'http://127.0.0.1:{second_server.port()}/v1/chat/completions',
-                                            body)
+                base = f'http://127.0.0.1:{second_server.port()}'
+                self.assertEqual(metric(testlib.http('GET', base + '/metrics')[1],
+                                        'colibri_compute_kv_offload_entries', 'where="disk"'), 1)
+                status, text = testlib.http('POST', base + '/v1/chat/completions', body)
+                metrics_text = testlib.http('GET', base + '/metrics')[1]
             finally:
                 second_server.stop()
             self.assertEqual(status, 200, text)
             answers[mode] = json.loads(text)
             cached = answers[mode]['usage']['prompt_tokens_details']['cached_tokens']
             self.assertGreaterEqual(cached, first['usage']['prompt_tokens'] - 1, mode)
+            self.assertEqual(metric(metrics_text, 'colibri_compute_kv_restored_tokens_total'), cached, mode)
         cold = self.chat_on_fresh_server(body, tag='persist-cold')
         self.assertEqual(cold['usage']['prompt_tokens_details']['cached_tokens'], 0)
         self.assertEqual(answers['f32']['choices'][0]['token_ids'], cold['choices'][0]['token_ids'])

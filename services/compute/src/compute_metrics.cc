@@ -108,6 +108,16 @@ ComputeMetrics::ComputeMetrics(std::shared_ptr<prometheus::Registry> r) : regist
                                        "Expert bytes read below the cache per token forwarded, since start");
   dense_bytes_ = MakeGauge(*registry, "colibri_compute_dense_bytes", "Bytes of resident dense weights");
   kv_cache_bytes_ = MakeGauge(*registry, "colibri_compute_kv_cache_bytes", "Bytes of KV caches (active and pooled)");
+  kv_restored_tokens_ = MakeCounter(*registry, "colibri_compute_kv_restored_tokens_total",
+                                    "Prompt tokens whose KV came back from host RAM or disk instead of a prefill");
+  kv_offload_bytes_ = MakeGauge(*registry, "colibri_compute_kv_offload_bytes",
+                                "Bytes of evicted KV caches held in host RAM (--kv-offload-limit)");
+  kv_offload_entries_ = &prometheus::BuildGauge()
+                             .Name("colibri_compute_kv_offload_entries")
+                             .Help("Evicted KV caches kept, by where: ram or disk (--kv-persist-dir)")
+                             .Register(*registry);
+  prefetch_hints_ = MakeCounter(*registry, "colibri_compute_prefetch_hints_total",
+                                "Expert prefetches started from the router's hints");
   cache_evictions_ = MakeCounter(*registry, "colibri_compute_expert_cache_evictions_total",
                                  "Expert blocks evicted", {{"tier", "ram"}});
   expert_bytes_fetched_ = MakeCounter(*registry, "colibri_compute_expert_fetched_bytes_total",
@@ -175,6 +185,12 @@ void ComputeMetrics::Refresh(ComputeNode& node) {
   fetched_bytes_per_token_->Set(Ratio(static_cast<double>(stats.bytes_fetched), tokens));
   dense_bytes_->Set(static_cast<double>(node.model().dense_bytes()));
   kv_cache_bytes_->Set(static_cast<double>(node.engine().counters().kv_bytes.load()));
+  SyncCounter(kv_restored_tokens_, node.engine().counters().kv_restored_tokens.load());
+  const engine::KvStoreStats kv = node.kv_store() ? node.kv_store()->stats() : engine::KvStoreStats{};
+  kv_offload_bytes_->Set(static_cast<double>(kv.ram_bytes));
+  kv_offload_entries_->Add({{"where", "ram"}}).Set(static_cast<double>(kv.ram_entries));
+  kv_offload_entries_->Add({{"where", "disk"}}).Set(static_cast<double>(kv.disk_entries));
+  SyncCounter(prefetch_hints_, node.prefetch_hints());
   const auto& c = node.engine().counters();
   SyncCounter(requests_, c.requests.load());
   SyncCounter(prompt_tokens_, c.prompt_tokens.load());

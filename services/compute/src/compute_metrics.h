@@ -67,6 +67,11 @@ class ComputeMetrics {
   prometheus::Gauge* fetched_bytes_per_token_;
   prometheus::Gauge* dense_bytes_;
   prometheus::Gauge* kv_cache_bytes_;
+  // KV offload / persistence (kv_store.h) and the router's prefetch hints.
+  prometheus::Counter* kv_restored_tokens_;
+  prometheus::Gauge* kv_offload_bytes_;
+  prometheus::Family<prometheus::Gauge>* kv_offload_entries_;
+  prometheus::Counter* prefetch_hints_;
   prometheus::Counter* store_failovers_;
   prometheus::Family<prometheus::Counter>* store_bytes_;
   prometheus::Family<prometheus::Counter>* store_shm_bytes_;

@@ -67,6 +67,7 @@ class ComputeNode {
   // first ones first, at most half the host-RAM expert cache's worth. Returns how many were
   // passed on; InvalidArgument for an id outside the model.
   absl::StatusOr<size_t> PrefetchHint(std::span<const expert_source::ExpertId> ids);
+  uint64_t prefetch_hints() const { return prefetch_hints_.load(); }
   // Where evicted KV caches go (nullptr without --kv-offload-limit / --kv-persist-dir).
   const engine::KvStore* kv_store() const { return kv_store_.get(); }
   const model::Manifest& manifest() const { return container_->manifest(); }

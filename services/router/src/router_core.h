@@ -61,8 +61,8 @@ class RouterCore {
   absl::StatusOr<TextResult> Run(const TextRequest& request, const std::function<bool(const Delta&)>& on_delta);
 
   // Prefetch hints: before a request of a conversation compute has served before, tell compute
-  // to warm up to `max_experts` of the experts its earlier turns used most (0: off, the
-  // default; bench/hint_bench.py measures whether they pay).
+  // to warm up to `max_experts` of the experts its earlier turns used most (0: off; the binaries
+  // default to 64, which bench/hint_bench.py measured to pay).
   void set_prefetch_hints(size_t max_experts) { hint_experts_ = max_experts; }
   const ExpertHeat& heat() const { return heat_; }
 
