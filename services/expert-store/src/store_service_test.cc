@@ -354,9 +354,9 @@ TEST_F(StoreServiceTest, SeveralStoresSpreadReadsAndSurviveADeath) {
   ImportOptions o;
   o.stripe_size = 8192;
   ASSERT_TRUE(ImportModel(model_dir_, StoreLocation{disks_b, {}}, o).ok());
-  FaultInjector slow_a;
+  FaultInjector slow_a, slow_b;
   auto a = Serve({}, &slow_a, "a");
-  auto b = Serve({}, nullptr, "b", disks_b);
+  auto b = Serve({}, &slow_b, "b", disks_b);
   rpc::MultiStoreOptions mo;
   mo.targets = {a->target(), b->target()};
   mo.model = "tiny";
@@ -370,6 +370,14 @@ TEST_F(StoreServiceTest, SeveralStoresSpreadReadsAndSurviveADeath) {
   EXPECT_GT(states[0].stats.blocks, 0u);  // both stores took reads
   EXPECT_GT(states[1].stats.blocks, 0u);
   EXPECT_EQ(states[0].stats.blocks + states[1].stats.blocks, ids.size());
+
+  // Reads are spread by each store's measured rate: make B look slow for a moment so that A,
+  // the faster one on record, takes reads in the next round whatever the machine's load did to
+  // the first one.
+  slow_b.SetDiskBandwidth(0, 1 << 20);
+  slow_b.SetDiskBandwidth(1, 1 << 20);
+  ASSERT_TRUE((*multi)->FetchMany(ids, [&](size_t i, Lease l) { ExpectBlock(l, ids[i].layer, ids[i].expert); }).ok());
+  slow_b.Clear();
 
   // Store A becomes very slow, then dies with requests in flight: they finish from B.
   slow_a.SetDiskBandwidth(0, 64 << 10);
