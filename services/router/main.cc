@@ -10,6 +10,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
+#include "absl/strings/str_join.h"
 #include "src/compute_client.h"
 #include "src/http_api.h"
 #include "src/router_core.h"
@@ -18,12 +19,17 @@
 int main(int argc, char** argv) {
   colibri::BlockShutdownSignals();
   colibri::InitLogging();
-  std::string model_dir, compute, grpc_listen = "0.0.0.0:50050", port_file, grpc_port_file;
+  std::string model_dir, grpc_listen = "0.0.0.0:50050", port_file, grpc_port_file;
+  std::vector<std::string> computes;
   colibri::router::HttpOptions http;
   size_t prefetch_hints = 64;
   CLI::App app{"colibri-router: OpenAI-compatible HTTP API and gRPC API"};
   app.add_option("--model", model_dir, "Model directory (tokenizer files and manifest)")->required()->check(CLI::ExistingDirectory);
-  app.add_option("--compute", compute, "colibri-compute address host:port")->required();
+  app.add_option("--compute", computes,
+                 "colibri-compute address host:port; several (repeated or comma-separated): each conversation "
+                 "sticks to one, failing over when it is unreachable")
+      ->required()
+      ->delimiter(',');
   app.add_option("--host", http.host, "HTTP bind address")->capture_default_str();
   app.add_option("--port", http.port, "HTTP port (0 picks one)")->capture_default_str();
   app.add_option("--grpc-listen", grpc_listen, "Router gRPC address")->capture_default_str();
@@ -39,7 +45,9 @@ int main(int argc, char** argv) {
   app.add_option("--grpc-port-file", grpc_port_file, "Write the bound gRPC port to this file");
   CLI11_PARSE(app, argc, argv);
 
-  auto core = colibri::router::MakeRouterCore(model_dir, colibri::router::MakeGrpcComputeClient(compute));
+  std::vector<std::unique_ptr<colibri::router::ComputeClient>> clients;
+  for (const auto& c : computes) clients.push_back(colibri::router::MakeGrpcComputeClient(c));
+  auto core = colibri::router::MakeRouterCore(model_dir, std::move(clients));
   if (!core.ok()) {
     spdlog::error("{}", std::string(core.status().message()));
     return 1;
@@ -66,7 +74,7 @@ int main(int argc, char** argv) {
   if (auto st = colibri::WritePortFile(grpc_port_file, grpc_port); !st.ok()) return 1;
   if (auto st = colibri::WritePortFile(port_file, (*api)->port()); !st.ok()) return 1;
   spdlog::info("colibri-router: model '{}' via compute {}; HTTP on port {}, gRPC on port {}", (*core)->model_name(),
-               compute, (*api)->port(), grpc_port);
+               absl::StrJoin(computes, ","), (*api)->port(), grpc_port);
   int sig = colibri::WaitForShutdownSignal();
   spdlog::info("signal {}: shutting down", sig);
   api->reset();

@@ -144,6 +144,50 @@ class ClusterTest(testlib.ServicesTestCase):
             if next_message:
                 conversation.append({'role': 'user', 'content': next_message})
 
+    def test_router_over_two_compute_nodes_keeps_conversations_and_fails_over(self):
+        """colibri-router --compute A,B: each conversation's turns go to one node (its KV is there:
+        turn 2 prefills only the new tokens), the conversations use both nodes, and when a node dies
+        its conversations continue on the other one."""
+        nodes, router = [], None
+        try:
+            for k in range(2):
+                nodes.append(testlib.Service('colibri-compute', ['--model', self.model, '--listen', '127.0.0.1:0',
+                                                                 '--metrics-port', '0', '--threads', '1'],
+                                             self.dir, ('--port-file', '--metrics-port-file'), tag=f'pool-compute-{k}'))
+            targets = ','.join(f'127.0.0.1:{n.port()}' for n in nodes)
+            router = testlib.Service('colibri-router', ['--model', self.model, '--compute', targets, '--port', '0',
+                                                        '--host', '127.0.0.1', '--grpc-listen', '127.0.0.1:0'],
+                                     self.dir, ('--port-file', '--grpc-port-file'), tag='pool-router')
+            url = f'http://127.0.0.1:{router.port()}/v1/chat/completions'
+            conversations = {}
+            for i in range(6):
+                messages = [{'role': 'user', 'content': f'Question number {i}: why?'}]
+                status, text = testlib.http('POST', url, {'messages': messages, 'max_tokens': 4, 'temperature': 0,
+                                                          'user': f'user-{i}'})
+                self.assertEqual(status, 200, text)
+                first = json.loads(text)
+                messages += [{'role': 'assistant', 'content': first['choices'][0]['message']['content']},
+                             {'role': 'user', 'content': 'Go on.'}]
+                status, text = testlib.http('POST', url, {'messages': messages, 'max_tokens': 4, 'temperature': 0,
+                                                          'user': f'user-{i}'})
+                self.assertEqual(status, 200, text)
+                second = json.loads(text)
+                self.assertGreaterEqual(second['usage']['prompt_tokens_details']['cached_tokens'],
+                                        first['usage']['prompt_tokens'] - 1, i)
+                conversations[i] = messages
+            served = [metric(testlib.http('GET', f'http://127.0.0.1:{n.port("--metrics-port-file")}/metrics')[1],
+                             'colibri_compute_requests_total') for n in nodes]
+            self.assertEqual(sum(served), 12, served)
+            self.assertTrue(all(v > 0 for v in served), served)
+            nodes[0].kill()
+            for i, messages in conversations.items():
+                status, text = testlib.http('POST', url, {'messages': messages, 'max_tokens': 4, 'temperature': 0,
+                                                          'user': f'user-{i}'})
+                self.assertEqual(status, 200, f'conversation {i}: {text}')
+        finally:
+            for s in ([router] if router else []) + nodes:
+                s.stop()
+
     def test_second_turn_prefills_only_new_tokens(self):
         """Turn 2 resends the whole history (as OpenAI clients do): compute reuses the KV of turn 1
         and the answer equals a cold run of the same conversation on a fresh server."""

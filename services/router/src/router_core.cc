@@ -7,22 +7,51 @@
 
 namespace colibri::router {
 
+namespace {
+
+std::vector<std::unique_ptr<ComputeClient>> One(std::unique_ptr<ComputeClient> c) {
+  std::vector<std::unique_ptr<ComputeClient>> v;
+  v.push_back(std::move(c));
+  return v;
+}
+
+}  // namespace
+
 RouterCore::RouterCore(std::string model_name, std::unique_ptr<tokenizer::Tokenizer> tok,
                        std::unique_ptr<ComputeClient> compute, int64_t context_length)
+    : RouterCore(std::move(model_name), std::move(tok), One(std::move(compute)), context_length) {}
+
+RouterCore::RouterCore(std::string model_name, std::unique_ptr<tokenizer::Tokenizer> tok,
+                       std::vector<std::unique_ptr<ComputeClient>> computes, int64_t context_length)
     : model_name_(std::move(model_name)),
       tok_(std::move(tok)),
-      compute_(std::move(compute)),
+      computes_(std::make_unique<ComputePool>(std::move(computes))),
       context_length_(context_length) {}
 
 absl::StatusOr<std::unique_ptr<RouterCore>> MakeRouterCore(const std::string& model_dir,
                                                            std::unique_ptr<ComputeClient> compute) {
+  return MakeRouterCore(model_dir, One(std::move(compute)));
+}
+
+absl::StatusOr<std::unique_ptr<RouterCore>> MakeRouterCore(const std::string& model_dir,
+                                                           std::vector<std::unique_ptr<ComputeClient>> computes) {
+  if (computes.empty()) return absl::InvalidArgumentError("no compute node given");
   ASSIGN_OR_RETURN(auto tok, tokenizer::LoadTokenizer(model_dir));
-  ASSIGN_OR_RETURN(ModelInfo info, compute->Info());
+  ASSIGN_OR_RETURN(ModelInfo info, computes[0]->Info());
+  for (size_t i = 1; i < computes.size(); ++i) {
+    ASSIGN_OR_RETURN(ModelInfo other, computes[i]->Info());
+    if (other.name != info.name || other.vocab_size != info.vocab_size ||
+        other.context_length != info.context_length) {
+      return absl::FailedPreconditionError(absl::StrCat("compute node ", i + 1, " serves model '", other.name,
+                                                        "', the first one '", info.name,
+                                                        "': every node must serve the same model"));
+    }
+  }
   if (tok->vocab_size() > info.vocab_size) {
     return absl::FailedPreconditionError(absl::StrCat("tokenizer in '", model_dir, "' has ", tok->vocab_size(),
                                                       " tokens but model '", info.name, "' only ", info.vocab_size));
   }
-  return std::make_unique<RouterCore>(info.name, std::move(tok), std::move(compute), info.context_length);
+  return std::make_unique<RouterCore>(info.name, std::move(tok), std::move(computes), info.context_length);
 }
 
 absl::Status RouterCore::CheckModel(const std::string& name) const {
@@ -56,10 +85,15 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
   cr.ignore_eos = request.ignore_eos;
   cr.deadline = request.deadline;
   cr.session_id = request.session_id;
+  // The conversation's node first; on to the next while a node is unreachable and nothing has
+  // been streamed yet.
+  const std::vector<size_t> order = computes_->Order(ComputePool::Key(request.session_id, request.prompt));
+  size_t attempt = 0;
+  ComputeClient* compute = &computes_->node(order[0]);
   if (hint_experts_ > 0 && !request.session_id.empty()) {
     const auto hints = heat_.Hints(request.session_id, hint_experts_);
     // Advisory: a failed hint never fails the request (the request itself reports compute errors).
-    if (!hints.empty()) (void)compute_->Prefetch(hints);
+    if (!hints.empty()) (void)compute->Prefetch(hints);
   }
 
   tokenizer::StreamDecoder decoder(tok_.get());
@@ -117,7 +151,20 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
     }
     return true;
   };
-  ASSIGN_OR_RETURN(ComputeResult cres, compute_->Generate(cr, on_token));
+  absl::StatusOr<ComputeResult> generated = compute->Generate(cr, on_token);
+  while (!generated.ok() && generated.status().code() == absl::StatusCode::kUnavailable && result.text.empty() &&
+         delta.tokens.empty() && held.empty() && attempt + 1 < order.size()) {
+    computes_->MarkDown(order[attempt]);
+    compute = &computes_->node(order[++attempt]);
+    generated = compute->Generate(cr, on_token);
+  }
+  if (!generated.ok()) {
+    if (generated.status().code() == absl::StatusCode::kUnavailable) computes_->MarkDown(order[attempt]);
+    return generated.status();
+  }
+  computes_->MarkUp(order[attempt]);
+  computes_->CountServed(order[attempt]);
+  ComputeResult cres = std::move(*generated);
   result.prompt_tokens = cres.prompt_tokens > 0 ? cres.prompt_tokens : n_prompt;
   result.completion_tokens = cres.completion_tokens;
   result.cached_prompt_tokens = cres.cached_prompt_tokens;

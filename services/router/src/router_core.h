@@ -14,6 +14,7 @@
 #include "colibri/tokenizer/chat.h"
 #include "colibri/tokenizer/tokenizer.h"
 #include "compute_client.h"
+#include "compute_pool.h"
 
 namespace colibri::router {
 
@@ -45,6 +46,9 @@ class RouterCore {
  public:
   RouterCore(std::string model_name, std::unique_ptr<tokenizer::Tokenizer> tok, std::unique_ptr<ComputeClient> compute,
              int64_t context_length);
+  // Several compute nodes: each request goes to its conversation's node (compute_pool.h).
+  RouterCore(std::string model_name, std::unique_ptr<tokenizer::Tokenizer> tok,
+             std::vector<std::unique_ptr<ComputeClient>> computes, int64_t context_length);
 
   const std::string& model_name() const { return model_name_; }
   const tokenizer::Tokenizer& tokenizer() const { return *tok_; }
@@ -65,11 +69,12 @@ class RouterCore {
   // default to 64, which bench/hint_bench.py measured to pay).
   void set_prefetch_hints(size_t max_experts) { hint_experts_ = max_experts; }
   const ExpertHeat& heat() const { return heat_; }
+  ComputePool& computes() { return *computes_; }
 
  private:
   std::string model_name_;
   std::unique_ptr<tokenizer::Tokenizer> tok_;
-  std::unique_ptr<ComputeClient> compute_;
+  std::unique_ptr<ComputePool> computes_;
   int64_t context_length_;
   ExpertHeat heat_;
   size_t hint_experts_ = 0;
@@ -78,5 +83,9 @@ class RouterCore {
 // Loads the tokenizer from `model_dir` and builds a core over `compute`.
 absl::StatusOr<std::unique_ptr<RouterCore>> MakeRouterCore(const std::string& model_dir,
                                                            std::unique_ptr<ComputeClient> compute);
+// Over several compute nodes, which must all serve the same model (FailedPrecondition naming the
+// odd one otherwise).
+absl::StatusOr<std::unique_ptr<RouterCore>> MakeRouterCore(const std::string& model_dir,
+                                                           std::vector<std::unique_ptr<ComputeClient>> computes);
 
 }  // namespace colibri::router

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -448,6 +449,17 @@ TEST_F(RouterCoreTest, MakeRouterCoreChecksTheVocabulary) {
   EXPECT_NE(refused.status().message().find("512"), std::string::npos) << refused.status();
   EXPECT_NE(refused.status().message().find("256"), std::string::npos) << refused.status();
 
+  // Several nodes must serve the same model.
+  std::vector<std::unique_ptr<ComputeClient>> mixed;
+  for (const char* name : {"served-name", "another"}) {
+    auto c = std::make_unique<FakeCompute>(std::vector<int32_t>{}, &log_);
+    c->info_ = {name, "mixtral", 512, 128};
+    mixed.push_back(std::move(c));
+  }
+  auto odd = MakeRouterCore(dir_->string(), std::move(mixed));
+  EXPECT_EQ(odd.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(odd.status().message().find("another"), std::string::npos) << odd.status();
+
   auto missing = MakeRouterCore((*dir_ / "nowhere").string(), std::make_unique<FakeCompute>(std::vector<int32_t>{}, &log_));
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
@@ -591,6 +603,68 @@ TEST_F(RouterCoreTest, PrefetchHintsOnlyWhenOnAndForAKnownConversation) {
   r.session_id.clear();
   ASSERT_TRUE(Run(*core, r, &deltas).ok());
   EXPECT_EQ(log_.prefetches.size(), 1u);
+}
+
+TEST_F(RouterCoreTest, ConversationsStickToOneComputeNodeAndFailOver) {
+  // Three nodes with their own logs.
+  FakeCompute::Log logs[3];
+  std::vector<std::unique_ptr<ComputeClient>> nodes;
+  FakeCompute* fakes[3];
+  for (int i = 0; i < 3; ++i) {
+    auto f = std::make_unique<FakeCompute>(Ids(" ok"), &logs[i]);
+    fakes[i] = f.get();
+    nodes.push_back(std::move(f));
+  }
+  RouterCore core("tiny-moe", std::move(own_tok_), std::move(nodes), 64);
+  auto run = [&](const std::string& session, std::vector<int32_t> prompt) {
+    TextRequest r;
+    r.prompt = std::move(prompt);
+    r.session_id = session;
+    r.max_tokens = 2;
+    return core.Run(r, [](const Delta&) { return true; });
+  };
+  auto node_of = [&](const std::string& session, const std::vector<int32_t>& prompt) {
+    size_t before[3];
+    for (int i = 0; i < 3; ++i) before[i] = logs[i].requests.size();
+    EXPECT_TRUE(run(session, prompt).ok());
+    for (int i = 0; i < 3; ++i) {
+      if (logs[i].requests.size() > before[i]) return i;
+    }
+    return -1;
+  };
+  // A session's turns all go to one node; twenty sessions use every node.
+  std::set<int> used;
+  for (int s = 0; s < 20; ++s) {
+    const std::string id = "conv-" + std::to_string(s);
+    const int first = node_of(id, {1, 2, 3});
+    EXPECT_EQ(node_of(id, {1, 2, 3, 4, 5, 6}), first) << id;
+    used.insert(first);
+  }
+  EXPECT_EQ(used.size(), 3u);
+  // Without a session id, the first 32 prompt tokens key it: a resent, longer history stays.
+  std::vector<int32_t> history(40);
+  for (int i = 0; i < 40; ++i) history[static_cast<size_t>(i)] = 3 + i;
+  const int home = node_of("", history);
+  history.insert(history.end(), {50, 51, 52});
+  EXPECT_EQ(node_of("", history), home);
+
+  // The conversation's node is unreachable: the next one answers, and the dead node is skipped
+  // (not tried again) while it is marked down.
+  const std::string id = "conv-7";
+  const int usual = node_of(id, {1, 2});
+  fakes[usual]->error_ = absl::UnavailableError("compute at node: connection refused");
+  const size_t tries_before = logs[usual].requests.size();
+  const int stand_in = node_of(id, {1, 2, 9});
+  EXPECT_NE(stand_in, usual);
+  EXPECT_EQ(logs[usual].requests.size(), tries_before + 1);  // tried once, then skipped
+  EXPECT_EQ(node_of(id, {1, 2, 9, 10}), stand_in);
+  EXPECT_EQ(logs[usual].requests.size(), tries_before + 1);
+  // Errors other than UNAVAILABLE are the request's own: no failover.
+  fakes[stand_in]->error_ = absl::InvalidArgumentError("bad sampling");
+  EXPECT_EQ(run(id, {1, 2, 9, 10, 11}).status().code(), absl::StatusCode::kInvalidArgument);
+  // Every node down: the error says so.
+  for (auto* f : fakes) f->error_ = absl::UnavailableError("down");
+  EXPECT_EQ(run("conv-x", {1, 2}).status().code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace
