@@ -186,7 +186,13 @@ absl::StatusOr<GenerationResult> Engine::Generate(const GenerationRequest& reque
   // result is what the consumer took, and says it was cancelled.
   if (consumer_cancelled) {
     seq->result.finish = FinishReason::kCancelled;
-    if (seq->result.tokens.size() > delivered + 1) seq->result.tokens.resize(delivered + 1);
+    if (seq->result.tokens.size() > delivered + 1) {
+      seq->result.tokens.resize(delivered + 1);
+      // record_logits: rows for the prompt and the kept tokens only.
+      const size_t rows = request.prompt.size() + seq->result.tokens.size();
+      const size_t vocab = static_cast<size_t>(model_->config().vocab_size);
+      if (seq->result.logits.size() > rows * vocab) seq->result.logits.resize(rows * vocab);
+    }
   }
   return std::move(seq->result);
 }

@@ -141,10 +141,20 @@ absl::Status KvStore::Index() {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat("KV persistence directory ", dir.string(), ": ", ec.message()));
-  for (const auto& de : fs::directory_iterator(dir, ec)) {
-    const fs::path p = de.path();
-    if (p.extension() != ".kv" || !de.is_regular_file()) {
-      if (p.filename().string().find(".tmp") != std::string::npos) fs::remove(p, ec);  // an interrupted write
+  fs::directory_iterator iter(dir, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("KV persistence directory ", dir.string(), ": ", ec.message()));
+  for (; iter != fs::directory_iterator(); iter.increment(ec)) {
+    if (ec) {
+      spdlog::warn("KV persistence directory {}: {}", dir.string(), ec.message());
+      break;
+    }
+    const fs::path p = iter->path();
+    std::error_code file_ec;
+    const bool regular = iter->is_regular_file(file_ec);
+    const std::string name = p.filename().string();
+    if (p.extension() != ".kv" || !regular) {
+      // An interrupted write of ours ("<hash>.kv.<pid>.tmp"); nothing else is touched.
+      if (regular && name.find(".kv.") != std::string::npos && p.extension() == ".tmp") fs::remove(p, file_ec);
       continue;
     }
     std::ifstream in(p, std::ios::binary);
@@ -167,11 +177,16 @@ absl::Status KvStore::Index() {
     }
     KvSnapshot s;
     size_t offset = 0;
-    const uint64_t size = fs::file_size(p, ec);
-    absl::Status st = ec ? absl::DataLossError(absl::StrCat(p.string(), ": ", ec.message()))
-                         : ParsePrefix(head, size, options_.model_fingerprint, p.string(), &s, &offset);
+    const uint64_t size = fs::file_size(p, file_ec);
+    absl::Status st = file_ec ? absl::DataLossError(absl::StrCat(p.string(), ": ", file_ec.message()))
+                              : ParsePrefix(head, size, options_.model_fingerprint, p.string(), &s, &offset);
     if (st.ok() && (s.n_layers != options_.n_layers || s.kv_dim != options_.kv_dim)) {
       st = absl::FailedPreconditionError(absl::StrCat(p.string(), ": KV cache of another shape"));
+    }
+    if (st.ok() && options_.context_length > 0 && static_cast<int64_t>(s.tokens.size()) > options_.context_length) {
+      st = absl::FailedPreconditionError(absl::StrCat(p.string(), ": ", s.tokens.size(),
+                                                      " positions, more than the context length ",
+                                                      options_.context_length));
     }
     if (!st.ok()) {
       spdlog::warn("skipping KV cache file: {}", std::string(st.message()));
@@ -181,7 +196,6 @@ absl::Status KvStore::Index() {
     entries_.push_back(Entry{std::move(s.tokens), std::move(s.session_id), std::nullopt, p});
     stats_.disk_entries++;
   }
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("KV persistence directory ", dir.string(), ": ", ec.message()));
   if (!entries_.empty()) spdlog::info("KV store: {} cached conversations in {}", entries_.size(), dir.string());
   return absl::OkStatus();
 }
@@ -274,26 +288,57 @@ size_t KvStore::BestPrefix(const std::vector<int32_t>& prompt, const std::string
   return len;
 }
 
+KvSnapshot KvSnapshot::Prefix(size_t n) const {
+  KvSnapshot p;
+  n = std::min(n, tokens.size());
+  p.tokens.assign(tokens.begin(), tokens.begin() + static_cast<ptrdiff_t>(n));
+  p.session_id = session_id;
+  p.dtype = dtype;
+  p.n_layers = n_layers;
+  p.kv_dim = kv_dim;
+  p.rows.resize(static_cast<size_t>(n_layers) * 2 * n * RowBytes());
+  for (int64_t l = 0; l < n_layers; ++l) {
+    for (int side = 0; side < 2; ++side) {
+      if (n > 0) std::memcpy(p.Row(l, side, 0), Row(l, side, 0), n * RowBytes());
+    }
+  }
+  return p;
+}
+
 std::optional<KvSnapshot> KvStore::TakeBest(const std::vector<int32_t>& prompt, const std::string& session_id) {
   std::lock_guard<std::mutex> lock(mu_);
   size_t len = 0;
   auto it = BestLocked(prompt, session_id, &len);
   if (it == entries_.end()) return std::nullopt;
-  Entry e = std::move(*it);
-  entries_.erase(it);
-  if (e.ram) {
-    ram_bytes_ -= e.ram->bytes();
-    stats_.restored++;
-    return std::move(e.ram);
+  // A prompt that continues the whole history takes the entry (the engine writes it back,
+  // longer, when it is evicted again); one that shares only a start (a common system prompt)
+  // gets a copy of that prefix and the conversation stays stored for its own next turn.
+  const bool whole = len + 1 >= it->tokens.size();
+  const uint64_t ram_bytes = it->ram ? it->ram->bytes() : 0;  // before a move empties it
+  absl::StatusOr<KvSnapshot> s = absl::InternalError("unset");
+  if (it->ram) {
+    s = whole ? std::move(*it->ram) : it->ram->Prefix(len);
+  } else {
+    absl::StatusOr<std::string> bytes = ReadFileToString(it->path);
+    s = bytes.ok() ? Decode(*bytes, options_.model_fingerprint, it->path.string())
+                   : absl::StatusOr<KvSnapshot>(bytes.status());
+    if (s.ok() && (s->n_layers != options_.n_layers || s->kv_dim != options_.kv_dim || s->tokens != it->tokens)) {
+      s = absl::DataLossError(absl::StrCat(it->path.string(), ": changed since it was indexed"));
+    }
+    if (s.ok() && !whole) s = s->Prefix(len);
   }
-  stats_.disk_entries--;
-  absl::StatusOr<std::string> bytes = ReadFileToString(e.path);
-  std::error_code ec;
-  fs::remove(e.path, ec);  // taken: the engine owns it now and writes it back when evicted
-  absl::StatusOr<KvSnapshot> s = bytes.ok() ? Decode(*bytes, options_.model_fingerprint, e.path.string())
-                                            : absl::StatusOr<KvSnapshot>(bytes.status());
-  if (s.ok() && (s->n_layers != options_.n_layers || s->kv_dim != options_.kv_dim || s->tokens != e.tokens)) {
-    s = absl::DataLossError(absl::StrCat(e.path.string(), ": changed since it was indexed"));
+  if (whole || !s.ok()) {
+    // Taken, or unusable: either way it leaves the store.
+    if (it->ram) {
+      ram_bytes_ -= ram_bytes;
+    } else {
+      std::error_code ec;
+      fs::remove(it->path, ec);
+      stats_.disk_entries--;
+    }
+    entries_.erase(it);
+  } else {
+    entries_.splice(entries_.begin(), entries_, it);  // recently useful
   }
   if (!s.ok()) {
     spdlog::warn("KV cache file unusable: {}", std::string(s.status().message()));
@@ -307,14 +352,21 @@ std::optional<KvSnapshot> KvStore::TakeBest(const std::vector<int32_t>& prompt, 
 absl::Status KvStore::PersistAll() {
   std::lock_guard<std::mutex> lock(mu_);
   if (options_.dir.empty()) return absl::OkStatus();
+  absl::Status first_error;
   for (Entry& e : entries_) {
     if (!e.ram) continue;
-    RETURN_IF_ERROR(WriteLocked(&e));
+    if (absl::Status st = WriteLocked(&e); !st.ok()) {
+      // The others may still fit (a full disk refuses a large cache, not necessarily a small one).
+      spdlog::warn("KV cache not persisted: {}", std::string(st.message()));
+      if (first_error.ok()) first_error = st;
+      continue;
+    }
     ram_bytes_ -= e.ram->bytes();
     e.ram.reset();
     stats_.disk_entries++;
   }
-  return SyncDirectory(options_.dir);
+  absl::Status synced = SyncDirectory(options_.dir);
+  return first_error.ok() ? synced : first_error;
 }
 
 KvStoreStats KvStore::stats() const {

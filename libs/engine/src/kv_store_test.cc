@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 
@@ -79,6 +80,33 @@ TEST_F(KvStoreTest, LongestPrefixWinsAndOneTokenIsAlwaysRecomputed) {
   EXPECT_EQ(taken->tokens, (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ((*store)->stats().ram_entries, 1u);
   EXPECT_EQ((*store)->BestPrefix({1, 2, 3, 4}, ""), 2u);  // only {1, 2, 9, 9, 9} is left
+}
+
+TEST_F(KvStoreTest, ASharedStartGetsACopyAndTheConversationStays) {
+  for (bool disk : {false, true}) {
+    auto store = KvStore::Open(Options(disk ? 0 : 1 << 20, disk));
+    ASSERT_TRUE(store.ok());
+    const KvSnapshot full = MakeSnapshot({1, 2, 3, 4, 5, 6});
+    (*store)->Put(full);
+    // Another conversation with the same first three tokens.
+    auto prefix = (*store)->TakeBest({1, 2, 3, 9, 9}, "");
+    ASSERT_TRUE(prefix.has_value()) << disk;
+    EXPECT_EQ(prefix->tokens, (std::vector<int32_t>{1, 2, 3}));
+    for (int64_t l = 0; l < 2; ++l) {
+      for (int side = 0; side < 2; ++side) {
+        EXPECT_EQ(std::memcmp(prefix->Row(l, side, 0), full.Row(l, side, 0), 3 * full.RowBytes()), 0);
+      }
+    }
+    EXPECT_EQ((*store)->stats().ram_entries + (*store)->stats().disk_entries, 1u) << disk;
+    // The conversation itself still finds all of it.
+    EXPECT_EQ((*store)->BestPrefix({1, 2, 3, 4, 5, 6, 7}, ""), 6u);
+    auto whole = (*store)->TakeBest({1, 2, 3, 4, 5, 6, 7}, "");
+    ASSERT_TRUE(whole.has_value());
+    EXPECT_EQ(whole->rows, full.rows);
+    EXPECT_EQ((*store)->stats().ram_entries + (*store)->stats().disk_entries, 0u);
+    EXPECT_EQ((*store)->stats().ram_bytes, 0u);
+    fs::remove_all(dir_);
+  }
 }
 
 TEST_F(KvStoreTest, ANewerHistoryReplacesItsPrefix) {

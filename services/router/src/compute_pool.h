@@ -1,7 +1,11 @@
 // The compute nodes behind a router, and which one serves a request. Session affinity: a
-// conversation's requests go to the node holding its KV — keyed by the session id, or, for
-// clients that resend the whole history without one, by the first tokens of the prompt (the
-// same for every turn of a conversation, and shared KV for conversations with the same start).
+// conversation's requests go to the node holding its KV — keyed by the session id (or the
+// OpenAI `user`), or, without one, by the prompt's first kPrefixKeyTokens tokens. That prefix is
+// the same for every turn once the first turn's prompt has that many tokens (a chat template's
+// header plus a first message usually do); a shorter first turn may land on another node than
+// its continuation, and sessionless conversations that share a long start (the same system
+// prompt) share a node — and that start's KV. Clients that want affinity without those caveats
+// send a session id.
 // Nodes are ranked per key by rendezvous hashing, so adding or losing a node moves only the
 // conversations that were on it. A node that answers UNAVAILABLE is skipped for a while and the
 // request goes to the key's next node (its KV is rebuilt there by prefill). Thread-safe.

@@ -1,7 +1,7 @@
 // Expert heat the router learns from compute's routing reports (the experts each request's rows
 // used most), per conversation and over all requests, to send prefetch hints: when a
 // conversation resumes, compute starts loading the experts its earlier turns used while the
-// request is tokenized, queued and prefilled, instead of discovering each one at its layer.
+// request is queued and its first layers run, instead of discovering each one at its layer.
 //
 // Per conversation: the counts of its last turn plus half of the older ones (a conversation's
 // topic drifts). Conversations beyond `max_sessions` are forgotten least recently used.

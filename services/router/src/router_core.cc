@@ -87,14 +87,20 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
   cr.session_id = request.session_id;
   // The conversation's node first; on to the next while a node is unreachable and nothing has
   // been streamed yet.
-  const std::vector<size_t> order = computes_->Order(ComputePool::Key(request.session_id, request.prompt));
-  size_t attempt = 0;
-  ComputeClient* compute = &computes_->node(order[0]);
+  const uint64_t key = ComputePool::Key(request.session_id, request.prompt);
   if (hint_experts_ > 0 && !request.session_id.empty()) {
     const auto hints = heat_.Hints(request.session_id, hint_experts_);
-    // Advisory: a failed hint never fails the request (the request itself reports compute errors).
-    if (!hints.empty()) (void)compute->Prefetch(hints);
+    // Advisory: a failed hint never fails the request; an unreachable node is marked down so the
+    // request goes straight to the next one.
+    if (!hints.empty()) {
+      const size_t node = computes_->Order(key)[0];
+      absl::StatusOr<size_t> hinted = computes_->node(node).Prefetch(hints);
+      if (!hinted.ok() && hinted.status().code() == absl::StatusCode::kUnavailable) computes_->MarkDown(node);
+    }
   }
+  const std::vector<size_t> order = computes_->Order(key);
+  size_t attempt = 0;
+  ComputeClient* compute = &computes_->node(order[0]);
 
   tokenizer::StreamDecoder decoder(tok_.get());
   TextResult result;
@@ -108,7 +114,9 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
     delta.tokens.clear();
     return keep;
   };
+  bool streamed = false;  // a token reached this request: no failover from here on
   auto on_token = [&](const engine::SampledToken& t) -> bool {
+    streamed = true;
     delta.tokens.push_back(t);
     held += decoder.Push(t.id);
     if (!request.stop_strings.empty()) {
@@ -152,8 +160,8 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
     return true;
   };
   absl::StatusOr<ComputeResult> generated = compute->Generate(cr, on_token);
-  while (!generated.ok() && generated.status().code() == absl::StatusCode::kUnavailable && result.text.empty() &&
-         delta.tokens.empty() && held.empty() && attempt + 1 < order.size()) {
+  while (!generated.ok() && generated.status().code() == absl::StatusCode::kUnavailable && !streamed &&
+         attempt + 1 < order.size()) {
     computes_->MarkDown(order[attempt]);
     compute = &computes_->node(order[++attempt]);
     generated = compute->Generate(cr, on_token);

@@ -38,11 +38,14 @@ class FakeCompute final : public ComputeClient {
   absl::StatusOr<ComputeResult> Generate(const ComputeRequest& request,
                                          const std::function<bool(const engine::SampledToken&)>& on_token) override {
     log_->requests.push_back(request);
-    if (!error_.ok()) return error_;
+    if (!error_.ok() && !fail_after_script_) return error_;
     ComputeResult r;
     r.prompt_tokens = static_cast<int64_t>(request.prompt.size());
     for (int32_t id : script_) {
-      if (r.completion_tokens >= request.max_tokens) return r;  // kLength
+      if (r.completion_tokens >= request.max_tokens) {
+        if (fail_after_script_) return error_;
+        return r;  // kLength
+      }
       engine::SampledToken t;
       t.id = id;
       t.logprob = -0.5f;
@@ -54,6 +57,7 @@ class FakeCompute final : public ComputeClient {
         return r;
       }
     }
+    if (fail_after_script_) return error_;  // the node died mid-stream
     r.finish = finish_;
     r.expert_counts = counts_;
     return r;
@@ -65,6 +69,7 @@ class FakeCompute final : public ComputeClient {
   }
 
   std::vector<ExpertCount> counts_;  // the routing report every Generate returns
+  bool fail_after_script_ = false;   // stream the script, then return error_
 
   ModelInfo info_{"tiny-moe", "mixtral", 512, 64};
   absl::Status error_;
@@ -662,6 +667,21 @@ TEST_F(RouterCoreTest, ConversationsStickToOneComputeNodeAndFailOver) {
   // Errors other than UNAVAILABLE are the request's own: no failover.
   fakes[stand_in]->error_ = absl::InvalidArgumentError("bad sampling");
   EXPECT_EQ(run(id, {1, 2, 9, 10, 11}).status().code(), absl::StatusCode::kInvalidArgument);
+  // A node that dies after streaming tokens is not retried elsewhere: the client already has
+  // part of an answer (a second stream would be appended to it).
+  for (auto* f : fakes) f->error_ = absl::OkStatus();
+  for (size_t i = 0; i < 3; ++i) core.computes().MarkUp(i);
+  const std::string other = "conv-3";
+  const int node3 = node_of(other, {4, 5});
+  fakes[node3]->error_ = absl::UnavailableError("died mid-stream");
+  fakes[node3]->fail_after_script_ = true;
+  size_t total_before = 0;
+  for (auto& l : logs) total_before += l.requests.size();
+  EXPECT_EQ(run(other, {4, 5, 6}).status().code(), absl::StatusCode::kUnavailable);
+  size_t total_after = 0;
+  for (auto& l : logs) total_after += l.requests.size();
+  EXPECT_EQ(total_after, total_before + 1);
+  fakes[node3]->fail_after_script_ = false;
   // Every node down: the error says so.
   for (auto* f : fakes) f->error_ = absl::UnavailableError("down");
   EXPECT_EQ(run("conv-x", {1, 2}).status().code(), absl::StatusCode::kUnavailable);

@@ -10,8 +10,13 @@
 // Disk format (one file per cache, "<checksum of history>.kv", written atomically): a fixed
 // header (magic "CLBRKV01", version, dtype, n_layers, kv_dim, n_tokens, lengths), the model
 // fingerprint, the session id, the token ids, the rows (per layer: K then V, n_tokens rows of
-// kv_dim in dtype), then XXH3-64 of all bytes before it. Files of another model (fingerprint),
-// of another shape, truncated or failing the checksum are skipped with a warning naming them.
+// kv_dim in dtype), then XXH3-64 of all bytes before it. At start-up only headers are read: files
+// of another model (fingerprint), of another shape, longer than the context or whose size does
+// not match their header are skipped with a warning naming them; the checksum is verified when a
+// file is loaded (a failing file is then dropped and the request prefills).
+//
+// Not yet: a cap on the directory's size, and writing files off the engine's scheduler thread
+// (an eviction that spills to disk stalls the batch for the write).
 //
 // Thread-safe.
 #pragma once
@@ -49,6 +54,8 @@ struct KvSnapshot {
     return const_cast<KvSnapshot*>(this)->Row(l, side, t);
   }
   uint64_t bytes() const { return rows.size() + tokens.size() * sizeof(int32_t); }
+  // Positions [0, n) only.
+  KvSnapshot Prefix(size_t n) const;
 };
 
 struct KvStoreOptions {
@@ -58,6 +65,7 @@ struct KvStoreOptions {
   std::string model_fingerprint; // caches of another model are never used
   int64_t n_layers = 0;          // shape every snapshot must have
   int64_t kv_dim = 0;
+  int64_t context_length = 0;    // files with more positions are skipped (0: not checked)
 };
 
 struct KvStoreStats {
@@ -88,8 +96,10 @@ class KvStore {
   // `session_id`.
   size_t BestPrefix(const std::vector<int32_t>& prompt, const std::string& session_id) const;
 
-  // Removes and returns the entry BestPrefix chose (reading it from disk if needed). nullopt
-  // when nothing matches or the file turned out unreadable (logged; counted in load_errors).
+  // The entry BestPrefix chose (reading it from disk if needed): removed from the store when the
+  // prompt continues its whole history; when the prompt shares only a start with it, a copy of
+  // that prefix, the entry staying for its own conversation. nullopt when nothing matches or
+  // the file turned out unreadable (logged; counted in load_errors; the file is dropped).
   std::optional<KvSnapshot> TakeBest(const std::vector<int32_t>& prompt, const std::string& session_id);
 
   // Writes every RAM entry to the directory (shutdown). No-op without a directory.
