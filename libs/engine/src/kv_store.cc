@@ -193,9 +193,10 @@ absl::Status KvStore::Index() {
       stats_.load_errors++;
       continue;
     }
-    entries_.push_back(Entry{std::move(s.tokens), std::move(s.session_id), std::nullopt, p});
+    entries_.push_back(Entry{std::move(s.tokens), std::move(s.session_id), std::nullopt, p, size});
     stats_.disk_entries++;
   }
+  EnforceDiskLimitLocked();
   if (!entries_.empty()) spdlog::info("KV store: {} cached conversations in {}", entries_.size(), dir.string());
   return absl::OkStatus();
 }
@@ -203,9 +204,29 @@ absl::Status KvStore::Index() {
 absl::Status KvStore::WriteLocked(Entry* e) {
   const std::string name = ChecksumHex(Checksum64(e->tokens.data(), e->tokens.size() * sizeof(int32_t))) + ".kv";
   const fs::path path = options_.dir / name;
-  RETURN_IF_ERROR(WriteFileAtomic(path, Encode(*e->ram, options_.model_fingerprint)));
+  const std::string bytes = Encode(*e->ram, options_.model_fingerprint);
+  RETURN_IF_ERROR(WriteFileAtomic(path, bytes));
   e->path = path;
+  e->disk_bytes = bytes.size();
   return absl::OkStatus();
+}
+
+void KvStore::EnforceDiskLimitLocked() {
+  if (options_.disk_limit == 0) return;
+  uint64_t total = 0;
+  for (const Entry& e : entries_) total += e.ram ? 0 : e.disk_bytes;
+  for (auto it = entries_.rbegin(); it != entries_.rend() && total > options_.disk_limit;) {
+    if (it->ram) {
+      ++it;
+      continue;
+    }
+    std::error_code ec;
+    fs::remove(it->path, ec);
+    total -= it->disk_bytes;
+    stats_.disk_entries--;
+    stats_.dropped++;
+    it = std::make_reverse_iterator(entries_.erase(std::next(it).base()));
+  }
 }
 
 void KvStore::SpillLocked() {
@@ -259,6 +280,7 @@ void KvStore::Put(KvSnapshot snapshot) {
   e.ram = std::move(snapshot);
   entries_.push_front(std::move(e));
   SpillLocked();
+  EnforceDiskLimitLocked();
 }
 
 std::list<KvStore::Entry>::iterator KvStore::BestLocked(const std::vector<int32_t>& prompt,
@@ -365,6 +387,7 @@ absl::Status KvStore::PersistAll() {
     e.ram.reset();
     stats_.disk_entries++;
   }
+  EnforceDiskLimitLocked();
   absl::Status synced = SyncDirectory(options_.dir);
   return first_error.ok() ? synced : first_error;
 }

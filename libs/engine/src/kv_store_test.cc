@@ -147,6 +147,28 @@ TEST_F(KvStoreTest, RamLimitSpillsToDiskOrDrops) {
   EXPECT_EQ((*store)->stats().disk_entries, 2u);
 }
 
+TEST_F(KvStoreTest, DiskLimitDeletesTheOldestFiles) {
+  const uint64_t file = KvStore::Encode(MakeSnapshot({1, 2, 3, 4}), "fp").size();
+  KvStoreOptions o = Options(0, true);
+  o.disk_limit = 2 * file + file / 2;
+  {
+    auto store = KvStore::Open(o);
+    ASSERT_TRUE(store.ok());
+    for (int32_t i = 0; i < 4; ++i) (*store)->Put(MakeSnapshot({30 + i, 2, 3, 4}));
+    EXPECT_EQ((*store)->stats().disk_entries, 2u);
+    EXPECT_EQ((*store)->stats().dropped, 2u);
+    EXPECT_EQ((*store)->BestPrefix({33, 2, 3, 4, 5}, ""), 4u);  // the newest two stay
+    EXPECT_EQ((*store)->BestPrefix({30, 2, 3, 4, 5}, ""), 0u);
+  }
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 2);
+  // Reopened with a smaller cap: trimmed at start-up.
+  o.disk_limit = file;
+  auto store = KvStore::Open(o);
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ((*store)->stats().disk_entries, 1u);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+}
+
 TEST_F(KvStoreTest, EightBitOnlyWhenAskedAndTheShapeAllows) {
   KvStoreOptions o = Options(1 << 20, false);
   auto f32 = KvStore::Open(o);

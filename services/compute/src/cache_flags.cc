@@ -28,6 +28,9 @@ void AddCacheFlags(CLI::App* app, CacheFlags* f) {
                 "Keep offloaded/persisted KV as 8-bit (Q8_0): 3.8x smaller, restored approximately");
   app->add_option("--kv-persist-dir", f->kv_persist_dir,
                   "Directory for KV caches across restarts (written when RAM is full and at shutdown)");
+  app->add_option("--kv-persist-limit", f->kv_persist_limit,
+                  "Bytes of KV cache files kept in --kv-persist-dir, oldest deleted first (0: no cap)")
+      ->capture_default_str();
   app->add_option("--cache-policy", c.policy, "Expert cache policy: lru, lfu or routing")->capture_default_str();
   app->add_option("--prefetch-layers", c.prefetch_layers, "Layers of lookahead prefetch (0: off)")->capture_default_str();
   app->add_option("--prefetch-min-weight", c.prefetch_min_weight,
@@ -69,6 +72,11 @@ absl::Status ApplyCacheFlags(const CacheFlags& f, ComputeNodeOptions* o) {
   o->kv_offload_limit = *offload;
   o->kv_offload_8bit = f.kv_offload_8bit;
   o->kv_persist_dir = f.kv_persist_dir;
+  auto persist_limit = ParseSize(f.kv_persist_limit);
+  if (!persist_limit.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--kv-persist-limit: ", persist_limit.status().message()));
+  }
+  o->kv_persist_limit = *persist_limit;
   if (auto p = expert_source::ParseCachePolicy(f.cache.policy); !p.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--cache-policy: ", p.status().message()));
   }

@@ -7,6 +7,7 @@
 //   --kv-offload-limit SIZE   host RAM for KV caches evicted from that limit (0: dropped)
 //   --kv-offload-8bit         keep offloaded KV as Q8_0 (approximate: tokens may differ)
 //   --kv-persist-dir DIR      KV caches kept on disk across restarts (conversations reopen warm)
+//   --kv-persist-limit SIZE   bytes of KV files in that directory, oldest deleted first (0: no cap)
 //   --cache-policy P          lru | lfu | routing (routing)
 //   --prefetch-layers N       lookahead prefetch depth (1; 0: off)
 //   --prefetch-min-weight W   prefetch only predictions with a predicted gate weight >= W (0)
@@ -34,6 +35,7 @@ struct CacheFlags {
   std::string kv_offload_limit = "0";
   bool kv_offload_8bit = false;
   std::string kv_persist_dir;
+  std::string kv_persist_limit = "0";
   ExpertCacheConfig cache;
   bool kv_flag_added = false;
   int max_batch = 16;    // sequences decoded together (continuous batching)

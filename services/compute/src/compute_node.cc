@@ -100,6 +100,7 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(const ComputeNo
     ko.ram_limit = options.kv_offload_limit;
     ko.eight_bit = options.kv_offload_8bit;
     ko.dir = options.kv_persist_dir;
+    ko.disk_limit = options.kv_persist_limit;
     // Caches are only reused by the very same model (manifest, so weights' checksums included).
     const std::string manifest = model::ManifestToJson(node->container_->manifest()).dump();
     ko.model_fingerprint = ChecksumHex(Checksum64(manifest.data(), manifest.size()));

@@ -41,6 +41,7 @@ struct ComputeNodeOptions {
   uint64_t kv_offload_limit = 0;   // host RAM for KV caches evicted from kv_cache_limit (0: none)
   bool kv_offload_8bit = false;    // offloaded KV kept as Q8_0 (3.8x smaller, approximate restore)
   std::string kv_persist_dir;      // evicted / shutdown KV caches on disk; reopened warm on restart
+  uint64_t kv_persist_limit = 0;   // bytes of files there, oldest deleted first (0: no cap)
   int max_batch = 16;              // sequences in one continuous batch
   int max_queued = 256;            // requests waiting for a slot (more: ResourceExhausted)
   int threads = 0;                 // 0: physical cores

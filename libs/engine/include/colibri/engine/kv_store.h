@@ -15,8 +15,8 @@
 // not match their header are skipped with a warning naming them; the checksum is verified when a
 // file is loaded (a failing file is then dropped and the request prefills).
 //
-// Not yet: a cap on the directory's size, and writing files off the engine's scheduler thread
-// (an eviction that spills to disk stalls the batch for the write).
+// Not yet: writing files off the engine's scheduler thread (an eviction that spills to disk
+// stalls the batch for the write).
 //
 // Thread-safe.
 #pragma once
@@ -62,6 +62,7 @@ struct KvStoreOptions {
   uint64_t ram_limit = 0;        // bytes of snapshots kept in host RAM (0: none in RAM)
   bool eight_bit = false;        // store Q8_0 rows (when kv_dim is a multiple of 32)
   std::filesystem::path dir;     // persistence directory; empty: nothing on disk
+  uint64_t disk_limit = 0;       // bytes of files kept there, oldest deleted first (0: no cap)
   std::string model_fingerprint; // caches of another model are never used
   int64_t n_layers = 0;          // shape every snapshot must have
   int64_t kv_dim = 0;
@@ -118,12 +119,15 @@ class KvStore {
     std::string session_id;
     std::optional<KvSnapshot> ram;  // set: in RAM; else on disk at `path`
     std::filesystem::path path;
+    uint64_t disk_bytes = 0;        // size of the file at `path`
   };
   explicit KvStore(KvStoreOptions options) : options_(std::move(options)) {}
   absl::Status Index();
   std::list<Entry>::iterator BestLocked(const std::vector<int32_t>& prompt, const std::string& session_id,
                                         size_t* len);
   void SpillLocked();
+  // Deletes the oldest files until the directory holds at most disk_limit bytes.
+  void EnforceDiskLimitLocked();
   absl::Status WriteLocked(Entry* e);
 
   const KvStoreOptions options_;
