@@ -128,8 +128,79 @@ absl::StatusOr<std::unique_ptr<KvStore>> KvStore::Open(KvStoreOptions options) {
     return absl::InvalidArgumentError("KV store: the model shape (layers, kv_dim) is required");
   }
   std::unique_ptr<KvStore> store(new KvStore(std::move(options)));
-  if (!store->options_.dir.empty()) RETURN_IF_ERROR(store->Index());
+  if (!store->options_.dir.empty()) {
+    RETURN_IF_ERROR(store->Index());
+    store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
+  }
   return store;
+}
+
+KvStore::~KvStore() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (writer_.joinable()) writer_.join();
+}
+
+std::list<KvStore::Entry>::iterator KvStore::FindLocked(uint64_t id) {
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->id == id) return it;
+  }
+  return entries_.end();
+}
+
+void KvStore::WriterLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !spill_queue_.empty(); });
+    if (spill_queue_.empty()) return;  // stop_ and drained
+    const auto [id, bytes] = spill_queue_.front();
+    spill_queue_.pop_front();
+    auto it = FindLocked(id);
+    if (it == entries_.end() || !it->ram) {  // taken or replaced meanwhile (they settled the bytes)
+      idle_cv_.notify_all();
+      continue;
+    }
+    std::shared_ptr<KvSnapshot> snap = it->ram;  // readers only from here on (TakeBest copies)
+    const std::string name = absl::StrCat(ChecksumHex(Checksum64(snap->tokens.data(), snap->tokens.size() * 4)),
+                                          "-", id, ".kv");
+    writing_++;
+    lock.unlock();
+    const std::string encoded = Encode(*snap, options_.model_fingerprint);
+    const fs::path path = options_.dir / name;
+    absl::Status st = WriteFileAtomic(path, encoded);
+    lock.lock();
+    writing_--;
+    it = FindLocked(id);
+    if (it != entries_.end() && it->ram == snap) {
+      spilling_bytes_ -= bytes;
+      it->spilling = false;
+    }
+    if (it == entries_.end() || it->ram != snap) {
+      std::error_code ec;
+      if (st.ok()) fs::remove(path, ec);  // nobody wants it any more
+    } else if (st.ok()) {
+      it->path = path;
+      it->disk_bytes = encoded.size();
+      it->ram.reset();
+      ram_bytes_ -= bytes;
+      stats_.disk_entries++;
+      EnforceDiskLimitLocked();
+    } else {
+      spdlog::warn("KV cache not persisted: {}", std::string(st.message()));
+      ram_bytes_ -= bytes;
+      stats_.dropped++;
+      entries_.erase(it);
+    }
+    idle_cv_.notify_all();
+  }
+}
+
+void KvStore::Flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_cv_.wait(lock, [&] { return spill_queue_.empty() && writing_ == 0; });
 }
 
 quant::DType KvStore::snapshot_dtype() const {
@@ -193,7 +264,7 @@ absl::Status KvStore::Index() {
       stats_.load_errors++;
       continue;
     }
-    entries_.push_back(Entry{std::move(s.tokens), std::move(s.session_id), std::nullopt, p, size});
+    entries_.push_back(Entry{std::move(s.tokens), std::move(s.session_id), nullptr, p, size, next_id_++, false});
     stats_.disk_entries++;
   }
   EnforceDiskLimitLocked();
@@ -202,7 +273,8 @@ absl::Status KvStore::Index() {
 }
 
 absl::Status KvStore::WriteLocked(Entry* e) {
-  const std::string name = ChecksumHex(Checksum64(e->tokens.data(), e->tokens.size() * sizeof(int32_t))) + ".kv";
+  const std::string name = absl::StrCat(ChecksumHex(Checksum64(e->tokens.data(), e->tokens.size() * sizeof(int32_t))),
+                                        "-", e->id, ".kv");
   const fs::path path = options_.dir / name;
   const std::string bytes = Encode(*e->ram, options_.model_fingerprint);
   RETURN_IF_ERROR(WriteFileAtomic(path, bytes));
@@ -230,23 +302,20 @@ void KvStore::EnforceDiskLimitLocked() {
 }
 
 void KvStore::SpillLocked() {
-  // Oldest RAM entries first, until the RAM entries fit.
-  for (auto it = entries_.rbegin(); it != entries_.rend() && ram_bytes_ > options_.ram_limit;) {
-    if (!it->ram) {
+  // Oldest RAM entries first, until the RAM entries not already on their way to disk fit.
+  for (auto it = entries_.rbegin(); it != entries_.rend() && ram_bytes_ > spilling_bytes_ + options_.ram_limit;) {
+    if (!it->ram || it->spilling) {
       ++it;
       continue;
     }
     const uint64_t b = it->ram->bytes();
     if (!options_.dir.empty()) {
-      if (absl::Status st = WriteLocked(&*it); st.ok()) {
-        it->ram.reset();
-        ram_bytes_ -= b;
-        stats_.disk_entries++;
-        ++it;
-        continue;
-      } else {
-        spdlog::warn("KV cache not persisted: {}", std::string(st.message()));
-      }
+      it->spilling = true;
+      spilling_bytes_ += b;
+      spill_queue_.push_back({it->id, b});
+      cv_.notify_all();
+      ++it;
+      continue;
     }
     ram_bytes_ -= b;
     stats_.dropped++;
@@ -262,8 +331,10 @@ void KvStore::Put(KvSnapshot snapshot) {
   for (auto it = entries_.begin(); it != entries_.end();) {
     if (it->tokens.size() <= snapshot.tokens.size() &&
         CommonPrefix(it->tokens, snapshot.tokens) == it->tokens.size()) {
-      if (it->ram) ram_bytes_ -= it->ram->bytes();
-      else {
+      if (it->ram) {
+        ram_bytes_ -= it->ram->bytes();
+        if (it->spilling) spilling_bytes_ -= it->ram->bytes();
+      } else {
         std::error_code ec;
         fs::remove(it->path, ec);
         stats_.disk_entries--;
@@ -276,8 +347,9 @@ void KvStore::Put(KvSnapshot snapshot) {
   Entry e;
   e.tokens = snapshot.tokens;
   e.session_id = snapshot.session_id;
+  e.id = next_id_++;
   ram_bytes_ += snapshot.bytes();
-  e.ram = std::move(snapshot);
+  e.ram = std::make_shared<KvSnapshot>(std::move(snapshot));
   entries_.push_front(std::move(e));
   SpillLocked();
   EnforceDiskLimitLocked();
@@ -339,7 +411,8 @@ std::optional<KvSnapshot> KvStore::TakeBest(const std::vector<int32_t>& prompt, 
   const uint64_t ram_bytes = it->ram ? it->ram->bytes() : 0;  // before a move empties it
   absl::StatusOr<KvSnapshot> s = absl::InternalError("unset");
   if (it->ram) {
-    s = whole ? std::move(*it->ram) : it->ram->Prefix(len);
+    // The writer thread may be reading a spilling snapshot: copy it then, move it otherwise.
+    s = !whole ? it->ram->Prefix(len) : it->spilling ? KvSnapshot(*it->ram) : std::move(*it->ram);
   } else {
     absl::StatusOr<std::string> bytes = ReadFileToString(it->path);
     s = bytes.ok() ? Decode(*bytes, options_.model_fingerprint, it->path.string())
@@ -353,6 +426,7 @@ std::optional<KvSnapshot> KvStore::TakeBest(const std::vector<int32_t>& prompt, 
     // Taken, or unusable: either way it leaves the store.
     if (it->ram) {
       ram_bytes_ -= ram_bytes;
+      if (it->spilling) spilling_bytes_ -= ram_bytes;
     } else {
       std::error_code ec;
       fs::remove(it->path, ec);
@@ -372,6 +446,7 @@ std::optional<KvSnapshot> KvStore::TakeBest(const std::vector<int32_t>& prompt, 
 }
 
 absl::Status KvStore::PersistAll() {
+  Flush();
   std::lock_guard<std::mutex> lock(mu_);
   if (options_.dir.empty()) return absl::OkStatus();
   absl::Status first_error;

@@ -88,6 +88,7 @@ TEST_F(KvStoreTest, ASharedStartGetsACopyAndTheConversationStays) {
     ASSERT_TRUE(store.ok());
     const KvSnapshot full = MakeSnapshot({1, 2, 3, 4, 5, 6});
     (*store)->Put(full);
+    (*store)->Flush();
     // Another conversation with the same first three tokens.
     auto prefix = (*store)->TakeBest({1, 2, 3, 9, 9}, "");
     ASSERT_TRUE(prefix.has_value()) << disk;
@@ -105,6 +106,7 @@ TEST_F(KvStoreTest, ASharedStartGetsACopyAndTheConversationStays) {
     EXPECT_EQ(whole->rows, full.rows);
     EXPECT_EQ((*store)->stats().ram_entries + (*store)->stats().disk_entries, 0u);
     EXPECT_EQ((*store)->stats().ram_bytes, 0u);
+    (*store)->Flush();
     fs::remove_all(dir_);
   }
 }
@@ -134,6 +136,7 @@ TEST_F(KvStoreTest, RamLimitSpillsToDiskOrDrops) {
   auto store = KvStore::Open(Options(one, true));
   ASSERT_TRUE(store.ok());
   for (int32_t i = 0; i < 3; ++i) (*store)->Put(MakeSnapshot({20 + i, 2, 3, 4}));
+  (*store)->Flush();  // spills are written by the store's writer thread
   KvStoreStats st = (*store)->stats();
   EXPECT_EQ(st.ram_entries, 1u);
   EXPECT_EQ(st.disk_entries, 2u);
@@ -155,6 +158,7 @@ TEST_F(KvStoreTest, DiskLimitDeletesTheOldestFiles) {
     auto store = KvStore::Open(o);
     ASSERT_TRUE(store.ok());
     for (int32_t i = 0; i < 4; ++i) (*store)->Put(MakeSnapshot({30 + i, 2, 3, 4}));
+    (*store)->Flush();
     EXPECT_EQ((*store)->stats().disk_entries, 2u);
     EXPECT_EQ((*store)->stats().dropped, 2u);
     EXPECT_EQ((*store)->BestPrefix({33, 2, 3, 4, 5}, ""), 4u);  // the newest two stay
@@ -184,6 +188,26 @@ TEST_F(KvStoreTest, EightBitOnlyWhenAskedAndTheShapeAllows) {
   EXPECT_EQ((*odd)->snapshot_dtype(), quant::DType::kF32);
   o.kv_dim = 0;
   EXPECT_EQ(KvStore::Open(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(KvStoreTest, PutNeverWaitsForTheDiskAndTakingDuringAWriteIsSafe) {
+  // Many spills in flight while entries are taken back and replaced: accounting stays exact.
+  auto store = KvStore::Open(Options(0, true));
+  ASSERT_TRUE(store.ok());
+  for (int32_t i = 0; i < 50; ++i) {
+    (*store)->Put(MakeSnapshot({100 + i, 2, 3, 4}));
+    if (i % 3 == 0) {
+      auto taken = (*store)->TakeBest({100 + i, 2, 3, 4, 5}, "");
+      ASSERT_TRUE(taken.has_value()) << i;
+      EXPECT_EQ(taken->rows, MakeSnapshot({100 + i, 2, 3, 4}).rows);
+    }
+  }
+  (*store)->Flush();
+  const KvStoreStats st = (*store)->stats();
+  EXPECT_EQ(st.ram_bytes, 0u);
+  EXPECT_EQ(st.ram_entries, 0u);
+  EXPECT_EQ(st.disk_entries, 50u - 17u);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 33);
 }
 
 }  // namespace

@@ -15,19 +15,22 @@
 // not match their header are skipped with a warning naming them; the checksum is verified when a
 // file is loaded (a failing file is then dropped and the request prefills).
 //
-// Not yet: writing files off the engine's scheduler thread (an eviction that spills to disk
-// stalls the batch for the write).
+// Spilling to disk runs on the store's own writer thread: Put() never waits for a disk (RAM may
+// exceed its limit by the caches being written meanwhile).
 //
 // Thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <condition_variable>
+#include <deque>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -83,6 +86,7 @@ class KvStore {
  public:
   // Creates the directory if needed and indexes the caches in it (headers only).
   static absl::StatusOr<std::unique_ptr<KvStore>> Open(KvStoreOptions options);
+  ~KvStore();  // finishes the spills already queued
 
   const KvStoreOptions& options() const { return options_; }
   // The element type snapshots should be taken in (Q8_0 only if asked and the shape allows).
@@ -105,6 +109,8 @@ class KvStore {
 
   // Writes every RAM entry to the directory (shutdown). No-op without a directory.
   absl::Status PersistAll();
+  // Waits until the spills queued so far are on disk (or failed).
+  void Flush();
 
   KvStoreStats stats() const;
 
@@ -117,9 +123,11 @@ class KvStore {
   struct Entry {
     std::vector<int32_t> tokens;
     std::string session_id;
-    std::optional<KvSnapshot> ram;  // set: in RAM; else on disk at `path`
+    std::shared_ptr<KvSnapshot> ram;  // set: in RAM; else on disk at `path`
     std::filesystem::path path;
-    uint64_t disk_bytes = 0;        // size of the file at `path`
+    uint64_t disk_bytes = 0;          // size of the file at `path`
+    uint64_t id = 0;
+    bool spilling = false;            // queued for, or being written by, the writer thread
   };
   explicit KvStore(KvStoreOptions options) : options_(std::move(options)) {}
   absl::Status Index();
@@ -129,12 +137,23 @@ class KvStore {
   // Deletes the oldest files until the directory holds at most disk_limit bytes.
   void EnforceDiskLimitLocked();
   absl::Status WriteLocked(Entry* e);
+  std::list<Entry>::iterator FindLocked(uint64_t id);
+  void WriterLoop();
 
   const KvStoreOptions options_;
   mutable std::mutex mu_;
   std::list<Entry> entries_;  // front = most recent
+  uint64_t next_id_ = 1;
   uint64_t ram_bytes_ = 0;
+  uint64_t spilling_bytes_ = 0;  // RAM bytes queued for the writer
   KvStoreStats stats_;
+  // The writer thread (with a directory only).
+  std::condition_variable cv_;       // work for the writer, or stop
+  std::condition_variable idle_cv_;  // the writer finished an item
+  std::deque<std::pair<uint64_t, uint64_t>> spill_queue_;  // (entry id, its RAM bytes)
+  int writing_ = 0;
+  bool stop_ = false;
+  std::thread writer_;
 };
 
 }  // namespace colibri::engine
