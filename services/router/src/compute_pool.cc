@@ -34,6 +34,16 @@ uint64_t ComputePool::Key(const std::string& session_id, const std::vector<int32
   return Mix(Checksum64(prompt.data(), n * sizeof(int32_t)));
 }
 
+uint64_t ComputePool::ChatKey(const std::vector<tokenizer::ChatMessage>& messages) {
+  uint64_t key = 0x636f6c69627269ull;  // any non-zero start
+  for (const auto& m : messages) {
+    key = Mix(key ^ Checksum64(m.role.data(), m.role.size()));
+    key = Mix(key ^ Checksum64(m.content.data(), m.content.size()));
+    if (m.role == "user") return key == 0 ? 1 : key;
+  }
+  return 0;
+}
+
 std::vector<size_t> ComputePool::Order(uint64_t key) const {
   const int64_t now = NowNs();
   std::vector<std::pair<std::pair<bool, uint64_t>, size_t>> ranked;  // ((down, -weight), node)

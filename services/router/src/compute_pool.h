@@ -1,11 +1,10 @@
 // The compute nodes behind a router, and which one serves a request. Session affinity: a
 // conversation's requests go to the node holding its KV — keyed by the session id (or the
-// OpenAI `user`), or, without one, by the prompt's first kPrefixKeyTokens tokens. That prefix is
-// the same for every turn once the first turn's prompt has that many tokens (a chat template's
-// header plus a first message usually do); a shorter first turn may land on another node than
-// its continuation, and sessionless conversations that share a long start (the same system
-// prompt) share a node — and that start's KV. Clients that want affinity without those caveats
-// send a session id.
+// OpenAI `user`); for chats without one, by their messages up to the first user message
+// (ChatKey: the same in every turn); otherwise by the prompt's first kPrefixKeyTokens tokens,
+// the same for every turn once the first turn's prompt has that many tokens (a shorter first
+// turn may land on another node than its continuation). Sessionless requests sharing a long
+// start share a node — and that start's KV.
 // Nodes are ranked per key by rendezvous hashing, so adding or losing a node moves only the
 // conversations that were on it. A node that answers UNAVAILABLE is skipped for a while and the
 // request goes to the key's next node (its KV is rebuilt there by prefill). Thread-safe.
@@ -18,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "colibri/tokenizer/chat.h"
 #include "compute_client.h"
 
 namespace colibri::router {
@@ -35,6 +35,10 @@ class ComputePool {
 
   // The affinity key of a request.
   static uint64_t Key(const std::string& session_id, const std::vector<int32_t>& prompt);
+  // For a chat without a session id: the messages up to and including the first user message,
+  // the same in every turn of the conversation however short its first turn (0 when there is no
+  // user message: then Key applies).
+  static uint64_t ChatKey(const std::vector<tokenizer::ChatMessage>& messages);
   // Nodes in the order to try for `key`: by rendezvous weight, nodes marked down last.
   std::vector<size_t> Order(uint64_t key) const;
   // Marks node i as failing (skipped by Order for `down_for`) or as answering again.

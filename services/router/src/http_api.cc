@@ -89,6 +89,7 @@ class Handler {
                                                                              : core_->EncodeText(parsed->prompt);
     if (!ids.ok()) return Error(res, endpoint, ids.status());
     parsed->params.prompt = std::move(*ids);
+    if (chat && parsed->params.session_id.empty()) parsed->params.affinity_key = ComputePool::ChatKey(parsed->messages);
     if (static_cast<int64_t>(parsed->params.prompt.size()) >= core_->context_length()) {
       return Error(res, endpoint,
                    absl::InvalidArgumentError(absl::StrCat(

@@ -87,7 +87,8 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
   cr.session_id = request.session_id;
   // The conversation's node first; on to the next while a node is unreachable and nothing has
   // been streamed yet.
-  const uint64_t key = ComputePool::Key(request.session_id, request.prompt);
+  const uint64_t key = request.affinity_key != 0 ? request.affinity_key
+                                                 : ComputePool::Key(request.session_id, request.prompt);
   if (hint_experts_ > 0 && !request.session_id.empty()) {
     const auto hints = heat_.Hints(request.session_id, hint_experts_);
     // Advisory: a failed hint never fails the request; an unreachable node is marked down so the

@@ -26,6 +26,7 @@ struct TextRequest {
   std::vector<int32_t> stop_tokens;
   bool ignore_eos = false;
   std::string session_id;  // optional: prefer this conversation's pooled KV on compute
+  uint64_t affinity_key = 0;  // which compute node (compute_pool.h); 0: from session_id / prompt
   std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
 };
 

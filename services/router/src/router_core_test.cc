@@ -687,5 +687,24 @@ TEST_F(RouterCoreTest, ConversationsStickToOneComputeNodeAndFailOver) {
   EXPECT_EQ(run("conv-x", {1, 2}).status().code(), absl::StatusCode::kUnavailable);
 }
 
+TEST(ComputePoolTest, ChatKeyIsTheSameInEveryTurn) {
+  using M = tokenizer::ChatMessage;
+  const std::vector<M> turn1 = {{"system", "Be brief."}, {"user", "Hi"}};
+  const std::vector<M> turn2 = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "More?"}};
+  const uint64_t key = ComputePool::ChatKey(turn1);
+  EXPECT_NE(key, 0u);
+  EXPECT_EQ(ComputePool::ChatKey(turn2), key);
+  EXPECT_NE(ComputePool::ChatKey({{"system", "Be brief."}, {"user", "Hello"}}), key);
+  EXPECT_NE(ComputePool::ChatKey({{"user", "Hi"}}), key);   // the system prompt counts
+  EXPECT_EQ(ComputePool::ChatKey({{"system", "only"}}), 0u);  // no user message: prompt key
+  // The prompt key without a session: a short first turn's prompt keys differently from its
+  // continuation (why chats use ChatKey), a long one's the same.
+  std::vector<int32_t> longer(40, 7);
+  std::vector<int32_t> longest = longer;
+  longest.push_back(8);
+  EXPECT_EQ(ComputePool::Key("", longer), ComputePool::Key("", longest));
+  EXPECT_NE(ComputePool::Key("s1", longer), ComputePool::Key("s2", longer));
+}
+
 }  // namespace
 }  // namespace colibri::router

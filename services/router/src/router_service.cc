@@ -68,6 +68,7 @@ grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::Generate(gr
     };
     if (auto st = core_->CheckModel(req.model()); !st.ok()) return fail(st);
     absl::StatusOr<std::vector<int32_t>> ids;
+    uint64_t chat_key = 0;
     switch (req.input_case()) {
       case v1::RouterGenerateRequest::kPrompt:
         ids = core_->EncodeText(req.prompt());
@@ -76,6 +77,7 @@ grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::Generate(gr
         std::vector<tokenizer::ChatMessage> msgs;
         for (const auto& m : req.chat().messages()) msgs.push_back({m.role(), m.content()});
         ids = core_->EncodeChat(msgs);
+        chat_key = ComputePool::ChatKey(msgs);
         break;
       }
       case v1::RouterGenerateRequest::kTokens:
@@ -88,6 +90,7 @@ grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::Generate(gr
     TextRequest tr = TextRequestFromProto(req.sampling(), req.stop(), deadline);
     tr.prompt = std::move(*ids);
     tr.session_id = req.session_id();
+    if (tr.session_id.empty()) tr.affinity_key = chat_key;
     return StreamRun(out, "grpc_generate", [&](const auto& on_delta) { return core_->Run(tr, on_delta); });
   });
 }
