@@ -156,11 +156,71 @@ float DotQ4_KAvx512(const void* w, const void* act, int64_t n) {
   return out;
 }
 
+// Q6_K (blocks.h): within each half h of a block, ql[64h..64h+63] loaded as one vector holds
+// the low nibbles of elements 128h+0..63 (in order) and the high nibbles of 128h+64..127; the
+// top two bits come from qh[32h..32h+31], shifted per 256-bit half. So each vector lines up with
+// 64 consecutive activations and needs no reordering. Quants are biased by +32: the bias term
+// 32 * sum(scale * bsum) is accumulated apart.
+struct Q6KConsts {
+  __m512i low4 = _mm512_set1_epi8(0x0f);
+  __m512i bits45 = _mm512_set1_epi8(0x30);
+  // Shifts of the qh vector (in 16-bit lanes) for the low / high halves of A and B.
+  __m512i shl_a = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(4)), _mm256_set1_epi16(2), 1);
+  __m512i shr_b = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(0)), _mm256_set1_epi16(2), 1);
+  // vpermw indices: int16 pair-lane i of 64 elements starting at group g covers group g + i / 8.
+  __m512i idx[4];
+  Q6KConsts() {
+    alignas(64) int16_t lanes[32];
+    for (int v = 0; v < 4; ++v) {
+      for (int i = 0; i < 32; ++i) lanes[i] = static_cast<int16_t>(4 * v + i / 8);
+      idx[v] = _mm512_load_si512(lanes);
+    }
+  }
+};
+
+float DotQ6_KAvx512(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ6_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  static const Q6KConsts k;
+  __m512 acc = _mm512_setzero_ps();
+  __m256 acc_bias = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = _cvtsh_ss(x[i].d) * y[i].d;
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
+    const __m512i sc512 = _mm512_castsi256_si512(sc16);
+    // 32 * sum_g scale[g] * bsum[g], as 8 int32 partial sums.
+    const __m256i bias = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].bsums)), sc16);
+    acc_bias = _mm256_fmadd_ps(_mm256_set1_ps(32.0f * d), _mm256_cvtepi32_ps(bias), acc_bias);
+    __m512i isum = _mm512_setzero_si512();
+    for (int h = 0; h < 2; ++h) {
+      const __m512i ql = _mm512_loadu_si512(x[i].ql + 64 * h);
+      const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh + 32 * h)));
+      const __m512i qa = _mm512_or_si512(_mm512_and_si512(ql, k.low4),
+                                         _mm512_and_si512(_mm512_sllv_epi16(qh, k.shl_a), k.bits45));
+      const __m512i qb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), k.low4),
+                                         _mm512_and_si512(_mm512_srlv_epi16(qh, k.shr_b), k.bits45));
+      const __m512i ya = _mm512_loadu_si512(y[i].qs + 128 * h);
+      const __m512i yb = _mm512_loadu_si512(y[i].qs + 128 * h + 64);
+      // maddubs: q in 0..63 times activations in -127..127, pairs <= 2 * 63 * 127 (no saturation).
+      isum = _mm512_add_epi32(isum, _mm512_madd_epi16(_mm512_maddubs_epi16(qa, ya),
+                                                      _mm512_permutexvar_epi16(k.idx[2 * h], sc512)));
+      isum = _mm512_add_epi32(isum, _mm512_madd_epi16(_mm512_maddubs_epi16(qb, yb),
+                                                      _mm512_permutexvar_epi16(k.idx[2 * h + 1], sc512)));
+    }
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(isum), acc);
+  }
+  __m128 b = _mm_add_ps(_mm256_castps256_ps128(acc_bias), _mm256_extractf128_ps(acc_bias, 1));
+  b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+  b = _mm_add_ss(b, _mm_movehdup_ps(b));
+  return HorizontalSum(acc) - _mm_cvtss_f32(b);
+}
+
 }  // namespace
 
 bool FillAvx512VecDot(KernelTable* table) {
   table->vec_dot[kIdQ4_K] = DotQ4_KAvx512;
   table->mat_vec[kIdQ4_K] = MatVecQ4_KAvx512;
+  table->vec_dot[kIdQ6_K] = DotQ6_KAvx512;
   return true;
 }
 
