@@ -16,6 +16,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "colibri/quant/blocks.h"
 
 namespace colibri::quant::internal {
@@ -87,9 +89,17 @@ inline __m512i PairIndex(short g_lo, short g_hi) {
 struct Q4KConsts {
   __m512i low4 = _mm512_set1_epi8(0x0f);
   __m512i idx[4] = {PairIndex(0, 2), PairIndex(1, 3), PairIndex(4, 6), PairIndex(5, 7)};
+  // Q5_K: the fifth bit of the four nibble vectors (lo0, hi0, lo1, hi1) is bit (4j + 2c + half)
+  // of qh[l] (blocks.h); these 16-bit-lane shifts bring it to bit 4 in each 256-bit half.
+  __m512i bit4 = _mm512_set1_epi8(0x10);
+  __m512i shl_lo0 = PairIndex(4, 2), shl_hi0 = PairIndex(3, 1);
+  __m512i shr_lo1 = PairIndex(0, 2), shr_hi1 = PairIndex(1, 3);
 };
 
-inline float RowQ4_K(const BlockQ4_K* x, const Q8KPacked& p, int64_t nb, const Q4KConsts& k) {
+// Q4_K, or Q5_K (same scales and nibbles plus a fifth bit per quant from qh).
+template <typename Block>
+inline float RowQ45_K(const Block* x, const Q8KPacked& p, int64_t nb, const Q4KConsts& k) {
+  constexpr bool kFifthBit = std::is_same_v<Block, BlockQ5_K>;
   __m512 acc = _mm512_setzero_ps();
   __m128 acc_min = _mm_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
@@ -109,12 +119,19 @@ inline float RowQ4_K(const BlockQ4_K* x, const Q8KPacked& p, int64_t nb, const Q
 
     const __m512i w0 = _mm512_loadu_si512(x[i].qs);
     const __m512i w1 = _mm512_loadu_si512(x[i].qs + 64);
-    const __m512i lo0 = _mm512_and_si512(w0, k.low4);
-    const __m512i hi0 = _mm512_and_si512(_mm512_srli_epi16(w0, 4), k.low4);
-    const __m512i lo1 = _mm512_and_si512(w1, k.low4);
-    const __m512i hi1 = _mm512_and_si512(_mm512_srli_epi16(w1, 4), k.low4);
+    __m512i lo0 = _mm512_and_si512(w0, k.low4);
+    __m512i hi0 = _mm512_and_si512(_mm512_srli_epi16(w0, 4), k.low4);
+    __m512i lo1 = _mm512_and_si512(w1, k.low4);
+    __m512i hi1 = _mm512_and_si512(_mm512_srli_epi16(w1, 4), k.low4);
+    if constexpr (kFifthBit) {
+      const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh)));
+      lo0 = _mm512_or_si512(lo0, _mm512_and_si512(_mm512_sllv_epi16(qh, k.shl_lo0), k.bit4));
+      hi0 = _mm512_or_si512(hi0, _mm512_and_si512(_mm512_sllv_epi16(qh, k.shl_hi0), k.bit4));
+      lo1 = _mm512_or_si512(lo1, _mm512_and_si512(_mm512_srlv_epi16(qh, k.shr_lo1), k.bit4));
+      hi1 = _mm512_or_si512(hi1, _mm512_and_si512(_mm512_srlv_epi16(qh, k.shr_hi1), k.bit4));
+    }
     const int8_t* q = p.qs + 256 * i;
-    // maddubs: unsigned nibble * signed activation, pairs <= 2 * 15 * 127 (no saturation).
+    // maddubs: unsigned quant (<= 31) * signed activation, pairs <= 2 * 31 * 127 (no saturation).
     __m512i s0 = _mm512_madd_epi16(_mm512_maddubs_epi16(lo0, _mm512_load_si512(q)),
                                    _mm512_permutexvar_epi16(k.idx[0], sm512));
     __m512i s1 = _mm512_madd_epi16(_mm512_maddubs_epi16(hi0, _mm512_load_si512(q + 64)),
@@ -131,8 +148,9 @@ inline float RowQ4_K(const BlockQ4_K* x, const Q8KPacked& p, int64_t nb, const Q
   return HorizontalSum(acc) - _mm_cvtss_f32(m);
 }
 
-void MatVecQ4_KAvx512(const void* w, size_t row_stride_bytes, int64_t rows, const void* act,
-                      int64_t n, float* out) {
+template <typename Block>
+void MatVecQ45_KAvx512(const void* w, size_t row_stride_bytes, int64_t rows, const void* act, int64_t n,
+                       float* out) {
   const int64_t nb = n / kQK_K;
   const auto* y = static_cast<const BlockQ8_K*>(act);
   const auto* base = static_cast<const uint8_t*>(w);
@@ -142,17 +160,17 @@ void MatVecQ4_KAvx512(const void* w, size_t row_stride_bytes, int64_t rows, cons
     const int64_t seg = nb - b0 < kSegmentBlocks ? nb - b0 : kSegmentBlocks;
     RepackQ8_K(y + b0, seg, &p);
     for (int64_t r = 0; r < rows; ++r) {
-      const auto* x =
-          reinterpret_cast<const BlockQ4_K*>(base + static_cast<size_t>(r) * row_stride_bytes) + b0;
-      const float part = RowQ4_K(x, p, seg, k);
+      const auto* x = reinterpret_cast<const Block*>(base + static_cast<size_t>(r) * row_stride_bytes) + b0;
+      const float part = RowQ45_K(x, p, seg, k);
       out[r] = b0 == 0 ? part : out[r] + part;
     }
   }
 }
 
-float DotQ4_KAvx512(const void* w, const void* act, int64_t n) {
+template <typename Block>
+float DotQ45_KAvx512(const void* w, const void* act, int64_t n) {
   float out = 0;
-  MatVecQ4_KAvx512(w, 0, 1, act, n, &out);
+  MatVecQ45_KAvx512<Block>(w, 0, 1, act, n, &out);
   return out;
 }
 
@@ -218,8 +236,10 @@ float DotQ6_KAvx512(const void* w, const void* a, int64_t n) {
 }  // namespace
 
 bool FillAvx512VecDot(KernelTable* table) {
-  table->vec_dot[kIdQ4_K] = DotQ4_KAvx512;
-  table->mat_vec[kIdQ4_K] = MatVecQ4_KAvx512;
+  table->vec_dot[kIdQ4_K] = DotQ45_KAvx512<BlockQ4_K>;
+  table->mat_vec[kIdQ4_K] = MatVecQ45_KAvx512<BlockQ4_K>;
+  table->vec_dot[kIdQ5_K] = DotQ45_KAvx512<BlockQ5_K>;
+  table->mat_vec[kIdQ5_K] = MatVecQ45_KAvx512<BlockQ5_K>;
   table->vec_dot[kIdQ6_K] = DotQ6_KAvx512;
   return true;
 }

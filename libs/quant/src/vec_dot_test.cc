@@ -177,7 +177,7 @@ TEST(VecDotTest, SimdMatchesReferenceOnArbitraryBlocks) {
 TEST(VecDotTest, MatVecIsRowwiseVecDot) {
   // 70 super-blocks: longer than the AVX-512 kernel's 64-block activation segment. Rows are
   // padded (stride > row bytes) as a sub-matrix view would be.
-  for (DType t : {DType::kQ4_K, DType::kQ6_K, DType::kQ8_0}) {
+  for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_0}) {
     for (int64_t n : {int64_t{512}, int64_t{256 * 70}}) {
       const int64_t rows = 9;
       const std::vector<float> wf = RandomRow(n * rows, 3);
