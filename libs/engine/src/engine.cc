@@ -225,9 +225,9 @@ std::unique_ptr<KvCache> Engine::TakeCache(Sequence* seq) {
     }
   }
   // A longer prefix offloaded to the KV store (host RAM or disk) wins over the pool's.
-  if (options_.kv_store != nullptr &&
-      options_.kv_store->BestPrefix(seq->req.prompt, seq->req.session_id) > best_len) {
-    if (std::optional<KvSnapshot> snap = options_.kv_store->TakeBest(seq->req.prompt, seq->req.session_id)) {
+  if (options_.kv_store != nullptr) {
+    if (std::optional<KvSnapshot> snap =
+            options_.kv_store->TakeBest(seq->req.prompt, seq->req.session_id, /*longer_than=*/best_len)) {
       const size_t n = std::min(CommonPrefix(snap->tokens, seq->req.prompt), seq->req.prompt.size() - 1);
       absl::StatusOr<std::unique_ptr<KvCache>> restored = model_->RestoreKv(*snap);
       if (restored.ok() && n > 0) {

@@ -399,11 +399,12 @@ KvSnapshot KvSnapshot::Prefix(size_t n) const {
   return p;
 }
 
-std::optional<KvSnapshot> KvStore::TakeBest(const std::vector<int32_t>& prompt, const std::string& session_id) {
+std::optional<KvSnapshot> KvStore::TakeBest(const std::vector<int32_t>& prompt, const std::string& session_id,
+                                            size_t longer_than) {
   std::lock_guard<std::mutex> lock(mu_);
   size_t len = 0;
   auto it = BestLocked(prompt, session_id, &len);
-  if (it == entries_.end()) return std::nullopt;
+  if (it == entries_.end() || len <= longer_than) return std::nullopt;
   // A prompt that continues the whole history takes the entry (the engine writes it back,
   // longer, when it is evicted again); one that shares only a start (a common system prompt)
   // gets a copy of that prefix and the conversation stays stored for its own next turn.

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "colibri/quant/blocks.h"
+#include "scale_min_k4.h"
 
 namespace colibri::quant::internal {
 namespace {
@@ -82,22 +83,6 @@ void DequantizeQ8_0Avx2(const void* src, float* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK8_0; ++i, y += kQK8_0) {
     Store32<false>(Load32(x[i].qs), HalfToFloat(x[i].d), 0.f, y);
   }
-}
-
-// The 8 six-bit scales and mins of a Q4_K/Q5_K block (blocks.h) via 32-bit words.
-inline void UnpackScaleMinK4(const uint8_t* q, uint8_t* sc, uint8_t* m) {
-  uint32_t a, b, c;
-  memcpy(&a, q, 4);
-  memcpy(&b, q + 4, 4);
-  memcpy(&c, q + 8, 4);
-  const uint32_t sc_lo = a & 0x3f3f3f3fu;
-  const uint32_t m_lo = b & 0x3f3f3f3fu;
-  const uint32_t sc_hi = (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u);
-  const uint32_t m_hi = ((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u);
-  memcpy(sc, &sc_lo, 4);
-  memcpy(sc + 4, &sc_hi, 4);
-  memcpy(m, &m_lo, 4);
-  memcpy(m + 4, &m_hi, 4);
 }
 
 // The 16 six-bit Q3_K scales minus 32 (blocks.h) via 32-bit words.

@@ -191,13 +191,7 @@ absl::Status BlockStore::AddModelDir(const fs::path& dir, uint32_t disk) {
       ASSIGN_OR_RETURN(uint32_t id, io_->OpenFile(disk, container->ExpertFilePath(b)));
       it = files.emplace(b.file, id).first;
     }
-    BlockRecord r;
-    r.layer = static_cast<int32_t>(b.layer);
-    r.expert = static_cast<int32_t>(b.expert);
-    r.size = b.size;
-    r.padded_size = b.padded_size;
-    r.checksum = b.checksum;
-    for (const auto& p : b.parts) r.quant.emplace_back(quant::DTypeName(p.dtype));
+    BlockRecord r = BlockRecordFromManifest(b);
     r.extents.push_back(Extent{disk, b.offset, b.padded_size, 0, false});
     m->blocks_.push_back(std::move(r));
     m->files_.push_back(it->second);

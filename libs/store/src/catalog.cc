@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "colibri/core/status.h"
+#include "colibri/quant/dtype.h"
 #include "nlohmann/json.hpp"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
@@ -171,6 +172,17 @@ const char* ModelStateName(ModelState state) {
       return "removing";
   }
   return "?";
+}
+
+BlockRecord BlockRecordFromManifest(const model::ExpertBlock& b) {
+  BlockRecord r;
+  r.layer = static_cast<int32_t>(b.layer);
+  r.expert = static_cast<int32_t>(b.expert);
+  r.size = b.size;
+  r.padded_size = b.padded_size;
+  r.checksum = b.checksum;
+  for (const auto& p : b.parts) r.quant.emplace_back(quant::DTypeName(p.dtype));
+  return r;
 }
 
 std::string EncodeBlockRecord(const BlockRecord& r) {

@@ -234,13 +234,7 @@ absl::StatusOr<ImportResult> ImportModel(const fs::path& model_dir, const StoreL
           absl::StrCat("import of '", result.name, "' stopped after ", result.blocks_written, " blocks (test hook)"));
     }
     ASSIGN_OR_RETURN(AlignedBytes bytes, container->ReadExpertBlock(b.layer, b.expert));  // verifies the checksum
-    BlockRecord r;
-    r.layer = static_cast<int32_t>(b.layer);
-    r.expert = static_cast<int32_t>(b.expert);
-    r.size = b.size;
-    r.padded_size = b.padded_size;
-    r.checksum = b.checksum;
-    for (const auto& p : b.parts) r.quant.emplace_back(quant::DTypeName(p.dtype));
+    BlockRecord r = BlockRecordFromManifest(b);
     r.extents = plan.blocks[j];
     uint64_t at = 0;
     for (Extent& e : r.extents) {

@@ -14,6 +14,17 @@
 #include "unicode.h"
 
 namespace colibri::tokenizer::internal {
+
+std::array<int32_t, 256> ByteFallbackIds(const absl::flat_hash_map<std::string, int32_t>& vocab) {
+  std::array<int32_t, 256> ids{};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    ids[static_cast<size_t>(b)] = FindToken(vocab, name).value_or(-1);
+  }
+  return ids;
+}
+
 namespace {
 
 uint64_t PairKey(int32_t a, int32_t b) {
@@ -58,21 +69,14 @@ class BpeModel final : public Model {
   BpeModel(absl::flat_hash_map<std::string, int32_t> vocab,
            absl::flat_hash_map<uint64_t, std::pair<int32_t, int32_t>> merges, const BpeOptions& opt)
       : vocab_(std::move(vocab)), merges_(std::move(merges)), opt_(opt) {
+    fallback_ids_ = ByteFallbackIds(vocab_);
     for (int b = 0; b < 256; ++b) {
-      char name[8];
-      std::snprintf(name, sizeof(name), "<0x%02X>", b);
-      auto it = vocab_.find(name);
-      fallback_ids_[static_cast<size_t>(b)] = it == vocab_.end() ? -1 : it->second;
-      it = vocab_.find(CodePointToUtf8(ByteToUnicode()[static_cast<size_t>(b)]));
-      byte_ids_[static_cast<size_t>(b)] = it == vocab_.end() ? -1 : it->second;
+      byte_ids_[static_cast<size_t>(b)] =
+          FindToken(vocab_, CodePointToUtf8(ByteToUnicode()[static_cast<size_t>(b)])).value_or(-1);
     }
   }
 
-  std::optional<int32_t> TokenToId(std::string_view token) const override {
-    auto it = vocab_.find(AbslView(token));
-    if (it == vocab_.end()) return std::nullopt;
-    return it->second;
-  }
+  std::optional<int32_t> TokenToId(std::string_view token) const override { return FindToken(vocab_, token); }
 
   absl::Status Tokenize(std::string_view word, std::vector<int32_t>* ids) const override {
     if (word.empty()) return absl::OkStatus();

@@ -33,6 +33,17 @@ inline absl::string_view AbslView(std::string_view s) {
   return absl::string_view(s.data(), s.size());
 }
 
+// A token's id in a model vocabulary, if it has one.
+inline std::optional<int32_t> FindToken(const absl::flat_hash_map<std::string, int32_t>& vocab,
+                                        std::string_view token) {
+  auto it = vocab.find(AbslView(token));
+  if (it == vocab.end()) return std::nullopt;
+  return it->second;
+}
+
+// Ids of the byte-fallback tokens "<0x00>".."<0xFF>" (-1 where the vocabulary lacks one).
+std::array<int32_t, 256> ByteFallbackIds(const absl::flat_hash_map<std::string, int32_t>& vocab);
+
 // ----- Normalizers: rewrite a text segment.
 class Normalizer {
  public:

@@ -24,19 +24,10 @@ class SentencePieceModel final : public Model {
     vocab_.reserve(pieces_.size());
     for (size_t i = 0; i < pieces_.size(); ++i)
       vocab_.emplace(pieces_[i].text, static_cast<int32_t>(i));
-    for (int b = 0; b < 256; ++b) {
-      char name[8];
-      std::snprintf(name, sizeof(name), "<0x%02X>", b);
-      auto it = vocab_.find(name);
-      byte_ids_[static_cast<size_t>(b)] = it == vocab_.end() ? -1 : it->second;
-    }
+    byte_ids_ = ByteFallbackIds(vocab_);
   }
 
-  std::optional<int32_t> TokenToId(std::string_view token) const override {
-    auto it = vocab_.find(AbslView(token));
-    if (it == vocab_.end()) return std::nullopt;
-    return it->second;
-  }
+  std::optional<int32_t> TokenToId(std::string_view token) const override { return FindToken(vocab_, token); }
 
   absl::Status Tokenize(std::string_view word, std::vector<int32_t>* ids) const override {
     struct Symbol {

@@ -50,11 +50,7 @@ struct ComputeNodeOptions {
   int64_t prefill_chunk = 512;
 };
 
-// One expert and how many rows of a request were routed to it.
-struct ExpertUse {
-  expert_source::ExpertId id;
-  uint32_t count = 0;
-};
+using expert_source::ExpertUse;
 // The most used experts of a request (GenerationResult::expert_counts): per layer the up to
 // 2 * top_k with the highest counts, layer by layer.
 std::vector<ExpertUse> TopExperts(const std::vector<uint32_t>& counts, const model::ModelConfig& config);

@@ -35,12 +35,9 @@ class InProcessComputeClient final : public ComputeClient {
     if (result->finish == engine::FinishReason::kCancelled && std::chrono::system_clock::now() > request.deadline) {
       return absl::DeadlineExceededError("request deadline exceeded during generation");
     }
-    ComputeResult out{result->finish, result->prompt_tokens, static_cast<int64_t>(result->tokens.size()),
-                      result->cached_prompt_tokens, {}};
-    for (const compute::ExpertUse& u : compute::TopExperts(result->expert_counts, node_->model().config())) {
-      out.expert_counts.push_back({u.id.layer, u.id.expert, u.count});
-    }
-    return out;
+    return ComputeResult{result->finish, result->prompt_tokens, static_cast<int64_t>(result->tokens.size()),
+                         result->cached_prompt_tokens,
+                         compute::TopExperts(result->expert_counts, node_->model().config())};
   }
 
   absl::StatusOr<size_t> Prefetch(const std::vector<expert_source::ExpertId>& experts) override {
@@ -111,7 +108,7 @@ class GrpcComputeClient final : public ComputeClient {
         result.cached_prompt_tokens = resp.usage().cached_prompt_tokens();
         for (const auto& ec : resp.expert_counts()) {
           result.expert_counts.push_back(
-              {static_cast<int32_t>(ec.layer()), static_cast<int32_t>(ec.expert()), ec.count()});
+              {{static_cast<int32_t>(ec.layer()), static_cast<int32_t>(ec.expert())}, ec.count()});
         }
       }
     }

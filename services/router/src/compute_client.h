@@ -34,7 +34,7 @@ struct ComputeResult {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_prompt_tokens = 0;  // prompt tokens whose KV was reused
-  std::vector<ExpertCount> expert_counts;  // the experts the request used most (routing report)
+  std::vector<expert_source::ExpertUse> expert_counts;  // the experts the request used most (routing report)
 };
 
 struct ModelInfo {

@@ -44,15 +44,11 @@ class ComputePool {
   // Marks node i as failing (skipped by Order for `down_for`) or as answering again.
   void MarkDown(size_t i);
   void MarkUp(size_t i);
-  // Requests each node served (for tests and metrics).
-  uint64_t served(size_t i) const { return nodes_[i]->served.load(); }
-  void CountServed(size_t i) { nodes_[i]->served++; }
 
  private:
   struct Node {
     std::unique_ptr<ComputeClient> client;
     std::atomic<int64_t> down_until_ns{0};
-    std::atomic<uint64_t> served{0};
   };
   std::vector<std::unique_ptr<Node>> nodes_;
   const std::chrono::milliseconds down_for_;

@@ -4,10 +4,10 @@
 
 namespace colibri::router {
 
-void ExpertHeat::Record(const std::string& session_id, const std::vector<ExpertCount>& counts) {
+void ExpertHeat::Record(const std::string& session_id, const std::vector<expert_source::ExpertUse>& counts) {
   if (counts.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
-  for (const ExpertCount& c : counts) global_[{c.layer, c.expert}] += c.count;
+  for (const auto& c : counts) global_[{c.id.layer, c.id.expert}] += c.count;
   if (session_id.empty()) return;
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) {
@@ -22,7 +22,7 @@ void ExpertHeat::Record(const std::string& session_id, const std::vector<ExpertC
   }
   Heat& heat = it->second.first;
   for (auto& [key, h] : heat) h *= 0.5;
-  for (const ExpertCount& c : counts) heat[{c.layer, c.expert}] += c.count;
+  for (const auto& c : counts) heat[{c.id.layer, c.id.expert}] += c.count;
   std::erase_if(heat, [](const auto& kv) { return kv.second < 0.01; });
 }
 

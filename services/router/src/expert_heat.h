@@ -21,18 +21,12 @@
 
 namespace colibri::router {
 
-struct ExpertCount {
-  int32_t layer = 0;
-  int32_t expert = 0;
-  uint32_t count = 0;
-};
-
 class ExpertHeat {
  public:
   explicit ExpertHeat(size_t max_sessions = 4096) : max_sessions_(max_sessions) {}
 
   // Adds one finished request's report to its conversation (if any) and the global heat.
-  void Record(const std::string& session_id, const std::vector<ExpertCount>& counts);
+  void Record(const std::string& session_id, const std::vector<expert_source::ExpertUse>& counts);
 
   // Up to `max` experts to warm for the next request of `session_id`: the conversation's
   // hottest, in layer order (the order the forward pass needs them). Empty for a conversation

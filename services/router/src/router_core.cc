@@ -89,17 +89,19 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
   // been streamed yet.
   const uint64_t key = request.affinity_key != 0 ? request.affinity_key
                                                  : ComputePool::Key(request.session_id, request.prompt);
+  std::vector<size_t> order = computes_->Order(key);
   if (hint_experts_ > 0 && !request.session_id.empty()) {
     const auto hints = heat_.Hints(request.session_id, hint_experts_);
     // Advisory: a failed hint never fails the request; an unreachable node is marked down so the
     // request goes straight to the next one.
     if (!hints.empty()) {
-      const size_t node = computes_->Order(key)[0];
-      absl::StatusOr<size_t> hinted = computes_->node(node).Prefetch(hints);
-      if (!hinted.ok() && hinted.status().code() == absl::StatusCode::kUnavailable) computes_->MarkDown(node);
+      absl::StatusOr<size_t> hinted = computes_->node(order[0]).Prefetch(hints);
+      if (!hinted.ok() && hinted.status().code() == absl::StatusCode::kUnavailable) {
+        computes_->MarkDown(order[0]);
+        order = computes_->Order(key);
+      }
     }
   }
-  const std::vector<size_t> order = computes_->Order(key);
   size_t attempt = 0;
   ComputeClient* compute = &computes_->node(order[0]);
 
@@ -172,7 +174,6 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
     return generated.status();
   }
   computes_->MarkUp(order[attempt]);
-  computes_->CountServed(order[attempt]);
   ComputeResult cres = std::move(*generated);
   result.prompt_tokens = cres.prompt_tokens > 0 ? cres.prompt_tokens : n_prompt;
   result.completion_tokens = cres.completion_tokens;

@@ -68,7 +68,7 @@ class FakeCompute final : public ComputeClient {
     return experts.size();
   }
 
-  std::vector<ExpertCount> counts_;  // the routing report every Generate returns
+  std::vector<expert_source::ExpertUse> counts_;  // the routing report every Generate returns
   bool fail_after_script_ = false;   // stream the script, then return error_
 
   ModelInfo info_{"tiny-moe", "mixtral", 512, 64};
@@ -567,7 +567,7 @@ TEST_F(RouterCoreTest, SessionsBeyondTheLimitForgetTheIdleLongest) {
 TEST(ExpertHeatTest, HintsAreTheConversationsHottestInLayerOrder) {
   ExpertHeat heat(2);
   EXPECT_TRUE(heat.Hints("a", 4).empty());
-  heat.Record("a", {{1, 5, 10}, {0, 3, 7}, {1, 2, 1}, {0, 1, 9}});
+  heat.Record("a", {{{1, 5}, 10}, {{0, 3}, 7}, {{1, 2}, 1}, {{0, 1}, 9}});
   auto h = heat.Hints("a", 3);
   ASSERT_EQ(h.size(), 3u);
   // The top three by heat (10, 9, 7), then ordered by (layer, expert).
@@ -575,24 +575,24 @@ TEST(ExpertHeatTest, HintsAreTheConversationsHottestInLayerOrder) {
   EXPECT_EQ(h[1], (expert_source::ExpertId{0, 3}));
   EXPECT_EQ(h[2], (expert_source::ExpertId{1, 5}));
   // Older turns count half: one new turn on expert (1, 2) outranks the old (1, 5).
-  heat.Record("a", {{1, 2, 12}});
+  heat.Record("a", {{{1, 2}, 12}});
   h = heat.Hints("a", 1);
   ASSERT_EQ(h.size(), 1u);
   EXPECT_EQ(h[0], (expert_source::ExpertId{1, 2}));
   // Sessions beyond the limit are forgotten least recently used; global heat sums everything.
-  heat.Record("b", {{0, 0, 1}});
-  heat.Record("c", {{0, 0, 1}});
+  heat.Record("b", {{{0, 0}, 1}});
+  heat.Record("c", {{{0, 0}, 1}});
   EXPECT_EQ(heat.sessions(), 2u);
   EXPECT_TRUE(heat.Hints("a", 4).empty());
   EXPECT_EQ(heat.GlobalHints(1)[0], (expert_source::ExpertId{1, 2}));
-  heat.Record("", {{3, 3, 100}});  // no session: global only
+  heat.Record("", {{{3, 3}, 100}});  // no session: global only
   EXPECT_EQ(heat.sessions(), 2u);
   EXPECT_EQ(heat.GlobalHints(1)[0], (expert_source::ExpertId{3, 3}));
 }
 
 TEST_F(RouterCoreTest, PrefetchHintsOnlyWhenOnAndForAKnownConversation) {
   auto core = Core(Ids(" a b"));
-  fake_->counts_ = {{0, 2, 5}, {1, 7, 3}};
+  fake_->counts_ = {{{0, 2}, 5}, {{1, 7}, 3}};
   TextRequest r = Request();
   r.session_id = "conv";
   std::vector<Delta> deltas;

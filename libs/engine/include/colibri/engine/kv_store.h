@@ -104,8 +104,10 @@ class KvStore {
   // The entry BestPrefix chose (reading it from disk if needed): removed from the store when the
   // prompt continues its whole history; when the prompt shares only a start with it, a copy of
   // that prefix, the entry staying for its own conversation. nullopt when nothing matches or
-  // the file turned out unreadable (logged; counted in load_errors; the file is dropped).
-  std::optional<KvSnapshot> TakeBest(const std::vector<int32_t>& prompt, const std::string& session_id);
+  // the file turned out unreadable (logged; counted in load_errors; the file is dropped). Only
+  // a match longer than `longer_than` tokens is taken (the caller's own best alternative).
+  std::optional<KvSnapshot> TakeBest(const std::vector<int32_t>& prompt, const std::string& session_id,
+                                     size_t longer_than = 0);
 
   // Writes every RAM entry to the directory (shutdown). No-op without a directory.
   absl::Status PersistAll();

@@ -40,6 +40,13 @@ struct RoutingHint {
   uint32_t selected = 0;
 };
 
+// One expert and how many rows of a request were routed to it (compute's routing report to the
+// router, which learns prefetch hints from it).
+struct ExpertUse {
+  ExpertId id;
+  uint32_t count = 0;
+};
+
 // The bytes of one expert block, immutable once published. They live in `bytes` (owned), or
 // elsewhere (`external`, e.g. a slot of a shared-memory region) kept valid by `external_owner`
 // for as long as the block lives; or, for a device tier's blocks, in backend memory at `device`

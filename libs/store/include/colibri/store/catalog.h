@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "colibri/model/manifest.h"
 #include "colibri/store/layout.h"
 
 namespace rocksdb {
@@ -78,6 +79,9 @@ struct BlockRecord {
 
   bool operator==(const BlockRecord&) const = default;
 };
+
+// A block's record from its manifest entry (id, sizes, checksum, part types); no extents.
+BlockRecord BlockRecordFromManifest(const model::ExpertBlock& block);
 
 std::string EncodeBlockRecord(const BlockRecord& record);
 absl::StatusOr<BlockRecord> DecodeBlockRecord(std::string_view bytes);
