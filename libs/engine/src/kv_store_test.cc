@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 
 namespace colibri::engine {
@@ -171,6 +172,31 @@ TEST_F(KvStoreTest, DiskLimitDeletesTheOldestFiles) {
   ASSERT_TRUE(store.ok());
   EXPECT_EQ((*store)->stats().disk_entries, 1u);
   EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+}
+
+TEST_F(KvStoreTest, IndexSkipsOddFilesAndCachesLongerThanTheContext) {
+  {
+    auto store = KvStore::Open(Options(0, true));
+    ASSERT_TRUE(store.ok());
+    (*store)->Put(MakeSnapshot({1, 2, 3, 4}));
+    (*store)->Put(MakeSnapshot({5, 6, 7, 8, 9, 10, 11, 12}));
+    (*store)->Flush();
+  }
+  // Things a shared directory may hold: the user's files, a directory named like a temp file,
+  // and an interrupted write of ours.
+  { std::ofstream(dir_ / "notes.txt") << "keep me"; }
+  fs::create_directories(dir_ / "a.kv.123.tmp" / "inside");
+  { std::ofstream(dir_ / "0123.kv.456.tmp") << "partial"; }
+  KvStoreOptions o = Options(0, true);
+  o.context_length = 6;  // the 8-token cache no longer fits
+  auto store = KvStore::Open(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->stats().disk_entries, 1u);
+  EXPECT_EQ((*store)->stats().load_errors, 1u);
+  EXPECT_EQ((*store)->BestPrefix({1, 2, 3, 4, 5}, ""), 4u);
+  EXPECT_TRUE(fs::exists(dir_ / "notes.txt"));
+  EXPECT_TRUE(fs::exists(dir_ / "a.kv.123.tmp" / "inside"));
+  EXPECT_FALSE(fs::exists(dir_ / "0123.kv.456.tmp"));
 }
 
 TEST_F(KvStoreTest, EightBitOnlyWhenAskedAndTheShapeAllows) {

@@ -41,6 +41,7 @@ class FakeCompute final : public ComputeClient {
     if (!error_.ok() && !fail_after_script_) return error_;
     ComputeResult r;
     r.prompt_tokens = static_cast<int64_t>(request.prompt.size());
+    r.expert_counts = counts_;
     for (int32_t id : script_) {
       if (r.completion_tokens >= request.max_tokens) {
         if (fail_after_script_) return error_;
@@ -59,14 +60,15 @@ class FakeCompute final : public ComputeClient {
     }
     if (fail_after_script_) return error_;  // the node died mid-stream
     r.finish = finish_;
-    r.expert_counts = counts_;
     return r;
   }
 
   absl::StatusOr<size_t> Prefetch(const std::vector<expert_source::ExpertId>& experts) override {
     log_->prefetches.push_back(experts);
+    if (!prefetch_error_.ok()) return prefetch_error_;
     return experts.size();
   }
+  absl::Status prefetch_error_;  // what Prefetch answers (after logging the call)
 
   std::vector<expert_source::ExpertUse> counts_;  // the routing report every Generate returns
   bool fail_after_script_ = false;   // stream the script, then return error_
@@ -682,6 +684,22 @@ TEST_F(RouterCoreTest, ConversationsStickToOneComputeNodeAndFailOver) {
   for (auto& l : logs) total_after += l.requests.size();
   EXPECT_EQ(total_after, total_before + 1);
   fakes[node3]->fail_after_script_ = false;
+  // A node that cannot take a hint is skipped for the request itself (no wasted Generate).
+  for (auto* f : fakes) f->fail_after_script_ = false;
+  for (size_t i = 0; i < 3; ++i) core.computes().MarkUp(i);
+  core.set_prefetch_hints(4);
+  for (auto* f : fakes) f->counts_ = {{{0, 1}, 3}};
+  const std::string hinted = "conv-11";
+  const int hinted_home = node_of(hinted, {6, 7});  // learns the conversation's heat
+  fakes[hinted_home]->prefetch_error_ = absl::UnavailableError("down");
+  const size_t home_requests = logs[hinted_home].requests.size();
+  const size_t home_prefetches = logs[hinted_home].prefetches.size();
+  const int moved = node_of(hinted, {6, 7, 8});
+  EXPECT_NE(moved, hinted_home);
+  EXPECT_EQ(logs[hinted_home].prefetches.size(), home_prefetches + 1);  // the hint was tried
+  EXPECT_EQ(logs[hinted_home].requests.size(), home_requests);          // the request was not
+  core.set_prefetch_hints(0);
+  fakes[hinted_home]->prefetch_error_ = absl::OkStatus();
   // Every node down: the error says so.
   for (auto* f : fakes) f->error_ = absl::UnavailableError("down");
   EXPECT_EQ(run("conv-x", {1, 2}).status().code(), absl::StatusCode::kUnavailable);
