@@ -24,7 +24,7 @@
 int main(int argc, char** argv) {
   colibri::BlockShutdownSignals();
   colibri::InitLogging();
-  std::string model_dir, cache_size = "2G", grpc_listen = "", port_file;
+  std::string model_dir, cache_size = "2G", grpc_listen = "", port_file, grpc_port_file;
   int threads = 0;
   colibri::router::HttpOptions http;
   size_t prefetch_hints = 64;
@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--grpc-listen", grpc_listen, "Also serve the Router gRPC API here (host:port)");
   app.add_option("--port-file", port_file, "Write the bound HTTP port to this file");
+  app.add_option("--grpc-port-file", grpc_port_file, "Write the bound gRPC port to this file (--grpc-listen)");
   app.add_option("--prefetch-hints", prefetch_hints,
                  "Before a request of a known conversation (session_id / user), ask compute to warm up to N of "
                  "the experts its earlier turns used most (0: off)")
@@ -77,14 +78,15 @@ int main(int argc, char** argv) {
   colibri::compute::ComputeMetrics compute_metrics(registry);
   std::unique_ptr<colibri::router::RouterService> service;
   std::unique_ptr<grpc::Server> server;
+  int grpc_port = 0;
   if (!grpc_listen.empty()) {
     service = std::make_unique<colibri::router::RouterService>(core->get(), &router_metrics, http.threads);
     grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
-    builder.AddListeningPort(grpc_listen, grpc::InsecureServerCredentials());
+    builder.AddListeningPort(grpc_listen, grpc::InsecureServerCredentials(), &grpc_port);
     builder.RegisterService(service.get());
     server = builder.BuildAndStart();
-    if (!server) {
+    if (!server || grpc_port == 0) {
       spdlog::error("cannot listen on {}", grpc_listen);
       return 1;
     }
@@ -98,6 +100,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (auto st = colibri::WritePortFile(port_file, (*api)->port()); !st.ok()) return 1;
+  if (server) {
+    if (auto st = colibri::WritePortFile(grpc_port_file, grpc_port); !st.ok()) return 1;
+  }
   const auto& m = (*node)->manifest();
   spdlog::info("colibri-server: model '{}' ({} layers, {} experts, top-{}), expert cache {}, dense {}", m.name,
                m.config.n_layers, m.config.n_experts, m.config.top_k, colibri::FormatSize(*cache_bytes),

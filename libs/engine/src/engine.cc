@@ -135,6 +135,7 @@ absl::StatusOr<GenerationResult> Engine::Generate(const GenerationRequest& reque
                                                    c.context_length));
   }
   if (request.max_tokens < 0) return absl::InvalidArgumentError("max_tokens must be >= 0");
+  RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
   auto seq = std::make_shared<Sequence>(request);
   seq->budget = std::min(request.max_tokens, c.context_length - n_prompt - (request.record_logits ? 1 : 0));
   seq->stops = request.stop_tokens;
@@ -256,6 +257,18 @@ std::unique_ptr<KvCache> Engine::TakeCache(Sequence* seq) {
 
 void Engine::Admit() {
   std::lock_guard<std::mutex> lock(mu_);
+  // A request whose client left while it waited does no work at all.
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (!IsCancelled((*it)->req.cancel)) {
+      ++it;
+      continue;
+    }
+    (*it)->result.finish = FinishReason::kCancelled;
+    counters_.cancelled++;
+    (*it)->admitted = Clock::now();
+    Finish(it->get(), absl::OkStatus());  // no cache yet: Finish does not take mu_
+    it = queue_.erase(it);
+  }
   while (!queue_.empty() && static_cast<int>(active_.size()) < options_.max_active) {
     std::shared_ptr<Sequence> seq = queue_.front();
     if (options_.kv_cache_limit > 0) {
@@ -310,8 +323,9 @@ void Engine::Step() {
   int64_t room = options_.max_batch_tokens;
   // Cancelled requests leave first; then decode rows (one each), then prefill chunks.
   for (auto& s : active_) {
-    if (s->cancelled.load()) {
+    if (s->cancelled.load() || IsCancelled(s->req.cancel)) {
       s->result.finish = FinishReason::kCancelled;
+      counters_.cancelled++;
       Finish(s.get(), absl::OkStatus());
     }
   }

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -179,6 +180,74 @@ TEST_F(EngineTest, CancelStopsAtOnce) {
   EXPECT_EQ(r->finish, FinishReason::kCancelled);
   EXPECT_EQ(seen, 3);
   EXPECT_LT(r->tokens.size(), 50u);
+}
+
+TEST_F(EngineTest, RequestCancelledWhileQueuedDoesNoWork) {
+  auto e = NewEngine();
+  GenerationRequest r = Greedy({1, 2, 3, 4}, 8);
+  r.cancel = std::make_shared<CancelFlag>();
+  r.cancel->Cancel();
+  int seen = 0;
+  auto res = e->Generate(r, [&](const SampledToken&) { return ++seen > 0; });
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(res->finish, FinishReason::kCancelled);
+  EXPECT_TRUE(res->tokens.empty());
+  EXPECT_EQ(seen, 0);
+  EXPECT_EQ(e->counters().prompt_tokens.load(), 0u);  // not one prompt row computed
+  EXPECT_EQ(e->counters().cancelled.load(), 1u);
+}
+
+// Slows every expert read, so a prefill of one token per step takes long enough to cancel
+// midway on a busy machine.
+class SlowSource : public expert_source::ExpertSource {
+ public:
+  explicit SlowSource(expert_source::ExpertSource* inner) : inner_(inner) {}
+  absl::StatusOr<expert_source::Lease> Fetch(expert_source::ExpertId id, expert_source::Priority p) override {
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+    return inner_->Fetch(id, p);
+  }
+  uint64_t BlockSize(expert_source::ExpertId id) const override { return inner_->BlockSize(id); }
+
+ private:
+  expert_source::ExpertSource* inner_;
+};
+
+TEST_F(EngineTest, CancelDuringPrefillStopsBetweenChunks) {
+  SlowSource slow(source_.get());
+  auto m = Model::Load(*container_, backend_.get(), &slow);
+  ASSERT_TRUE(m.ok()) << m.status();
+  Engine e(m->get(), {.prefill_chunk = 1});
+  std::vector<int32_t> prompt(250);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i % 60) + 1;
+  GenerationRequest r = Greedy(prompt, 4);
+  r.cancel = std::make_shared<CancelFlag>();
+  // The client leaves once the prefill is under way (no token has been sampled yet).
+  std::thread leaver([&] {
+    while (e.counters().prompt_tokens.load() < 3) std::this_thread::yield();
+    r.cancel->Cancel();
+  });
+  auto res = e.Generate(r, [](const SampledToken&) { return true; });
+  leaver.join();
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(res->finish, FinishReason::kCancelled);
+  EXPECT_TRUE(res->tokens.empty());
+  const uint64_t computed = e.counters().prompt_tokens.load();
+  EXPECT_GE(computed, 3u);
+  EXPECT_LT(computed, 250u);  // the rest of the prompt was never computed
+}
+
+TEST_F(EngineTest, NonFiniteOrOutOfRangeSamplingIsRefused) {
+  auto e = NewEngine();
+  GenerationRequest r = Greedy({1, 2}, 2);
+  r.sampling.temperature = std::numeric_limits<float>::quiet_NaN();
+  auto res = Run(*e, r);
+  ASSERT_EQ(res.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(res.status().message().find("temperature"), std::string::npos);
+  r.sampling.temperature = 0;
+  r.sampling.presence_penalty = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(Run(*e, r).status().code(), absl::StatusCode::kInvalidArgument);
+  r.sampling.presence_penalty = 0;
+  EXPECT_TRUE(Run(*e, r).ok());
 }
 
 TEST_F(EngineTest, RecordLogitsHasOneRowPerFedPosition) {

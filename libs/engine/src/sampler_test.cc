@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <vector>
@@ -392,6 +394,54 @@ TEST(Sampler, LogprobsArePenalised) {
   const std::vector<double> lsm = LogSoftmax({1.0f, 0.5f, 0.0f});
   EXPECT_EQ(t.id, 0);
   EXPECT_NEAR(t.logprob, lsm[0], 1e-6);
+}
+
+}  // namespace
+}  // namespace colibri::engine
+
+namespace colibri::engine {
+namespace {
+
+TEST(ValidateSamplingParamsTest, DefaultsAndEdgesPass) {
+  EXPECT_TRUE(ValidateSamplingParams({}).ok());
+  SamplingParams p;
+  p.temperature = 2;
+  p.top_p = 0;
+  p.min_p = 1;
+  p.top_k = 1 << 20;
+  p.repetition_penalty = 0.01f;
+  p.presence_penalty = -2;
+  p.frequency_penalty = 2;
+  p.top_logprobs = 20;
+  EXPECT_TRUE(ValidateSamplingParams(p).ok());
+}
+
+TEST(ValidateSamplingParamsTest, EachFieldIsCheckedByName) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Case {
+    const char* field;
+    std::function<void(SamplingParams&)> set;
+  };
+  const std::vector<Case> cases = {
+      {"temperature", [&](SamplingParams& p) { p.temperature = nan; }},
+      {"temperature", [&](SamplingParams& p) { p.temperature = 2.5f; }},
+      {"top_p", [&](SamplingParams& p) { p.top_p = inf; }},
+      {"min_p", [&](SamplingParams& p) { p.min_p = -0.1f; }},
+      {"top_k", [&](SamplingParams& p) { p.top_k = -5; }},
+      {"repetition_penalty", [&](SamplingParams& p) { p.repetition_penalty = nan; }},
+      {"repetition_penalty", [&](SamplingParams& p) { p.repetition_penalty = 0; }},
+      {"presence_penalty", [&](SamplingParams& p) { p.presence_penalty = -inf; }},
+      {"frequency_penalty", [&](SamplingParams& p) { p.frequency_penalty = nan; }},
+      {"top_logprobs", [&](SamplingParams& p) { p.top_logprobs = 21; }},
+  };
+  for (const auto& c : cases) {
+    SamplingParams p;
+    c.set(p);
+    absl::Status st = ValidateSamplingParams(p);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_EQ(st.message().find(std::string("'") + c.field + "'"), 0u) << st.message();
+  }
 }
 
 }  // namespace

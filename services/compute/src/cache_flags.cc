@@ -47,6 +47,9 @@ void AddCacheFlags(CLI::App* app, CacheFlags* f) {
   app->add_option("--trace-out", c.trace_out, "Write a routing trace (one JSON line per token and layer)");
   app->add_option("--max-batch", f->max_batch, "Requests decoded together in one batch (1: one at a time)")
       ->capture_default_str();
+  app->add_option("--prefill-chunk", f->prefill_chunk,
+                  "Prompt tokens per sequence in one forward step (smaller: decode rows of other requests wait less)")
+      ->capture_default_str();
   app->add_option("--max-queued", f->max_queued, "Requests waiting for a batch slot; more get 429")
       ->capture_default_str();
 }
@@ -85,6 +88,10 @@ absl::Status ApplyCacheFlags(const CacheFlags& f, ComputeNodeOptions* o) {
   }
   o->max_batch = f.max_batch;
   o->max_queued = f.max_queued;
+  if (f.prefill_chunk < 1 || f.prefill_chunk > 65536) {
+    return absl::InvalidArgumentError("--prefill-chunk must be between 1 and 65536");
+  }
+  o->prefill_chunk = f.prefill_chunk;
   if (f.cache.prefetch_layers < 0) return absl::InvalidArgumentError("--prefetch-layers must be >= 0");
   if (f.cache.io_threads < 0 || f.cache.io_threads > 64) {
     return absl::InvalidArgumentError("--io-threads must be between 0 and 64");

@@ -40,6 +40,7 @@ struct CacheFlags {
   bool kv_flag_added = false;
   int max_batch = 16;    // sequences decoded together (continuous batching)
   int max_queued = 256;  // requests waiting for a batch slot
+  int64_t prefill_chunk = 512;  // prompt tokens per sequence per forward step
 };
 
 void AddCacheFlags(CLI::App* app, CacheFlags* flags);

@@ -64,6 +64,8 @@ ComputeMetrics::ComputeMetrics(std::shared_ptr<prometheus::Registry> r) : regist
   requests_ = MakeCounter(*registry, "colibri_compute_requests_total", "Generate requests started");
   prompt_tokens_ = MakeCounter(*registry, "colibri_compute_prompt_tokens_total", "Prompt tokens prefilled");
   generated_tokens_ = MakeCounter(*registry, "colibri_compute_generated_tokens_total", "Tokens generated");
+  requests_cancelled_ = MakeCounter(*registry, "colibri_compute_requests_cancelled_total",
+                                    "Requests whose client left or cancelled (while queued, prefilling or decoding)");
   auto& lookups = prometheus::BuildCounter()
                       .Name("colibri_compute_expert_cache_lookups_total")
                       .Help("Expert cache lookups, by tier and result")
@@ -195,6 +197,7 @@ void ComputeMetrics::Refresh(ComputeNode& node) {
   SyncCounter(requests_, c.requests.load());
   SyncCounter(prompt_tokens_, c.prompt_tokens.load());
   SyncCounter(generated_tokens_, c.generated_tokens.load());
+  SyncCounter(requests_cancelled_, c.cancelled.load());
   SyncCounter(store_failovers_, node.store_failovers());
   for (const auto& st : node.store_states()) {
     const prometheus::Labels labels = {{"store", st.target}};

@@ -40,6 +40,7 @@ class ComputeMetrics {
   std::mutex refresh_mu_;  // scrapes may overlap
   prometheus::Counter* requests_;
   prometheus::Counter* prompt_tokens_;
+  prometheus::Counter* requests_cancelled_;
   prometheus::Counter* generated_tokens_;
   prometheus::Counter* cache_hits_;
   prometheus::Counter* cache_misses_;

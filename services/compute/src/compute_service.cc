@@ -10,11 +10,12 @@ namespace colibri::compute {
 engine::SamplingParams SamplingFromProto(const v1::SamplingParams& p) {
   engine::SamplingParams s;
   s.temperature = p.temperature();
-  s.top_p = p.top_p() > 0 ? p.top_p() : 1.0f;
+  // proto3's 0 means unset; anything else (NaN, negatives) is kept for ValidateSamplingParams.
+  s.top_p = p.top_p() == 0 ? 1.0f : p.top_p();
   s.top_k = p.top_k();
   s.min_p = p.min_p();
   s.seed = p.has_seed() ? p.seed() : std::random_device{}();
-  s.repetition_penalty = p.repetition_penalty() > 0 ? p.repetition_penalty() : 1.0f;
+  s.repetition_penalty = p.repetition_penalty() == 0 ? 1.0f : p.repetition_penalty();
   s.presence_penalty = p.presence_penalty();
   s.frequency_penalty = p.frequency_penalty();
   s.top_logprobs = p.top_logprobs();
@@ -58,7 +59,10 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* ComputeService::Generate(grpc::C
   r.session_id = req->session_id();
   const auto deadline = ctx->deadline();
   using Writer = rpc::QueuedWriteReactor<v1::GenerateResponse>;
-  return new Writer(&executor_, [this, r = std::move(r), deadline](Writer* out) { return Run(r, deadline, out); });
+  return new Writer(&executor_, [this, r = std::move(r), deadline](Writer* out) mutable {
+    r.cancel = out->cancel_token();  // the router cancelling the call stops the engine's work at once
+    return Run(r, deadline, out);
+  });
 }
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* ComputeService::Reject(const absl::Status& status) {

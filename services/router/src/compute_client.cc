@@ -27,6 +27,7 @@ class InProcessComputeClient final : public ComputeClient {
     r.stop_tokens = request.stop_tokens;
     r.ignore_eos = request.ignore_eos;
     r.session_id = request.session_id;
+    r.cancel = request.cancel;
     auto result = node_->engine().Generate(r, [&](const engine::SampledToken& t) {
       if (std::chrono::system_clock::now() > request.deadline) return false;
       return on_token(t);
@@ -84,6 +85,8 @@ class GrpcComputeClient final : public ComputeClient {
     req.set_session_id(request.session_id);
     grpc::ClientContext ctx;
     if (request.deadline != std::chrono::system_clock::time_point::max()) ctx.set_deadline(request.deadline);
+    // The client leaving cancels the call, so compute stops even before the first token.
+    CancelFlag::Registration on_cancel = CancelFlag::OnCancel(request.cancel, [&ctx] { ctx.TryCancel(); });
     auto reader = stub_->Generate(&ctx, req);
     v1::GenerateResponse resp;
     ComputeResult result;
@@ -113,7 +116,8 @@ class GrpcComputeClient final : public ComputeClient {
       }
     }
     grpc::Status st = reader->Finish();
-    if (cancelled) {
+    on_cancel.Reset();
+    if (cancelled || IsCancelled(request.cancel)) {
       result.finish = engine::FinishReason::kCancelled;
       result.prompt_tokens = static_cast<int64_t>(request.prompt.size());
       return result;

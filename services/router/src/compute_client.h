@@ -27,6 +27,7 @@ struct ComputeRequest {
   bool ignore_eos = false;
   std::string session_id;  // optional: prefer this conversation's pooled KV
   std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
+  CancelToken cancel;      // optional: the client left; stops the work wherever it is (queue, prefill)
 };
 
 struct ComputeResult {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "colibri/rpc/status.h"
 #include "nlohmann/json.hpp"
+#include "client_watch.h"
 #include "openai_request.h"
 
 namespace colibri::router {
@@ -29,6 +30,43 @@ int64_t NowSeconds() {
 std::string NewId(const char* prefix) {
   static std::atomic<uint64_t> counter{0};
   return absl::StrCat(prefix, NowSeconds(), "-", counter++);
+}
+
+// "localhost:8080" -> "localhost", "[::1]:80" -> "::1"; lower case.
+std::string HostName(std::string host) {
+  for (char& c : host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (!host.empty() && host[0] == '[') {
+    const size_t close = host.find(']');
+    return close == std::string::npos ? host : host.substr(1, close - 1);
+  }
+  const size_t colon = host.find(':');
+  if (colon != std::string::npos && host.find(':', colon + 1) == std::string::npos) host.resize(colon);
+  return host;
+}
+
+bool IsLoopbackName(const std::string& name) {
+  return name == "localhost" || name == "::1" || name.rfind("127.", 0) == 0 || name.ends_with(".localhost");
+}
+
+// The Host check against DNS rebinding (see HttpOptions::allowed_hosts).
+bool HostAllowed(const HttpOptions& o, const std::string& host_header) {
+  const std::string name = HostName(host_header);
+  for (const auto& a : o.allowed_hosts) {
+    if (a == "*" || HostName(a) == name) return true;
+  }
+  if (!o.allowed_hosts.empty()) return false;
+  return !IsLoopbackName(HostName(o.host)) || IsLoopbackName(name);
+}
+
+// JSON bodies only: a web page can POST text/plain or a form to a local server without a CORS
+// preflight, never application/json.
+bool JsonContentType(const httplib::Request& req) {
+  std::string ct = req.get_header_value("Content-Type");
+  for (char& c : ct) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const size_t semi = ct.find(';');
+  if (semi != std::string::npos) ct.resize(semi);
+  while (!ct.empty() && ct.back() == ' ') ct.pop_back();
+  return ct == "application/json";
 }
 
 const char* FinishName(engine::FinishReason f) {
@@ -83,6 +121,11 @@ class Handler {
     if (!Authorized(req, res, endpoint)) return;
     auto parsed = ParseOpenAiRequest(req.body, chat);
     if (!parsed.ok()) return Error(res, endpoint, parsed.status());
+    // The client's leaving (seen by a ClientWatch on its connection) cancels the request while
+    // it is queued or prefilling, not only once tokens are written.
+    auto cancel = std::make_shared<CancelFlag>();
+    parsed->params.cancel = cancel;
+    const int client_fd = FindConnectionSocket(req.remote_addr, req.remote_port, req.local_port);
     if (auto st = core_->CheckModel(parsed->model); !st.ok()) return Error(res, endpoint, st);
     absl::StatusOr<std::vector<int32_t>> ids = chat                          ? core_->EncodeChat(parsed->messages, parsed->chat_options)
                                                : !parsed->prompt_ids.empty() ? parsed->prompt_ids
@@ -99,10 +142,14 @@ class Handler {
     auto request = std::make_shared<OpenAiRequest>(std::move(*parsed));
     const std::string id = NewId(chat ? "chatcmpl-" : "cmpl-");
     const int64_t created = NowSeconds();
-    if (!request->stream) return Blocking(res, endpoint, *request, id, created);
+    if (!request->stream) {
+      ClientWatch watch(client_fd, cancel);
+      return Blocking(res, endpoint, *request, id, created);
+    }
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [this, request, id, created, endpoint](
+    res.set_chunked_content_provider("text/event-stream", [this, request, id, created, endpoint, client_fd, cancel](
                                                               size_t, httplib::DataSink& sink) {
+      ClientWatch watch(client_fd, cancel);
       Stream(sink, endpoint, *request, id, created);
       return true;
     });
@@ -153,6 +200,11 @@ class Handler {
     });
     metrics_->active_requests->Decrement();
     if (!result.ok()) return Error(res, endpoint, result.status());
+    if (IsCancelled(r.params.cancel)) {  // the client is gone: nobody reads an answer
+      res.status = 499;
+      metrics_->CountRequest(endpoint, 499);
+      return;
+    }
     Account(*result);
     json choice = {{"index", 0}, {"finish_reason", FinishName(result->finish)}, {"logprobs", nullptr}};
     if (r.chat) {
@@ -201,11 +253,11 @@ class Handler {
       std::deque<Delta> deltas;
       bool done = false;
       absl::StatusOr<TextResult> result = absl::UnknownError("not run");
-      std::atomic<bool> client_gone{false};
     } ch;
+    const CancelToken& gone = r.params.cancel;  // set by the ClientWatch, or here on a failed write
     std::thread worker([&] {
       auto res = core_->Run(r.params, [&](const Delta& d) {
-        if (ch.client_gone.load()) return false;
+        if (IsCancelled(gone)) return false;
         std::lock_guard<std::mutex> lock(ch.mu);
         ch.deltas.push_back(d);
         ch.cv.notify_one();
@@ -224,7 +276,7 @@ class Handler {
         lock.unlock();
         static const std::string kComment = ": keep-alive\n\n";
         if (client_ok && !sink.write(kComment.data(), kComment.size())) client_ok = false;
-        if (!client_ok) ch.client_gone = true;
+        if (!client_ok) gone->Cancel();
         lock.lock();
         continue;
       }
@@ -240,7 +292,10 @@ class Handler {
         }
         if (client_ok) client_ok = send(chunk(json::array({Choice(r, &d, nullptr, false)})));
       }
-      if (!client_ok) ch.client_gone = true;
+      if (!client_ok || IsCancelled(gone)) {
+        client_ok = false;
+        gone->Cancel();
+      }
       lock.lock();
       if (done && ch.deltas.empty()) break;
     }
@@ -286,7 +341,27 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, Router
   auto& s = *api->server_;
   const int threads = options.threads;
   s.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  s.set_payload_max_length(64 << 20);
+  s.set_payload_max_length(options.max_request_bytes);
+  // Before any route: the Host check (DNS rebinding; /health stays open to probes) and JSON-only
+  // POST bodies (no form or text/plain request from a web page).
+  s.set_pre_routing_handler([options](const httplib::Request& q, httplib::Response& r) {
+    if (q.path != "/health" && !HostAllowed(options, q.get_header_value("Host"))) {
+      r.status = 403;
+      r.set_content(rpc::OpenAiErrorBody(403, absl::StrCat("Host '", q.get_header_value("Host"),
+                                                           "' is not allowed (see --allowed-hosts)"),
+                                         "invalid_request_error", "host_not_allowed"),
+                    "application/json");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (q.method == "POST" && !JsonContentType(q)) {
+      r.status = 415;
+      r.set_content(rpc::OpenAiErrorBody(415, "Content-Type must be application/json", "invalid_request_error",
+                                         "unsupported_media_type"),
+                    "application/json");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
   s.Post("/v1/chat/completions",
          [handler](const httplib::Request& q, httplib::Response& r) { handler->Completions(q, r, true); });
   s.Post("/v1/completions",

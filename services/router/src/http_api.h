@@ -24,6 +24,11 @@ struct HttpOptions {
   std::string api_key;      // when set, requests need "Authorization: Bearer <key>"
   int threads = 16;
   int sse_keepalive_ms = 5000;  // SSE comment after this much silence on a stream
+  // Host header names accepted (DNS rebinding: a web page's script reaching a local server
+  // through a name it controls). Empty: loopback names only when bound to a loopback address,
+  // any name otherwise. Entries are names or addresses without a port; "*" accepts any.
+  std::vector<std::string> allowed_hosts;
+  size_t max_request_bytes = 8 << 20;  // request bodies above this are refused (413)
   // Extra JSON endpoints (colibri-server's /admin/...), behind the same API key.
   std::vector<metrics::HttpRoute> extra_routes;
 };

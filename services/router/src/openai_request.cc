@@ -3,6 +3,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "colibri/core/json.h"
 #include "colibri/core/status.h"
 #include "nlohmann/json.hpp"
 
@@ -15,14 +16,13 @@ absl::Status Bad(const std::string& field, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat("'", field, "': ", why));
 }
 
-// Optional number in [lo, hi].
-absl::Status Number(const json& j, const char* key, double lo, double hi, float* out) {
+// Optional number; its range is checked with the others by ValidateTextRequest (one check for
+// every transport).
+absl::Status Number(const json& j, const char* key, float* out) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return absl::OkStatus();
   if (!it->is_number()) return Bad(key, "must be a number");
-  double v = it->get<double>();
-  if (!(v >= lo && v <= hi)) return Bad(key, absl::StrCat("must be between ", lo, " and ", hi));
-  *out = static_cast<float>(v);
+  *out = static_cast<float>(it->get<double>());
   return absl::OkStatus();
 }
 
@@ -67,8 +67,7 @@ absl::StatusOr<std::string> MessageContent(const json& c, size_t i) {
 }  // namespace
 
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool chat) {
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError("request body is not valid JSON");
+  ASSIGN_OR_RETURN(json j, ParseJson(body, "request body"));
   if (!j.is_object()) return absl::InvalidArgumentError("request body must be a JSON object");
   OpenAiRequest r;
   r.chat = chat;
@@ -151,12 +150,12 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool c
   RETURN_IF_ERROR(Integer(j, "n", 1, 1, &n));
   TextRequest& p = r.params;
   p.sampling.temperature = 1.0f;  // OpenAI's default
-  RETURN_IF_ERROR(Number(j, "temperature", 0, 2, &p.sampling.temperature));
-  RETURN_IF_ERROR(Number(j, "top_p", 0, 1, &p.sampling.top_p));
-  RETURN_IF_ERROR(Number(j, "min_p", 0, 1, &p.sampling.min_p));
-  RETURN_IF_ERROR(Number(j, "presence_penalty", -2, 2, &p.sampling.presence_penalty));
-  RETURN_IF_ERROR(Number(j, "frequency_penalty", -2, 2, &p.sampling.frequency_penalty));
-  RETURN_IF_ERROR(Number(j, "repetition_penalty", 0.01, 10, &p.sampling.repetition_penalty));
+  RETURN_IF_ERROR(Number(j, "temperature", &p.sampling.temperature));
+  RETURN_IF_ERROR(Number(j, "top_p", &p.sampling.top_p));
+  RETURN_IF_ERROR(Number(j, "min_p", &p.sampling.min_p));
+  RETURN_IF_ERROR(Number(j, "presence_penalty", &p.sampling.presence_penalty));
+  RETURN_IF_ERROR(Number(j, "frequency_penalty", &p.sampling.frequency_penalty));
+  RETURN_IF_ERROR(Number(j, "repetition_penalty", &p.sampling.repetition_penalty));
   int64_t top_k = 0;
   RETURN_IF_ERROR(Integer(j, "top_k", -1, 1 << 20, &top_k));
   p.sampling.top_k = static_cast<int32_t>(std::max<int64_t>(0, top_k));
@@ -184,18 +183,16 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool c
     const json& s = j["stop"];
     if (s.is_string()) {
       p.stop_strings.push_back(s.get<std::string>());
-    } else if (s.is_array() && s.size() <= 4) {
+    } else if (s.is_array()) {
       for (const auto& x : s) {
-        if (!x.is_string()) return Bad("stop", "must be a string or a list of up to 4 strings");
+        if (!x.is_string()) return Bad("stop", "must be a string or a list of strings");
         p.stop_strings.push_back(x.get<std::string>());
       }
     } else {
-      return Bad("stop", "must be a string or a list of up to 4 strings");
-    }
-    for (const auto& x : p.stop_strings) {
-      if (x.empty()) return Bad("stop", "stop strings must not be empty");
+      return Bad("stop", "must be a string or a list of strings");
     }
   }
+  RETURN_IF_ERROR(ValidateTextRequest(p, /*vocab_size=*/0));  // ids are checked again against the model's
   return r;
 }
 

@@ -307,3 +307,37 @@ TEST(ParseOpenAiRequest, CompletionLogprobsIsACount) {
 
 }  // namespace
 }  // namespace colibri::router
+
+namespace colibri::router {
+namespace {
+
+TEST(OpenAiRequestHostileTest, DeepNestingAnywhereIsRefusedNamingTheLimit) {
+  const std::string deep = std::string(100, '[') + std::string(100, ']');
+  const std::vector<std::string> bodies = {
+      std::string(400000, '['),  // 400 KB of '[': once enough to overflow the stack in dump()
+      R"({"messages":[{"role":"user","content":"hi"}],"tools":[)" + deep + "]}",
+      R"({"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"a":)" + deep + "}}",
+      R"({"messages":[{"role":"user","content":[{"type":"text","text":"x","extra":)" + deep + "}]}]}",
+      R"({"messages":[{"role":"assistant","content":"","tool_calls":[)" + deep + "]}]}",
+  };
+  for (const auto& body : bodies) {
+    auto r = ParseOpenAiRequest(body, /*chat=*/true);
+    ASSERT_FALSE(r.ok()) << body.substr(0, 80);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("deeper than 64 levels"), std::string::npos) << r.status().message();
+  }
+}
+
+TEST(OpenAiRequestHostileTest, SamplingRangesAreTheSharedOnes) {
+  auto r = ParseOpenAiRequest(R"({"prompt":"x","temperature":2.5})", /*chat=*/false);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message().find("'temperature': must be between 0 and 2"), 0u) << r.status().message();
+  r = ParseOpenAiRequest(R"({"prompt":"x","stop":["a","b","c","d","e"]})", /*chat=*/false);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("at most 4"), std::string::npos);
+  r = ParseOpenAiRequest(R"({"prompt":"x","frequency_penalty":-2,"top_p":1,"temperature":0})", /*chat=*/false);
+  EXPECT_TRUE(r.ok()) << r.status();
+}
+
+}  // namespace
+}  // namespace colibri::router

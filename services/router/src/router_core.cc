@@ -26,7 +26,8 @@ RouterCore::RouterCore(std::string model_name, std::unique_ptr<tokenizer::Tokeni
     : model_name_(std::move(model_name)),
       tok_(std::move(tok)),
       computes_(std::make_unique<ComputePool>(std::move(computes))),
-      context_length_(context_length) {}
+      context_length_(context_length),
+      vocab_size_(static_cast<int64_t>(tok_->vocab_size())) {}
 
 absl::StatusOr<std::unique_ptr<RouterCore>> MakeRouterCore(const std::string& model_dir,
                                                            std::unique_ptr<ComputeClient> compute) {
@@ -51,7 +52,9 @@ absl::StatusOr<std::unique_ptr<RouterCore>> MakeRouterCore(const std::string& mo
     return absl::FailedPreconditionError(absl::StrCat("tokenizer in '", model_dir, "' has ", tok->vocab_size(),
                                                       " tokens but model '", info.name, "' only ", info.vocab_size));
   }
-  return std::make_unique<RouterCore>(info.name, std::move(tok), std::move(computes), info.context_length);
+  auto core = std::make_unique<RouterCore>(info.name, std::move(tok), std::move(computes), info.context_length);
+  core->set_vocab_size(info.vocab_size);
+  return core;
 }
 
 absl::Status RouterCore::CheckModel(const std::string& name) const {
@@ -61,6 +64,14 @@ absl::Status RouterCore::CheckModel(const std::string& name) const {
 
 absl::StatusOr<std::vector<int32_t>> RouterCore::EncodeChat(const std::vector<tokenizer::ChatMessage>& messages,
                                                             const tokenizer::ChatOptions& options) const {
+  // Every transport's messages (HTTP maps OpenAI's "developer" to "system" first).
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string& role = messages[i].role;
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      return absl::InvalidArgumentError(absl::StrCat("'messages[", i, "].role': unknown role '", role,
+                                                     "' (system, user, assistant or tool)"));
+    }
+  }
   // The model's own chat template (Mistral's format when it has none), as transformers renders it.
   ASSIGN_OR_RETURN(std::string prompt, tokenizer::RenderChat(*tok_, messages, options));
   return tok_->Encode(prompt, /*add_special=*/false);  // the rendered prompt carries BOS itself
@@ -70,7 +81,34 @@ absl::StatusOr<std::vector<int32_t>> RouterCore::EncodeText(const std::string& t
   return tok_->Encode(text, /*add_special=*/true);
 }
 
+absl::Status ValidateTextRequest(const TextRequest& request, int64_t vocab_size) {
+  RETURN_IF_ERROR(engine::ValidateSamplingParams(request.sampling));
+  if (request.max_tokens < 1 || request.max_tokens > kMaxTokensLimit) {
+    return absl::InvalidArgumentError(absl::StrCat("'max_tokens': must be between 1 and ", kMaxTokensLimit));
+  }
+  if (request.stop_strings.size() > kMaxStopStrings) {
+    return absl::InvalidArgumentError(absl::StrCat("'stop': at most ", kMaxStopStrings, " stop strings"));
+  }
+  for (const auto& s : request.stop_strings) {
+    if (s.empty()) return absl::InvalidArgumentError("'stop': stop strings must not be empty");
+    if (s.size() > kMaxStopStringBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("'stop': stop strings must be at most ", kMaxStopStringBytes, " bytes"));
+    }
+  }
+  if (request.stop_tokens.size() > kMaxStopTokens) {
+    return absl::InvalidArgumentError(absl::StrCat("'stop_token_ids': at most ", kMaxStopTokens, " ids"));
+  }
+  for (int32_t t : request.stop_tokens) {
+    if (t < 0 || (vocab_size > 0 && t >= vocab_size)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'stop_token_ids': ", t, " is outside the vocabulary (size ", vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std::function<bool(const Delta&)>& on_delta) {
+  RETURN_IF_ERROR(ValidateTextRequest(request, vocab_size_));
   const int64_t n_prompt = static_cast<int64_t>(request.prompt.size());
   if (n_prompt == 0) return absl::InvalidArgumentError("the prompt is empty");
   if (n_prompt >= context_length_) {
@@ -85,6 +123,7 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
   cr.ignore_eos = request.ignore_eos;
   cr.deadline = request.deadline;
   cr.session_id = request.session_id;
+  cr.cancel = request.cancel;
   // The conversation's node first; on to the next while a node is unreachable and nothing has
   // been streamed yet.
   const uint64_t key = request.affinity_key != 0 ? request.affinity_key

@@ -28,7 +28,19 @@ struct TextRequest {
   std::string session_id;  // optional: prefer this conversation's pooled KV on compute
   uint64_t affinity_key = 0;  // which compute node (compute_pool.h); 0: from session_id / prompt
   std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
+  CancelToken cancel;  // optional: set when the client goes away (connection closed, call cancelled)
 };
+
+// Limits on a request's stop conditions (OpenAI's 4 stop strings), for every transport.
+inline constexpr size_t kMaxStopStrings = 4;
+inline constexpr size_t kMaxStopStringBytes = 512;
+inline constexpr size_t kMaxStopTokens = 64;
+inline constexpr int64_t kMaxTokensLimit = int64_t{1} << 24;
+
+// Validates what every transport's request carries before it runs: sampling parameters
+// (engine::ValidateSamplingParams), max_tokens, stop strings and stop token ids (against
+// `vocab_size`). InvalidArgument naming the field by its OpenAI name.
+absl::Status ValidateTextRequest(const TextRequest& request, int64_t vocab_size);
 
 struct Delta {
   std::string text;                          // new text (complete UTF-8 characters only)
@@ -54,6 +66,9 @@ class RouterCore {
   const std::string& model_name() const { return model_name_; }
   const tokenizer::Tokenizer& tokenizer() const { return *tok_; }
   int64_t context_length() const { return context_length_; }
+  int64_t vocab_size() const { return vocab_size_; }
+  // The model's vocabulary (compute's; the tokenizer's may be smaller): stop ids are checked on it.
+  void set_vocab_size(int64_t n) { vocab_size_ = n; }
 
   absl::StatusOr<std::vector<int32_t>> EncodeChat(const std::vector<tokenizer::ChatMessage>& messages,
                                                   const tokenizer::ChatOptions& options = {}) const;
@@ -61,8 +76,10 @@ class RouterCore {
   // Checks a model name given by a client: empty or ours is fine, anything else is NotFound.
   absl::Status CheckModel(const std::string& name) const;
 
-  // Runs one request. on_delta returning false cancels it (FinishReason::kCancelled). Prompts
-  // that leave no room to generate are InvalidArgument naming both lengths.
+  // Runs one request. on_delta returning false cancels it (FinishReason::kCancelled), as does
+  // request.cancel (at once, even while queued or prefilling). The request is validated first
+  // (ValidateTextRequest); prompts that leave no room to generate are InvalidArgument naming
+  // both lengths.
   absl::StatusOr<TextResult> Run(const TextRequest& request, const std::function<bool(const Delta&)>& on_delta);
 
   // Prefetch hints: before a request of a conversation compute has served before, tell compute
@@ -77,6 +94,7 @@ class RouterCore {
   std::unique_ptr<tokenizer::Tokenizer> tok_;
   std::unique_ptr<ComputePool> computes_;
   int64_t context_length_;
+  int64_t vocab_size_ = 0;  // the model's (compute's), at least the tokenizer's
   ExpertHeat heat_;
   size_t hint_experts_ = 0;
 };

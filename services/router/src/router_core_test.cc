@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -386,6 +388,60 @@ TEST_F(RouterCoreTest, EmptyPromptIsRefused) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(log_.requests.empty());
+}
+
+TEST_F(RouterCoreTest, EveryTransportsRequestIsValidatedBeforeCompute) {
+  auto core = Core(Ids("the river"));
+  struct Case {
+    const char* field;
+    std::function<void(TextRequest&)> set;
+  };
+  const std::vector<Case> cases = {
+      {"temperature", [](TextRequest& r) { r.sampling.temperature = std::nanf(""); }},
+      {"top_p", [](TextRequest& r) { r.sampling.top_p = INFINITY; }},
+      {"presence_penalty", [](TextRequest& r) { r.sampling.presence_penalty = 3; }},
+      {"max_tokens", [](TextRequest& r) { r.max_tokens = 0; }},
+      {"stop", [](TextRequest& r) { r.stop_strings = {"a", "b", "c", "d", "e"}; }},
+      {"stop", [](TextRequest& r) { r.stop_strings = {""}; }},
+      {"stop", [](TextRequest& r) { r.stop_strings = {std::string(kMaxStopStringBytes + 1, 'x')}; }},
+      {"stop_token_ids", [](TextRequest& r) { r.stop_tokens = {512}; }},  // the fake's vocabulary is 512
+      {"stop_token_ids", [](TextRequest& r) { r.stop_tokens = {-1}; }},
+      {"stop_token_ids", [](TextRequest& r) { r.stop_tokens.assign(kMaxStopTokens + 1, 1); }},
+  };
+  core->set_vocab_size(512);
+  for (const auto& c : cases) {
+    TextRequest r = Request();
+    c.set(r);
+    std::vector<Delta> deltas;
+    auto res = Run(*core, r, &deltas);
+    ASSERT_FALSE(res.ok()) << c.field;
+    EXPECT_EQ(res.status().code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_EQ(res.status().message().find(std::string("'") + c.field + "'"), 0u) << res.status().message();
+  }
+  EXPECT_TRUE(log_.requests.empty());  // nothing reached compute
+  TextRequest ok = Request();
+  ok.stop_tokens = {511};
+  std::vector<Delta> deltas;
+  EXPECT_TRUE(Run(*core, ok, &deltas).ok());
+}
+
+TEST_F(RouterCoreTest, UnknownChatRoleIsRefusedForEveryTransport) {
+  auto core = Core({});
+  auto ids = core->EncodeChat({{"root", "hi"}});
+  ASSERT_FALSE(ids.ok());
+  EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(ids.status().message().find("unknown role 'root'"), std::string::npos);
+  EXPECT_TRUE(core->EncodeChat({{"system", "s"}, {"user", "hi"}}).ok());
+}
+
+TEST_F(RouterCoreTest, TheClientsCancelTokenReachesCompute) {
+  auto core = Core(Ids("the river"));
+  TextRequest r = Request();
+  r.cancel = std::make_shared<CancelFlag>();
+  std::vector<Delta> deltas;
+  ASSERT_TRUE(Run(*core, r, &deltas).ok());
+  ASSERT_EQ(log_.requests.size(), 1u);
+  EXPECT_EQ(log_.requests[0].cancel, r.cancel);
 }
 
 TEST_F(RouterCoreTest, ComputeErrorsPassThrough) {

@@ -4,6 +4,7 @@
 #include "colibri/rpc/queued_write_reactor.h"
 #include "colibri/rpc/status.h"
 #include "compute_service.h"
+#include "request_proto.h"
 
 namespace colibri::router {
 
@@ -11,23 +12,19 @@ namespace {
 
 using Writer = rpc::QueuedWriteReactor<v1::RouterGenerateResponse>;
 
-// Sampling and stop settings of a request (its prompt is set by the caller).
-TextRequest TextRequestFromProto(const v1::SamplingParams& sampling, const v1::StopConditions& stop,
-                                 std::chrono::system_clock::time_point deadline) {
-  TextRequest tr;
-  tr.sampling = compute::SamplingFromProto(sampling);
-  tr.max_tokens = stop.max_tokens() > 0 ? stop.max_tokens() : 256;
-  tr.stop_strings.assign(stop.stop_strings().begin(), stop.stop_strings().end());
-  tr.stop_tokens.assign(stop.stop_token_ids().begin(), stop.stop_token_ids().end());
-  tr.ignore_eos = stop.ignore_eos();
-  tr.deadline = deadline;
-  return tr;
-}
-
 }  // namespace
 
-RouterService::RouterService(RouterCore* core, RouterMetrics* metrics, int max_concurrent, size_t max_sessions)
-    : core_(core), metrics_(metrics), sessions_(core, max_sessions), executor_(max_concurrent + 1) {}
+RouterService::RouterService(RouterCore* core, RouterMetrics* metrics, int max_concurrent, size_t max_sessions,
+                             int max_pending)
+    : core_(core),
+      metrics_(metrics),
+      sessions_(core, max_sessions),
+      pending_(max_pending),
+      executor_(max_concurrent + 1) {}
+
+Writer* RouterService::Reject(const absl::Status& status) {
+  return new Writer(&executor_, [status](Writer*) { return rpc::ToGrpc(status); });
+}
 
 grpc::Status RouterService::StreamRun(
     Writer* out, const std::string& endpoint,
@@ -59,9 +56,11 @@ grpc::Status RouterService::StreamRun(
 
 grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::Generate(grpc::CallbackServerContext* ctx,
                                                                               const v1::RouterGenerateRequest* req) {
+  auto ticket = pending_.TryAcquire();
+  if (!ticket) return Reject(absl::ResourceExhaustedError(absl::StrCat("router: ", pending_.limit(), " requests are waiting already")));
   v1::RouterGenerateRequest copy = *req;
   const auto deadline = ctx->deadline();
-  return new Writer(&executor_, [this, req = std::move(copy), deadline](Writer* out) -> grpc::Status {
+  return new Writer(&executor_, [this, req = std::move(copy), deadline, ticket](Writer* out) -> grpc::Status {
     auto fail = [&](const absl::Status& st) {
       metrics_->CountRequest("grpc_generate", rpc::HttpStatus(st));
       return rpc::ToGrpc(st);
@@ -74,8 +73,7 @@ grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::Generate(gr
         ids = core_->EncodeText(req.prompt());
         break;
       case v1::RouterGenerateRequest::kChat: {
-        std::vector<tokenizer::ChatMessage> msgs;
-        for (const auto& m : req.chat().messages()) msgs.push_back({m.role(), m.content()});
+        std::vector<tokenizer::ChatMessage> msgs = ChatFromProto(req.chat());
         ids = core_->EncodeChat(msgs);
         chat_key = ComputePool::ChatKey(msgs);
         break;
@@ -88,8 +86,10 @@ grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::Generate(gr
     }
     if (!ids.ok()) return fail(ids.status());
     TextRequest tr = TextRequestFromProto(req.sampling(), req.stop(), deadline);
+    if (auto st = ValidateTextRequest(tr, core_->vocab_size()); !st.ok()) return fail(st);
     tr.prompt = std::move(*ids);
     tr.session_id = req.session_id();
+    tr.cancel = out->cancel_token();
     if (tr.session_id.empty()) tr.affinity_key = chat_key;
     return StreamRun(out, "grpc_generate", [&](const auto& on_delta) { return core_->Run(tr, on_delta); });
   });
@@ -97,10 +97,13 @@ grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::Generate(gr
 
 grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::SendMessage(
     grpc::CallbackServerContext* ctx, const v1::SendMessageRequest* req) {
+  auto ticket = pending_.TryAcquire();
+  if (!ticket) return Reject(absl::ResourceExhaustedError(absl::StrCat("router: ", pending_.limit(), " requests are waiting already")));
   v1::SendMessageRequest copy = *req;
   const auto deadline = ctx->deadline();
-  return new Writer(&executor_, [this, req = std::move(copy), deadline](Writer* out) -> grpc::Status {
+  return new Writer(&executor_, [this, req = std::move(copy), deadline, ticket](Writer* out) -> grpc::Status {
     TextRequest tr = TextRequestFromProto(req.sampling(), req.stop(), deadline);
+    tr.cancel = out->cancel_token();
     tokenizer::ChatMessage m{req.message().role(), req.message().content()};
     return StreamRun(out, "grpc_session_send", [&](const auto& on_delta) {
       return sessions_.Send(req.session_id(), std::move(m), std::move(tr), on_delta);

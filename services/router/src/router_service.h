@@ -6,6 +6,7 @@
 #include "colibri/core/thread_pool.h"
 #include "colibri/v1/router.grpc.pb.h"
 #include "router_core.h"
+#include "colibri/rpc/pending_limit.h"
 #include "colibri/rpc/queued_write_reactor.h"
 #include "router_metrics.h"
 #include "sessions.h"
@@ -15,7 +16,10 @@ namespace colibri::router {
 class RouterService final : public v1::Router::CallbackService {
  public:
   // `max_sessions`: conversations the session API keeps (the idle longest are forgotten).
-  RouterService(RouterCore* core, RouterMetrics* metrics, int max_concurrent, size_t max_sessions = 4096);
+  // `max_pending`: Generate/SendMessage calls held at once (waiting or running); past it
+  // RESOURCE_EXHAUSTED at once.
+  RouterService(RouterCore* core, RouterMetrics* metrics, int max_concurrent, size_t max_sessions = 4096,
+                int max_pending = 256);
 
   grpc::ServerWriteReactor<v1::RouterGenerateResponse>* Generate(grpc::CallbackServerContext* ctx,
                                                                  const v1::RouterGenerateRequest* req) override;
@@ -39,9 +43,12 @@ class RouterService final : public v1::Router::CallbackService {
       rpc::QueuedWriteReactor<v1::RouterGenerateResponse>* out, const std::string& endpoint,
       const std::function<absl::StatusOr<TextResult>(const std::function<bool(const Delta&)>&)>& run);
 
+  rpc::QueuedWriteReactor<v1::RouterGenerateResponse>* Reject(const absl::Status& status);
+
   RouterCore* core_;
   RouterMetrics* metrics_;
   SessionManager sessions_;
+  rpc::PendingLimit pending_;
   ThreadPool executor_;
 };
 

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "colibri/core/cancel.h"
 #include "colibri/engine/model.h"
 #include "colibri/engine/sampler.h"
 
@@ -50,6 +51,10 @@ struct GenerationRequest {
   bool record_logits = false;
   // Optional: prefer the pooled KV of this session (any pooled prefix still matches).
   std::string session_id;
+  // Optional: the client's cancel signal (its connection closed, its call cancelled). Checked at
+  // admission and before every step, so a request cancelled while queued or in a long prefill
+  // does no more work; it finishes as kCancelled with the tokens it had.
+  CancelToken cancel;
 };
 
 struct GenerationResult {
@@ -86,6 +91,7 @@ struct EngineCounters {
   std::atomic<uint64_t> queued{0};
   std::atomic<uint64_t> active{0};
   std::atomic<uint64_t> kv_restored_tokens{0};  // prompt tokens whose KV came from the KvStore
+  std::atomic<uint64_t> cancelled{0};           // requests that finished cancelled
 };
 
 class Engine {
@@ -96,8 +102,9 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // on_token is called for each sampled token (on this thread); returning false cancels the
-  // request (FinishReason::kCancelled). Errors: InvalidArgument for bad prompts (empty, ids
-  // outside the vocabulary, longer than the context), ResourceExhausted when the queue is full
+  // request (FinishReason::kCancelled), as does request.cancel. Errors: InvalidArgument for bad
+  // prompts (empty, ids outside the vocabulary, longer than the context) and sampling
+  // parameters (ValidateSamplingParams), ResourceExhausted when the queue is full
   // or the request's KV cannot fit the limit, and whatever the expert source reports.
   absl::StatusOr<GenerationResult> Generate(const GenerationRequest& request,
                                             const std::function<bool(const SampledToken&)>& on_token);

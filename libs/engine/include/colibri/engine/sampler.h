@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+
 namespace colibri::engine {
 
 struct SamplingParams {
@@ -31,6 +33,13 @@ struct SampledToken {
   float logprob = 0.0f;                            // when logprobs requested
   std::vector<std::pair<int32_t, float>> top;      // top_logprobs alternatives, best first
 };
+
+// Checks every parameter against its accepted range (finite, and OpenAI's ranges: temperature
+// 0..2, top_p and min_p 0..1, top_k 0..2^20, repetition_penalty 0.01..10, presence and frequency
+// penalties -2..2, top_logprobs 0..20). The one check for every transport (HTTP, the Router and
+// Compute gRPC APIs, the CLI): the engine runs it on every request, the router before it
+// forwards one. InvalidArgument naming the field by its API name, e.g. "'top_p': must be ...".
+absl::Status ValidateSamplingParams(const SamplingParams& params);
 
 class Sampler {
  public:

@@ -3,6 +3,9 @@
 // the queue from OnWriteDone. Push() blocks while more than `max_queued` messages wait (back-
 // pressure on the producer) and returns false once the client is gone, so the producer can stop.
 // The reactor deletes itself after gRPC's OnDone and the producer's return, whichever is last.
+// cancel_token() is cancelled as soon as the client cancels or goes away (or a write fails): the
+// producer hands it to its work (the engine checks it while queued and between prefill chunks),
+// so a client that leaves before the first token stops the work at once.
 #pragma once
 
 #include <condition_variable>
@@ -10,6 +13,7 @@
 #include <functional>
 #include <mutex>
 
+#include "colibri/core/cancel.h"
 #include "colibri/core/thread_pool.h"
 #include "grpcpp/grpcpp.h"
 
@@ -45,29 +49,38 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Response> {
     return true;
   }
 
+  const CancelToken& cancel_token() const { return cancel_; }
+
   bool broken() const {
     std::lock_guard<std::mutex> lock(mu_);
     return broken_;
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    writing_ = false;
-    queue_.pop_front();
-    if (!ok) broken_ = true;
-    cv_.notify_all();
-    WriteNextLocked();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+      queue_.pop_front();
+      if (!ok) broken_ = true;
+      cv_.notify_all();
+      WriteNextLocked();
+    }
+    if (!ok) cancel_->Cancel();
   }
 
   void OnCancel() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    broken_ = true;
-    cv_.notify_all();
-    WriteNextLocked();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      broken_ = true;
+      cv_.notify_all();
+      WriteNextLocked();
+    }
+    cancel_->Cancel();
   }
 
   void OnDone() override {
     bool last;
+    CancelToken cancel = cancel_;
     {
       std::lock_guard<std::mutex> lock(mu_);
       done_ = true;
@@ -75,6 +88,7 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Response> {
       cv_.notify_all();
       last = producer_done_;
     }
+    cancel->Cancel();  // callbacks run outside our lock (no-op when nothing is waiting)
     if (last) delete this;
   }
 
@@ -95,6 +109,7 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Response> {
   }
 
   const size_t max_queued_;
+  const CancelToken cancel_ = std::make_shared<CancelFlag>();
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Response> queue_;  // front is in flight while writing_
