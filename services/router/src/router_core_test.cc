@@ -605,6 +605,21 @@ TEST_F(RouterCoreTest, SessionTurnCancelledOrConcurrentLeavesItUnchanged) {
   EXPECT_EQ(sessions.Get(s->id)->messages.size(), 2u);
 }
 
+TEST_F(RouterCoreTest, SessionSystemPromptMustFitTheContext) {
+  auto core = Core({}, /*context=*/64);
+  SessionManager sessions(core.get(), 8);
+  auto big = sessions.Create("", std::string(kMaxSystemPromptBytes + 1, 'a'));
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("over the limit"), std::string::npos);
+  std::string words;
+  for (int i = 0; i < 200; ++i) words += "the river ";
+  auto full = sessions.Create("", words);
+  ASSERT_FALSE(full.ok());
+  EXPECT_NE(full.status().message().find("leaves no room in the context of 64"), std::string::npos) << full.status();
+  EXPECT_TRUE(sessions.Create("", "Be brief.").ok());
+  EXPECT_EQ(sessions.size(), 1u);
+}
+
 TEST_F(RouterCoreTest, SessionsBeyondTheLimitForgetTheIdleLongest) {
   auto core = Core({});
   SessionManager sessions(core.get(), 2);

@@ -27,6 +27,20 @@ void SessionManager::TouchLocked(Session* s) { lru_.splice(lru_.begin(), lru_, s
 
 absl::StatusOr<SessionView> SessionManager::Create(const std::string& model, const std::string& system_prompt) {
   RETURN_IF_ERROR(core_->CheckModel(model));
+  // A system prompt the context cannot hold would only make every turn fail: refused here,
+  // cheaply by size first, then by its tokens.
+  if (system_prompt.size() > kMaxSystemPromptBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("system prompt of ", system_prompt.size(), " bytes is over the limit of ",
+                                                   kMaxSystemPromptBytes));
+  }
+  if (!system_prompt.empty()) {
+    ASSIGN_OR_RETURN(std::vector<int32_t> ids, core_->EncodeText(system_prompt));  // what any template adds to
+    if (static_cast<int64_t>(ids.size()) >= core_->context_length()) {
+      return absl::InvalidArgumentError(absl::StrCat("system prompt of ", ids.size(),
+                                                     " tokens leaves no room in the context of ",
+                                                     core_->context_length()));
+    }
+  }
   auto s = std::make_unique<Session>();
   s->id = NewSessionId();
   if (!system_prompt.empty()) s->messages.push_back({"system", system_prompt});

@@ -24,6 +24,8 @@
 
 namespace colibri::router {
 
+inline constexpr size_t kMaxSystemPromptBytes = 1 << 20;
+
 struct SessionView {
   std::string id;
   std::vector<tokenizer::ChatMessage> messages;
@@ -34,7 +36,8 @@ class SessionManager {
  public:
   SessionManager(RouterCore* core, size_t max_sessions);
 
-  // NotFound for a model that is not the router's.
+  // NotFound for a model that is not the router's; InvalidArgument for a system prompt over
+  // kMaxSystemPromptBytes or one that alone fills the context.
   absl::StatusOr<SessionView> Create(const std::string& model, const std::string& system_prompt);
   absl::StatusOr<SessionView> Get(const std::string& id) const;
   bool Delete(const std::string& id);
