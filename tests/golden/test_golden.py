@@ -140,6 +140,14 @@ class Oracle(unittest.TestCase):
             results[p] = r.stdout.strip()
         print(f'\n{name}: {results}')
 
+    def test_iquant_gguf_files_kept_as_they_are(self):
+        """llama.cpp's i-quant files (../shared/oracle/iquants): IQ4_XS, IQ2_XXS and a mixed
+        "dynamic quant" file, blocks kept bit for bit."""
+        iq = os.path.join(testlib.ORACLE, 'iquants')
+        for name in ('mixtral-tiny-iq4_xs', 'mixtral-tiny-iq2_xxs', 'qwen2moe-tiny-iq2_xxs-mix'):
+            model = testlib.convert(os.path.join(iq, f'{name}.gguf'), os.path.join(self.dir, name), 'keep')
+            self.check(model, iq, name)
+
     def test_qwen3moe_huggingface(self):
         model = testlib.convert(os.path.join(testlib.ORACLE, 'qwen3moe', 'qwen3moe-micro-f32'),
                                 os.path.join(self.dir, 'qwen3moe'), 'f32')

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "colibri/core/status.h"
+#include "colibri/quant/quantize.h"
 
 namespace colibri::model {
 
@@ -22,10 +23,11 @@ absl::StatusOr<QuantPlan> QuantPlan::Parse(const std::string& preset, const Mode
     return p;
   }
   auto dt = quant::ParseDType(preset);
-  if (!dt.ok() || *dt == DType::kQ8_K) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown --quantize '", preset,
-        "' (choose f32, f16, bf16, q8_0, q6_k, q5_k, q4_k, q3_k, q2_k, q5_k_m, q4_k_m, q3_k_m, keep)"));
+  if (!dt.ok() || *dt == DType::kQ8_K || *dt == DType::kQ8_1 || !quant::HasQuantizer(*dt)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown --quantize '", preset,
+                     "' (choose f32, f16, bf16, q8_0, q6_k, q5_k, q4_k, q3_k, q2_k, q5_1, q5_0, q4_1, q4_0, "
+                     "iq4_xs, iq4_nl, mxfp4, q5_k_m, q4_k_m, q3_k_m, keep)"));
   }
   p.base_ = *dt;
   return p;

@@ -61,6 +61,8 @@ struct Tables {
   Tables() {
     FillScalarDequantize(&scalar);
     FillScalarVecDot(&scalar);
+    FillLegacyQuantKernels(&scalar);
+    FillIQuantKernels(&scalar);
     for (auto& f : scalar.mat_vec) f = nullptr;
     avx2 = scalar;
     if (CpuHasAvx2()) {

@@ -14,7 +14,7 @@
 
 namespace colibri::quant::internal {
 
-inline constexpr size_t kNumTypeIds = 31;  // GGML type ids 0..30 cover every DType
+inline constexpr size_t kNumTypeIds = 40;  // GGML type ids 0..39 cover every DType
 
 // The DType values as plain ids, for the SIMD files (dispatch.cc checks they match dtype.h).
 inline constexpr uint32_t kIdF32 = 0, kIdF16 = 1, kIdQ8_0 = 8, kIdQ2_K = 10, kIdQ3_K = 11,
@@ -48,10 +48,32 @@ bool FillAvx2VecDot(KernelTable* table);
 // (vec_dot_avx512.cc).
 bool FillAvx512VecDot(KernelTable* table);
 
+// legacy_quants.cc (Q4_0, Q4_1, Q5_0, Q5_1) and iquants.cc (IQ2_XXS, IQ4_NL, IQ4_XS, MXFP4):
+// their scalar dequantizers and dot products, into both tables' entries.
+void FillLegacyQuantKernels(KernelTable* table);
+// Sets one type's scalar pair (called by those two only; never from a SIMD file).
+inline void SetKernels(KernelTable* table, uint32_t id, DequantizeFn dq, VecDotFn vd) {
+  table->dequantize[id] = dq;
+  table->vec_dot[id] = vd;
+}
+void FillIQuantKernels(KernelTable* table);
+
+// quantize_nonk.cc: weight quantizers for the legacy formats (GGML's reference algorithms) and
+// IQ4_NL, IQ4_XS, MXFP4 (our codebook scale search).
+void QuantizeQ4_0(const float* x, void* dst, int64_t n);
+void QuantizeQ4_1(const float* x, void* dst, int64_t n);
+void QuantizeQ5_0(const float* x, void* dst, int64_t n);
+void QuantizeQ5_1(const float* x, void* dst, int64_t n);
+void QuantizeIQ4_NL(const float* x, void* dst, int64_t n);
+void QuantizeIQ4_XS(const float* x, void* dst, int64_t n);
+void QuantizeMXFP4(const float* x, void* dst, int64_t n);
+
 // quantize.cc: Q8_K (quantize_row_q8_K_ref, bsums included) and the Q8_0 activation
 // quantizer (GGML's x86 SIMD rounding: scale 127/absmax, round half to even).
 void QuantizeQ8_K(const float* x, void* dst, int64_t n);
 void QuantizeQ8_0Activations(const float* x, void* dst, int64_t n);
+// Q8_1 (for Q4_1 / Q5_1): the Q8_0 quants plus s = f16(d * sum of the quants), d unrounded.
+void QuantizeQ8_1Activations(const float* x, void* dst, int64_t n);
 
 // dispatch.cc: the scalar table; the table in use now (the best set the CPU has, capped by
 // SetIsaCap); which set that is; the best set this CPU supports; the cap (tests, benchmarks).

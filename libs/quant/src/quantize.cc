@@ -570,6 +570,27 @@ void QuantizeQ8_0Activations(const float* x, void* dst, int64_t n) {
   }
 }
 
+void QuantizeQ8_1Activations(const float* x, void* dst, int64_t n) {
+  auto* y = static_cast<BlockQ8_1*>(dst);
+  const int64_t nb = n / 32;
+  for (int64_t i = 0; i < nb; ++i, x += 32) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      const float ax = std::fabs(x[j]);
+      if (ax > amax) amax = ax;
+    }
+    const float d = amax / 127.f;
+    y[i].d = F32ToF16(d);
+    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      y[i].qs[j] = static_cast<int8_t>(NearestInt(x[j] * id));
+      sum += y[i].qs[j];
+    }
+    y[i].s = F32ToF16(d * static_cast<float>(sum));
+  }
+}
+
 }  // namespace internal
 
 void QuantizeRow(DType type, const float* src, void* dst, int64_t n) {
@@ -609,8 +630,36 @@ void QuantizeRow(DType type, const float* src, void* dst, int64_t n) {
     case DType::kQ8_K:
       internal::QuantizeQ8_K(src, dst, n);
       return;
+    case DType::kQ4_0:
+      internal::QuantizeQ4_0(src, dst, n);
+      return;
+    case DType::kQ4_1:
+      internal::QuantizeQ4_1(src, dst, n);
+      return;
+    case DType::kQ5_0:
+      internal::QuantizeQ5_0(src, dst, n);
+      return;
+    case DType::kQ5_1:
+      internal::QuantizeQ5_1(src, dst, n);
+      return;
+    case DType::kQ8_1:
+      internal::QuantizeQ8_1Activations(src, dst, n);
+      return;
+    case DType::kIQ4_NL:
+      internal::QuantizeIQ4_NL(src, dst, n);
+      return;
+    case DType::kIQ4_XS:
+      internal::QuantizeIQ4_XS(src, dst, n);
+      return;
+    case DType::kMXFP4:
+      internal::QuantizeMXFP4(src, dst, n);
+      return;
+    case DType::kIQ2_XXS:
+      break;  // no quantizer (HasQuantizer): import such blocks from GGUF files
   }
-  assert(false && "QuantizeRow: invalid DType");
+  assert(false && "QuantizeRow: no quantizer for this DType");
 }
+
+bool HasQuantizer(DType type) { return IsKnownDType(static_cast<uint32_t>(type)) && type != DType::kIQ2_XXS; }
 
 }  // namespace colibri::quant

@@ -338,6 +338,22 @@ std::vector<uint8_t> RandomBlocks(DType t, int64_t n, uint32_t seed) {
         std::memcpy(&bytes[b], &f, 4);
         break;
       }
+      case DType::kQ4_1:
+      case DType::kQ5_1:
+      case DType::kQ8_1:
+        sane(b);
+        sane(b + 2);  // m (or Q8_1's s)
+        break;
+      case DType::kQ4_0:
+      case DType::kQ5_0:
+      case DType::kIQ2_XXS:
+      case DType::kIQ4_NL:
+      case DType::kIQ4_XS:
+        sane(b);  // d leads every one of these blocks
+        break;
+      case DType::kMXFP4:
+        bytes[b] = static_cast<uint8_t>(118 + rng() % 16);  // a scale near 2^0
+        break;
     }
   }
   return bytes;

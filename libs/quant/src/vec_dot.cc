@@ -229,6 +229,9 @@ void QuantizeActivations(DType vec_dot_type, const float* x, void* dst, int64_t 
     case DType::kQ8_K:
       internal::QuantizeQ8_K(x, dst, n);
       return;
+    case DType::kQ8_1:
+      internal::QuantizeQ8_1Activations(x, dst, n);
+      return;
     case DType::kF32: {
       std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float));
       return;

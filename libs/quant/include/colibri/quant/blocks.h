@@ -87,6 +87,94 @@ struct BlockQ6_K {
 };
 static_assert(sizeof(BlockQ6_K) == 210, "Q6_K block must be 210 bytes");
 
+// ---- Legacy 32-element blocks (still found in many GGUF files) -----------------------------
+// Element j (< 16) is the low nibble of qs[j], element j + 16 its high nibble.
+
+// y = d * (q - 8), q in 0..15.
+struct BlockQ4_0 {
+  uint16_t d;  // f16
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockQ4_0) == 18, "Q4_0 block must be 18 bytes");
+
+// y = d * q + m, q in 0..15.
+struct BlockQ4_1 {
+  uint16_t d;  // f16
+  uint16_t m;  // f16
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockQ4_1) == 20, "Q4_1 block must be 20 bytes");
+
+// y = d * (q - 16), q = nibble | bit j of qh (little-endian uint32) << 4.
+struct BlockQ5_0 {
+  uint16_t d;  // f16
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockQ5_0) == 22, "Q5_0 block must be 22 bytes");
+
+// y = d * q + m, q as in Q5_0 without the offset.
+struct BlockQ5_1 {
+  uint16_t d;  // f16
+  uint16_t m;  // f16
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockQ5_1) == 24, "Q5_1 block must be 24 bytes");
+
+// Activation format for Q4_1 / Q5_1: y = d * qs; s = d * sum(qs) (f16).
+struct BlockQ8_1 {
+  uint16_t d;  // f16
+  uint16_t s;  // f16
+  int8_t qs[32];
+};
+static_assert(sizeof(BlockQ8_1) == 36, "Q8_1 block must be 36 bytes");
+
+// ---- Non-linear and codebook quants (i-quants, MXFP4) --------------------------------------
+
+// The 16 levels of IQ4_NL / IQ4_XS (int8 codebook, GGML's kvalues_iq4nl).
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+
+// y = d * kIq4nlValues[nibble]; nibbles laid out as in Q4_0.
+struct BlockIQ4_NL {
+  uint16_t d;  // f16
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockIQ4_NL) == 18, "IQ4_NL block must be 18 bytes");
+
+// 8 groups of 32: y = d * (ls[g] - 32) * kIq4nlValues[nibble], ls 6-bit: low 4 bits in
+// scales_l[g / 2] (low nibble for even g), high 2 bits at bits 2g of scales_h. Group g's
+// nibbles are qs[16g .. 16g + 15], laid out as in Q4_0.
+struct BlockIQ4_XS {
+  uint16_t d;  // f16
+  uint16_t scales_h;
+  uint8_t scales_l[kQK_K / 64];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockIQ4_XS) == 136, "IQ4_XS block must be 136 bytes");
+
+// 8 groups of 32, each 4 uint16 of qs read as two uint32 a (low) and b (high): the 4 bytes of a
+// index 4 grid points of 8 values (kIq2xxsGrid, bytes of each uint64); 7-bit fields of b
+// (bits 7l) pick the sign pattern of point l (kIq2xsSigns: even parity, bit j negates value
+// j); b >> 28 is the group scale s: y = d * (0.5 + s) * 0.25 * grid * sign.
+struct BlockIQ2_XXS {
+  uint16_t d;  // f16
+  uint16_t qs[kQK_K / 8];
+};
+static_assert(sizeof(BlockIQ2_XXS) == 66, "IQ2_XXS block must be 66 bytes");
+
+// MXFP4 (OCP microscaling, gpt-oss): 32 e2m1 values sharing a power-of-two scale
+// 2^(e - 127); nibbles laid out as in Q4_0. kMxfp4Values holds the e2m1 levels doubled (GGML's
+// int8 table), so y = 2^(e - 128) * kMxfp4Values[nibble].
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+struct BlockMXFP4 {
+  uint8_t e;  // E8M0 exponent
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockMXFP4) == 17, "MXFP4 block must be 17 bytes");
+
 static_assert(offsetof(BlockQ4_K, qs) == 16 && offsetof(BlockQ5_K, qh) == 16 &&
                   offsetof(BlockQ6_K, d) == 208 && offsetof(BlockQ3_K, d) == 108 &&
                   offsetof(BlockQ2_K, d) == 80 && offsetof(BlockQ8_K, bsums) == 260,

@@ -24,6 +24,12 @@ namespace colibri::quant {
 void DequantizeRow(DType type, const void* src, float* dst, int64_t n);
 void QuantizeRow(DType type, const float* src, void* dst, int64_t n);
 
+// Whether QuantizeRow can make `type` (every type but IQ2_XXS, which is only imported: its
+// quantizer needs an importance matrix to be worth having). Q4_0..Q5_1 follow GGML's reference
+// quantizers; IQ4_NL, IQ4_XS and MXFP4 use our own scale search (valid blocks, not the bytes
+// llama-quantize would write).
+bool HasQuantizer(DType type);
+
 // The portable scalar dequantizer DequantizeRow is checked against.
 void DequantizeRowReference(DType type, const void* src, float* dst, int64_t n);
 
