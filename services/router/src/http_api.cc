@@ -56,18 +56,20 @@ class Handler {
     metrics_->CountRequest(endpoint, res.status);
   }
 
-  bool Authorized(const httplib::Request& req, httplib::Response& res, const std::string& endpoint) {
-    if (options_.api_key.empty()) return true;
-    if (req.get_header_value("Authorization") == absl::StrCat("Bearer ", options_.api_key)) return true;
+  // Before routing: 401 in OpenAI's shape for a request without a valid key.
+  bool Authorized(const httplib::Request& req, httplib::Response& res) {
+    auto who = auth::AuthorizeHttp(options_.access, req.path, req.get_header_value("Authorization"));
+    if (who.ok()) return true;
     res.status = 401;
-    res.set_content(rpc::OpenAiErrorBody(401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key"),
+    res.set_header("WWW-Authenticate", "Bearer");
+    res.set_content(rpc::OpenAiErrorBody(401, std::string(who.status().message()), "invalid_request_error",
+                                         "invalid_api_key"),
                     "application/json");
-    metrics_->CountRequest(endpoint, 401);
+    metrics_->CountRequest("unauthenticated", 401);
     return false;
   }
 
   void Models(const httplib::Request& req, httplib::Response& res) {
-    if (!Authorized(req, res, "models")) return;
     json j = {{"object", "list"},
               {"data", json::array({{{"id", core_->model_name()},
                                      {"object", "model"},
@@ -80,7 +82,6 @@ class Handler {
 
   void Completions(const httplib::Request& req, httplib::Response& res, bool chat) {
     const std::string endpoint = chat ? "chat_completions" : "completions";
-    if (!Authorized(req, res, endpoint)) return;
     auto parsed = ParseOpenAiRequest(req.body, chat);
     if (!parsed.ok()) return Error(res, endpoint, parsed.status());
     if (auto st = core_->CheckModel(parsed->model); !st.ok()) return Error(res, endpoint, st);
@@ -287,6 +288,10 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, Router
   const int threads = options.threads;
   s.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   s.set_payload_max_length(64 << 20);
+  s.set_pre_routing_handler([handler](const httplib::Request& q, httplib::Response& r) {
+    return handler->Authorized(q, r) ? httplib::Server::HandlerResponse::Unhandled
+                                     : httplib::Server::HandlerResponse::Handled;
+  });
   s.Post("/v1/chat/completions",
          [handler](const httplib::Request& q, httplib::Response& r) { handler->Completions(q, r, true); });
   s.Post("/v1/completions",
@@ -301,7 +306,6 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, Router
   });
   for (const auto& route : options.extra_routes) {
     auto admin = [handler, h = route.handler](const httplib::Request& q, httplib::Response& r) {
-      if (!handler->Authorized(q, r, "admin")) return;
       auto [status, body] = h(q.body);
       r.status = status;
       r.set_content(body, "application/json");

@@ -1,6 +1,7 @@
 #include "router_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "colibri/auth/grpc_auth.h"
 #include "colibri/rpc/queued_write_reactor.h"
 #include "colibri/rpc/status.h"
 #include "compute_service.h"
@@ -10,6 +11,19 @@ namespace colibri::router {
 namespace {
 
 using Writer = rpc::QueuedWriteReactor<v1::RouterGenerateResponse>;
+
+// A stream refused before any work (authentication): finishes at once.
+class RefusedStream final : public grpc::ServerWriteReactor<v1::RouterGenerateResponse> {
+ public:
+  explicit RefusedStream(const absl::Status& status) { Finish(rpc::ToGrpc(status)); }
+  void OnDone() override { delete this; }
+};
+
+grpc::ServerUnaryReactor* Refused(grpc::CallbackServerContext* ctx, const absl::Status& status) {
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(rpc::ToGrpc(status));
+  return reactor;
+}
 
 // Sampling and stop settings of a request (its prompt is set by the caller).
 TextRequest TextRequestFromProto(const v1::SamplingParams& sampling, const v1::StopConditions& stop,
@@ -59,6 +73,8 @@ grpc::Status RouterService::StreamRun(
 
 grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::Generate(grpc::CallbackServerContext* ctx,
                                                                               const v1::RouterGenerateRequest* req) {
+  auto who = auth::Authenticate(keys_.get(), *ctx);
+  if (!who.ok()) return new RefusedStream(who.status());
   v1::RouterGenerateRequest copy = *req;
   const auto deadline = ctx->deadline();
   return new Writer(&executor_, [this, req = std::move(copy), deadline](Writer* out) -> grpc::Status {
@@ -97,13 +113,15 @@ grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::Generate(gr
 
 grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::SendMessage(
     grpc::CallbackServerContext* ctx, const v1::SendMessageRequest* req) {
+  auto who = auth::Authenticate(keys_.get(), *ctx);
+  if (!who.ok()) return new RefusedStream(who.status());
   v1::SendMessageRequest copy = *req;
   const auto deadline = ctx->deadline();
-  return new Writer(&executor_, [this, req = std::move(copy), deadline](Writer* out) -> grpc::Status {
+  return new Writer(&executor_, [this, req = std::move(copy), deadline, owner = *who](Writer* out) -> grpc::Status {
     TextRequest tr = TextRequestFromProto(req.sampling(), req.stop(), deadline);
     tokenizer::ChatMessage m{req.message().role(), req.message().content()};
     return StreamRun(out, "grpc_session_send", [&](const auto& on_delta) {
-      return sessions_.Send(req.session_id(), std::move(m), std::move(tr), on_delta);
+      return sessions_.Send(req.session_id(), std::move(m), std::move(tr), on_delta, owner);
     });
   });
 }
@@ -125,8 +143,10 @@ void FillSessionInfo(const SessionView& v, const std::string& model, v1::Session
 
 grpc::ServerUnaryReactor* RouterService::CreateSession(grpc::CallbackServerContext* ctx,
                                                        const v1::CreateSessionRequest* req, v1::SessionInfo* resp) {
+  auto who = auth::Authenticate(keys_.get(), *ctx);
+  if (!who.ok()) return Refused(ctx, who.status());
   auto* reactor = ctx->DefaultReactor();
-  auto v = sessions_.Create(req->model(), req->system_prompt());
+  auto v = sessions_.Create(req->model(), req->system_prompt(), *who);
   if (v.ok()) FillSessionInfo(*v, core_->model_name(), resp);
   reactor->Finish(v.ok() ? grpc::Status::OK : rpc::ToGrpc(v.status()));
   return reactor;
@@ -134,8 +154,10 @@ grpc::ServerUnaryReactor* RouterService::CreateSession(grpc::CallbackServerConte
 
 grpc::ServerUnaryReactor* RouterService::GetSession(grpc::CallbackServerContext* ctx, const v1::GetSessionRequest* req,
                                                     v1::SessionInfo* resp) {
+  auto who = auth::Authenticate(keys_.get(), *ctx);
+  if (!who.ok()) return Refused(ctx, who.status());
   auto* reactor = ctx->DefaultReactor();
-  auto v = sessions_.Get(req->session_id());
+  auto v = sessions_.Get(req->session_id(), *who);
   if (v.ok()) FillSessionInfo(*v, core_->model_name(), resp);
   reactor->Finish(v.ok() ? grpc::Status::OK : rpc::ToGrpc(v.status()));
   return reactor;
@@ -144,7 +166,9 @@ grpc::ServerUnaryReactor* RouterService::GetSession(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* RouterService::DeleteSession(grpc::CallbackServerContext* ctx,
                                                        const v1::DeleteSessionRequest* req,
                                                        v1::DeleteSessionResponse* resp) {
-  resp->set_deleted(sessions_.Delete(req->session_id()));
+  auto who = auth::Authenticate(keys_.get(), *ctx);
+  if (!who.ok()) return Refused(ctx, who.status());
+  resp->set_deleted(sessions_.Delete(req->session_id(), *who));
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -153,6 +177,8 @@ grpc::ServerUnaryReactor* RouterService::DeleteSession(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* RouterService::ListModels(grpc::CallbackServerContext* ctx,
                                                     const v1::RouterListModelsRequest*,
                                                     v1::RouterListModelsResponse* resp) {
+  auto who = auth::Authenticate(keys_.get(), *ctx);
+  if (!who.ok()) return Refused(ctx, who.status());
   resp->add_models(core_->model_name());
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
