@@ -93,16 +93,18 @@ absl::Status ValidateTarget(absl::string_view target) {
 
 void WarnIfOpen(absl::string_view what, absl::string_view host, bool has_keys) {
   if (has_keys || IsLoopbackHost(host)) return;
-  spdlog::warn("{} listens on {} with no API key: anyone who reaches it can use it (set --api-key-file or "
-               "--api-key, or bind 127.0.0.1)",
-               std::string(what), std::string(host));
+  spdlog::warn(
+      "{} listens on {} with no API key: anyone who reaches it can use it (set --api-key-file or "
+      "--api-key, or bind 127.0.0.1)",
+      std::string(what), std::string(host));
 }
 
 bool AdminRoutesAllowed(absl::string_view what, absl::string_view host, bool has_keys) {
   if (has_keys || IsLoopbackHost(host)) return true;
-  spdlog::warn("{} on {}: admin routes (/admin/...) are off: they need an API key (--api-key-file) on a "
-               "non-loopback listener",
-               std::string(what), std::string(host));
+  spdlog::warn(
+      "{} on {}: admin routes (/admin/...) are off: they need an API key (--api-key-file) on a "
+      "non-loopback listener",
+      std::string(what), std::string(host));
   return false;
 }
 

@@ -45,8 +45,9 @@ absl::StatusOr<ApiKeys> ApiKeys::Load(const std::vector<std::string>& keys, cons
       }
     }
     for (const auto& k : out.keys_) {
-      if (k == key) return absl::InvalidArgumentError(absl::StrCat(where, ": API key ", out.keys_.size() + 1,
-                                                                   " repeats an earlier key"));
+      if (k == key)
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": API key ", out.keys_.size() + 1, " repeats an earlier key"));
     }
     out.keys_.emplace_back(key);
     return absl::OkStatus();
@@ -59,8 +60,7 @@ absl::StatusOr<ApiKeys> ApiKeys::Load(const std::vector<std::string>& keys, cons
   if (!in) return absl::NotFoundError(absl::StrCat("--api-key-file ", key_file, ": cannot be read"));
   struct stat st {};
   if (::stat(key_file.c_str(), &st) == 0 && (st.st_mode & (S_IRGRP | S_IROTH)) != 0) {
-    spdlog::warn("--api-key-file {} is readable by other users (mode {:o}); chmod 600 it", key_file,
-                 st.st_mode & 0777);
+    spdlog::warn("--api-key-file {} is readable by other users (mode {:o}); chmod 600 it", key_file, st.st_mode & 0777);
   }
   const size_t before = out.keys_.size();
   std::string line;

@@ -6,9 +6,9 @@
 
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "colibri/auth/api_keys.h"
 
 namespace colibri::auth {
