@@ -224,6 +224,18 @@ class SafeDefaultsTest(testlib.ServicesTestCase):
         finally:
             server.stop()
 
+    def test_a_key_file_readable_by_others_is_warned_about(self):
+        keys = testlib.write_key_file(os.path.join(self.dir, 'open-keys'), [KEY_B])
+        os.chmod(keys, 0o644)
+        server = testlib.Service('colibri-server', ['--model', self.model, '--port', '0', '--threads', '2',
+                                                    '--api-key-file', keys], self.dir, tag='open-keys')
+        try:
+            url = f'http://127.0.0.1:{server.port()}'
+            self.assertIn('is readable by other users (mode 644)', server.read_log())
+            self.assertEqual(testlib.http('GET', url + '/v1/models', headers=bearer(KEY_B))[0], 200)
+        finally:
+            server.stop()
+
     def test_bad_key_files_are_refused_at_start(self):
         empty = testlib.write_key_file(os.path.join(self.dir, 'empty-keys'), [])
         out = self.refused('colibri-server', ['--model', self.model, '--port', '0', '--api-key-file', empty])
