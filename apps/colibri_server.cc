@@ -5,6 +5,8 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "colibri/auth/address.h"
+#include "colibri/auth/flags.h"
 #include "colibri/core/logging.h"
 #include "colibri/core/port_file.h"
 #include "colibri/core/signals.h"
@@ -32,9 +34,8 @@ int main(int argc, char** argv) {
   app.add_option("--model", model_dir, "Model directory made by colibri-convert")->required()->check(CLI::ExistingDirectory);
   app.add_option("--expert-cache-size", cache_size, "Host-RAM expert cache budget (e.g. 512M, 8G)")->capture_default_str();
   app.add_option("--threads", threads, "Compute threads (0: physical cores)")->capture_default_str();
-  app.add_option("--host", http.host, "HTTP bind address")->capture_default_str();
+  app.add_option("--host", http.host, "HTTP bind address (0.0.0.0: every interface)")->capture_default_str();
   app.add_option("--port", http.port, "HTTP port (0 picks one)")->capture_default_str();
-  app.add_option("--api-key", http.api_key, "Require 'Authorization: Bearer KEY' on API requests");
   app.add_option("--sse-keepalive-ms", http.sse_keepalive_ms, "SSE keep-alive comment interval while a stream is silent")
       ->capture_default_str();
   app.add_option("--grpc-listen", grpc_listen, "Also serve the Router gRPC API here (host:port)");
@@ -46,7 +47,22 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   colibri::compute::CacheFlags cache_flags;
   colibri::compute::AddCacheFlags(&app, &cache_flags);
+  colibri::auth::KeyFlags key_flags;
+  colibri::auth::AddKeyFlags(&app, &key_flags);
+  colibri::auth::TlsFiles tls_files;
+  colibri::auth::AddTlsFlags(&app, &tls_files);
   CLI11_PARSE(app, argc, argv);
+
+  auto security = colibri::auth::LoadSecurity(key_flags, tls_files);
+  auto grpc_credentials = !security.ok()         ? security.status()
+                          : grpc_listen.empty() ? absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>(nullptr)
+                                                : security->ListenerCredentials(grpc_listen, "the Router gRPC API");
+  if (!grpc_credentials.ok()) {
+    spdlog::error("{}", std::string(grpc_credentials.status().message()));
+    return 2;
+  }
+  http.access = security->http();
+  colibri::auth::WarnIfOpen("the HTTP API", http.host, security->has_keys());
 
   auto cache_bytes = colibri::ParseSize(cache_size);
   if (!cache_bytes.ok()) {
@@ -81,9 +97,10 @@ int main(int argc, char** argv) {
   int grpc_port = 0;
   if (!grpc_listen.empty()) {
     service = std::make_unique<colibri::router::RouterService>(core->get(), &router_metrics, http.threads);
+    service->set_api_keys(security->keys);
     grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
-    builder.AddListeningPort(grpc_listen, grpc::InsecureServerCredentials(), &grpc_port);
+    builder.AddListeningPort(grpc_listen, *grpc_credentials, &grpc_port);
     builder.RegisterService(service.get());
     server = builder.BuildAndStart();
     if (!server || grpc_port == 0) {
@@ -93,7 +110,9 @@ int main(int argc, char** argv) {
   }
   // Scrapes refresh the compute counters first.
   router_metrics.before_scrape = [&] { compute_metrics.Refresh(**node); };
-  http.extra_routes = colibri::compute::AdminRoutes(node->get());  // /admin/stats, /admin/cache/clear
+  if (colibri::auth::AdminRoutesAllowed("the HTTP API", http.host, security->has_keys())) {
+    http.extra_routes = colibri::compute::AdminRoutes(node->get());  // /admin/stats, /admin/cache/clear
+  }
   auto api = colibri::router::HttpApi::Start(core->get(), &router_metrics, http);
   if (!api.ok()) {
     spdlog::error("{}", std::string(api.status().message()));

@@ -145,6 +145,7 @@ COMPUTE_THREADS=2
 ROUTER_PORT=$ROUTER_PORT
 ROUTER_GRPC_PORT=$((ROUTER_PORT + 1))
 PROMETHEUS_PORT=$PROM_PORT
+GRAFANA_ADMIN_PASSWORD=$(openssl rand -hex 12)
 EOF
 cd "$WORK/stack"
 compose() { podman-compose -p "$PROJECT" "$@"; }

@@ -48,6 +48,12 @@ def convert(hf_dir, out, quantize='f32', extra=()):
     return out
 
 
+def micro_model(workdir, name='demo'):
+    """The micro Mixtral test model (f32), generated and converted under `workdir`: its directory."""
+    hf = gen_model(os.path.join(workdir, 'hf'), 'mixtral', 'micro', 'f32')
+    return convert(hf, os.path.join(workdir, name), 'f32')
+
+
 def cli_run(model, tokens, max_tokens, logits_out=None, extra=()):
     """colibri-cli run with greedy decoding; returns the generated ids."""
     cmd = [binary('colibri-cli'), 'run', '--model', model, '--prompt-tokens', ','.join(map(str, tokens)),
@@ -68,9 +74,9 @@ def reference(hf_dir, tokens, greedy, logits_out):
 class Service:
     """A colibri binary started as its own process; announces its port through --port-file."""
 
-    def __init__(self, name, args, workdir, port_flags=('--port-file',), tag=None):
+    def __init__(self, name, args, workdir, port_flags=('--port-file',), tag=None, env=None):
         """`tag` names this instance's port and log files (default: the binary's name); give one to
-        run several instances of a binary in one directory."""
+        run several instances of a binary in one directory. `env`: extra environment variables."""
         self.name = name
         tag = tag or name
         self.files = {flag: os.path.join(workdir, f'{tag}{flag.replace("-", "_")}') for flag in port_flags}
@@ -81,7 +87,8 @@ class Service:
         for flag, f in self.files.items():
             cmd += [flag, f]
         self.log = open(os.path.join(workdir, f'{tag}.log'), 'w')
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=dict(os.environ, **env) if env else None)
 
     def port(self, flag='--port-file', timeout=60):
         deadline = time.time() + timeout
@@ -208,3 +215,21 @@ def tempdir(prefix):
 
 def rmtree(d):
     shutil.rmtree(d, ignore_errors=True)
+
+
+def make_certs(out_dir, *names):
+    """A throwaway CA and a certificate per name (scripts/make-certs.sh, with the openssl CLI):
+    returns {name: [--tls-cert, PEM, --tls-key, KEY, --tls-ca, CA]} flags for each name. Made at
+    test time, never committed."""
+    run(['bash', os.path.join(REPO, 'scripts', 'make-certs.sh'), out_dir, *names], env=dict(os.environ, DAYS='2'))
+    ca = os.path.join(out_dir, 'ca.pem')
+    return {n: ['--tls-cert', os.path.join(out_dir, f'{n}.pem'), '--tls-key', os.path.join(out_dir, f'{n}.key'),
+                '--tls-ca', ca] for n in names}
+
+
+def write_key_file(path, keys):
+    """An --api-key-file (mode 0600): a comment line, a blank line, then one key per line."""
+    with open(path, 'w') as f:
+        f.write('# colibri API keys\n\n' + ''.join(f'{k}\n' for k in keys))
+    os.chmod(path, 0o600)
+    return path

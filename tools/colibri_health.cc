@@ -2,6 +2,7 @@
 // and no grpc_health_probe).
 //
 //   colibri-health grpc HOST:PORT [--service NAME] [--timeout 3]   grpc.health.v1.Health/Check
+//       [--tls-cert F --tls-key F --tls-ca F]   (a service with mutual TLS: its own files)
 //   colibri-health http HOST:PORT [--path /health] [--timeout 3]   GET, expects 200
 //
 // Exit status: 0 healthy (SERVING / 200), 1 not healthy (answered, but not serving), 2 no answer
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "colibri/auth/flags.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "httplib.h"
@@ -53,9 +55,17 @@ int DecodeStatus(const std::string& bytes) {
   return 0;
 }
 
-int CheckGrpc(const std::string& target, const std::string& service, double timeout_s) {
-  auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
+int CheckGrpc(const std::string& target, const std::string& service, double timeout_s,
+              const colibri::auth::TlsFiles& tls) {
+  auto transport = colibri::auth::Transport::Create(tls);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      transport.ok() ? (*transport)->Channel(target)
+                     : absl::StatusOr<std::shared_ptr<grpc::Channel>>(transport.status());
+  if (!channel.ok()) {
+    std::printf("%s: %s\n", target.c_str(), std::string(channel.status().message()).c_str());
+    return 2;
+  }
+  grpc::GenericStub stub(*channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
@@ -108,6 +118,8 @@ int main(int argc, char** argv) {
   grpc_cmd->add_option("target", target, "host:port")->required();
   grpc_cmd->add_option("--service", service, "Service name to check (default: the server as a whole)");
   grpc_cmd->add_option("--timeout", timeout_s, "Seconds")->capture_default_str();
+  colibri::auth::TlsFiles tls;
+  colibri::auth::AddTlsFlags(grpc_cmd, &tls);
   auto* http_cmd = app.add_subcommand("http", "HTTP GET; healthy on 200");
   http_cmd->add_option("target", target, "host:port")->required();
   http_cmd->add_option("--path", path, "Path")->capture_default_str();
@@ -118,6 +130,6 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
-  if (grpc_cmd->parsed()) return CheckGrpc(target, service, timeout_s);
+  if (grpc_cmd->parsed()) return CheckGrpc(target, service, timeout_s, tls);
   return CheckHttp(target, path, timeout_s);
 }

@@ -12,6 +12,9 @@ streams a generation:
 --session (repeatable) uses the session API: the router keeps the conversation, each message is
 sent alone, and compute reuses the previous turn's KV (see usage.cached_prompt_tokens).
 
+A router started with API keys needs --api-key KEY (sent as `authorization: Bearer KEY`
+metadata); one with mutual TLS needs --tls-cert/--tls-key/--tls-ca.
+
 Any language works the same way: compile proto/colibri/v1/router.proto with your gRPC toolchain.
 """
 import argparse
@@ -37,24 +40,45 @@ def load_protos(out_dir=None):
     return importlib.import_module('colibri.v1.router_pb2')
 
 
-def stream(target, method, request, timeout=120):
+class Auth:
+    """How to reach the router: an API key (`authorization: Bearer KEY` metadata) and/or mutual
+    TLS files (PEM paths). The defaults: plaintext, no key."""
+
+    def __init__(self, api_key=None, tls_cert=None, tls_key=None, tls_ca=None):
+        self.api_key, self.tls_cert, self.tls_key, self.tls_ca = api_key, tls_cert, tls_key, tls_ca
+
+    def channel(self, target):
+        import grpc
+        if not self.tls_ca:
+            return grpc.insecure_channel(target)
+
+        def read(path):
+            with open(path, 'rb') as f:
+                return f.read()
+        creds = grpc.ssl_channel_credentials(read(self.tls_ca), self.tls_key and read(self.tls_key),
+                                             self.tls_cert and read(self.tls_cert))
+        return grpc.secure_channel(target, creds)
+
+    def metadata(self):
+        return (('authorization', f'Bearer {self.api_key}'),) if self.api_key else ()
+
+
+def stream(target, method, request, timeout=120, auth=Auth()):
     """Yields the RouterGenerateResponse messages of a streaming Router method: Generate (a
     RouterGenerateRequest) or SendMessage (a SendMessageRequest, one turn of a session)."""
-    import grpc
     pb = sys.modules['colibri.v1.router_pb2']
-    with grpc.insecure_channel(target) as channel:
+    with auth.channel(target) as channel:
         call = channel.unary_stream(f'/colibri.v1.Router/{method}', request_serializer=type(request).SerializeToString,
                                     response_deserializer=pb.RouterGenerateResponse.FromString)
-        yield from call(request, timeout=timeout)
+        yield from call(request, timeout=timeout, metadata=auth.metadata())
 
 
-def unary(target, method, request, response_type, timeout=30):
+def unary(target, method, request, response_type, timeout=30, auth=Auth()):
     """Calls a unary Router method, e.g. unary(t, 'CreateSession', req, pb.SessionInfo)."""
-    import grpc
-    with grpc.insecure_channel(target) as channel:
+    with auth.channel(target) as channel:
         call = channel.unary_unary(f'/colibri.v1.Router/{method}', request_serializer=type(request).SerializeToString,
                                    response_deserializer=response_type.FromString)
-        return call(request, timeout=timeout)
+        return call(request, timeout=timeout, metadata=auth.metadata())
 
 
 def collect(stream, echo):
@@ -74,8 +98,9 @@ def collect(stream, echo):
     return {'token_ids': ids, 'text': text, 'finish_reason': finish, 'usage': usage}
 
 
-def run_session(a, pb):
-    session = unary(a.target, 'CreateSession', pb.CreateSessionRequest(system_prompt=a.system or ''), pb.SessionInfo)
+def run_session(a, pb, auth):
+    session = unary(a.target, 'CreateSession', pb.CreateSessionRequest(system_prompt=a.system or ''), pb.SessionInfo,
+                    auth=auth)
     turns = []
     for message in a.session:
         req = pb.SendMessageRequest(session_id=session.session_id)
@@ -87,12 +112,13 @@ def run_session(a, pb):
         req.stop.max_tokens = a.max_tokens
         if not a.json:
             print(f'> {message}')
-        turns.append(collect(stream(a.target, 'SendMessage', req), echo=not a.json))
-    info = unary(a.target, 'GetSession', pb.GetSessionRequest(session_id=session.session_id), pb.SessionInfo)
+        turns.append(collect(stream(a.target, 'SendMessage', req, auth=auth), echo=not a.json))
+    info = unary(a.target, 'GetSession', pb.GetSessionRequest(session_id=session.session_id), pb.SessionInfo,
+                 auth=auth)
     if a.json:
         print(json.dumps({'session_id': session.session_id, 'turns': turns, 'messages': len(info.messages)}))
     unary(a.target, 'DeleteSession', pb.DeleteSessionRequest(session_id=session.session_id),
-          pb.DeleteSessionResponse)
+          pb.DeleteSessionResponse, auth=auth)
 
 
 def main():
@@ -108,10 +134,16 @@ def main():
     ap.add_argument('--temperature', type=float, default=0.0)
     ap.add_argument('--seed', type=int)
     ap.add_argument('--json', action='store_true', help='print token ids and finish reason as JSON')
+    ap.add_argument('--api-key', default=os.environ.get('COLIBRI_API_KEY'),
+                    help='API key of a router started with keys (default: $COLIBRI_API_KEY)')
+    ap.add_argument('--tls-cert', help='PEM client certificate (router with mutual TLS)')
+    ap.add_argument('--tls-key', help='PEM private key of --tls-cert')
+    ap.add_argument('--tls-ca', help='PEM CA of the router\'s certificate')
     a = ap.parse_args()
+    auth = Auth(a.api_key, a.tls_cert, a.tls_key, a.tls_ca)
     pb = load_protos()
     if a.session:
-        run_session(a, pb)
+        run_session(a, pb, auth)
         return
     req = pb.RouterGenerateRequest()
     if a.prompt is not None:
@@ -124,7 +156,7 @@ def main():
     if a.seed is not None:
         req.sampling.seed = a.seed
     req.stop.max_tokens = a.max_tokens
-    result = collect(stream(a.target, 'Generate', req), echo=not a.json)
+    result = collect(stream(a.target, 'Generate', req, auth=auth), echo=not a.json)
     if a.json:
         print(json.dumps(result))
 

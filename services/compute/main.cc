@@ -12,6 +12,8 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/cleanup/cleanup.h"
+#include "colibri/auth/address.h"
+#include "colibri/auth/flags.h"
 #include "colibri/core/logging.h"
 #include "colibri/core/port_file.h"
 #include "colibri/core/signals.h"
@@ -30,7 +32,7 @@
 int main(int argc, char** argv) {
   colibri::BlockShutdownSignals();
   colibri::InitLogging();
-  std::string model_dir, listen = "0.0.0.0:50052", cache_size = "2G", port_file, metrics_port_file;
+  std::string model_dir, listen = "127.0.0.1:50052", metrics_host = "127.0.0.1", cache_size = "2G", port_file, metrics_port_file;
   std::vector<std::string> stores;
   int metrics_port = 9102, threads = 0, max_pending = 64;
   CLI::App app{"colibri-compute: runs the model, streaming experts from expert stores"};
@@ -59,12 +61,26 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "Compute threads (0: physical cores)")->capture_default_str();
   app.add_option("--listen", listen, "gRPC address (port 0 picks one)")->capture_default_str();
   app.add_option("--metrics-port", metrics_port, "Prometheus /metrics port (0 picks one, -1 disables)")->capture_default_str();
+  app.add_option("--metrics-host", metrics_host,
+                 "Bind address of the metrics port (/metrics, /health, /admin/...; 0.0.0.0: every interface)")
+      ->capture_default_str();
   app.add_option("--max-pending-requests", max_pending, "Requests allowed to wait for the engine")->capture_default_str();
   app.add_option("--port-file", port_file, "Write the bound gRPC port to this file");
   app.add_option("--metrics-port-file", metrics_port_file, "Write the bound metrics port to this file");
   colibri::compute::CacheFlags cache_flags;
   colibri::compute::AddCacheFlags(&app, &cache_flags);
+  colibri::auth::KeyFlags key_flags;
+  colibri::auth::AddKeyFlags(&app, &key_flags);
+  colibri::auth::TlsFiles tls_files;
+  colibri::auth::AddTlsFlags(&app, &tls_files);
   CLI11_PARSE(app, argc, argv);
+
+  auto security = colibri::auth::LoadSecurity(key_flags, tls_files);
+  auto credentials = security.ok() ? security->ListenerCredentials(listen, nullptr) : security.status();
+  if (!credentials.ok()) {
+    spdlog::error("{}", std::string(credentials.status().message()));
+    return 2;
+  }
 
   auto cache_bytes = colibri::ParseSize(cache_size);
   if (!cache_bytes.ok()) {
@@ -96,6 +112,7 @@ int main(int argc, char** argv) {
     if (gethostname(host, sizeof(host) - 1) == 0) client_name = host;
   }
   options.client_name = client_name;
+  options.transport = security->transport;
   options.expert_cache_bytes = *cache_bytes;
   options.threads = threads;
   if (auto st = colibri::compute::ApplyCacheFlags(cache_flags, &options); !st.ok()) {
@@ -158,7 +175,7 @@ int main(int argc, char** argv) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, *credentials, &port);
   builder.RegisterService(&service);
   auto server = builder.BuildAndStart();
   if (!server || port == 0) {
@@ -167,11 +184,14 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<colibri::metrics::MetricsServer> metrics_server;
   if (metrics_port >= 0) {
-    auto admin_routes = colibri::compute::AdminRoutes(node->get());
-    for (auto& r : colibri::compute::StoreAdminRoutes(node->get())) admin_routes.push_back(std::move(r));
-    auto ms = colibri::metrics::MetricsServer::Start("0.0.0.0", metrics_port, registry,
-                                                     [&] { metrics.Refresh(**node); },
-                                                     admin_routes);
+    std::vector<colibri::metrics::HttpRoute> admin_routes;
+    if (colibri::auth::AdminRoutesAllowed("the metrics port", metrics_host, security->has_keys())) {
+      admin_routes = colibri::compute::AdminRoutes(node->get());
+      for (auto& r : colibri::compute::StoreAdminRoutes(node->get())) admin_routes.push_back(std::move(r));
+    }
+    auto ms = colibri::metrics::MetricsServer::Start(metrics_host, metrics_port, registry,
+                                                     [&] { metrics.Refresh(**node); }, admin_routes,
+                                                     security->http());
     if (!ms.ok()) {
       spdlog::error("{}", std::string(ms.status().message()));
       return 1;

@@ -16,6 +16,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "colibri/auth/flags.h"
 #include "colibri/core/logging.h"
 #include "colibri/core/port_file.h"
 #include "colibri/core/signals.h"
@@ -36,8 +37,8 @@ struct ServeConfig {
   std::vector<std::string> models;
   std::vector<std::string> disks;
   std::string catalog;
-  std::vector<std::string> listen = {"0.0.0.0:50051"};
-  std::string metrics_listen_host = "0.0.0.0";
+  std::vector<std::string> listen = {"127.0.0.1:50051"};
+  std::string metrics_listen_host = "127.0.0.1";
   int metrics_port = 9101;
   std::string chunk_size = "1M";
   std::string read_cache_size = "0";
@@ -53,6 +54,8 @@ struct ServeConfig {
   std::vector<std::string> faults;
   std::string port_file;
   std::string metrics_port_file;
+  colibri::auth::KeyFlags keys;
+  colibri::auth::TlsFiles tls;
 };
 
 std::vector<fs::path> Paths(const std::vector<std::string>& v) { return {v.begin(), v.end()}; }
@@ -94,6 +97,17 @@ int Serve(const ServeConfig& cfg) {
                   : cfg.io_backend == "threads" ? colibri::store::IoEngineOptions::Backend::kThreads
                                                 : colibri::store::IoEngineOptions::Backend::kAuto;
   if (!cfg.faults.empty()) bo.io.faults = &faults;
+  auto security = colibri::auth::LoadSecurity(cfg.keys, cfg.tls);
+  if (!security.ok()) return Fail(security.status());
+  std::vector<std::shared_ptr<grpc::ServerCredentials>> credentials;
+  for (const auto& l : cfg.listen) {
+    auto c = security->ListenerCredentials(l, nullptr);
+    if (!c.ok()) {
+      spdlog::error("{}", std::string(c.status().message()));
+      return 2;
+    }
+    credentials.push_back(*c);
+  }
   auto store = colibri::store::BlockStore::Open(bo);
   if (!store.ok()) return Fail(store.status());
 
@@ -112,7 +126,7 @@ int Serve(const ServeConfig& cfg) {
   grpc::ServerBuilder builder;
   std::vector<int> ports(cfg.listen.size(), 0);
   for (size_t i = 0; i < cfg.listen.size(); ++i) {
-    builder.AddListeningPort(cfg.listen[i], grpc::InsecureServerCredentials(), &ports[i]);
+    builder.AddListeningPort(cfg.listen[i], credentials[i], &ports[i]);
   }
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -128,7 +142,8 @@ int Serve(const ServeConfig& cfg) {
   std::unique_ptr<colibri::metrics::MetricsServer> metrics_server;
   if (cfg.metrics_port >= 0) {
     auto ms = colibri::metrics::MetricsServer::Start(cfg.metrics_listen_host, cfg.metrics_port, registry,
-                                                     [&] { metrics.Refresh(**store); });
+                                                     [&] { metrics.Refresh(**store); }, {},
+                                                     security->http());
     if (!ms.ok()) return Fail(ms.status());
     metrics_server = std::move(*ms);
     if (auto st = colibri::WritePortFile(cfg.metrics_port_file, metrics_server->port()); !st.ok()) return Fail(st);
@@ -220,6 +235,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--metrics-port", cfg.metrics_port, "Prometheus /metrics port (0 picks one, -1 disables)")
       ->capture_default_str();
+  app.add_option("--metrics-host", cfg.metrics_listen_host, "Bind address of the metrics port (0.0.0.0: every interface)")
+      ->capture_default_str();
+  colibri::auth::AddKeyFlags(&app, &cfg.keys);
+  colibri::auth::AddTlsFlags(&app, &cfg.tls);
   app.add_option("--read-cache-size", cfg.read_cache_size, "RAM cache of recently read blocks (0: none)")
       ->capture_default_str();
   app.add_option("--queue-depth", cfg.queue_depth, "Reads in flight per disk")->capture_default_str();

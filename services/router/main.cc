@@ -4,6 +4,8 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "colibri/auth/address.h"
+#include "colibri/auth/flags.h"
 #include "colibri/core/logging.h"
 #include "colibri/core/port_file.h"
 #include "colibri/core/signals.h"
@@ -19,7 +21,7 @@
 int main(int argc, char** argv) {
   colibri::BlockShutdownSignals();
   colibri::InitLogging();
-  std::string model_dir, grpc_listen = "0.0.0.0:50050", port_file, grpc_port_file;
+  std::string model_dir, grpc_listen = "127.0.0.1:50050", port_file, grpc_port_file;
   std::vector<std::string> computes;
   colibri::router::HttpOptions http;
   size_t prefetch_hints = 64;
@@ -30,10 +32,9 @@ int main(int argc, char** argv) {
                  "sticks to one, failing over when it is unreachable")
       ->required()
       ->delimiter(',');
-  app.add_option("--host", http.host, "HTTP bind address")->capture_default_str();
+  app.add_option("--host", http.host, "HTTP bind address (0.0.0.0: every interface)")->capture_default_str();
   app.add_option("--port", http.port, "HTTP port (0 picks one)")->capture_default_str();
   app.add_option("--grpc-listen", grpc_listen, "Router gRPC address")->capture_default_str();
-  app.add_option("--api-key", http.api_key, "Require 'Authorization: Bearer KEY' on API requests");
   app.add_option("--sse-keepalive-ms", http.sse_keepalive_ms, "SSE keep-alive comment interval while a stream is silent")
       ->capture_default_str();
   app.add_option("--http-threads", http.threads, "HTTP worker threads")->capture_default_str();
@@ -43,10 +44,30 @@ int main(int argc, char** argv) {
                  "the experts its earlier turns used most (0: off)")
       ->capture_default_str();
   app.add_option("--grpc-port-file", grpc_port_file, "Write the bound gRPC port to this file");
+  colibri::auth::KeyFlags key_flags;
+  colibri::auth::AddKeyFlags(&app, &key_flags);
+  colibri::auth::TlsFiles tls_files;
+  colibri::auth::AddTlsFlags(&app, &tls_files);
   CLI11_PARSE(app, argc, argv);
 
+  auto security = colibri::auth::LoadSecurity(key_flags, tls_files);
+  auto grpc_credentials = security.ok() ? security->ListenerCredentials(grpc_listen, "the Router gRPC API")
+                                        : security.status();
+  if (!grpc_credentials.ok()) {
+    spdlog::error("{}", std::string(grpc_credentials.status().message()));
+    return 2;
+  }
+  http.access = security->http();
+  colibri::auth::WarnIfOpen("the HTTP API", http.host, security->has_keys());
   std::vector<std::unique_ptr<colibri::router::ComputeClient>> clients;
-  for (const auto& c : computes) clients.push_back(colibri::router::MakeGrpcComputeClient(c));
+  for (const auto& c : computes) {
+    auto client = colibri::router::MakeGrpcComputeClient(c, *security->transport);
+    if (!client.ok()) {
+      spdlog::error("{}", std::string(client.status().message()));
+      return 2;
+    }
+    clients.push_back(std::move(*client));
+  }
   auto core = colibri::router::MakeRouterCore(model_dir, std::move(clients));
   if (!core.ok()) {
     spdlog::error("{}", std::string(core.status().message()));
@@ -56,10 +77,11 @@ int main(int argc, char** argv) {
   auto registry = std::make_shared<prometheus::Registry>();
   colibri::router::RouterMetrics metrics(registry);
   colibri::router::RouterService service(core->get(), &metrics, http.threads);
+  service.set_api_keys(security->keys);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int grpc_port = 0;
-  builder.AddListeningPort(grpc_listen, grpc::InsecureServerCredentials(), &grpc_port);
+  builder.AddListeningPort(grpc_listen, *grpc_credentials, &grpc_port);
   builder.RegisterService(&service);
   auto server = builder.BuildAndStart();
   if (!server || grpc_port == 0) {

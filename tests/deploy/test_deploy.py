@@ -153,16 +153,28 @@ class StaticConfigTest(unittest.TestCase):
 
     def test_compose_config(self):
         compose = tool('docker-compose', 'docker-compose')
-        env = {k: v for k, v in os.environ.items() if not k.startswith(('STORE_', 'MODEL', 'COMPOSE_'))}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(('STORE_', 'MODEL', 'COMPOSE_', 'GRAFANA_'))}
+        # Grafana has no default admin password: without one the file does not configure.
+        p = subprocess.run([compose, '-f', os.path.join(DEPLOY, 'docker-compose.yml'), 'config', '-q'],
+                           capture_output=True, text=True, env=env, cwd=DEPLOY)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn('GRAFANA_ADMIN_PASSWORD', p.stderr)
+        env['GRAFANA_ADMIN_PASSWORD'] = 'test-only-password'
         p = subprocess.run([compose, '-f', os.path.join(DEPLOY, 'docker-compose.yml'), 'config', '-q'],
                            capture_output=True, text=True, env=env, cwd=DEPLOY)
         self.assertEqual(p.returncode, 0, p.stderr)
+        # The mutual TLS override configures on top of it.
+        p = subprocess.run([compose, '-f', os.path.join(DEPLOY, 'docker-compose.yml'), '-f',
+                            os.path.join(DEPLOY, 'docker-compose.tls.yml'), 'config'],
+                           capture_output=True, text=True, env=env, cwd=DEPLOY)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn('COLIBRI_TLS_SERVER_NAME: expert-store', p.stdout)
         p = subprocess.run([compose, '-f', os.path.join(DEPLOY, 'docker-compose.yml'), 'config', '--services'],
                            capture_output=True, text=True, env=env, cwd=DEPLOY)
         self.assertEqual(sorted(p.stdout.split()),
                          ['compute', 'convert', 'expert-store', 'grafana', 'prometheus', 'router'])
         # The example .env is what the README tells users to copy: it must configure the same file.
-        env_file = os.path.join(DEPLOY, 'env.example')
+        env_file = os.path.join(DEPLOY, 'env.example')  # (GRAFANA_ADMIN_PASSWORD from env above)
         p = subprocess.run([compose, '-f', os.path.join(DEPLOY, 'docker-compose.yml'), '--env-file', env_file,
                             'config'], capture_output=True, text=True, env=env, cwd=DEPLOY)
         self.assertEqual(p.returncode, 0, p.stderr)

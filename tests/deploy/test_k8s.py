@@ -32,6 +32,7 @@ KINDS = {
     ('apps/v1', 'StatefulSet'): 'V1StatefulSet',
     ('batch/v1', 'Job'): 'V1Job',
     ('storage.k8s.io/v1', 'StorageClass'): 'V1StorageClass',
+    ('networking.k8s.io/v1', 'NetworkPolicy'): 'V1NetworkPolicy',
 }
 PRIMITIVES = {'str': str, 'int': int, 'bool': bool, 'float': (int, float)}
 

@@ -144,8 +144,8 @@ class ExpertCacheTest(unittest.TestCase):
         self.assertIn('| ram |', table)
         self.assertIn('prefetch: 1 layers', table)
 
-        # /metrics carries the same numbers.
-        status, text = testlib.http('GET', url + '/metrics')
+        # /metrics carries the same numbers (behind the API key, like every route but /health).
+        status, text = testlib.http('GET', url + '/metrics', headers={'Authorization': 'Bearer k'})
         self.assertEqual(status, 200)
         stats = json.loads(self.cli('stats', '--server', url, '--api-key', 'k', '--json').stdout)
         ram = stats['tiers'][0]

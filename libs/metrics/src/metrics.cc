@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 #include "prometheus/text_serializer.h"
 
 namespace colibri::metrics {
@@ -15,9 +16,19 @@ std::string Serialize(const prometheus::Registry& registry) {
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& host, int port,
                                                                     std::shared_ptr<prometheus::Registry> registry,
                                                                     std::function<void()> before_scrape,
-                                                                    std::vector<HttpRoute> routes) {
+                                                                    std::vector<HttpRoute> routes,
+                                                                    auth::HttpPolicy access) {
   auto s = std::unique_ptr<MetricsServer>(new MetricsServer());
   s->server_ = std::make_unique<httplib::Server>();
+  s->server_->set_pre_routing_handler([access](const httplib::Request& req, httplib::Response& res) {
+    auto who = auth::AuthorizeHttp(access, req.path, req.get_header_value("Authorization"));
+    if (who.ok()) return httplib::Server::HandlerResponse::Unhandled;
+    res.status = 401;
+    res.set_header("WWW-Authenticate", "Bearer");
+    res.set_content(nlohmann::json{{"error", {{"message", std::string(who.status().message())}}}}.dump(),
+                    "application/json");
+    return httplib::Server::HandlerResponse::Handled;
+  });
   s->server_->Get("/metrics", [registry, before_scrape](const httplib::Request&, httplib::Response& res) {
     if (before_scrape) before_scrape();
     res.set_content(Serialize(*registry), "text/plain; version=0.0.4");

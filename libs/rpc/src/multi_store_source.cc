@@ -47,15 +47,16 @@ class MultiStoreSource::Request {
 MultiStoreSource::MultiStoreSource(const MultiStoreOptions& options, const model::Manifest* manifest)
     : options_(options), manifest_(manifest) {}
 
-std::unique_ptr<MultiStoreSource::Store> MultiStoreSource::MakeStore(const std::string& target) {
+absl::StatusOr<std::unique_ptr<MultiStoreSource::Store>> MultiStoreSource::MakeStore(const std::string& target) {
   RemoteStoreOptions ro;
   ro.target = target;
   ro.model = options_.model;
   ro.fetch_timeout = options_.fetch_timeout;
   ro.client_name = options_.client_name;
   ro.shm_bytes = options_.shm_bytes;
+  ro.transport = options_.transport;
   auto s = std::make_unique<Store>();
-  s->source = RemoteStoreSource::Create(ro, manifest_);
+  ASSIGN_OR_RETURN(s->source, RemoteStoreSource::Create(ro, manifest_));
   // A broken stream marks the store down at once, even with nothing in flight on it.
   s->source->OnStreamBroken([this, store = s.get()](const absl::Status& why) { MarkDown(*store, why); });
   return s;
@@ -68,7 +69,7 @@ absl::StatusOr<std::unique_ptr<MultiStoreSource>> MultiStoreSource::Connect(cons
   std::vector<std::string> down;
   absl::Status last;
   for (const auto& t : options.targets) {
-    auto s = src->MakeStore(t);
+    ASSIGN_OR_RETURN(auto s, src->MakeStore(t));
     absl::Status st = s->source->Probe(std::chrono::seconds(10));
     if (st.ok()) {
       s->up = true;
@@ -118,11 +119,25 @@ MultiStoreSource::~MultiStoreSource() {
   stores.clear();
 }
 
-void MultiStoreSource::AddStore(const std::string& target) {
-  auto s = MakeStore(target);
+absl::Status MultiStoreSource::AddStore(const std::string& target) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& s : stores_) {
+      if (s->source->target() == target) {
+        return absl::AlreadyExistsError(absl::StrCat("expert store ", target, " is already a store of this node"));
+      }
+    }
+  }
+  ASSIGN_OR_RETURN(auto s, MakeStore(target));
   std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& other : stores_) {  // added by another caller meanwhile
+    if (other->source->target() == target) {
+      return absl::AlreadyExistsError(absl::StrCat("expert store ", target, " is already a store of this node"));
+    }
+  }
   stores_.push_back(std::move(s));
   probe_cv_.notify_all();
+  return absl::OkStatus();
 }
 
 std::vector<MultiStoreSource::Store*> MultiStoreSource::Snapshot() const {

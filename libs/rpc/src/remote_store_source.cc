@@ -22,21 +22,24 @@ using expert_source::Priority;
 RemoteStoreSource::RemoteStoreSource(const RemoteStoreOptions& options, const model::Manifest* manifest)
     : options_(options), manifest_(manifest) {}
 
-std::unique_ptr<RemoteStoreSource> RemoteStoreSource::Create(const RemoteStoreOptions& options,
-                                                             const model::Manifest* manifest) {
+absl::StatusOr<std::unique_ptr<RemoteStoreSource>> RemoteStoreSource::Create(const RemoteStoreOptions& options,
+                                                                             const model::Manifest* manifest) {
   auto src = std::unique_ptr<RemoteStoreSource>(new RemoteStoreSource(options, manifest));
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(8 << 20);  // chunks are <= 4 MiB
   // Reconnect quickly to a store that restarts (the default backoff grows to two minutes).
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  src->channel_ = grpc::CreateCustomChannel(options.target, grpc::InsecureChannelCredentials(), args);
+  const auto transport = options.transport ? options.transport : auth::Transport::Plaintext();
+  auto channel = transport->Channel(options.target, args);
+  if (!channel.ok()) return absl::InvalidArgumentError(absl::StrCat("expert store: ", channel.status().message()));
+  src->channel_ = std::move(*channel);
   src->stub_ = v1::ExpertStore::NewStub(src->channel_);
   return src;
 }
 
 absl::StatusOr<std::unique_ptr<RemoteStoreSource>> RemoteStoreSource::Connect(const RemoteStoreOptions& options,
                                                                               const model::Manifest* manifest) {
-  auto src = Create(options, manifest);
+  ASSIGN_OR_RETURN(auto src, Create(options, manifest));
   // Fail fast with a clear message when the store is not there or lacks the model.
   RETURN_IF_ERROR(src->Probe(std::chrono::seconds(10)));
   return src;

@@ -71,6 +71,7 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(const ComputeNo
     mo.targets = options.stores;
     mo.model = m.name;
     mo.client_name = options.client_name;
+    mo.transport = options.transport;
     uint64_t largest_padded = 0;
     for (const auto& b : m.experts) largest_padded = std::max(largest_padded, b.padded_size);
     mo.shm_bytes = options.store_shm_bytes != ComputeNodeOptions::kAutoShm
@@ -154,8 +155,7 @@ absl::Status ComputeNode::AddStore(const std::string& target) {
   if (stores_ == nullptr) {
     return absl::FailedPreconditionError("this node reads experts from its model directory, not from expert stores");
   }
-  stores_->AddStore(target);
-  return absl::OkStatus();
+  return stores_->AddStore(target);
 }
 
 absl::StatusOr<int64_t> ComputeNode::PreloadExperts() {

@@ -35,6 +35,7 @@ struct ComputeNodeOptions {
   static constexpr uint64_t kAutoShm = ~0ull;
   uint64_t store_shm_bytes = kAutoShm;  // 0: chunks on the stream only
   std::string client_name;              // how the stores' metrics name this node
+  std::shared_ptr<const auth::Transport> transport;  // links to the stores (null: plaintext, loopback only)
   uint64_t expert_cache_bytes = 2ull << 30;
   ExpertCacheConfig cache;         // tiers, policy, pins, prefetch, trace (expert_cache.h)
   uint64_t kv_cache_limit = 0;     // bytes of KV caches (dense weights are separate); 0: unlimited
@@ -85,7 +86,8 @@ class ComputeNode {
   std::vector<rpc::StoreState> store_states() const { return stores_ ? stores_->Stores() : std::vector<rpc::StoreState>{}; }
   uint64_t store_failovers() const { return stores_ ? stores_->failovers() : 0; }
   // Adds an expert store to a running node (it takes reads once a probe finds it up).
-  // FailedPrecondition when experts come from the model directory.
+  // FailedPrecondition when experts come from the model directory; InvalidArgument for a
+  // malformed target; AlreadyExists for a store the node has already.
   absl::Status AddStore(const std::string& target);
 
  private:

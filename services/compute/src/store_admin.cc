@@ -34,7 +34,10 @@ std::vector<metrics::HttpRoute> StoreAdminRoutes(ComputeNode* node) {
                       }
                       const std::string target = req["target"].get<std::string>();
                       absl::Status st = node->AddStore(target);
-                      if (!st.ok()) return Error(409, std::string(st.message()));
+                      if (!st.ok()) {
+                        return Error(st.code() == absl::StatusCode::kInvalidArgument ? 400 : 409,
+                                     std::string(st.message()));
+                      }
                       return {200, nlohmann::json{{"added", target}}.dump()};
                     }});
   return routes;

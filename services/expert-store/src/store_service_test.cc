@@ -424,6 +424,30 @@ TEST_F(StoreServiceTest, AStoreStartedLaterJoins) {
   EXPECT_GT((*multi)->Stores()[1].stats.blocks, 0u);
 }
 
+TEST_F(StoreServiceTest, AddStoreRefusesDuplicatesBadTargetsAndPlaintextOffLoopback) {
+  auto a = Serve({}, nullptr, "a");
+  rpc::MultiStoreOptions mo;
+  mo.targets = {a->target()};
+  mo.model = "tiny";
+  auto multi = rpc::MultiStoreSource::Connect(mo, &container_->manifest());
+  ASSERT_TRUE(multi.ok()) << multi.status();
+  EXPECT_EQ((*multi)->AddStore(a->target()).code(), absl::StatusCode::kAlreadyExists);
+  for (const char* bad : {"", "store", "store:0", "store:70000", "unix:relative", "a b:5"}) {
+    EXPECT_EQ((*multi)->AddStore(bad).code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  // No transport given: plaintext, refused for a store that is not on this host.
+  const absl::Status remote = (*multi)->AddStore("10.255.0.1:50051");
+  EXPECT_EQ(remote.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(remote.message().find("--insecure"), std::string::npos) << remote;
+  EXPECT_EQ((*multi)->Stores().size(), 1u);
+  EXPECT_TRUE((*multi)->AddStore("unix:" + (dir_.path() / "later.sock").string()).ok());
+  EXPECT_EQ((*multi)->Stores().size(), 2u);
+  // Connect refuses the same targets.
+  mo.targets = {a->target(), "10.255.0.1:50051"};
+  EXPECT_EQ(rpc::MultiStoreSource::Connect(mo, &container_->manifest()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(StoreServiceTest, MissingModelAndUnreachableStoreAreClearErrors) {
   auto server = Serve();
   auto o = Client(*server);

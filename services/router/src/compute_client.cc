@@ -51,9 +51,8 @@ class InProcessComputeClient final : public ComputeClient {
 
 class GrpcComputeClient final : public ComputeClient {
  public:
-  explicit GrpcComputeClient(const std::string& target)
-      : target_(target),
-        stub_(v1::Compute::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))) {}
+  GrpcComputeClient(const std::string& target, std::shared_ptr<grpc::Channel> channel)
+      : target_(target), stub_(v1::Compute::NewStub(std::move(channel))) {}
 
   absl::StatusOr<ModelInfo> Info() override {
     grpc::ClientContext ctx;
@@ -158,8 +157,11 @@ std::unique_ptr<ComputeClient> MakeInProcessComputeClient(compute::ComputeNode* 
   return std::make_unique<InProcessComputeClient>(node);
 }
 
-std::unique_ptr<ComputeClient> MakeGrpcComputeClient(const std::string& target) {
-  return std::make_unique<GrpcComputeClient>(target);
+absl::StatusOr<std::unique_ptr<ComputeClient>> MakeGrpcComputeClient(const std::string& target,
+                                                                      const auth::Transport& transport) {
+  auto channel = transport.Channel(target);
+  if (!channel.ok()) return absl::InvalidArgumentError(absl::StrCat("--compute: ", channel.status().message()));
+  return std::unique_ptr<ComputeClient>(std::make_unique<GrpcComputeClient>(target, std::move(*channel)));
 }
 
 }  // namespace colibri::router

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "colibri/auth/transport.h"
 #include "colibri/engine/engine.h"
 #include "colibri/v1/compute.grpc.pb.h"
 #include "expert_heat.h"
@@ -57,7 +58,10 @@ class ComputeClient {
 };
 
 std::unique_ptr<ComputeClient> MakeInProcessComputeClient(compute::ComputeNode* node);
-// `target`: host:port or unix:/path of a colibri-compute service.
-std::unique_ptr<ComputeClient> MakeGrpcComputeClient(const std::string& target);
+// `target`: host:port or unix:/path of a colibri-compute service, reached through `transport`
+// (mutual TLS, or plaintext where allowed). InvalidArgument for a malformed target or plaintext
+// to a non-loopback one without --insecure.
+absl::StatusOr<std::unique_ptr<ComputeClient>> MakeGrpcComputeClient(const std::string& target,
+                                                                      const auth::Transport& transport);
 
 }  // namespace colibri::router

@@ -94,18 +94,20 @@ class Handler {
     metrics_->CountRequest(endpoint, res.status);
   }
 
-  bool Authorized(const httplib::Request& req, httplib::Response& res, const std::string& endpoint) {
-    if (options_.api_key.empty()) return true;
-    if (req.get_header_value("Authorization") == absl::StrCat("Bearer ", options_.api_key)) return true;
+  // Before routing: 401 in OpenAI's shape for a request without a valid key.
+  bool Authorized(const httplib::Request& req, httplib::Response& res) {
+    auto who = auth::AuthorizeHttp(options_.access, req.path, req.get_header_value("Authorization"));
+    if (who.ok()) return true;
     res.status = 401;
-    res.set_content(rpc::OpenAiErrorBody(401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key"),
+    res.set_header("WWW-Authenticate", "Bearer");
+    res.set_content(rpc::OpenAiErrorBody(401, std::string(who.status().message()), "invalid_request_error",
+                                         "invalid_api_key"),
                     "application/json");
-    metrics_->CountRequest(endpoint, 401);
+    metrics_->CountRequest("unauthenticated", 401);
     return false;
   }
 
   void Models(const httplib::Request& req, httplib::Response& res) {
-    if (!Authorized(req, res, "models")) return;
     json j = {{"object", "list"},
               {"data", json::array({{{"id", core_->model_name()},
                                      {"object", "model"},
@@ -118,7 +120,6 @@ class Handler {
 
   void Completions(const httplib::Request& req, httplib::Response& res, bool chat) {
     const std::string endpoint = chat ? "chat_completions" : "completions";
-    if (!Authorized(req, res, endpoint)) return;
     auto parsed = ParseOpenAiRequest(req.body, chat);
     if (!parsed.ok()) return Error(res, endpoint, parsed.status());
     // The client's leaving (seen by a ClientWatch on its connection) cancels the request while
@@ -132,6 +133,9 @@ class Handler {
                                                                              : core_->EncodeText(parsed->prompt);
     if (!ids.ok()) return Error(res, endpoint, ids.status());
     parsed->params.prompt = std::move(*ids);
+    if (auto who = auth::AuthorizeHttp(options_.access, req.path, req.get_header_value("Authorization")); who.ok()) {
+      parsed->params.session_id = ScopedSessionId(*who, parsed->params.session_id);
+    }
     if (chat && parsed->params.session_id.empty()) parsed->params.affinity_key = ComputePool::ChatKey(parsed->messages);
     if (static_cast<int64_t>(parsed->params.prompt.size()) >= core_->context_length()) {
       return Error(res, endpoint,
@@ -342,9 +346,9 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, Router
   const int threads = options.threads;
   s.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   s.set_payload_max_length(options.max_request_bytes);
-  // Before any route: the Host check (DNS rebinding; /health stays open to probes) and JSON-only
-  // POST bodies (no form or text/plain request from a web page).
-  s.set_pre_routing_handler([options](const httplib::Request& q, httplib::Response& r) {
+  // Before any route: the key check, the Host check (DNS rebinding; /health stays open to
+  // probes) and JSON-only POST bodies (no form or text/plain request from a web page).
+  s.set_pre_routing_handler([handler, options](const httplib::Request& q, httplib::Response& r) {
     if (q.path != "/health" && !HostAllowed(options, q.get_header_value("Host"))) {
       r.status = 403;
       r.set_content(rpc::OpenAiErrorBody(403, absl::StrCat("Host '", q.get_header_value("Host"),
@@ -353,6 +357,7 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, Router
                     "application/json");
       return httplib::Server::HandlerResponse::Handled;
     }
+    if (!handler->Authorized(q, r)) return httplib::Server::HandlerResponse::Handled;
     if (q.method == "POST" && !JsonContentType(q)) {
       r.status = 415;
       r.set_content(rpc::OpenAiErrorBody(415, "Content-Type must be application/json", "invalid_request_error",
@@ -376,7 +381,6 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, Router
   });
   for (const auto& route : options.extra_routes) {
     auto admin = [handler, h = route.handler](const httplib::Request& q, httplib::Response& r) {
-      if (!handler->Authorized(q, r, "admin")) return;
       auto [status, body] = h(q.body);
       r.status = status;
       r.set_content(body, "application/json");

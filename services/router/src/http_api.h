@@ -1,6 +1,7 @@
 // The OpenAI-compatible HTTP API: POST /v1/chat/completions and /v1/completions (SSE streaming
 // and not), GET /v1/models, GET /health, GET /metrics, and any extra (admin) routes. Errors use
-// OpenAI's JSON error shape.
+// OpenAI's JSON error shape. With API keys, one check before routing guards every route but
+// /health (see auth::AuthorizeHttp).
 #pragma once
 
 #include <memory>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "colibri/auth/http_auth.h"
 #include "router_core.h"
 #include "router_metrics.h"
 
@@ -19,9 +21,9 @@ class Server;
 namespace colibri::router {
 
 struct HttpOptions {
-  std::string host = "0.0.0.0";
-  int port = 8080;          // 0 picks a free port
-  std::string api_key;      // when set, requests need "Authorization: Bearer <key>"
+  std::string host = "127.0.0.1";  // another address is an explicit choice (warned without a key)
+  int port = 8080;                 // 0 picks a free port
+  auth::HttpPolicy access;         // API keys: every route but /health (and public /metrics)
   int threads = 16;
   int sse_keepalive_ms = 5000;  // SSE comment after this much silence on a stream
   // Host header names accepted (DNS rebinding: a web page's script reaching a local server

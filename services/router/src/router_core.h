@@ -31,6 +31,13 @@ struct TextRequest {
   CancelToken cancel;  // optional: set when the client goes away (connection closed, call cancelled)
 };
 
+// A client's session id as compute sees it: scoped by the API key identity that sent it
+// (auth::ApiKeys), so two keys using the same id never share a conversation's KV. Unchanged
+// without keys or without an id.
+inline std::string ScopedSessionId(const std::string& owner, const std::string& id) {
+  return owner.empty() || id.empty() ? id : owner + "/" + id;
+}
+
 // Limits on a request's stop conditions (OpenAI's 4 stop strings), for every transport.
 inline constexpr size_t kMaxStopStrings = 4;
 inline constexpr size_t kMaxStopStringBytes = 512;

@@ -637,6 +637,30 @@ TEST_F(RouterCoreTest, SessionsBeyondTheLimitForgetTheIdleLongest) {
   EXPECT_TRUE(sessions.Get(c->id).ok());
 }
 
+TEST_F(RouterCoreTest, SessionsBelongToTheKeyThatCreatedThem) {
+  auto core = Core(Ids(" the sea"));
+  SessionManager sessions(core.get(), 16);
+  auto mine = sessions.Create("", "Be brief.", "key-1");
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  TextRequest r;
+  r.max_tokens = 4;
+  auto ok = [](const Delta&) { return true; };
+  // Another key: the session does not exist for it, and its attempts change nothing.
+  EXPECT_EQ(sessions.Get(mine->id, "key-2").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(sessions.Get(mine->id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(sessions.Send(mine->id, {"user", "Hi"}, r, ok, "key-2").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(sessions.Delete(mine->id, "key-2"));
+  auto view = sessions.Get(mine->id, "key-1");
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->messages.size(), 1u);
+  EXPECT_EQ(view->turns, 0);
+  // The owner reads, answers and deletes it.
+  ASSERT_TRUE(sessions.Send(mine->id, {"user", "Hi"}, r, ok, "key-1").ok());
+  EXPECT_EQ(sessions.Get(mine->id, "key-1")->turns, 1);
+  EXPECT_TRUE(sessions.Delete(mine->id, "key-1"));
+  EXPECT_EQ(sessions.size(), 0u);
+}
+
 TEST(ExpertHeatTest, HintsAreTheConversationsHottestInLayerOrder) {
   ExpertHeat heat(2);
   EXPECT_TRUE(heat.Hints("a", 4).empty());

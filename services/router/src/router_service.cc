@@ -1,6 +1,7 @@
 #include "router_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "colibri/auth/grpc_auth.h"
 #include "colibri/rpc/queued_write_reactor.h"
 #include "colibri/rpc/status.h"
 #include "compute_service.h"
@@ -11,6 +12,19 @@ namespace colibri::router {
 namespace {
 
 using Writer = rpc::QueuedWriteReactor<v1::RouterGenerateResponse>;
+
+// A stream refused before any work (authentication): finishes at once.
+class RefusedStream final : public grpc::ServerWriteReactor<v1::RouterGenerateResponse> {
+ public:
+  explicit RefusedStream(const absl::Status& status) { Finish(rpc::ToGrpc(status)); }
+  void OnDone() override { delete this; }
+};
+
+grpc::ServerUnaryReactor* Refused(grpc::CallbackServerContext* ctx, const absl::Status& status) {
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(rpc::ToGrpc(status));
+  return reactor;
+}
 
 }  // namespace
 
@@ -56,11 +70,13 @@ grpc::Status RouterService::StreamRun(
 
 grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::Generate(grpc::CallbackServerContext* ctx,
                                                                               const v1::RouterGenerateRequest* req) {
+  auto who = auth::Authenticate(keys_.get(), *ctx);
+  if (!who.ok()) return new RefusedStream(who.status());
   auto ticket = pending_.TryAcquire();
   if (!ticket) return Reject(absl::ResourceExhaustedError(absl::StrCat("router: ", pending_.limit(), " requests are waiting already")));
   v1::RouterGenerateRequest copy = *req;
   const auto deadline = ctx->deadline();
-  return new Writer(&executor_, [this, req = std::move(copy), deadline, ticket](Writer* out) -> grpc::Status {
+  return new Writer(&executor_, [this, req = std::move(copy), deadline, ticket, owner = *who](Writer* out) -> grpc::Status {
     auto fail = [&](const absl::Status& st) {
       metrics_->CountRequest("grpc_generate", rpc::HttpStatus(st));
       return rpc::ToGrpc(st);
@@ -88,7 +104,7 @@ grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::Generate(gr
     TextRequest tr = TextRequestFromProto(req.sampling(), req.stop(), deadline);
     if (auto st = ValidateTextRequest(tr, core_->vocab_size()); !st.ok()) return fail(st);
     tr.prompt = std::move(*ids);
-    tr.session_id = req.session_id();
+    tr.session_id = ScopedSessionId(owner, req.session_id());
     tr.cancel = out->cancel_token();
     if (tr.session_id.empty()) tr.affinity_key = chat_key;
     return StreamRun(out, "grpc_generate", [&](const auto& on_delta) { return core_->Run(tr, on_delta); });
@@ -97,16 +113,18 @@ grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::Generate(gr
 
 grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::SendMessage(
     grpc::CallbackServerContext* ctx, const v1::SendMessageRequest* req) {
+  auto who = auth::Authenticate(keys_.get(), *ctx);
+  if (!who.ok()) return new RefusedStream(who.status());
   auto ticket = pending_.TryAcquire();
   if (!ticket) return Reject(absl::ResourceExhaustedError(absl::StrCat("router: ", pending_.limit(), " requests are waiting already")));
   v1::SendMessageRequest copy = *req;
   const auto deadline = ctx->deadline();
-  return new Writer(&executor_, [this, req = std::move(copy), deadline, ticket](Writer* out) -> grpc::Status {
+  return new Writer(&executor_, [this, req = std::move(copy), deadline, ticket, owner = *who](Writer* out) -> grpc::Status {
     TextRequest tr = TextRequestFromProto(req.sampling(), req.stop(), deadline);
     tr.cancel = out->cancel_token();
     tokenizer::ChatMessage m{req.message().role(), req.message().content()};
     return StreamRun(out, "grpc_session_send", [&](const auto& on_delta) {
-      return sessions_.Send(req.session_id(), std::move(m), std::move(tr), on_delta);
+      return sessions_.Send(req.session_id(), std::move(m), std::move(tr), on_delta, owner);
     });
   });
 }
@@ -128,8 +146,10 @@ void FillSessionInfo(const SessionView& v, const std::string& model, v1::Session
 
 grpc::ServerUnaryReactor* RouterService::CreateSession(grpc::CallbackServerContext* ctx,
                                                        const v1::CreateSessionRequest* req, v1::SessionInfo* resp) {
+  auto who = auth::Authenticate(keys_.get(), *ctx);
+  if (!who.ok()) return Refused(ctx, who.status());
   auto* reactor = ctx->DefaultReactor();
-  auto v = sessions_.Create(req->model(), req->system_prompt());
+  auto v = sessions_.Create(req->model(), req->system_prompt(), *who);
   if (v.ok()) FillSessionInfo(*v, core_->model_name(), resp);
   reactor->Finish(v.ok() ? grpc::Status::OK : rpc::ToGrpc(v.status()));
   return reactor;
@@ -137,8 +157,10 @@ grpc::ServerUnaryReactor* RouterService::CreateSession(grpc::CallbackServerConte
 
 grpc::ServerUnaryReactor* RouterService::GetSession(grpc::CallbackServerContext* ctx, const v1::GetSessionRequest* req,
                                                     v1::SessionInfo* resp) {
+  auto who = auth::Authenticate(keys_.get(), *ctx);
+  if (!who.ok()) return Refused(ctx, who.status());
   auto* reactor = ctx->DefaultReactor();
-  auto v = sessions_.Get(req->session_id());
+  auto v = sessions_.Get(req->session_id(), *who);
   if (v.ok()) FillSessionInfo(*v, core_->model_name(), resp);
   reactor->Finish(v.ok() ? grpc::Status::OK : rpc::ToGrpc(v.status()));
   return reactor;
@@ -147,7 +169,9 @@ grpc::ServerUnaryReactor* RouterService::GetSession(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* RouterService::DeleteSession(grpc::CallbackServerContext* ctx,
                                                        const v1::DeleteSessionRequest* req,
                                                        v1::DeleteSessionResponse* resp) {
-  resp->set_deleted(sessions_.Delete(req->session_id()));
+  auto who = auth::Authenticate(keys_.get(), *ctx);
+  if (!who.ok()) return Refused(ctx, who.status());
+  resp->set_deleted(sessions_.Delete(req->session_id(), *who));
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -156,6 +180,8 @@ grpc::ServerUnaryReactor* RouterService::DeleteSession(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* RouterService::ListModels(grpc::CallbackServerContext* ctx,
                                                     const v1::RouterListModelsRequest*,
                                                     v1::RouterListModelsResponse* resp) {
+  auto who = auth::Authenticate(keys_.get(), *ctx);
+  if (!who.ok()) return Refused(ctx, who.status());
   resp->add_models(core_->model_name());
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);

@@ -3,6 +3,9 @@
 // SessionManager -> proto; requests run on the service's executor.
 #pragma once
 
+#include <memory>
+
+#include "colibri/auth/api_keys.h"
 #include "colibri/core/thread_pool.h"
 #include "colibri/v1/router.grpc.pb.h"
 #include "router_core.h"
@@ -35,6 +38,9 @@ class RouterService final : public v1::Router::CallbackService {
                                           v1::DeleteSessionResponse* resp) override;
 
   SessionManager& sessions() { return sessions_; }
+  // API keys every RPC needs in its `authorization: Bearer KEY` metadata (UNAUTHENTICATED
+  // otherwise); each session belongs to the key that created it. Set before serving.
+  void set_api_keys(std::shared_ptr<const auth::ApiKeys> keys) { keys_ = std::move(keys); }
 
  private:
   // Runs a generation on the executor thread, streaming its deltas and then the final message
@@ -47,6 +53,7 @@ class RouterService final : public v1::Router::CallbackService {
 
   RouterCore* core_;
   RouterMetrics* metrics_;
+  std::shared_ptr<const auth::ApiKeys> keys_;
   SessionManager sessions_;
   rpc::PendingLimit pending_;
   ThreadPool executor_;

@@ -25,7 +25,14 @@ SessionManager::SessionManager(RouterCore* core, size_t max_sessions)
 
 void SessionManager::TouchLocked(Session* s) { lru_.splice(lru_.begin(), lru_, s->lru); }
 
-absl::StatusOr<SessionView> SessionManager::Create(const std::string& model, const std::string& system_prompt) {
+SessionManager::Session* SessionManager::FindLocked(const std::string& id, const std::string& owner) const {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end() || it->second->owner != owner) return nullptr;
+  return it->second.get();
+}
+
+absl::StatusOr<SessionView> SessionManager::Create(const std::string& model, const std::string& system_prompt,
+                                                   const std::string& owner) {
   RETURN_IF_ERROR(core_->CheckModel(model));
   // A system prompt the context cannot hold would only make every turn fail: refused here,
   // cheaply by size first, then by its tokens.
@@ -43,6 +50,7 @@ absl::StatusOr<SessionView> SessionManager::Create(const std::string& model, con
   }
   auto s = std::make_unique<Session>();
   s->id = NewSessionId();
+  s->owner = owner;
   if (!system_prompt.empty()) s->messages.push_back({"system", system_prompt});
   std::lock_guard<std::mutex> lock(mu_);
   // Forget the sessions idle longest (never one being answered).
@@ -61,19 +69,19 @@ absl::StatusOr<SessionView> SessionManager::Create(const std::string& model, con
   return view;
 }
 
-absl::StatusOr<SessionView> SessionManager::Get(const std::string& id) const {
+absl::StatusOr<SessionView> SessionManager::Get(const std::string& id, const std::string& owner) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = sessions_.find(id);
-  if (it == sessions_.end()) return absl::NotFoundError(absl::StrCat("no session '", id, "'"));
-  return SessionView{it->second->id, it->second->messages, it->second->turns};
+  const Session* s = FindLocked(id, owner);
+  if (s == nullptr) return absl::NotFoundError(absl::StrCat("no session '", id, "'"));
+  return SessionView{s->id, s->messages, s->turns};
 }
 
-bool SessionManager::Delete(const std::string& id) {
+bool SessionManager::Delete(const std::string& id, const std::string& owner) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = sessions_.find(id);
-  if (it == sessions_.end()) return false;
-  lru_.erase(it->second->lru);
-  sessions_.erase(it);
+  Session* s = FindLocked(id, owner);
+  if (s == nullptr) return false;
+  lru_.erase(s->lru);
+  sessions_.erase(id);
   return true;
 }
 
@@ -84,14 +92,14 @@ size_t SessionManager::size() const {
 
 absl::StatusOr<TextResult> SessionManager::Send(const std::string& id, tokenizer::ChatMessage message,
                                                 TextRequest request,
-                                                const std::function<bool(const Delta&)>& on_delta) {
+                                                const std::function<bool(const Delta&)>& on_delta,
+                                                const std::string& owner) {
   if (message.role.empty()) message.role = "user";
   std::vector<tokenizer::ChatMessage> conversation;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = sessions_.find(id);
-    if (it == sessions_.end()) return absl::NotFoundError(absl::StrCat("no session '", id, "'"));
-    Session* s = it->second.get();
+    Session* s = FindLocked(id, owner);
+    if (s == nullptr) return absl::NotFoundError(absl::StrCat("no session '", id, "'"));
     if (s->busy) {
       return absl::FailedPreconditionError(absl::StrCat("session '", id, "' is still answering its previous message"));
     }

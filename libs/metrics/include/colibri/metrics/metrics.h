@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "colibri/auth/http_auth.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -35,13 +36,16 @@ struct HttpRoute {
 };
 
 // Serves GET /metrics (calling `before_scrape` first, to refresh gauges), GET /health and
-// `routes` on host:port in a background thread. Port 0 picks a free port (see port()).
+// `routes` on host:port in a background thread. Port 0 picks a free port (see port()). With
+// keys in `access`, every path but /health (and /metrics when metrics_public) answers 401
+// without "Authorization: Bearer KEY".
 class MetricsServer {
  public:
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& host, int port,
                                                               std::shared_ptr<prometheus::Registry> registry,
                                                               std::function<void()> before_scrape = {},
-                                                              std::vector<HttpRoute> routes = {});
+                                                              std::vector<HttpRoute> routes = {},
+                                                              auth::HttpPolicy access = {});
   ~MetricsServer();
   int port() const { return port_; }
 

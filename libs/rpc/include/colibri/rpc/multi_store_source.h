@@ -37,6 +37,7 @@ struct MultiStoreOptions {
   std::chrono::milliseconds probe_interval{1000};
   std::string client_name;  // colibri-client metadata for the stores' metrics
   uint64_t shm_bytes = 0;   // shared-memory region per unix: store (0: chunks only)
+  std::shared_ptr<const auth::Transport> transport;  // see RemoteStoreOptions
 };
 
 struct StoreState {
@@ -60,7 +61,9 @@ class MultiStoreSource final : public expert_source::ExpertSource {
   uint64_t BlockSize(expert_source::ExpertId id) const override;
 
   // Adds a store to a running source; it takes reads once a probe finds it up.
-  void AddStore(const std::string& target);
+  // InvalidArgument for a malformed target (or one the transport refuses), AlreadyExists for a
+  // target the source has already.
+  absl::Status AddStore(const std::string& target);
   std::vector<StoreState> Stores() const;
   uint64_t failovers() const { return failovers_.load(); }
 
@@ -77,7 +80,7 @@ class MultiStoreSource final : public expert_source::ExpertSource {
   using Done = std::function<void(absl::StatusOr<expert_source::Lease>)>;
 
   MultiStoreSource(const MultiStoreOptions& options, const model::Manifest* manifest);
-  std::unique_ptr<Store> MakeStore(const std::string& target);
+  absl::StatusOr<std::unique_ptr<Store>> MakeStore(const std::string& target);
   std::vector<Store*> Snapshot() const;
   // Starts (or restarts after a failure) a fetch on the best holder not tried yet.
   void Attempt(const std::shared_ptr<Request>& req);

@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "colibri/auth/transport.h"
 #include "colibri/expert_source/expert_source.h"
 #include "colibri/model/manifest.h"
 #include "colibri/v1/expert_store.grpc.pb.h"
@@ -42,6 +43,9 @@ struct RemoteStoreOptions {
   std::chrono::milliseconds fetch_timeout{60000};
   std::string client_name;  // sent as colibri-client metadata (the store's per-client metrics)
   uint64_t shm_bytes = 0;   // > 0 with a unix: target: shared-memory delivery through a region this big
+  // How the channel is secured (mutual TLS, or plaintext on loopback / unix). Null: plaintext,
+  // refused for a non-loopback target.
+  std::shared_ptr<const auth::Transport> transport;
 };
 
 struct RemoteStoreStats {
@@ -63,8 +67,10 @@ class RemoteStoreSource final : public expert_source::ExpertSource {
   // when the store is unreachable or does not hold the model.
   static absl::StatusOr<std::unique_ptr<RemoteStoreSource>> Connect(const RemoteStoreOptions& options,
                                                                     const model::Manifest* manifest);
-  // As Connect, without contacting the store (call Probe() to learn what it holds).
-  static std::unique_ptr<RemoteStoreSource> Create(const RemoteStoreOptions& options, const model::Manifest* manifest);
+  // As Connect, without contacting the store (call Probe() to learn what it holds). Fails only
+  // for a malformed target or one the transport refuses (InvalidArgument).
+  static absl::StatusOr<std::unique_ptr<RemoteStoreSource>> Create(const RemoteStoreOptions& options,
+                                                                   const model::Manifest* manifest);
   ~RemoteStoreSource() override;
 
   absl::StatusOr<expert_source::Lease> Fetch(expert_source::ExpertId id, expert_source::Priority priority) override;
