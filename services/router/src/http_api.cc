@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "colibri/rpc/status.h"
 #include "nlohmann/json.hpp"
+#include "http_server.h"
 #include "openai_request.h"
 
 namespace colibri::router {
@@ -281,11 +282,9 @@ class Handler {
 absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, RouterMetrics* metrics,
                                                         const HttpOptions& options) {
   auto api = std::unique_ptr<HttpApi>(new HttpApi());
-  api->server_ = std::make_unique<httplib::Server>();
+  api->server_ = MakeBoundedHttpServer(options.threads, options.limits);  // queue, deadlines, /health
   auto handler = std::make_shared<Handler>(core, metrics, options);
   auto& s = *api->server_;
-  const int threads = options.threads;
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   s.set_payload_max_length(64 << 20);
   s.Post("/v1/chat/completions",
          [handler](const httplib::Request& q, httplib::Response& r) { handler->Completions(q, r, true); });

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "http_server.h"
 #include "router_core.h"
 #include "router_metrics.h"
 
@@ -23,6 +24,7 @@ struct HttpOptions {
   int port = 8080;          // 0 picks a free port
   std::string api_key;      // when set, requests need "Authorization: Bearer <key>"
   int threads = 16;
+  HttpLimits limits;  // connection queue, slow-client deadlines (http_server.h)
   int sse_keepalive_ms = 5000;  // SSE comment after this much silence on a stream
   // Extra JSON endpoints (colibri-server's /admin/...), behind the same API key.
   std::vector<metrics::HttpRoute> extra_routes;
