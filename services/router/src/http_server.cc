@@ -64,6 +64,8 @@ class DeadlineStream final : public httplib::Stream {
     match_ = 0;
   }
   bool buffered() const { return pos_ < end_; }
+  // A read failed for a deadline or the header cap: the connection must not serve more.
+  bool cut() const { return cut_; }
 
   bool is_readable() const override { return buffered() || WaitFor(sock_, POLLIN, deadline_); }
   bool is_writable() const override {
@@ -77,8 +79,10 @@ class DeadlineStream final : public httplib::Stream {
 
   ssize_t read(char* ptr, size_t size) override {
     if (!buffered()) {
-      if (in_headers_ && header_bytes_ >= kMaxHeaderBytes) return -1;
-      if (!WaitFor(sock_, POLLIN, deadline_)) return -1;  // the request is late: drop the client
+      if ((in_headers_ && header_bytes_ >= kMaxHeaderBytes) || !WaitFor(sock_, POLLIN, deadline_)) {
+        cut_ = true;  // too large, or late: drop the client
+        return -1;
+      }
       ssize_t n;
       do {
         n = ::recv(sock_, buf_, sizeof(buf_), 0);
@@ -143,6 +147,7 @@ class DeadlineStream final : public httplib::Stream {
   const HttpLimits& limits_;
   Clock::time_point deadline_ = Clock::time_point::max();
   bool in_headers_ = true;
+  bool cut_ = false;
   size_t header_bytes_ = 0;
   int match_ = 0;
   char buf_[4096];
@@ -158,6 +163,9 @@ class ConnectionLanes final : public httplib::TaskQueue {
   ConnectionLanes(int workers, const HttpLimits& limits) : limits_(limits) {
     for (int i = 0; i < std::max(1, limits.reserved_threads); ++i) threads_.emplace_back([this] { Run(front_); });
     for (int i = 0; i < std::max(1, workers); ++i) threads_.emplace_back([this] { Run(workers_); });
+    // Serving starts with every thread waiting, so the first connections find free workers.
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return front_.idle + workers_.idle == static_cast<int>(threads_.size()); });
   }
 
   // An accepted connection (from the accept loop).
@@ -217,6 +225,7 @@ class ConnectionLanes final : public httplib::TaskQueue {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       q.idle++;
+      cv_.notify_all();  // the constructor waits for every thread to be idle once
       cv_.wait(lock, [&] { return stop_ || !q.jobs.empty(); });
       q.idle--;
       if (q.jobs.empty()) return;  // stop_ and drained
@@ -301,7 +310,7 @@ class BoundedServer final : public httplib::Server {
         strm.StartRequest(Clock::now() + limits_.header_timeout);
       }
       bool closed = false;
-      if (!process_request(strm, left == 1, closed, nullptr) || closed) break;
+      if (!process_request(strm, left == 1, closed, nullptr) || closed || strm.cut()) break;
     }
     ::shutdown(sock, SHUT_RDWR);
     ::close(sock);
