@@ -1,5 +1,6 @@
 """Hostile clients against bounded listeners (real processes on loopback):
 
+- Memory: colibri-server starts with a bounded KV cache limit (derived, printed) by default.
 - HTTP (colibri-server): a slowloris client (headers one byte at a time) is dropped at the
   header deadline; /health answers while every HTTP worker is held by slow clients; with the
   workers busy and the connection queue full a request gets 503 at once instead of waiting.
@@ -140,6 +141,15 @@ class HttpBoundsTest(unittest.TestCase):
         data, closed = read_all(s, timeout)
         s.close()
         return data, time.time() - t0
+
+    def test_kv_caches_are_bounded_by_default_and_the_limit_is_printed(self):
+        log = self.server.read_log()
+        line = next((l for l in log.splitlines() if '--kv-cache-limit' in l), None)
+        self.assertIsNotNone(line, log)
+        # micro model: 2 layers x (K, V) x kv_dim 32 x 4 bytes = 512 B per token; 16 full
+        # contexts of 4096 tokens (32 MiB) fit in half of any test machine's free memory.
+        self.assertIn('--kv-cache-limit 32.00 MiB (default: 16 sequences x 4096 tokens x 512 B per token', line)
+        self.assertIn('--kv-cache-limit 0 for unbounded', line)
 
     def test_slowloris_client_is_dropped_at_the_header_deadline(self):
         c = SlowClient(self.port)
