@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   app.add_option("--port", http.port, "HTTP port (0 picks one)")->capture_default_str();
   app.add_option("--sse-keepalive-ms", http.sse_keepalive_ms, "SSE keep-alive comment interval while a stream is silent")
       ->capture_default_str();
+  colibri::router::AddHttpLimitFlags(&app, &http.limits);
   app.add_option("--grpc-listen", grpc_listen, "Also serve the Router gRPC API here (host:port)");
   app.add_option("--port-file", port_file, "Write the bound HTTP port to this file");
   app.add_option("--grpc-port-file", grpc_port_file, "Write the bound gRPC port to this file (--grpc-listen)");

@@ -7,6 +7,7 @@
 //   colibri-expert-store remove --disk D1 --disk D2 NAME
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -47,6 +48,8 @@ struct ServeConfig {
   int max_reads_in_flight = 16;
   int max_queued = 1024;
   int max_streams = 256;
+  int max_streams_per_client = 64;
+  double idle_stream_timeout_s = 300;
   int io_threads = 0;  // accepted for compatibility; the I/O engine sizes itself by --queue-depth
   std::string io_backend = "auto";
   bool no_direct_io = false;
@@ -119,6 +122,9 @@ int Serve(const ServeConfig& cfg) {
   options.max_reads_in_flight = static_cast<size_t>(std::max(1, cfg.max_reads_in_flight));
   options.max_queued = static_cast<size_t>(std::max(1, cfg.max_queued));
   options.max_streams = static_cast<size_t>(std::max(1, cfg.max_streams));
+  options.max_streams_per_client = static_cast<size_t>(std::max(1, cfg.max_streams_per_client));
+  options.idle_stream_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, cfg.idle_stream_timeout_s) * 1000));
   options.allow_shm = !cfg.no_shm;
   colibri::store::ExpertStoreService service(store->get(), options, &metrics);
 
@@ -250,6 +256,12 @@ int main(int argc, char** argv) {
   app.add_option("--max-queued-requests", cfg.max_queued, "Requests queued per stream (RESOURCE_EXHAUSTED past it)")
       ->capture_default_str();
   app.add_option("--max-streams", cfg.max_streams, "Open Fetch streams (RESOURCE_EXHAUSTED past it)")
+      ->capture_default_str();
+  app.add_option("--max-streams-per-client", cfg.max_streams_per_client,
+                 "Open Fetch streams from one peer host (RESOURCE_EXHAUSTED past it)")
+      ->capture_default_str();
+  app.add_option("--idle-stream-timeout", cfg.idle_stream_timeout_s,
+                 "Seconds a Fetch stream may go without a request before the store ends it (0: never)")
       ->capture_default_str();
   app.add_flag("--no-shm", cfg.no_shm, "Refuse shared-memory delivery to co-located clients");
   app.add_option("--port-file", cfg.port_file, "Write the bound TCP port (0: unix only) here once serving");

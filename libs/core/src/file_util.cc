@@ -60,29 +60,32 @@ absl::Status SyncDirectory(const std::filesystem::path& dir) {
   return absl::OkStatus();
 }
 
-absl::Status WriteFileAtomic(const std::filesystem::path& path, std::string_view data) {
+absl::Status WriteFileAtomic(const std::filesystem::path& path, std::string_view data, unsigned mode) {
   std::filesystem::path tmp = path;
   tmp += ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, static_cast<mode_t>(mode));
   if (fd < 0) return ErrnoStatus(errno, "create", tmp);
+  // Every failure past this point leaves no temp file behind (a full disk must not fill up
+  // further with partial writes that nobody will finish).
+  auto fail = [&](int err, std::string_view op) {
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    return ErrnoStatus(err, op, tmp);
+  };
   size_t off = 0;
   while (off < data.size()) {
     ssize_t n = ::write(fd, data.data() + off, data.size() - off);
     if (n < 0) {
       if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      return ErrnoStatus(err, "write", tmp);
+      return fail(errno, "write");
     }
     off += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0) {
-    int err = errno;
-    ::close(fd);
-    return ErrnoStatus(err, "fsync", tmp);
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus(errno, "rename", tmp);
+  if (::fsync(fd) != 0) return fail(errno, "fsync");
+  const int closed = ::close(fd);
+  fd = -1;
+  if (closed != 0) return fail(errno, "close");
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail(errno, "rename");
   return SyncDirectory(path.parent_path());
 }
 

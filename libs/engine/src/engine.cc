@@ -87,6 +87,10 @@ void Engine::EvictLocked(PoolEntry entry) {
   options_.kv_store->Put(std::move(*s));
 }
 
+uint64_t KvBytesPerToken(const model::ModelConfig& c) {
+  return static_cast<uint64_t>(c.n_layers) * 2 * static_cast<uint64_t>(c.n_kv_heads * c.head_dim) * sizeof(float);
+}
+
 void Engine::ClearKvPool() {
   std::lock_guard<std::mutex> lock(mu_);
   pool_.clear();  // kv_bytes is refreshed by the scheduler's next step
@@ -143,7 +147,7 @@ absl::StatusOr<GenerationResult> Engine::Generate(const GenerationRequest& reque
     for (int64_t e : c.eos_token_ids) seq->stops.push_back(static_cast<int32_t>(e));
   }
   seq->history = request.prompt;
-  const uint64_t kv_per_token = static_cast<uint64_t>(c.n_layers * 2 * c.n_kv_heads * c.head_dim) * sizeof(float);
+  const uint64_t kv_per_token = KvBytesPerToken(c);
   seq->kv_reserve = kv_per_token * static_cast<uint64_t>(n_prompt + seq->budget + 1);
   if (options_.kv_cache_limit > 0 && seq->kv_reserve > options_.kv_cache_limit) {
     return absl::ResourceExhaustedError(absl::StrCat("request needs up to ", seq->kv_reserve,
@@ -210,40 +214,56 @@ void Engine::SchedulerLoop() {
   }
 }
 
-std::unique_ptr<KvCache> Engine::TakeCache(Sequence* seq) {
-  // Requires mu_. The pooled cache whose history shares the longest prefix with the prompt (a
-  // session's own entry first); at least one prompt token is always recomputed so the request
-  // gets the logits it samples from.
-  if (seq->req.record_logits) return model_->NewCache();
+std::list<Engine::PoolEntry>::iterator Engine::BestPoolEntryLocked(const Sequence& seq, size_t* len) {
   auto best = pool_.end();
   size_t best_len = 0;
   for (auto it = pool_.begin(); it != pool_.end(); ++it) {
-    size_t n = std::min(CommonPrefix(it->tokens, seq->req.prompt), seq->req.prompt.size() - 1);
-    const bool same_session = !seq->req.session_id.empty() && it->session_id == seq->req.session_id;
+    size_t n = std::min(CommonPrefix(it->tokens, seq.req.prompt), seq.req.prompt.size() - 1);
+    const bool same_session = !seq.req.session_id.empty() && it->session_id == seq.req.session_id;
     if (n > best_len || (n == best_len && n > 0 && same_session)) {
       best = it;
       best_len = n;
     }
   }
-  // A longer prefix offloaded to the KV store (host RAM or disk) wins over the pool's.
+  *len = best_len;
+  return best;
+}
+
+std::unique_ptr<KvCache> Engine::RestoreFromStore(Sequence* seq, size_t longer_than) {
+  std::optional<KvSnapshot> snap = options_.kv_store->TakeBest(seq->req.prompt, seq->req.session_id, longer_than);
+  if (!snap) return nullptr;
+  const size_t n = std::min(CommonPrefix(snap->tokens, seq->req.prompt), seq->req.prompt.size() - 1);
+  absl::StatusOr<std::unique_ptr<KvCache>> restored = model_->RestoreKv(*snap);
+  if (!restored.ok()) {
+    spdlog::warn("offloaded KV cache not restored: {}", std::string(restored.status().message()));
+    return nullptr;
+  }
+  if (n == 0) return nullptr;
+  std::unique_ptr<KvCache> cache = std::move(*restored);
+  cache->Truncate(static_cast<int64_t>(n));
+  seq->fed.assign(seq->req.prompt.begin(), seq->req.prompt.begin() + static_cast<ptrdiff_t>(n));
+  seq->prompt_fed = n;
+  seq->result.cached_prompt_tokens = static_cast<int64_t>(n);
+  counters_.kv_restored_tokens += n;
+  return cache;
+}
+
+std::unique_ptr<KvCache> Engine::TakeCache(Sequence* seq, std::unique_lock<std::mutex>& lock) {
+  // The pooled cache whose history shares the longest prefix with the prompt (a session's own
+  // entry first); at least one prompt token is always recomputed so the request gets the
+  // logits it samples from.
+  if (seq->req.record_logits) return model_->NewCache();
+  size_t best_len = 0;
+  auto best = BestPoolEntryLocked(*seq, &best_len);
+  // A longer prefix offloaded to the KV store (host RAM or disk) wins over the pool's. Only this
+  // (scheduler) thread takes from the pool; ClearKvPool may empty it meanwhile, so it is
+  // searched again afterwards.
   if (options_.kv_store != nullptr) {
-    if (std::optional<KvSnapshot> snap =
-            options_.kv_store->TakeBest(seq->req.prompt, seq->req.session_id, /*longer_than=*/best_len)) {
-      const size_t n = std::min(CommonPrefix(snap->tokens, seq->req.prompt), seq->req.prompt.size() - 1);
-      absl::StatusOr<std::unique_ptr<KvCache>> restored = model_->RestoreKv(*snap);
-      if (restored.ok() && n > 0) {
-        std::unique_ptr<KvCache> cache = std::move(*restored);
-        cache->Truncate(static_cast<int64_t>(n));
-        seq->fed.assign(seq->req.prompt.begin(), seq->req.prompt.begin() + static_cast<ptrdiff_t>(n));
-        seq->prompt_fed = n;
-        seq->result.cached_prompt_tokens = static_cast<int64_t>(n);
-        counters_.kv_restored_tokens += n;
-        return cache;
-      }
-      if (!restored.ok()) {
-        spdlog::warn("offloaded KV cache not restored: {}", std::string(restored.status().message()));
-      }
-    }
+    lock.unlock();
+    std::unique_ptr<KvCache> restored = RestoreFromStore(seq, best_len);
+    lock.lock();
+    if (restored) return restored;
+    best = BestPoolEntryLocked(*seq, &best_len);
   }
   if (best == pool_.end() || best_len == 0) return model_->NewCache();
   std::unique_ptr<KvCache> cache = std::move(best->cache);
@@ -256,7 +276,7 @@ std::unique_ptr<KvCache> Engine::TakeCache(Sequence* seq) {
 }
 
 void Engine::Admit() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   // A request whose client left while it waited does no work at all.
   for (auto it = queue_.begin(); it != queue_.end();) {
     if (!IsCancelled((*it)->req.cancel)) {
@@ -277,7 +297,7 @@ void Engine::Admit() {
       if (reserved > options_.kv_cache_limit) break;  // waits for an active request to finish
     }
     queue_.pop_front();
-    seq->cache = TakeCache(seq.get());
+    seq->cache = TakeCache(seq.get(), lock);
     seq->admitted = Clock::now();
     if (absl::Status st = model_->ReserveKv(seq->cache.get(),
                                             static_cast<int64_t>(seq->req.prompt.size()) + seq->budget + 1);

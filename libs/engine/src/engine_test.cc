@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <limits>
 #include <random>
 #include <thread>
@@ -358,6 +359,46 @@ TEST_F(EngineTest, KvPersistsAcrossARestart) {
   ASSERT_TRUE(cold.ok());
   EXPECT_EQ(cold->cached_prompt_tokens, 0);
   EXPECT_EQ(warm->tokens, cold->tokens);
+}
+
+TEST_F(EngineTest, ARestoreFromDiskHoldsNoEngineLock) {
+  const fs::path kv_dir = dir_ / "kv";
+  const std::vector<int32_t> a = {1, 21, 22, 23};
+  std::vector<int32_t> answer;
+  {
+    auto store = KvStore::Open(StoreOptions(*model_, kv_dir));
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto e = NewEngine({.kv_store = store->get()});
+    auto first = Run(*e, Greedy(a, 5));
+    ASSERT_TRUE(first.ok());
+    answer = first->tokens;
+  }
+  // While the scheduler reads the file, other threads use the engine: queueing a request and
+  // clearing the pool both take the engine's lock, and must not wait for the disk.
+  Engine* engine = nullptr;
+  std::future<absl::StatusOr<GenerationResult>> queued;
+  bool cleared_meanwhile = false;
+  int reads = 0;
+  KvStoreOptions o = StoreOptions(*model_, kv_dir);
+  o.before_disk_read = [&](const fs::path&) {
+    ++reads;
+    queued = std::async(std::launch::async, [&] { return Run(*engine, Greedy({3, 50, 51}, 2)); });
+    auto clear = std::async(std::launch::async, [&] { engine->ClearKvPool(); });
+    cleared_meanwhile = clear.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  };
+  auto store = KvStore::Open(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto e = NewEngine({.kv_store = store->get()});
+  engine = e.get();
+  auto warm = Run(*e, Greedy(NextTurn(a, answer, {35}), 4));
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  EXPECT_EQ(reads, 1);
+  EXPECT_TRUE(cleared_meanwhile);
+  EXPECT_EQ(warm->cached_prompt_tokens, 4 + 5 - 1);
+  ASSERT_TRUE(queued.valid());
+  auto other = queued.get();
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(other->tokens.size(), 2u);
 }
 
 TEST_F(EngineTest, CorruptPersistedKvIsSkippedAndTheRequestRunsCold) {

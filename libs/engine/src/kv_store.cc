@@ -17,6 +17,8 @@ namespace fs = std::filesystem;
 
 constexpr char kMagic[8] = {'C', 'L', 'B', 'R', 'K', 'V', '0', '1'};
 constexpr uint32_t kVersion = 1;
+// KV caches are the users' conversations: readable by the server's user only.
+constexpr unsigned kFileMode = 0600;
 
 // Fixed-size header, little-endian host layout (x86-64 / aarch64).
 struct Header {
@@ -170,7 +172,7 @@ void KvStore::WriterLoop() {
     lock.unlock();
     const std::string encoded = Encode(*snap, options_.model_fingerprint);
     const fs::path path = options_.dir / name;
-    absl::Status st = WriteFileAtomic(path, encoded);
+    absl::Status st = WriteFileAtomic(path, encoded, kFileMode);
     lock.lock();
     writing_--;
     it = FindLocked(id);
@@ -210,9 +212,10 @@ quant::DType KvStore::snapshot_dtype() const {
 absl::Status KvStore::Index() {
   const fs::path& dir = options_.dir;
   std::error_code ec;
-  fs::create_directories(dir, ec);
+  if (fs::create_directories(dir, ec)) fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat("KV persistence directory ", dir.string(), ": ", ec.message()));
   fs::directory_iterator iter(dir, ec);
+  std::vector<std::pair<fs::file_time_type, Entry>> found;
   if (ec) return absl::InvalidArgumentError(absl::StrCat("KV persistence directory ", dir.string(), ": ", ec.message()));
   for (; iter != fs::directory_iterator(); iter.increment(ec)) {
     if (ec) {
@@ -264,7 +267,14 @@ absl::Status KvStore::Index() {
       stats_.load_errors++;
       continue;
     }
-    entries_.push_back(Entry{std::move(s.tokens), std::move(s.session_id), nullptr, p, size, next_id_++, false});
+    const fs::file_time_type mtime = fs::last_write_time(p, file_ec);
+    found.emplace_back(mtime, Entry{std::move(s.tokens), std::move(s.session_id), nullptr, p, size, 0, false});
+  }
+  // Most recent first, as entries_ is kept: the disk limit then deletes the oldest files.
+  std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (auto& [mtime, e] : found) {
+    e.id = next_id_++;
+    entries_.push_back(std::move(e));
     stats_.disk_entries++;
   }
   EnforceDiskLimitLocked();
@@ -277,7 +287,7 @@ absl::Status KvStore::WriteLocked(Entry* e) {
                                         "-", e->id, ".kv");
   const fs::path path = options_.dir / name;
   const std::string bytes = Encode(*e->ram, options_.model_fingerprint);
-  RETURN_IF_ERROR(WriteFileAtomic(path, bytes));
+  RETURN_IF_ERROR(WriteFileAtomic(path, bytes, kFileMode));
   e->path = path;
   e->disk_bytes = bytes.size();
   return absl::OkStatus();
@@ -401,7 +411,7 @@ KvSnapshot KvSnapshot::Prefix(size_t n) const {
 
 std::optional<KvSnapshot> KvStore::TakeBest(const std::vector<int32_t>& prompt, const std::string& session_id,
                                             size_t longer_than) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   size_t len = 0;
   auto it = BestLocked(prompt, session_id, &len);
   if (it == entries_.end() || len <= longer_than) return std::nullopt;
@@ -409,35 +419,51 @@ std::optional<KvSnapshot> KvStore::TakeBest(const std::vector<int32_t>& prompt, 
   // longer, when it is evicted again); one that shares only a start (a common system prompt)
   // gets a copy of that prefix and the conversation stays stored for its own next turn.
   const bool whole = len + 1 >= it->tokens.size();
-  const uint64_t ram_bytes = it->ram ? it->ram->bytes() : 0;  // before a move empties it
-  absl::StatusOr<KvSnapshot> s = absl::InternalError("unset");
   if (it->ram) {
     // The writer thread may be reading a spilling snapshot: copy it then, move it otherwise.
-    s = !whole ? it->ram->Prefix(len) : it->spilling ? KvSnapshot(*it->ram) : std::move(*it->ram);
-  } else {
-    absl::StatusOr<std::string> bytes = ReadFileToString(it->path);
-    s = bytes.ok() ? Decode(*bytes, options_.model_fingerprint, it->path.string())
-                   : absl::StatusOr<KvSnapshot>(bytes.status());
-    if (s.ok() && (s->n_layers != options_.n_layers || s->kv_dim != options_.kv_dim || s->tokens != it->tokens)) {
-      s = absl::DataLossError(absl::StrCat(it->path.string(), ": changed since it was indexed"));
-    }
-    if (s.ok() && !whole) s = s->Prefix(len);
-  }
-  if (whole || !s.ok()) {
-    // Taken, or unusable: either way it leaves the store.
-    if (it->ram) {
+    KvSnapshot s = !whole ? it->ram->Prefix(len) : it->spilling ? KvSnapshot(*it->ram) : std::move(*it->ram);
+    if (whole) {
+      const uint64_t ram_bytes = s.bytes();
       ram_bytes_ -= ram_bytes;
       if (it->spilling) spilling_bytes_ -= ram_bytes;
+      entries_.erase(it);
     } else {
-      std::error_code ec;
-      fs::remove(it->path, ec);
-      stats_.disk_entries--;
+      entries_.splice(entries_.begin(), entries_, it);  // recently useful
     }
+    stats_.restored++;
+    return s;
+  }
+  // On disk: read without the lock. A whole take leaves the store now (nobody else can take
+  // it meanwhile); a prefix copy stays, and may be deleted or replaced while it is read.
+  const uint64_t id = it->id;
+  const fs::path path = it->path;
+  const std::vector<int32_t> tokens = it->tokens;
+  if (whole) {
+    stats_.disk_entries--;
     entries_.erase(it);
   } else {
-    entries_.splice(entries_.begin(), entries_, it);  // recently useful
+    entries_.splice(entries_.begin(), entries_, it);
   }
+  lock.unlock();
+  if (options_.before_disk_read) options_.before_disk_read(path);
+  absl::StatusOr<std::string> bytes = ReadFileToString(path);
+  absl::StatusOr<KvSnapshot> s = bytes.ok() ? Decode(*bytes, options_.model_fingerprint, path.string())
+                                            : absl::StatusOr<KvSnapshot>(bytes.status());
+  if (s.ok() && (s->n_layers != options_.n_layers || s->kv_dim != options_.kv_dim || s->tokens != tokens)) {
+    s = absl::DataLossError(absl::StrCat(path.string(), ": changed since it was indexed"));
+  }
+  if (s.ok() && !whole) s = s->Prefix(len);
+  std::error_code ec;
+  if (whole) fs::remove(path, ec);  // taken, or unusable: either way it leaves the store
+  lock.lock();
   if (!s.ok()) {
+    if (!whole) {
+      it = FindLocked(id);
+      if (it == entries_.end() || it->path != path) return std::nullopt;  // deleted meanwhile: a plain miss
+      fs::remove(path, ec);
+      stats_.disk_entries--;
+      entries_.erase(it);
+    }
     spdlog::warn("KV cache file unusable: {}", std::string(s.status().message()));
     stats_.load_errors++;
     return std::nullopt;

@@ -2,10 +2,16 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <numeric>
+
+#include "colibri/core/testing/small_tmpfs.h"
 
 namespace colibri::engine {
 namespace {
@@ -172,6 +178,123 @@ TEST_F(KvStoreTest, DiskLimitDeletesTheOldestFiles) {
   ASSERT_TRUE(store.ok());
   EXPECT_EQ((*store)->stats().disk_entries, 1u);
   EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+}
+
+TEST_F(KvStoreTest, AtStartUpTheDiskLimitDeletesTheOldestModifiedFilesFirst) {
+  const uint64_t file = KvStore::Encode(MakeSnapshot({1, 2, 3, 4}), "fp").size();
+  {
+    auto store = KvStore::Open(Options(0, true));
+    ASSERT_TRUE(store.ok());
+    for (int32_t i = 0; i < 3; ++i) (*store)->Put(MakeSnapshot({40 + i, 2, 3, 4}));
+    (*store)->Flush();
+  }
+  // Ages against the order of names and of writing: 41 newest, then 40, then 42 oldest.
+  const auto now = fs::file_time_type::clock::now();
+  const std::vector<std::pair<int32_t, int>> age_hours = {{41, 1}, {40, 2}, {42, 3}};
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto s = KvStore::Decode(bytes, "fp", entry.path().string());
+    ASSERT_TRUE(s.ok()) << s.status();
+    for (const auto& [first, hours] : age_hours) {
+      if (s->tokens[0] == first) fs::last_write_time(entry.path(), now - std::chrono::hours(hours));
+    }
+  }
+  KvStoreOptions o = Options(0, true);
+  o.disk_limit = 2 * file;
+  {
+    auto store = KvStore::Open(o);
+    ASSERT_TRUE(store.ok());
+    EXPECT_EQ((*store)->stats().disk_entries, 2u);
+    EXPECT_EQ((*store)->BestPrefix({41, 2, 3, 4, 5}, ""), 4u);
+    EXPECT_EQ((*store)->BestPrefix({40, 2, 3, 4, 5}, ""), 4u);
+    EXPECT_EQ((*store)->BestPrefix({42, 2, 3, 4, 5}, ""), 0u);  // the oldest went
+  }
+  o.disk_limit = file;
+  auto store = KvStore::Open(o);
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ((*store)->stats().disk_entries, 1u);
+  EXPECT_EQ((*store)->BestPrefix({41, 2, 3, 4, 5}, ""), 4u);  // only the newest survives
+  EXPECT_EQ((*store)->BestPrefix({40, 2, 3, 4, 5}, ""), 0u);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+}
+
+TEST_F(KvStoreTest, FilesAreOwnerOnly) {
+  auto store = KvStore::Open(Options(0, true));
+  ASSERT_TRUE(store.ok());
+  (*store)->Put(MakeSnapshot({1, 2, 3, 4}));
+  (*store)->Put(MakeSnapshot({5, 6, 7, 8}));
+  (*store)->Flush();
+  ASSERT_TRUE((*store)->PersistAll().ok());
+  struct stat st {};
+  ASSERT_EQ(::stat(dir_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    ASSERT_EQ(::stat(entry.path().c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << entry.path();
+    ++files;
+  }
+  EXPECT_EQ(files, 2);
+}
+
+TEST_F(KvStoreTest, AFullDiskDropsTheCacheAndLeavesNoTempFile) {
+  auto tmpfs = colibri::testing::SmallTmpfs::Mount(64 << 10);
+  if (!tmpfs.ok()) GTEST_SKIP() << tmpfs.status().message();
+  std::vector<int32_t> tokens(100);
+  std::iota(tokens.begin(), tokens.end(), 1);
+  ASSERT_GT(KvStore::Encode(MakeSnapshot(tokens), "fp").size(), 32u << 10);  // two never fit
+  KvStoreOptions o = Options(0, true);
+  o.dir = (*tmpfs)->path() / "kv";
+  auto store = KvStore::Open(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  (*store)->Put(MakeSnapshot(tokens));
+  tokens[0] = 500;  // another conversation
+  (*store)->Put(MakeSnapshot(tokens));
+  (*store)->Flush();
+  KvStoreStats st = (*store)->stats();
+  EXPECT_EQ(st.disk_entries, 1u);
+  EXPECT_EQ(st.dropped, 1u);
+  EXPECT_EQ(st.ram_bytes, 0u);
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(o.dir)) names.push_back(entry.path().filename().string());
+  ASSERT_EQ(names.size(), 1u);
+  EXPECT_EQ(fs::path(names[0]).extension(), ".kv") << names[0];
+  // PersistAll on the full disk reports the failure and also cleans up.
+  tokens[0] = 600;
+  o.ram_limit = 1 << 20;
+  auto ram_store = KvStore::Open(o);
+  ASSERT_TRUE(ram_store.ok());
+  (*ram_store)->Put(MakeSnapshot(tokens));
+  absl::Status persisted = (*ram_store)->PersistAll();
+  EXPECT_EQ(persisted.code(), absl::StatusCode::kResourceExhausted) << persisted;
+  for (const auto& entry : fs::directory_iterator(o.dir)) {
+    EXPECT_NE(entry.path().extension(), ".tmp") << entry.path();
+  }
+}
+
+TEST_F(KvStoreTest, ADiskReadHoldsNoLock) {
+  KvStoreOptions o = Options(0, true);
+  KvStore* self = nullptr;
+  bool others_ran = false;
+  o.before_disk_read = [&](const fs::path&) {
+    // Another thread uses the store while this one is about to read: it must not wait for us.
+    auto other = std::async(std::launch::async, [&] {
+      self->Put(MakeSnapshot({70, 71, 72}));
+      return self->stats().offloaded;
+    });
+    others_ran = other.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  };
+  auto store = KvStore::Open(o);
+  ASSERT_TRUE(store.ok());
+  self = store->get();
+  (*store)->Put(MakeSnapshot({60, 61, 62, 63}));
+  (*store)->Flush();
+  auto taken = (*store)->TakeBest({60, 61, 62, 63, 64}, "");
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(taken->rows, MakeSnapshot({60, 61, 62, 63}).rows);
+  EXPECT_TRUE(others_ran);
+  EXPECT_EQ((*store)->stats().offloaded, 2u);
 }
 
 TEST_F(KvStoreTest, IndexSkipsOddFilesAndCachesLongerThanTheContext) {

@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "colibri/core/checksum.h"
@@ -248,6 +250,31 @@ absl::StatusOr<std::unique_ptr<Container>> Container::Open(const fs::path& dir) 
     }
     return absl::OkStatus();
   };
+  // Symlinks must not lead out of the directory either (the manifest's paths are relative).
+  std::error_code root_ec;
+  const fs::path root = fs::weakly_canonical(fs::absolute(dir, root_ec), root_ec);
+  auto confined = [&](const std::string& field, const std::string& file) -> absl::Status {
+    std::error_code e;
+    const fs::path real = fs::weakly_canonical(root / file, e);
+    const fs::path rel = e ? fs::path() : real.lexically_relative(root);
+    if (e || rel.empty() || *rel.begin() == "..") {
+      return absl::InvalidArgumentError(absl::StrCat("manifest ", manifest_path.string(), ": ", field, " '", file,
+                                                     "' resolves to '", e ? e.message() : real.string(),
+                                                     "', outside the model directory '", root.string(), "'"));
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(confined("dense.file", c->manifest_.dense_file));
+  std::set<std::string> checked;
+  for (const auto& b : c->manifest_.experts) {
+    if (!checked.insert(b.file).second) continue;
+    RETURN_IF_ERROR(confined(absl::StrCat("expert (layer ", b.layer, ", id ", b.expert, ").file"), b.file));
+  }
+  if (auto files = c->manifest_.tokenizer.find("files"); files != c->manifest_.tokenizer.end()) {
+    for (size_t i = 0; i < files->size(); ++i) {
+      RETURN_IF_ERROR(confined(absl::StrCat("tokenizer.files[", i, "]"), (*files)[i].get<std::string>()));
+    }
+  }
   RETURN_IF_ERROR(check_size(dir / c->manifest_.dense_file, c->manifest_.dense_size));
   std::map<std::string, uint64_t> need;
   for (const auto& b : c->manifest_.experts) {

@@ -516,6 +516,34 @@ TEST_F(ContainerTest, InvalidManifestFailsOpenNamingTheFile) {
   EXPECT_NE(c.status().message().find((out / "manifest.json").string()), std::string::npos) << c.status();
 }
 
+TEST_F(ContainerTest, SymlinksOutOfTheModelDirectoryAreRefusedNamingTheField) {
+  const fs::path out = root_ / "model";
+  WriteModel(out, /*split_experts=*/true);
+  // A link that stays inside is fine.
+  fs::create_directories(out / "real");
+  fs::rename(out / "dense.bin", out / "real" / "dense.bin");
+  fs::create_symlink("real/dense.bin", out / "dense.bin");
+  ASSERT_TRUE(Container::Open(out).ok());
+  // The same bytes, outside: refused.
+  fs::create_directories(root_ / "elsewhere");
+  fs::rename(out / "real" / "dense.bin", root_ / "elsewhere" / "dense.bin");
+  fs::remove(out / "dense.bin");
+  fs::create_symlink(root_ / "elsewhere" / "dense.bin", out / "dense.bin");
+  auto c = Container::Open(out);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("dense.file 'dense.bin' resolves to"), std::string::npos) << c.status();
+  EXPECT_NE(c.status().message().find("outside the model directory"), std::string::npos) << c.status();
+  // A directory link escaping: every expert file below it.
+  fs::remove(out / "dense.bin");
+  fs::rename(root_ / "elsewhere" / "dense.bin", out / "dense.bin");
+  fs::rename(out / "experts", root_ / "elsewhere" / "experts");
+  fs::create_directory_symlink(root_ / "elsewhere" / "experts", out / "experts");
+  c = Container::Open(out);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("expert (layer 0, id 0).file 'experts/"), std::string::npos) << c.status();
+}
+
 // -------------------------------------------------------------------------------------------
 // ManifestFromJson on bad manifests.
 
@@ -641,6 +669,16 @@ TEST_F(ManifestFromJsonTest, OtherStructuralErrors) {
        absl::StatusCode::kInvalidArgument, "bad file name"},
       {"empty file", [b](json& j) { j["experts"]["blocks"][b]["file"] = ""; }, absl::StatusCode::kInvalidArgument,
        "bad file name"},
+      {"block parent inside", [b](json& j) { j["experts"]["blocks"][b]["file"] = "experts/../../x.bin"; },
+       absl::StatusCode::kInvalidArgument, "expert (layer 0, id 1).file 'experts/../../x.bin': bad file name"},
+      {"dense absolute", [](json& j) { j["dense"]["file"] = "/etc/passwd"; }, absl::StatusCode::kInvalidArgument,
+       "dense.file '/etc/passwd': bad file name (an absolute path"},
+      {"dense parent", [](json& j) { j["dense"]["file"] = "../other/dense.bin"; },
+       absl::StatusCode::kInvalidArgument, "dense.file '../other/dense.bin': bad file name (a '..' component"},
+      {"tokenizer parent", [](json& j) { j["tokenizer"]["files"] = {"tokenizer.json", "../../home/u/.ssh/id_rsa"}; },
+       absl::StatusCode::kInvalidArgument, "tokenizer.files[1] '../../home/u/.ssh/id_rsa': bad file name"},
+      {"tokenizer not a string", [](json& j) { j["tokenizer"]["files"] = {3}; }, absl::StatusCode::kInvalidArgument,
+       "tokenizer.files[0] must be a string"},
       {"bad block checksum", [b](json& j) { j["experts"]["blocks"][b]["checksum"] = "xyz"; },
        absl::StatusCode::kInvalidArgument, "checksum"},
       {"bad dense checksum", [](json& j) { j["dense"]["tensors"][0]["checksum"] = 12; },

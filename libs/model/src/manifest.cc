@@ -1,5 +1,6 @@
 #include "colibri/model/manifest.h"
 
+#include <filesystem>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -89,6 +90,21 @@ absl::StatusOr<TensorEntry> TensorFromJson(const json& j, bool with_checksum, co
 
 }  // namespace
 
+absl::Status CheckManifestPath(const std::string& field, const std::string& path) {
+  auto bad = [&](const char* why) {
+    return absl::InvalidArgumentError(absl::StrCat("manifest: ", field, " '", path, "': bad file name (", why,
+                                                   "; model files stay inside the model directory)"));
+  };
+  if (path.empty()) return bad("empty");
+  if (path.find('\0') != std::string::npos) return bad("a NUL byte");
+  const std::filesystem::path p(path);
+  if (p.is_absolute() || p.has_root_name() || p.has_root_directory()) return bad("an absolute path");
+  for (const auto& part : p) {
+    if (part == "..") return bad("a '..' component");
+  }
+  return absl::OkStatus();
+}
+
 int64_t TensorEntry::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -162,6 +178,7 @@ absl::StatusOr<Manifest> ManifestFromJson(const json& j) {
   const json& dense = j.value("dense", json::object());
   if (!dense.is_object()) return absl::InvalidArgumentError("manifest: 'dense' must be an object");
   ASSIGN_OR_RETURN(m.dense_file, GetString(dense, "file", "dense.bin", "dense"));
+  RETURN_IF_ERROR(CheckManifestPath("dense.file", m.dense_file));
   ASSIGN_OR_RETURN(m.dense_size, GetU64(dense, "size", "dense"));
   if (!dense.contains("tensors") || !dense["tensors"].is_array()) {
     return absl::InvalidArgumentError("manifest: dense.tensors must be a list");
@@ -196,9 +213,7 @@ absl::StatusOr<Manifest> ManifestFromJson(const json& j) {
     b.layer = static_cast<int64_t>(layer);
     b.expert = static_cast<int64_t>(expert);
     ASSIGN_OR_RETURN(b.file, GetString(bj, "file", "", ctx));
-    if (b.file.empty() || b.file.find("..") != std::string::npos || b.file.front() == '/') {
-      return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": bad file name '", b.file, "'"));
-    }
+    RETURN_IF_ERROR(CheckManifestPath(absl::StrCat(ctx, ".file"), b.file));
     ASSIGN_OR_RETURN(b.offset, GetU64(bj, "offset", ctx));
     ASSIGN_OR_RETURN(b.size, GetU64(bj, "size", ctx));
     ASSIGN_OR_RETURN(b.padded_size, GetU64(bj, "padded_size", ctx));
@@ -232,6 +247,15 @@ absl::StatusOr<Manifest> ManifestFromJson(const json& j) {
     m.experts[idx] = std::move(b);
   }
   m.tokenizer = j.value("tokenizer", json::object());
+  if (!m.tokenizer.is_object()) return absl::InvalidArgumentError("manifest: 'tokenizer' must be an object");
+  if (auto files = m.tokenizer.find("files"); files != m.tokenizer.end()) {
+    if (!files->is_array()) return absl::InvalidArgumentError("manifest: tokenizer.files must be a list");
+    for (size_t i = 0; i < files->size(); ++i) {
+      const std::string field = absl::StrCat("tokenizer.files[", i, "]");
+      if (!(*files)[i].is_string()) return absl::InvalidArgumentError(absl::StrCat("manifest: ", field, " must be a string"));
+      RETURN_IF_ERROR(CheckManifestPath(field, (*files)[i].get<std::string>()));
+    }
+  }
   m.source = j.value("source", json::object());
   return m;
 }

@@ -187,44 +187,48 @@ absl::StatusOr<uint64_t> RemoteStoreSource::StartFetch(ExpertId id, Priority pri
   }
   const model::ExpertBlock& want = manifest_->Expert(id.layer, id.expert);
   std::unique_lock<std::mutex> lock(mu_);
-  RETURN_IF_ERROR(EnsureStreamLocked());
-  const uint64_t rid = next_request_id_++;
-  Pending& p = pending_[rid];
-  p.id = id;
-  p.generation = generation_;
-  p.done = std::move(done);
-  p.bytes = want.size;
-  outstanding_bytes_ += want.size;
-  v1::FetchRequest req;
-  auto* b = req.mutable_block();
-  b->set_request_id(rid);
-  b->mutable_key()->set_model(options_.model);
-  b->mutable_key()->set_layer(static_cast<uint32_t>(id.layer));
-  b->mutable_key()->set_expert(static_cast<uint32_t>(id.expert));
-  b->set_priority(priority == Priority::kDemand ? v1::PRIORITY_DEMAND : v1::PRIORITY_PREFETCH);
-  if (deadline != Clock::time_point::max()) {
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    b->set_timeout_ms(static_cast<uint32_t>(std::clamp<int64_t>(ms, 1, 0xffffffff)));
-  }
-  if (shm_active_ && arena_) {
-    if (auto off = arena_->Allocate(want.padded_size)) {
-      p.arena = arena_;
-      p.shm_offset = *off;
-      p.shm_bytes = want.padded_size;
-      b->set_shm_offset(*off);
+  // A stream the store just ended (idle) may not have been noticed by the reader yet: a write
+  // that fails on it is tried once more on a new stream.
+  for (int attempt = 0;; ++attempt) {
+    RETURN_IF_ERROR(EnsureStreamLocked());
+    const uint64_t rid = next_request_id_++;
+    Pending& p = pending_[rid];
+    p.id = id;
+    p.generation = generation_;
+    p.done = std::move(done);
+    p.bytes = want.size;
+    outstanding_bytes_ += want.size;
+    v1::FetchRequest req;
+    auto* b = req.mutable_block();
+    b->set_request_id(rid);
+    b->mutable_key()->set_model(options_.model);
+    b->mutable_key()->set_layer(static_cast<uint32_t>(id.layer));
+    b->mutable_key()->set_expert(static_cast<uint32_t>(id.expert));
+    b->set_priority(priority == Priority::kDemand ? v1::PRIORITY_DEMAND : v1::PRIORITY_PREFETCH);
+    if (deadline != Clock::time_point::max()) {
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      b->set_timeout_ms(static_cast<uint32_t>(std::clamp<int64_t>(ms, 1, 0xffffffff)));
     }
-  }
-  const uint64_t gen = p.generation;
-  if (!WriteLocked(lock, req)) {
+    if (shm_active_ && arena_) {
+      if (auto off = arena_->Allocate(want.padded_size)) {
+        p.arena = arena_;
+        p.shm_offset = *off;
+        p.shm_bytes = want.padded_size;
+        b->set_shm_offset(*off);
+      }
+    }
+    const uint64_t gen = p.generation;
+    p.request = req;
+    if (WriteLocked(lock, req)) return rid;
     auto it = pending_.find(rid);
-    if (it != pending_.end() && it->second.done && it->second.generation == gen) {
-      // Not failed by the reader yet: fail it here, without running `done`.
-      outstanding_bytes_ -= it->second.bytes;
-      pending_.erase(it);
-      return absl::UnavailableError(absl::StrCat("expert store at ", options_.target, " closed the stream"));
-    }
+    // Already failed by the reader (it ran `done`): the caller hears of it there.
+    if (it == pending_.end() || !it->second.done || it->second.generation != gen) return rid;
+    // Not failed by the reader yet: take it back, without running `done`.
+    outstanding_bytes_ -= it->second.bytes;
+    done = std::move(it->second.done);
+    pending_.erase(it);
+    if (attempt > 0) return absl::UnavailableError(absl::StrCat("expert store at ", options_.target, " closed the stream"));
   }
-  return rid;
 }
 
 void RemoteStoreSource::Abandon(uint64_t rid) {
@@ -403,6 +407,7 @@ void RemoteStoreSource::ReaderLoop(std::shared_ptr<grpc::ClientContext> ctx, std
   }
   grpc::Status st = stream->Finish();
   absl::Status broken;
+  std::vector<uint64_t> resend;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (generation_ == generation) {
@@ -418,9 +423,17 @@ void RemoteStoreSource::ReaderLoop(std::shared_ptr<grpc::ClientContext> ctx, std
     // Everything still in flight on this stream failed; callers may retry (a new stream opens).
     const absl::Status err = absl::UnavailableError(
         absl::StrCat("expert store at ", options_.target, " stream ended: ", st.ok() ? "closed" : st.error_message()));
-    if (!shutting_down_) broken = err;
+    // A store ends an idle stream with OK (--idle-stream-timeout): the next fetch opens a new
+    // one, and the store is not down. Any other end marks it down at once.
+    if (!shutting_down_ && !st.ok()) broken = err;
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (it->second.generation != generation) {
+        ++it;
+        continue;
+      }
+      // Written after the store decided the stream was idle: it never saw them.
+      if (st.ok() && !shutting_down_ && it->second.done && !it->second.resent) {
+        resend.push_back(it->first);
         ++it;
         continue;
       }
@@ -432,7 +445,36 @@ void RemoteStoreSource::ReaderLoop(std::shared_ptr<grpc::ClientContext> ctx, std
     }
   }
   Run(completions);
+  for (uint64_t rid : resend) Resend(rid);
   if (!broken.ok() && on_broken_) on_broken_(broken);
+}
+
+void RemoteStoreSource::Resend(uint64_t rid) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = pending_.find(rid);
+  if (it == pending_.end() || !it->second.done) return;  // abandoned meanwhile
+  absl::Status st = EnsureStreamLocked();
+  if (st.ok()) {
+    Pending& p = it->second;
+    p.generation = generation_;
+    p.resent = true;
+    p.block.reset();
+    p.received = 0;
+    p.arena.reset();  // the old stream's region is retired; this one comes as chunks
+    p.shm_offset = p.shm_bytes = 0;
+    v1::FetchRequest req = p.request;
+    req.mutable_block()->clear_shm_offset();
+    const uint64_t gen = p.generation;
+    if (WriteLocked(lock, req)) return;
+    it = pending_.find(rid);
+    if (it == pending_.end() || !it->second.done || it->second.generation != gen) return;  // the reader failed it
+    st = absl::UnavailableError(absl::StrCat("expert store at ", options_.target, " closed the stream"));
+  }
+  Callback done = std::move(it->second.done);
+  outstanding_bytes_ -= it->second.bytes;
+  pending_.erase(it);
+  lock.unlock();
+  done(st);
 }
 
 absl::StatusOr<Lease> RemoteStoreSource::Fetch(ExpertId id, Priority priority) {

@@ -16,7 +16,9 @@ void AddCacheFlags(CLI::App* app, CacheFlags* f) {
       ->capture_default_str();
   // Another component may define the flag too: never twice.
   if (app->get_option_no_throw("--kv-cache-limit") == nullptr) {
-    app->add_option("--kv-cache-limit", f->kv_cache_limit, "Bytes of KV caches, apart from dense weights (0: unlimited)")
+    app->add_option("--kv-cache-limit", f->kv_cache_limit,
+                    "Bytes of KV caches, apart from dense weights (auto: max-batch full contexts within a share of "
+                    "free memory, logged at start; 0: unlimited)")
         ->capture_default_str();
     f->kv_flag_added = true;
   }
@@ -65,7 +67,9 @@ absl::Status ApplyCacheFlags(const CacheFlags& f, ComputeNodeOptions* o) {
   if (f.device < 0) return absl::InvalidArgumentError("--device must be >= 0");
   o->backend = f.backend;
   o->device = f.device;
-  if (f.kv_flag_added) {
+  if (f.kv_flag_added && f.kv_cache_limit == "auto") {
+    o->kv_cache_limit = ComputeNodeOptions::kAutoKvLimit;
+  } else if (f.kv_flag_added) {
     auto kv = ParseSize(f.kv_cache_limit);
     if (!kv.ok()) return absl::InvalidArgumentError(absl::StrCat("--kv-cache-limit: ", kv.status().message()));
     o->kv_cache_limit = *kv;

@@ -3,7 +3,7 @@
 //   --backend cpu|cuda        where layers compute (cpu)
 //   --device N                CUDA device index (0)
 //   --vram-budget SIZE        VRAM tier budget (0; needs --backend cuda, no effect on the CPU one)
-//   --kv-cache-limit SIZE     bytes of KV caches, accounted apart from dense weights (0: unlimited)
+//   --kv-cache-limit SIZE     bytes of KV caches, apart from dense weights (auto: kv_limit.h; 0: unlimited)
 //   --kv-offload-limit SIZE   host RAM for KV caches evicted from that limit (0: dropped)
 //   --kv-offload-8bit         keep offloaded KV as Q8_0 (approximate: tokens may differ)
 //   --kv-persist-dir DIR      KV caches kept on disk across restarts (conversations reopen warm)
@@ -31,7 +31,7 @@ struct CacheFlags {
   std::string backend = "cpu";
   int device = 0;
   std::string vram_budget = "0";
-  std::string kv_cache_limit = "0";
+  std::string kv_cache_limit = "auto";
   std::string kv_offload_limit = "0";
   bool kv_offload_8bit = false;
   std::string kv_persist_dir;

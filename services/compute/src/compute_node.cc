@@ -6,6 +6,7 @@
 #include "colibri/core/checksum.h"
 #include "colibri/core/status.h"
 #include "colibri/core/units.h"
+#include "kv_limit.h"
 #include "spdlog/spdlog.h"
 
 namespace colibri::compute {
@@ -48,9 +49,44 @@ absl::Status CheckDeviceMemory(const backend::Backend& be, const model::Manifest
   return absl::OkStatus();
 }
 
+// The default --kv-cache-limit for this model on this backend (kv_limit.h), logged.
+uint64_t ResolveKvLimit(const backend::Backend& be, const model::Manifest& m, const ComputeNodeOptions& o,
+                        uint64_t host_available) {
+  KvLimitInputs in;
+  in.kv_bytes_per_token = engine::KvBytesPerToken(m.config);
+  in.context_length = m.config.context_length;
+  in.max_batch = o.max_batch;
+  const backend::MemoryInfo mem = be.memory_info();
+  if (mem.total_bytes > 0) {
+    uint64_t largest = 0;
+    for (const auto& b : m.experts) largest = std::max(largest, b.size);
+    in.device = true;
+    in.memory_free = mem.free_bytes;
+    in.memory_reserved = m.dense_size + o.cache.vram_bytes + kDeviceWorkingBytes + 2 * largest;
+  } else {
+    in.memory_free = host_available;
+    in.memory_reserved = m.dense_size + o.expert_cache_bytes + o.kv_offload_limit;
+  }
+  const KvLimit limit = DefaultKvCacheLimit(in);
+  spdlog::info("--kv-cache-limit {} (default: {}; --kv-cache-limit 0 for unbounded)", FormatSize(limit.bytes),
+               limit.explanation);
+  return limit.bytes;
+}
+
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(const ComputeNodeOptions& options) {
+absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(const ComputeNodeOptions& requested) {
+  ComputeNodeOptions options = requested;
+  // Free host memory before this node takes any (the default KV limit is a share of it).
+  uint64_t host_available = 0;
+  if (options.kv_cache_limit == ComputeNodeOptions::kAutoKvLimit) {
+    absl::StatusOr<uint64_t> avail = HostMemAvailable();
+    if (!avail.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("cannot derive the default --kv-cache-limit (", avail.status().message(),
+                                                        "): set it explicitly (0: unbounded)"));
+    }
+    host_available = *avail;
+  }
   auto node = std::unique_ptr<ComputeNode>(new ComputeNode());
   ASSIGN_OR_RETURN(node->container_, model::Container::Open(options.model_dir));
   const model::Manifest& m = node->container_->manifest();
@@ -82,6 +118,9 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(const ComputeNo
     node->origin_ = std::move(remote);
   }
   ASSIGN_OR_RETURN(node->backend_, MakeBackend(options));
+  if (options.kv_cache_limit == ComputeNodeOptions::kAutoKvLimit) {
+    options.kv_cache_limit = ResolveKvLimit(*node->backend_, m, options, host_available);
+  }
   RETURN_IF_ERROR(CheckDeviceMemory(*node->backend_, m, options));
   ASSIGN_OR_RETURN(node->cache_, ExpertCache::Create(node->origin_.get(), *node->container_, options.expert_cache_bytes,
                                                      options.cache, node->backend_.get()));

@@ -38,7 +38,10 @@ struct ComputeNodeOptions {
   std::shared_ptr<const auth::Transport> transport;  // links to the stores (null: plaintext, loopback only)
   uint64_t expert_cache_bytes = 2ull << 30;
   ExpertCacheConfig cache;         // tiers, policy, pins, prefetch, trace (expert_cache.h)
-  uint64_t kv_cache_limit = 0;     // bytes of KV caches (dense weights are separate); 0: unlimited
+  // Bytes of KV caches (dense weights are separate); 0: unlimited. kAutoKvLimit: derived from
+  // the model and the free memory at start (kv_limit.h), and logged.
+  static constexpr uint64_t kAutoKvLimit = ~0ull;
+  uint64_t kv_cache_limit = kAutoKvLimit;
   uint64_t kv_offload_limit = 0;   // host RAM for KV caches evicted from kv_cache_limit (0: none)
   bool kv_offload_8bit = false;    // offloaded KV kept as Q8_0 (3.8x smaller, approximate restore)
   std::string kv_persist_dir;      // evicted / shutdown KV caches on disk; reopened warm on restart
@@ -58,7 +61,7 @@ std::vector<ExpertUse> TopExperts(const std::vector<uint32_t>& counts, const mod
 
 class ComputeNode {
  public:
-  static absl::StatusOr<std::unique_ptr<ComputeNode>> Create(const ComputeNodeOptions& options);
+  static absl::StatusOr<std::unique_ptr<ComputeNode>> Create(const ComputeNodeOptions& requested);
 
   engine::Engine& engine() { return *engine_; }
   // Prefetch hints from the router: starts loading these experts at prefetch priority, the

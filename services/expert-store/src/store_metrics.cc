@@ -32,6 +32,8 @@ StoreMetrics::StoreMetrics(std::shared_ptr<prometheus::Registry> r) : registry(s
       Counter(reg, "colibri_store_rejected_requests_total", "Requests refused because a stream's queue was full");
   rejected_streams =
       Counter(reg, "colibri_store_rejected_streams_total", "Fetch streams refused because the store had too many open");
+  idle_streams_closed = Counter(reg, "colibri_store_idle_streams_closed_total",
+                                "Fetch streams the store ended after --idle-stream-timeout without a request");
   deadline_exceeded = Counter(reg, "colibri_store_deadline_exceeded_total",
                               "Requests answered DEADLINE_EXCEEDED (queued or read past their timeout)");
   auto& read = prometheus::BuildHistogram()
@@ -83,10 +85,19 @@ prometheus::Counter* StoreMetrics::ClientBytes(const std::string& client) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = clients_.find(client);
   if (it != clients_.end()) return it->second;
-  const std::string label = clients_.size() < 64 ? client : "other";
-  prometheus::Counter* c = &client_bytes_->Add({{"client", label}});
+  // Names come from clients (a header): past the cap they share one series and are not kept.
+  if (clients_.size() >= kMaxClientSeries || client.size() > kMaxClientNameBytes) {
+    if (other_client_ == nullptr) other_client_ = &client_bytes_->Add({{"client", "other"}});
+    return other_client_;
+  }
+  prometheus::Counter* c = &client_bytes_->Add({{"client", client}});
   clients_[client] = c;
   return c;
+}
+
+size_t StoreMetrics::client_series() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return clients_.size() + (other_client_ != nullptr ? 1 : 0);
 }
 
 void StoreMetrics::Refresh(BlockStore& s) {

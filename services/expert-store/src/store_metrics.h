@@ -18,8 +18,13 @@ class BlockStore;
 struct StoreMetrics {
   explicit StoreMetrics(std::shared_ptr<prometheus::Registry> registry);
 
-  // Bytes served to one client (bounded: past 64 distinct clients they count as "other").
+  // Bytes served to one client. Bounded: past kMaxClientSeries distinct clients (or for a name
+  // longer than kMaxClientNameBytes) they count as "other", and nothing more is remembered.
+  static constexpr size_t kMaxClientSeries = 64;
+  static constexpr size_t kMaxClientNameBytes = 128;
   prometheus::Counter* ClientBytes(const std::string& client);
+  // Label values of colibri_store_client_bytes_served_total in use (at most kMaxClientSeries + 1).
+  size_t client_series() const;
   // Copies the disk and read-cache statistics of `store` into the registry.
   void Refresh(BlockStore& store);
 
@@ -34,6 +39,7 @@ struct StoreMetrics {
   prometheus::Counter* rejected_requests;
   prometheus::Counter* rejected_streams;
   prometheus::Counter* deadline_exceeded;
+  prometheus::Counter* idle_streams_closed;
   prometheus::Histogram* read_seconds_demand;
   prometheus::Histogram* read_seconds_prefetch;
   prometheus::Gauge* open_streams;
@@ -50,9 +56,10 @@ struct StoreMetrics {
     prometheus::Gauge* queued;
     double last_reads = 0, last_bytes = 0, last_errors = 0, last_checksum = 0;
   };
-  std::mutex mu_;
+  mutable std::mutex mu_;
   prometheus::Family<prometheus::Counter>* client_bytes_;
   std::map<std::string, prometheus::Counter*> clients_;
+  prometheus::Counter* other_client_ = nullptr;
   prometheus::Family<prometheus::Counter>* disk_reads_;
   prometheus::Family<prometheus::Counter>* disk_bytes_;
   prometheus::Family<prometheus::Counter>* disk_errors_;

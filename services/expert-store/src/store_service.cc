@@ -1,5 +1,6 @@
 #include "store_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <limits>
@@ -18,35 +19,44 @@ using expert_source::Priority;
 
 namespace {
 
-// The label for per-client metrics: the client's colibri-client header, else the peer host.
-std::string ClientName(grpc::CallbackServerContext* ctx) {
-  const auto& md = ctx->client_metadata();
-  auto it = md.find("colibri-client");
-  if (it != md.end()) return std::string(it->second.data(), it->second.size());
+// The peer host (what stream quotas count by; a header could be anything): "unix" for every
+// unix-socket peer.
+std::string PeerHost(grpc::CallbackServerContext* ctx) {
   const std::string peer = ctx->peer();
   if (peer.rfind("unix:", 0) == 0) return "unix";
   const auto colon = peer.rfind(':');  // ipv4:1.2.3.4:port, ipv6:[::1]:port
   return colon == std::string::npos ? peer : peer.substr(0, colon);
 }
 
+// The label for per-client metrics: the client's colibri-client header, else the peer host.
+std::string ClientName(grpc::CallbackServerContext* ctx) {
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("colibri-client");
+  if (it != md.end()) return std::string(it->second.data(), it->second.size());
+  return PeerHost(ctx);
+}
+
 }  // namespace
 
 class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1::FetchRequest, v1::FetchResponse> {
  public:
-  FetchReactor(ExpertStoreService* svc, grpc::CallbackServerContext* ctx) : svc_(svc) {
-    {
-      std::lock_guard<std::mutex> lock(svc_->reactors_mu_);
-      svc_->reactors_++;
-    }
+  FetchReactor(ExpertStoreService* svc, grpc::CallbackServerContext* ctx)
+      : svc_(svc), ctx_(ctx), peer_(PeerHost(ctx)), last_request_(Clock::now()) {
     unix_peer_ = ctx->peer().rfind("unix:", 0) == 0;
     client_bytes_ = svc_->metrics_->ClientBytes(ClientName(ctx));
+    std::lock_guard<std::mutex> reactors(svc_->reactors_mu_);  // the idle thread waits for the start
+    svc_->reactors_++;
+    svc_->live_.insert(this);
+    std::lock_guard<std::mutex> lock(mu_);
     if (svc_->open_streams_.fetch_add(1) >= svc_->options_.max_streams) {
       svc_->open_streams_--;
-      svc_->metrics_->rejected_streams->Increment();
-      finished_ = true;
-      Finish(grpc::Status(
-          grpc::StatusCode::RESOURCE_EXHAUSTED,
-          absl::StrCat("expert store: more than ", svc_->options_.max_streams, " Fetch streams are open")));
+      RejectLocked(absl::StrCat("expert store: more than ", svc_->options_.max_streams, " Fetch streams are open"));
+      return;
+    }
+    if (!svc_->AddPeerStream(peer_)) {
+      svc_->open_streams_--;
+      RejectLocked(absl::StrCat("expert store: client ", peer_, " already has ", svc_->options_.max_streams_per_client,
+                                " Fetch streams open (--max-streams-per-client)"));
       return;
     }
     counted_ = true;
@@ -58,7 +68,25 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
     shm_.reset();  // unmapped once no read writes into it
     std::lock_guard<std::mutex> lock(svc_->reactors_mu_);
     svc_->reactors_--;
+    svc_->live_.erase(this);
     svc_->reactors_cv_.notify_all();
+  }
+
+  // Ends the stream when no request came for `timeout` and no read is in progress. Called by
+  // the service's idle thread (under reactors_mu_, so the reactor is alive).
+  void ExpireIfIdle(Clock::time_point now, std::chrono::milliseconds timeout) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_ || done_ || broken_ || !in_flight_.empty() || now - last_request_ < timeout) return;
+    svc_->metrics_->idle_streams_closed->Increment();
+    if (writing_ || !demand_out_.empty() || !prefetch_out_.empty()) {
+      ctx_->TryCancel();  // answers wait for a client that stopped reading: OnCancel finishes
+      return;
+    }
+    svc_->metrics_->queued_requests->Decrement(static_cast<double>(demand_.size() + prefetch_.size()));
+    demand_.clear();
+    prefetch_.clear();
+    finished_ = true;
+    Finish(grpc::Status::OK);
   }
 
   void OnReadDone(bool ok) override {
@@ -70,6 +98,7 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
         MaybeFinishLocked();
         return;
       }
+      last_request_ = Clock::now();
       if (request_.has_block()) {
         EnqueueLocked(request_.block());
       } else if (request_.has_cancel()) {
@@ -116,12 +145,19 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
     }
     if (counted_) {
       svc_->open_streams_--;
+      svc_->RemovePeerStream(peer_);
       svc_->metrics_->open_streams->Decrement();
     }
     if (last) delete this;
   }
 
  private:
+  void RejectLocked(const std::string& why) {
+    svc_->metrics_->rejected_streams->Increment();
+    finished_ = true;
+    Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, why));
+  }
+
   struct Request {
     uint64_t id = 0;
     const StoredModel* model = nullptr;
@@ -393,6 +429,9 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
   }
 
   ExpertStoreService* svc_;
+  grpc::CallbackServerContext* ctx_;  // valid until OnDone
+  const std::string peer_;            // the quota's key
+  Clock::time_point last_request_;    // the last message from the client (mu_)
   prometheus::Counter* client_bytes_ = nullptr;
   bool unix_peer_ = false;
   bool counted_ = false;
@@ -410,11 +449,48 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
 };
 
 ExpertStoreService::ExpertStoreService(BlockStore* store, StoreOptions options, StoreMetrics* metrics)
-    : store_(store), options_(options), metrics_(metrics) {}
+    : store_(store), options_(options), metrics_(metrics) {
+  if (options_.idle_stream_timeout.count() > 0) idle_thread_ = std::thread([this] { IdleLoop(); });
+}
 
 ExpertStoreService::~ExpertStoreService() {
   std::unique_lock<std::mutex> lock(reactors_mu_);
+  stopping_ = true;
+  reactors_cv_.notify_all();
   reactors_cv_.wait(lock, [&] { return reactors_ == 0; });
+  lock.unlock();
+  if (idle_thread_.joinable()) idle_thread_.join();
+}
+
+void ExpertStoreService::IdleLoop() {
+  // Checked a few times per timeout (at most every second), so a stream ends within about a
+  // quarter of the timeout after it.
+  const auto period = std::clamp<std::chrono::milliseconds>(options_.idle_stream_timeout / 4,
+                                                            std::chrono::milliseconds(10), std::chrono::seconds(1));
+  std::unique_lock<std::mutex> lock(reactors_mu_);
+  while (!stopping_) {
+    reactors_cv_.wait_for(lock, period, [&] { return stopping_; });
+    if (stopping_) break;
+    const auto now = Clock::now();
+    for (FetchReactor* r : live_) r->ExpireIfIdle(now, options_.idle_stream_timeout);
+  }
+}
+
+bool ExpertStoreService::AddPeerStream(const std::string& peer) {
+  std::lock_guard<std::mutex> lock(peers_mu_);
+  size_t& n = peer_streams_[peer];
+  if (n >= options_.max_streams_per_client) {
+    if (n == 0) peer_streams_.erase(peer);
+    return false;
+  }
+  ++n;
+  return true;
+}
+
+void ExpertStoreService::RemovePeerStream(const std::string& peer) {
+  std::lock_guard<std::mutex> lock(peers_mu_);
+  auto it = peer_streams_.find(peer);
+  if (it != peer_streams_.end() && --it->second == 0) peer_streams_.erase(it);
 }
 
 grpc::ServerBidiReactor<v1::FetchRequest, v1::FetchResponse>* ExpertStoreService::Fetch(

@@ -11,16 +11,26 @@
 // (RESOURCE_EXHAUSTED past it) and at most `max_buffered_bytes` of read blocks wait for the
 // network (reads pause: back-pressure). Chunks are cut from the read block as the previous
 // write completes, so a block is held once, not as copies. Store-wide: at most `max_streams`
-// streams (RESOURCE_EXHAUSTED). On unix-socket connections a client may attach a shared-memory
+// streams, and at most `max_streams_per_client` from one peer host (all unix-socket peers are
+// one client), RESOURCE_EXHAUSTED past either. A stream with no request for
+// `idle_stream_timeout` and no read in progress is ended by the store (OK when nothing is owed
+// to the client; cancelled when answers wait for a client that stopped reading), so abandoned
+// or hostile streams do not hold a slot forever; clients open a new stream on their next
+// request. On unix-socket connections a client may attach a shared-memory
 // region; blocks it asks for there are read straight into it (O_DIRECT, no copy) and only
 // descriptors travel on the stream.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
 
 #include "colibri/store/block_store.h"
 #include "colibri/v1/expert_store.grpc.pb.h"
@@ -34,6 +44,8 @@ struct StoreOptions {
   size_t max_buffered_bytes = 64 << 20;  // read bytes waiting for the network, per stream
   size_t max_reads_in_flight = 16;       // block reads in progress per stream
   size_t max_streams = 256;              // open Fetch streams
+  size_t max_streams_per_client = 64;    // open Fetch streams from one peer host
+  std::chrono::milliseconds idle_stream_timeout{std::chrono::minutes(5)};  // 0: streams never idle out
   bool allow_shm = true;                 // honour ShmAttach on unix-socket connections
 };
 
@@ -50,13 +62,24 @@ class ExpertStoreService final : public v1::ExpertStore::CallbackService {
 
  private:
   class FetchReactor;
+  // Ends the streams idle past options_.idle_stream_timeout; runs until the destructor.
+  void IdleLoop();
+  // Counts a stream of `peer`; false when it has max_streams_per_client open already.
+  bool AddPeerStream(const std::string& peer);
+  void RemovePeerStream(const std::string& peer);
+
   BlockStore* store_;
   StoreOptions options_;
   StoreMetrics* metrics_;
   std::atomic<size_t> open_streams_{0};
+  std::mutex peers_mu_;
+  std::unordered_map<std::string, size_t> peer_streams_;  // only peers with open streams
   std::mutex reactors_mu_;
   std::condition_variable reactors_cv_;
   size_t reactors_ = 0;  // alive, counting those finished but still waiting for reads
+  std::set<FetchReactor*> live_;  // every alive reactor (reactors_mu_)
+  bool stopping_ = false;         // reactors_mu_
+  std::thread idle_thread_;
 };
 
 }  // namespace colibri::store

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -328,6 +329,131 @@ TEST_F(StoreServiceTest, StreamsPastTheCapAreRefused) {
   while (s1->Read(&resp)) {
   }
   s1->Finish();
+}
+
+// Waits (up to 10 s) until `done` holds; false on timeout.
+template <typename F>
+bool WaitFor(F done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+TEST_F(StoreServiceTest, OneClientCannotTakeEveryStream) {
+  StoreOptions so;
+  so.max_streams = 10;
+  so.max_streams_per_client = 2;
+  auto server = Serve(so);
+  auto channel = grpc::CreateChannel(server->target(), grpc::InsecureChannelCredentials());
+  auto stub = v1::ExpertStore::NewStub(channel);
+  grpc::ClientContext c[4];
+  std::unique_ptr<grpc::ClientReaderWriter<v1::FetchRequest, v1::FetchResponse>> s[4];
+  v1::FetchResponse resp;
+  for (int i = 0; i < 2; ++i) {
+    s[i] = stub->Fetch(&c[i]);
+    ASSERT_TRUE(s[i]->Write(Block(1, 0, 0, true)));
+    ASSERT_TRUE(s[i]->Read(&resp)) << i;  // open and served
+  }
+  // The same peer (every unix-socket client is one): a third stream is refused, though the
+  // store as a whole has room.
+  s[2] = stub->Fetch(&c[2]);
+  EXPECT_FALSE(s[2]->Read(&resp));
+  grpc::Status st = s[2]->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_NE(st.error_message().find("--max-streams-per-client"), std::string::npos) << st.error_message();
+  EXPECT_EQ(server->metrics().rejected_streams->Value(), 1);
+  // One closes: the client may open another.
+  s[0]->WritesDone();
+  while (s[0]->Read(&resp)) {
+  }
+  EXPECT_TRUE(s[0]->Finish().ok());
+  ASSERT_TRUE(WaitFor([&] { return server->metrics().open_streams->Value() == 1; }));
+  s[3] = stub->Fetch(&c[3]);
+  ASSERT_TRUE(s[3]->Write(Block(2, 0, 1, true)));
+  ASSERT_TRUE(s[3]->Read(&resp));
+  EXPECT_EQ(resp.request_id(), 2u);
+  for (int i : {1, 3}) {
+    s[i]->WritesDone();
+    while (s[i]->Read(&resp)) {
+    }
+    EXPECT_TRUE(s[i]->Finish().ok());
+  }
+}
+
+TEST_F(StoreServiceTest, AStreamWithoutRequestsIsEndedAndTheClientReconnects) {
+  StoreOptions so;
+  so.idle_stream_timeout = std::chrono::milliseconds(200);
+  auto server = Serve(so);
+  {
+    // A raw stream served once, then silent: the store ends it (OK: nothing was owed).
+    auto channel = grpc::CreateChannel(server->target(), grpc::InsecureChannelCredentials());
+    auto stub = v1::ExpertStore::NewStub(channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    auto stream = stub->Fetch(&ctx);
+    ASSERT_TRUE(stream->Write(Block(1, 0, 0, true)));
+    v1::FetchResponse resp;
+    bool last = false;
+    while (!last && stream->Read(&resp)) last = resp.has_chunk() && resp.chunk().last();
+    ASSERT_TRUE(last);
+    const auto silent_since = std::chrono::steady_clock::now();
+    EXPECT_FALSE(stream->Read(&resp));  // ended by the store, well before the 20 s deadline
+    const auto waited = std::chrono::steady_clock::now() - silent_since;
+    EXPECT_TRUE(stream->Finish().ok());
+    EXPECT_GE(waited, std::chrono::milliseconds(150));
+    EXPECT_LT(waited, std::chrono::seconds(10));
+    EXPECT_EQ(server->metrics().idle_streams_closed->Value(), 1);
+  }
+  // A silent stream that never sent anything is ended too.
+  {
+    auto channel = grpc::CreateChannel(server->target(), grpc::InsecureChannelCredentials());
+    auto stub = v1::ExpertStore::NewStub(channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    auto stream = stub->Fetch(&ctx);
+    v1::FetchResponse resp;
+    EXPECT_FALSE(stream->Read(&resp));
+    EXPECT_TRUE(stream->Finish().ok());
+    EXPECT_EQ(server->metrics().idle_streams_closed->Value(), 2);
+  }
+  ASSERT_TRUE(WaitFor([&] { return server->metrics().open_streams->Value() == 0; }));
+  // RemoteStoreSource opens a new stream for its next fetch; the store is not taken for down.
+  auto src = rpc::RemoteStoreSource::Connect(Client(*server), &container_->manifest());
+  ASSERT_TRUE(src.ok()) << src.status();
+  std::atomic<bool> broken{false};
+  (*src)->OnStreamBroken([&](const absl::Status&) { broken = true; });
+  auto first = (*src)->Fetch({0, 2}, Priority::kDemand);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(WaitFor([&] { return server->metrics().idle_streams_closed->Value() == 3; }));
+  auto second = (*src)->Fetch({1, 3}, Priority::kDemand);
+  ASSERT_TRUE(second.ok()) << second.status();
+  ExpectBlock(*second, 1, 3);
+  EXPECT_EQ((*src)->Stats().reconnects, 1u);
+  EXPECT_FALSE(broken);
+}
+
+TEST(StoreMetricsTest, PerClientSeriesAreBounded) {
+  StoreMetrics m(std::make_shared<prometheus::Registry>());
+  prometheus::Counter* a = m.ClientBytes("compute-a");
+  EXPECT_EQ(m.ClientBytes("compute-a"), a);
+  for (int i = 0; i < 1000; ++i) m.ClientBytes("spoofed-" + std::to_string(i));
+  EXPECT_EQ(m.client_series(), StoreMetrics::kMaxClientSeries + 1);
+  prometheus::Counter* other = m.ClientBytes("yet-another");
+  EXPECT_EQ(m.ClientBytes("spoofed-999"), other);
+  EXPECT_EQ(m.client_series(), StoreMetrics::kMaxClientSeries + 1);
+  EXPECT_EQ(m.ClientBytes("compute-a"), a);  // the first clients keep their own series
+  // A long name never gets a series of its own, even with room left.
+  StoreMetrics fresh(std::make_shared<prometheus::Registry>());
+  EXPECT_NE(fresh.ClientBytes(std::string(1000, 'x')), fresh.ClientBytes("short"));
+  EXPECT_EQ(fresh.client_series(), 2u);
+  size_t series = 0;
+  for (const auto& family : fresh.registry->Collect()) {
+    if (family.name == "colibri_store_client_bytes_served_total") series = family.metric.size();
+  }
+  EXPECT_EQ(series, 2u);
 }
 
 TEST_F(StoreServiceTest, ListModelsAdvertisesPartialCopies) {

@@ -13,6 +13,7 @@
 #include "colibri/rpc/status.h"
 #include "nlohmann/json.hpp"
 #include "client_watch.h"
+#include "http_server.h"
 #include "openai_request.h"
 
 namespace colibri::router {
@@ -340,11 +341,9 @@ class Handler {
 absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, RouterMetrics* metrics,
                                                         const HttpOptions& options) {
   auto api = std::unique_ptr<HttpApi>(new HttpApi());
-  api->server_ = std::make_unique<httplib::Server>();
+  api->server_ = MakeBoundedHttpServer(options.threads, options.limits);  // queue, deadlines, /health
   auto handler = std::make_shared<Handler>(core, metrics, options);
   auto& s = *api->server_;
-  const int threads = options.threads;
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   s.set_payload_max_length(options.max_request_bytes);
   // Before any route: the key check, the Host check (DNS rebinding; /health stays open to
   // probes) and JSON-only POST bodies (no form or text/plain request from a web page).

@@ -16,9 +16,10 @@ namespace colibri {
 
 absl::StatusOr<std::string> ReadFileToString(const std::filesystem::path& path);
 
-// Writes `data` to `path` atomically: a temp file beside it, fsync, rename, fsync of the
-// directory. A crash leaves either the old file or the new one, never a partial one.
-absl::Status WriteFileAtomic(const std::filesystem::path& path, std::string_view data);
+// Writes `data` to `path` atomically: a temp file beside it ("<path>.tmp", created with `mode`
+// less the umask), fsync, rename, fsync of the directory. A crash leaves either the old file or
+// the new one, never a partial one; a failed write (ENOSPC, EIO, ...) removes its temp file.
+absl::Status WriteFileAtomic(const std::filesystem::path& path, std::string_view data, unsigned mode = 0644);
 
 // fsyncs a directory so that renames inside it are durable.
 absl::Status SyncDirectory(const std::filesystem::path& dir);

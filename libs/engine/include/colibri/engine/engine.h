@@ -70,6 +70,9 @@ struct GenerationResult {
   std::vector<uint32_t> expert_counts;
 };
 
+// Bytes of KV cache one token takes in the engine (K and V of every layer, F32).
+uint64_t KvBytesPerToken(const model::ModelConfig& c);
+
 struct EngineOptions {
   int64_t prefill_chunk = 512;     // prompt tokens per sequence per step
   int64_t max_batch_tokens = 1024; // tokens per forward step (decode rows + prefill chunks)
@@ -128,7 +131,13 @@ class Engine {
   void Step();
   void Admit();
   void Finish(Sequence* seq, absl::Status status);
-  std::unique_ptr<KvCache> TakeCache(Sequence* seq);
+  // Holds `lock` (mu_) on entry and return, but releases it while a KvStore cache is read (from
+  // disk) and restored, so Generate, ClearKvPool and evictions never wait for a disk.
+  std::unique_ptr<KvCache> TakeCache(Sequence* seq, std::unique_lock<std::mutex>& lock);
+  // The pooled cache sharing the longest prefix with the prompt (pool_.end() if none). mu_.
+  std::list<PoolEntry>::iterator BestPoolEntryLocked(const Sequence& seq, size_t* len);
+  // The KV store's cache for the prompt if it is longer than `longer_than`, restored. No lock.
+  std::unique_ptr<KvCache> RestoreFromStore(Sequence* seq, size_t longer_than);
   void EnforceKvLimitLocked();
   // Moves a pool entry into the KV store (or drops it without one).
   void EvictLocked(PoolEntry entry);

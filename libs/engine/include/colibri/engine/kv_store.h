@@ -16,14 +16,20 @@
 // file is loaded (a failing file is then dropped and the request prefills).
 //
 // Spilling to disk runs on the store's own writer thread: Put() never waits for a disk (RAM may
-// exceed its limit by the caches being written meanwhile).
+// exceed its limit by the caches being written meanwhile). TakeBest() reads a file with no lock
+// held, so a slow disk never stalls Put() (called by the engine under its own lock).
+//
+// Files hold conversations: they are created 0600 (the directory 0700 when the store creates
+// it); a write that fails (a full disk) leaves no partial or temp file. The disk limit deletes
+// the least recently used files first; at start-up that is the oldest modification time.
 //
 // Thread-safe.
 #pragma once
 
 #include <cstdint>
-#include <filesystem>
 #include <condition_variable>
+#include <filesystem>
+#include <functional>
 #include <deque>
 #include <list>
 #include <memory>
@@ -70,6 +76,8 @@ struct KvStoreOptions {
   int64_t n_layers = 0;          // shape every snapshot must have
   int64_t kv_dim = 0;
   int64_t context_length = 0;    // files with more positions are skipped (0: not checked)
+  // Testing: called with a file's path just before TakeBest reads it (no lock held).
+  std::function<void(const std::filesystem::path&)> before_disk_read;
 };
 
 struct KvStoreStats {

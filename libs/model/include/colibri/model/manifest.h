@@ -74,6 +74,12 @@ struct Manifest {
 nlohmann::json ManifestToJson(const Manifest& m);
 // Validates everything a reader relies on: version, config, every (layer, expert) present once,
 // offsets/sizes consistent with dtypes and shapes, no overflow. Errors name the entry.
+// Every file path in it (dense.file, each block's file, tokenizer.files) is relative and
+// inside the model directory: absolute paths and '..' are refused naming the field.
 absl::StatusOr<Manifest> ManifestFromJson(const nlohmann::json& j);
+
+// A manifest's file path, checked without touching the disk: non-empty, relative, no '..'
+// component. InvalidArgument "manifest: <field> '<path>': bad file name (...)".
+absl::Status CheckManifestPath(const std::string& field, const std::string& path);
 
 }  // namespace colibri::model

@@ -109,6 +109,8 @@ class RemoteStoreSource final : public expert_source::ExpertSource {
     std::shared_ptr<ShmArena> arena;  // set: the block goes to `shm_offset` of this arena
     uint64_t shm_offset = 0;
     uint64_t shm_bytes = 0;
+    v1::FetchRequest request;  // as sent, to send again after the store ended an idle stream
+    bool resent = false;
   };
   // A callback to run (outside mu_) with its result.
   struct Completion {
@@ -122,6 +124,9 @@ class RemoteStoreSource final : public expert_source::ExpertSource {
   bool WriteLocked(std::unique_lock<std::mutex>& lock, const v1::FetchRequest& req);
   void ReaderLoop(std::shared_ptr<grpc::ClientContext> ctx, std::shared_ptr<Stream> stream, uint64_t generation,
                   std::shared_ptr<ShmArena> arena);
+  // Sends a request again on a new stream (once): it was written to a stream the store ended
+  // as idle (status OK) before the reader saw the end. Fails it when that is not possible.
+  void Resend(uint64_t rid);
   // Handles one response; appends completions to run after unlocking.
   void HandleResponseLocked(const v1::FetchResponse& resp, std::shared_ptr<ShmArena> arena,
                             std::vector<Completion>* out);

@@ -1,0 +1,44 @@
+#include "kv_limit.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "colibri/core/file_util.h"
+#include "colibri/core/status.h"
+#include "colibri/core/units.h"
+
+namespace colibri::compute {
+
+KvLimit DefaultKvCacheLimit(const KvLimitInputs& in) {
+  const uint64_t per_sequence = in.kv_bytes_per_token * static_cast<uint64_t>(std::max<int64_t>(in.context_length, 1));
+  const uint64_t want = per_sequence * static_cast<uint64_t>(std::max(in.max_batch, 1));
+  const uint64_t left = in.memory_free > in.memory_reserved ? in.memory_free - in.memory_reserved : 0;
+  const uint64_t cap = in.device ? left / 10 * 9 : left / 2;
+  KvLimit out;
+  out.bytes = std::max<uint64_t>(std::min(want, cap), std::max<uint64_t>(in.kv_bytes_per_token, 1));
+  const std::string need = absl::StrCat(in.max_batch, " sequences x ", in.context_length, " tokens x ",
+                                        FormatSize(in.kv_bytes_per_token), " per token = ", FormatSize(want));
+  const std::string room =
+      absl::StrCat(in.device ? "90% of the device's free " : "half of MemAvailable ", FormatSize(in.memory_free),
+                   " less ", FormatSize(in.memory_reserved), " for the model = ", FormatSize(cap));
+  out.explanation = want <= cap ? absl::StrCat(need, " (fits ", room, ")")
+                                : absl::StrCat(room, " (less than ", need, ")");
+  return out;
+}
+
+absl::StatusOr<uint64_t> HostMemAvailable(const std::filesystem::path& meminfo) {
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(meminfo));
+  std::istringstream in(text);
+  std::string key, unit;
+  uint64_t value = 0;
+  while (in >> key >> value) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") {
+      return unit.find("kB") != std::string::npos ? value * 1024 : value;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat(meminfo.string(), ": no MemAvailable line"));
+}
+
+}  // namespace colibri::compute

@@ -1,0 +1,40 @@
+// The default --kv-cache-limit: KV caches are bounded unless the user asks otherwise (0).
+//
+// KV caches grow with every token of every sequence (engine::KvBytesPerToken each); without a
+// bound, long contexts or many sessions run the host (or the GPU) out of memory and the kernel
+// kills the server. The default is what --max-batch sequences of the full context need, capped
+// by a share of the memory still free once the model is placed: half of the host's
+// MemAvailable less the dense weights, the expert cache and the KV offload RAM (CPU backend),
+// or 90% of the device memory left after dense weights, the VRAM tier and working memory (GPU).
+// A request needing more than the limit fails with ResourceExhausted naming it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace colibri::compute {
+
+struct KvLimitInputs {
+  uint64_t kv_bytes_per_token = 0;
+  int64_t context_length = 0;
+  int max_batch = 1;
+  uint64_t memory_free = 0;      // MemAvailable (host) or the device's free bytes
+  uint64_t memory_reserved = 0;  // of that, what the model will still take (dense, caches)
+  bool device = false;           // memory_free is device memory
+};
+
+struct KvLimit {
+  uint64_t bytes = 0;
+  std::string explanation;  // how it was derived, for the start-up log
+};
+
+// Never 0 (0 means unbounded): at least one token's KV.
+KvLimit DefaultKvCacheLimit(const KvLimitInputs& in);
+
+// MemAvailable from a /proc/meminfo-format file, in bytes. NotFound when the field is missing.
+absl::StatusOr<uint64_t> HostMemAvailable(const std::filesystem::path& meminfo = "/proc/meminfo");
+
+}  // namespace colibri::compute
