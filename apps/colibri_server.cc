@@ -34,11 +34,7 @@ int main(int argc, char** argv) {
   app.add_option("--model", model_dir, "Model directory made by colibri-convert")->required()->check(CLI::ExistingDirectory);
   app.add_option("--expert-cache-size", cache_size, "Host-RAM expert cache budget (e.g. 512M, 8G)")->capture_default_str();
   app.add_option("--threads", threads, "Compute threads (0: physical cores)")->capture_default_str();
-  app.add_option("--host", http.host, "HTTP bind address (0.0.0.0: every interface)")->capture_default_str();
-  app.add_option("--port", http.port, "HTTP port (0 picks one)")->capture_default_str();
-  app.add_option("--sse-keepalive-ms", http.sse_keepalive_ms, "SSE keep-alive comment interval while a stream is silent")
-      ->capture_default_str();
-  colibri::router::AddHttpLimitFlags(&app, &http.limits);
+  colibri::router::AddHttpFlags(&app, &http);
   app.add_option("--grpc-listen", grpc_listen, "Also serve the Router gRPC API here (host:port)");
   app.add_option("--port-file", port_file, "Write the bound HTTP port to this file");
   app.add_option("--grpc-port-file", grpc_port_file, "Write the bound gRPC port to this file (--grpc-listen)");

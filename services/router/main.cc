@@ -32,13 +32,8 @@ int main(int argc, char** argv) {
                  "sticks to one, failing over when it is unreachable")
       ->required()
       ->delimiter(',');
-  app.add_option("--host", http.host, "HTTP bind address (0.0.0.0: every interface)")->capture_default_str();
-  app.add_option("--port", http.port, "HTTP port (0 picks one)")->capture_default_str();
+  colibri::router::AddHttpFlags(&app, &http);
   app.add_option("--grpc-listen", grpc_listen, "Router gRPC address")->capture_default_str();
-  app.add_option("--sse-keepalive-ms", http.sse_keepalive_ms, "SSE keep-alive comment interval while a stream is silent")
-      ->capture_default_str();
-  app.add_option("--http-threads", http.threads, "HTTP worker threads")->capture_default_str();
-  colibri::router::AddHttpLimitFlags(&app, &http.limits);
   app.add_option("--port-file", port_file, "Write the bound HTTP port to this file");
   app.add_option("--prefetch-hints", prefetch_hints,
                  "Before a request of a known conversation (session_id / user), ask compute to warm up to N of "

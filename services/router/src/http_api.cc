@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "colibri/core/units.h"
 #include "colibri/rpc/status.h"
 #include "nlohmann/json.hpp"
 #include "client_watch.h"
@@ -31,32 +32,6 @@ int64_t NowSeconds() {
 std::string NewId(const char* prefix) {
   static std::atomic<uint64_t> counter{0};
   return absl::StrCat(prefix, NowSeconds(), "-", counter++);
-}
-
-// "localhost:8080" -> "localhost", "[::1]:80" -> "::1"; lower case.
-std::string HostName(std::string host) {
-  for (char& c : host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (!host.empty() && host[0] == '[') {
-    const size_t close = host.find(']');
-    return close == std::string::npos ? host : host.substr(1, close - 1);
-  }
-  const size_t colon = host.find(':');
-  if (colon != std::string::npos && host.find(':', colon + 1) == std::string::npos) host.resize(colon);
-  return host;
-}
-
-bool IsLoopbackName(const std::string& name) {
-  return name == "localhost" || name == "::1" || name.rfind("127.", 0) == 0 || name.ends_with(".localhost");
-}
-
-// The Host check against DNS rebinding (see HttpOptions::allowed_hosts).
-bool HostAllowed(const HttpOptions& o, const std::string& host_header) {
-  const std::string name = HostName(host_header);
-  for (const auto& a : o.allowed_hosts) {
-    if (a == "*" || HostName(a) == name) return true;
-  }
-  if (!o.allowed_hosts.empty()) return false;
-  return !IsLoopbackName(HostName(o.host)) || IsLoopbackName(name);
 }
 
 // JSON bodies only: a web page can POST text/plain or a form to a local server without a CORS
@@ -337,6 +312,61 @@ class Handler {
 };
 
 }  // namespace
+
+namespace {
+
+// "localhost:8080" -> "localhost", "[::1]:80" -> "::1"; lower case.
+std::string HostName(std::string host) {
+  for (char& c : host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (!host.empty() && host[0] == '[') {
+    const size_t close = host.find(']');
+    return close == std::string::npos ? host : host.substr(1, close - 1);
+  }
+  const size_t colon = host.find(':');
+  if (colon != std::string::npos && host.find(':', colon + 1) == std::string::npos) host.resize(colon);
+  return host;
+}
+
+// localhost (and *.localhost, which resolvers keep on loopback), ::1, and 127.x.y.z written as
+// an address: "127.evil.example" is a name an attacker can point anywhere.
+bool IsLoopbackName(const std::string& name) {
+  if (name == "localhost" || name == "::1" || name.ends_with(".localhost")) return true;
+  if (name.rfind("127.", 0) != 0) return false;
+  return name.find_first_not_of("0123456789.") == std::string::npos;
+}
+
+}  // namespace
+
+bool HostAllowed(const HttpOptions& o, const std::string& host_header) {
+  const std::string name = HostName(host_header);
+  for (const auto& a : o.allowed_hosts) {
+    if (a == "*" || HostName(a) == name) return true;
+  }
+  if (!o.allowed_hosts.empty()) return false;
+  return !IsLoopbackName(HostName(o.host)) || IsLoopbackName(name);
+}
+
+void AddHttpFlags(CLI::App* app, HttpOptions* o) {
+  app->add_option("--host", o->host, "HTTP bind address (0.0.0.0: every interface)")->capture_default_str();
+  app->add_option("--port", o->port, "HTTP port (0 picks one)")->capture_default_str();
+  app->add_option("--http-threads", o->threads, "HTTP worker threads")->capture_default_str();
+  app->add_option("--sse-keepalive-ms", o->sse_keepalive_ms, "SSE keep-alive comment interval while a stream is silent")
+      ->capture_default_str();
+  app->add_option("--allowed-hosts", o->allowed_hosts,
+                  "Host header names accepted (comma-separated; '*': any). Default: loopback names only when "
+                  "bound to loopback (against DNS rebinding), any name otherwise")
+      ->delimiter(',');
+  app->add_option_function<std::string>(
+         "--max-request-bytes",
+         [o](const std::string& text) {
+           auto bytes = ParseSize(text);
+           if (!bytes.ok() || *bytes == 0) throw CLI::ValidationError("--max-request-bytes", "expects a size like 8M");
+           o->max_request_bytes = static_cast<size_t>(*bytes);
+         },
+         "Largest request body accepted (413 above it)")
+      ->default_str("8M");
+  AddHttpLimitFlags(app, &o->limits);
+}
 
 absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, RouterMetrics* metrics,
                                                         const HttpOptions& options) {

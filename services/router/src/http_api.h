@@ -37,6 +37,16 @@ struct HttpOptions {
   std::vector<metrics::HttpRoute> extra_routes;
 };
 
+// The Host check against DNS rebinding: `host_header` (a Host value, port optional) is accepted
+// when it names an entry of options.allowed_hosts ("*": any), or, with none given, when the
+// server is bound off loopback or the name is a loopback one (localhost, 127.x, ::1).
+bool HostAllowed(const HttpOptions& options, const std::string& host_header);
+
+// The HTTP server's flags, one definition for colibri-router and colibri-server: --host, --port,
+// --http-threads, --sse-keepalive-ms, --allowed-hosts, --max-request-bytes and the connection
+// limits (AddHttpLimitFlags).
+void AddHttpFlags(CLI::App* app, HttpOptions* options);
+
 class HttpApi {
  public:
   static absl::StatusOr<std::unique_ptr<HttpApi>> Start(RouterCore* core, RouterMetrics* metrics,

@@ -1,4 +1,5 @@
 #include "openai_request.h"
+#include "http_api.h"
 
 #include <gtest/gtest.h>
 
@@ -326,6 +327,26 @@ TEST(OpenAiRequestHostileTest, DeepNestingAnywhereIsRefusedNamingTheLimit) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(r.status().message().find("deeper than 64 levels"), std::string::npos) << r.status().message();
   }
+}
+
+TEST(HostAllowedTest, LoopbackServersAcceptOnlyLoopbackNamesUnlessListed) {
+  HttpOptions o;
+  o.host = "127.0.0.1";
+  for (const char* ok : {"localhost:8080", "127.0.0.1:8080", "[::1]:8080", "LOCALHOST", "app.localhost"}) {
+    EXPECT_TRUE(HostAllowed(o, ok)) << ok;
+  }
+  for (const char* bad : {"evil.example", "evil.example:8080", "10.0.0.1", "", "localhost.evil.example",
+                          "127.evil.example", "127.0.0.1.nip.io"}) {
+    EXPECT_FALSE(HostAllowed(o, bad)) << bad;
+  }
+  o.allowed_hosts = {"chat.example.org"};
+  EXPECT_TRUE(HostAllowed(o, "chat.example.org:443"));
+  EXPECT_FALSE(HostAllowed(o, "localhost"));  // the list replaces the default
+  o.allowed_hosts = {"*"};
+  EXPECT_TRUE(HostAllowed(o, "anything"));
+  HttpOptions open;
+  open.host = "0.0.0.0";  // an explicit choice to expose: any name
+  EXPECT_TRUE(HostAllowed(open, "10.1.2.3:8080"));
 }
 
 TEST(OpenAiRequestHostileTest, SamplingRangesAreTheSharedOnes) {
