@@ -605,6 +605,24 @@ TEST_F(RouterCoreTest, SessionTurnCancelledOrConcurrentLeavesItUnchanged) {
   EXPECT_EQ(sessions.Get(s->id)->messages.size(), 2u);
 }
 
+TEST_F(RouterCoreTest, OneKeyCannotCrowdOutAnothersSessions) {
+  auto core = Core({});
+  SessionManager sessions(core.get(), /*max_sessions=*/100, /*max_per_owner=*/2);
+  auto other = sessions.Create("", "", "key-2");
+  ASSERT_TRUE(other.ok());
+  std::vector<std::string> mine;
+  for (int i = 0; i < 5; ++i) {
+    auto s = sessions.Create("", "", "key-1");
+    ASSERT_TRUE(s.ok()) << s.status();
+    mine.push_back(s->id);
+  }
+  EXPECT_EQ(sessions.size(), 3u);  // key-1 keeps its newest two, key-2 its one
+  EXPECT_TRUE(sessions.Get(other->id, "key-2").ok());
+  EXPECT_TRUE(sessions.Get(mine[4], "key-1").ok());
+  EXPECT_TRUE(sessions.Get(mine[3], "key-1").ok());
+  EXPECT_FALSE(sessions.Get(mine[2], "key-1").ok());
+}
+
 TEST_F(RouterCoreTest, SessionSystemPromptMustFitTheContext) {
   auto core = Core({}, /*context=*/64);
   SessionManager sessions(core.get(), 8);

@@ -29,10 +29,10 @@ grpc::ServerUnaryReactor* Refused(grpc::CallbackServerContext* ctx, const absl::
 }  // namespace
 
 RouterService::RouterService(RouterCore* core, RouterMetrics* metrics, int max_concurrent, size_t max_sessions,
-                             int max_pending)
+                             int max_pending, size_t max_sessions_per_key)
     : core_(core),
       metrics_(metrics),
-      sessions_(core, max_sessions),
+      sessions_(core, max_sessions, max_sessions_per_key),
       pending_(max_pending),
       executor_(max_concurrent + 1) {}
 

@@ -21,8 +21,9 @@ class RouterService final : public v1::Router::CallbackService {
   // `max_sessions`: conversations the session API keeps (the idle longest are forgotten).
   // `max_pending`: Generate/SendMessage calls held at once (waiting or running); past it
   // RESOURCE_EXHAUSTED at once.
+  // `max_sessions_per_key`: sessions one API key may hold (SessionManager).
   RouterService(RouterCore* core, RouterMetrics* metrics, int max_concurrent, size_t max_sessions = 4096,
-                int max_pending = 256);
+                int max_pending = 256, size_t max_sessions_per_key = 256);
 
   grpc::ServerWriteReactor<v1::RouterGenerateResponse>* Generate(grpc::CallbackServerContext* ctx,
                                                                  const v1::RouterGenerateRequest* req) override;

@@ -20,8 +20,10 @@ std::string NewSessionId() {
 
 }  // namespace
 
-SessionManager::SessionManager(RouterCore* core, size_t max_sessions)
-    : core_(core), max_sessions_(std::max<size_t>(1, max_sessions)) {}
+SessionManager::SessionManager(RouterCore* core, size_t max_sessions, size_t max_per_owner)
+    : core_(core),
+      max_sessions_(std::max<size_t>(1, max_sessions)),
+      max_per_owner_(max_per_owner == 0 ? std::max<size_t>(1, max_sessions) : max_per_owner) {}
 
 void SessionManager::TouchLocked(Session* s) { lru_.splice(lru_.begin(), lru_, s->lru); }
 
@@ -53,6 +55,25 @@ absl::StatusOr<SessionView> SessionManager::Create(const std::string& model, con
   s->owner = owner;
   if (!system_prompt.empty()) s->messages.push_back({"system", system_prompt});
   std::lock_guard<std::mutex> lock(mu_);
+  // One key cannot crowd the others out: past its quota it loses its own idle-longest session.
+  size_t owned = 0;
+  for (const auto& [id, other] : sessions_) owned += other->owner == owner;
+  if (owned >= max_per_owner_) {
+    bool freed = false;
+    for (auto it = lru_.end(); it != lru_.begin() && !freed;) {
+      --it;
+      auto found = sessions_.find(*it);
+      if (found != sessions_.end() && found->second->owner == owner && !found->second->busy) {
+        sessions_.erase(found);
+        lru_.erase(it);
+        freed = true;
+      }
+    }
+    if (!freed) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("this key holds ", owned, " sessions, all answering now (limit ", max_per_owner_, ")"));
+    }
+  }
   // Forget the sessions idle longest (never one being answered).
   for (auto it = lru_.end(); sessions_.size() >= max_sessions_ && it != lru_.begin();) {
     --it;

@@ -37,7 +37,10 @@ struct SessionView {
 
 class SessionManager {
  public:
-  SessionManager(RouterCore* core, size_t max_sessions);
+  // `max_per_owner`: sessions one API key identity may hold (0: max_sessions). Past it the
+  // owner's own idle-longest session is forgotten, never another owner's; when all of the
+  // owner's are busy, Create is ResourceExhausted.
+  SessionManager(RouterCore* core, size_t max_sessions, size_t max_per_owner = 0);
 
   // NotFound for a model that is not the router's; InvalidArgument for a system prompt over
   // kMaxSystemPromptBytes or one that alone fills the context.
@@ -69,6 +72,7 @@ class SessionManager {
 
   RouterCore* const core_;
   const size_t max_sessions_;
+  const size_t max_per_owner_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::unique_ptr<Session>> sessions_;
   std::list<std::string> lru_;  // front = most recently used
