@@ -267,10 +267,10 @@ TEST(JinjaBudgetTest, TemplateNestingIsCappedAtParse) {
   conds += " }}";
   for (const Deep &d :
        {Deep{parens, "expression nested too deeply"},
-        Deep{chain, "expression nested deeper than 200 levels"},
-        Deep{attrs, "expression nested deeper than 200 levels"},
-        Deep{filters, "expression nested deeper than 200 levels"},
-        Deep{blocks, "blocks nested deeper than 100 levels"},
+        Deep{chain, "expression nested deeper than 100 levels"},
+        Deep{attrs, "expression nested deeper than 100 levels"},
+        Deep{filters, "expression nested deeper than 100 levels"},
+        Deep{blocks, "blocks nested deeper than 50 levels"},
         Deep{nots, "expression nested too deeply"}, Deep{conds, "expression nested"}}) {
     auto tmpl = Template::Parse(d.source);
     ASSERT_FALSE(tmpl.ok()) << d.source.substr(0, 40);
@@ -279,11 +279,11 @@ TEST(JinjaBudgetTest, TemplateNestingIsCappedAtParse) {
         << d.source.substr(0, 40);
   }
   std::string ok_chain = "{{ 1";
-  for (int i = 0; i < 150; ++i) ok_chain += " + 1";
+  for (int i = 0; i < 90; ++i) ok_chain += " + 1";
   ok_chain += " }}";
   auto ok = Render(ok_chain);
   ASSERT_TRUE(ok.ok()) << ok.status();
-  EXPECT_EQ(*ok, "151");
+  EXPECT_EQ(*ok, "91");
 }
 
 TEST(JinjaBudgetTest, DeepContextJsonIsRefused) {
@@ -327,13 +327,13 @@ TEST(JinjaBudgetTest, DeepestEvaluationFitsInADefaultThreadStack) {
   // parser accepts in each call: the evaluation-nesting cap stops it before the
   // stack runs out.
   std::string expr = "f(n + 1)";
-  for (int i = 0; i < 190; ++i) expr = "(" + expr + " ~ '')";
+  for (int i = 0; i < 95; ++i) expr = "(" + expr + " ~ '')";
   const std::string source = "{% macro f(n) %}{{ " + expr + " }}{% endmacro %}{{ f(0) }}";
   auto out = RenderOnSmallStack(source, size_t{8} << 20);
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(out.status().message()),
-              HasSubstr("evaluation nested deeper than 1000 frames"));
+              HasSubstr("evaluation nested deeper than 256 frames"));
 }
 
 }  // namespace

@@ -36,9 +36,10 @@ constexpr std::string_view kUnsupportedTags[] = {"include",    "import", "from",
                                                  "block",      "call",   "do",        "with",
                                                  "autoescape", "trans",  "pluralize", "endblock"};
 
-// Real chat templates nest blocks about 6 deep and expressions about 10.
-constexpr int kMaxBlockDepth = 100;
-constexpr int kMaxExprDepth = 200;
+// Real chat templates nest blocks about 6 deep and expressions about 10. Together these stay
+// within the evaluator's frame cap (two frames per block, one per expression level).
+constexpr int kMaxBlockDepth = 50;
+constexpr int kMaxExprDepth = 100;
 
 class Parser {
  public:
