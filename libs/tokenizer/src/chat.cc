@@ -1,5 +1,8 @@
 #include "colibri/tokenizer/chat.h"
 
+#include <utility>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "colibri/core/status.h"
 #include "colibri/tokenizer/jinja.h"
@@ -9,9 +12,27 @@ namespace {
 
 using OrderedJson = nlohmann::ordered_json;
 
+absl::Status TooDeep(const char* what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, ": JSON nested deeper than the limit of ", kMaxChatJsonDepth, " levels"));
+}
+
+// The parser itself does not recurse, but copying, dumping and converting the result do: a
+// deeper value is refused while parsing, before it is built.
 absl::StatusOr<OrderedJson> ParseOption(const std::string& text, const char* what,
                                         bool want_object) {
-  OrderedJson j = OrderedJson::parse(text, nullptr, /*allow_exceptions=*/false);
+  bool too_deep = false;
+  auto depth_cap = [&too_deep](int depth, OrderedJson::parse_event_t event, OrderedJson&) {
+    if ((event == OrderedJson::parse_event_t::object_start ||
+         event == OrderedJson::parse_event_t::array_start) &&
+        depth >= kMaxChatJsonDepth) {
+      too_deep = true;
+      return false;  // skipped, not built
+    }
+    return true;
+  };
+  OrderedJson j = OrderedJson::parse(text, depth_cap, /*allow_exceptions=*/false);
+  if (too_deep) return TooDeep(what);
   if (j.is_discarded() || (want_object ? !j.is_object() : !j.is_array())) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": expected a JSON ", want_object ? "object" : "array"));
@@ -19,15 +40,29 @@ absl::StatusOr<OrderedJson> ParseOption(const std::string& text, const char* wha
   return j;
 }
 
+// Without recursion (an explicit stack), for a value parsed elsewhere: whether `j` nests no
+// deeper than kMaxChatJsonDepth levels, checked before anything copies it.
+bool WithinDepth(const OrderedJson& j) {
+  std::vector<std::pair<const OrderedJson*, int>> stack = {{&j, 1}};
+  while (!stack.empty()) {
+    auto [v, depth] = stack.back();
+    stack.pop_back();
+    if (!v->is_structured()) continue;
+    if (depth > kMaxChatJsonDepth) return false;
+    for (const auto& child : *v) stack.emplace_back(&child, depth + 1);
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> RenderChatJson(const Tokenizer& tok, const OrderedJson& messages,
                                            const ChatOptions& options,
                                            std::string_view chat_template) {
-  const std::string_view source =
-      chat_template.empty() ? std::string_view(tok.chat_template()) : chat_template;
-  if (source.empty()) return absl::FailedPreconditionError("the tokenizer has no chat template");
+  if (chat_template.empty() && tok.chat_template().empty())
+    return absl::FailedPreconditionError("the tokenizer has no chat template");
   if (!messages.is_array()) return absl::InvalidArgumentError("messages: expected a JSON array");
+  if (!WithinDepth(messages)) return TooDeep("messages");
   OrderedJson context = OrderedJson::object();
   context["messages"] = messages;
   context["tools"] = nullptr;
@@ -44,7 +79,11 @@ absl::StatusOr<std::string> RenderChatJson(const Tokenizer& tok, const OrderedJs
                                                     /*want_object=*/true));
     for (auto it = extra.begin(); it != extra.end(); ++it) context[it.key()] = it.value();
   }
-  auto tmpl = jinja::Template::Parse(source);
+  // The tokenizer's own template was parsed once, at load; a caller's is parsed here.
+  absl::StatusOr<jinja::Template> given;
+  if (!chat_template.empty()) given = jinja::Template::Parse(chat_template);
+  const absl::StatusOr<jinja::Template>& tmpl =
+      chat_template.empty() ? tok.parsed_chat_template() : given;
   if (!tmpl.ok()) return Annotate(tmpl.status(), "chat template");
   auto out = tmpl->Render(context);
   if (!out.ok()) return Annotate(out.status(), "chat template");

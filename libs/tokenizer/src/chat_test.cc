@@ -117,5 +117,73 @@ TEST(RenderChatTest, RenderedPromptEncodesSpecialTokens) {
   EXPECT_EQ(*ids, (std::vector<int32_t>{1, 'a', 'b', 2}));
 }
 
+TEST(RenderChatTest, JsonOptionsDeeperThanTheLimitAreRefused) {
+  auto tok = TokenizerWithTemplate("{{ tools | length }} {{ messages | length }}");
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string fits = std::string(kMaxChatJsonDepth, '[') + std::string(kMaxChatJsonDepth, ']');
+  const std::string limit = "JSON nested deeper than the limit of 64 levels";
+
+  ChatOptions tools;
+  tools.tools_json = deep;
+  auto deep_tools = RenderChat(*tok, {{"user", "a"}}, tools);
+  ASSERT_FALSE(deep_tools.ok());
+  EXPECT_EQ(deep_tools.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(deep_tools.status().message()), "tools: " + limit);
+  tools.tools_json = fits;
+  auto ok = RenderChat(*tok, {{"user", "a"}}, tools);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(*ok, "1 1");
+
+  ChatOptions extra;
+  extra.extra_context_json = "{\"x\": " + deep + "}";
+  auto deep_extra = RenderChat(*tok, {{"user", "a"}}, extra);
+  ASSERT_FALSE(deep_extra.ok());
+  EXPECT_EQ(std::string(deep_extra.status().message()), "extra context: " + limit);
+
+  auto deep_calls = RenderChat(*tok, {{"assistant", "", "", deep}});
+  ASSERT_FALSE(deep_calls.ok());
+  EXPECT_EQ(std::string(deep_calls.status().message()), "messages[0]: tool_calls: " + limit);
+
+  // Messages parsed elsewhere: checked without recursion before anything copies them.
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json* leaf = &messages;
+  for (int i = 0; i < 1000; ++i) {
+    leaf->push_back(nlohmann::ordered_json::array());
+    leaf = &leaf->back();
+  }
+  auto deep_messages = RenderChatJson(*tok, messages);
+  ASSERT_FALSE(deep_messages.ok());
+  EXPECT_EQ(std::string(deep_messages.status().message()), "messages: " + limit);
+}
+
+TEST(RenderChatTest, TheTokenizersTemplateIsParsedOnceAtLoad) {
+  auto tok = TokenizerWithTemplate("{{ messages[0].content }}!");
+  const absl::StatusOr<jinja::Template>& parsed = tok->parsed_chat_template();
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(&tok->parsed_chat_template(), &parsed);  // held by the tokenizer, not rebuilt
+  EXPECT_EQ(*parsed->Render({{"messages", {{{"content", "x"}}}}}), "x!");
+  EXPECT_EQ(*RenderChat(*tok, {{"user", "a"}}), "a!");
+
+  // A template outside the subset fails at load time's parse and is reported by every render.
+  auto bad = TokenizerWithTemplate("{% extends 'base' %}");
+  EXPECT_EQ(bad->parsed_chat_template().status().code(), absl::StatusCode::kFailedPrecondition);
+  auto out = RenderChat(*bad, {{"user", "a"}});
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(std::string(out.status().message()), "chat template: line 1: unsupported tag 'extends'");
+  EXPECT_EQ(TokenizerWithTemplate("")->parsed_chat_template().status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(RenderChatTest, ARunawayTemplateFailsWithTheBudget) {
+  auto tok = TokenizerWithTemplate(
+      "{% for m in messages %}{% for i in range(100000) %}{% for j in range(100000) %}"
+      "{% endfor %}{% endfor %}{% endfor %}");
+  auto out = RenderChat(*tok, {{"user", "a"}});
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(std::string(out.status().message()),
+            "chat template: line 1: step budget of 10000000 exceeded");
+}
+
 }  // namespace
 }  // namespace colibri::tokenizer

@@ -78,6 +78,7 @@ struct Expr {
   std::vector<ExprPtr> children;
   std::vector<std::pair<std::string, ExprPtr>> keyword;  // kCall, kFilter
   bool negated = false;                                  // kTest
+  int depth = 1;                                         // levels of the tree below and here
 };
 
 // ----- Statements

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "colibri/core/status.h"
 #include "jinja_ast.h"
+#include "jinja_budget.h"
 #include "unicode.h"
 
 namespace colibri::tokenizer::jinja_internal {
@@ -62,6 +63,11 @@ absl::Status SortValues(ValueList* items, bool reverse, bool case_sensitive,
   std::vector<std::pair<Value, Value>> keyed;
   for (const Value& v : *items) keyed.emplace_back(key(v), v);
   std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
+    if (!err.ok()) return false;
+    if (!Charge(1)) {
+      err = CurrentBudget()->status();
+      return false;
+    }
     auto r = reverse ? Value::Less(y.first, x.first) : Value::Less(x.first, y.first);
     if (!r.ok()) {
       if (err.ok()) err = r.status();
@@ -217,10 +223,22 @@ std::string AsciiEscapeJson(const std::string& s) {
   return out;
 }
 
+absl::StatusOr<Value> FilterUnchecked(const std::string& n, const Value& v, CallArgs& args);
+
 }  // namespace
 
+// Filters scan their operand about once (charged up front) and most build at most a few times
+// its size; the rest (join, center, indent, batch, ...) check their size before building.
 absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArgs& args) {
-  const std::string n(name);
+  if (!ChargeBytes(v.is_string() ? v.as_string().size() : 0)) return CurrentBudget()->status();
+  ASSIGN_OR_RETURN(Value r, FilterUnchecked(std::string(name), v, args));
+  if (r.is_string()) RETURN_IF_ERROR(CheckStringCap(r.as_string().size(), name));
+  return r;
+}
+
+namespace {
+
+absl::StatusOr<Value> FilterUnchecked(const std::string& n, const Value& v, CallArgs& args) {
   auto str_of = [&]() { return v.Str(); };
   if (n == "tojson") {
     const Value* indent = FindArg(args, 0, "indent");
@@ -285,12 +303,16 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArg
     const Value* sep = FindArg(args, 0, "d");
     const Value* attr = FindArg(args, 1, "attribute");
     ASSIGN_OR_RETURN(ValueList items, Iterate(v));
+    const std::string separator = sep != nullptr ? sep->Str() : "";
     std::string out;
     for (size_t k = 0; k < items.size(); ++k) {
-      if (k > 0 && sep != nullptr) out += sep->Str();
-      out +=
+      std::string piece =
           (attr != nullptr && attr->is_string() ? AttrPath(items[k], attr->as_string()) : items[k])
               .Str();
+      RETURN_IF_ERROR(CheckStringSize(
+          out.size() + (k > 0 ? separator.size() : 0) + piece.size(), "join"));
+      if (k > 0) out += separator;
+      out += piece;
     }
     return Value::String(std::move(out));
   }
@@ -340,6 +362,7 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArg
     for (const Value& item : items) {
       Value key = FoldCase(
           attr != nullptr && attr->is_string() ? AttrPath(item, attr->as_string()) : item, cs);
+      if (!Charge(static_cast<int64_t>(seen.size()))) return CurrentBudget()->status();
       bool dup =
           std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return s.Equals(key); });
       if (dup) continue;
@@ -439,13 +462,14 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArg
         width != nullptr && width->is_string()
             ? width->as_string()
             : std::string(static_cast<size_t>(width != nullptr && width->is_int()
-                                                  ? std::max<int64_t>(0, width->as_int())
+                                                  ? std::clamp<int64_t>(width->as_int(), 0, 4096)
                                                   : 4),
                           ' ');
     bool first = BoolArg(args, 1, "first", false);
     bool blank = BoolArg(args, 2, "blank", false);
     std::string s = str_of() + "\n";
     std::vector<std::string> lines = SplitLines(s);
+    RETURN_IF_ERROR(CheckStringSize(s.size() + (lines.size() + 1) * pad.size(), "indent"));
     std::string out;
     if (blank) {
       for (size_t k = 0; k < lines.size(); ++k) out += (k > 0 ? "\n" + pad : "") + lines[k];
@@ -465,6 +489,7 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArg
     int64_t len = static_cast<int64_t>(internal::CodePointCount(s));
     if (len >= w) return Value::String(s);
     int64_t total = w - len, left = total / 2 + (total & w & 1);
+    RETURN_IF_ERROR(CheckStringSize(s.size() + static_cast<size_t>(total), "center"));
     return Value::String(std::string(static_cast<size_t>(left), ' ') + s +
                          std::string(static_cast<size_t>(total - left), ' '));
   }
@@ -479,6 +504,8 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArg
     if (size == nullptr || !size->is_int() || size->as_int() <= 0)
       return TypeError("batch: needs a positive size");
     ASSIGN_OR_RETURN(ValueList items, Iterate(v));
+    if (fill != nullptr && !items.empty())  // the last batch is padded to the full size
+      RETURN_IF_ERROR(CheckListSize(static_cast<size_t>(size->as_int()), "batch"));
     ValueList out, cur;
     for (const Value& item : items) {
       cur.push_back(item);
@@ -545,6 +572,8 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, CallArg
   }
   return absl::FailedPreconditionError(absl::StrCat("unsupported filter '", n, "'"));
 }
+
+}  // namespace
 
 absl::StatusOr<bool> ApplyTest(std::string_view name, const Value& v, CallArgs& args) {
   const std::string n(name);
@@ -639,7 +668,10 @@ void AddGlobals(Dict* globals) {
                }));
   globals->Set(Value::String("namespace"),
                Value::Function("namespace", [](CallArgs& args) -> absl::StatusOr<Value> {
-                 Value ns = Value::NewDict(/*is_namespace=*/true);
+                 auto dict = std::make_shared<Dict>();
+                 dict->is_namespace = true;
+                 if (Budget* budget = CurrentBudget()) budget->AdoptNamespace(dict);
+                 Value ns = Value::MakeDict(std::move(dict));
                  for (const Value& p : args.positional) {
                    if (!p.is_dict())
                      return TypeError("namespace() positional arguments must be mappings");
@@ -671,12 +703,17 @@ void AddGlobals(Dict* globals) {
                  int64_t start = a.size() == 1 ? 0 : a[0], stop = a.size() == 1 ? a[0] : a[1];
                  int64_t step = a.size() == 3 ? a[2] : 1;
                  if (step == 0) return TypeError("range() arg 3 must not be zero");
+                 // The length first (in 128 bits: range(-2**63, 2**63 - 1) must not overflow).
+                 const __int128 span = step > 0 ? __int128{stop} - start : __int128{start} - stop;
+                 const __int128 mag = step > 0 ? __int128{step} : -__int128{step};
+                 const __int128 count = span <= 0 ? 0 : (span + mag - 1) / mag;
+                 RETURN_IF_ERROR(CheckListSize(
+                     count > static_cast<__int128>(SIZE_MAX) ? SIZE_MAX : static_cast<size_t>(count),
+                     "range()"));
                  ValueList out;
-                 for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-                   if (out.size() >= 100000)
-                     return absl::ResourceExhaustedError("range() too large for a template");
-                   out.push_back(Value::Int(i));
-                 }
+                 out.reserve(static_cast<size_t>(count));
+                 for (__int128 k = 0; k < count; ++k)
+                   out.push_back(Value::Int(static_cast<int64_t>(start + k * step)));
                  return Value::List(std::move(out));
                }));
   globals->Set(Value::String("strftime_now"),

@@ -7,11 +7,14 @@
 #include "colibri/core/status.h"
 #include "colibri/tokenizer/jinja.h"
 #include "jinja_ast.h"
+#include "jinja_budget.h"
 #include "jinja_builtins.h"
 
 namespace colibri::tokenizer::jinja {
 
 using jinja_internal::Body;
+using jinja_internal::Budget;
+using jinja_internal::BudgetScope;
 using jinja_internal::CallArgs;
 using jinja_internal::Expr;
 using jinja_internal::ExprKind;
@@ -22,12 +25,16 @@ using jinja_internal::ValueList;
 
 struct Template::Impl {
   Body body;
+  Limits limits;
 };
 
 namespace {
 
-constexpr size_t kMaxOutputBytes = size_t{64} << 20;
-constexpr int kMaxCallDepth = 64;
+// Nested Eval / RenderBody frames: the parser bounds a template's own nesting (to fit well
+// within this), macro calls multiply it. 256 frames take under 0.5 MiB of stack
+// (RelWithDebInfo; about 8x that under ASan: jinja_budget_test renders the deepest case on an
+// 8 MiB thread, the default), while real templates stay under 100.
+constexpr int kMaxEvalNesting = 256;
 
 absl::Status AtLine(const absl::Status& s, int line) {
   if (s.ok() || s.message().rfind("line ", 0) == 0) return s;
@@ -42,14 +49,41 @@ using FramePtr = std::shared_ptr<Frame>;
 
 enum class Flow { kNormal, kBreak, kContinue };
 
+// Counts a nested frame for as long as it lives.
+class NestingGuard {
+ public:
+  explicit NestingGuard(int* depth) : depth_(depth) { ++*depth_; }
+  ~NestingGuard() { --*depth_; }
+  NestingGuard(const NestingGuard&) = delete;
+  NestingGuard& operator=(const NestingGuard&) = delete;
+  bool ok() const { return *depth_ <= kMaxEvalNesting; }
+
+ private:
+  int* depth_;
+};
+
+absl::Status NestingError(int line) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "line ", line, ": evaluation nested deeper than ", kMaxEvalNesting, " frames"));
+}
+
 class Evaluator {
  public:
+  explicit Evaluator(Budget* budget) : budget_(*budget) {}
+
   absl::Status RenderBody(const Body& body, const FramePtr& frame, std::string* out, Flow* flow) {
+    NestingGuard guard(&nesting_);
+    if (!guard.ok()) return NestingError(body.empty() ? 0 : body.front()->line);
+    const size_t max_output = budget_.limits().max_output_bytes;
     for (const auto& node : body) {
+      if (!budget_.Charge(1)) return AtLine(budget_.status(), node->line);
       RETURN_IF_ERROR(RenderNode(*node, frame, out, flow));
+      if (!budget_.ok()) return AtLine(budget_.status(), node->line);
+      if (out->size() > max_output) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "line ", node->line, ": output exceeds the limit of ", max_output, " bytes"));
+      }
       if (*flow != Flow::kNormal) return absl::OkStatus();
-      if (out->size() > kMaxOutputBytes)
-        return absl::ResourceExhaustedError("template output exceeds 64 MiB");
     }
     return absl::OkStatus();
   }
@@ -212,9 +246,10 @@ class Evaluator {
             absl::StrCat("line ", node->line, ": macro '", node->text,
                          "' called outside the scope it was defined in"));
       }
-      if (depth_ >= kMaxCallDepth) {
+      if (depth_ >= budget_.limits().max_call_depth) {
         return absl::ResourceExhaustedError(
-            absl::StrCat("line ", node->line, ": macro recursion too deep"));
+            absl::StrCat("line ", node->line, ": macro '", node->text, "' calls nested deeper than ",
+                         budget_.limits().max_call_depth, " (unbounded recursion?)"));
       }
       auto frame = std::make_shared<Frame>();
       frame->parent = defining;
@@ -275,7 +310,18 @@ class Evaluator {
     return r;
   }
 
+  // Every expression is a step; a built-in that ran out of budget part way (repr, ==) may
+  // return a partial value, which the latched error replaces here.
   absl::StatusOr<Value> Eval(const Expr& e, const FramePtr& frame) {
+    NestingGuard guard(&nesting_);
+    if (!guard.ok()) return NestingError(e.line);
+    if (!budget_.Charge(1)) return AtLine(budget_.status(), e.line);
+    absl::StatusOr<Value> v = EvalUnchecked(e, frame);
+    if (!budget_.ok()) return AtLine(budget_.status(), e.line);
+    return v;
+  }
+
+  absl::StatusOr<Value> EvalUnchecked(const Expr& e, const FramePtr& frame) {
     switch (e.kind) {
       case ExprKind::kLiteral:
         return e.value;
@@ -430,7 +476,9 @@ class Evaluator {
     return absl::InternalError(absl::StrCat("unknown comparison ", op));
   }
 
-  int depth_ = 0;
+  Budget& budget_;
+  int depth_ = 0;    // macro calls
+  int nesting_ = 0;  // Eval / RenderBody frames
 };
 
 }  // namespace
@@ -442,6 +490,7 @@ absl::StatusOr<Template> Template::Parse(std::string_view source, const Options&
   lex.keep_trailing_newline = options.keep_trailing_newline;
   ASSIGN_OR_RETURN(std::vector<jinja_internal::Token> tokens, jinja_internal::Lex(source, lex));
   auto impl = std::make_shared<Impl>();
+  impl->limits = options.limits;
   ASSIGN_OR_RETURN(impl->body, jinja_internal::Parse(tokens));
   return Template(std::move(impl));
 }
@@ -449,16 +498,23 @@ absl::StatusOr<Template> Template::Parse(std::string_view source, const Options&
 absl::StatusOr<std::string> Template::Render(const nlohmann::ordered_json& context) const {
   if (!context.is_object())
     return absl::InvalidArgumentError("template context must be a JSON object");
+  // The budget outlives the frames (declared first, destroyed last): it empties the
+  // namespaces once nothing else can reach them.
+  Budget budget(impl_->limits);
+  BudgetScope scope(&budget);
   auto globals = std::make_shared<Frame>();
   jinja_internal::Dict builtins;
   jinja_internal::AddGlobals(&builtins);
   for (auto& [k, v] : builtins.items) globals->vars[k.as_string()] = v;
   auto frame = std::make_shared<Frame>();
   frame->parent = globals;
-  for (auto it = context.begin(); it != context.end(); ++it)
-    frame->vars[it.key()] = Value::FromJson(it.value());
+  for (auto it = context.begin(); it != context.end(); ++it) {
+    auto v = Value::FromJson(it.value(), impl_->limits.max_value_depth);
+    if (!v.ok()) return Annotate(v.status(), absl::StrCat("template variable '", it.key(), "'"));
+    frame->vars[it.key()] = *std::move(v);
+  }
   std::string out;
-  Evaluator eval;
+  Evaluator eval(&budget);
   Flow flow = Flow::kNormal;
   RETURN_IF_ERROR(eval.RenderBody(impl_->body, frame, &out, &flow));
   return out;

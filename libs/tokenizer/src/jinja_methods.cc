@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "colibri/core/status.h"
+#include "jinja_budget.h"
 #include "jinja_builtins.h"
 #include "unicode.h"
 
@@ -65,6 +66,10 @@ std::vector<std::string> SplitWhitespace(std::string_view s, int64_t maxsplit, b
     i = end;
   }
   std::vector<std::string> out;
+  if (words.size() > CurrentLimits().max_list_items) {
+    words.resize(CurrentLimits().max_list_items + 1);  // StringList fails on the count
+    maxsplit = -1;
+  }
   if (maxsplit < 0 || static_cast<size_t>(maxsplit) >= words.size()) {
     for (auto [b, e] : words) out.emplace_back(s.substr(b, e - b));
     return out;
@@ -90,6 +95,7 @@ std::vector<std::string> SplitSep(std::string_view s, std::string_view sep, int6
   if (!from_right) {
     size_t last = 0, pos;
     while ((maxsplit < 0 || static_cast<int64_t>(out.size()) < maxsplit) &&
+           out.size() <= CurrentLimits().max_list_items &&
            (pos = s.find(sep, last)) != std::string_view::npos) {
       out.emplace_back(s.substr(last, pos - last));
       last = pos + sep.size();
@@ -100,7 +106,7 @@ std::vector<std::string> SplitSep(std::string_view s, std::string_view sep, int6
   size_t end = s.size();
   std::vector<std::string> rev;
   while (maxsplit < 0 || static_cast<int64_t>(rev.size()) < maxsplit) {
-    if (end < sep.size()) break;
+    if (end < sep.size() || rev.size() > CurrentLimits().max_list_items) break;
     size_t pos = s.rfind(sep, end - sep.size());
     if (pos == std::string_view::npos) break;
     rev.emplace_back(s.substr(pos + sep.size(), end - pos - sep.size()));
@@ -111,7 +117,8 @@ std::vector<std::string> SplitSep(std::string_view s, std::string_view sep, int6
   return out;
 }
 
-Value StringList(std::vector<std::string> parts) {
+absl::StatusOr<Value> StringList(std::vector<std::string> parts) {
+  RETURN_IF_ERROR(CheckListSize(parts.size(), "split()"));
   ValueList items;
   items.reserve(parts.size());
   for (auto& p : parts) items.push_back(Value::String(std::move(p)));
@@ -182,7 +189,9 @@ absl::StatusOr<std::string> PythonFormat(std::string_view fmt, const CallArgs& a
     }
     if (v == nullptr)
       return TypeError(absl::StrCat("format field '{", field, "}' has no argument"));
-    out += v->Str();
+    std::string piece = v->Str();
+    RETURN_IF_ERROR(CheckStringSize(out.size() + piece.size(), "str.format()"));
+    out += piece;
     i = close;
   }
   return out;
@@ -252,10 +261,18 @@ std::string StripChars(std::string_view s, const std::string* chars, bool left, 
 
 Value BoundMethod(const Value& obj, std::string_view name) {
   const std::string method(name);
+  // Every method scans its receiver once (charged up front); results are held to the caps
+  // (methods that could build more than their input check before building).
   auto bind = [&](auto fn) {
     return Value::Function(
         absl::StrCat(obj.TypeName(), ".", method),
-        [obj, fn](CallArgs& args) -> absl::StatusOr<Value> { return fn(obj, args); });
+        [obj, fn, method](CallArgs& args) -> absl::StatusOr<Value> {
+          if (!ChargeBytes(obj.is_string() ? obj.as_string().size() : 0))
+            return CurrentBudget()->status();
+          ASSIGN_OR_RETURN(Value r, fn(obj, args));
+          if (r.is_string()) RETURN_IF_ERROR(CheckStringCap(r.as_string().size(), method));
+          return r;
+        });
   };
   if (obj.is_string()) {
     if (name == "startswith" || name == "endswith") {
@@ -317,6 +334,21 @@ Value BoundMethod(const Value& obj, std::string_view name) {
         ASSIGN_OR_RETURN(std::string to, StringArg(args, 1, "new", "replace"));
         int64_t count = IntArgOr(args, 2, "count", -1);
         const std::string& s = self.as_string();
+        // The result's size, before building it: 'a' * 10**6 replaced by 'b' * 10**6.
+        uint64_t hits = 0;
+        if (from.empty()) {
+          hits = internal::CodePointCount(s) + 1;
+        } else {
+          for (size_t pos = s.find(from); pos != std::string::npos;
+               pos = s.find(from, pos + from.size()))
+            ++hits;
+        }
+        if (count >= 0) hits = std::min<uint64_t>(hits, static_cast<uint64_t>(count));
+        const uint64_t removed = from.empty() ? 0 : hits * from.size();
+        const uint64_t added = hits > 0 && to.size() > UINT64_MAX / hits ? UINT64_MAX
+                                                                           : hits * to.size();
+        RETURN_IF_ERROR(CheckStringSize(
+            added > UINT64_MAX - s.size() ? UINT64_MAX : s.size() - removed + added, "replace()"));
         std::string out;
         if (from.empty()) {  // Python inserts `to` between characters
           std::vector<size_t> off = CodePointOffsets(s);
@@ -392,6 +424,9 @@ Value BoundMethod(const Value& obj, std::string_view name) {
             return TypeError(absl::StrCat("sequence item ", k, ": expected str instance, ",
                                           items[k].TypeName(), " found"));
           }
+          RETURN_IF_ERROR(CheckStringSize(
+              out.size() + (k > 0 ? self.as_string().size() : 0) + items[k].as_string().size(),
+              "join()"));
           if (k > 0) out += self.as_string();
           out += items[k].as_string();
         }
@@ -414,6 +449,7 @@ Value BoundMethod(const Value& obj, std::string_view name) {
           if (cp == '\r' && i < s.size() && s[i] == '\n') ++i;
           lines.push_back(s.substr(start, (keep ? i : at) - start));
           start = i;
+          if (lines.size() > CurrentLimits().max_list_items) break;
         }
         if (start < s.size()) lines.push_back(s.substr(start));
         return StringList(std::move(lines));
@@ -471,6 +507,7 @@ Value BoundMethod(const Value& obj, std::string_view name) {
     if (name == "items" || name == "keys" || name == "values") {
       int which = name == "items" ? 0 : name == "keys" ? 1 : 2;
       return bind([which](const Value& self, CallArgs&) -> absl::StatusOr<Value> {
+        RETURN_IF_ERROR(CheckListSize(self.dict().items.size(), "items()"));
         ValueList out;
         for (const auto& [k, v] : self.dict().items) {
           if (which == 0) out.push_back(Value::List({k, v}, /*tuple=*/true));
@@ -498,6 +535,7 @@ Value BoundMethod(const Value& obj, std::string_view name) {
       return bind([index](const Value& self, CallArgs& args) -> absl::StatusOr<Value> {
         const Value* x = FindArg(args, 0, "value");
         if (x == nullptr) return TypeError("expected 1 argument");
+        if (!Charge(static_cast<int64_t>(self.list().size()))) return CurrentBudget()->status();
         int64_t n = 0;
         for (size_t k = 0; k < self.list().size(); ++k) {
           if (!self.list()[k].Equals(*x)) continue;
@@ -543,6 +581,7 @@ Value GetItem(const Value& obj, const Value& key) {
       return Value::Undefined(
           absl::StrCat("'", obj.TypeName(), " object' has no element ", key.as_int()));
     }
+    ChargeBytes(obj.as_string().size());
     std::vector<size_t> off = CodePointOffsets(obj.as_string());
     int64_t n = static_cast<int64_t>(off.size()) - 1;
     if (i < 0) i += n;
@@ -576,6 +615,7 @@ absl::StatusOr<Value> SliceValue(const Value& obj, const Value& start, const Val
   if (obj.is_list()) {
     n = static_cast<int64_t>(obj.list().size());
   } else if (obj.is_string()) {
+    if (!ChargeBytes(obj.as_string().size())) return CurrentBudget()->status();
     off = CodePointOffsets(obj.as_string());
     n = static_cast<int64_t>(off.size()) - 1;
   } else {
@@ -595,6 +635,7 @@ absl::StatusOr<Value> SliceValue(const Value& obj, const Value& start, const Val
   };
   int64_t lo = clamp(b, st < 0 ? n - 1 : 0);
   int64_t hi = clamp(e, st < 0 ? -1 : n);
+  if (!Charge(n)) return CurrentBudget()->status();
   std::vector<int64_t> idx;
   for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) idx.push_back(i);
   if (obj.is_list()) {
@@ -615,14 +656,17 @@ absl::StatusOr<ValueList> Iterate(const Value& v) {
     case Value::Kind::kUndefined:
       return ValueList();
     case Value::Kind::kList:
+      if (!Charge(static_cast<int64_t>(v.list().size()))) return CurrentBudget()->status();
       return v.list();
     case Value::Kind::kDict: {
       if (v.is_namespace()) return TypeError("'Namespace' object is not iterable");
+      if (!Charge(static_cast<int64_t>(v.dict().items.size()))) return CurrentBudget()->status();
       ValueList keys;
       for (const auto& kv : v.dict().items) keys.push_back(kv.first);
       return keys;
     }
     case Value::Kind::kString: {
+      RETURN_IF_ERROR(CheckListSize(internal::CodePointCount(v.as_string()), "iterating a str"));
       ValueList chars;
       std::vector<size_t> off = CodePointOffsets(v.as_string());
       for (size_t k = 0; k + 1 < off.size(); ++k)
@@ -640,11 +684,13 @@ absl::StatusOr<bool> Contains(const Value& container, const Value& item) {
       return TypeError(
           absl::StrCat("'in <string>' requires string as left operand, not ", item.TypeName()));
     }
+    ChargeBytes(container.as_string().size() + item.as_string().size());
     return container.as_string().find(item.as_string()) != std::string::npos;
   }
   if (container.is_dict() && !container.is_namespace())
     return container.dict().Find(item) != nullptr;
   if (container.is_list()) {
+    if (!Charge(static_cast<int64_t>(container.list().size()))) return CurrentBudget()->status();
     for (const Value& v : container.list()) {
       if (v.Equals(item)) return true;
     }
@@ -659,6 +705,7 @@ absl::StatusOr<int64_t> Length(const Value& v) {
     case Value::Kind::kUndefined:
       return 0;
     case Value::Kind::kString:
+      ChargeBytes(v.as_string().size());
       return static_cast<int64_t>(internal::CodePointCount(v.as_string()));
     case Value::Kind::kList:
       return static_cast<int64_t>(v.list().size());
@@ -689,6 +736,12 @@ absl::StatusOr<std::string> PercentFormat(const std::string& fmt, const Value& a
     if (j >= fmt.size()) return TypeError("incomplete format");
     char conv = fmt[j];
     i = j;
+    RETURN_IF_ERROR(CheckStringCap(out.size(), "'%' formatting"));
+    // printf pads in a fixed buffer below; Python has no use for wider fields in a prompt.
+    for (size_t k = 1, run = 0; k < spec.size(); ++k) {
+      run = std::isdigit(static_cast<unsigned char>(spec[k])) ? run + 1 : 0;
+      if (run > 3) return TypeError("'%' formatting: field width or precision over 999");
+    }
     if (conv == '%') {
       out.push_back('%');
       continue;
@@ -736,8 +789,24 @@ bool CheckedInt(std::string_view op, int64_t a, int64_t b, int64_t* r) {
 
 }  // namespace
 
+// base ** exp by squaring (at most 63 rounds, whatever the exponent); false on overflow.
+bool CheckedPow(int64_t base, int64_t exp, int64_t* r) {
+  int64_t result = 1;
+  while (exp > 0) {
+    if ((exp & 1) != 0 && __builtin_mul_overflow(result, base, &result)) return false;
+    exp >>= 1;
+    if (exp > 0 && __builtin_mul_overflow(base, base, &base)) return false;
+  }
+  *r = result;
+  return true;
+}
+
 absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value& b) {
-  if (op == "~") return Value::String(a.Str() + b.Str());
+  if (op == "~") {
+    std::string x = a.Str(), y = b.Str();
+    RETURN_IF_ERROR(CheckStringSize(x.size() + y.size(), "'~'"));
+    return Value::String(x + y);
+  }
   if (a.is_undefined() || b.is_undefined()) {
     const Value& u = a.is_undefined() ? a : b;
     return absl::InvalidArgumentError(
@@ -786,9 +855,10 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
     }
     if (op == "**") {
       if (!fl && b.as_int() >= 0) {
-        int64_t r = 1, base = a.as_int();
-        for (int64_t k = 0; k < b.as_int(); ++k) {
-          if (__builtin_mul_overflow(r, base, &r)) return TypeError("integer overflow");
+        int64_t r;
+        if (!CheckedPow(a.as_int(), b.as_int(), &r)) {
+          return absl::ResourceExhaustedError(
+              absl::StrCat("'**': ", a.as_int(), " ** ", b.as_int(), " overflows a 64-bit integer"));
         }
         return Value::Int(r);
       }
@@ -796,8 +866,12 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
     }
   }
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value::String(a.as_string() + b.as_string());
+    if (a.is_string() && b.is_string()) {
+      RETURN_IF_ERROR(CheckStringSize(a.as_string().size() + b.as_string().size(), "'+'"));
+      return Value::String(a.as_string() + b.as_string());
+    }
     if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+      RETURN_IF_ERROR(CheckListSize(a.list().size() + b.list().size(), "'+'"));
       ValueList out = a.list();
       out.insert(out.end(), b.list().begin(), b.list().end());
       return Value::List(std::move(out), a.is_tuple());
@@ -811,16 +885,21 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
     const Value& seq = a.is_number() ? b : a;
     const Value& n = a.is_number() ? a : b;
     if ((n.is_int() || n.is_bool()) && (seq.is_string() || seq.is_list())) {
-      int64_t times = std::max<int64_t>(0, n.as_int());
+      const uint64_t times = static_cast<uint64_t>(std::max<int64_t>(0, n.as_int()));
+      const uint64_t unit = seq.is_string() ? seq.as_string().size() : seq.list().size();
+      // The size before building: 'a' * 10**18 must not even overflow the product.
+      const uint64_t total = unit != 0 && times > UINT64_MAX / unit ? UINT64_MAX : times * unit;
       if (seq.is_string()) {
-        if (times * static_cast<int64_t>(seq.as_string().size()) > (int64_t{1} << 26))
-          return TypeError("repeated string too large");
+        RETURN_IF_ERROR(CheckStringSize(total, "'*'"));
         std::string out;
-        for (int64_t k = 0; k < times; ++k) out += seq.as_string();
+        out.reserve(total);
+        for (uint64_t k = 0; k < times && unit > 0; ++k) out += seq.as_string();
         return Value::String(std::move(out));
       }
+      RETURN_IF_ERROR(CheckListSize(total, "'*'"));
       ValueList out;
-      for (int64_t k = 0; k < times && out.size() < (1u << 20); ++k)
+      out.reserve(total);
+      for (uint64_t k = 0; k < times && unit > 0; ++k)
         out.insert(out.end(), seq.list().begin(), seq.list().end());
       return Value::List(std::move(out), seq.is_tuple());
     }

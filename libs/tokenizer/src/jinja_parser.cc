@@ -1,6 +1,7 @@
 // Jinja parser: recursive descent over the lexer's tokens with Jinja2's operator precedence
 // (conditional < or < and < not < comparisons/in < + - < ~ < * / // % < ** < unary; filters,
 // tests, calls, attribute access and subscripts bind tightest).
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdlib>
@@ -34,6 +35,11 @@ constexpr std::string_view kTests[] = {
 constexpr std::string_view kUnsupportedTags[] = {"include",    "import", "from",      "extends",
                                                  "block",      "call",   "do",        "with",
                                                  "autoescape", "trans",  "pluralize", "endblock"};
+
+// Real chat templates nest blocks about 6 deep and expressions about 10. Together these stay
+// within the evaluator's frame cap (two frames per block, one per expression level).
+constexpr int kMaxBlockDepth = 50;
+constexpr int kMaxExprDepth = 100;
 
 class Parser {
  public:
@@ -113,6 +119,16 @@ class Parser {
   // Parses nodes until a block tag whose name is in `ends` (consumed up to and including the
   // name; *found gets it) or the end of the template (*found = "").
   absl::StatusOr<Body> ParseBody(std::initializer_list<std::string_view> ends, std::string* found) {
+    if (++block_depth_ > kMaxBlockDepth) {
+      return Syntax(absl::StrCat("blocks nested deeper than ", kMaxBlockDepth, " levels"));
+    }
+    absl::StatusOr<Body> body = ParseBodyUnchecked(ends, found);
+    --block_depth_;
+    return body;
+  }
+
+  absl::StatusOr<Body> ParseBodyUnchecked(std::initializer_list<std::string_view> ends,
+                                          std::string* found) {
     Body body;
     found->clear();
     while (true) {
@@ -293,6 +309,22 @@ class Parser {
         absl::StrCat("line ", line, ": '", tag, "' block is not closed (expected 'end", tag, "')"));
   }
 
+  // Operator chains (1+1+...+1, a.b.c..., x|f|f...) nest without recursing in the parser, but
+  // the evaluator and the destructor recurse over the tree: its depth is capped as it grows.
+  absl::Status CheckChildDepth(Expr* parent, const Expr* child) const {
+    if (child == nullptr) return absl::OkStatus();
+    parent->depth = std::max(parent->depth, child->depth + 1);
+    if (parent->depth > kMaxExprDepth) {
+      return Syntax(absl::StrCat("expression nested deeper than ", kMaxExprDepth, " levels"));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status AddChild(Expr* parent, ExprPtr child) {
+    RETURN_IF_ERROR(CheckChildDepth(parent, child.get()));
+    parent->children.push_back(std::move(child));
+    return absl::OkStatus();
+  }
+
   ExprPtr NewExpr(ExprKind kind, int line) {
     auto e = std::make_unique<Expr>();
     e->kind = kind;
@@ -301,7 +333,7 @@ class Parser {
   }
 
   absl::StatusOr<ExprPtr> ParseExpression(bool with_condexpr = true) {
-    if (++expr_depth_ > 200) return Syntax("expression nested too deeply");
+    if (++expr_depth_ > kMaxExprDepth) return Syntax("expression nested too deeply");
     absl::StatusOr<ExprPtr> e = with_condexpr ? ParseCondExpr() : ParseOr();
     --expr_depth_;
     return e;
@@ -313,12 +345,12 @@ class Parser {
     ASSIGN_OR_RETURN(ExprPtr first, ParseExpression(with_condexpr));
     if (!IsOp(",")) return first;
     ExprPtr t = NewExpr(ExprKind::kTuple, line);
-    t->children.push_back(std::move(first));
+    RETURN_IF_ERROR(AddChild(t.get(), std::move(first)));
     while (SkipOp(",")) {
       if (Cur().type == TokenType::kBlockEnd || Cur().type == TokenType::kVarEnd || IsName("if"))
         break;
       ASSIGN_OR_RETURN(ExprPtr more, ParseExpression(with_condexpr));
-      t->children.push_back(std::move(more));
+      RETURN_IF_ERROR(AddChild(t.get(), std::move(more)));
     }
     return t;
   }
@@ -331,12 +363,14 @@ class Parser {
       ASSIGN_OR_RETURN(ExprPtr cond, ParseOr());
       ExprPtr other;
       if (SkipName("else")) {
+        if (++expr_depth_ > kMaxExprDepth) return Syntax("expression nested too deeply");
         ASSIGN_OR_RETURN(other, ParseCondExpr());
+        --expr_depth_;
       }
       ExprPtr c = NewExpr(ExprKind::kCondition, line);
-      c->children.push_back(std::move(expr));
-      c->children.push_back(std::move(cond));
-      c->children.push_back(std::move(other));
+      RETURN_IF_ERROR(AddChild(c.get(), std::move(expr)));
+      RETURN_IF_ERROR(AddChild(c.get(), std::move(cond)));
+      RETURN_IF_ERROR(AddChild(c.get(), std::move(other)));
       expr = std::move(c);
     }
     return expr;
@@ -349,8 +383,8 @@ class Parser {
       ++i_;
       ASSIGN_OR_RETURN(ExprPtr right, ParseAnd());
       ExprPtr e = NewExpr(ExprKind::kOr, line);
-      e->children.push_back(std::move(left));
-      e->children.push_back(std::move(right));
+      RETURN_IF_ERROR(AddChild(e.get(), std::move(left)));
+      RETURN_IF_ERROR(AddChild(e.get(), std::move(right)));
       left = std::move(e);
     }
     return left;
@@ -363,8 +397,8 @@ class Parser {
       ++i_;
       ASSIGN_OR_RETURN(ExprPtr right, ParseNot());
       ExprPtr e = NewExpr(ExprKind::kAnd, line);
-      e->children.push_back(std::move(left));
-      e->children.push_back(std::move(right));
+      RETURN_IF_ERROR(AddChild(e.get(), std::move(left)));
+      RETURN_IF_ERROR(AddChild(e.get(), std::move(right)));
       left = std::move(e);
     }
     return left;
@@ -374,11 +408,11 @@ class Parser {
     if (IsName("not")) {
       const int line = Line();
       ++i_;
-      if (++expr_depth_ > 200) return Syntax("expression nested too deeply");
+      if (++expr_depth_ > kMaxExprDepth) return Syntax("expression nested too deeply");
       ASSIGN_OR_RETURN(ExprPtr inner, ParseNot());
       --expr_depth_;
       ExprPtr e = NewExpr(ExprKind::kNot, line);
-      e->children.push_back(std::move(inner));
+      RETURN_IF_ERROR(AddChild(e.get(), std::move(inner)));
       return e;
     }
     return ParseCompare();
@@ -406,11 +440,11 @@ class Parser {
       }
       if (!cmp) {
         cmp = NewExpr(ExprKind::kCompare, line);
-        cmp->children.push_back(std::move(first));
+        RETURN_IF_ERROR(AddChild(cmp.get(), std::move(first)));
       }
       ASSIGN_OR_RETURN(ExprPtr rhs, ParseMath1());
       cmp->ops.push_back(op);
-      cmp->children.push_back(std::move(rhs));
+      RETURN_IF_ERROR(AddChild(cmp.get(), std::move(rhs)));
     }
     return cmp ? std::move(cmp) : std::move(first);
   }
@@ -418,8 +452,8 @@ class Parser {
   absl::StatusOr<ExprPtr> Binary(ExprPtr left, std::string op, ExprPtr right, int line) {
     ExprPtr e = NewExpr(ExprKind::kBinary, line);
     e->name = std::move(op);
-    e->children.push_back(std::move(left));
-    e->children.push_back(std::move(right));
+    RETURN_IF_ERROR(AddChild(e.get(), std::move(left)));
+    RETURN_IF_ERROR(AddChild(e.get(), std::move(right)));
     return e;
   }
 
@@ -473,11 +507,11 @@ class Parser {
     if (IsOp("-") || IsOp("+")) {
       ExprKind kind = IsOp("-") ? ExprKind::kNeg : ExprKind::kPos;
       ++i_;
-      if (++expr_depth_ > 200) return Syntax("expression nested too deeply");
+      if (++expr_depth_ > kMaxExprDepth) return Syntax("expression nested too deeply");
       ASSIGN_OR_RETURN(ExprPtr inner, ParseUnary(false));
       --expr_depth_;
       node = NewExpr(kind, line);
-      node->children.push_back(std::move(inner));
+      RETURN_IF_ERROR(AddChild(node.get(), std::move(inner)));
     } else {
       ASSIGN_OR_RETURN(node, ParsePrimary());
     }
@@ -538,11 +572,11 @@ class Parser {
           ASSIGN_OR_RETURN(ExprPtr first, ParseExpression());
           if (SkipOp(")")) return first;
           ExprPtr t = NewExpr(ExprKind::kTuple, line);
-          t->children.push_back(std::move(first));
+          RETURN_IF_ERROR(AddChild(t.get(), std::move(first)));
           while (SkipOp(",")) {
             if (IsOp(")")) break;
             ASSIGN_OR_RETURN(ExprPtr more, ParseExpression());
-            t->children.push_back(std::move(more));
+            RETURN_IF_ERROR(AddChild(t.get(), std::move(more)));
           }
           RETURN_IF_ERROR(Expect(")"));
           return t;
@@ -552,7 +586,7 @@ class Parser {
           ExprPtr l = NewExpr(ExprKind::kList, line);
           while (!IsOp("]")) {
             ASSIGN_OR_RETURN(ExprPtr item, ParseExpression());
-            l->children.push_back(std::move(item));
+            RETURN_IF_ERROR(AddChild(l.get(), std::move(item)));
             if (!SkipOp(",")) break;
           }
           RETURN_IF_ERROR(Expect("]"));
@@ -565,8 +599,8 @@ class Parser {
             ASSIGN_OR_RETURN(ExprPtr key, ParseExpression());
             RETURN_IF_ERROR(Expect(":"));
             ASSIGN_OR_RETURN(ExprPtr value, ParseExpression());
-            d->children.push_back(std::move(key));
-            d->children.push_back(std::move(value));
+            RETURN_IF_ERROR(AddChild(d.get(), std::move(key)));
+            RETURN_IF_ERROR(AddChild(d.get(), std::move(value)));
             if (!SkipOp(",")) break;
           }
           RETURN_IF_ERROR(Expect("}"));
@@ -588,15 +622,15 @@ class Parser {
           ExprPtr idx = NewExpr(ExprKind::kLiteral, line);
           idx->value = Value::Int(std::strtoll(t_[i_++].text.c_str(), nullptr, 10));
           ExprPtr e = NewExpr(ExprKind::kGetItem, line);
-          e->children.push_back(std::move(node));
-          e->children.push_back(std::move(idx));
+          RETURN_IF_ERROR(AddChild(e.get(), std::move(node)));
+          RETURN_IF_ERROR(AddChild(e.get(), std::move(idx)));
           node = std::move(e);
           continue;
         }
         ASSIGN_OR_RETURN(std::string attr, ExpectName());
         ExprPtr e = NewExpr(ExprKind::kGetAttr, line);
         e->name = std::move(attr);
-        e->children.push_back(std::move(node));
+        RETURN_IF_ERROR(AddChild(e.get(), std::move(node)));
         node = std::move(e);
       } else if (IsOp("[")) {
         ++i_;
@@ -625,13 +659,13 @@ class Parser {
     RETURN_IF_ERROR(Expect("]"));
     if (colons == 0) {
       ExprPtr e = NewExpr(ExprKind::kGetItem, line);
-      e->children.push_back(std::move(target));
-      e->children.push_back(std::move(parts[0]));
+      RETURN_IF_ERROR(AddChild(e.get(), std::move(target)));
+      RETURN_IF_ERROR(AddChild(e.get(), std::move(parts[0])));
       return e;
     }
     ExprPtr e = NewExpr(ExprKind::kSlice, line);
-    e->children.push_back(std::move(target));
-    for (auto& p : parts) e->children.push_back(std::move(p));
+    RETURN_IF_ERROR(AddChild(e.get(), std::move(target)));
+    for (auto& p : parts) RETURN_IF_ERROR(AddChild(e.get(), std::move(p)));
     return e;
   }
 
@@ -645,11 +679,12 @@ class Parser {
         std::string key = t_[i_].text;
         i_ += 2;
         ASSIGN_OR_RETURN(ExprPtr v, ParseExpression());
+        RETURN_IF_ERROR(CheckChildDepth(e, v.get()));
         e->keyword.emplace_back(std::move(key), std::move(v));
       } else {
         if (!e->keyword.empty()) return Syntax("positional argument after a keyword argument");
         ASSIGN_OR_RETURN(ExprPtr v, ParseExpression());
-        e->children.push_back(std::move(v));
+        RETURN_IF_ERROR(AddChild(e, std::move(v)));
       }
       if (!SkipOp(",")) break;
     }
@@ -658,7 +693,7 @@ class Parser {
 
   absl::StatusOr<ExprPtr> ParseCall(ExprPtr callee) {
     ExprPtr e = NewExpr(ExprKind::kCall, Line());
-    e->children.push_back(std::move(callee));
+    RETURN_IF_ERROR(AddChild(e.get(), std::move(callee)));
     RETURN_IF_ERROR(ParseArgs(e.get()));
     return e;
   }
@@ -669,7 +704,7 @@ class Parser {
     if (!IsKnownFilter(name)) return Unsupported(absl::StrCat("filter '", name, "'"), line);
     ExprPtr e = NewExpr(ExprKind::kFilter, line);
     e->name = std::move(name);
-    e->children.push_back(std::move(operand));
+    RETURN_IF_ERROR(AddChild(e.get(), std::move(operand)));
     if (IsOp("(")) RETURN_IF_ERROR(ParseArgs(e.get()));
     return e;
   }
@@ -696,7 +731,7 @@ class Parser {
         ExprPtr e = NewExpr(ExprKind::kTest, line);
         e->name = name;
         e->negated = negated;
-        e->children.push_back(std::move(node));
+        RETURN_IF_ERROR(AddChild(e.get(), std::move(node)));
         if (IsOp("(")) {
           RETURN_IF_ERROR(ParseArgs(e.get()));
         } else if ((Cur().type == TokenType::kName || Cur().type == TokenType::kString ||
@@ -705,7 +740,7 @@ class Parser {
                    !IsName("else") && !IsName("or") && !IsName("and")) {
           ASSIGN_OR_RETURN(ExprPtr arg, ParsePrimary());
           ASSIGN_OR_RETURN(arg, ParsePostfix(std::move(arg)));
-          e->children.push_back(std::move(arg));
+          RETURN_IF_ERROR(AddChild(e.get(), std::move(arg)));
         }
         node = std::move(e);
       } else if (IsOp("(")) {
@@ -720,6 +755,7 @@ class Parser {
   size_t i_ = 0;
   int loop_depth_ = 0;
   int expr_depth_ = 0;
+  int block_depth_ = 0;
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "colibri/core/status.h"
+#include "jinja_budget.h"
 #include "unicode.h"
 
 namespace colibri::tokenizer::jinja_internal {
@@ -16,6 +17,10 @@ using internal::NextCodePoint;
 
 Value Value::List(ValueList items, bool tuple) {
   Value v(Kind::kList);
+  int depth = 0;
+  for (const Value& item : items) depth = std::max(depth, item.depth());
+  if (!CheckValueDepth(depth + 1)) items.clear();  // the render fails; never build it
+  v.depth_ = items.empty() ? 1 : depth + 1;
   v.list_ = std::make_shared<ValueList>(std::move(items));
   v.tuple_ = tuple;
   return v;
@@ -25,6 +30,17 @@ Value Value::MakeDict(std::shared_ptr<Dict> d) {
   Value v(Kind::kDict);
   v.dict_ = std::move(d);
   return v;
+}
+
+int Value::depth() const {
+  if (kind_ == Kind::kList) return depth_;
+  if (kind_ == Kind::kDict && !dict_->is_namespace) return dict_->depth;
+  return 0;
+}
+
+const std::string& Value::EmptyString() {
+  static const std::string kEmpty;
+  return kEmpty;
 }
 
 Value Value::NewDict(bool is_namespace) {
@@ -39,7 +55,16 @@ Value Value::Function(std::string name, NativeFunction fn) {
   return v;
 }
 
-Value Value::FromJson(const nlohmann::ordered_json& j) {
+absl::StatusOr<Value> Value::FromJson(const nlohmann::ordered_json& j, int max_depth) {
+  return FromJsonAt(j, 0, max_depth);
+}
+
+absl::StatusOr<Value> Value::FromJsonAt(const nlohmann::ordered_json& j, int depth,
+                                        int max_depth) {
+  if ((j.is_array() || j.is_object()) && depth >= max_depth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("JSON nested deeper than the limit of ", max_depth, " levels"));
+  }
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null:
       return None();
@@ -59,13 +84,19 @@ Value Value::FromJson(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::array: {
       ValueList items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(FromJson(e));
+      for (const auto& e : j) {
+        ASSIGN_OR_RETURN(Value v, FromJsonAt(e, depth + 1, max_depth));
+        items.push_back(std::move(v));
+      }
       return List(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
       Value d = NewDict();
-      for (auto it = j.begin(); it != j.end(); ++it)
-        d.dict().Set(String(it.key()), FromJson(it.value()));
+      d.dict().items.reserve(j.size());
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        ASSIGN_OR_RETURN(Value v, FromJsonAt(it.value(), depth + 1, max_depth));
+        d.dict().Append(String(it.key()), std::move(v));
+      }
       return d;
     }
     default:
@@ -86,7 +117,7 @@ bool Value::Truthy() const {
     case Kind::kFloat:
       return float_ != 0;
     case Kind::kString:
-      return !str_.empty();
+      return !as_string().empty();
     case Kind::kList:
       return !list_->empty();
     case Kind::kDict:
@@ -211,49 +242,72 @@ std::string Value::Str() const {
     case Kind::kUndefined:
       return "";
     case Kind::kString:
-      return str_;
+      return as_string();
     default:
       return Repr();
   }
 }
 
 std::string Value::Repr() const {
+  std::string out;
+  AppendRepr(&out, 0);
+  return out;
+}
+
+void Value::AppendRepr(std::string* out, int depth) const {
   switch (kind_) {
     case Kind::kUndefined:
-      return "Undefined";
+      *out += "Undefined";
+      return;
     case Kind::kNone:
-      return "None";
+      *out += "None";
+      return;
     case Kind::kBool:
-      return int_ ? "True" : "False";
+      *out += int_ ? "True" : "False";
+      return;
     case Kind::kInt:
-      return std::to_string(int_);
+      *out += std::to_string(int_);
+      return;
     case Kind::kFloat:
-      return FormatPythonFloat(float_);
+      *out += FormatPythonFloat(float_);
+      return;
     case Kind::kString:
-      return PythonStringRepr(str_);
-    case Kind::kList: {
-      std::string out = tuple_ ? "(" : "[";
-      for (size_t i = 0; i < list_->size(); ++i) {
-        if (i > 0) out += ", ";
-        out += (*list_)[i].Repr();
-      }
-      if (tuple_ && list_->size() == 1) out += ",";
-      out += tuple_ ? ")" : "]";
-      return out;
-    }
-    case Kind::kDict: {
-      std::string out = dict_->is_namespace ? "<Namespace {" : "{";
-      for (size_t i = 0; i < dict_->items.size(); ++i) {
-        if (i > 0) out += ", ";
-        absl::StrAppend(&out, dict_->items[i].first.Repr(), ": ", dict_->items[i].second.Repr());
-      }
-      out += dict_->is_namespace ? "}>" : "}";
-      return out;
-    }
+      ChargeBytes(as_string().size());
+      *out += PythonStringRepr(as_string());
+      return;
     case Kind::kCallable:
-      return absl::StrCat("<function ", fn_->name, ">");
+      absl::StrAppend(out, "<function ", fn_->name, ">");
+      return;
+    case Kind::kList:
+    case Kind::kDict:
+      break;
   }
-  return "";
+  // Containers: every element is a step, and the text is held to the string cap, so a shared
+  // sub-list repeated 2^40 times in a DAG fails the render instead of printing forever.
+  if (!CheckValueDepth(depth + 1) || !CheckStringCap(out->size(), "repr()").ok()) {
+    *out += "...";
+    return;
+  }
+  if (kind_ == Kind::kList) {
+    *out += tuple_ ? "(" : "[";
+    for (size_t i = 0; i < list_->size(); ++i) {
+      if (i > 0) *out += ", ";
+      if (!Charge(1)) break;
+      (*list_)[i].AppendRepr(out, depth + 1);
+    }
+    if (tuple_ && list_->size() == 1) *out += ",";
+    *out += tuple_ ? ")" : "]";
+    return;
+  }
+  *out += dict_->is_namespace ? "<Namespace {" : "{";
+  for (size_t i = 0; i < dict_->items.size(); ++i) {
+    if (i > 0) *out += ", ";
+    if (!Charge(1)) break;
+    dict_->items[i].first.AppendRepr(out, depth + 1);
+    *out += ": ";
+    dict_->items[i].second.AppendRepr(out, depth + 1);
+  }
+  *out += dict_->is_namespace ? "}>" : "}";
 }
 
 std::string Value::TypeName() const {
@@ -280,7 +334,9 @@ std::string Value::TypeName() const {
   return "object";
 }
 
-bool Value::Equals(const Value& o) const {
+bool Value::Equals(const Value& o) const { return EqualsAt(o, 0); }
+
+bool Value::EqualsAt(const Value& o, int depth) const {
   if (is_number() && o.is_number()) {
     if (is_float() || o.is_float()) return as_double() == o.as_double();
     return int_ == o.int_;
@@ -291,11 +347,13 @@ bool Value::Equals(const Value& o) const {
     case Kind::kNone:
       return true;
     case Kind::kString:
-      return str_ == o.str_;
+      return str_ == o.str_ || (ChargeBytes(as_string().size()) && as_string() == o.as_string());
     case Kind::kList: {
       if (tuple_ != o.tuple_ || list_->size() != o.list_->size()) return false;
+      if (list_ == o.list_) return true;
+      if (!CheckValueDepth(depth + 1)) return false;
       for (size_t i = 0; i < list_->size(); ++i) {
-        if (!(*list_)[i].Equals((*o.list_)[i])) return false;
+        if (!Charge(1) || !(*list_)[i].EqualsAt((*o.list_)[i], depth + 1)) return false;
       }
       return true;
     }
@@ -303,9 +361,10 @@ bool Value::Equals(const Value& o) const {
       if (dict_ == o.dict_) return true;
       if (dict_->is_namespace || o.dict_->is_namespace) return false;
       if (dict_->items.size() != o.dict_->items.size()) return false;
+      if (!CheckValueDepth(depth + 1)) return false;
       for (const auto& [k, v] : dict_->items) {
         const Value* ov = o.dict_->Find(k);
-        if (ov == nullptr || !v.Equals(*ov)) return false;
+        if (ov == nullptr || !Charge(1) || !v.EqualsAt(*ov, depth + 1)) return false;
       }
       return true;
     }
@@ -316,18 +375,26 @@ bool Value::Equals(const Value& o) const {
   }
 }
 
-absl::StatusOr<bool> Value::Less(const Value& a, const Value& b) {
+absl::StatusOr<bool> Value::Less(const Value& a, const Value& b) { return LessAt(a, b, 0); }
+
+absl::StatusOr<bool> Value::LessAt(const Value& a, const Value& b, int depth) {
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.as_double() < b.as_double();
     return a.int_ < b.int_;
   }
-  if (a.is_string() && b.is_string()) return a.str_ < b.str_;  // UTF-8 order is code point order
+  if (a.is_string() && b.is_string()) {  // UTF-8 order is code point order
+    ChargeBytes(std::min(a.as_string().size(), b.as_string().size()));
+    return a.as_string() < b.as_string();
+  }
   if (a.is_list() && b.is_list() && a.tuple_ == b.tuple_) {
+    if (!CheckValueDepth(depth + 1))
+      return absl::ResourceExhaustedError("values nested too deep to compare");
     const ValueList& x = *a.list_;
     const ValueList& y = *b.list_;
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-      if (x[i].Equals(y[i])) continue;
-      return Less(x[i], y[i]);
+      if (!Charge(1)) return CurrentBudget()->status();
+      if (x[i].EqualsAt(y[i], depth + 1)) continue;
+      return LessAt(x[i], y[i], depth + 1);
     }
     return x.size() < y.size();
   }
@@ -342,10 +409,20 @@ absl::StatusOr<std::string> Value::ToJson(int indent, bool sort_keys) const {
 }
 
 absl::Status Value::AppendJson(std::string* out, int indent, int depth, bool sort_keys) const {
+  // Each newline's indentation is checked before it is written: tojson(indent=10**9).
+  absl::Status room;
   auto newline = [&](int d) {
+    const size_t pad = static_cast<size_t>(indent) * static_cast<size_t>(d);
+    room = CheckStringCap(out->size() + 1 + pad, "tojson");
+    if (!room.ok()) return;
     out->push_back('\n');
-    out->append(static_cast<size_t>(indent * d), ' ');
+    out->append(pad, ' ');
   };
+  if ((kind_ == Kind::kList || kind_ == Kind::kDict) && !CheckValueDepth(depth + 1)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("tojson: values nested deeper than the limit of ",
+                     CurrentLimits().max_value_depth, " levels"));
+  }
   switch (kind_) {
     case Kind::kNone:
       *out += "null";
@@ -366,7 +443,8 @@ absl::Status Value::AppendJson(std::string* out, int indent, int depth, bool sor
       }
       return absl::OkStatus();
     case Kind::kString:
-      AppendJsonString(str_, out);
+      ChargeBytes(as_string().size());
+      AppendJsonString(as_string(), out);
       return absl::OkStatus();
     case Kind::kList: {
       if (list_->empty()) {
@@ -377,9 +455,13 @@ absl::Status Value::AppendJson(std::string* out, int indent, int depth, bool sor
       for (size_t i = 0; i < list_->size(); ++i) {
         if (i > 0) *out += indent >= 0 ? "," : ", ";
         if (indent >= 0) newline(depth + 1);
+        RETURN_IF_ERROR(room);
+        RETURN_IF_ERROR(CheckStringCap(out->size(), "tojson"));
+        if (!Charge(1)) return CurrentBudget()->status();
         RETURN_IF_ERROR((*list_)[i].AppendJson(out, indent, depth + 1, sort_keys));
       }
       if (indent >= 0) newline(depth);
+      RETURN_IF_ERROR(room);
       out->push_back(']');
       return absl::OkStatus();
     }
@@ -394,7 +476,7 @@ absl::Status Value::AppendJson(std::string* out, int indent, int depth, bool sor
       for (const auto& [k, v] : dict_->items) {
         std::string key;
         if (k.is_string()) {
-          key = k.str_;
+          key = k.as_string();
         } else if (k.is_bool()) {
           key = k.int_ ? "true" : "false";
         } else if (k.is_int()) {
@@ -417,25 +499,32 @@ absl::Status Value::AppendJson(std::string* out, int indent, int depth, bool sor
       for (size_t i = 0; i < entries.size(); ++i) {
         if (i > 0) *out += indent >= 0 ? "," : ", ";
         if (indent >= 0) newline(depth + 1);
+        RETURN_IF_ERROR(room);
+        RETURN_IF_ERROR(CheckStringCap(out->size(), "tojson"));
+        if (!Charge(1)) return CurrentBudget()->status();
         AppendJsonString(entries[i].first, out);
         *out += ": ";
         RETURN_IF_ERROR(entries[i].second->AppendJson(out, indent, depth + 1, sort_keys));
       }
       if (indent >= 0) newline(depth);
+      RETURN_IF_ERROR(room);
       out->push_back('}');
       return absl::OkStatus();
     }
     case Kind::kUndefined:
       return absl::InvalidArgumentError(
           absl::StrCat("Object of type Undefined is not JSON serializable",
-                       str_.empty() ? "" : absl::StrCat(" (", str_, ")")));
+                       str_ == nullptr ? "" : absl::StrCat(" (", *str_, ")")));
     case Kind::kCallable:
       return absl::InvalidArgumentError("Object of type function is not JSON serializable");
   }
   return absl::OkStatus();
 }
 
+// Dicts are small in chat templates (a message, a tool); a scan costs a step per 16 entries
+// so a template probing a huge one still runs out of budget.
 const Value* Dict::Find(const Value& key) const {
+  Charge(1 + static_cast<int64_t>(items.size() / 16));
   for (const auto& [k, v] : items) {
     if (k.Equals(key)) return &v;
   }
@@ -443,6 +532,7 @@ const Value* Dict::Find(const Value& key) const {
 }
 
 const Value* Dict::Find(std::string_view key) const {
+  Charge(1 + static_cast<int64_t>(items.size() / 16));
   for (const auto& [k, v] : items) {
     if (k.is_string() && k.as_string() == key) return &v;
   }
@@ -450,13 +540,27 @@ const Value* Dict::Find(std::string_view key) const {
 }
 
 void Dict::Set(const Value& key, Value value) {
+  Charge(1 + static_cast<int64_t>(items.size() / 16));
+  const int d = 1 + std::max(key.depth(), value.depth());
+  if (!is_namespace && !CheckValueDepth(d)) return;
   for (auto& [k, v] : items) {
     if (k.Equals(key)) {
       v = std::move(value);
+      depth = std::max(depth, d);
       return;
     }
   }
+  if (items.size() >= CurrentLimits().max_list_items) {
+    CheckListSize(items.size() + 1, "a dict").IgnoreError();
+    return;
+  }
+  depth = std::max(depth, d);
   items.emplace_back(key, std::move(value));
+}
+
+void Dict::Append(Value key, Value value) {
+  depth = std::max(depth, 1 + value.depth());
+  items.emplace_back(std::move(key), std::move(value));
 }
 
 }  // namespace colibri::tokenizer::jinja_internal

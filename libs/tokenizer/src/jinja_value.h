@@ -1,6 +1,11 @@
 // Values of the Jinja interpreter (internal): Python's data model as chat templates see it —
 // undefined, None, bool, int, float, str, list/tuple, dict (insertion-ordered), namespace and
 // callables — with Python's truthiness, equality, ordering, str() and repr().
+//
+// Copies are cheap: strings, lists and dicts are shared (all but namespaces are immutable).
+// Lists and dicts record their nesting depth when built; building one deeper than the render's
+// max_value_depth, and every traversal (repr, ==, <, tojson) past it, fails the render through
+// its budget (jinja_budget.h), so no recursion over a value is unbounded.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +45,7 @@ class Value {
   Value() = default;  // undefined
   static Value Undefined(std::string hint = "") {
     Value v;
-    v.str_ = std::move(hint);
+    if (!hint.empty()) v.str_ = std::make_shared<const std::string>(std::move(hint));
     return v;
   }
   static Value None() { return Value(Kind::kNone); }
@@ -61,14 +66,15 @@ class Value {
   }
   static Value String(std::string s) {
     Value v(Kind::kString);
-    v.str_ = std::move(s);
+    v.str_ = std::make_shared<const std::string>(std::move(s));
     return v;
   }
   static Value List(ValueList items, bool tuple = false);
   static Value MakeDict(std::shared_ptr<Dict> d);
   static Value NewDict(bool is_namespace = false);
   static Value Function(std::string name, NativeFunction fn);
-  static Value FromJson(const nlohmann::ordered_json& j);
+  // InvalidArgument when `j` nests deeper than `max_depth` levels.
+  static absl::StatusOr<Value> FromJson(const nlohmann::ordered_json& j, int max_depth);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
@@ -89,13 +95,15 @@ class Value {
   bool as_bool() const { return int_ != 0; }
   int64_t as_int() const { return int_; }  // int or bool
   double as_double() const { return kind_ == Kind::kFloat ? float_ : static_cast<double>(int_); }
-  const std::string& as_string() const { return str_; }
+  const std::string& as_string() const { return str_ ? *str_ : EmptyString(); }
   // The hint an undefined value carries for its error message ("'x' is undefined").
-  const std::string& undefined_hint() const { return str_; }
+  const std::string& undefined_hint() const { return as_string(); }
   const ValueList& list() const { return *list_; }
-  ValueList& mutable_list() { return *list_; }
   Dict& dict() const { return *dict_; }
   const Callable& callable() const { return *fn_; }
+  // Levels of lists/dicts: 0 for scalars and namespaces (a namespace's contents are reached
+  // only through traversals, which check their own depth), 1 for [1, 2], 2 for [[1]].
+  int depth() const;
 
   // Python truthiness (undefined is false).
   bool Truthy() const;
@@ -117,13 +125,20 @@ class Value {
 
  private:
   explicit Value(Kind k) : kind_(k) {}
+  static const std::string& EmptyString();
+  static absl::StatusOr<Value> FromJsonAt(const nlohmann::ordered_json& j, int depth,
+                                          int max_depth);
+  void AppendRepr(std::string* out, int depth) const;
+  bool EqualsAt(const Value& other, int depth) const;
+  static absl::StatusOr<bool> LessAt(const Value& a, const Value& b, int depth);
   absl::Status AppendJson(std::string* out, int indent, int depth, bool sort_keys) const;
 
   Kind kind_ = Kind::kUndefined;
   bool tuple_ = false;
   int64_t int_ = 0;
   double float_ = 0;
-  std::string str_;
+  int depth_ = 0;                          // lists
+  std::shared_ptr<const std::string> str_;  // string; undefined: its hint
   std::shared_ptr<ValueList> list_;
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<Callable> fn_;
@@ -133,10 +148,15 @@ class Value {
 struct Dict {
   std::vector<std::pair<Value, Value>> items;
   bool is_namespace = false;
+  int depth = 1;  // 1 + the deepest value (not kept up to date for namespaces)
 
   const Value* Find(const Value& key) const;
   const Value* Find(std::string_view key) const;
+  // Adds or replaces; a value too deep to nest here fails the render (jinja_budget.h) and is
+  // not stored.
   void Set(const Value& key, Value value);
+  // Adds a key known to be new (JSON objects have unique keys).
+  void Append(Value key, Value value);
 };
 
 // Python's float repr (shortest round-trip digits; exponent form below 1e-4 and from 1e16).

@@ -15,6 +15,7 @@ class PipelineTokenizer final : public Tokenizer {
   explicit PipelineTokenizer(PipelineParts parts) : p_(std::move(parts)) {}
 
   absl::Status Init() {
+    if (!p_.chat_template.empty()) parsed_template_ = jinja::Template::Parse(p_.chat_template);
     special_.assign(p_.id_to_token.size(), false);
     for (const AddedToken& t : p_.added) {
       if (t.id < 0 || static_cast<size_t>(t.id) >= p_.id_to_token.size()) {
@@ -91,6 +92,9 @@ class PipelineTokenizer final : public Tokenizer {
            special_[static_cast<size_t>(id)];
   }
   const std::string& chat_template() const override { return p_.chat_template; }
+  const absl::StatusOr<jinja::Template>& parsed_chat_template() const override {
+    return parsed_template_;
+  }
 
   std::optional<int32_t> TokenToId(std::string_view token) const override {
     auto it = added_ids_.find(std::string(token));
@@ -107,6 +111,8 @@ class PipelineTokenizer final : public Tokenizer {
   AddedVocabulary added_;
   std::vector<bool> special_;
   std::unordered_map<std::string, int32_t> added_ids_;
+  absl::StatusOr<jinja::Template> parsed_template_ =
+      absl::FailedPreconditionError("the tokenizer has no chat template");
 };
 
 }  // namespace

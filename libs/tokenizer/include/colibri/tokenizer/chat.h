@@ -14,6 +14,10 @@
 
 namespace colibri::tokenizer {
 
+// Nesting limit of the JSON the template sees (tools, extra context, tool calls, messages), as
+// for request bodies: deeper is InvalidArgument naming the limit.
+inline constexpr int kMaxChatJsonDepth = 64;
+
 struct ChatMessage {
   std::string role;  // system | user | assistant | tool
   std::string content;
@@ -38,9 +42,12 @@ struct ChatOptions {
 // (when the tokenizer has them) and the extra context. A ChatMessage becomes
 // {"role", "content", ...optional fields}; an assistant message with tool calls and empty
 // content gets content null, as OpenAI clients send it. Without a template, falls back to
-// RenderMistralChat. Errors: InvalidArgument naming the template line (raise_exception's
-// message verbatim) or the malformed JSON option; FailedPrecondition for a template outside
-// the supported Jinja subset.
+// RenderMistralChat. The tokenizer's template is the one it parsed at load (never re-parsed
+// per call). Errors: InvalidArgument naming the template line (raise_exception's message
+// verbatim), the malformed JSON option or one nested deeper than kMaxChatJsonDepth;
+// FailedPrecondition for a template outside the supported Jinja subset; ResourceExhausted when
+// the template runs past its budget (jinja::Limits), e.g. "chat template: line 1: step budget
+// of 10000000 exceeded".
 absl::StatusOr<std::string> RenderChat(const Tokenizer& tok,
                                        const std::vector<ChatMessage>& messages,
                                        const ChatOptions& options = ChatOptions());

@@ -18,9 +18,20 @@
 // (including raise_exception, whose message is kept verbatim); FailedPrecondition for valid
 // Jinja outside this subset, naming the construct (tag, filter, test or method).
 //
+// Every Render runs under a budget (Limits): evaluation steps (each expression, statement,
+// loop iteration and macro call, plus one step per 16 bytes or per item that an operation
+// builds or scans), the output size, the size of any one string or list, macro call nesting
+// and value nesting. `**`, string repetition, concatenation, join, range(), format and the
+// other built-ins check their result size before building it. Exceeding a limit fails the
+// render with ResourceExhausted naming the limit, e.g. "line 3: step budget of 10000000
+// exceeded"; a deeper-nested JSON context is InvalidArgument. Parsing caps the template's
+// nesting (blocks, parentheses, operator chains) so no template can recurse without bound.
+//
 // A parsed Template is immutable; Render may run concurrently from several threads.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -30,10 +41,22 @@
 
 namespace colibri::tokenizer::jinja {
 
+// The defaults leave headroom of more than 100x over real chat templates rendering long
+// conversations with tools, while a runaway template fails in well under a second.
+struct Limits {
+  int64_t max_steps = 10'000'000;
+  size_t max_output_bytes = size_t{64} << 20;
+  size_t max_string_bytes = size_t{64} << 20;  // any one string value
+  size_t max_list_items = size_t{1} << 20;     // any one list, dict, range() or split()
+  int max_call_depth = 64;                     // nested macro calls
+  int max_value_depth = 128;                   // lists/dicts inside lists/dicts, context JSON
+};
+
 struct Options {
   bool trim_blocks = true;  // transformers' settings
   bool lstrip_blocks = true;
   bool keep_trailing_newline = false;
+  Limits limits;
 };
 
 class Template {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "colibri/tokenizer/jinja.h"
 
 namespace colibri::tokenizer {
 
@@ -55,6 +56,9 @@ class Tokenizer {
   // The chat template (tokenizer_config.json "chat_template" or GGUF tokenizer.chat_template;
   // "" when none).
   virtual const std::string& chat_template() const = 0;
+  // That template parsed once, when the tokenizer was built, and shared by every render; Parse's
+  // error when it is outside the supported Jinja subset, FailedPrecondition when there is none.
+  virtual const absl::StatusOr<jinja::Template>& parsed_chat_template() const = 0;
 
   // The id of a vocabulary or added token string (model form, e.g. "▁the", "Ġthe"), if any.
   virtual std::optional<int32_t> TokenToId(std::string_view token) const { return std::nullopt; }
