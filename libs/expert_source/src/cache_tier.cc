@@ -503,6 +503,7 @@ absl::Status CacheTier::SetPinned(std::span<const ExpertId> ids) {
   }
   s.pinned.clear();
   for (const ExpertId& id : ids) s.pinned.insert(id.Key());
+  s.policy->OnPinned(s.pinned);
   s.stats.bytes_pinned = 0;
   s.stats.blocks_pinned = 0;
   for (auto& [key, e] : s.entries) {
