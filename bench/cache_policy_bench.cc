@@ -92,6 +92,7 @@ es::Trace Synthesize(const Shape& s, const Locality& loc, int tokens, uint64_t s
 }
 
 double g_fast_weight = -1, g_slow_weight = -1, g_picked_weight = -1;  // overrides, for tuning
+double g_window = -1, g_margin = -1;
 
 constexpr es::CachePolicyKind kKinds[] = {es::CachePolicyKind::kLru, es::CachePolicyKind::kLfu,
                                           es::CachePolicyKind::kRouting, es::CachePolicyKind::kAdaptive};
@@ -108,6 +109,8 @@ void Report(const es::Trace& t, const std::string& label, const std::vector<doub
     if (g_fast_weight >= 0) params.fast_weight = g_fast_weight;
     if (g_slow_weight >= 0) params.slow_weight = g_slow_weight;
     if (g_picked_weight >= 0) params.picked_weight = g_picked_weight;
+    if (g_window >= 0) params.adaptive_window = g_window;
+    if (g_margin >= 0) params.adaptive_margin = g_margin;
     const double belady = es::ReplayBelady(accesses, blocks).hit_rate();
     double rate[4];
     int i = 0;
@@ -163,6 +166,8 @@ int main(int argc, char** argv) {
   app.add_option("--sizes", sizes_text, "Cache sizes in percent of the experts");
   app.add_option("--fast-weight", g_fast_weight, "Override the routing policy's recency weight (tuning)");
   app.add_option("--slow-weight", g_slow_weight, "Override the routing policy's frequency weight (tuning)");
+  app.add_option("--adaptive-window", g_window, "Override the adaptive policy's window (cache turnovers)");
+  app.add_option("--adaptive-margin", g_margin, "Override the adaptive policy's switching margin");
   app.add_option("--picked-weight", g_picked_weight, "Override the routing policy's picked weight (tuning)");
   bool synthetic = false;
   app.add_option("--synthetic", synthetic, "Run the old hand-made locality traces too");

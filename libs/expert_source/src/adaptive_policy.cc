@@ -17,11 +17,9 @@ constexpr uint32_t kNever = std::numeric_limits<uint32_t>::max();
 // A demand-only cache of `capacity` blocks that evicts the lowest score (given by the caller).
 class ShadowCache {
  public:
-  // True on a hit. A miss is admitted, evicting the lowest scores first.
-  bool Access(uint64_t key, double score, uint64_t capacity) {
+  // True on a hit. A miss is admitted; Shrink evicts the lowest scores.
+  bool Access(uint64_t key, double score) {
     if (Rescore(key, score)) return true;
-    if (capacity == 0) return false;
-    while (score_.size() >= capacity) EvictFirst();
     score_.emplace(key, score);
     order_.insert({score, key});
     return false;
@@ -44,6 +42,13 @@ class ShadowCache {
     while (score_.size() > capacity) EvictFirst();
   }
   bool Contains(uint64_t key) const { return score_.count(key) > 0; }
+  // The score the shadow ranks `key` by, if it holds it.
+  bool ScoreOf(uint64_t key, double* score) const {
+    auto it = score_.find(key);
+    if (it == score_.end()) return false;
+    *score = it->second;
+    return true;
+  }
 
  private:
   void EvictFirst() {
@@ -107,7 +112,10 @@ class AdaptivePolicy final : public CachePolicy {
 
   CachePolicyKind kind() const override { return CachePolicyKind::kAdaptive; }
 
+
   void OnAccess(uint64_t key) override {
+    // Pinned blocks always hit and are never evicted: they leave every rule's clock alone.
+    if (pinned_.count(key)) return;
     const int layer = static_cast<int>(key >> 32);
     Expert& x = At(key);
     if (open_layer_ != layer || x.used) OpenVisit(layer);
@@ -118,10 +126,14 @@ class AdaptivePolicy final : public CachePolicy {
     lfu_->OnAccess(key);
     routing_->OnAccess(key);
     demoted_.erase(key);
-    if (pinned_.count(key)) return;
     const uint64_t cap = ShadowCapacity();
     for (int i = 0; i < kRules; ++i) {
-      const bool hit = shadows_[static_cast<size_t>(i)].Access(key, Score(i, key), cap);
+      ShadowCache& shadow = shadows_[static_cast<size_t>(i)];
+      // A tier makes room for a request's misses after it has seen the whole request (so a
+      // block the request also uses is never the victim); without OnRequestEnd, per access.
+      if (!batched_ && !shadow.Contains(key)) shadow.Shrink(cap > 0 ? cap - 1 : 0);
+      const bool hit = shadow.Access(key, Score(i, key));
+      if (!batched_) shadow.Shrink(cap);
       wins_[static_cast<size_t>(i)] = wins_[static_cast<size_t>(i)] * Decay() + (hit ? 1.0 : 0.0);
     }
     int best = leader_;
@@ -129,8 +141,15 @@ class AdaptivePolicy final : public CachePolicy {
       if (wins_[static_cast<size_t>(i)] > wins_[static_cast<size_t>(best)]) best = i;
     }
     // Hysteresis: switching costs misses while the real cache converges to the new rule's set.
-    if (wins_[static_cast<size_t>(best)] > 1.02 * wins_[static_cast<size_t>(leader_)] + 0.5) leader_ = best;
+    if (wins_[static_cast<size_t>(best)] > (1 + p_.adaptive_margin) * wins_[static_cast<size_t>(leader_)] + 0.5) {
+      leader_ = best;
+    }
 
+  }
+
+  void OnRequestEnd() override {
+    batched_ = true;
+    for (auto& s : shadows_) s.Shrink(ShadowCapacity());
   }
 
   void OnInsert(uint64_t key) override {
@@ -216,7 +235,7 @@ class AdaptivePolicy final : public CachePolicy {
     return capacity_ > pinned_.size() ? capacity_ - pinned_.size() : 0;
   }
   double Decay() const {
-    const double window = std::max(1024.0, 8.0 * static_cast<double>(capacity_));
+    const double window = std::max(1024.0, p_.adaptive_window * static_cast<double>(capacity_));
     return 1.0 - 1.0 / window;
   }
 
@@ -324,6 +343,7 @@ class AdaptivePolicy final : public CachePolicy {
   std::array<ShadowCache, kRules> shadows_;
   std::array<double, kRules> wins_{};
   int leader_ = kLruRule;
+  bool batched_ = false;  // the tier reports request ends
   std::unordered_set<uint64_t> resident_, demoted_, pinned_;
 };
 

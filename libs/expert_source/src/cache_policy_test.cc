@@ -213,5 +213,36 @@ TEST(AdaptivePolicy, ExactHitsWhereLruAndLfuDiffer) {
   EXPECT_EQ(ReplayBelady(a, 2).hits, 219u);
 }
 
+// A pinned expert takes no policy capacity: a tier of 3 blocks with one pinned behaves, for the
+// other experts, exactly like a tier of 2 without pins (the adaptive shadows are sized 2, not 3:
+// sized 3 they would lose 4 hits here),
+// and every use of the pinned one hits.
+TEST(AdaptivePolicy, PinnedBlocksAreNoPartOfThePolicysCapacity) {
+  const std::vector<int32_t> seq = FrequencyThenRecency();
+  const ExpertId pinned{1, 0};
+  auto run = [&](uint64_t blocks, bool pin) {
+    testing::RecordingSource src(100);
+    CacheTierOptions o;
+    o.capacity_bytes = 100 * blocks;
+    o.policy = CachePolicyKind::kAdaptive;
+    o.policy_params = DefaultPolicyParams(blocks, 1, 8, 1);
+    o.policy_params.half_life = 1000;
+    CacheTier tier(&src, o);
+    if (pin) {
+      EXPECT_TRUE(tier.SetPinned(std::vector<ExpertId>{pinned}).ok());
+    }
+    for (size_t i = 0; i < seq.size(); ++i) {
+      EXPECT_TRUE(tier.Fetch(ExpertId{0, seq[i]}, Priority::kDemand).ok());
+      if (pin && i % 10 == 0) {
+        EXPECT_TRUE(tier.Fetch(pinned, Priority::kDemand).ok());
+      }
+    }
+    return tier.Stats().hits;
+  };
+  const uint64_t unpinned = run(2, false);
+  EXPECT_EQ(unpinned, 204u);
+  EXPECT_EQ(run(3, true), unpinned + 36);  // 36 uses of the pinned expert, all hits
+}
+
 }  // namespace
 }  // namespace colibri::expert_source

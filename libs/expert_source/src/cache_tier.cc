@@ -373,6 +373,7 @@ absl::Status CacheTier::FetchMany(std::span<const ExpertId> ids, const std::func
         s.io_cv.notify_one();
       }
     }
+    s.policy->OnRequestEnd();
   }
   if (!promote.empty()) next_->Promote(promote);
   for (auto& [i, lease] : hits) on_ready(i, std::move(lease));

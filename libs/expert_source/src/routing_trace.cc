@@ -34,6 +34,17 @@ class UnitSource final : public ExpertSource {
   uint64_t BlockSize(ExpertId) const override { return 1; }
 };
 
+// A replay tier of `capacity_blocks` unit blocks.
+CacheTierOptions ReplayOptions(uint64_t capacity_blocks, CachePolicyKind policy, const CachePolicyParams& params) {
+  CacheTierOptions o;
+  o.name = "replay";
+  o.capacity_bytes = capacity_blocks;
+  o.policy = policy;
+  o.policy_params = params;
+  if (o.policy_params.capacity_blocks == 0) o.policy_params.capacity_blocks = capacity_blocks;
+  return o;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RoutingTraceWriter>> RoutingTraceWriter::Open(const std::filesystem::path& path,
@@ -248,12 +259,7 @@ std::vector<TraceAccess> TraceAccesses(const Trace& trace) {
 ReplayResult ReplayWithPolicy(const std::vector<TraceAccess>& accesses, uint64_t capacity_blocks,
                               CachePolicyKind policy, const CachePolicyParams& params) {
   UnitSource source;
-  CacheTierOptions o;
-  o.name = "replay";
-  o.capacity_bytes = capacity_blocks;
-  o.policy = policy;
-  o.policy_params = params;
-  if (o.policy_params.capacity_blocks == 0) o.policy_params.capacity_blocks = capacity_blocks;
+  CacheTierOptions o = ReplayOptions(capacity_blocks, policy, params);
   o.io_threads = 0;
   CacheTier tier(&source, o);
   std::vector<ExpertId> ids;
@@ -289,12 +295,7 @@ PrefetchReplayResult ReplayWithPrefetch(const std::vector<TraceAccess>& accesses
                                         CachePolicyKind policy, const CachePolicyParams& params, int depth,
                                         uint64_t block_bytes) {
   UnitSource source;
-  CacheTierOptions o;
-  o.name = "replay";
-  o.capacity_bytes = capacity_blocks;
-  o.policy = policy;
-  o.policy_params = params;
-  if (o.policy_params.capacity_blocks == 0) o.policy_params.capacity_blocks = capacity_blocks;
+  CacheTierOptions o = ReplayOptions(capacity_blocks, policy, params);
   o.io_threads = 1;  // Prefetch needs a reader; every read is waited for, so the replay is deterministic
   o.max_prefetch_reads = 1;
   o.max_queued_prefetches = std::numeric_limits<size_t>::max();

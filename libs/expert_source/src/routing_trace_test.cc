@@ -227,8 +227,10 @@ TEST(RoutingTrace, PrefetchReplayAccounting) {
   const auto a = TraceAccesses(t);
   ASSERT_EQ(a.size(), 4u);
   EXPECT_EQ(a[0].lookahead, (std::vector<std::vector<int32_t>>{{2}}));
-  const PrefetchReplayResult p =
-      ReplayWithPrefetch(a, 2, CachePolicyKind::kLru, DefaultPolicyParams(2, 2, 4, 1), 1, t.header.block_bytes);
+  auto replay = [&](int depth) {
+    return ReplayWithPrefetch(a, 2, CachePolicyKind::kLru, DefaultPolicyParams(2, 2, 4, 1), depth, t.header.block_bytes);
+  };
+  const PrefetchReplayResult p = replay(1);
   EXPECT_EQ(p.lookups, 4u);
   EXPECT_EQ(p.hits, 1u);
   EXPECT_EQ(p.prefetch_hits, 1u);
@@ -239,8 +241,7 @@ TEST(RoutingTrace, PrefetchReplayAccounting) {
   EXPECT_DOUBLE_EQ(p.coverage(), 0.25);
   // Without prefetch: (0,0) is still resident at step 1 (lru: (1,2) is evicted for it), the
   // only hit.
-  const PrefetchReplayResult none =
-      ReplayWithPrefetch(a, 2, CachePolicyKind::kLru, DefaultPolicyParams(2, 2, 4, 1), 0, t.header.block_bytes);
+  const PrefetchReplayResult none = replay(0);
   EXPECT_EQ(none.lookups, 4u);
   EXPECT_EQ(none.hits, 1u);
   EXPECT_EQ(none.prefetch_reads, 0u);

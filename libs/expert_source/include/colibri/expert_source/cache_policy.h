@@ -79,6 +79,8 @@ struct CachePolicyParams {
   double picked_weight = 0.5;    // s: "picked" vs the router's probability in a visit's estimate
   // adaptive: blocks the tier holds (0: the most ever resident at once).
   uint64_t capacity_blocks = 0;
+  double adaptive_window = 8;     // adaptive: hits are compared over this many cache turnovers
+  double adaptive_margin = 0.02;  // adaptive: a rule leads once its shadow is this much ahead
 };
 
 class CachePolicy {
@@ -96,6 +98,9 @@ class CachePolicy {
   virtual void OnDemote(uint64_t key) = 0;
   // The router's probability for an expert at its layer (averaged over the batch).
   virtual void OnHint(const RoutingHint& hint) {}
+  // The demand accesses of one request (FetchMany) have all been reported; the tier now makes
+  // room for its misses.
+  virtual void OnRequestEnd() {}
   // The tier's pinned set (never evicted, so no part of the capacity the policy ranks for).
   virtual void OnPinned(const std::unordered_set<uint64_t>& pinned) {}
   // Retention priority of a resident block: the lowest is evicted first.
