@@ -41,6 +41,7 @@
 //              reuse+cycle: the expected visit of the next use, next visit of its layer +
 //                L (1/q - 1) (the layer cycle; it helps at large caches, hurts at small ones);
 //              routing (as above, scored at each visit of the block's layer).
+//            Shadows make room after each request (OnRequestEnd), as the tier does.
 //            A shadow that follows lru or lfu is an exact replica of that policy, so the real
 //            cache does as well as the better of them up to the cost of switching. Pinned blocks
 //            (OnPinned) are no part of the shadows: they take no policy capacity.
