@@ -77,7 +77,8 @@ class ExpertCacheTest(unittest.TestCase):
 
         out = json.loads(self.cli('trace-replay', '--trace', trace, '--cache-size', '4', '--json').stdout)
         self.assertEqual(out['capacity_blocks'], 4)
-        self.assertEqual([p['policy'] for p in out['policies']], ['lru', 'lfu', 'routing'])
+        self.assertEqual([p['policy'] for p in out['policies']], ['adaptive', 'lru', 'lfu', 'routing'])
+        self.assertNotIn('prefetch', out)  # engine traces are version 1: no lookahead recorded
         for p in out['policies']:
             self.assertLessEqual(p['hit_rate'], out['belady_hit_rate'] + 1e-12)
         self.assertGreater(out['belady_hit_rate'], 0)
@@ -86,11 +87,22 @@ class ExpertCacheTest(unittest.TestCase):
             again = json.loads(self.cli('trace-replay', '--trace', trace, '--cache-size', size, '--policy', 'lru',
                                         '--json').stdout)
             self.assertEqual(again['capacity_blocks'], 4)
-            self.assertEqual(again['policies'][0]['hits'], out['policies'][0]['hits'])
+            self.assertEqual(again['policies'][0]['hits'], out['policies'][1]['hits'])
         table = self.cli('trace-replay', '--trace', trace, '--cache-size', '4').stdout
         self.assertIn('| belady (offline optimum) |', table)
         bad = self.cli('trace-replay', '--trace', trace, '--cache-size', '4', '--policy', 'arc', check=False)
         self.assertEqual(bad.returncode, 2)
+        # A synthetic version 2 trace: lookahead prefetch is replayed too.
+        gen = os.path.join(self.dir, 'gen.jsonl')
+        self.cli('trace-gen', '--model', 'mixtral-8x7b', '--prompts', '1', '--seed', '3', '--out', gen)
+        syn = json.loads(self.cli('trace-replay', '--trace', gen, '--cache-size', '25%', '--prefetch-layers', '1',
+                                  '--json').stdout)
+        self.assertEqual(syn['prefetch']['layers'], 1)
+        self.assertGreater(syn['prefetch']['prefetch_reads'], 0)
+        self.assertGreaterEqual(syn['prefetch']['coverage'], syn['belady_hit_rate'])
+        self.assertEqual(syn['prefetch']['wasted_bytes'], syn['prefetch']['prefetch_wasted'] * 176160768)
+        deep = self.cli('trace-replay', '--trace', gen, '--cache-size', '25%', '--prefetch-layers', '3', check=False)
+        self.assertEqual(deep.returncode, 2)
 
     def test_prefetch_and_policies_never_change_tokens_or_logits(self):
         import numpy as np
@@ -100,7 +112,8 @@ class ExpertCacheTest(unittest.TestCase):
         expected = np.load(ref_logits)
         for i, (policy, prefetch, cache) in enumerate([('lru', '1', CACHE), ('lfu', '1', '200K'),
                                                         ('routing', '1', CACHE), ('routing', '0', '2G'),
-                                                        ('routing', '2', '200K')]):
+                                                        ('routing', '2', '200K'), ('adaptive', '1', CACHE),
+                                                        ('adaptive', '2', '200K')]):
             logits = os.path.join(self.dir, f'run{i}.npy')
             got = testlib.cli_run(self.model, PROMPT, 16, logits,
                                   extra=['--prefetch-layers', prefetch, '--cache-policy', policy,
@@ -125,7 +138,7 @@ class ExpertCacheTest(unittest.TestCase):
 
         stats = json.loads(self.cli('stats', '--server', url, '--api-key', 'k', '--json').stdout)
         self.assertEqual(stats['model'], 'demo')
-        self.assertEqual(stats['policy'], 'routing')
+        self.assertEqual(stats['policy'], 'adaptive')
         ram = stats['tiers'][0]
         self.assertEqual(ram['tier'], 'ram')
         self.assertEqual(ram['capacity_bytes'], 600 * 1024)

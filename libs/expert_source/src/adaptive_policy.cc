@@ -112,7 +112,6 @@ class AdaptivePolicy final : public CachePolicy {
 
   CachePolicyKind kind() const override { return CachePolicyKind::kAdaptive; }
 
-
   void OnAccess(uint64_t key) override {
     // Pinned blocks always hit and are never evicted: they leave every rule's clock alone.
     if (pinned_.count(key)) return;
@@ -144,7 +143,6 @@ class AdaptivePolicy final : public CachePolicy {
     if (wins_[static_cast<size_t>(best)] > (1 + p_.adaptive_margin) * wins_[static_cast<size_t>(leader_)] + 0.5) {
       leader_ = best;
     }
-
   }
 
   void OnRequestEnd() override {

@@ -88,8 +88,8 @@ absl::StatusOr<Trace> SynthesizeTrace(const SyntheticRouter& m, uint64_t seed) {
                                                    m.n_experts, " experts, top-", m.top_k, " cannot route"));
   }
   if (m.prompts <= 0 || m.min_tokens <= 0 || m.max_tokens < m.min_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("synthetic router '", m.name, "': needs prompts > 0 and ",
-                                                   "0 < min_tokens <= max_tokens"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("synthetic router '", m.name, "': needs prompts > 0 and ", "0 < min_tokens <= max_tokens"));
   }
   if (m.cross_layer < 0 || m.cross_layer >= 1 || m.lookahead_noise.size() > 16) {
     return absl::InvalidArgumentError(
@@ -133,7 +133,8 @@ absl::StatusOr<Trace> SynthesizeTrace(const SyntheticRouter& m, uint64_t seed) {
         }
       }
       for (int l = 0; l < L; ++l) {
-        const auto begin = logits.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(l) * static_cast<size_t>(E));
+        const auto begin =
+            logits.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(l) * static_cast<size_t>(E));
         std::vector<double> row(begin, begin + E);
         TraceRecord r;
         r.step = step;

@@ -49,7 +49,7 @@ TEST(SyntheticRouting, MeasuresRepetitionAndPredictions) {
   const RoutingStats s = MeasureRouting(t);
   EXPECT_DOUBLE_EQ(s.repeat_first[0], 0.5);
   EXPECT_DOUBLE_EQ(s.repeat_any[0], 1.0);
-  EXPECT_DOUBLE_EQ(s.repeat_first[1], 0.5);   // 1 -> 1, 1 -> 0
+  EXPECT_DOUBLE_EQ(s.repeat_first[1], 0.5);  // 1 -> 1, 1 -> 0
   EXPECT_DOUBLE_EQ(s.repeat_any[1], 0.5);
   EXPECT_DOUBLE_EQ(s.top_expert_share[0], 2.0 / 6);
   EXPECT_DOUBLE_EQ(s.lookahead_precision, 0.5);
