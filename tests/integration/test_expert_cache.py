@@ -65,9 +65,12 @@ class ExpertCacheTest(unittest.TestCase):
         self.assertEqual(header['format'], 'colibri-routing-trace')
         self.assertEqual((header['n_layers'], header['n_experts'], header['top_k']), (2, 8, 2))
         self.assertEqual(header['block_bytes'], BLOCK)
+        self.assertEqual((header['version'], header['lookahead_layers']), (2, 1))
         # Every fed token (the prompt, then all generated but the last) at each layer.
         self.assertEqual(len(records), (len(PROMPT) + len(ids) - 1) * 2)
+        n_layers = max(r['layer'] for r in records) + 1
         for r in records:
+            self.assertEqual(len(r.get('lookahead', [])), min(1, n_layers - 1 - r['layer']))
             self.assertEqual(len(r['experts']), 2)
             self.assertEqual(len(r['probs']), 8)
             self.assertAlmostEqual(sum(r['weights']), 1.0, places=3)
@@ -78,7 +81,9 @@ class ExpertCacheTest(unittest.TestCase):
         out = json.loads(self.cli('trace-replay', '--trace', trace, '--cache-size', '4', '--json').stdout)
         self.assertEqual(out['capacity_blocks'], 4)
         self.assertEqual([p['policy'] for p in out['policies']], ['adaptive', 'lru', 'lfu', 'routing'])
-        self.assertNotIn('prefetch', out)  # engine traces are version 1: no lookahead recorded
+        # With lookahead prefetch (the default depth, 1) the engine records its predictions too.
+        self.assertEqual(out['prefetch']['layers'], 1)
+        self.assertGreater(out['prefetch']['prefetch_reads'], 0)
         for p in out['policies']:
             self.assertLessEqual(p['hit_rate'], out['belady_hit_rate'] + 1e-12)
         self.assertGreater(out['belady_hit_rate'], 0)

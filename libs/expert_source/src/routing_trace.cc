@@ -153,7 +153,9 @@ absl::StatusOr<Trace> ReadTrace(const std::filesystem::path& path) {
         if (!j["lookahead_layers"].is_number_integer()) return bad("lookahead_layers must be an integer");
         const int64_t n_ahead = j["lookahead_layers"].get<int64_t>();
         if (version < 2) return bad("lookahead_layers needs trace version 2");
-        if (n_ahead < 1 || n_ahead > 16) return bad(absl::StrCat("lookahead_layers ", n_ahead, " is not in 1..16"));
+        if (n_ahead < 1 || n_ahead > kMaxTraceLookahead) {
+          return bad(absl::StrCat("lookahead_layers ", n_ahead, " is not in 1..", kMaxTraceLookahead));
+        }
         t.header.lookahead_layers = static_cast<int>(n_ahead);
       } else if (version == 2) {
         return bad("a version 2 header needs lookahead_layers");

@@ -31,6 +31,8 @@
 
 namespace colibri::expert_source {
 
+inline constexpr int kMaxTraceLookahead = 16;  // most lookahead layers a trace may record
+
 struct TraceHeader {
   std::string model;
   int n_layers = 0;
