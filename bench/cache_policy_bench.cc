@@ -7,7 +7,9 @@
 // top-k. Locality presets: none (uniform, memoryless), popular (skewed, memoryless), temporal
 // (consecutive tokens reuse experts), topics (phases of a conversation). Recorded traces
 // (--trace FILE, from --trace-out) are replayed as they are.
-// Usage: cache_policy_bench [--tokens 3000] [--seed 1] [--trace FILE ...] [--sizes 10,25,50]
+// Presets (default): traces of SynthesizeTrace (synthetic_routing.h) for each preset, seed --seed.
+// Usage: cache_policy_bench [--seed 1] [--presets a b] [--partial-probs] [--trace FILE ...]
+//                           [--sizes 25,50,75] [--prefetch-layers N] [--synthetic true --tokens 3000]
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -19,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "colibri/expert_source/cache_policy.h"
 #include "colibri/expert_source/routing_trace.h"
+#include "colibri/expert_source/synthetic_routing.h"
 
 namespace {
 
@@ -89,27 +92,58 @@ es::Trace Synthesize(const Shape& s, const Locality& loc, int tokens, uint64_t s
 }
 
 double g_fast_weight = -1, g_slow_weight = -1, g_picked_weight = -1;  // overrides, for tuning
+double g_window = -1, g_margin = -1;
 
-void Report(const es::Trace& t, const std::string& label, const std::vector<double>& sizes) {
+constexpr es::CachePolicyKind kKinds[] = {es::CachePolicyKind::kLru, es::CachePolicyKind::kLfu,
+                                          es::CachePolicyKind::kRouting, es::CachePolicyKind::kAdaptive};
+
+// One row per cache size: every policy, Belady, the default policy with the budget split per
+// layer, and (when the trace carries predictions) the default policy with lookahead prefetch.
+void Report(const es::Trace& t, const std::string& label, const std::vector<double>& sizes, int prefetch_depth) {
   const auto accesses = es::TraceAccesses(t);
   const int L = t.header.n_layers, E = t.header.n_experts, K = t.header.top_k;
+  const int depth = std::min(prefetch_depth < 0 ? t.header.lookahead_layers : prefetch_depth, t.header.lookahead_layers);
   for (double pct : sizes) {
     const uint64_t blocks = static_cast<uint64_t>(pct / 100.0 * L * E + 0.5);
     auto params = es::DefaultPolicyParams(blocks, L, E, K);
     if (g_fast_weight >= 0) params.fast_weight = g_fast_weight;
     if (g_slow_weight >= 0) params.slow_weight = g_slow_weight;
     if (g_picked_weight >= 0) params.picked_weight = g_picked_weight;
+    if (g_window >= 0) params.adaptive_window = g_window;
+    if (g_margin >= 0) params.adaptive_margin = g_margin;
     const double belady = es::ReplayBelady(accesses, blocks).hit_rate();
-    double rate[3];
+    double rate[4];
     int i = 0;
-    for (auto kind : {es::CachePolicyKind::kLru, es::CachePolicyKind::kLfu, es::CachePolicyKind::kRouting}) {
-      rate[i++] = es::ReplayWithPolicy(accesses, blocks, kind, params).hit_rate();
+    for (auto kind : kKinds) rate[i++] = es::ReplayWithPolicy(accesses, blocks, kind, params).hit_rate();
+    const double per_layer = es::ReplayPerLayer(accesses, L, blocks, es::kDefaultCachePolicy, E, K).hit_rate();
+    std::string prefetch = "- | - | -";
+    if (depth > 0) {
+      const auto p = es::ReplayWithPrefetch(accesses, blocks, es::kDefaultCachePolicy, params, depth, t.header.block_bytes);
+      char buf[160];
+      std::snprintf(buf, sizeof(buf), "%.1f%% (%d) | %.1f%% | %.2f", 100 * p.coverage(), depth,
+                    p.prefetch_reads ? 100.0 * static_cast<double>(p.prefetch_wasted) / static_cast<double>(p.prefetch_reads) : 0.0,
+                    static_cast<double>(p.wasted_bytes) / (1 << 20) / (static_cast<double>(p.lookups) / (L * K)));
+      prefetch = buf;
     }
-    std::printf("| %s | %d x %d, top-%d | %.0f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.0f%% |\n", label.c_str(), L, E,
-                K, pct, 100 * rate[0], 100 * rate[1], 100 * rate[2], 100 * belady,
-                belady > 0 ? 100 * rate[2] / belady : 0.0);
+    const double best_classic = std::max(rate[0], rate[1]);
+    std::printf("| %s | %d x %d, top-%d | %.0f%% | %.1f%% | %.1f%% | %.1f%% | **%.1f%%** | %+.1f | %.1f%% | %.0f%% | %.1f%% | %s |\n",
+                label.c_str(), L, E, K, pct, 100 * rate[0], 100 * rate[1], 100 * rate[2], 100 * rate[3],
+                100 * (rate[3] - best_classic), 100 * belady, belady > 0 ? 100 * rate[3] / belady : 0.0,
+                100 * per_layer, prefetch.c_str());
     std::fflush(stdout);
   }
+}
+
+void PrintStats(const es::Trace& t) {
+  const es::RoutingStats s = es::MeasureRouting(t);
+  const size_t L = s.repeat_first.size();
+  auto at = [&](const std::vector<double>& v, size_t l) { return 100 * v[std::min(l, L - 1)]; };
+  std::fprintf(stderr,
+               "%s: repeat first choice %.1f%% / %.1f%% / %.1f%% (layers 0, mid, last), any of top-k %.1f%% / %.1f%% / "
+               "%.1f%%, top expert share %.1f%% (layer 0), depth-1 prediction precision %.1f%%\n",
+               t.header.model.c_str(), at(s.repeat_first, 0), at(s.repeat_first, L / 2), at(s.repeat_first, L - 1),
+               at(s.repeat_any, 0), at(s.repeat_any, L / 2), at(s.repeat_any, L - 1), at(s.top_expert_share, 0),
+               100 * s.lookahead_precision);
 }
 
 }  // namespace
@@ -118,7 +152,13 @@ int main(int argc, char** argv) {
   int tokens = 3000;
   uint64_t seed = 1;
   std::vector<std::string> traces;
-  std::string sizes_text = "10,25,50";
+  std::string sizes_text = "25,50,75";
+  int prefetch_depth = -1;
+  std::vector<std::string> presets;
+  for (const auto& m : es::SyntheticRouterPresets()) presets.push_back(m.name);
+  bool partial = false;
+  // Overrides of the presets' router statistics (calibration).
+  double o_pop = -1, o_prompt = -1, o_rho0 = -1, o_rho1 = -1, o_rho2 = -1, o_cross = -1, o_noise = -1;
   CLI::App app{"cache_policy_bench: cache policies vs Belady on routing traces"};
   app.add_option("--tokens", tokens, "Tokens per synthetic trace");
   app.add_option("--seed", seed);
@@ -126,9 +166,21 @@ int main(int argc, char** argv) {
   app.add_option("--sizes", sizes_text, "Cache sizes in percent of the experts");
   app.add_option("--fast-weight", g_fast_weight, "Override the routing policy's recency weight (tuning)");
   app.add_option("--slow-weight", g_slow_weight, "Override the routing policy's frequency weight (tuning)");
+  app.add_option("--adaptive-window", g_window, "Override the adaptive policy's window (cache turnovers)");
+  app.add_option("--adaptive-margin", g_margin, "Override the adaptive policy's switching margin");
   app.add_option("--picked-weight", g_picked_weight, "Override the routing policy's picked weight (tuning)");
-  bool synthetic = true;
-  app.add_option("--synthetic", synthetic, "Run the synthetic traces");
+  bool synthetic = false;
+  app.add_option("--synthetic", synthetic, "Run the old hand-made locality traces too");
+  app.add_option("--presets", presets, "Synthetic routers with published statistics (synthetic_routing.h)");
+  app.add_option("--popularity", o_pop, "Override: fixed expert logit spread");
+  app.add_option("--prompt", o_prompt, "Override: per-prompt logit spread");
+  app.add_option("--rho-first", o_rho0, "Override: persistence at layer 0");
+  app.add_option("--rho-mid", o_rho1, "Override: persistence at the middle layer");
+  app.add_option("--rho-last", o_rho2, "Override: persistence at the last layer");
+  app.add_option("--cross-layer", o_cross, "Override: cross-layer correlation");
+  app.add_option("--lookahead-noise", o_noise, "Override: depth-1 prediction noise (depth 2: 1.5x)");
+  app.add_flag("--partial-probs", partial, "Presets record only the chosen experts' gate weights");
+  app.add_option("--prefetch-layers", prefetch_depth, "Lookahead depth for the prefetch columns (-1: the trace's)");
   CLI11_PARSE(app, argc, argv);
   std::vector<double> sizes;
   for (auto part : absl::StrSplit(sizes_text, ',')) {
@@ -140,11 +192,35 @@ int main(int argc, char** argv) {
                                             {"temporal", 0.5, 0, 0, 0.9},
                                             {"topics", 0.5, 1.5, 200, 0.5}};
   const std::vector<Shape> shapes = {{"mixtral", 32, 8, 2}, {"olmoe", 16, 64, 8}};
-  std::printf("| trace (locality) | layers x experts | cache | lru | lfu | routing | Belady | routing / Belady |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+  std::printf("| trace | layers x experts | cache | lru | lfu | routing | adaptive | adaptive - max(lru, lfu) | Belady | "
+              "adaptive / Belady | adaptive, per-layer budget | prefetch coverage (depth) | wasted prefetch reads | "
+              "wasted MiB / token |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const auto& name : presets) {
+    auto m = es::SyntheticRouterPreset(name);
+    if (!m.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(m.status().message()).c_str());
+      return 2;
+    }
+    m->partial_probs = partial;
+    if (o_pop >= 0) m->popularity = o_pop;
+    if (o_prompt >= 0) m->prompt = o_prompt;
+    if (o_rho0 >= 0) m->rho_first = o_rho0;
+    if (o_rho1 >= 0) m->rho_mid = o_rho1;
+    if (o_rho2 >= 0) m->rho_last = o_rho2;
+    if (o_cross >= 0) m->cross_layer = o_cross;
+    if (o_noise >= 0) m->lookahead_noise = {o_noise, 1.5 * o_noise};
+    auto t = es::SynthesizeTrace(*m, seed);
+    if (!t.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(t.status().message()).c_str());
+      return 2;
+    }
+    PrintStats(*t);
+    Report(*t, "synthetic: " + name + (partial ? " (gate weights only)" : ""), sizes, prefetch_depth);
+  }
   for (const auto& shape : synthetic ? shapes : std::vector<Shape>{}) {
     for (const auto& loc : localities) {
-      Report(Synthesize(shape, loc, tokens, seed), loc.name, sizes);
+      Report(Synthesize(shape, loc, tokens, seed), loc.name, sizes, prefetch_depth);
     }
   }
   for (const auto& path : traces) {
@@ -153,7 +229,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", std::string(t.status().message()).c_str());
       return 1;
     }
-    Report(*t, "recorded: " + t->header.model, sizes);
+    PrintStats(*t);
+    Report(*t, "recorded: " + t->header.model, sizes, prefetch_depth);
   }
   return 0;
 }

@@ -161,7 +161,7 @@ struct RunFlags {
   std::string mode = "colibri";
   std::string cache_size = "1.25G";
   int prefetch_layers = 1;
-  std::string policy = "routing";
+  std::string policy{colibri::expert_source::kDefaultCachePolicyName};
   int io_threads = 4;
   int prefetch_reads = 0;
   float prefetch_min_weight = 0;

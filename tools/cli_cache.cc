@@ -5,10 +5,19 @@
 //   stats --server URL [--json] [--api-key K]
 //       hit rate per tier, prefetch precision and coverage, bytes read per token, stall time
 //       (GET URL/admin/stats) as a table, or the JSON.
-//   trace-replay --trace FILE --cache-size N|P%|SIZE [--policy lru|lfu|routing|all] [--json]
-//       replays a routing trace (--trace-out) through each policy and Belady's offline optimum
-//       at the same capacity: N blocks, P% of the model's experts, or a byte size (e.g. 8G, with
-//       the trace's block size).
+//   trace-replay --trace FILE --cache-size N|P%|SIZE [--policy adaptive|lru|lfu|routing|all]
+//                [--prefetch-layers N] [--per-layer] [--json]
+//       replays a routing trace (--trace-out, trace-gen) through each policy and Belady's offline
+//       optimum at the same capacity: N blocks, P% of the model's experts, or a byte size (e.g.
+//       8G, with the trace's block size). A version 2 trace (lookahead predictions) is also
+//       replayed with lookahead prefetch through the default policy (--prefetch-layers, default
+//       the trace's depth; 0: off): coverage (hits + prefetches in time) against Belady's demand
+//       hit rate, and the bytes read for wrong predictions. --per-layer adds each policy with
+//       the budget split evenly per layer.
+//   trace-gen --model mixtral-8x7b|deepseek-v2-lite|qwen1.5-moe --out FILE [--seed 1]
+//             [--prompts N] [--partial-probs]
+//       writes a synthetic decode trace (version 2) from a router with published statistics
+//       (libs/expert_source/include/colibri/expert_source/synthetic_routing.h) and prints them.
 // URL: http://host:port (colibri-server's HTTP port, colibri-compute's metrics port).
 // Exit status: 0 ok; 1 the server or file could not be reached or read; 2 bad arguments.
 #include <httplib.h>
@@ -22,6 +31,7 @@
 #include "colibri/core/units.h"
 #include "colibri/expert_source/cache_policy.h"
 #include "colibri/expert_source/routing_trace.h"
+#include "colibri/expert_source/synthetic_routing.h"
 #include "nlohmann/json.hpp"
 
 namespace {
@@ -121,6 +131,8 @@ struct ReplayFlags {
   std::string trace;
   std::string cache_size;
   std::string policy = "all";
+  int prefetch_layers = -1;
+  bool per_layer = false;
   bool json = false;
 };
 
@@ -147,7 +159,8 @@ void RunReplay(const ReplayFlags& f) {
   if (!trace.ok()) Fail(1, std::string(trace.status().message()));
   std::vector<es::CachePolicyKind> kinds;
   if (f.policy == "all") {
-    kinds = {es::CachePolicyKind::kLru, es::CachePolicyKind::kLfu, es::CachePolicyKind::kRouting};
+    kinds = {es::CachePolicyKind::kAdaptive, es::CachePolicyKind::kLru, es::CachePolicyKind::kLfu,
+             es::CachePolicyKind::kRouting};
   } else {
     auto k = es::ParseCachePolicy(f.policy);
     if (!k.ok()) Fail(2, "--policy: " + std::string(k.status().message()));
@@ -161,15 +174,43 @@ void RunReplay(const ReplayFlags& f) {
            {"capacity_blocks", blocks},
            {"lookups", belady.lookups},
            {"belady_hit_rate", belady.hit_rate()}};
+  const es::TraceHeader& h = trace->header;
+  const auto params = es::DefaultPolicyParams(blocks, h.n_layers, h.n_experts, h.top_k);
+  auto of_belady = [&](double rate) { return belady.hit_rate() > 0 ? rate / belady.hit_rate() : 0.0; };
   Json rows = Json::array();
   for (auto kind : kinds) {
-    const es::ReplayResult r = es::ReplayWithPolicy(accesses, blocks, kind, es::DefaultPolicyParams(blocks, trace->header.n_layers, trace->header.n_experts, trace->header.top_k));
+    const es::ReplayResult r = es::ReplayWithPolicy(accesses, blocks, kind, params);
     rows.push_back(Json{{"policy", std::string(es::CachePolicyName(kind))},
                         {"hits", r.hits},
                         {"hit_rate", r.hit_rate()},
-                        {"of_belady", belady.hit_rate() > 0 ? r.hit_rate() / belady.hit_rate() : 0.0}});
+                        {"of_belady", of_belady(r.hit_rate())}});
+    if (f.per_layer) {
+      const es::ReplayResult p = es::ReplayPerLayer(accesses, h.n_layers, blocks, kind, h.n_experts, h.top_k);
+      rows.push_back(Json{{"policy", std::string(es::CachePolicyName(kind)) + ", per-layer budget"},
+                          {"hits", p.hits},
+                          {"hit_rate", p.hit_rate()},
+                          {"of_belady", of_belady(p.hit_rate())}});
+    }
   }
   out["policies"] = rows;
+  if (f.prefetch_layers > h.lookahead_layers) {
+    Fail(2, "--prefetch-layers " + std::to_string(f.prefetch_layers) + ": the trace predicts " +
+                std::to_string(h.lookahead_layers) + " layers ahead");
+  }
+  const int depth = f.prefetch_layers < 0 ? h.lookahead_layers : f.prefetch_layers;
+  if (depth > 0) {
+    const es::PrefetchReplayResult p =
+        es::ReplayWithPrefetch(accesses, blocks, es::kDefaultCachePolicy, params, depth, h.block_bytes);
+    out["prefetch"] = Json{{"policy", std::string(es::kDefaultCachePolicyName)},
+                           {"layers", depth},
+                           {"coverage", p.coverage()},
+                           {"prefetch_hits", p.prefetch_hits},
+                           {"prefetch_reads", p.prefetch_reads},
+                           {"prefetch_wasted", p.prefetch_wasted},
+                           {"prefetch_dropped", p.prefetch_dropped},
+                           {"wasted_bytes", p.wasted_bytes},
+                           {"coverage_minus_belady", p.coverage() - belady.hit_rate()}};
+  }
   if (f.json) {
     std::printf("%s\n", out.dump(2).c_str());
     Exit(0);
@@ -185,6 +226,17 @@ void RunReplay(const ReplayFlags& f) {
                 Pct(r["of_belady"]).c_str());
   }
   std::printf("| belady (offline optimum) | %s | 100.0%% |\n", Pct(belady.hit_rate()).c_str());
+  if (out.contains("prefetch")) {
+    const Json& p = out["prefetch"];
+    const uint64_t reads = p["prefetch_reads"].get<uint64_t>();
+    std::printf("\nprefetch %d layers ahead (%s): coverage %s (Belady's demand hit rate %s), %llu of %llu "
+                "prefetch reads wasted (%s), %llu dropped\n",
+                depth, std::string(es::kDefaultCachePolicyName).c_str(), Pct(p["coverage"]).c_str(),
+                Pct(belady.hit_rate()).c_str(), static_cast<unsigned long long>(p["prefetch_wasted"].get<uint64_t>()),
+                static_cast<unsigned long long>(reads),
+                h.block_bytes ? colibri::FormatSize(p["wasted_bytes"].get<uint64_t>()).c_str() : "no block size in trace",
+                static_cast<unsigned long long>(p["prefetch_dropped"].get<uint64_t>()));
+  }
   Exit(0);
 }
 
@@ -229,7 +281,47 @@ void AddCacheCommands(CLI::App& app) {
   replay->add_option("--trace", rf->trace, "Routing trace (--trace-out of run / server / compute)")->required();
   replay->add_option("--cache-size", rf->cache_size, "Capacity: N blocks, P% of the experts, or a size like 8G")
       ->required();
-  replay->add_option("--policy", rf->policy, "lru, lfu, routing or all")->capture_default_str();
+  replay->add_option("--policy", rf->policy, "adaptive, lru, lfu, routing or all")->capture_default_str();
+  replay->add_option("--prefetch-layers", rf->prefetch_layers,
+                     "Lookahead prefetch depth to simulate (-1: the trace's; 0: none)")
+      ->capture_default_str();
+  replay->add_flag("--per-layer", rf->per_layer, "Also replay with the budget split evenly per layer");
   replay->add_flag("--json", rf->json, "Print JSON");
   replay->callback([rf] { RunReplay(*rf); });
+
+  auto gen = app.add_subcommand("trace-gen", "Write a synthetic decode routing trace with real routers' statistics");
+  auto model_name = std::make_shared<std::string>("mixtral-8x7b");
+  auto out_path = std::make_shared<std::string>();
+  auto seed = std::make_shared<uint64_t>(1);
+  auto prompts = std::make_shared<int>(0);
+  auto partial = std::make_shared<bool>(false);
+  gen->add_option("--model", *model_name, "mixtral-8x7b, deepseek-v2-lite or qwen1.5-moe")->capture_default_str();
+  gen->add_option("--out", *out_path, "Trace file to write")->required();
+  gen->add_option("--seed", *seed, "Random seed (same seed, same trace)")->capture_default_str();
+  gen->add_option("--prompts", *prompts, "Prompts decoded one after another (0: the preset's)");
+  gen->add_flag("--partial-probs", *partial, "Record only the chosen experts' gate weights");
+  gen->callback([=] {
+    auto m = es::SyntheticRouterPreset(*model_name);
+    if (!m.ok()) Fail(2, "--model: " + std::string(m.status().message()));
+    if (*prompts < 0) Fail(2, "--prompts must be >= 0");
+    if (*prompts > 0) m->prompts = *prompts;
+    m->partial_probs = *partial;
+    auto t = es::SynthesizeTrace(*m, *seed);
+    if (!t.ok()) Fail(2, std::string(t.status().message()));
+    auto w = es::RoutingTraceWriter::Open(*out_path, t->header);
+    if (!w.ok()) Fail(1, std::string(w.status().message()));
+    for (const auto& r : t->records) (*w)->Write(r);
+    if (auto st = (*w)->Flush(); !st.ok()) Fail(1, std::string(st.message()));
+    const es::RoutingStats s = es::MeasureRouting(*t);
+    const size_t L = s.repeat_first.size();
+    std::printf("%s: %llu records (%d layers x %d experts, top-%d, seed %llu) -> %s\n", m->name.c_str(),
+                static_cast<unsigned long long>(t->records.size()), m->n_layers, m->n_experts, m->top_k,
+                static_cast<unsigned long long>(*seed), out_path->c_str());
+    std::printf("same first choice as the previous token: %s / %s / %s (layers 0, %zu, %zu); top-k overlap: %s / %s / "
+                "%s; depth-1 lookahead precision %s\n",
+                Pct(s.repeat_first[0]).c_str(), Pct(s.repeat_first[L / 2]).c_str(), Pct(s.repeat_first[L - 1]).c_str(),
+                L / 2, L - 1, Pct(s.repeat_any[0]).c_str(), Pct(s.repeat_any[L / 2]).c_str(),
+                Pct(s.repeat_any[L - 1]).c_str(), Pct(s.lookahead_precision).c_str());
+    Exit(0);
+  });
 }

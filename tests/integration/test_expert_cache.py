@@ -65,9 +65,12 @@ class ExpertCacheTest(unittest.TestCase):
         self.assertEqual(header['format'], 'colibri-routing-trace')
         self.assertEqual((header['n_layers'], header['n_experts'], header['top_k']), (2, 8, 2))
         self.assertEqual(header['block_bytes'], BLOCK)
+        self.assertEqual((header['version'], header['lookahead_layers']), (2, 1))
         # Every fed token (the prompt, then all generated but the last) at each layer.
         self.assertEqual(len(records), (len(PROMPT) + len(ids) - 1) * 2)
+        n_layers = max(r['layer'] for r in records) + 1
         for r in records:
+            self.assertEqual(len(r.get('lookahead', [])), min(1, n_layers - 1 - r['layer']))
             self.assertEqual(len(r['experts']), 2)
             self.assertEqual(len(r['probs']), 8)
             self.assertAlmostEqual(sum(r['weights']), 1.0, places=3)
@@ -77,7 +80,10 @@ class ExpertCacheTest(unittest.TestCase):
 
         out = json.loads(self.cli('trace-replay', '--trace', trace, '--cache-size', '4', '--json').stdout)
         self.assertEqual(out['capacity_blocks'], 4)
-        self.assertEqual([p['policy'] for p in out['policies']], ['lru', 'lfu', 'routing'])
+        self.assertEqual([p['policy'] for p in out['policies']], ['adaptive', 'lru', 'lfu', 'routing'])
+        # With lookahead prefetch (the default depth, 1) the engine records its predictions too.
+        self.assertEqual(out['prefetch']['layers'], 1)
+        self.assertGreater(out['prefetch']['prefetch_reads'], 0)
         for p in out['policies']:
             self.assertLessEqual(p['hit_rate'], out['belady_hit_rate'] + 1e-12)
         self.assertGreater(out['belady_hit_rate'], 0)
@@ -86,11 +92,22 @@ class ExpertCacheTest(unittest.TestCase):
             again = json.loads(self.cli('trace-replay', '--trace', trace, '--cache-size', size, '--policy', 'lru',
                                         '--json').stdout)
             self.assertEqual(again['capacity_blocks'], 4)
-            self.assertEqual(again['policies'][0]['hits'], out['policies'][0]['hits'])
+            self.assertEqual(again['policies'][0]['hits'], out['policies'][1]['hits'])
         table = self.cli('trace-replay', '--trace', trace, '--cache-size', '4').stdout
         self.assertIn('| belady (offline optimum) |', table)
         bad = self.cli('trace-replay', '--trace', trace, '--cache-size', '4', '--policy', 'arc', check=False)
         self.assertEqual(bad.returncode, 2)
+        # A synthetic version 2 trace: lookahead prefetch is replayed too.
+        gen = os.path.join(self.dir, 'gen.jsonl')
+        self.cli('trace-gen', '--model', 'mixtral-8x7b', '--prompts', '1', '--seed', '3', '--out', gen)
+        syn = json.loads(self.cli('trace-replay', '--trace', gen, '--cache-size', '25%', '--prefetch-layers', '1',
+                                  '--json').stdout)
+        self.assertEqual(syn['prefetch']['layers'], 1)
+        self.assertGreater(syn['prefetch']['prefetch_reads'], 0)
+        self.assertGreaterEqual(syn['prefetch']['coverage'], syn['belady_hit_rate'])
+        self.assertEqual(syn['prefetch']['wasted_bytes'], syn['prefetch']['prefetch_wasted'] * 176160768)
+        deep = self.cli('trace-replay', '--trace', gen, '--cache-size', '25%', '--prefetch-layers', '3', check=False)
+        self.assertEqual(deep.returncode, 2)
 
     def test_prefetch_and_policies_never_change_tokens_or_logits(self):
         import numpy as np
@@ -100,7 +117,8 @@ class ExpertCacheTest(unittest.TestCase):
         expected = np.load(ref_logits)
         for i, (policy, prefetch, cache) in enumerate([('lru', '1', CACHE), ('lfu', '1', '200K'),
                                                         ('routing', '1', CACHE), ('routing', '0', '2G'),
-                                                        ('routing', '2', '200K')]):
+                                                        ('routing', '2', '200K'), ('adaptive', '1', CACHE),
+                                                        ('adaptive', '2', '200K')]):
             logits = os.path.join(self.dir, f'run{i}.npy')
             got = testlib.cli_run(self.model, PROMPT, 16, logits,
                                   extra=['--prefetch-layers', prefetch, '--cache-policy', policy,
@@ -125,7 +143,7 @@ class ExpertCacheTest(unittest.TestCase):
 
         stats = json.loads(self.cli('stats', '--server', url, '--api-key', 'k', '--json').stdout)
         self.assertEqual(stats['model'], 'demo')
-        self.assertEqual(stats['policy'], 'routing')
+        self.assertEqual(stats['policy'], 'adaptive')
         ram = stats['tiers'][0]
         self.assertEqual(ram['tier'], 'ram')
         self.assertEqual(ram['capacity_bytes'], 600 * 1024)

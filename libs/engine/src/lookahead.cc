@@ -30,6 +30,7 @@ absl::Status Lookahead::Predict(int layer, const float* x, int64_t n) {
   }
   host_logits_.resize(static_cast<size_t>(n * E));
   std::vector<ExpertId> ids;
+  row_predictions_.assign(static_cast<size_t>(n), {});
   const int last = std::min<int>(static_cast<int>(gates_.size()) - 1, layer + depth_);
   for (int target = layer + 1; target <= last; ++target) {
     const LayerGate& g = gates_[static_cast<size_t>(target)];
@@ -37,6 +38,11 @@ absl::Status Lookahead::Predict(int layer, const float* x, int64_t n) {
     backend_->MatMul(g.router, h_->f32(), n, logits_->f32());
     backend_->Download(host_logits_.data(), logits_->f32(), host_logits_.size() * sizeof(float));
     Route(host_logits_.data(), n, E, config_.top_k, config_.norm_topk_prob, /*keep_probs=*/false, &routing_);
+    const auto K = static_cast<size_t>(config_.top_k);
+    for (int64_t t = 0; t < n; ++t) {
+      const auto begin = routing_.experts.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(t) * K);
+      row_predictions_[static_cast<size_t>(t)].emplace_back(begin, begin + static_cast<std::ptrdiff_t>(K));
+    }
     auto& seen = predicted_[static_cast<size_t>(target)];
     for (size_t i = 0; i < routing_.experts.size(); ++i) {
       const int32_t e = routing_.experts[i];

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -37,6 +38,12 @@ class Lookahead {
   // The union of experts the router picked at `layer` (ascending): scores the predictions made
   // for it and cancels the ones not picked.
   void OnRouted(int layer, const std::vector<int32_t>& experts);
+  // What the last Predict call's routers chose for `row`: entry d - 1 is the top-k for layer + d
+  // (every choice, whatever its weight). For routing traces (version 2).
+  std::span<const std::vector<int32_t>> RowPredictions(int64_t row) const {
+    if (row < 0 || static_cast<size_t>(row) >= row_predictions_.size()) return {};
+    return row_predictions_[static_cast<size_t>(row)];
+  }
 
  private:
   backend::Backend* const backend_;
@@ -51,6 +58,7 @@ class Lookahead {
   std::vector<float> host_logits_;
   Routing routing_;
   std::vector<std::vector<char>> predicted_;  // [layer][expert]: asked for in this forward pass
+  std::vector<std::vector<std::vector<int32_t>>> row_predictions_;  // [row][depth - 1][k]
 };
 
 }  // namespace colibri::engine

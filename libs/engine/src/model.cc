@@ -315,6 +315,12 @@ void Model::ReportRouting(int layer, const Routing& r) {
     rec.experts.assign(r.experts.begin() + t * K, r.experts.begin() + (t + 1) * K);
     rec.weights.assign(r.weights.begin() + t * K, r.weights.begin() + (t + 1) * K);
     rec.probs.assign(r.probs.begin() + t * E, r.probs.begin() + (t + 1) * E);
+    if (lookahead_) {
+      // Predictions made from this layer's hidden state for the next layers (trace version 2).
+      const auto& ahead = lookahead_->RowPredictions(t);
+      const size_t depth = std::min<size_t>(ahead.size(), expert_source::kMaxTraceLookahead);
+      rec.lookahead.assign(ahead.begin(), ahead.begin() + static_cast<std::ptrdiff_t>(depth));
+    }
     options_.trace->Write(rec);
   }
 }

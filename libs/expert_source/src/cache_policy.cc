@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "adaptive_policy.h"
 
 namespace colibri::expert_source {
 namespace {
@@ -163,6 +164,8 @@ std::string_view CachePolicyName(CachePolicyKind kind) {
       return "lfu";
     case CachePolicyKind::kRouting:
       return "routing";
+    case CachePolicyKind::kAdaptive:
+      return "adaptive";
   }
   return "?";
 }
@@ -171,8 +174,9 @@ absl::StatusOr<CachePolicyKind> ParseCachePolicy(std::string_view name) {
   if (name == "lru") return CachePolicyKind::kLru;
   if (name == "lfu") return CachePolicyKind::kLfu;
   if (name == "routing") return CachePolicyKind::kRouting;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown cache policy '", std::string(name), "' (expected lru, lfu or routing)"));
+  if (name == "adaptive") return CachePolicyKind::kAdaptive;
+  return absl::InvalidArgumentError(absl::StrCat("unknown cache policy '", std::string(name),
+                                                 "' (expected adaptive, lru, lfu or routing)"));
 }
 
 CachePolicyParams DefaultPolicyParams(uint64_t capacity_blocks, int n_layers, int n_experts, int top_k) {
@@ -184,6 +188,7 @@ CachePolicyParams DefaultPolicyParams(uint64_t capacity_blocks, int n_layers, in
   p.n_layers = n_layers;
   p.n_experts = n_experts;
   p.top_k = top_k;
+  p.capacity_blocks = capacity_blocks;
   return p;
 }
 
@@ -195,6 +200,8 @@ std::unique_ptr<CachePolicy> MakeCachePolicy(CachePolicyKind kind, const CachePo
       return std::make_unique<LfuPolicy>(params);
     case CachePolicyKind::kRouting:
       return std::make_unique<RoutingPolicy>(params);
+    case CachePolicyKind::kAdaptive:
+      return MakeAdaptivePolicy(params);
   }
   return std::make_unique<LruPolicy>();
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "colibri/expert_source/cache_tier.h"
+#include "colibri/expert_source/routing_trace.h"
 #include "test_sources.h"
 
 namespace colibri::expert_source {
@@ -153,6 +154,94 @@ TEST(CachePolicy, TierEvictsThePolicysChoice) {
     EXPECT_TRUE(tier.Contains(c));
     EXPECT_TRUE(tier.Contains(d));
   }
+}
+
+}  // namespace
+}  // namespace colibri::expert_source
+
+namespace colibri::expert_source {
+namespace {
+
+// Accesses of one expert each, at layer 0.
+std::vector<TraceAccess> OneLayer(const std::vector<int32_t>& experts) {
+  std::vector<TraceAccess> out;
+  for (int32_t e : experts) out.push_back(TraceAccess{0, {e}, {}, {}});
+  return out;
+}
+
+uint64_t Hits(const std::vector<TraceAccess>& a, uint64_t cap, CachePolicyKind kind) {
+  CachePolicyParams p = DefaultPolicyParams(cap, 1, 8, 1);
+  p.half_life = 1000;
+  return ReplayWithPolicy(a, cap, kind, p).hits;
+}
+
+TEST(AdaptivePolicy, ParsesAndIsTheDefault) {
+  auto parsed = ParseCachePolicy("adaptive");
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(*parsed, CachePolicyKind::kAdaptive);
+  EXPECT_EQ(kDefaultCachePolicy, CachePolicyKind::kAdaptive);
+  EXPECT_EQ(CachePolicyName(kDefaultCachePolicy), kDefaultCachePolicyName);
+}
+
+// Phase 1 rewards frequency: expert 0 comes back after two one-off experts, so lru (capacity 2)
+// has always just evicted it and lfu keeps it. Phase 2 rewards recency: a working set of two
+// that moves every 8 uses, which lfu never admits for long (expert 0's count outweighs them).
+std::vector<int32_t> FrequencyThenRecency() {
+  std::vector<int32_t> seq;
+  for (int i = 0; i < 40; ++i) {
+    seq.push_back(0);
+    seq.push_back(1000 + 2 * i);  // never seen again
+    seq.push_back(1001 + 2 * i);
+  }
+  for (int phase = 0; phase < 30; ++phase) {
+    for (int i = 0; i < 8; ++i) seq.push_back(100 + 2 * phase + (i % 2));
+  }
+  return seq;
+}
+
+TEST(AdaptivePolicy, ExactHitsWhereLruAndLfuDiffer) {
+  const auto a = OneLayer(FrequencyThenRecency());
+  ASSERT_EQ(a.size(), 360u);
+  // lru: phase 1 nothing, phase 2 6 of every 8.
+  EXPECT_EQ(Hits(a, 2, CachePolicyKind::kLru), 180u);
+  // lfu: phase 1 every visit of 0 but the first two (at one use each, 0 and the first one-off
+  // tie and recency evicts 0 once), phase 2 nothing.
+  EXPECT_EQ(Hits(a, 2, CachePolicyKind::kLfu), 38u);
+  // adaptive: ranks by lfu once that shadow is ahead in phase 1 and by lru in phase 2, so it
+  // beats both (each switch costs a few misses while the real cache turns over).
+  EXPECT_EQ(Hits(a, 2, CachePolicyKind::kAdaptive), 204u);
+  EXPECT_EQ(ReplayBelady(a, 2).hits, 219u);
+}
+
+// A pinned expert takes no policy capacity: a tier of 3 blocks with one pinned behaves, for the
+// other experts, exactly like a tier of 2 without pins (the adaptive shadows are sized 2, not 3:
+// sized 3 they would lose 4 hits here),
+// and every use of the pinned one hits.
+TEST(AdaptivePolicy, PinnedBlocksAreNoPartOfThePolicysCapacity) {
+  const std::vector<int32_t> seq = FrequencyThenRecency();
+  const ExpertId pinned{1, 0};
+  auto run = [&](uint64_t blocks, bool pin) {
+    testing::RecordingSource src(100);
+    CacheTierOptions o;
+    o.capacity_bytes = 100 * blocks;
+    o.policy = CachePolicyKind::kAdaptive;
+    o.policy_params = DefaultPolicyParams(blocks, 1, 8, 1);
+    o.policy_params.half_life = 1000;
+    CacheTier tier(&src, o);
+    if (pin) {
+      EXPECT_TRUE(tier.SetPinned(std::vector<ExpertId>{pinned}).ok());
+    }
+    for (size_t i = 0; i < seq.size(); ++i) {
+      EXPECT_TRUE(tier.Fetch(ExpertId{0, seq[i]}, Priority::kDemand).ok());
+      if (pin && i % 10 == 0) {
+        EXPECT_TRUE(tier.Fetch(pinned, Priority::kDemand).ok());
+      }
+    }
+    return tier.Stats().hits;
+  };
+  const uint64_t unpinned = run(2, false);
+  EXPECT_EQ(unpinned, 204u);
+  EXPECT_EQ(run(3, true), unpinned + 36);  // 36 uses of the pinned expert, all hits
 }
 
 }  // namespace

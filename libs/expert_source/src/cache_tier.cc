@@ -373,6 +373,7 @@ absl::Status CacheTier::FetchMany(std::span<const ExpertId> ids, const std::func
         s.io_cv.notify_one();
       }
     }
+    s.policy->OnRequestEnd();
   }
   if (!promote.empty()) next_->Promote(promote);
   for (auto& [i, lease] : hits) on_ready(i, std::move(lease));
@@ -503,6 +504,7 @@ absl::Status CacheTier::SetPinned(std::span<const ExpertId> ids) {
   }
   s.pinned.clear();
   for (const ExpertId& id : ids) s.pinned.insert(id.Key());
+  s.policy->OnPinned(s.pinned);
   s.stats.bytes_pinned = 0;
   s.stats.blocks_pinned = 0;
   for (auto& [key, e] : s.entries) {

@@ -33,7 +33,7 @@ void AddCacheFlags(CLI::App* app, CacheFlags* f) {
   app->add_option("--kv-persist-limit", f->kv_persist_limit,
                   "Bytes of KV cache files kept in --kv-persist-dir, oldest deleted first (0: no cap)")
       ->capture_default_str();
-  app->add_option("--cache-policy", c.policy, "Expert cache policy: lru, lfu or routing")->capture_default_str();
+  app->add_option("--cache-policy", c.policy, "Expert cache policy: adaptive, lru, lfu or routing")->capture_default_str();
   app->add_option("--prefetch-layers", c.prefetch_layers, "Layers of lookahead prefetch (0: off)")->capture_default_str();
   app->add_option("--prefetch-min-weight", c.prefetch_min_weight,
                   "Prefetch only predicted experts with at least this predicted gate weight")

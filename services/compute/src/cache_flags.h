@@ -8,7 +8,7 @@
 //   --kv-offload-8bit         keep offloaded KV as Q8_0 (approximate: tokens may differ)
 //   --kv-persist-dir DIR      KV caches kept on disk across restarts (conversations reopen warm)
 //   --kv-persist-limit SIZE   bytes of KV files in that directory, oldest deleted first (0: no cap)
-//   --cache-policy P          lru | lfu | routing (routing)
+//   --cache-policy P          adaptive | lru | lfu | routing (adaptive)
 //   --prefetch-layers N       lookahead prefetch depth (1; 0: off)
 //   --prefetch-min-weight W   prefetch only predictions with a predicted gate weight >= W (0)
 //   --io-threads N            reader threads below the cache (4)

@@ -113,8 +113,10 @@ absl::StatusOr<std::unique_ptr<ExpertCache>> ExpertCache::Create(expert_source::
   cache->pins_ = std::move(*pins);
 
   if (!config.trace_out.empty()) {
+    // With lookahead prefetch the engine records its predictions too (version 2).
     expert_source::TraceHeader h{m.name, static_cast<int>(c.n_layers), static_cast<int>(c.n_experts),
-                                 static_cast<int>(c.top_k), largest};
+                                 static_cast<int>(c.top_k), largest,
+                                 std::min(config.prefetch_layers, expert_source::kMaxTraceLookahead)};
     ASSIGN_OR_RETURN(cache->trace_, expert_source::RoutingTraceWriter::Open(config.trace_out, h));
   }
   return cache;

@@ -31,7 +31,7 @@ namespace colibri::compute {
 struct ExpertCacheConfig {
   uint64_t vram_bytes = 0;             // --vram-budget
   int vram_io_threads = 2;             // VRAM tier copy threads (each with its own stream)
-  std::string policy = "routing";      // --cache-policy lru | lfu | routing
+  std::string policy{expert_source::kDefaultCachePolicyName};  // --cache-policy
   int prefetch_layers = 1;             // --prefetch-layers (used by the model)
   int io_threads = 4;                  // --io-threads: reader threads below the cache
   int max_prefetch_reads = 0;          // prefetch reads at once (0: io_threads - 1)
@@ -77,7 +77,7 @@ class ExpertCache {
  private:
   ExpertCache() = default;
   ExpertCacheConfig config_;
-  expert_source::CachePolicyKind policy_ = expert_source::CachePolicyKind::kRouting;
+  expert_source::CachePolicyKind policy_ = expert_source::kDefaultCachePolicy;
   std::unique_ptr<expert_source::RoutingHeat> heat_;
   std::unique_ptr<expert_source::CacheTier> ram_;
   std::unique_ptr<expert_source::DeviceTierMemory> vram_memory_;

@@ -28,6 +28,23 @@
 //            how many layers until l comes round again (the layer just computed is the one needed
 //            last). The block needed furthest in the future goes first: Belady's rule with
 //            expected instead of known next uses.
+//   adaptive (the default) runs, beside the real cache, five shadow caches of the same capacity
+//            on the same demand stream, each ranking by one rule, and ranks the real cache by
+//            the rule whose shadow hit most over the last few cache turnovers (the leader changes
+//            only when another is ahead by 2%):
+//              lru, lfu (as above);
+//              reuse: the chance q that the block is used at the next visit of its layer, learned
+//                online from this tier's own stream as a table per layer of (visits since the
+//                block's last use, its decayed use rate, the router's probability for it at the
+//                last visit, or "unknown" when hints are partial or absent) -> how often such a
+//                block was used at the next visit;
+//              reuse+cycle: the expected visit of the next use, next visit of its layer +
+//                L (1/q - 1) (the layer cycle; it helps at large caches, hurts at small ones);
+//              routing (as above, scored at each visit of the block's layer).
+//            Shadows make room after each request (OnRequestEnd), as the tier does.
+//            A shadow that follows lru or lfu is an exact replica of that policy, so the real
+//            cache does as well as the better of them up to the cost of switching. Pinned blocks
+//            (OnPinned) are no part of the shadows: they take no policy capacity.
 #pragma once
 
 #include <cstdint>
@@ -35,15 +52,20 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "absl/status/statusor.h"
 #include "colibri/expert_source/expert_source.h"
 
 namespace colibri::expert_source {
 
-enum class CachePolicyKind { kLru, kLfu, kRouting };
+enum class CachePolicyKind { kLru, kLfu, kRouting, kAdaptive };
 
-std::string_view CachePolicyName(CachePolicyKind kind);  // "lru" | "lfu" | "routing"
+// What every tier, server and tool uses unless told otherwise.
+inline constexpr CachePolicyKind kDefaultCachePolicy = CachePolicyKind::kAdaptive;
+inline constexpr std::string_view kDefaultCachePolicyName = "adaptive";
+
+std::string_view CachePolicyName(CachePolicyKind kind);  // "lru" | "lfu" | "routing" | "adaptive"
 absl::StatusOr<CachePolicyKind> ParseCachePolicy(std::string_view name);
 
 struct CachePolicyParams {
@@ -56,6 +78,10 @@ struct CachePolicyParams {
   double fast_weight = 0.9;      // a of the recency estimate
   double slow_weight = 0.05;     // a of the frequency estimate
   double picked_weight = 0.5;    // s: "picked" vs the router's probability in a visit's estimate
+  // adaptive: blocks the tier holds (0: the most ever resident at once).
+  uint64_t capacity_blocks = 0;
+  double adaptive_window = 8;     // adaptive: hits are compared over this many cache turnovers
+  double adaptive_margin = 0.02;  // adaptive: a rule leads once its shadow is this much ahead
 };
 
 class CachePolicy {
@@ -73,6 +99,11 @@ class CachePolicy {
   virtual void OnDemote(uint64_t key) = 0;
   // The router's probability for an expert at its layer (averaged over the batch).
   virtual void OnHint(const RoutingHint& hint) {}
+  // The demand accesses of one request (FetchMany) have all been reported; the tier now makes
+  // room for its misses.
+  virtual void OnRequestEnd() {}
+  // The tier's pinned set (never evicted, so no part of the capacity the policy ranks for).
+  virtual void OnPinned(const std::unordered_set<uint64_t>& pinned) {}
   // Retention priority of a resident block: the lowest is evicted first.
   virtual double Priority(uint64_t key) const = 0;
 };
