@@ -200,7 +200,7 @@ absl::StatusOr<std::vector<float>> TensorToFloat32(const SafetensorsTensor& t) {
   std::vector<float> out(n);
   switch (t.dtype) {
     case StDType::kF32:
-      std::memcpy(out.data(), t.data.data(), n * 4);
+      if (n > 0) std::memcpy(out.data(), t.data.data(), n * 4);  // an empty tensor's data may be null
       break;
     case StDType::kF16:
     case StDType::kBF16:
