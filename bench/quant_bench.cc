@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "colibri/quant/dtype.h"
+#include "colibri/quant/fp16.h"
 #include "colibri/quant/quantize.h"
 #include "colibri/quant/vec_dot.h"
 
@@ -30,8 +31,10 @@ namespace {
 constexpr int64_t kCols = 4096;
 constexpr size_t kTargetBytes = size_t{64} << 20;
 
-constexpr DType kTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ6_K,
-                            DType::kQ5_K, DType::kQ4_K, DType::kQ3_K, DType::kQ2_K};
+constexpr DType kTypes[] = {DType::kF32,   DType::kF16,    DType::kBF16,   DType::kQ8_0,   DType::kQ6_K,
+                            DType::kQ5_K,  DType::kQ4_K,   DType::kQ3_K,   DType::kQ2_K,   DType::kQ5_1,
+                            DType::kQ5_0,  DType::kQ4_1,   DType::kQ4_0,   DType::kIQ4_XS, DType::kIQ4_NL,
+                            DType::kMXFP4, DType::kIQ2_XXS};
 
 struct Matrix {
   int64_t rows = 0;
@@ -56,7 +59,18 @@ const Matrix& GetMatrix(DType type) {
   std::vector<float> row(kCols);
   for (int64_t r = 0; r < kDistinct; ++r) {
     for (float& v : row) v = normal(rng);
-    QuantizeRow(type, row.data(), m.weights.data() + r * m.row_bytes, kCols);
+    uint8_t* dst = m.weights.data() + r * m.row_bytes;
+    if (HasQuantizer(type)) {
+      QuantizeRow(type, row.data(), dst, kCols);
+      continue;
+    }
+    // Import-only types (IQ2_XXS): random codes under a plausible f16 scale leading each block.
+    for (size_t b = 0; b < m.row_bytes; ++b) dst[b] = static_cast<uint8_t>(rng());
+    const size_t bb = Traits(type).block_bytes;
+    for (size_t b = 0; b < m.row_bytes; b += bb) {
+      const uint16_t d = F32ToF16(0.002f);
+      std::memcpy(dst + b, &d, sizeof(d));
+    }
   }
   for (int64_t r = kDistinct; r < m.rows; ++r) {
     std::memcpy(m.weights.data() + r * m.row_bytes,
@@ -155,7 +169,9 @@ void VecDotArgs(benchmark::internal::Benchmark* b) {
 }
 
 void QuantizeArgs(benchmark::internal::Benchmark* b) {
-  for (DType t : kTypes) b->Args({static_cast<int64_t>(t)});
+  for (DType t : kTypes) {
+    if (HasQuantizer(t)) b->Args({static_cast<int64_t>(t)});
+  }
 }
 
 BENCHMARK(BM_Memcpy)->Unit(benchmark::kMillisecond);
