@@ -67,7 +67,7 @@ struct Tables {
     avx2 = scalar;
     if (CpuHasAvx2()) {
       const bool dq = FillAvx2Dequantize(&avx2);
-      const bool vd = FillAvx2VecDot(&avx2);
+      const bool vd = FillAvx2VecDot(&avx2) && FillAvx2IQuantVecDot(&avx2);
       if (dq || vd) best = Isa::kAvx2;
     }
     avx512 = avx2;

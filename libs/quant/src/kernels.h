@@ -44,6 +44,8 @@ void FillScalarVecDot(KernelTable* table);
 // build has none (non-x86 targets).
 bool FillAvx2Dequantize(KernelTable* table);
 bool FillAvx2VecDot(KernelTable* table);
+// IQ4_NL, IQ4_XS and MXFP4 (vec_dot_iquants_avx2.cc): bit-identical to the scalar reference.
+bool FillAvx2IQuantVecDot(KernelTable* table);
 // Same for the AVX-512 (F + BW + VL) kernels, applied on top of the AVX2 table
 // (vec_dot_avx512.cc).
 bool FillAvx512VecDot(KernelTable* table);

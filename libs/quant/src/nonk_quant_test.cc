@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string_view>
 #include <vector>
 
 #include "colibri/quant/blocks.h"
@@ -170,12 +171,18 @@ TEST(NonKQuantsTest, VecDotEqualsTheDequantizedDotProduct) {
     // Q8_1 carries d * sum(q) rounded to f16 (GGML's format), so the min term is that close.
     const double tol = at == DType::kQ8_1 ? 1e-3 * mag : 1e-5 * mag;
     EXPECT_NEAR(got, ref, tol) << DTypeName(t);
-    EXPECT_EQ(VecDot(t, w.data(), act.data(), n), got) << DTypeName(t);  // no SIMD kernel yet
-    std::vector<float> rows(3);
-    std::vector<uint8_t> three(3 * w.size());
-    for (int r = 0; r < 3; ++r) std::memcpy(three.data() + r * w.size(), w.data(), w.size());
-    MatVec(t, three.data(), w.size(), 3, act.data(), n, rows.data());
-    for (float r : rows) EXPECT_EQ(r, got) << DTypeName(t);
+    // Every kernel set this CPU has (the AVX2 IQ4_NL/IQ4_XS/MXFP4 kernels included) gives the
+    // reference's exact bits, in VecDot and MatVec alike.
+    for (std::string_view isa : SupportedIsas()) {
+      ASSERT_TRUE(SetKernelIsaCap(isa));
+      EXPECT_EQ(VecDot(t, w.data(), act.data(), n), got) << DTypeName(t) << " " << isa;
+      std::vector<float> rows(3);
+      std::vector<uint8_t> three(3 * w.size());
+      for (int r = 0; r < 3; ++r) std::memcpy(three.data() + r * w.size(), w.data(), w.size());
+      MatVec(t, three.data(), w.size(), 3, act.data(), n, rows.data());
+      for (float r : rows) EXPECT_EQ(r, got) << DTypeName(t) << " " << isa;
+    }
+    ForceScalarKernels(false);
   }
 }
 

@@ -1,0 +1,113 @@
+// AVX2 dot products for the codebook formats IQ4_NL, IQ4_XS and MXFP4: each byte of nibbles is
+// looked up in the 16-entry int8 codebook with pshufb (so 32 weights become 32 int8 values in
+// element order), multiplied with the int8 activations exactly (sign trick + maddubs + madd:
+// |codebook| <= 127 and activations are never -128, so no int16 pair saturates), and the exact
+// integer sum of each group goes through the same float expression as iquants.cc's reference:
+// the results are bit-identical to it. Built with -mavx2 -mfma -mf16c; see kernels.h for what
+// this file may include.
+#include "kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "colibri/quant/blocks.h"
+
+namespace colibri::quant::internal {
+namespace {
+
+float HalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
+
+int SumInt32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// 16 bytes of nibbles -> 32 codebook values: element j (< 16) from the low nibble of byte j,
+// element j + 16 from its high nibble (the Q4_0 layout).
+__m256i Lookup(__m128i book, const uint8_t* qs) {
+  const __m128i m4 = _mm_set1_epi8(0x0f);
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i lo = _mm_shuffle_epi8(book, _mm_and_si128(q, m4));
+  const __m128i hi = _mm_shuffle_epi8(book, _mm_and_si128(_mm_srli_epi16(q, 4), m4));
+  return _mm256_set_m128i(hi, lo);
+}
+
+// Exact sum of 32 signed int8 products.
+int DotInt8(__m256i w, const int8_t* act) {
+  const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act));
+  const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+  return SumInt32(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+// 2^(e - 128), as iquants.cc's E8M0Half.
+float E8M0HalfAvx2(uint8_t e) {
+  const uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e) - 1) << 23;
+  float f;
+  memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+float DotIQ4_NLAvx2(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockIQ4_NL*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  const __m128i book = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues));
+  float sum = 0;
+  for (int64_t i = 0; i < n / 32; ++i) {
+    const float d = HalfToFloat(y[i].d) * HalfToFloat(x[i].d);
+    sum += d * static_cast<float>(DotInt8(Lookup(book, x[i].qs), y[i].qs));
+  }
+  return sum;
+}
+
+float DotIQ4_XSAvx2(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockIQ4_XS*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  const __m128i book = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues));
+  float sum = 0;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d4d8 = HalfToFloat(x[i].d) * y[i].d;
+    for (int g = 0; g < kQK_K / 32; ++g) {
+      const int low = (x[i].scales_l[g / 2] >> (4 * (g % 2))) & 0x0F;
+      const int high = (x[i].scales_h >> (2 * g)) & 3;
+      const int ls = (low | (high << 4)) - 32;
+      const int isum = DotInt8(Lookup(book, x[i].qs + 16 * g), y[i].qs + 32 * g);
+      sum += d4d8 * static_cast<float>(ls) * static_cast<float>(isum);
+    }
+  }
+  return sum;
+}
+
+float DotMXFP4Avx2(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockMXFP4*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  const __m128i book = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values));
+  float sum = 0;
+  for (int64_t i = 0; i < n / 32; ++i) {
+    const float d = E8M0HalfAvx2(x[i].e) * HalfToFloat(y[i].d);
+    sum += d * static_cast<float>(DotInt8(Lookup(book, x[i].qs), y[i].qs));
+  }
+  return sum;
+}
+
+}  // namespace
+
+bool FillAvx2IQuantVecDot(KernelTable* table) {
+  table->vec_dot[20] = DotIQ4_NLAvx2;
+  table->vec_dot[23] = DotIQ4_XSAvx2;
+  table->vec_dot[39] = DotMXFP4Avx2;
+  return true;
+}
+
+}  // namespace colibri::quant::internal
+
+#else  // not x86
+
+namespace colibri::quant::internal {
+bool FillAvx2IQuantVecDot(KernelTable*) { return false; }
+}  // namespace colibri::quant::internal
+
+#endif
