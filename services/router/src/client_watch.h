@@ -1,8 +1,8 @@
 // Noticing that an HTTP client went away while its request waits in a queue or prefills, when
-// nothing is being written to it. cpp-httplib does not hand a handler its socket, so the
-// connection's socket is found by its addresses; a watcher then polls it for the peer's close
-// (POLLRDHUP / EOF) every `interval` and cancels the request's CancelToken, which the engine
-// checks at admission and between prefill chunks.
+// nothing is being written to it: a watcher polls the connection's socket
+// (CurrentConnectionSocket, http_server.h) for the peer's close (POLLRDHUP / EOF) every
+// `interval` and cancels the request's CancelToken, which the engine checks at admission and
+// between prefill chunks.
 //
 // Thread-safe. A ClientWatch runs one polling thread for its lifetime (one per watched request:
 // the HTTP server's worker count bounds them) and stops it in its destructor, before the
@@ -12,15 +12,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
-#include <string>
 #include <thread>
 
 #include "colibri/core/cancel.h"
 
 namespace colibri::router {
-
-// The descriptor of the TCP connection from remote_addr:remote_port to local_port, or -1.
-int FindConnectionSocket(const std::string& remote_addr, int remote_port, int local_port);
 
 // True when the peer has closed its side of the connection (or it failed).
 bool PeerClosed(int fd);

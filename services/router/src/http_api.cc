@@ -102,7 +102,7 @@ class Handler {
     // it is queued or prefilling, not only once tokens are written.
     auto cancel = std::make_shared<CancelFlag>();
     parsed->params.cancel = cancel;
-    const int client_fd = FindConnectionSocket(req.remote_addr, req.remote_port, req.local_port);
+    const int client_fd = CurrentConnectionSocket();
     if (auto st = core_->CheckModel(parsed->model); !st.ok()) return Error(res, endpoint, st);
     absl::StatusOr<std::vector<int32_t>> ids = chat                          ? core_->EncodeChat(parsed->messages, parsed->chat_options)
                                                : !parsed->prompt_ids.empty() ? parsed->prompt_ids

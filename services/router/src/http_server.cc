@@ -34,6 +34,8 @@ constexpr size_t kMaxHeaderBytes = 64 << 10;
 // way to know: httplib hands the task queue an opaque function).
 enum class Lane { kNone, kFront, kReject };
 thread_local Lane tls_lane = Lane::kNone;
+// The connection Serve() is handling on this thread (CurrentConnectionSocket), else -1.
+thread_local int tls_connection = -1;
 
 int MillisLeft(Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
@@ -302,6 +304,7 @@ class BoundedServer final : public httplib::Server {
   // header_timeout after their first byte, which must come within idle_timeout.
   void Serve(int sock, int max_requests, milliseconds first_budget) {
     DeadlineStream strm(sock, limits_);
+    tls_connection = sock;
     for (int left = max_requests; left > 0 && svr_sock_ != INVALID_SOCKET; --left) {
       if (left == max_requests) {
         strm.StartRequest(Clock::now() + first_budget);
@@ -312,6 +315,7 @@ class BoundedServer final : public httplib::Server {
       bool closed = false;
       if (!process_request(strm, left == 1, closed, nullptr) || closed || strm.cut()) break;
     }
+    tls_connection = -1;
     ::shutdown(sock, SHUT_RDWR);
     ::close(sock);
   }
@@ -368,6 +372,8 @@ void AddHttpLimitFlags(CLI::App* app, HttpLimits* l) {
       ->capture_default_str();
   seconds("--http-write-timeout", &l->write_timeout, "Seconds one write may wait for a client that stops reading");
 }
+
+int CurrentConnectionSocket() { return tls_connection; }
 
 std::unique_ptr<httplib::Server> MakeBoundedHttpServer(int threads, const HttpLimits& limits) {
   return std::make_unique<BoundedServer>(threads, limits);

@@ -45,6 +45,11 @@ struct HttpLimits {
 // --http-keep-alive-max, --http-write-timeout (timeouts in seconds).
 void AddHttpLimitFlags(CLI::App* app, HttpLimits* limits);
 
+// The socket of the connection the calling thread is serving a request of (from a route handler
+// or a content provider of a server made below), or -1 outside one. For watching whether the
+// client is still there (client_watch.h); never read, write or close it.
+int CurrentConnectionSocket();
+
 // A server with `threads` workers and these limits; routes are added by the caller as usual.
 std::unique_ptr<httplib::Server> MakeBoundedHttpServer(int threads, const HttpLimits& limits);
 
