@@ -33,8 +33,8 @@ v1::FinishReason FinishToProto(engine::FinishReason f) {
 }
 
 ComputeService::ComputeService(ComputeNode* node, ComputeMetrics* metrics, int max_pending_requests)
-    : node_(node), metrics_(metrics), max_pending_(max_pending_requests), executor_(max_pending_requests + 1) {
-  metrics_->pending_requests_limit->Set(max_pending_);
+    : node_(node), metrics_(metrics), pending_(max_pending_requests), executor_(max_pending_requests + 1) {
+  metrics_->pending_requests_limit->Set(pending_.limit());
 }
 
 ComputeService::~ComputeService() = default;
@@ -45,10 +45,8 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* ComputeService::Generate(grpc::C
     return Reject(absl::NotFoundError(absl::StrCat("model '", req->model(), "' is not served here (this node runs '",
                                                    node_->model_name(), "')")));
   }
-  if (pending_.fetch_add(1) >= max_pending_) {
-    pending_--;
-    return Reject(absl::ResourceExhaustedError("compute: too many requests waiting"));
-  }
+  auto ticket = pending_.TryAcquire();  // held until the request's producer is done
+  if (!ticket) return Reject(absl::ResourceExhaustedError("compute: too many requests waiting"));
   metrics_->pending_requests->Increment();
   engine::GenerationRequest r;
   r.prompt.assign(req->prompt_tokens().begin(), req->prompt_tokens().end());
@@ -59,7 +57,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* ComputeService::Generate(grpc::C
   r.session_id = req->session_id();
   const auto deadline = ctx->deadline();
   using Writer = rpc::QueuedWriteReactor<v1::GenerateResponse>;
-  return new Writer(&executor_, [this, r = std::move(r), deadline](Writer* out) mutable {
+  return new Writer(&executor_, [this, r = std::move(r), deadline, ticket](Writer* out) mutable {
     r.cancel = out->cancel_token();  // the router cancelling the call stops the engine's work at once
     return Run(r, deadline, out);
   });
@@ -95,7 +93,6 @@ grpc::Status ComputeService::Run(const engine::GenerationRequest& r, std::chrono
   });
   metrics_->active_requests->Decrement();
   metrics_->pending_requests->Decrement();
-  pending_--;
   if (!result.ok()) {
     metrics_->requests_failed->Increment();
     return rpc::ToGrpc(result.status());

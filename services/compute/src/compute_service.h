@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "colibri/core/thread_pool.h"
+#include "colibri/rpc/pending_limit.h"
 #include "colibri/rpc/queued_write_reactor.h"
 #include "colibri/v1/compute.grpc.pb.h"
 #include "compute_metrics.h"
@@ -36,8 +37,7 @@ class ComputeService final : public v1::Compute::CallbackService {
                    rpc::QueuedWriteReactor<v1::GenerateResponse>* out);
   ComputeNode* node_;
   ComputeMetrics* metrics_;
-  const int max_pending_;
-  std::atomic<int> pending_{0};
+  rpc::PendingLimit pending_;
   ThreadPool executor_;
 };
 

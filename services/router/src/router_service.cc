@@ -13,7 +13,7 @@ namespace {
 
 using Writer = rpc::QueuedWriteReactor<v1::RouterGenerateResponse>;
 
-// A stream refused before any work (authentication): finishes at once.
+// A stream refused before any work (authentication, the pending cap): finishes at once.
 class RefusedStream final : public grpc::ServerWriteReactor<v1::RouterGenerateResponse> {
  public:
   explicit RefusedStream(const absl::Status& status) { Finish(rpc::ToGrpc(status)); }
@@ -36,9 +36,6 @@ RouterService::RouterService(RouterCore* core, RouterMetrics* metrics, int max_c
       pending_(max_pending),
       executor_(max_concurrent + 1) {}
 
-Writer* RouterService::Reject(const absl::Status& status) {
-  return new Writer(&executor_, [status](Writer*) { return rpc::ToGrpc(status); });
-}
 
 grpc::Status RouterService::StreamRun(
     Writer* out, const std::string& endpoint,
@@ -73,7 +70,7 @@ grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::Generate(gr
   auto who = auth::Authenticate(keys_.get(), *ctx);
   if (!who.ok()) return new RefusedStream(who.status());
   auto ticket = pending_.TryAcquire();
-  if (!ticket) return Reject(absl::ResourceExhaustedError(absl::StrCat("router: ", pending_.limit(), " requests are waiting already")));
+  if (!ticket) return new RefusedStream(absl::ResourceExhaustedError(absl::StrCat("router: ", pending_.limit(), " requests are waiting already")));
   v1::RouterGenerateRequest copy = *req;
   const auto deadline = ctx->deadline();
   return new Writer(&executor_, [this, req = std::move(copy), deadline, ticket, owner = *who](Writer* out) -> grpc::Status {
@@ -102,7 +99,6 @@ grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::Generate(gr
     }
     if (!ids.ok()) return fail(ids.status());
     TextRequest tr = TextRequestFromProto(req.sampling(), req.stop(), deadline);
-    if (auto st = ValidateTextRequest(tr, core_->vocab_size()); !st.ok()) return fail(st);
     tr.prompt = std::move(*ids);
     tr.session_id = ScopedSessionId(owner, req.session_id());
     tr.cancel = out->cancel_token();
@@ -116,7 +112,7 @@ grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::SendMessage
   auto who = auth::Authenticate(keys_.get(), *ctx);
   if (!who.ok()) return new RefusedStream(who.status());
   auto ticket = pending_.TryAcquire();
-  if (!ticket) return Reject(absl::ResourceExhaustedError(absl::StrCat("router: ", pending_.limit(), " requests are waiting already")));
+  if (!ticket) return new RefusedStream(absl::ResourceExhaustedError(absl::StrCat("router: ", pending_.limit(), " requests are waiting already")));
   v1::SendMessageRequest copy = *req;
   const auto deadline = ctx->deadline();
   return new Writer(&executor_, [this, req = std::move(copy), deadline, ticket, owner = *who](Writer* out) -> grpc::Status {

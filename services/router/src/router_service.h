@@ -50,8 +50,6 @@ class RouterService final : public v1::Router::CallbackService {
       rpc::QueuedWriteReactor<v1::RouterGenerateResponse>* out, const std::string& endpoint,
       const std::function<absl::StatusOr<TextResult>(const std::function<bool(const Delta&)>&)>& run);
 
-  rpc::QueuedWriteReactor<v1::RouterGenerateResponse>* Reject(const absl::Status& status);
-
   RouterCore* core_;
   RouterMetrics* metrics_;
   std::shared_ptr<const auth::ApiKeys> keys_;
