@@ -47,6 +47,14 @@ TEST(ParseJsonTest, DeepValueInsideAShallowOneIsRefused) {
   EXPECT_NE(j.status().message().find("deeper than 64"), std::string::npos);
 }
 
+TEST(ParseJsonTest, TooDeepIsReportedApartFromInvalid) {
+  bool too_deep = false;
+  EXPECT_FALSE(ParseJson(Nested(kMaxJsonDepth + 1, '[', ']'), "x", kMaxJsonDepth, &too_deep).ok());
+  EXPECT_TRUE(too_deep);
+  EXPECT_FALSE(ParseJson("[1,", "x", kMaxJsonDepth, &too_deep).ok());
+  EXPECT_FALSE(too_deep);
+}
+
 TEST(ParseJsonTest, InvalidJsonNamesWhat) {
   auto j = ParseJson("{\"a\":", "tools");
   ASSERT_FALSE(j.ok());

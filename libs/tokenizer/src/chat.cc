@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "colibri/core/json.h"
 #include "colibri/core/status.h"
 #include "colibri/tokenizer/jinja.h"
 
@@ -22,18 +23,9 @@ absl::Status TooDeep(const char* what) {
 absl::StatusOr<OrderedJson> ParseOption(const std::string& text, const char* what,
                                         bool want_object) {
   bool too_deep = false;
-  auto depth_cap = [&too_deep](int depth, OrderedJson::parse_event_t event, OrderedJson&) {
-    if ((event == OrderedJson::parse_event_t::object_start ||
-         event == OrderedJson::parse_event_t::array_start) &&
-        depth >= kMaxChatJsonDepth) {
-      too_deep = true;
-      return false;  // skipped, not built
-    }
-    return true;
-  };
-  OrderedJson j = OrderedJson::parse(text, depth_cap, /*allow_exceptions=*/false);
+  absl::StatusOr<OrderedJson> j = ParseJson<OrderedJson>(text, what, kMaxChatJsonDepth, &too_deep);
   if (too_deep) return TooDeep(what);
-  if (j.is_discarded() || (want_object ? !j.is_object() : !j.is_array())) {
+  if (!j.ok() || (want_object ? !j->is_object() : !j->is_array())) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": expected a JSON ", want_object ? "object" : "array"));
   }

@@ -19,8 +19,11 @@ namespace colibri {
 // Levels of arrays/objects a request may nest (the outermost value counts as level 1).
 inline constexpr int kMaxJsonDepth = 64;
 
+// `too_deep`, when given, says whether a failure was the nesting bound (callers that word their
+// own error).
 template <class Json = nlohmann::json>
-absl::StatusOr<Json> ParseJson(std::string_view text, std::string_view what, int max_depth = kMaxJsonDepth) {
+absl::StatusOr<Json> ParseJson(std::string_view text, std::string_view what, int max_depth = kMaxJsonDepth,
+                               bool* too_deep_out = nullptr) {
   bool too_deep = false;
   // `depth` is the nesting of the value being started: 0 for the outermost one.
   auto bound = [&](int depth, nlohmann::detail::parse_event_t event, Json&) {
@@ -33,6 +36,7 @@ absl::StatusOr<Json> ParseJson(std::string_view text, std::string_view what, int
     return true;
   };
   Json j = Json::parse(text.begin(), text.end(), bound, /*allow_exceptions=*/false);
+  if (too_deep_out != nullptr) *too_deep_out = too_deep;
   if (too_deep) {
     return absl::InvalidArgumentError(
         absl::StrCat(std::string(what), ": JSON nested deeper than ", max_depth, " levels (the limit)"));
