@@ -605,6 +605,13 @@ TEST_F(RouterCoreTest, SessionTurnCancelledOrConcurrentLeavesItUnchanged) {
   EXPECT_EQ(sessions.Get(s->id)->messages.size(), 2u);
 }
 
+TEST(ScopedSessionIdTest, TwoKeysNeverShareASessionId) {
+  EXPECT_NE(ScopedSessionId("key-1", "chat"), ScopedSessionId("key-2", "chat"));
+  EXPECT_EQ(ScopedSessionId("key-1", "chat"), "key-1/chat");
+  EXPECT_EQ(ScopedSessionId("", "chat"), "chat");  // no keys configured: as the client sent it
+  EXPECT_EQ(ScopedSessionId("key-1", ""), "");     // no id: nothing to scope
+}
+
 TEST_F(RouterCoreTest, OneKeyCannotCrowdOutAnothersSessions) {
   auto core = Core({});
   SessionManager sessions(core.get(), /*max_sessions=*/100, /*max_per_owner=*/2);
