@@ -196,6 +196,70 @@ class ExpertCacheTest(unittest.TestCase):
                                     headers=auth)
         self.assertEqual(status, 200, body)
 
+    def test_warm_start_reads_a_fitting_model_before_the_first_request(self):
+        """The whole model fits: it is read in the background at start-up, /health says how much is
+        resident, and the first request finds every expert resident (no miss). Off: the first
+        request reads its experts."""
+        server = self.start('colibri-server', ['--model', self.model, '--port', '0', '--host', '127.0.0.1',
+                                               '--expert-cache-size', '4M', '--threads', '2',
+                                               '--routing-heat', 'none'])
+        url = f'http://127.0.0.1:{server.port()}'
+
+        def health():
+            status, body = testlib.http('GET', url + '/health')
+            self.assertEqual(status, 200, body)
+            return json.loads(body)
+
+        h = wait_for(lambda: (lambda j: j if not j['experts']['warming'] else None)(health()))
+        self.assertEqual(h['status'], 'ok')
+        self.assertEqual(h['experts']['expert_blocks'], 16)
+        self.assertEqual(h['experts']['resident_blocks'], 16)
+        self.assertEqual(h['experts']['resident_bytes'], 16 * BLOCK)
+        self.assertEqual(h['experts']['resident_ratio'], 1.0)
+        status, body = testlib.http('POST', url + '/v1/completions',
+                                    {'model': 'demo', 'prompt': PROMPT, 'max_tokens': 8, 'temperature': 0})
+        self.assertEqual(status, 200, body)
+        warm_text = json.loads(body)['choices'][0]['text']
+        stats = json.loads(self.cli('stats', '--server', url, '--json').stdout)
+        ram = stats['tiers'][0]
+        self.assertGreater(ram['lookups'], 0)
+        self.assertEqual(ram['misses'], 0)
+        self.assertEqual(ram['hits'], ram['lookups'])
+        self.assertEqual(ram['warm']['reads'], 16)
+        self.assertEqual(ram['warm']['bytes'], 16 * BLOCK)
+        self.assertEqual(stats['residency']['resident_ratio'], 1.0)
+        status, text = testlib.http('GET', url + '/metrics')
+        self.assertEqual(metric(text, 'colibri_compute_expert_warm_blocks_total', 'result="read"'), 16)
+        self.assertEqual(metric(text, 'colibri_compute_expert_resident_ratio'), 1.0)
+        self.assertEqual(metric(text, 'colibri_compute_expert_warm_queued_blocks'), 0)
+        server.stop()
+
+        cold = self.start('colibri-server', ['--model', self.model, '--port', '0', '--host', '127.0.0.1',
+                                             '--expert-cache-size', '4M', '--threads', '2',
+                                             '--routing-heat', 'none', '--warm-start', 'off'])
+        url = f'http://127.0.0.1:{cold.port()}'
+        status, body = testlib.http('POST', url + '/v1/completions',
+                                    {'model': 'demo', 'prompt': PROMPT, 'max_tokens': 8, 'temperature': 0})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(json.loads(body)['choices'][0]['text'], warm_text)  # placement never changes tokens
+        ram = json.loads(self.cli('stats', '--server', url, '--json').stdout)['tiers'][0]
+        self.assertGreater(ram['misses'], 0)
+        self.assertEqual(ram['warm']['reads'], 0)
+        cold.stop()
+
+    def test_warm_start_without_room_or_heat_reads_nothing(self):
+        server = self.start('colibri-server', ['--model', self.model, '--port', '0', '--host', '127.0.0.1',
+                                               '--expert-cache-size', CACHE, '--threads', '2',
+                                               '--routing-heat', 'none'])
+        url = f'http://127.0.0.1:{server.port()}'
+        status, body = testlib.http('GET', url + '/health')
+        self.assertEqual(status, 200)
+        h = json.loads(body)['experts']
+        self.assertFalse(h['warming'])
+        self.assertEqual(h['resident_blocks'], 0)
+        self.assertEqual(h['capacity_bytes'], 400 * 1024)
+        server.stop()
+
     def test_compute_admin_on_its_metrics_port(self):
         compute = self.start('colibri-compute', ['--model', self.model, '--listen', '127.0.0.1:0',
                                                  '--metrics-port', '0', '--threads', '2', '--expert-cache-size', CACHE,

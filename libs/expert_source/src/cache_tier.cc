@@ -16,6 +16,7 @@ struct CacheTier::Job {
   uint64_t size = 0;        // bytes reserved for it (the source's BlockSize)
   bool prefetch = false;    // queued by Prefetch or SetPinned (no demand request at the time)
   bool pin = false;
+  bool warm = false;        // queued by Warm: reads only into free room
   bool reading = false;
   bool cancelled = false;   // Cancel named it while it was being read
   bool used = false;        // a demand request joined it
@@ -49,7 +50,7 @@ struct CacheTier::State {
   std::condition_variable idle_cv;  // a job finished
   std::unordered_map<uint64_t, Entry> entries;
   std::unordered_map<uint64_t, std::shared_ptr<Job>> in_flight;  // queued or being read
-  std::deque<std::shared_ptr<Job>> demand_q, prefetch_q;
+  std::deque<std::shared_ptr<Job>> demand_q, prefetch_q, warm_q;
   std::unordered_set<uint64_t> pinned;
   std::unique_ptr<CachePolicy> policy;
   CacheStats stats;
@@ -88,6 +89,24 @@ struct CacheTier::State {
     stats.evictions++;
     policy->OnErase(it->first);
     entries.erase(it);
+  }
+
+  // Reserves `need` bytes of free room, evicting nothing.
+  bool ReserveFreeLocked(uint64_t need) {
+    if (stats.bytes_cached + stats.bytes_reserved + need > capacity) return false;
+    stats.bytes_reserved += need;
+    return true;
+  }
+
+  // Drops every queued warm read (counted as skipped).
+  void DropWarmLocked(std::vector<std::shared_ptr<Job>>* dropped) {
+    for (auto& job : warm_q) {
+      in_flight.erase(job->key);
+      stats.warm_skipped++;
+      dropped->push_back(std::move(job));
+    }
+    warm_q.clear();
+    stats.warm_queued = 0;
   }
 
   // Evicts until `need` more bytes fit and reserves them. Demand reads may evict guarded
@@ -172,7 +191,7 @@ CacheTier::~CacheTier() {
   {
     std::lock_guard<std::mutex> lock(s_->mu);
     s_->stop = true;
-    for (auto* q : {&s_->demand_q, &s_->prefetch_q}) {
+    for (auto* q : {&s_->demand_q, &s_->prefetch_q, &s_->warm_q}) {
       dropped.insert(dropped.end(), q->begin(), q->end());
       q->clear();
     }
@@ -195,12 +214,14 @@ void CacheTier::WorkerLoop() {
   std::unique_lock<std::mutex> lock(s.mu);
   for (;;) {
     s.io_cv.wait(lock, [&] {
-      return s.stop || !s.demand_q.empty() || (!s.prefetch_q.empty() && s.prefetch_reading < s.max_prefetch_reads);
+      return s.stop || !s.demand_q.empty() ||
+             ((!s.prefetch_q.empty() || !s.warm_q.empty()) && s.prefetch_reading < s.max_prefetch_reads);
     });
     if (s.stop) return;
-    auto& q = s.demand_q.empty() ? s.prefetch_q : s.demand_q;
+    auto& q = !s.demand_q.empty() ? s.demand_q : !s.prefetch_q.empty() ? s.prefetch_q : s.warm_q;
     std::shared_ptr<Job> job = std::move(q.front());
     q.pop_front();
+    if (&q == &s.warm_q) s.stats.warm_queued = s.warm_q.size();
     RunJobLocked(job, lock);
   }
 }
@@ -212,7 +233,20 @@ void CacheTier::RunJobLocked(const std::shared_ptr<Job>& job, std::unique_lock<s
   const uint64_t need = job->size;
   absl::StatusOr<Lease> result =
       absl::CancelledError(absl::StrCat("expert cache tier '", options_.name, "' is shutting down"));
-  bool reserved = s.ReserveLocked(need, demand);
+  const bool warm = job->warm && !demand;
+  bool reserved = warm ? s.ReserveFreeLocked(need) : s.ReserveLocked(need, demand);
+  if (!reserved && warm) {
+    // Full: warming ends here (the blocks after this one would not fit either, or only by luck).
+    std::vector<std::shared_ptr<Job>> dropped;
+    s.DropWarmLocked(&dropped);
+    s.stats.warm_skipped++;
+    s.in_flight.erase(job->key);
+    s.idle_cv.notify_all();
+    lock.unlock();
+    dropped.clear();
+    lock.lock();
+    return;
+  }
   if (!reserved && demand) {
     if (need > s.capacity - std::min(s.capacity, s.stats.bytes_pinned)) {
       result = absl::ResourceExhaustedError(absl::StrCat(
@@ -237,7 +271,7 @@ void CacheTier::RunJobLocked(const std::shared_ptr<Job>& job, std::unique_lock<s
     }
   }
   if (reserved) {
-    if (!demand && !job->pin) s.stats.prefetch_reads++;
+    if (!demand && !job->pin && !job->warm) s.stats.prefetch_reads++;
     if (!demand) s.prefetch_reading++;
     lock.unlock();
     result = next_->Fetch(job->id, demand ? Priority::kDemand : Priority::kPrefetch);
@@ -281,6 +315,10 @@ void CacheTier::RunJobLocked(const std::shared_ptr<Job>& job, std::unique_lock<s
     s.largest_block = std::max(s.largest_block, size);
     s.stats.bytes_fetched += lease->size;
     if (job->prefetch && !job->pin) s.stats.prefetch_bytes += size;
+    if (warm) {
+      s.stats.warm_reads++;
+      s.stats.warm_bytes += size;
+    }
     job->used = job->used || !waiters.empty();
     s.InsertLocked(*job, std::move(lease), size);
     auto& entry = s.entries[job->key];
@@ -301,6 +339,14 @@ void CacheTier::RunJobLocked(const std::shared_ptr<Job>& job, std::unique_lock<s
   lock.unlock();
   waiters.clear();
   lock.lock();
+}
+
+std::shared_ptr<CacheTier::Job> CacheTier::NewJob(ExpertId id) const {
+  auto job = std::make_shared<Job>();
+  job->id = id;
+  job->key = id.Key();
+  job->size = Charge(next_->BlockSize(id));
+  return job;
 }
 
 absl::StatusOr<Lease> CacheTier::Fetch(ExpertId id, Priority) {
@@ -340,7 +386,7 @@ absl::Status CacheTier::FetchMany(std::span<const ExpertId> ids, const std::func
         if (job.reading) {
           s.stats.in_flight_hits++;
           if (job.prefetch && !job.used && !job.pin) s.stats.prefetch_used++;
-          if (job.prefetch && !job.used) promote.push_back(ids[i]);
+          if ((job.prefetch || job.warm) && !job.used) promote.push_back(ids[i]);
         } else {
           // Queued, not started: the request waits for a whole read, like a miss.
           s.stats.misses++;
@@ -349,21 +395,20 @@ absl::Status CacheTier::FetchMany(std::span<const ExpertId> ids, const std::func
         job.used = true;
         job.waiters.emplace_back(done, i);
         if (!job.reading) {
-          // A queued prefetch (or pin read) is now a demand read.
-          auto pos = std::find(s.prefetch_q.begin(), s.prefetch_q.end(), j->second);
-          if (pos != s.prefetch_q.end()) {
+          // A queued prefetch, pin or warm read is now a demand read.
+          auto& from = job.warm ? s.warm_q : s.prefetch_q;
+          auto pos = std::find(from.begin(), from.end(), j->second);
+          if (pos != from.end()) {
             s.demand_q.push_back(*pos);
-            s.prefetch_q.erase(pos);
+            from.erase(pos);
+            s.stats.warm_queued = s.warm_q.size();
             s.io_cv.notify_one();
           }
         }
         continue;
       }
       s.stats.misses++;
-      auto job = std::make_shared<Job>();
-      job->id = ids[i];
-      job->key = key;
-      job->size = Charge(next_->BlockSize(ids[i]));
+      auto job = NewJob(ids[i]);
       job->waiters.emplace_back(done, i);
       s.in_flight[key] = job;
       if (workers_.empty()) {
@@ -428,16 +473,32 @@ void CacheTier::Prefetch(std::span<const ExpertId> ids) {
       s.stats.prefetch_dropped++;
       continue;
     }
-    auto job = std::make_shared<Job>();
-    job->id = id;
-    job->key = key;
-    job->size = Charge(next_->BlockSize(id));
+    auto job = NewJob(id);
     job->prefetch = true;
     s.in_flight[key] = job;
     s.prefetch_q.push_back(std::move(job));
     s.stats.prefetch_requested++;
     s.io_cv.notify_one();
   }
+}
+
+void CacheTier::Warm(std::span<const ExpertId> ids) {
+  if (workers_.empty()) return;
+  State& s = *s_;
+  std::lock_guard<std::mutex> lock(s.mu);
+  for (const ExpertId& id : ids) {
+    const uint64_t key = id.Key();
+    if (s.entries.count(key) || s.in_flight.count(key)) {
+      s.stats.warm_skipped++;
+      continue;
+    }
+    auto job = NewJob(id);
+    job->warm = true;
+    s.in_flight[key] = job;
+    s.warm_q.push_back(std::move(job));
+  }
+  s.stats.warm_queued = s.warm_q.size();
+  s.io_cv.notify_all();
 }
 
 void CacheTier::Cancel(std::span<const ExpertId> ids) {
@@ -520,10 +581,7 @@ absl::Status CacheTier::SetPinned(std::span<const ExpertId> ids) {
   for (const ExpertId& id : ids) {
     const uint64_t key = id.Key();
     if (s.entries.count(key) || s.in_flight.count(key)) continue;
-    auto job = std::make_shared<Job>();
-    job->id = id;
-    job->key = key;
-    job->size = Charge(next_->BlockSize(id));
+    auto job = NewJob(id);
     job->prefetch = true;
     job->pin = true;
     s.in_flight[key] = job;
@@ -554,6 +612,7 @@ CacheTier::ClearResult CacheTier::Clear() {
   ClearResult r;
   std::vector<std::shared_ptr<Job>> dropped;
   std::lock_guard<std::mutex> lock(s.mu);
+  s.DropWarmLocked(&dropped);
   for (auto it = s.prefetch_q.begin(); it != s.prefetch_q.end();) {
     if ((*it)->waiters.empty()) {
       if (!(*it)->pin) s.stats.prefetch_cancelled++;

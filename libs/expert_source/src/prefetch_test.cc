@@ -318,5 +318,85 @@ TEST(Prefetch, AStoppedReadThatADemandJoinedIsReadAgain) {
   EXPECT_EQ(reads[1].second, Priority::kDemand);
 }
 
+// Warming (CacheTier::Warm): background reads in order into free room, never evicting.
+TEST(Warm, FillsFreeRoomInOrderAndStopsWhenFullWithoutEvicting) {
+  RecordingSource src(100);
+  CacheTier tier(&src, Options(350, 1));  // one reader: strictly in order
+  ASSERT_TRUE(tier.Fetch(kE, Priority::kDemand).ok());  // resident before warming
+  const std::vector<ExpertId> order = {kA, kB, kC, kD};
+  tier.Warm(order);
+  ASSERT_TRUE(tier.WaitIdle(Deadline()));
+  EXPECT_TRUE(tier.Contains(kE));
+  EXPECT_TRUE(tier.Contains(kA));
+  EXPECT_TRUE(tier.Contains(kB));
+  EXPECT_FALSE(tier.Contains(kC));  // 50 bytes of room left: the end of the warming
+  EXPECT_FALSE(tier.Contains(kD));
+  EXPECT_EQ(src.Count(kC), 0u);
+  EXPECT_EQ(src.Count(kD), 0u);
+  const CacheStats s = tier.Stats();
+  EXPECT_EQ(s.evictions, 0u);
+  EXPECT_EQ(s.warm_reads, 2u);
+  EXPECT_EQ(s.warm_bytes, 200u);
+  EXPECT_EQ(s.warm_skipped, 2u);
+  EXPECT_EQ(s.warm_queued, 0u);
+  EXPECT_EQ(s.prefetch_reads, 0u);  // warming is not prefetch
+  EXPECT_EQ(src.PrioritiesOf(kA), std::vector<Priority>({Priority::kPrefetch}));
+  // Warmed blocks are ordinary residents: the first use is a hit, and evicting one later is not
+  // a wasted prefetch.
+  ASSERT_TRUE(tier.Fetch(kA, Priority::kDemand).ok());
+  EXPECT_EQ(tier.Stats().hits, 1u);
+  ASSERT_TRUE(tier.Fetch(kC, Priority::kDemand).ok());
+  ASSERT_TRUE(tier.Fetch(kD, Priority::kDemand).ok());
+  EXPECT_GT(tier.Stats().evictions, 0u);
+  EXPECT_EQ(tier.Stats().prefetch_wasted_bytes, 0u);
+}
+
+TEST(Warm, SkipsResidentBlocksAndQueuesBehindDemand) {
+  RecordingSource src(100);
+  CacheTier tier(&src, Options(1000, 1));
+  ASSERT_TRUE(tier.Fetch(kA, Priority::kDemand).ok());
+  src.Gate(kB);
+  const std::vector<ExpertId> order = {kA, kB, kC, kD};
+  tier.Warm(order);  // kA resident: skipped; kB's read blocks the only reader
+  ASSERT_TRUE(src.WaitForFetch(kB));
+  EXPECT_EQ(tier.Stats().warm_queued, 2u);
+  // A demand for a queued warm block becomes a demand read, ahead of the rest of the queue.
+  std::thread demand([&] { EXPECT_TRUE(tier.Fetch(kD, Priority::kDemand).ok()); });
+  ASSERT_TRUE(WaitUntil([&] { return tier.Stats().warm_queued == 1; }));
+  src.Open(kB);
+  demand.join();
+  ASSERT_TRUE(tier.WaitIdle(Deadline()));
+  for (ExpertId id : order) EXPECT_TRUE(tier.Contains(id));
+  EXPECT_EQ(src.PrioritiesOf(kD), std::vector<Priority>({Priority::kDemand}));
+  EXPECT_EQ(src.Count(kA), 1u);
+  const CacheStats s = tier.Stats();
+  EXPECT_EQ(s.warm_reads, 2u);  // kB and kC; kD was read for the demand
+  EXPECT_EQ(s.warm_skipped, 1u);
+  EXPECT_EQ(s.misses, 2u);  // kA's first fetch and kD
+}
+
+TEST(Warm, ClearDropsTheQueueAndNoReadersMeansNoWarming) {
+  RecordingSource src(100);
+  {
+    CacheTier tier(&src, Options(1000, 1));
+    src.Gate(kA);
+    const std::vector<ExpertId> order = {kA, kB, kC};
+    tier.Warm(order);
+    ASSERT_TRUE(src.WaitForFetch(kA));
+    tier.Clear();
+    EXPECT_EQ(tier.Stats().warm_queued, 0u);
+    EXPECT_EQ(tier.Stats().warm_skipped, 2u);
+    src.Open(kA);
+    ASSERT_TRUE(tier.WaitIdle(Deadline()));
+    EXPECT_EQ(src.Count(kB), 0u);
+    EXPECT_EQ(src.Count(kC), 0u);
+  }
+  CacheTier inline_tier(&src, Options(1000, 0));
+  const std::vector<ExpertId> one = {kD};
+  inline_tier.Warm(one);
+  EXPECT_EQ(src.Count(kD), 0u);
+  EXPECT_EQ(inline_tier.Stats().warm_queued, 0u);
+}
+
 }  // namespace
 }  // namespace colibri::expert_source

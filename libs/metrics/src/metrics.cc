@@ -1,5 +1,6 @@
 #include "colibri/metrics/metrics.h"
 
+#include <algorithm>
 #include <httplib.h>
 
 #include "absl/strings/str_cat.h"
@@ -33,9 +34,13 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
     if (before_scrape) before_scrape();
     res.set_content(Serialize(*registry), "text/plain; version=0.0.4");
   });
-  s->server_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("{\"status\":\"ok\"}", "application/json");
-  });
+  const bool own_health = std::any_of(routes.begin(), routes.end(),
+                                      [](const HttpRoute& r) { return r.method == "GET" && r.path == "/health"; });
+  if (!own_health) {
+    s->server_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content("{\"status\":\"ok\"}", "application/json");
+    });
+  }
   for (auto& route : routes) {
     auto handler = [h = route.handler](const httplib::Request& req, httplib::Response& res) {
       auto [status, body] = h(req.body);

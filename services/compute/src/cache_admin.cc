@@ -25,7 +25,26 @@ Json TierJson(const expert_source::CacheStats& s) {
               {"coverage", s.coverage()},
               {"evictions", s.evictions},
               {"room_waits", s.room_waits},
-              {"bytes_fetched", s.bytes_fetched}};
+              {"bytes_fetched", s.bytes_fetched},
+              {"warm", {{"queued", s.warm_queued},
+                        {"reads", s.warm_reads},
+                        {"bytes", s.warm_bytes},
+                        {"skipped", s.warm_skipped}}}};
+}
+
+// How much of the model's experts is resident, and whether warming is still under way.
+Json ResidencyJson(const ComputeNode& node) {
+  const expert_source::CacheStats ram = node.cache_stats();
+  uint64_t total = 0;
+  for (const auto& b : node.manifest().experts) total += b.padded_size;
+  return Json{{"resident_bytes", ram.bytes_cached},
+              {"resident_blocks", ram.blocks_cached},
+              {"expert_bytes", total},
+              {"expert_blocks", node.manifest().experts.size()},
+              {"resident_ratio", Ratio(static_cast<double>(ram.bytes_cached), static_cast<double>(total))},
+              {"capacity_bytes", ram.capacity_bytes},
+              {"warming", ram.warm_queued > 0},
+              {"warm_queued_blocks", ram.warm_queued}};
 }
 
 std::pair<int, std::string> Error(int status, const std::string& message) {
@@ -69,6 +88,7 @@ Json NodeStatsJson(ComputeNode& node) {
            {"policy", std::string(expert_source::CachePolicyName(cache.policy()))},
            {"tiers", std::move(tiers)},
            {"vram_note", cache.vram_note()},
+           {"residency", ResidencyJson(node)},
            {"prefetch", std::move(prefetch)},
            {"tokens", mc.rows.load()},
            {"generated_tokens", ec.generated_tokens.load()},
@@ -98,6 +118,11 @@ std::vector<metrics::HttpRoute> AdminRoutes(ComputeNode* node) {
   std::vector<metrics::HttpRoute> routes;
   routes.push_back({"GET", "/admin/stats", [node](const std::string&) -> std::pair<int, std::string> {
                       return {200, NodeStatsJson(*node).dump()};
+                    }});
+  // Open like the plain /health (probes), with what is resident.
+  routes.push_back({"GET", "/health", [node](const std::string&) -> std::pair<int, std::string> {
+                      return {200, Json{{"status", "ok"}, {"model", node->model_name()}, {"experts", ResidencyJson(*node)}}
+                                       .dump()};
                     }});
   routes.push_back({"POST", "/admin/cache/clear", [node](const std::string& body) -> std::pair<int, std::string> {
                       nlohmann::json req = nlohmann::json::parse(body.empty() ? "{}" : body, nullptr, false);

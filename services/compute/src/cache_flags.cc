@@ -46,6 +46,11 @@ void AddCacheFlags(CLI::App* app, CacheFlags* f) {
                   "Routing heat file for learned pins (default <model>/routing_heat.json; 'none': not kept)");
   app->add_option("--learned-pins", c.learned_pin_fraction, "Share of the expert cache pinned from routing heat")
       ->capture_default_str();
+  app->add_option("--warm-start", c.warm_start,
+                  "Read experts into the cache in the background at start-up: auto (all when they fit, else the "
+                  "hottest by routing heat) or off")
+      ->check(CLI::IsMember({"auto", "off"}))
+      ->capture_default_str();
   app->add_option("--trace-out", c.trace_out, "Write a routing trace (one JSON line per token and layer)");
   app->add_option("--max-batch", f->max_batch, "Requests decoded together in one batch (1: one at a time)")
       ->capture_default_str();

@@ -16,6 +16,8 @@
 //   --pinned-experts FILE     experts never evicted: JSON [[layer, expert], ...]
 //   --routing-heat FILE       persisted routing heat (<model>/routing_heat.json; "none": not kept)
 //   --learned-pins FRACTION   share of the expert cache pinned from routing heat (0.25)
+//   --warm-start auto|off     read experts into the cache in the background at start-up (auto:
+//                             all of them when they fit, else the hottest by routing heat)
 //   --trace-out FILE          routing trace: one JSON line per token and layer
 #pragma once
 

@@ -128,6 +128,18 @@ ComputeMetrics::ComputeMetrics(std::shared_ptr<prometheus::Registry> r) : regist
                            {{"tier", "ram"}});
   cache_capacity_bytes_ = MakeGauge(*registry, "colibri_compute_expert_cache_capacity_bytes",
                                     "Expert cache budget in bytes", {{"tier", "ram"}});
+  cache_resident_ratio_ = MakeGauge(*registry, "colibri_compute_expert_resident_ratio",
+                                    "Share of the model's expert bytes resident in the cache", {{"tier", "ram"}});
+  warm_queued_ = MakeGauge(*registry, "colibri_compute_expert_warm_queued_blocks",
+                           "Expert blocks still queued for the start-up warming (--warm-start)");
+  auto& warm = prometheus::BuildCounter()
+                   .Name("colibri_compute_expert_warm_blocks_total")
+                   .Help("Start-up warming: blocks read, and blocks skipped (resident already, or no free room)")
+                   .Register(*registry);
+  warm_read_ = &warm.Add({{"result", "read"}});
+  warm_skipped_ = &warm.Add({{"result", "skipped"}});
+  warm_bytes_ = MakeCounter(*registry, "colibri_compute_expert_warm_bytes_total",
+                            "Expert bytes read by the start-up warming");
   store_failovers_ = MakeCounter(*registry, "colibri_compute_store_failovers_total",
                                  "Expert fetches retried on another store after one failed");
   store_bytes_ = &prometheus::BuildCounter()
@@ -165,6 +177,13 @@ void ComputeMetrics::Refresh(ComputeNode& node) {
   SyncCounter(expert_bytes_fetched_, stats.bytes_fetched);
   cache_bytes_->Set(static_cast<double>(stats.bytes_cached));
   cache_capacity_bytes_->Set(static_cast<double>(stats.capacity_bytes));
+  uint64_t expert_bytes = 0;
+  for (const auto& b : node.manifest().experts) expert_bytes += b.padded_size;
+  cache_resident_ratio_->Set(Ratio(static_cast<double>(stats.bytes_cached), static_cast<double>(expert_bytes)));
+  warm_queued_->Set(static_cast<double>(stats.warm_queued));
+  SyncCounter(warm_read_, stats.warm_reads);
+  SyncCounter(warm_skipped_, stats.warm_skipped);
+  SyncCounter(warm_bytes_, stats.warm_bytes);
   SyncCounter(cache_in_flight_, stats.in_flight_hits);
   cache_pinned_bytes_->Set(static_cast<double>(stats.bytes_pinned));
   cache_hit_ratio_->Set(stats.hit_rate());

@@ -48,6 +48,11 @@ class ComputeMetrics {
   prometheus::Counter* expert_bytes_fetched_;
   prometheus::Gauge* cache_bytes_;
   prometheus::Gauge* cache_capacity_bytes_;
+  prometheus::Gauge* cache_resident_ratio_;
+  prometheus::Gauge* warm_queued_;
+  prometheus::Counter* warm_read_;
+  prometheus::Counter* warm_skipped_;
+  prometheus::Counter* warm_bytes_;
   // Expert cache, prefetch and stalls (cache_tier.h, lookahead.h).
   prometheus::Counter* cache_in_flight_;
   prometheus::Gauge* cache_pinned_bytes_;

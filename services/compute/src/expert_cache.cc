@@ -1,6 +1,8 @@
 #include "expert_cache.h"
 
 #include <algorithm>
+#include <tuple>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 #include "colibri/core/status.h"
@@ -112,6 +114,24 @@ absl::StatusOr<std::unique_ptr<ExpertCache>> ExpertCache::Create(expert_source::
   }
   cache->pins_ = std::move(*pins);
 
+  if (config.warm_start != "off") {
+    if (config.warm_start != "auto") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--warm-start must be auto or off, not '", config.warm_start, "'"));
+    }
+    // After the pins: their reads are queued first, and warming fills what room they leave.
+    const std::vector<expert_source::ExpertId> order = WarmOrder(m, *cache->heat_, ram_bytes);
+    cache->warm_planned_ = order.size();
+    if (!order.empty()) {
+      cache->ram_->Warm(order);
+      spdlog::info("warm start: reading {} expert blocks into the cache in the background ({})", order.size(),
+                   order.size() == m.experts.size() ? "all of them, hottest first" : "the hottest by routing heat");
+    } else if (config.io_threads > 0) {
+      spdlog::info("warm start: the experts do not fit the cache and there is no routing heat yet; experts are "
+                   "read as they are first used");
+    }
+  }
+
   if (!config.trace_out.empty()) {
     // With lookahead prefetch the engine records its predictions too (version 2).
     expert_source::TraceHeader h{m.name, static_cast<int>(c.n_layers), static_cast<int>(c.n_experts),
@@ -120,6 +140,36 @@ absl::StatusOr<std::unique_ptr<ExpertCache>> ExpertCache::Create(expert_source::
     ASSIGN_OR_RETURN(cache->trace_, expert_source::RoutingTraceWriter::Open(config.trace_out, h));
   }
   return cache;
+}
+
+std::vector<expert_source::ExpertId> WarmOrder(const model::Manifest& manifest, const expert_source::RoutingHeat& heat,
+                                               uint64_t capacity) {
+  uint64_t total = 0;
+  std::vector<const model::ExpertBlock*> blocks;
+  for (const auto& b : manifest.experts) {
+    total += b.padded_size;
+    blocks.push_back(&b);
+  }
+  const bool fits = total <= capacity;
+  std::vector<expert_source::ExpertId> order;
+  std::unordered_set<uint64_t> taken;
+  if (heat.tokens() > 0) {
+    for (const auto& [id, h] : heat.Ranked()) {
+      if (h <= 0) break;
+      order.push_back(id);
+      taken.insert(id.Key());
+    }
+  }
+  if (!fits) return order;
+  // File order: the experts file front to back.
+  std::sort(blocks.begin(), blocks.end(), [](const model::ExpertBlock* a, const model::ExpertBlock* b) {
+    return std::tie(a->file, a->offset) < std::tie(b->file, b->offset);
+  });
+  for (const auto* b : blocks) {
+    const expert_source::ExpertId id{static_cast<int32_t>(b->layer), static_cast<int32_t>(b->expert)};
+    if (taken.insert(id.Key()).second) order.push_back(id);
+  }
+  return order;
 }
 
 ExpertCache::~ExpertCache() {

@@ -43,7 +43,15 @@ struct ExpertCacheConfig {
   double pin_hysteresis = 0.25;
   int64_t repin_interval_ms = 10000;
   std::string trace_out;               // --trace-out FILE
+  std::string warm_start = "auto";     // --warm-start auto|off (see WarmOrder)
 };
+
+// Warm start: the blocks to read into a RAM tier of `capacity` bytes at start-up, in order. When
+// every block fits: all of them, the hottest by `heat` first, then the rest in file order (which
+// reads the experts file sequentially). When they do not fit: the hottest blocks with any heat,
+// in heat order (the tier stops at the first that finds no free room). Nothing without heat.
+std::vector<expert_source::ExpertId> WarmOrder(const model::Manifest& manifest, const expert_source::RoutingHeat& heat,
+                                               uint64_t capacity);
 
 class ExpertCache {
  public:
@@ -71,6 +79,8 @@ class ExpertCache {
   const ExpertCacheConfig& config() const { return config_; }
   expert_source::CachePolicyKind policy() const { return policy_; }
 
+  // Blocks queued for warming at start-up (0 when off or nothing applied).
+  size_t warm_planned() const { return warm_planned_; }
   // Drops every unleased block of every tier (pins are read again in the background).
   expert_source::CacheTier::ClearResult Clear();
 
@@ -86,6 +96,7 @@ class ExpertCache {
   std::unique_ptr<expert_source::RoutingTraceWriter> trace_;
   std::string vram_note_;
   size_t fixed_pins_ = 0;
+  size_t warm_planned_ = 0;
 };
 
 }  // namespace colibri::compute

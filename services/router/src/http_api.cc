@@ -1,5 +1,6 @@
 #include "http_api.h"
 
+#include <algorithm>
 #include <httplib.h>
 
 #include <atomic>
@@ -401,9 +402,13 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, Router
   s.Post("/v1/completions",
          [handler](const httplib::Request& q, httplib::Response& r) { handler->Completions(q, r, false); });
   s.Get("/v1/models", [handler](const httplib::Request& q, httplib::Response& r) { handler->Models(q, r); });
-  s.Get("/health", [](const httplib::Request&, httplib::Response& r) {
-    r.set_content("{\"status\":\"ok\"}", "application/json");
-  });
+  const bool own_health = std::any_of(options.extra_routes.begin(), options.extra_routes.end(),
+                                      [](const metrics::HttpRoute& r) { return r.method == "GET" && r.path == "/health"; });
+  if (!own_health) {
+    s.Get("/health", [](const httplib::Request&, httplib::Response& r) {
+      r.set_content("{\"status\":\"ok\"}", "application/json");
+    });
+  }
   s.Get("/metrics", [metrics](const httplib::Request&, httplib::Response& r) {
     if (metrics->before_scrape) metrics->before_scrape();
     r.set_content(metrics::Serialize(*metrics->registry), "text/plain; version=0.0.4");

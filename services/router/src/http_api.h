@@ -33,7 +33,8 @@ struct HttpOptions {
   // any name otherwise. Entries are names or addresses without a port; "*" accepts any.
   std::vector<std::string> allowed_hosts;
   size_t max_request_bytes = 8 << 20;  // request bodies above this are refused (413)
-  // Extra JSON endpoints (colibri-server's /admin/...), behind the same API key.
+  // Extra JSON endpoints (colibri-server's /admin/...), behind the same API key; a GET /health
+  // among them replaces the plain one (and stays open like it).
   std::vector<metrics::HttpRoute> extra_routes;
 };
 

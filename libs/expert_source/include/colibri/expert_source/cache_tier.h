@@ -27,6 +27,13 @@
 // stop them: DiskSource does), and demotes prefetched blocks nobody used (evicted first; their
 // bytes count as wasted). A stopped read that a demand request joined meanwhile is read again.
 //
+// Warming. Warm(ids) queues background reads of blocks, in the order given, behind demand reads
+// and prefetches (they share the prefetch read slots). A warm read never evicts: it runs only
+// while the block fits in free room, and the first one that does not fit ends the warming (the
+// rest of the queue is dropped and counted as skipped). Warmed blocks are ordinary residents
+// (not protected, never counted as wasted prefetches); a demand request for a queued one turns it
+// into a demand read. Clear drops the queue.
+//
 // Pinning. SetPinned names blocks that are never evicted; those not resident are read in the
 // background (or on the calling thread when io_threads == 0). Pinned bytes count against the
 // budget; SetPinned refuses a set that leaves less than two of the largest blocks unpinned.
@@ -96,6 +103,11 @@ struct CacheStats {
   uint64_t prefetch_aborted = 0;      // stopped by Cancel while being read (the source stopped)
   uint64_t prefetch_dropped = 0;      // queue full, or no room without evicting protected data
   uint64_t prefetch_wasted_bytes = 0; // prefetched, then evicted or cleared without a use
+  // Warming.
+  uint64_t warm_queued = 0;           // waiting now
+  uint64_t warm_reads = 0;            // warm reads done
+  uint64_t warm_bytes = 0;            // bytes they read
+  uint64_t warm_skipped = 0;          // dropped: resident or in flight already, or no free room
   uint64_t lookups() const { return hits + in_flight_hits + misses; }
   // Demanded blocks that were resident or already being read.
   double coverage() const { return lookups() ? static_cast<double>(hits + in_flight_hits) / lookups() : 0; }
@@ -116,6 +128,8 @@ class CacheTier final : public ExpertSource {
   // Hits are handed out first, then the misses as their reads land.
   absl::Status FetchMany(std::span<const ExpertId> ids, const std::function<void(size_t, Lease)>& on_ready) override;
   void Prefetch(std::span<const ExpertId> ids) override;
+  // Queues background reads in this order (see Warming above). Ignored with io_threads == 0.
+  void Warm(std::span<const ExpertId> ids);
   void Cancel(std::span<const ExpertId> ids) override;
   // Passed on (a tier above promotes its reads, which are reads of this tier).
   void Promote(std::span<const ExpertId> ids) override;
@@ -149,6 +163,8 @@ class CacheTier final : public ExpertSource {
   uint64_t Charge(uint64_t block_bytes) const {
     return options_.memory != nullptr && block_bytes > 0 ? options_.memory->Footprint(block_bytes) : block_bytes;
   }
+  // A read job for `id`, its size charged as this tier's memory takes it.
+  std::shared_ptr<Job> NewJob(ExpertId id) const;
   void WorkerLoop();
   // Reserves room for the job, reads it from `next_` (unlocking meanwhile), inserts it and
   // hands it to its waiters. Requires `lock` held on the state's mutex.

@@ -35,8 +35,8 @@ struct HttpRoute {
   std::function<std::pair<int, std::string>(const std::string& body)> handler;
 };
 
-// Serves GET /metrics (calling `before_scrape` first, to refresh gauges), GET /health and
-// `routes` on host:port in a background thread. Port 0 picks a free port (see port()). With
+// Serves GET /metrics (calling `before_scrape` first, to refresh gauges), GET /health
+// ({"status":"ok"} unless `routes` has its own GET /health) and `routes` on host:port in a background thread. Port 0 picks a free port (see port()). With
 // keys in `access`, every path but /health (and /metrics when metrics_public) answers 401
 // without "Authorization: Bearer KEY".
 class MetricsServer {
