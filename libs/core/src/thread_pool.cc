@@ -94,29 +94,44 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   // shares its core with another process does less of the work instead of making every
   // ParallelFor wait for it, which a static split would (measured: 2-thread decode fell below
   // 1-thread decode on a loaded 2-core machine).
-  const int64_t chunks = std::min<int64_t>(max_chunks, participants * 4);
-  std::atomic<int64_t> next(0);
-  std::atomic<int64_t> running(participants - 1);
-  std::mutex done_mu;
-  std::condition_variable done_cv;
-  auto work = [&] {
-    for (int64_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) fn(n * c / chunks, n * (c + 1) / chunks);
+  //
+  // Nor does the caller wait for a worker that has not started yet (descheduled, or busy with a
+  // background task): once every chunk is taken the call is closed, a helper task that starts
+  // later finds it closed and returns without touching `fn`, and the caller waits only for the
+  // helpers that joined before. The handshake is sequentially consistent: a helper counts itself
+  // in `joined` and then reads `closed`; the caller sets `closed` and then waits for `joined` to
+  // drain, so either the caller sees the helper or the helper sees the close. The state is
+  // shared, not on the stack: a late helper touches it after the caller has returned.
+  struct Call {
+    std::atomic<int64_t> next{0};
+    std::atomic<int> joined{0};
+    std::atomic<bool> closed{false};
+    std::mutex mu;
+    std::condition_variable cv;
+    const std::function<void(int64_t, int64_t)>* fn = nullptr;
+    int64_t n = 0, chunks = 0;
+    void Work() {
+      for (int64_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) (*fn)(n * c / chunks, n * (c + 1) / chunks);
+    }
   };
+  auto call = std::make_shared<Call>();
+  call->fn = &fn;
+  call->n = n;
+  call->chunks = std::min<int64_t>(max_chunks, participants * 4);
   for (int64_t p = 1; p < participants; ++p) {
-    Submit([&] {
-      work();
-      // Decrement under the lock: the caller may return (destroying done_mu and done_cv) as
-      // soon as it sees zero, so the last touch of them must happen before it can.
-      std::lock_guard<std::mutex> lock(done_mu);
-      if (--running == 0) done_cv.notify_one();
+    Submit([call] {
+      call->joined.fetch_add(1);
+      if (!call->closed.load()) call->Work();
+      // Under the lock: the caller waits on cv with it, and must not miss the last leave.
+      std::lock_guard<std::mutex> lock(call->mu);
+      if (call->joined.fetch_sub(1) == 1) call->cv.notify_one();
     });
   }
-  work();
-  SpinUntil([&] { return running.load() == 0; }, kSpin);
-  // Under the lock even when the spin saw zero: the last worker may still be inside its
-  // critical section, and done_mu / done_cv die when this returns.
-  std::unique_lock<std::mutex> lock(done_mu);
-  done_cv.wait(lock, [&] { return running.load() == 0; });
+  call->Work();
+  call->closed.store(true);
+  if (SpinUntil([&] { return call->joined.load() == 0; }, kSpin)) return;
+  std::unique_lock<std::mutex> lock(call->mu);
+  call->cv.wait(lock, [&] { return call->joined.load() == 0; });
 }
 
 int PhysicalCoreCount() {

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -53,6 +55,49 @@ TEST(ThreadPool, ParallelForCallsFinishCleanlyUnderContention) {
   a.join();
   b.join();
   EXPECT_EQ(total.load(), 2 * 3000 * 64);
+}
+
+}  // namespace
+}  // namespace colibri
+
+namespace colibri {
+namespace {
+
+// A worker that is busy (here: a background task blocked on a latch; in production: a thread
+// descheduled by another process) must not hold up a ParallelFor: the caller takes every chunk
+// itself and returns. Before the close handshake this call waited for the blocked worker.
+TEST(ThreadPool, ParallelForDoesNotWaitForAWorkerThatNeverStarts) {
+  ThreadPool pool(2);  // one background worker
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false, blocked = false;
+  pool.Submit([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    blocked = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return blocked; });
+  }
+  for (int round = 0; round < 100; ++round) {
+    std::vector<int> hits(1000, 0);
+    pool.ParallelFor(1000, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+    });
+    for (int v : hits) ASSERT_EQ(v, 1);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  // The 100 helper tasks queued behind the blocked one now start, find their calls closed and
+  // return without touching the (gone) lambdas; the pool then still works.
+  std::atomic<int64_t> total{0};
+  pool.ParallelFor(64, 1, [&](int64_t b, int64_t e) { total += e - b; });
+  EXPECT_EQ(total.load(), 64);
 }
 
 }  // namespace
