@@ -283,7 +283,8 @@ REMOVE_T1=$(date +%s.%N)
 wait_for "compute to mark the removed store down" promql_eq 'count(colibri_compute_store_up == 1)' 2
 wait_for "8 more answers with 2 stores" load_beyond $(( $(load_done) + 8 ))
 touch "$WORK/load.stop"; wait "$LOAD_PID"; LOAD_PID=""
-say "  $(client load-report "$WORK/load.json" "$REMOVE_T0" "$REMOVE_T1")" || die "requests failed while a store was removed"
+REPORT=$(client load-report "$WORK/load.json" "$REMOVE_T0" "$REMOVE_T1") || die "requests failed while a store was removed"
+say "  $REPORT"
 say "  compute failovers: $(promql 'sum(colibri_compute_store_failovers_total)')"
 phase_end
 
@@ -323,7 +324,8 @@ phase_end
 phase_start "prometheus targets + rules"
 wait_for "every target up: 2 stores, compute, router, Prometheus" client targets "$PROM" \
   colibri-expert-store=2 colibri-compute=1 colibri-router=1 prometheus=1
-say "  targets: $(client targets "$PROM" colibri-expert-store=2 colibri-compute=1 colibri-router=1 prometheus=1)"
+REPORT=$(client targets "$PROM" colibri-expert-store=2 colibri-compute=1 colibri-router=1 prometheus=1) || die "targets"
+say "  targets up: $REPORT"
 RECORDS=(colibri:router_completion_tokens:rate1m colibri:router_prompt_tokens:rate1m colibri:router_requests:rate1m
          colibri:router_time_to_first_token_seconds:p95 colibri:compute_generated_tokens:rate1m
          colibri:compute_pending_requests:ratio colibri:expert_cache_lookups:rate5m colibri:expert_cache_hit_ratio:rate5m
@@ -332,7 +334,8 @@ RECORDS=(colibri:router_completion_tokens:rate1m colibri:router_prompt_tokens:ra
 # The restarted compute's rates need two scrapes of traffic: keep asking until every one has a value.
 rules_answer() { client ask "$ROUTER" "$PROMPT_IDS" >/dev/null; client rules "$PROM" "${RECORDS[@]}"; }
 wait_for "every rule evaluating and ${#RECORDS[@]} recording rules with values" rules_answer
-say "  rules: $(client rules "$PROM" "${RECORDS[@]}")"
+REPORT=$(client rules "$PROM" "${RECORDS[@]}") || die "rules"
+say "  rules: $REPORT"
 phase_end
 
 # --- 9. health checks ------------------------------------------------------------------------
