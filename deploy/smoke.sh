@@ -107,7 +107,10 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || die "${missing[*]} missing: run as root (sudo $0) to install them"
   say "installing ${missing[*]} from Debian"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  apt_install() { DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq "${missing[@]}"; }
+  # A fresh machine may have no package lists yet.
+  apt_install > "$WORK/logs/apt.log" 2>&1 || { apt-get update -qq && apt_install > "$WORK/logs/apt.log" 2>&1; } ||
+    { tail -n 20 "$WORK/logs/apt.log"; die "apt-get install ${missing[*]}"; }
 fi
 CONTAINERS_CONF="$WORK/containers.conf"
 choice=$("$REPO/deploy/container-runtime.sh" --containers-conf "$CONTAINERS_CONF" 2> "$WORK/logs/runtime.log") ||
@@ -125,7 +128,6 @@ else
   if docker compose version >/dev/null 2>&1; then COMPOSE=(docker compose); else COMPOSE=(docker-compose); fi
 fi
 phase_end
-
 
 # --- 1. base image ---------------------------------------------------------------------------
 phase_start "base image (debootstrap)"
