@@ -21,8 +21,8 @@
 #     without error, the recording rules the traffic feeds holding values,
 #  9. runs every service container's health check, and tears everything down (KEEP=1 leaves it up).
 #
-# Usage: deploy/smoke.sh   as root (podman runs rootful; sudo when not root already). About 2
-#        minutes with warm caches, ~15-25 minutes for the first image build on 2 cores.
+# Usage: deploy/smoke.sh   as root (podman runs rootful; sudo when not root already). About 3
+#        minutes with warm caches; a first run is the compile (docs/DEPLOYMENT.md: timings).
 # Environment: KEEP=1, WORK_DIR (default /var/tmp/colibri-smoke), DEBIAN_MIRROR, CCACHE_DIR,
 #              COLIBRI_CONTAINER_ENGINE (docker | podman | podman:runc ...: try only that one),
 #              SMOKE_ROUTER_PORT (18080), SMOKE_PROMETHEUS_PORT (19090), SMOKE_TIMEOUT (600 s),
@@ -277,7 +277,9 @@ STORE3=$(service_container expert-store 3)
 REMOVE_T0=$(date +%s.%N)
 if [ "$ENGINE" = podman ]; then
   # podman-compose 1.0 does not scale down: stop (SIGTERM, 10 s grace) and remove the replica.
-  podman stop -t 10 "$STORE3" >/dev/null && podman rm "$STORE3" >/dev/null
+  # (stderr to the log: without systemd, podman complains it cannot remove a health-check timer)
+  { podman stop -t 10 "$STORE3" && podman rm "$STORE3"; } > "$WORK/logs/compose-scale-down.log" 2>&1 ||
+    { cat "$WORK/logs/compose-scale-down.log"; die "removing $STORE3"; }
 else
   compose up -d --no-build --scale expert-store=2 "${SERVICES[@]}" > "$WORK/logs/compose-scale-down.log" 2>&1
 fi
