@@ -1,19 +1,30 @@
 #!/usr/bin/env bash
-# Smoke test of the compose stack with podman (no Docker engine or registry needed):
+# Smoke test of the compose stack (no registry needed), with Docker or podman:
+#  0. installs what it needs from Debian (debootstrap; podman, podman-compose and runc unless a
+#     Docker daemon answers) and picks the engine and OCI runtime with deploy/container-runtime.sh,
+#     which runs a trivial container with each candidate (docker, podman+crun, podman+runc) and
+#     says which one it takes and why,
 #  1. makes a local Debian 12 base image with debootstrap (once; reused while it exists),
-#  2. builds the colibri images from docker/ with podman (ccache shared with the host's builds),
-#     and a Prometheus image from Debian's package,
-#  3. brings deploy/docker-compose.yml up with podman-compose (Grafana left out: Debian has no
-#     package of it; the dashboards are checked by tests/deploy instead), with 2 store nodes,
+#  2. builds the colibri images from docker/ (ccache shared with the host's builds under podman,
+#     a BuildKit cache mount under Docker), and a Prometheus image from Debian's package,
+#  3. brings deploy/docker-compose.yml up (Grafana left out: Debian has no package of it; the
+#     dashboards are checked by tests/deploy instead), with 2 store nodes,
 #  4. sends a chat completion and a completion through the router; the completion's tokens must
 #     equal colibri-cli's on the same model (the embedded engine reading the model directory),
 #  5. scales the store nodes from 2 to 3; compute must discover the third by DNS and read from it
 #     (without a restart), Prometheus must have every target up, the answer must not change,
-#  6. runs every container's health check, and tears everything down (KEEP=1 leaves it up).
+#  6. scales back to 2 while two clients send requests: no request may fail,
+#  7. restarts compute (KV persistence on, in the compute-state volume): the next turn of a
+#     conversation from before the restart prefills only its new tokens (usage.cached_tokens,
+#     colibri_compute_kv_restored_tokens_total and colibri_compute_prompt_tokens_total agree),
+#  8. checks Prometheus: every target up (2 stores, compute, router, itself), every rule evaluating
+#     without error, the recording rules the traffic feeds holding values,
+#  9. runs every service container's health check, and tears everything down (KEEP=1 leaves it up).
 #
-# Usage: sudo deploy/smoke.sh     (root: rootful podman; about 1-2 minutes with warm caches,
-#                                 ~15 minutes for the first image build on 2 cores)
+# Usage: deploy/smoke.sh   as root (podman runs rootful; sudo when not root already). About 3
+#        minutes with warm caches; a first run is the compile (docs/DEPLOYMENT.md: timings).
 # Environment: KEEP=1, WORK_DIR (default /var/tmp/colibri-smoke), DEBIAN_MIRROR, CCACHE_DIR,
+#              COLIBRI_CONTAINER_ENGINE (docker | podman | podman:runc ...: try only that one),
 #              SMOKE_ROUTER_PORT (18080), SMOKE_PROMETHEUS_PORT (19090), SMOKE_TIMEOUT (600 s),
 #              SMOKE_CONTEXT (the images' build context; default: this checkout — point it at a
 #              clean tree, e.g. `git archive HEAD | tar -x -C DIR`, while the checkout is mid-edit).
@@ -26,104 +37,138 @@ TAG=smoke
 BASE_IMAGE=localhost/colibri-debian:bookworm
 ROUTER_PORT="${SMOKE_ROUTER_PORT:-18080}"
 PROM_PORT="${SMOKE_PROMETHEUS_PORT:-19090}"
+ROUTER="http://127.0.0.1:$ROUTER_PORT"
+PROM="http://127.0.0.1:$PROM_PORT"
 TIMEOUT="${SMOKE_TIMEOUT:-600}"
 CCACHE_HOST="${CCACHE_DIR:-$HOME/.cache/ccache}"
 CONTEXT="$(cd "${SMOKE_CONTEXT:-$REPO}" && pwd)"
 PY=/usr/bin/python3
+CLIENT="$REPO/deploy/smoke/client.py"
 T0=$(date +%s)
 declare -a TIMES=()
 
 say() { printf '== [%4ss] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
 phase_start() { PHASE="$1"; PHASE_T=$(date +%s); say "$1"; }
-phase_end() { TIMES+=("$(printf '%-34s %5ss' "$PHASE" "$(( $(date +%s) - PHASE_T ))")"); }
+phase_end() { TIMES+=("$(printf '%-38s %5ss' "$PHASE" "$(( $(date +%s) - PHASE_T ))")"); }
 die() { echo "smoke: FAILED: $*" >&2; exit 1; }
+client() { $PY "$CLIENT" "$@"; }
+mkdir -p "$WORK/logs" "$CCACHE_HOST"
+ENGINE=""; RUNTIME=""; COMPOSE=(); LOAD_PID=""
 
-[ "$(id -u)" -eq 0 ] || die "run as root (rootful podman): sudo $0"
-missing=()
-for p in podman podman-compose debootstrap runc; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  say "installing ${missing[*]} from Debian"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
-mkdir -p "$WORK" "$CCACHE_HOST"
-
-# Podman in a sandbox: the default open-file and process limits podman asks for exceed the
-# lowered hard limits here (runc: "error setting rlimit type 7: operation not permitted"), so
-# ask for what the limits allow; cgroupfs and file events work without systemd; runc when crun
-# is absent.
-nofile=$(ulimit -Hn); [ "$nofile" = unlimited ] && nofile=1048576
-nproc=$(ulimit -Hu); [ "$nproc" = unlimited ] && nproc=1048576
-[ "$nofile" -gt 65536 ] && nofile=65536
-[ "$nproc" -gt 32768 ] && nproc=32768
-runtime=crun; command -v crun >/dev/null || runtime=runc
-cat > "$WORK/containers.conf" <<EOF
-[containers]
-default_ulimits = ["nofile=$((nofile * 4 / 5)):$((nofile * 4 / 5))", "nproc=$((nproc / 2)):$((nproc / 2))"]
-[engine]
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-runtime = "$runtime"
-EOF
-export CONTAINERS_CONF="$WORK/containers.conf"
-
-# Whatever podman-compose left behind (it stops at the first error).
-remove_project() {
-  podman ps -aq --filter "label=io.podman.compose.project=$PROJECT" | xargs -r podman rm -f >/dev/null 2>&1 || true
-  podman volume ls -q | grep "^${PROJECT}_" | xargs -r podman volume rm -f >/dev/null 2>&1 || true
+# The project's containers (running or not), by compose labels (podman-compose sets Docker's).
+ctr() { "$ENGINE" "$@"; }
+compose() { "${COMPOSE[@]}" -p "$PROJECT" "$@"; }
+project_containers() {  # project_containers [--filter ...]...
+  ctr ps -a --format '{{.Names}}' --filter "label=com.docker.compose.project=$PROJECT" "$@"
+}
+service_container() {  # service_container SERVICE [NUMBER]
+  project_containers --filter "label=com.docker.compose.service=$1" \
+    --filter "label=com.docker.compose.container-number=${2:-1}"
+}
+remove_project() {  # whatever compose left behind (podman-compose stops at the first error)
+  project_containers | xargs -r "$ENGINE" rm -f >/dev/null 2>&1 || true
+  ctr volume ls -q | grep "^${PROJECT}_" | xargs -r "$ENGINE" volume rm -f >/dev/null 2>&1 || true
+}
+save_logs() {
+  for c in $(project_containers); do ctr logs "$c" > "$WORK/logs/$c.log" 2>&1 || true; done
 }
 cleanup() {
   local rc=$?
+  [ -n "$LOAD_PID" ] && { touch "$WORK/load.stop"; wait "$LOAD_PID" 2>/dev/null || true; }
   if [ "${KEEP:-0}" = 1 ]; then
-    say "KEEP=1: the stack stays up (router http://127.0.0.1:$ROUTER_PORT, prometheus :$PROM_PORT);"
-    say "tear down with: cd $WORK/stack && CONTAINERS_CONF=$CONTAINERS_CONF podman-compose -p $PROJECT down -v"
-  else
-    if [ -f "$WORK/stack/docker-compose.yml" ]; then
-      (cd "$WORK/stack" && STORE_REPLICAS=3 podman-compose -p "$PROJECT" down -v >/dev/null 2>&1) || true
-      remove_project
-    fi
+    say "KEEP=1: the stack stays up (router $ROUTER, prometheus $PROM); tear down with:"
+    say "  cd $WORK/stack && ${CONTAINERS_CONF:+CONTAINERS_CONF=$CONTAINERS_CONF }STORE_REPLICAS=3 ${COMPOSE[*]} -p $PROJECT down -v"
+  elif [ -f "$WORK/stack/docker-compose.yml" ] && [ ${#COMPOSE[@]} -gt 0 ]; then
+    save_logs
+    (cd "$WORK/stack" && STORE_REPLICAS=3 compose down -v >/dev/null 2>&1) || true
+    remove_project
   fi
   echo
-  echo "smoke timings:"
+  echo "smoke timings (${ENGINE:-no engine}${RUNTIME:+ with $RUNTIME}):"
   for t in "${TIMES[@]}"; do echo "  $t"; done
-  echo "  total                              $(( $(date +%s) - T0 ))s"
+  echo "  total                                  $(( $(date +%s) - T0 ))s"
   [ $rc -eq 0 ] && echo "smoke: PASSED" || echo "smoke: FAILED (rc $rc); logs in $WORK/logs"
 }
 trap cleanup EXIT
 
+# --- 0. packages and the container runtime ---------------------------------------------------
+phase_start "packages + container runtime"
+docker_answers() { command -v docker >/dev/null && timeout 20 docker info >/dev/null 2>&1; }
+want=(debootstrap)
+case "${COLIBRI_CONTAINER_ENGINE:-}" in
+  docker) ;;
+  podman*) want+=(podman podman-compose runc) ;;
+  *) docker_answers || want+=(podman podman-compose runc) ;;
+esac
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  [ "$(id -u)" -eq 0 ] || die "${missing[*]} missing: run as root (sudo $0) to install them"
+  say "installing ${missing[*]} from Debian"
+  apt_install() { DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq "${missing[@]}"; }
+  # A fresh machine may have no package lists yet.
+  apt_install > "$WORK/logs/apt.log" 2>&1 || { apt-get update -qq && apt_install > "$WORK/logs/apt.log" 2>&1; } ||
+    { tail -n 20 "$WORK/logs/apt.log"; die "apt-get install ${missing[*]}"; }
+fi
+CONTAINERS_CONF="$WORK/containers.conf"
+choice=$("$REPO/deploy/container-runtime.sh" --containers-conf "$CONTAINERS_CONF" 2> "$WORK/logs/runtime.log") ||
+  { cat "$WORK/logs/runtime.log" >&2
+    die "no container runtime runs a trivial container here (a Docker daemon that cannot: COLIBRI_CONTAINER_ENGINE=podman)"; }
+sed 's/^/  /' "$WORK/logs/runtime.log"
+read -r ENGINE RUNTIME <<< "$choice"
+say "  engine: $ENGINE, runtime: $RUNTIME"
+if [ "$ENGINE" = podman ]; then
+  [ "$(id -u)" -eq 0 ] || die "podman runs rootful here: run as root (sudo $0)"
+  export CONTAINERS_CONF
+  COMPOSE=(podman-compose)
+else
+  unset CONTAINERS_CONF
+  if docker compose version >/dev/null 2>&1; then COMPOSE=(docker compose); else COMPOSE=(docker-compose); fi
+fi
+phase_end
+
 # --- 1. base image ---------------------------------------------------------------------------
 phase_start "base image (debootstrap)"
-if ! podman image exists "$BASE_IMAGE"; then
+if ! ctr image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
   mirror="${DEBIAN_MIRROR:-$(grep -rhoE '^(URIs:|deb) +https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null \
             | head -n 1 | grep -oE 'https?://[^ ]+' || true)}"
   mirror="${mirror:-http://deb.debian.org/debian}"
   rm -rf "$WORK/rootfs"
-  debootstrap --variant=minbase bookworm "$WORK/rootfs" "$mirror" > "$WORK/debootstrap.log" 2>&1 ||
-    die "debootstrap from $mirror (see $WORK/debootstrap.log)"
+  debootstrap --variant=minbase bookworm "$WORK/rootfs" "$mirror" > "$WORK/logs/debootstrap.log" 2>&1 ||
+    die "debootstrap from $mirror (see $WORK/logs/debootstrap.log)"
   # The image's apt uses the same mirror as this host.
   echo "deb $mirror bookworm main" > "$WORK/rootfs/etc/apt/sources.list"
   echo "deb $mirror bookworm-updates main" >> "$WORK/rootfs/etc/apt/sources.list"
-  tar -C "$WORK/rootfs" -c . | podman import - "$BASE_IMAGE" >/dev/null
+  tar -C "$WORK/rootfs" -c . | ctr import - "$BASE_IMAGE" >/dev/null
   rm -rf "$WORK/rootfs"
 fi
 phase_end
 
 # --- 2. images -------------------------------------------------------------------------------
-phase_start "images (podman build)"
-mkdir -p "$WORK/logs"
+phase_start "images ($ENGINE build)"
+nofile=$(ulimit -Hn); [ "$nofile" = unlimited ] && nofile=1048576
+[ "$nofile" -gt 65536 ] && nofile=65536
 build() {  # build IMAGE DOCKERFILE
-  podman build --format docker --ulimit "nofile=$((nofile * 4 / 5)):$((nofile * 4 / 5))" \
-    -f "$2" --build-arg BASE="$BASE_IMAGE" --build-arg RUNTIME_BASE="$BASE_IMAGE" \
-    -v "$CCACHE_HOST:/ccache" -t "$1" "$CONTEXT" > "$WORK/logs/build-$(basename "$1" | cut -d: -f1).log" 2>&1 ||
-    { tail -n 30 "$WORK/logs/build-$(basename "$1" | cut -d: -f1).log"; die "podman build $2"; }
+  local log
+  log="$WORK/logs/build-$(basename "$1" | cut -d: -f1).log"
+  local -a args=(-f "$2" --build-arg BASE="$BASE_IMAGE" --build-arg RUNTIME_BASE="$BASE_IMAGE" -t "$1")
+  if [ "$ENGINE" = podman ]; then
+    # The build's RUN steps run with the runtime chosen above; the host's ccache is mounted.
+    args+=(--runtime "$RUNTIME" --format docker --ulimit "nofile=$((nofile * 4 / 5)):$((nofile * 4 / 5))"
+           -v "$CCACHE_HOST:/ccache")
+    podman build "${args[@]}" "$CONTEXT" > "$log" 2>&1 || { tail -n 30 "$log"; die "podman build $2"; }
+  else
+    DOCKER_BUILDKIT=1 docker build "${args[@]}" "$CONTEXT" > "$log" 2>&1 || { tail -n 30 "$log"; die "docker build $2"; }
+  fi
 }
 for svc in expert-store compute router tools; do
   build "localhost/colibri-$svc:$TAG" "$CONTEXT/docker/Dockerfile.$svc"
   say "  built localhost/colibri-$svc:$TAG"
 done
 build "localhost/colibri-prometheus:$TAG" "$REPO/deploy/smoke/Dockerfile.prometheus"
-podman images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E "colibri-.*:$TAG" | sed 's/^/  /'
+ctr images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E "colibri-.*:$TAG" | sed 's/^/  /'
 phase_end
 
 # --- 3. stack up -----------------------------------------------------------------------------
@@ -146,14 +191,22 @@ ROUTER_PORT=$ROUTER_PORT
 ROUTER_GRPC_PORT=$((ROUTER_PORT + 1))
 PROMETHEUS_PORT=$PROM_PORT
 GRAFANA_ADMIN_PASSWORD=$(openssl rand -hex 12)
+COLIBRI_API_KEY=
 EOF
 cd "$WORK/stack"
-compose() { podman-compose -p "$PROJECT" "$@"; }
 STORE_REPLICAS=3 compose down -v >/dev/null 2>&1 || true
 remove_project
 SERVICES=(convert expert-store compute router prometheus)
-STORE_REPLICAS=2 compose up -d "${SERVICES[@]}" > "$WORK/logs/compose-up.log" 2>&1 ||
-  { tail -n 30 "$WORK/logs/compose-up.log"; die "podman-compose up"; }
+# podman-compose 1.0 ignores --scale: the compose file's replica count (STORE_REPLICAS) is the
+# knob there; Docker's `up --scale` is the documented one.
+scale_stores() {  # scale_stores N LOG
+  if [ "$ENGINE" = podman ]; then
+    STORE_REPLICAS="$1" compose up -d "${SERVICES[@]}"
+  else
+    compose up -d --no-build --scale "expert-store=$1" "${SERVICES[@]}"
+  fi > "$2" 2>&1
+}
+scale_stores 2 "$WORK/logs/compose-up.log" || { tail -n 30 "$WORK/logs/compose-up.log"; die "compose up"; }
 
 # Waits until `cmd` succeeds, up to TIMEOUT seconds.
 wait_for() {  # wait_for WHAT CMD...
@@ -161,57 +214,24 @@ wait_for() {  # wait_for WHAT CMD...
   local deadline=$(( $(date +%s) + TIMEOUT ))
   until "$@" >/dev/null 2>&1; do
     if [ "$(date +%s)" -ge "$deadline" ]; then
-      for c in $(podman ps -a --format '{{.Names}}' --filter "label=io.podman.compose.project=$PROJECT"); do
-        podman logs "$c" > "$WORK/logs/$c.log" 2>&1 || true
-        echo "--- $c"; tail -n 8 "$WORK/logs/$c.log"
-      done
+      save_logs
+      for c in $(project_containers); do echo "--- $c"; tail -n 8 "$WORK/logs/$c.log"; done
       die "timed out waiting for $what"
     fi
     sleep 1
   done
 }
-http_ok() { $PY - "$1" <<'EOF'
-import sys, urllib.request
-with urllib.request.urlopen(sys.argv[1], timeout=5) as r:
-    sys.exit(0 if r.status == 200 else 1)
-EOF
-}
-# promql EXPR: prints the query's first value (or nothing).
-promql() { $PY - "http://127.0.0.1:$PROM_PORT" "$1" <<'EOF'
-import json, sys, urllib.parse, urllib.request
-url = sys.argv[1] + '/api/v1/query?' + urllib.parse.urlencode({'query': sys.argv[2]})
-with urllib.request.urlopen(url, timeout=5) as r:
-    res = json.load(r)['data']['result']
-print(res[0]['value'][1] if res else '')
-EOF
-}
+promql() { client promql "$PROM" "$1"; }
 promql_eq() { [ "$(promql "$1")" = "$2" ]; }
-wait_for "the router's /health" http_ok "http://127.0.0.1:$ROUTER_PORT/health"
+wait_for "the router's /health" client health "$ROUTER/health"
 phase_end
 
 # --- 4. answers ------------------------------------------------------------------------------
 phase_start "chat completion + reference"
 PROMPT_IDS="1,275,290,300,13,350,400,268,281,450,511,32,100,269,300,301"
-ask() { $PY - "http://127.0.0.1:$ROUTER_PORT" "$PROMPT_IDS" <<'EOF'
-import json, sys, urllib.request
-base, ids = sys.argv[1], [int(x) for x in sys.argv[2].split(',')]
-def post(path, body):
-    req = urllib.request.Request(base + path, data=json.dumps(body).encode(),
-                                 headers={'Content-Type': 'application/json'})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return json.load(r)
-chat = post('/v1/chat/completions', {'messages': [{'role': 'user', 'content': 'Why is the sky blue?'}],
-                                     'max_tokens': 12, 'temperature': 0, 'return_token_ids': True})
-c = chat['choices'][0]
-assert chat['object'] == 'chat.completion' and c['message']['role'] == 'assistant', chat
-assert chat['usage']['completion_tokens'] == len(c['token_ids']) > 0, chat
-comp = post('/v1/completions', {'prompt': ids, 'max_tokens': 16, 'temperature': 0, 'return_token_ids': True})
-print(json.dumps({'chat': c['token_ids'], 'completion': comp['choices'][0]['token_ids']}))
-EOF
-}
-ANSWER1=$(ask) || die "requests through the router"
+ANSWER1=$(client ask "$ROUTER" "$PROMPT_IDS") || die "requests through the router"
 say "  router: $ANSWER1"
-REFERENCE=$(podman run --rm -v "${PROJECT}_models:/models:ro" "localhost/colibri-tools:$TAG" \
+REFERENCE=$(ctr run --rm -v "${PROJECT}_models:/models:ro" "localhost/colibri-tools:$TAG" \
   colibri-cli run --model /models/demo --prompt-tokens "$PROMPT_IDS" --max-tokens 16 --temperature 0 --threads 2 \
   2>"$WORK/logs/reference.log" | tail -n 1) || { cat "$WORK/logs/reference.log"; die "colibri-cli reference"; }
 say "  colibri-cli (embedded, model dir): $REFERENCE"
@@ -231,32 +251,105 @@ phase_end
 
 # --- 5. scale the store nodes 2 -> 3 ---------------------------------------------------------
 phase_start "scale expert-store 2 -> 3"
-# podman-compose 1.0 ignores --scale; the compose file's replica count is the same knob
-# (`docker compose up -d --scale expert-store=3` with Docker).
-STORE_REPLICAS=3 compose up -d "${SERVICES[@]}" > "$WORK/logs/compose-scale.log" 2>&1 || true
-[ "$(podman ps --filter "label=io.podman.compose.project=$PROJECT" --filter "label=com.docker.compose.service=expert-store" -q | wc -l)" = 3 ] ||
-  { tail -n 20 "$WORK/logs/compose-scale.log"; die "a third store container did not start"; }
+stores_running() { project_containers --filter status=running --filter "label=com.docker.compose.service=expert-store" | wc -l; }
+scale_stores 3 "$WORK/logs/compose-scale-up.log" || true
+[ "$(stores_running)" = 3 ] || { tail -n 20 "$WORK/logs/compose-scale-up.log"; die "a third store container did not start"; }
 wait_for "compute to discover the third store (no restart)" promql_eq 'count(colibri_compute_store_up == 1)' 3
 wait_for "Prometheus: 3 store targets up" promql_eq 'count(up{job="colibri-expert-store"} == 1)' 3
 # Traffic until the new store has delivered expert bytes to compute.
-new_store_reads() { ask >/dev/null; [ "$(promql 'count(colibri_compute_store_received_bytes_total > 0)')" = 3 ]; }
+new_store_reads() { client ask "$ROUTER" "$PROMPT_IDS" >/dev/null; [ "$(promql 'count(colibri_compute_store_received_bytes_total > 0)')" = 3 ]; }
 wait_for "compute to read from all 3 stores" new_store_reads
-ANSWER2=$(ask) || die "requests after scaling"
+ANSWER2=$(client ask "$ROUTER" "$PROMPT_IDS") || die "requests after scaling"
 [ "$ANSWER2" = "$ANSWER1" ] || die "answer changed after scaling: $ANSWER1 -> $ANSWER2"
-say "  same answer with 3 stores; compute restarts: $(podman inspect --format '{{.RestartCount}}' "${PROJECT}_compute_1")"
-[ "$(podman inspect --format '{{.RestartCount}}' "${PROJECT}_compute_1")" = 0 ] || die "compute restarted"
+COMPUTE=$(service_container compute)
+say "  same answer with 3 stores; compute restarts: $(ctr inspect --format '{{.RestartCount}}' "$COMPUTE")"
+[ "$(ctr inspect --format '{{.RestartCount}}' "$COMPUTE")" = 0 ] || die "compute restarted"
 phase_end
 
-# --- 6. health checks ------------------------------------------------------------------------
+# --- 6. scale back 3 -> 2 while serving ------------------------------------------------------
+phase_start "scale expert-store 3 -> 2 under load"
+rm -f "$WORK/load.stop" "$WORK/load.json" "$WORK/load.json.count"
+client load "$ROUTER" "$PROMPT_IDS" "$WORK/load.json" "$WORK/load.stop" & LOAD_PID=$!
+load_done() { cat "$WORK/load.json.count" 2>/dev/null || echo 0; }
+load_beyond() { [ "$(load_done)" -ge "$1" ]; }
+wait_for "the load clients' first answers" load_beyond 4
+STORE3=$(service_container expert-store 3)
+REMOVE_T0=$(date +%s.%N)
+if [ "$ENGINE" = podman ]; then
+  # podman-compose 1.0 does not scale down: stop (SIGTERM, 10 s grace) and remove the replica.
+  # (stderr to the log: without systemd, podman complains it cannot remove a health-check timer)
+  { podman stop -t 10 "$STORE3" && podman rm "$STORE3"; } > "$WORK/logs/compose-scale-down.log" 2>&1 ||
+    { cat "$WORK/logs/compose-scale-down.log"; die "removing $STORE3"; }
+else
+  compose up -d --no-build --scale expert-store=2 "${SERVICES[@]}" > "$WORK/logs/compose-scale-down.log" 2>&1
+fi
+REMOVE_T1=$(date +%s.%N)
+[ "$(stores_running)" = 2 ] || die "expected 2 store containers after scaling down"
+wait_for "compute to mark the removed store down" promql_eq 'count(colibri_compute_store_up == 1)' 2
+wait_for "8 more answers with 2 stores" load_beyond $(( $(load_done) + 8 ))
+touch "$WORK/load.stop"; wait "$LOAD_PID"; LOAD_PID=""
+REPORT=$(client load-report "$WORK/load.json" "$REMOVE_T0" "$REMOVE_T1") || die "requests failed while a store was removed"
+say "  $REPORT"
+say "  compute failovers: $(promql 'sum(colibri_compute_store_failovers_total)')"
+phase_end
+
+# --- 7. compute restart with KV persistence ------------------------------------------------------
+phase_start "compute restart, KV persisted"
+TURN1='[{"role": "user", "content": "Tell me about the sea."}]'
+FIRST=$(client chat "$ROUTER" "$TURN1" 6) || die "turn 1 before the restart"
+TURN2=$($PY - "$TURN1" "$FIRST" <<'EOF'
+import json, sys
+msgs, first = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+msgs += [{'role': 'assistant', 'content': first['choices'][0]['message']['content']},
+         {'role': 'user', 'content': 'And the mountains?'}]
+print(json.dumps(msgs))
+EOF
+)
+STARTED=$(ctr inspect --format '{{.State.StartedAt}}' "$COMPUTE")
+compose restart compute > "$WORK/logs/compose-restart.log" 2>&1 || { cat "$WORK/logs/compose-restart.log"; die "compose restart compute"; }
+[ "$(ctr inspect --format '{{.State.StartedAt}}' "$COMPUTE")" != "$STARTED" ] || die "compute did not restart"
+# A fresh process has answered no request yet; Prometheus scraping 0 means it sees the new one.
+wait_for "Prometheus to scrape the restarted compute" promql_eq 'colibri_compute_requests_total' 0
+SECOND=$(client chat "$ROUTER" "$TURN2" 8 "$TIMEOUT") || die "turn 2 after the restart"
+read -r P1 P2 CACHED UNAVAILABLE <<< "$($PY - "$FIRST" "$SECOND" <<'EOF'
+import json, sys
+first, second = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+print(first['usage']['prompt_tokens'], second['usage']['prompt_tokens'],
+      second['usage']['prompt_tokens_details']['cached_tokens'], second['smoke_unavailable_answers'])
+EOF
+)"
+say "  turn 1: $P1 prompt tokens; turn 2 after the restart: $P2 prompt tokens, $CACHED from the persisted KV ($UNAVAILABLE 503s while compute came back)"
+[ "$CACHED" -ge $((P1 - 1)) ] && [ "$CACHED" -lt "$P2" ] || die "turn 2 reused $CACHED of turn 1's $P1 prompt tokens"
+wait_for "compute to count $CACHED restored tokens" promql_eq 'colibri_compute_kv_restored_tokens_total' "$CACHED"
+wait_for "compute to have prefilled only the $((P2 - CACHED)) new tokens" \
+  promql_eq 'colibri_compute_prompt_tokens_total' "$((P2 - CACHED))"
+phase_end
+
+# --- 8. Prometheus: targets and rules -------------------------------------------------------
+phase_start "prometheus targets + rules"
+wait_for "every target up: 2 stores, compute, router, Prometheus" client targets "$PROM" \
+  colibri-expert-store=2 colibri-compute=1 colibri-router=1 prometheus=1
+REPORT=$(client targets "$PROM" colibri-expert-store=2 colibri-compute=1 colibri-router=1 prometheus=1) || die "targets"
+say "  targets up: $REPORT"
+RECORDS=(colibri:router_completion_tokens:rate1m colibri:router_prompt_tokens:rate1m colibri:router_requests:rate1m
+         colibri:router_time_to_first_token_seconds:p95 colibri:compute_generated_tokens:rate1m
+         colibri:compute_pending_requests:ratio colibri:expert_cache_lookups:rate5m colibri:expert_cache_hit_ratio:rate5m
+         colibri:store_disk_read_bytes:rate1m colibri:store_bytes_served:rate1m
+         colibri:compute_store_received_bytes:rate1m)
+# The restarted compute's rates need two scrapes of traffic: keep asking until every one has a value.
+rules_answer() { client ask "$ROUTER" "$PROMPT_IDS" >/dev/null; client rules "$PROM" "${RECORDS[@]}"; }
+wait_for "every rule evaluating and ${#RECORDS[@]} recording rules with values" rules_answer
+REPORT=$(client rules "$PROM" "${RECORDS[@]}") || die "rules"
+say "  rules: $REPORT"
+phase_end
+
+# --- 9. health checks ------------------------------------------------------------------------
 phase_start "container health checks"
-for c in "${PROJECT}_expert-store_1" "${PROJECT}_expert-store_2" "${PROJECT}_expert-store_3" \
-         "${PROJECT}_compute_1" "${PROJECT}_router_1"; do
-  podman exec "$c" sh -c "$(podman inspect --format '{{join .Config.Healthcheck.Test " "}}' "$c" | sed 's/^CMD //; s/^CMD-SHELL //')" \
+for c in $(service_container expert-store 1) $(service_container expert-store 2) "$COMPUTE" "$(service_container router)"; do
+  ctr exec "$c" sh -c "$(ctr inspect --format '{{join .Config.Healthcheck.Test " "}}' "$c" | sed 's/^CMD //; s/^CMD-SHELL //')" \
     > "$WORK/logs/health-$c.log" 2>&1 || { cat "$WORK/logs/health-$c.log"; die "health check of $c"; }
   say "  $c: $(tail -n 1 "$WORK/logs/health-$c.log")"
 done
 say "  alerts firing: $(promql 'count(ALERTS{alertstate="firing"})')"
 phase_end
-for c in $(podman ps -a --format '{{.Names}}' --filter "label=io.podman.compose.project=$PROJECT"); do
-  podman logs "$c" > "$WORK/logs/$c.log" 2>&1 || true
-done
+save_logs

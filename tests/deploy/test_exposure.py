@@ -94,7 +94,10 @@ class ComposeExposureTest(unittest.TestCase):
         self.assertNotIn('--web.enable-admin-api', command_text(self.compose['prometheus']))
 
     def test_router_takes_its_key_from_the_environment(self):
-        self.assertEqual(self.compose['router']['environment']['COLIBRI_API_KEY'], '${COLIBRI_API_KEY:-}')
+        self.assertEqual(self.compose['router']['environment']['COLIBRI_API_KEY'], '${COLIBRI_API_KEY}')
+        # podman-compose 1.0 substitutes ${VAR:-default} only with a non-empty default.
+        with open(os.path.join(DEPLOY, 'docker-compose.yml')) as f:
+            self.assertNotRegex(f.read(), r'\$\{[A-Za-z_][A-Za-z0-9_]*:?-\}')
 
 
 class ImageDefaultsTest(unittest.TestCase):
