@@ -26,6 +26,7 @@
 # Environment: KEEP=1, WORK_DIR (default /var/tmp/colibri-smoke), DEBIAN_MIRROR, CCACHE_DIR,
 #              COLIBRI_CONTAINER_ENGINE (docker | podman | podman:runc ...: try only that one),
 #              SMOKE_ROUTER_PORT (18080), SMOKE_PROMETHEUS_PORT (19090), SMOKE_TIMEOUT (600 s),
+#              SMOKE_BUILD_BUDGET (seconds for the image builds; unset: no limit),
 #              SMOKE_CONTEXT (the images' build context; default: this checkout — point it at a
 #              clean tree, e.g. `git archive HEAD | tar -x -C DIR`, while the checkout is mid-edit).
 set -euo pipefail
@@ -51,6 +52,9 @@ say() { printf '== [%4ss] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
 phase_start() { PHASE="$1"; PHASE_T=$(date +%s); say "$1"; }
 phase_end() { TIMES+=("$(printf '%-38s %5ss' "$PHASE" "$(( $(date +%s) - PHASE_T ))")"); }
 die() { echo "smoke: FAILED: $*" >&2; exit 1; }
+# Exit 77: this host cannot run the test (no container runtime that works, no root, or the image
+# builds did not finish within SMOKE_BUILD_BUDGET): not a failure of what is tested.
+cannot() { echo "smoke: SKIPPED: $*" >&2; exit 77; }
 client() { $PY "$CLIENT" "$@"; }
 mkdir -p "$WORK/logs" "$CCACHE_HOST"
 ENGINE=""; RUNTIME=""; COMPOSE=(); LOAD_PID=""
@@ -105,7 +109,7 @@ for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  [ "$(id -u)" -eq 0 ] || die "${missing[*]} missing: run as root (sudo $0) to install them"
+  [ "$(id -u)" -eq 0 ] || cannot "${missing[*]} missing: run as root (sudo $0) to install them"
   say "installing ${missing[*]} from Debian"
   apt_install() { DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq "${missing[@]}"; }
   # A fresh machine may have no package lists yet.
@@ -115,12 +119,12 @@ fi
 CONTAINERS_CONF="$WORK/containers.conf"
 choice=$("$REPO/deploy/container-runtime.sh" --containers-conf "$CONTAINERS_CONF" 2> "$WORK/logs/runtime.log") ||
   { cat "$WORK/logs/runtime.log" >&2
-    die "no container runtime runs a trivial container here (a Docker daemon that cannot: COLIBRI_CONTAINER_ENGINE=podman)"; }
+    cannot "no container runtime runs a trivial container here (a Docker daemon that cannot: COLIBRI_CONTAINER_ENGINE=podman)"; }
 sed 's/^/  /' "$WORK/logs/runtime.log"
 read -r ENGINE RUNTIME <<< "$choice"
 say "  engine: $ENGINE, runtime: $RUNTIME"
 if [ "$ENGINE" = podman ]; then
-  [ "$(id -u)" -eq 0 ] || die "podman runs rootful here: run as root (sudo $0)"
+  [ "$(id -u)" -eq 0 ] || cannot "podman runs rootful here: run as root (sudo $0)"
   export CONTAINERS_CONF
   COMPOSE=(podman-compose)
 else
@@ -150,7 +154,11 @@ phase_end
 phase_start "images ($ENGINE build)"
 nofile=$(ulimit -Hn); [ "$nofile" = unlimited ] && nofile=1048576
 [ "$nofile" -gt 65536 ] && nofile=65536
+BUILD_DEADLINE=$(( $(date +%s) + ${SMOKE_BUILD_BUDGET:-1000000000} ))
 build() {  # build IMAGE DOCKERFILE
+  local left=$(( BUILD_DEADLINE - $(date +%s) ))
+  [ "$left" -gt 0 ] || cannot "the image builds did not finish within SMOKE_BUILD_BUDGET=${SMOKE_BUILD_BUDGET}s (a cold compile; ccache keeps what it compiled for the next run)"
+  local -a limit=(timeout -k 30 "$left")
   local log
   log="$WORK/logs/build-$(basename "$1" | cut -d: -f1).log"
   local -a args=(-f "$2" --build-arg BASE="$BASE_IMAGE" --build-arg RUNTIME_BASE="$BASE_IMAGE" -t "$1")
@@ -158,10 +166,16 @@ build() {  # build IMAGE DOCKERFILE
     # The build's RUN steps run with the runtime chosen above; the host's ccache is mounted.
     args+=(--runtime "$RUNTIME" --format docker --ulimit "nofile=$((nofile * 4 / 5)):$((nofile * 4 / 5))"
            -v "$CCACHE_HOST:/ccache")
-    podman build "${args[@]}" "$CONTEXT" > "$log" 2>&1 || { tail -n 30 "$log"; die "podman build $2"; }
+    local rc=0
+    "${limit[@]}" podman build "${args[@]}" "$CONTEXT" > "$log" 2>&1 || rc=$?
   else
-    DOCKER_BUILDKIT=1 docker build "${args[@]}" "$CONTEXT" > "$log" 2>&1 || { tail -n 30 "$log"; die "docker build $2"; }
+    local rc=0
+    DOCKER_BUILDKIT=1 "${limit[@]}" docker build "${args[@]}" "$CONTEXT" > "$log" 2>&1 || rc=$?
   fi
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    cannot "building $1 ran past SMOKE_BUILD_BUDGET=${SMOKE_BUILD_BUDGET}s (a cold compile; ccache keeps what it compiled for the next run)"
+  fi
+  [ "$rc" -eq 0 ] || { tail -n 30 "$log"; die "$ENGINE build $2"; }
 }
 for svc in expert-store compute router tools; do
   build "localhost/colibri-$svc:$TAG" "$CONTEXT/docker/Dockerfile.$svc"

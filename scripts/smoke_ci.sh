@@ -12,7 +12,11 @@
 #
 # Usage: scripts/smoke_ci.sh [run]   decide, and run the smoke when needed (exit: the smoke's)
 #        scripts/smoke_ci.sh record  after a green run: remember HEAD when on main
-# Environment: SMOKE (auto | always | never; default auto), SMOKE_BUDGET (seconds, default 1800),
+# A host that cannot run the test (deploy/smoke.sh exits 77: no working container runtime, no root,
+# or the image builds past SMOKE_BUILD_BUDGET, as a cold compile on a fresh CI machine is) is
+# reported and skipped, not failed; every check that runs must pass, within SMOKE_BUDGET.
+# Environment: SMOKE (auto | always | never; default auto), SMOKE_BUDGET (seconds, default 2400),
+#              SMOKE_BUILD_BUDGET (seconds for the image builds, default 1200),
 #              CI_STATE_DIR (default ~/.cache/colibri-ci), CI_BRANCH (default: the checked-out
 #              branch), and deploy/smoke.sh's own (WORK_DIR, CCACHE_DIR, ...).
 set -euo pipefail
@@ -61,13 +65,24 @@ if ! why="$(needed)"; then
   echo "smoke_ci: skipped (${PATHS[*]} unchanged since the last green main $(cut -c1-12 "$RECORD" 2>/dev/null); SMOKE=always forces it)"
   exit 0
 fi
-BUDGET="${SMOKE_BUDGET:-1800}"
+BUDGET="${SMOKE_BUDGET:-2400}"
+export SMOKE_BUILD_BUDGET="${SMOKE_BUILD_BUDGET:-1200}"
 echo "smoke_ci: running deploy/smoke.sh ($why), budget ${BUDGET}s"
 run=(deploy/smoke.sh)
-[ "$(id -u)" -eq 0 ] || run=(sudo -E deploy/smoke.sh)
+if [ "$(id -u)" -ne 0 ]; then
+  if ! command -v sudo >/dev/null || ! sudo -n true 2>/dev/null; then
+    echo "smoke_ci: SKIPPED: not root and no password-less sudo (podman runs rootful)"
+    exit 0
+  fi
+  run=(sudo -E deploy/smoke.sh)
+fi
 SECONDS=0
 rc=0
 timeout -k 60 "$BUDGET" "${run[@]}" || rc=$?
 [ $rc -eq 124 ] && echo "smoke_ci: deploy/smoke.sh ran past its budget of ${BUDGET}s" >&2
 echo "smoke_ci: deploy/smoke.sh took ${SECONDS}s (rc $rc)"
+if [ $rc -eq 77 ]; then
+  echo "smoke_ci: SKIPPED: this host cannot run the smoke test now (see the SKIPPED line above)"
+  exit 0
+fi
 exit $rc

@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import testlib  # noqa: E402
 
 SCRIPT = os.path.join(testlib.REPO, 'scripts', 'smoke_ci.sh')
-FAKE_SMOKE = '#!/bin/sh\necho run >> "$SMOKE_RUNS"\n[ -n "${SMOKE_HANG:-}" ] && exec sleep 30\nexit "${SMOKE_RC:-0}"\n'
+FAKE_SMOKE = '#!/bin/sh\necho run >> "$SMOKE_RUNS"\necho "build budget $SMOKE_BUILD_BUDGET"\n[ -n "${SMOKE_HANG:-}" ] && exec sleep 30\nexit "${SMOKE_RC:-0}"\n'
 
 
 class SmokeCiTest(unittest.TestCase):
@@ -136,6 +136,13 @@ class SmokeCiTest(unittest.TestCase):
         rc, out = self.ci(SMOKE_HANG='1', SMOKE_BUDGET='1')
         self.assertEqual(rc, 124, out)
         self.assertIn('ran past its budget of 1s', out)
+        # 77: the host cannot run the test (no runtime, no root, a cold image build past its
+        # budget): reported and skipped, CI stays green; the build budget reaches the smoke.
+        rc, out = self.ci(SMOKE_RC='77')
+        self.assertEqual(rc, 0, out)
+        self.assertIn('SKIPPED: this host cannot run the smoke test now', out)
+        self.assertIn('(rc 77)', out)
+        self.assertIn('build budget 1200', out)
 
 
 if __name__ == '__main__':
