@@ -170,9 +170,9 @@ float DotIQ3_SAvx2(const void* w, const void* act, int64_t n) {
     for (int g = 0; g < kQK_K / 32; ++g) {
       const uint8_t* q = x[i].qs + 8 * g;
       const uint32_t qh = x[i].qh[g];
-      int points[8];
-      for (int k = 0; k < 8; ++k) points[k] = static_cast<int>(kIq3sGrid.v[q[k] | (((qh >> k) & 1) << 8)]);
-      const __m256i mag = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(points));
+      auto point = [&](int k) { return static_cast<int>(kIq3sGrid.v[q[k] | (((qh >> k) & 1) << 8)]); };
+      const __m256i mag =
+          _mm256_setr_epi32(point(0), point(1), point(2), point(3), point(4), point(5), point(6), point(7));
       uint32_t signs;
       memcpy(&signs, x[i].signs + 4 * g, sizeof(signs));
       const int32_t ls = 2 * ((x[i].scales[g / 2] >> (4 * (g % 2))) & 0x0F) + 1;
