@@ -34,7 +34,8 @@ constexpr size_t kTargetBytes = size_t{64} << 20;
 constexpr DType kTypes[] = {DType::kF32,   DType::kF16,    DType::kBF16,   DType::kQ8_0,   DType::kQ6_K,
                             DType::kQ5_K,  DType::kQ4_K,   DType::kQ3_K,   DType::kQ2_K,   DType::kQ5_1,
                             DType::kQ5_0,  DType::kQ4_1,   DType::kQ4_0,   DType::kIQ4_XS, DType::kIQ4_NL,
-                            DType::kMXFP4, DType::kIQ2_XXS};
+                            DType::kMXFP4, DType::kIQ3_S,  DType::kIQ3_XXS, DType::kIQ2_S,  DType::kIQ2_XS,
+                            DType::kIQ2_XXS, DType::kIQ1_M, DType::kIQ1_S};
 
 struct Matrix {
   int64_t rows = 0;
@@ -64,12 +65,20 @@ const Matrix& GetMatrix(DType type) {
       QuantizeRow(type, row.data(), dst, kCols);
       continue;
     }
-    // Import-only types (IQ2_XXS): random codes under a plausible f16 scale leading each block.
+    // Import-only types (the codebook i-quants): random codes under a plausible f16 scale,
+    // leading each block (IQ1_M: in the top nibbles of its last 8 bytes).
     for (size_t b = 0; b < m.row_bytes; ++b) dst[b] = static_cast<uint8_t>(rng());
     const size_t bb = Traits(type).block_bytes;
+    const uint16_t d = F32ToF16(0.002f);
     for (size_t b = 0; b < m.row_bytes; b += bb) {
-      const uint16_t d = F32ToF16(0.002f);
-      std::memcpy(dst + b, &d, sizeof(d));
+      if (type == DType::kIQ1_M) {
+        for (int k = 0; k < 4; ++k) {
+          uint8_t& hi = dst[b + bb - 8 + 2 * k + 1];
+          hi = static_cast<uint8_t>((hi & 0x0F) | (((d >> (4 * k)) & 0xF) << 4));
+        }
+      } else {
+        std::memcpy(dst + b, &d, sizeof(d));
+      }
     }
   }
   for (int64_t r = kDistinct; r < m.rows; ++r) {

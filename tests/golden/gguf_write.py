@@ -1,8 +1,12 @@
-"""A minimal GGUF v3 writer (F32 tensors and scalar metadata) for tests: builds GGUF files the way
-llama.cpp's converter lays them out, from numpy arrays."""
+"""A minimal GGUF v3 writer (F32 or raw block tensors, scalar metadata) for tests: builds GGUF files
+the way llama.cpp's converter lays them out, from numpy arrays."""
+import collections
 import struct
 
 import numpy as np
+
+# A tensor given as its GGML type id, numpy-order shape and the bytes of its blocks.
+RawTensor = collections.namedtuple('RawTensor', 'ggml_type shape data')
 
 
 def _string(s):
@@ -23,19 +27,21 @@ def _value(v):
 
 
 def write_gguf(path, metadata, tensors, alignment=32):
-    """metadata: {key: bool|int (uint32)|float (f32)|str}; tensors: {name: float32 ndarray} (C order;
-    GGUF dims are the numpy shape reversed)."""
+    """metadata: {key: bool|int (uint32)|float (f32)|str}; tensors: {name: float32 ndarray | RawTensor}
+    (C order; GGUF dims are the numpy shape reversed)."""
     out = bytearray(b'GGUF' + struct.pack('<IQQ', 3, len(tensors), len(metadata)))
     for k, v in metadata.items():
         out += _string(k) + _value(v)
     offset = 0
     blobs = []
     for name, a in tensors.items():
-        a = np.ascontiguousarray(a, dtype=np.float32)
+        if not isinstance(a, RawTensor):
+            a = np.ascontiguousarray(a, dtype=np.float32)
+            a = RawTensor(0, a.shape, a.tobytes())
         dims = list(reversed(a.shape))
         out += _string(name) + struct.pack('<I', len(dims)) + struct.pack(f'<{len(dims)}Q', *dims)
-        out += struct.pack('<IQ', 0, offset)  # type F32, offset in the data section
-        blobs.append(a.tobytes())
+        out += struct.pack('<IQ', a.ggml_type, offset)  # offset in the data section
+        blobs.append(bytes(a.data))
         offset += len(blobs[-1])
         pad = (alignment - offset % alignment) % alignment
         blobs[-1] += b'\0' * pad

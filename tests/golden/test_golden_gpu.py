@@ -13,6 +13,8 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import iquant_mix  # noqa: E402
 import testlib  # noqa: E402
 
 P16 = [1, 275, 290, 300, 13, 350, 400, 268, 281, 450, 511, 32, 100, 269, 300, 301]
@@ -93,6 +95,33 @@ class GoldenGpu(unittest.TestCase):
                 # Micro experts are ~100 KiB: a 400 KiB tier holds a few of 16.
                 self.check(family, 'f32', P16, ('--vram-budget', '400K', '--prefetch-layers', '1'),
                            f'{family}-vram')
+
+
+class GoldenGpuIQuants(unittest.TestCase):
+    """The mixed i-quant GGUF (iquant_mix.py) kept as it is, on the GPU against the CPU backend:
+    teacher-forced logits (the prefill GEMM on dequantized F16 weights, then the decode matvecs)
+    and greedy ids."""
+
+    def test_mixed_iquant_file_matches_the_cpu(self):
+        work = testlib.tempdir('colibri-gpu-iquant-')
+        self.addCleanup(testlib.rmtree, work)
+        model = testlib.convert(iquant_mix.write(os.path.join(work, 'mix.gguf')), os.path.join(work, 'keep'),
+                                'keep')
+        reason = gpu_probe(model)
+        if reason:
+            self.skipTest(reason)
+        seq = iquant_mix.SEQUENCE
+        logits = {}
+        for backend in ('cpu', 'cuda'):
+            out = os.path.join(work, f'{backend}.npy')
+            testlib.cli_run(model, seq, 0, out, ('--backend', backend))
+            logits[backend] = np.load(out)
+        scale = np.abs(logits['cpu']).max()
+        self.assertLessEqual(np.abs(logits['cuda'] - logits['cpu']).max(), 3e-2 * scale)
+        # Decode only (one token at a time): the matvec kernels against the CPU's dot products.
+        cpu_ids = testlib.cli_run(model, seq[:1], 12)
+        gpu_ids = testlib.cli_run(model, seq[:1], 12, None, ('--backend', 'cuda'))
+        self.assertEqual(gpu_ids[:4], cpu_ids[:4])
 
 
 if __name__ == '__main__':

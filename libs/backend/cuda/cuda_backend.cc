@@ -150,6 +150,7 @@ class CudaBackend final : public Backend {
     for (Scratch* s : {&act_, &x16_, &w16_}) {
       if (s->ptr != nullptr) (void)cudaFreeAsync(s->ptr, stream_);
     }
+    if (codebooks_storage_ != nullptr) (void)cudaFree(codebooks_storage_);
     if (ring_host_ != nullptr) (void)cudaFreeHost(ring_host_);
     if (ring_device_ != nullptr) (void)cudaFree(ring_device_);
     if (import_done_ != nullptr) (void)cudaEventDestroy(import_done_);
@@ -192,6 +193,7 @@ class CudaBackend final : public Backend {
     if (cublasStatus_t s = cublasSetStream(cublas_, stream_); s != CUBLAS_STATUS_SUCCESS) {
       return absl::InternalError(absl::StrCat("cuBLAS set stream: ", cublasGetStatusString(s)));
     }
+    if (auto st = init(cuda::UploadCodebooks(&codebooks_storage_, &books_), "codebook upload"); !st.ok()) return st;
     import_stager_ = std::make_unique<PinnedStager>();
     if (auto st = import_stager_->Init(import_stream_); !st.ok()) return st;
     return GrowRing(kRingBytes);
@@ -278,7 +280,7 @@ class CudaBackend final : public Backend {
     if (failed() || n <= 0) return;
     const auto* d_ids = Stage(ids, n);
     if (d_ids == nullptr) return;
-    Record(cuda::GetRows(table.dtype, table.data, table.cols, d_ids, n, out, stream_), "get rows");
+    Record(cuda::GetRows(table.dtype, table.data, table.cols, d_ids, n, out, books_, stream_), "get rows");
   }
 
   void MatMul(const WeightRef& w, const float* x, int64_t n, float* y, bool accumulate) override {
@@ -295,7 +297,7 @@ class CudaBackend final : public Backend {
       Record(cuda::QuantizeActivations(act_type, x, n, w.cols, a, stream_), "quantize activations");
       act = a;
     }
-    Record(cuda::MatVec(w.dtype, w.data, w.rows, w.cols, act, n, y, accumulate, stream_), "matvec");
+    Record(cuda::MatVec(w.dtype, w.data, w.rows, w.cols, act, n, y, accumulate, books_, stream_), "matvec");
   }
 
   void AddBias(float* x, const float* bias, int64_t n, int64_t dim) override {
@@ -541,7 +543,7 @@ class CudaBackend final : public Backend {
     if (wh == nullptr) return;
     for (int64_t r0 = 0; r0 < w.rows && !failed(); r0 += chunk) {
       const int64_t m = std::min(chunk, w.rows - r0);
-      Record(cuda::DequantizeRows(w.dtype, w.data, w.cols, r0, m, DType::kF16, wh, stream_), "dequantize");
+      Record(cuda::DequantizeRows(w.dtype, w.data, w.cols, r0, m, DType::kF16, wh, books_, stream_), "dequantize");
       Blas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), nn, k, &alpha, wh, CUDA_R_16F, k, xh,
                         CUDA_R_16F, k, &beta, y + r0, CUDA_R_32F, m_rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
            "gemm");
@@ -559,6 +561,8 @@ class CudaBackend final : public Backend {
   std::mutex stager_mu_;
   std::vector<std::unique_ptr<PinnedStager>> transfer_stagers_;
   Scratch act_, x16_, w16_;
+  void* codebooks_storage_ = nullptr;  // the i-quant / IQ4 / MXFP4 tables (books_ points into it)
+  cuda::DeviceCodebooks books_{};
   void* ring_host_ = nullptr;
   void* ring_device_ = nullptr;
   size_t ring_size_ = 0, ring_used_ = 0;

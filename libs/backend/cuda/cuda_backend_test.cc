@@ -109,7 +109,11 @@ TEST_F(CudaParityTest, MatMulEveryWeightTypeMatvecAndGemm) {
   const MatMulCase cases[] = {{DType::kF32, 1e-5, 1e-5},  {DType::kF16, 1e-5, 1e-4},  {DType::kBF16, 1e-5, 1e-4},
                               {DType::kQ8_0, 1e-5, 2e-2}, {DType::kQ2_K, 1e-5, 2e-2}, {DType::kQ3_K, 1e-5, 2e-2},
                               {DType::kQ4_K, 1e-5, 2e-2}, {DType::kQ5_K, 1e-5, 2e-2}, {DType::kQ6_K, 1e-5, 2e-2},
-                              {DType::kQ8_K, 1e-5, 2e-2}};
+                              {DType::kQ8_K, 1e-5, 2e-2}, {DType::kQ4_0, 1e-5, 2e-2}, {DType::kQ4_1, 1e-5, 2e-2},
+                              {DType::kQ5_0, 1e-5, 2e-2}, {DType::kQ5_1, 1e-5, 2e-2}, {DType::kIQ4_NL, 1e-5, 2e-2},
+                              {DType::kIQ4_XS, 1e-5, 2e-2}, {DType::kMXFP4, 1e-5, 2e-2}, {DType::kIQ1_S, 1e-5, 2e-2},
+                              {DType::kIQ1_M, 1e-5, 2e-2}, {DType::kIQ2_XXS, 1e-5, 2e-2}, {DType::kIQ2_XS, 1e-5, 2e-2},
+                              {DType::kIQ2_S, 1e-5, 2e-2}, {DType::kIQ3_XXS, 1e-5, 2e-2}, {DType::kIQ3_S, 1e-5, 2e-2}};
   const int64_t rows = 67, cols = 1024;
   for (const MatMulCase& c : cases) {
     const std::vector<uint8_t> w = RandomQuantizedRows(c.type, rows, cols, 5 + static_cast<uint32_t>(c.type));
@@ -136,8 +140,11 @@ TEST_F(CudaParityTest, MatMulEveryWeightTypeMatvecAndGemm) {
 }
 
 TEST_F(CudaParityTest, GetRowsEveryType) {
-  const DType types[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ2_K,
-                         DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K};
+  const DType types[] = {DType::kF32,    DType::kF16,    DType::kBF16,   DType::kQ8_0,   DType::kQ2_K,
+                         DType::kQ3_K,   DType::kQ4_K,   DType::kQ5_K,   DType::kQ6_K,   DType::kQ8_K,
+                         DType::kQ4_0,   DType::kQ4_1,   DType::kQ5_0,   DType::kQ5_1,   DType::kIQ4_NL,
+                         DType::kIQ4_XS, DType::kMXFP4,  DType::kIQ1_S,  DType::kIQ1_M,  DType::kIQ2_XXS,
+                         DType::kIQ2_XS, DType::kIQ2_S,  DType::kIQ3_XXS, DType::kIQ3_S};
   const int64_t rows = 20, cols = 512;
   const std::vector<int32_t> ids = {3, 0, 19, 3, 7};
   for (DType t : types) {

@@ -13,7 +13,26 @@
 
 namespace colibri::backend::cuda {
 
-// Quantizes n rows of `cols` activations to `act_type` (F16, BF16, Q8_0, Q8_K; what
+// The codebooks of the i-quants, IQ4_NL / IQ4_XS and MXFP4 in device memory (quant/codebooks.h,
+// quant/blocks.h), for the kernels that decode those formats. Made once per device by
+// UploadCodebooks; the pointers stay valid until that storage is freed.
+struct DeviceCodebooks {
+  const uint64_t* iq2xxs;  // [256]
+  const uint64_t* iq2xs;   // [512]
+  const uint64_t* iq2s;    // [1024]
+  const uint32_t* iq3xxs;  // [256]
+  const uint32_t* iq3s;    // [512]
+  const uint64_t* iq1s;    // [2048]
+  const uint8_t* signs;    // [128] ksigns_iq2xs
+  const int8_t* iq4nl;     // [16]
+  const int8_t* mxfp4;     // [16]
+};
+
+// Copies the tables into one new device allocation (*storage, freed by the caller with
+// cudaFree) and points *books at them. Synchronous.
+cudaError_t UploadCodebooks(void** storage, DeviceCodebooks* books);
+
+// Quantizes n rows of `cols` activations to `act_type` (F16, BF16, Q8_0, Q8_1, Q8_K; what
 // quant::QuantizeActivations computes, bit for bit): row t at dst + t * RowBytes(act_type, cols).
 cudaError_t QuantizeActivations(quant::DType act_type, const float* x, int64_t n, int64_t cols, void* dst,
                                 cudaStream_t stream);
@@ -23,14 +42,14 @@ cudaError_t QuantizeActivations(quant::DType act_type, const float* x, int64_t n
 // kMatVecTokens so each weight row is read once per tile.
 inline constexpr int kMatVecTokens = 8;
 cudaError_t MatVec(quant::DType w_type, const void* w, int64_t rows, int64_t cols, const void* act, int64_t n,
-                   float* y, bool accumulate, cudaStream_t stream);
+                   float* y, bool accumulate, const DeviceCodebooks& books, cudaStream_t stream);
 
 // out[i, :] = dequantized row ids[i] of `table` (ids in device memory).
 cudaError_t GetRows(quant::DType type, const void* table, int64_t cols, const int32_t* ids, int64_t n, float* out,
-                    cudaStream_t stream);
+                    const DeviceCodebooks& books, cudaStream_t stream);
 // Rows [row0, row0 + n_rows) of w dequantized to `out_type` (F16 or F32) rows of `cols`.
 cudaError_t DequantizeRows(quant::DType type, const void* w, int64_t cols, int64_t row0, int64_t n_rows,
-                           quant::DType out_type, void* out, cudaStream_t stream);
+                           quant::DType out_type, void* out, const DeviceCodebooks& books, cudaStream_t stream);
 // F32 -> F16 or BF16 (round to nearest even), n elements.
 cudaError_t ConvertF32(const float* x, int64_t n, quant::DType out_type, void* out, cudaStream_t stream);
 

@@ -45,9 +45,9 @@ cudaError_t LaunchFloat(const MatVecCall& call) {
 }  // namespace
 
 cudaError_t MatVec(DType w_type, const void* w, int64_t rows, int64_t cols, const void* act, int64_t n, float* y,
-                   bool accumulate, cudaStream_t stream) {
+                   bool accumulate, const DeviceCodebooks& books, cudaStream_t stream) {
   if (rows <= 0 || n <= 0) return cudaSuccess;
-  const MatVecCall call{w, rows, cols, act, n, y, accumulate, stream};
+  const MatVecCall call{w, rows, cols, act, n, y, accumulate, books, stream};
   switch (w_type) {
     case DType::kF32:
       return LaunchFloat<DType::kF32>(call);
@@ -59,8 +59,14 @@ cudaError_t MatVec(DType w_type, const void* w, int64_t rows, int64_t cols, cons
       return LaunchMatVecBlocks<DType::kQ8_0, BlockQ8_0, BlockQ8_0, 1>(call, quant::kQK8_0);
     case DType::kQ8_K:
       return LaunchMatVecBlocks<DType::kQ8_K, BlockQ8_K, BlockQ8_K, quant::kQK_K / 32>(call, quant::kQK_K);
-    default:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
       return MatVecKQuant(w_type, call);
+    default:
+      return MatVecIQuant(w_type, call);
   }
 }
 

@@ -1,5 +1,6 @@
 // The matrix-vector kernels of the decode path (kernels.h MatVec), shared by matvec.cu (float
-// types, Q8_0, Q8_K) and matvec_kquants.cu (Q2_K..Q6_K), which instantiate them per type.
+// types, Q8_0, Q8_K), matvec_kquants.cu (Q2_K..Q6_K) and matvec_iquants.cu (the legacy formats,
+// the i-quants and MXFP4), which instantiate them per type.
 //
 // One warp per weight row, kMatVecTokens tokens per block row of the grid, so a weight row is
 // read from memory once per token tile (decode is bound by the weight bytes). Quantized rows
@@ -23,6 +24,7 @@ struct MatVecCall {
   int64_t n;
   float* y;
   bool accumulate;
+  DeviceCodebooks books;
   cudaStream_t stream;
 };
 
@@ -62,12 +64,25 @@ __device__ __forceinline__ void WriteRow(float (&acc)[kMatVecTokens], const MatV
   }
 }
 
+// Part p of a legacy / codebook / MXFP4 weight block dotted with its activation block (defined
+// and instantiated in matvec_iquants.cu only).
+template <DType kType, typename ActBlock>
+__device__ float PartDotI(const uint8_t* wb, const ActBlock& y, int p, const DeviceCodebooks& books);
+
+// Whether kType's part dot product is PartDotI (otherwise BlockDotQ8_0 or PartDotK).
+__host__ __device__ constexpr bool UsesPartDotI(DType t) {
+  return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 || t == DType::kIQ4_NL ||
+         t == DType::kIQ4_XS || t == DType::kMXFP4 || t == DType::kIQ1_S || t == DType::kIQ1_M ||
+         t == DType::kIQ2_XXS || t == DType::kIQ2_XS || t == DType::kIQ2_S || t == DType::kIQ3_XXS ||
+         t == DType::kIQ3_S;
+}
+
 // Block-quantized weights with a 32-element part per lane step. kParts parts per block;
-// ActBlock is the activation block type (BlockQ8_K or BlockQ8_0).
+// ActBlock is the activation block type (BlockQ8_K, BlockQ8_0 or BlockQ8_1).
 template <DType kType, typename WBlock, typename ActBlock, int kParts>
 __global__ void __launch_bounds__(kMatVecWarps * kWarp)
     MatVecBlocks(const uint8_t* __restrict__ w, int64_t rows, int64_t nblocks, const uint8_t* __restrict__ act, int n,
-                 float* __restrict__ y, bool accumulate) {
+                 float* __restrict__ y, bool accumulate, const DeviceCodebooks books) {
   const MatVecTile tile = ThisMatVecTile(n);
   if (tile.row >= rows) return;
   const auto* wr = reinterpret_cast<const WBlock*>(w) + tile.row * nblocks;
@@ -84,6 +99,8 @@ __global__ void __launch_bounds__(kMatVecWarps * kWarp)
         const ActBlock& ab = a0[static_cast<int64_t>(t) * nblocks + b];
         if constexpr (kType == DType::kQ8_0) {
           acc[t] += BlockDotQ8_0(*reinterpret_cast<const BlockQ8_0*>(wb), ab);
+        } else if constexpr (UsesPartDotI(kType)) {
+          acc[t] += PartDotI<kType, ActBlock>(wb, ab, p, books);
         } else {
           acc[t] += PartDotK<kType>(wb, ab, p);
         }
@@ -98,11 +115,13 @@ template <DType kType, typename WBlock, typename ActBlock, int kParts>
 cudaError_t LaunchMatVecBlocks(const MatVecCall& call, int64_t block_elems) {
   MatVecBlocks<kType, WBlock, ActBlock, kParts><<<MatVecGrid(call), kMatVecWarps * kWarp, 0, call.stream>>>(
       static_cast<const uint8_t*>(call.w), call.rows, call.cols / block_elems, static_cast<const uint8_t*>(call.act),
-      static_cast<int>(call.n), call.y, call.accumulate);
+      static_cast<int>(call.n), call.y, call.accumulate, call.books);
   return cudaGetLastError();
 }
 
-// The k-quant instantiations (matvec_kquants.cu).
+// The k-quant instantiations (matvec_kquants.cu) and the others (matvec_iquants.cu); both return
+// cudaErrorInvalidValue for a type they do not have.
 cudaError_t MatVecKQuant(DType w_type, const MatVecCall& call);
+cudaError_t MatVecIQuant(DType w_type, const MatVecCall& call);
 
 }  // namespace colibri::backend::cuda

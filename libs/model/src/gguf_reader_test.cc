@@ -605,8 +605,8 @@ TEST(GgufMalformedTest, BadTensorInfos) {
   ExpectError(WithRawTensors({Raw{"t", {uint64_t{1} << 40, uint64_t{1} << 40}, 0, 0}}, 32),
               "element count overflows");
   ExpectError(WithRawTensors({Raw{"t", {uint64_t{1} << 62}, 0, 0}}, 32), "byte size");
-  ExpectError(WithRawTensors({Raw{"blk.0.attn_q.weight", {256}, 17, 0}}, 32),
-              "tensor 'blk.0.attn_q.weight': unsupported ggml type 17 (iq2_xs)",
+  ExpectError(WithRawTensors({Raw{"blk.0.attn_q.weight", {256}, 34, 0}}, 32),
+              "tensor 'blk.0.attn_q.weight': unsupported ggml type 34 (tq1_0)",
               absl::StatusCode::kFailedPrecondition);
   ExpectError(WithRawTensors({Raw{"t", {32}, 99, 0}}, 32), "unsupported ggml type 99 (unknown)",
               absl::StatusCode::kFailedPrecondition);

@@ -63,11 +63,13 @@ struct Tables {
     FillScalarVecDot(&scalar);
     FillLegacyQuantKernels(&scalar);
     FillIQuantKernels(&scalar);
+    FillLowBitIQuantKernels(&scalar);
     for (auto& f : scalar.mat_vec) f = nullptr;
     avx2 = scalar;
     if (CpuHasAvx2()) {
       const bool dq = FillAvx2Dequantize(&avx2);
-      const bool vd = FillAvx2VecDot(&avx2) && FillAvx2IQuantVecDot(&avx2);
+      const bool vd = FillAvx2VecDot(&avx2) && FillAvx2IQuantVecDot(&avx2) &&
+                      FillAvx2LowBitIQuantVecDot(&avx2) && FillAvx2LegacyVecDot(&avx2);
       if (dq || vd) best = Isa::kAvx2;
     }
     avx512 = avx2;

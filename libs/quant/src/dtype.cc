@@ -38,8 +38,14 @@ constexpr std::array<TypeTraits, kTableSize> MakeTable() {
   t[14] = {"q6_k", kQK_K, sizeof(BlockQ6_K), DType::kQ8_K, true};
   t[15] = {"q8_k", kQK_K, sizeof(BlockQ8_K), DType::kQ8_K, true};
   t[16] = {"iq2_xxs", kQK_K, sizeof(BlockIQ2_XXS), DType::kQ8_K, true};
+  t[17] = {"iq2_xs", kQK_K, sizeof(BlockIQ2_XS), DType::kQ8_K, true};
+  t[18] = {"iq3_xxs", kQK_K, sizeof(BlockIQ3_XXS), DType::kQ8_K, true};
+  t[19] = {"iq1_s", kQK_K, sizeof(BlockIQ1_S), DType::kQ8_K, true};
   t[20] = {"iq4_nl", 32, sizeof(BlockIQ4_NL), DType::kQ8_0, true};
+  t[21] = {"iq3_s", kQK_K, sizeof(BlockIQ3_S), DType::kQ8_K, true};
+  t[22] = {"iq2_s", kQK_K, sizeof(BlockIQ2_S), DType::kQ8_K, true};
   t[23] = {"iq4_xs", kQK_K, sizeof(BlockIQ4_XS), DType::kQ8_K, true};
+  t[29] = {"iq1_m", kQK_K, sizeof(BlockIQ1_M), DType::kQ8_K, true};
   t[30] = {"bf16", 1, sizeof(uint16_t), DType::kBF16, false};
   t[39] = {"mxfp4", 32, sizeof(BlockMXFP4), DType::kQ8_0, true};
   return t;
@@ -47,10 +53,12 @@ constexpr std::array<TypeTraits, kTableSize> MakeTable() {
 
 constexpr std::array<TypeTraits, kTableSize> kTraits = MakeTable();
 
-constexpr DType kAllTypes[] = {DType::kF32,  DType::kF16,    DType::kBF16,   DType::kQ4_0,  DType::kQ4_1,
-                               DType::kQ5_0, DType::kQ5_1,   DType::kQ8_0,   DType::kQ8_1,  DType::kQ2_K,
-                               DType::kQ3_K, DType::kQ4_K,   DType::kQ5_K,   DType::kQ6_K,  DType::kQ8_K,
-                               DType::kIQ2_XXS, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4};
+constexpr DType kAllTypes[] = {
+    DType::kF32,     DType::kF16,    DType::kBF16,    DType::kQ4_0,   DType::kQ4_1,  DType::kQ5_0,
+    DType::kQ5_1,    DType::kQ8_0,   DType::kQ8_1,    DType::kQ2_K,   DType::kQ3_K,  DType::kQ4_K,
+    DType::kQ5_K,    DType::kQ6_K,   DType::kQ8_K,    DType::kIQ1_S,  DType::kIQ1_M, DType::kIQ2_XXS,
+    DType::kIQ2_XS,  DType::kIQ2_S,  DType::kIQ3_XXS, DType::kIQ3_S,  DType::kIQ4_NL, DType::kIQ4_XS,
+    DType::kMXFP4};
 
 }  // namespace
 

@@ -45,12 +45,12 @@ TEST(DTypeTest, GgmlIdsAreTheEnumValues) {
   EXPECT_EQ(static_cast<uint32_t>(DType::kQ8_0), 8u);
   EXPECT_EQ(static_cast<uint32_t>(DType::kQ4_K), 12u);
   EXPECT_EQ(static_cast<uint32_t>(DType::kBF16), 30u);
-  // Types we do not read yet (IQ2_XS, IQ3_XXS, IQ1_S, IQ3_S, IQ2_S, I8..F64, IQ1_M, removed
-  // ids, TQ1_0, TQ2_0) and beyond the table.
-  for (uint32_t id : {17u, 18u, 19u, 21u, 22u, 24u, 28u, 29u, 31u, 34u, 35u, 40u, 1000u, 0xffffffffu}) {
+  EXPECT_EQ(static_cast<uint32_t>(DType::kIQ1_M), 29u);
+  // Types we do not read (I8..F64, removed ids, TQ1_0, TQ2_0) and beyond the table.
+  for (uint32_t id : {4u, 5u, 24u, 28u, 31u, 34u, 35u, 40u, 1000u, 0xffffffffu}) {
     EXPECT_FALSE(IsKnownDType(id)) << id;
   }
-  EXPECT_EQ(Traits(static_cast<DType>(29)).name, "invalid");
+  EXPECT_EQ(Traits(static_cast<DType>(34)).name, "invalid");
   EXPECT_EQ(Traits(static_cast<DType>(12345)).block_bytes, 0u);
 }
 
@@ -66,13 +66,13 @@ TEST(DTypeTest, ParseAcceptsAnyCase) {
 }
 
 TEST(DTypeTest, ParseRejectsUnknownNames) {
-  for (const char* bad : {"", "iq1_m", "q4k", "float", "f32 ", "invalid"}) {
+  for (const char* bad : {"", "tq1_0", "q4k", "float", "f32 ", "invalid"}) {
     auto r = ParseDType(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   }
-  EXPECT_NE(ParseDType("iq1_m").status().message().find("iq1_m"), absl::string_view::npos);
-  EXPECT_NE(ParseDType("iq1_m").status().message().find("mxfp4"), absl::string_view::npos);  // lists them all
+  EXPECT_NE(ParseDType("tq1_0").status().message().find("tq1_0"), absl::string_view::npos);
+  EXPECT_NE(ParseDType("tq1_0").status().message().find("iq1_m"), absl::string_view::npos);  // lists them all
 }
 
 TEST(DTypeTest, RowBytes) {
@@ -89,7 +89,7 @@ TEST(DTypeTest, CheckedRowBytesRefusesBadSizes) {
   EXPECT_EQ(CheckedRowBytes(DType::kQ8_0, -32).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(CheckedRowBytes(DType::kF32, std::numeric_limits<int64_t>::max()).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(CheckedRowBytes(static_cast<DType>(29), 32).status().code(),
+  EXPECT_EQ(CheckedRowBytes(static_cast<DType>(34), 32).status().code(),
             absl::StatusCode::kInvalidArgument);
   // The largest Q8_0 row that fits: no false overflow.
   EXPECT_TRUE(CheckedRowBytes(DType::kQ8_0, int64_t{1} << 40).ok());

@@ -4,9 +4,10 @@
 // The *_avx2.cc files are compiled with -mavx2 -mfma -mf16c. They must not instantiate inline
 // functions or templates that other translation units also instantiate (the linker could keep
 // the AVX2 copy for everyone and crash CPUs without AVX2), so they include only this header,
-// blocks.h (plain structs and constants), scale_min_k4.h (helpers in an unnamed namespace),
-// <immintrin.h> and C headers, and keep their helpers in an unnamed namespace. The float expressions they share with the scalar kernels are
-// repeated there, not shared through inline functions.
+// blocks.h and codebooks.h (plain structs and constants), scale_min_k4.h (helpers in an
+// unnamed namespace), <immintrin.h> and C headers, and keep their helpers in an unnamed
+// namespace. The float expressions they share with the scalar kernels are repeated there, not
+// shared through inline functions.
 #pragma once
 
 #include <cstddef>
@@ -44,8 +45,12 @@ void FillScalarVecDot(KernelTable* table);
 // build has none (non-x86 targets).
 bool FillAvx2Dequantize(KernelTable* table);
 bool FillAvx2VecDot(KernelTable* table);
-// IQ4_NL, IQ4_XS and MXFP4 (vec_dot_iquants_avx2.cc): bit-identical to the scalar reference.
+// IQ4_NL, IQ4_XS and MXFP4 (vec_dot_iquants_avx2.cc), IQ1_S..IQ3_S
+// (vec_dot_iquants_lowbit_avx2.cc), Q4_0..Q5_1 (vec_dot_legacy_avx2.cc): bit-identical to the
+// scalar reference.
 bool FillAvx2IQuantVecDot(KernelTable* table);
+bool FillAvx2LowBitIQuantVecDot(KernelTable* table);
+bool FillAvx2LegacyVecDot(KernelTable* table);
 // Same for the AVX-512 (F + BW + VL) kernels, applied on top of the AVX2 table
 // (vec_dot_avx512.cc).
 bool FillAvx512VecDot(KernelTable* table);
@@ -59,6 +64,8 @@ inline void SetKernels(KernelTable* table, uint32_t id, DequantizeFn dq, VecDotF
   table->vec_dot[id] = vd;
 }
 void FillIQuantKernels(KernelTable* table);
+// iquants_lowbit.cc: IQ3_XXS, IQ3_S, IQ2_XS, IQ2_S, IQ1_S, IQ1_M (codebooks.h).
+void FillLowBitIQuantKernels(KernelTable* table);
 
 // quantize_nonk.cc: weight quantizers for the legacy formats (GGML's reference algorithms) and
 // IQ4_NL, IQ4_XS, MXFP4 (our codebook scale search).

@@ -1,4 +1,4 @@
-// The legacy (Q4_0..Q5_1), i-quant (IQ4_NL, IQ4_XS, IQ2_XXS) and MXFP4 formats: dequantized
+// The legacy (Q4_0..Q5_1), i-quant (IQ4_NL, IQ4_XS, IQ1..IQ3) and MXFP4 formats: dequantized
 // values as blocks.h defines them, dot products equal to the dequantized rows' dot product,
 // and quantizers that round-trip.
 #include <cmath>
@@ -12,12 +12,17 @@
 #include "colibri/quant/quantize.h"
 #include "colibri/quant/vec_dot.h"
 #include "gtest/gtest.h"
+#include "nonk_quant_test_util.h"
 
 namespace colibri::quant {
-namespace {
 
-constexpr uint16_t kOne = 0x3C00;   // f16 1.0
-constexpr uint16_t kHalf = 0x3800;  // f16 0.5
+// Writes f16 `d` as IQ1_M's super-scale: the top nibbles of its four scale words, word 0 lowest.
+void SetIq1mSuperScale(BlockIQ1_M* b, uint16_t d) {
+  uint16_t sc[4];
+  std::memcpy(sc, b->scales, sizeof(sc));
+  for (int k = 0; k < 4; ++k) sc[k] = static_cast<uint16_t>((sc[k] & 0x0FFF) | (((d >> (4 * k)) & 0xF) << 12));
+  std::memcpy(b->scales, sc, sizeof(sc));
+}
 
 std::vector<float> Dequant(DType t, const void* blocks, int64_t n) {
   std::vector<float> y(static_cast<size_t>(n));
@@ -27,6 +32,8 @@ std::vector<float> Dequant(DType t, const void* blocks, int64_t n) {
   EXPECT_EQ(y, ref);
   return y;
 }
+
+namespace {
 
 TEST(LegacyQuantsTest, DequantizedValuesFollowTheFormat) {
   BlockQ4_0 q40{kOne, {}};
@@ -131,7 +138,8 @@ TEST(IQuantsTest, Mxfp4IsE2m1TimesAPowerOfTwo) {
   EXPECT_EQ(Dequant(DType::kMXFP4, &b, 32)[1], std::ldexp(0.5f, -127));
 }
 
-// Random blocks of `t` (quantized from normal data, or random bytes for IQ2_XXS).
+// Random blocks of `t`: quantized from normal data, or (import-only types) random bytes under a
+// plausible f16 super-scale.
 std::vector<uint8_t> RandomRow(DType t, int64_t n, std::mt19937& rng) {
   std::vector<uint8_t> row(RowBytes(t, n));
   if (HasQuantizer(t)) {
@@ -142,8 +150,15 @@ std::vector<uint8_t> RandomRow(DType t, int64_t n, std::mt19937& rng) {
     return row;
   }
   for (auto& b : row) b = static_cast<uint8_t>(rng());
-  auto* blocks = reinterpret_cast<BlockIQ2_XXS*>(row.data());
-  for (int64_t i = 0; i < n / kQK_K; ++i) blocks[i].d = F32ToF16(0.01f + 0.001f * static_cast<float>(i));
+  const size_t bb = Traits(t).block_bytes;
+  for (size_t i = 0; i < row.size() / bb; ++i) {
+    const uint16_t d = F32ToF16(0.01f + 0.001f * static_cast<float>(i));
+    if (t == DType::kIQ1_M) {
+      SetIq1mSuperScale(reinterpret_cast<BlockIQ1_M*>(row.data() + i * bb), d);
+    } else {
+      std::memcpy(row.data() + i * bb, &d, sizeof(d));  // d leads every other such block
+    }
+  }
   return row;
 }
 
@@ -151,7 +166,8 @@ TEST(NonKQuantsTest, VecDotEqualsTheDequantizedDotProduct) {
   std::mt19937 rng(11);
   const int64_t n = 1024;
   for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kIQ4_XS,
-                  DType::kIQ2_XXS, DType::kMXFP4}) {
+                  DType::kIQ2_XXS, DType::kIQ2_XS, DType::kIQ2_S, DType::kIQ3_XXS, DType::kIQ3_S, DType::kIQ1_S,
+                  DType::kIQ1_M, DType::kMXFP4}) {
     const DType at = Traits(t).vec_dot_type;
     std::vector<uint8_t> w = RandomRow(t, n, rng);
     std::normal_distribution<float> nd(0, 1);
@@ -171,7 +187,7 @@ TEST(NonKQuantsTest, VecDotEqualsTheDequantizedDotProduct) {
     // Q8_1 carries d * sum(q) rounded to f16 (GGML's format), so the min term is that close.
     const double tol = at == DType::kQ8_1 ? 1e-3 * mag : 1e-5 * mag;
     EXPECT_NEAR(got, ref, tol) << DTypeName(t);
-    // Every kernel set this CPU has (the AVX2 IQ4_NL/IQ4_XS/MXFP4 kernels included) gives the
+    // Every kernel set this CPU has (its SIMD i-quant and legacy kernels included) gives the
     // reference's exact bits, in VecDot and MatVec alike.
     for (std::string_view isa : SupportedIsas()) {
       ASSERT_TRUE(SetKernelIsaCap(isa));
@@ -183,6 +199,50 @@ TEST(NonKQuantsTest, VecDotEqualsTheDequantizedDotProduct) {
       for (float r : rows) EXPECT_EQ(r, got) << DTypeName(t) << " " << isa;
     }
     ForceScalarKernels(false);
+  }
+}
+
+// Arbitrary block bytes (every bit pattern of the quants, signs and indices) under sane scales.
+std::vector<uint8_t> ArbitraryRow(DType t, int64_t n, std::mt19937& rng) {
+  std::vector<uint8_t> row(RowBytes(t, n));
+  for (auto& b : row) b = static_cast<uint8_t>(rng());
+  const size_t bb = Traits(t).block_bytes;
+  for (size_t off = 0; off < row.size(); off += bb) {
+    const uint16_t h = F32ToF16(0.002f * static_cast<float>(1 + rng() % 50));
+    if (t == DType::kIQ1_M) {
+      SetIq1mSuperScale(reinterpret_cast<BlockIQ1_M*>(row.data() + off), h);
+    } else if (t == DType::kMXFP4) {
+      row[off] = static_cast<uint8_t>(118 + rng() % 16);
+    } else {
+      std::memcpy(row.data() + off, &h, 2);
+      if (t == DType::kQ4_1 || t == DType::kQ5_1) std::memcpy(row.data() + off + 2, &h, 2);  // m
+    }
+  }
+  return row;
+}
+
+TEST(NonKQuantsTest, SimdDotProductsAreTheScalarBitsOnArbitraryBlocks) {
+  std::mt19937 rng(2024);
+  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kIQ4_XS,
+                  DType::kIQ2_XXS, DType::kIQ2_XS, DType::kIQ2_S, DType::kIQ3_XXS, DType::kIQ3_S, DType::kIQ1_S,
+                  DType::kIQ1_M, DType::kMXFP4}) {
+    for (int rep = 0; rep < 4; ++rep) {
+      const int64_t n = 256 * (1 + rep * 5);
+      const DType at = Traits(t).vec_dot_type;
+      const std::vector<uint8_t> w = ArbitraryRow(t, n, rng);
+      std::normal_distribution<float> nd(0, rep + 1.f);
+      std::vector<float> x(static_cast<size_t>(n));
+      for (auto& v : x) v = nd(rng);
+      std::vector<uint8_t> act(RowBytes(at, n));
+      QuantizeActivations(at, x.data(), act.data(), n);
+      const float ref = VecDotReference(t, w.data(), act.data(), n);
+      ASSERT_TRUE(std::isfinite(ref)) << DTypeName(t);
+      for (std::string_view isa : SupportedIsas()) {
+        ASSERT_TRUE(SetKernelIsaCap(isa));
+        EXPECT_EQ(VecDot(t, w.data(), act.data(), n), ref) << DTypeName(t) << " n=" << n << " " << isa;
+      }
+      ASSERT_TRUE(SetKernelIsaCap("avx512"));
+    }
   }
 }
 
@@ -222,7 +282,10 @@ TEST(NonKQuantsTest, QuantizersRoundTripWithinTheirPrecision) {
   EXPECT_LT(xs, 0.12);
   EXPECT_LT(mx, 0.2);
   EXPECT_GT(q40, q50);
-  EXPECT_FALSE(HasQuantizer(DType::kIQ2_XXS));
+  for (DType t : {DType::kIQ2_XXS, DType::kIQ2_XS, DType::kIQ2_S, DType::kIQ3_XXS, DType::kIQ3_S, DType::kIQ1_S,
+                  DType::kIQ1_M}) {
+    EXPECT_FALSE(HasQuantizer(t)) << DTypeName(t);
+  }
 }
 
 TEST(NonKQuantsTest, TypesHaveGgmlIdsNamesAndSizes) {
@@ -237,6 +300,12 @@ TEST(NonKQuantsTest, TypesHaveGgmlIdsNamesAndSizes) {
   for (const Want& w : {Want{DType::kQ4_0, 2, "q4_0", 18, 32, DType::kQ8_0}, Want{DType::kQ4_1, 3, "q4_1", 20, 32, DType::kQ8_1},
                         Want{DType::kQ5_0, 6, "q5_0", 22, 32, DType::kQ8_0}, Want{DType::kQ5_1, 7, "q5_1", 24, 32, DType::kQ8_1},
                         Want{DType::kIQ2_XXS, 16, "iq2_xxs", 66, 256, DType::kQ8_K},
+                        Want{DType::kIQ2_XS, 17, "iq2_xs", 74, 256, DType::kQ8_K},
+                        Want{DType::kIQ3_XXS, 18, "iq3_xxs", 98, 256, DType::kQ8_K},
+                        Want{DType::kIQ1_S, 19, "iq1_s", 50, 256, DType::kQ8_K},
+                        Want{DType::kIQ3_S, 21, "iq3_s", 110, 256, DType::kQ8_K},
+                        Want{DType::kIQ2_S, 22, "iq2_s", 82, 256, DType::kQ8_K},
+                        Want{DType::kIQ1_M, 29, "iq1_m", 56, 256, DType::kQ8_K},
                         Want{DType::kIQ4_NL, 20, "iq4_nl", 18, 32, DType::kQ8_0},
                         Want{DType::kIQ4_XS, 23, "iq4_xs", 136, 256, DType::kQ8_K},
                         Want{DType::kMXFP4, 39, "mxfp4", 17, 32, DType::kQ8_0}}) {

@@ -654,12 +654,25 @@ void QuantizeRow(DType type, const float* src, void* dst, int64_t n) {
     case DType::kMXFP4:
       internal::QuantizeMXFP4(src, dst, n);
       return;
-    case DType::kIQ2_XXS:
-      break;  // no quantizer (HasQuantizer): import such blocks from GGUF files
+    default:
+      break;  // the codebook i-quants have no quantizer (HasQuantizer): import them from GGUF
   }
   assert(false && "QuantizeRow: no quantizer for this DType");
 }
 
-bool HasQuantizer(DType type) { return IsKnownDType(static_cast<uint32_t>(type)) && type != DType::kIQ2_XXS; }
+bool HasQuantizer(DType type) {
+  switch (type) {
+    case DType::kIQ2_XXS:
+    case DType::kIQ2_XS:
+    case DType::kIQ2_S:
+    case DType::kIQ3_XXS:
+    case DType::kIQ3_S:
+    case DType::kIQ1_S:
+    case DType::kIQ1_M:
+      return false;
+    default:
+      return IsKnownDType(static_cast<uint32_t>(type));
+  }
+}
 
 }  // namespace colibri::quant

@@ -37,25 +37,17 @@ void MinMax(const float* x, int n, float* lo, float* hi) {
 
 int ClampInt(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
-// Index of the codebook value nearest to v (ties to the lower index; values ascending).
-int NearestLevel(const int8_t* values, int count, float v) {
-  int best = 0;
-  float err = std::fabs(v - values[0]);
-  for (int k = 1; k < count; ++k) {
-    const float e = std::fabs(v - values[k]);
-    if (e < err) {
-      err = e;
-      best = k;
-    }
-  }
-  return best;
-}
-
-// The non-linear codebooks in ascending order, with the original nibble of each entry.
+// The non-linear codebooks in ascending order, with the original nibble of each entry, and a
+// table for finding the nearest entry without a search: the midpoints m between neighbouring
+// values are multiples of 1/2, so for t = floor(2v) the entries below v are the midpoints with
+// 2m <= t (cnt_le[t]), less one when v is exactly a midpoint (ties go to the lower entry).
 struct SortedBook {
+  static constexpr int kLutHalf = 256;  // t in [-256, 255] covers every midpoint of an int8 book
   int8_t values[16];
   uint8_t nibble[16];
   int count;
+  uint8_t cnt_le[2 * kLutHalf];
+  bool is_mid[2 * kLutHalf];
 };
 
 SortedBook Sorted(const int8_t* book) {
@@ -74,7 +66,28 @@ SortedBook Sorted(const int8_t* book) {
     s.values[pos] = book[k];
     s.nibble[pos] = static_cast<uint8_t>(k);
   }
+  for (int t = -SortedBook::kLutHalf; t < SortedBook::kLutHalf; ++t) {
+    int below = 0;
+    bool mid = false;
+    for (int m = 0; m + 1 < s.count; ++m) {
+      const int twice_mid = s.values[m] + s.values[m + 1];
+      below += twice_mid <= t;
+      mid |= twice_mid == t;
+    }
+    s.cnt_le[t + SortedBook::kLutHalf] = static_cast<uint8_t>(below);
+    s.is_mid[t + SortedBook::kLutHalf] = mid;
+  }
   return s;
+}
+
+// Index (in book.values) of the entry nearest to v, ties to the lower one.
+int NearestLevel(const SortedBook& book, float v) {
+  const float v2 = 2 * v;
+  const float t = std::floor(v2);
+  if (!(t >= -SortedBook::kLutHalf)) return 0;  // also NaN
+  if (t >= SortedBook::kLutHalf) return book.count - 1;
+  const int k = static_cast<int>(t) + SortedBook::kLutHalf;
+  return book.cnt_le[k] - (v2 == t && book.is_mid[k] ? 1 : 0);
 }
 
 // Best scale for x ~ scale * book[L] over a group of 32 (weights x^2 + small floor), trying
@@ -84,7 +97,7 @@ float FitCodebookScale(const float* x, const SortedBook& book, uint8_t* L) {
   float amax, max;
   AbsMax(x, 32, &amax, &max);
   if (amax < 1e-15f) {
-    for (int j = 0; j < 32; ++j) L[j] = book.nibble[NearestLevel(book.values, book.count, 0)];
+    for (int j = 0; j < 32; ++j) L[j] = book.nibble[NearestLevel(book, 0)];
     return 0;
   }
   float w[32];
@@ -98,7 +111,7 @@ float FitCodebookScale(const float* x, const SortedBook& book, uint8_t* L) {
       const float inv = target / max;
       float sumqx = 0, sumq2 = 0;
       for (int j = 0; j < 32; ++j) {
-        const float q = book.values[NearestLevel(book.values, book.count, inv * x[j])];
+        const float q = book.values[NearestLevel(book, inv * x[j])];
         sumqx += w[j] * q * x[j];
         sumq2 += w[j] * q * q;
       }
@@ -109,7 +122,7 @@ float FitCodebookScale(const float* x, const SortedBook& book, uint8_t* L) {
     }
   }
   const float inv = best_scale != 0 ? 1 / best_scale : 0;
-  for (int j = 0; j < 32; ++j) L[j] = book.nibble[NearestLevel(book.values, book.count, inv * x[j])];
+  for (int j = 0; j < 32; ++j) L[j] = book.nibble[NearestLevel(book, inv * x[j])];
   return best_scale;
 }
 
@@ -207,7 +220,7 @@ void QuantizeIQ4_NL(const float* x, void* dst, int64_t n) {
     // Levels again against the f16-rounded scale the block stores.
     const float d = F16ToF32(y[i].d);
     const float inv = d != 0 ? 1 / d : 0;
-    for (int j = 0; j < 32; ++j) L[j] = book.nibble[NearestLevel(book.values, book.count, inv * x[j])];
+    for (int j = 0; j < 32; ++j) L[j] = book.nibble[NearestLevel(book, inv * x[j])];
     PackNibbles(L, y[i].qs);
   }
 }
@@ -237,7 +250,7 @@ void QuantizeIQ4_XS(const float* x, void* dst, int64_t n) {
       const int l = ClampInt(static_cast<int>(std::lround(id * scales[g])), -32, 31);
       const float dl = dd * static_cast<float>(l);
       const float idl = dl != 0 ? 1 / dl : 0;
-      for (int j = 0; j < 32; ++j) L[j] = book.nibble[NearestLevel(book.values, book.count, idl * x[32 * g + j])];
+      for (int j = 0; j < 32; ++j) L[j] = book.nibble[NearestLevel(book, idl * x[32 * g + j])];
       PackNibbles(L, y[i].qs + 16 * g);
       const int u = l + 32;
       y[i].scales_l[g / 2] |= static_cast<uint8_t>((u & 0x0F) << (4 * (g % 2)));
@@ -259,7 +272,7 @@ void QuantizeMXFP4(const float* x, void* dst, int64_t n) {
     const float half = std::ldexp(1.0f, e - 128);  // the kMxfp4Values (doubled) unit
     const float inv = amax > 0 ? 1 / half : 0;
     uint8_t L[32];
-    for (int j = 0; j < 32; ++j) L[j] = book.nibble[NearestLevel(book.values, book.count, inv * x[j])];
+    for (int j = 0; j < 32; ++j) L[j] = book.nibble[NearestLevel(book, inv * x[j])];
     PackNibbles(L, y[i].qs);
   }
 }

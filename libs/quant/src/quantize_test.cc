@@ -347,9 +347,18 @@ std::vector<uint8_t> RandomBlocks(DType t, int64_t n, uint32_t seed) {
       case DType::kQ4_0:
       case DType::kQ5_0:
       case DType::kIQ2_XXS:
+      case DType::kIQ2_XS:
+      case DType::kIQ2_S:
+      case DType::kIQ3_XXS:
+      case DType::kIQ3_S:
+      case DType::kIQ1_S:
       case DType::kIQ4_NL:
       case DType::kIQ4_XS:
         sane(b);  // d leads every one of these blocks
+        break;
+      case DType::kIQ1_M:  // f16 super-scale in the top nibbles of the last 8 bytes
+        for (int k = 0; k < 4; ++k) bytes[b + 48 + 2 * k + 1] &= 0x0F;
+        bytes[b + 48 + 2 * 3 + 1] |= 0x30;  // exponent bits: a scale between 2^-15 and 2
         break;
       case DType::kMXFP4:
         bytes[b] = static_cast<uint8_t>(118 + rng() % 16);  // a scale near 2^0

@@ -164,6 +164,76 @@ struct BlockIQ2_XXS {
 };
 static_assert(sizeof(BlockIQ2_XXS) == 66, "IQ2_XXS block must be 66 bytes");
 
+// The remaining i-quants index shared codebooks (GGML's iq2xs_grid, iq2s_grid, iq3xxs_grid,
+// iq3s_grid, iq1s_grid; the sign patterns are ksigns_iq2xs, as for IQ2_XXS). Every block is 256
+// elements in 8 groups of 32, each group 4 (IQ3: 8) grid points of 8 (IQ3: 4) values.
+
+// Each uint16 of qs is one grid point: bits 0-8 index kIq2xsGrid (512 points of 8 magnitudes
+// from {8, 25, 43}), bits 9-15 pick the sign pattern. scales[g]: low nibble s for points 0-1 of
+// group g, high nibble for points 2-3: y = d * (0.5 + s) * 0.25 * grid * sign.
+struct BlockIQ2_XS {
+  uint16_t d;  // f16
+  uint16_t qs[kQK_K / 8];
+  uint8_t scales[kQK_K / 32];
+};
+static_assert(sizeof(BlockIQ2_XS) == 74, "IQ2_XS block must be 74 bytes");
+
+// Point l of group g (l < 4) indexes kIq2sGrid (1024 points) with qs[4g + l] | bits 2l..2l+1 of
+// qh[g] << 8; its 8 sign bits are qs[32 + 4g + l] (bit j negates value j, no parity rule).
+// Scales as IQ2_XS: y = d * (0.5 + s) * 0.25 * grid * sign.
+struct BlockIQ2_S {
+  uint16_t d;  // f16
+  uint8_t qs[kQK_K / 4];  // 32 bytes of grid indices, then 32 bytes of signs
+  uint8_t qh[kQK_K / 32];
+  uint8_t scales[kQK_K / 32];
+};
+static_assert(sizeof(BlockIQ2_S) == 82, "IQ2_S block must be 82 bytes");
+
+// qs[0..63]: one byte per 4 values indexing kIq3xxsGrid (256 points of 4 magnitudes from 4..62);
+// qs[64 + 4g .. 64 + 4g + 3] is group g's uint32: 7-bit sign fields at bits 7l for its 8-value
+// pieces l (kIq2xsSigns, even parity) and the scale s = bits 28-31:
+// y = d * (0.5 + s) * 0.5 * grid * sign.
+struct BlockIQ3_XXS {
+  uint16_t d;  // f16
+  uint8_t qs[3 * kQK_K / 8];
+};
+static_assert(sizeof(BlockIQ3_XXS) == 98, "IQ3_XXS block must be 98 bytes");
+
+// 4 values per grid point: point k (0..63) indexes kIq3sGrid (512 points of 4 odd magnitudes
+// 1..15) with qs[k] | bit (k % 8) of qh[k / 8] << 8. signs: one bit per value, element order.
+// scales[p]: low nibble s for group 2p, high nibble for group 2p + 1: y = d * (1 + 2s) * grid *
+// sign.
+struct BlockIQ3_S {
+  uint16_t d;  // f16
+  uint8_t qs[kQK_K / 4];
+  uint8_t qh[kQK_K / 32];
+  uint8_t signs[kQK_K / 8];
+  uint8_t scales[kQK_K / 64];
+};
+static_assert(sizeof(BlockIQ3_S) == 110, "IQ3_S block must be 110 bytes");
+
+// Ternary codebook kIq1sGrid (2048 points of 8 values in {-1, 0, 1}). Point l of group g indexes
+// it with qs[4g + l] | bits 3l..3l+2 of qh[g] << 8; qh[g] bits 12-14 are the scale s and bit 15
+// the sign of the shift: y = d * (2s + 1) * (grid + (bit 15 ? -0.125 : 0.125)).
+struct BlockIQ1_S {
+  uint16_t d;  // f16
+  uint8_t qs[kQK_K / 8];
+  uint16_t qh[kQK_K / 32];
+};
+static_assert(sizeof(BlockIQ1_S) == 50, "IQ1_S block must be 50 bytes");
+
+// As IQ1_S with a scale per 16 values and a shift sign per 8. Point l of group g: index qs[4g + l]
+// | bits 4(l%2)..4(l%2)+2 of qh[2g + l/2] << 8, shift sign bit 4(l%2)+3 of the same byte. The
+// four little-endian uint16 of `scales` hold 3-bit scales s (uint16 g/2, bits 6(g%2) for the
+// first 16 values of group g, 6(g%2)+3 for the last 16) and, in their top nibbles (uint16 0
+// lowest), the f16 super-scale d: y = d * (2s + 1) * (grid +/- 0.125).
+struct BlockIQ1_M {
+  uint8_t qs[kQK_K / 8];
+  uint8_t qh[kQK_K / 16];
+  uint8_t scales[kQK_K / 32];
+};
+static_assert(sizeof(BlockIQ1_M) == 56, "IQ1_M block must be 56 bytes");
+
 // MXFP4 (OCP microscaling, gpt-oss): 32 e2m1 values sharing a power-of-two scale
 // 2^(e - 127); nibbles laid out as in Q4_0. kMxfp4Values holds the e2m1 levels doubled (GGML's
 // int8 table), so y = 2^(e - 128) * kMxfp4Values[nibble].

@@ -24,8 +24,9 @@ namespace colibri::quant {
 void DequantizeRow(DType type, const void* src, float* dst, int64_t n);
 void QuantizeRow(DType type, const float* src, void* dst, int64_t n);
 
-// Whether QuantizeRow can make `type` (every type but IQ2_XXS, which is only imported: its
-// quantizer needs an importance matrix to be worth having). Q4_0..Q5_1 follow GGML's reference
+// Whether QuantizeRow can make `type` (every type but the codebook i-quants below 4 bits,
+// IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S, which are only imported: their
+// quantizers need an importance matrix to be worth having). Q4_0..Q5_1 follow GGML's reference
 // quantizers; IQ4_NL, IQ4_XS and MXFP4 use our own scale search (valid blocks, not the bytes
 // llama-quantize would write).
 bool HasQuantizer(DType type);
