@@ -111,7 +111,7 @@ absl::StatusOr<AutoSettingsReport> ResolveAutoSettings(ComputeNodeOptions* o, co
   }
   if (o->kv_cache_limit == kAuto) {
     o->kv_cache_limit = p.kv_cache_bytes.value;
-    log("--kv-cache-limit", FormatSize(o->kv_cache_limit), absl::StrCat(p.kv_cache_bytes.reason, "; 0 for unbounded"));
+    log("--kv-cache-limit", FormatSize(o->kv_cache_limit), absl::StrCat(p.kv_cache_bytes.reason, "; --kv-cache-limit 0 for unbounded"));
   }
   if (o->cache.prefetch_layers < 0) {
     o->cache.prefetch_layers = p.prefetch_layers.value;
