@@ -26,13 +26,12 @@
 int main(int argc, char** argv) {
   colibri::BlockShutdownSignals();
   colibri::InitLogging();
-  std::string model_dir, cache_size = "2G", grpc_listen = "", port_file, grpc_port_file;
+  std::string model_dir, grpc_listen = "", port_file, grpc_port_file;
   int threads = 0;
   colibri::router::HttpOptions http;
   size_t prefetch_hints = 64;
   CLI::App app{"colibri-server: the whole of colibri in one process (OpenAI API on --port)"};
   app.add_option("--model", model_dir, "Model directory made by colibri-convert")->required()->check(CLI::ExistingDirectory);
-  app.add_option("--expert-cache-size", cache_size, "Host-RAM expert cache budget (e.g. 512M, 8G)")->capture_default_str();
   app.add_option("--threads", threads, "Compute threads (0: physical cores)")->capture_default_str();
   colibri::router::AddHttpFlags(&app, &http);
   app.add_option("--grpc-listen", grpc_listen, "Also serve the Router gRPC API here (host:port)");
@@ -61,14 +60,8 @@ int main(int argc, char** argv) {
   http.access = security->http();
   colibri::auth::WarnIfOpen("the HTTP API", http.host, security->has_keys());
 
-  auto cache_bytes = colibri::ParseSize(cache_size);
-  if (!cache_bytes.ok()) {
-    spdlog::error("--expert-cache-size: {}", std::string(cache_bytes.status().message()));
-    return 2;
-  }
   colibri::compute::ComputeNodeOptions options;
   options.model_dir = model_dir;
-  options.expert_cache_bytes = *cache_bytes;
   options.threads = threads;
   if (auto st = colibri::compute::ApplyCacheFlags(cache_flags, &options); !st.ok()) {
     spdlog::error("{}", std::string(st.message()));
@@ -121,7 +114,7 @@ int main(int argc, char** argv) {
   }
   const auto& m = (*node)->manifest();
   spdlog::info("colibri-server: model '{}' ({} layers, {} experts, top-{}), expert cache {}, dense {}", m.name,
-               m.config.n_layers, m.config.n_experts, m.config.top_k, colibri::FormatSize(*cache_bytes),
+               m.config.n_layers, m.config.n_experts, m.config.top_k, colibri::FormatSize((*node)->options().expert_cache_bytes),
                colibri::FormatSize(m.dense_size));
   spdlog::info("OpenAI API on http://{}:{}/v1", http.host, (*api)->port());
   int sig = colibri::WaitForShutdownSignal();

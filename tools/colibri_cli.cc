@@ -22,6 +22,9 @@
 void AddTokenizerCommands(CLI::App& app);
 // cache clear / stats / trace-replay (cli_cache.cc).
 void AddCacheCommands(CLI::App& app);
+// plan / doctor (cli_plan.cc), tune (cli_tune.cc).
+void AddPlanCommands(CLI::App& app);
+void AddTuneCommand(CLI::App& app);
 
 namespace {
 
@@ -44,17 +47,10 @@ bool WriteNpy(const std::string& path, const std::vector<float>& data, int64_t r
 
 int Run(const std::string& model_dir, const std::string& prompt_tokens, const std::string& prompt_text,
         int64_t max_tokens, const colibri::engine::SamplingParams& sampling, bool ignore_eos,
-        const std::string& logits_out, int threads, const std::string& cache_size,
-        const colibri::compute::CacheFlags& cache_flags) {
-  auto cache_bytes = colibri::ParseSize(cache_size);
-  if (!cache_bytes.ok()) {
-    spdlog::error("--expert-cache-size: {}", std::string(cache_bytes.status().message()));
-    return 2;
-  }
+        const std::string& logits_out, int threads, const colibri::compute::CacheFlags& cache_flags) {
   colibri::compute::ComputeNodeOptions options;
   options.model_dir = model_dir;
   options.threads = threads;
-  options.expert_cache_bytes = *cache_bytes;
   if (auto st = colibri::compute::ApplyCacheFlags(cache_flags, &options); !st.ok()) {
     spdlog::error("{}", std::string(st.message()));
     return 2;
@@ -179,8 +175,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   AddTokenizerCommands(app);
   AddCacheCommands(app);
+  AddPlanCommands(app);
+  AddTuneCommand(app);
 
-  std::string model_dir, prompt_tokens, prompt_text, logits_out, cache_size = "2G";
+  std::string model_dir, prompt_tokens, prompt_text, logits_out;
   int64_t max_tokens = 32;
   int threads = 0;
   bool ignore_eos = false;
@@ -198,7 +196,6 @@ int main(int argc, char** argv) {
   run->add_flag("--ignore-eos", ignore_eos, "Do not stop at the end-of-sequence token");
   run->add_option("--logits-out", logits_out, "Write float32 [positions, vocab] logits (.npy)");
   run->add_option("--threads", threads, "Compute threads (0: physical cores)");
-  run->add_option("--expert-cache-size", cache_size, "Host-RAM expert cache budget")->capture_default_str();
   colibri::compute::CacheFlags cache_flags;
   colibri::compute::AddCacheFlags(run, &cache_flags);
 
@@ -214,7 +211,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     return Run(model_dir, prompt_tokens, prompt_text, max_tokens, sampling, ignore_eos, logits_out, threads,
-               cache_size, cache_flags);
+               cache_flags);
   }
   if (verify->parsed()) return Verify(model_dir);
   if (inspect->parsed()) return Inspect(model_dir);

@@ -4,12 +4,15 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "colibri/core/logging.h"
+#include "colibri/core/progress.h"
+#include "colibri/model/hf_hub.h"
 #include "colibri/core/units.h"
 #include "colibri/model/convert.h"
 #include "colibri/store/ingest.h"
@@ -20,7 +23,10 @@ int main(int argc, char** argv) {
   std::string input, output;
   colibri::model::ConvertOptions options;
   CLI::App app{"colibri-convert: convert a Hugging Face MoE checkpoint or a GGUF file into a colibri model directory"};
-  app.add_option("--input", input, "Hugging Face model directory (config.json + safetensors) or a .gguf file")
+  app.add_option("--input", input,
+                 "Hugging Face model directory (config.json + safetensors), a hub cache entry or org/name already in "
+                 "the local hub cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub), or a .gguf file (of a "
+                 "split model: its first part, -00001-of-N.gguf)")
       ->required();
   app.add_option("--output", output, "Output model directory (written atomically)")->required();
   app.add_option("--quantize", options.quantize,
@@ -42,20 +48,25 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // Where the input is: a path, a hub cache entry, or org/name in the local hub cache.
+  auto env = [](const char* name) { const char* v = std::getenv(name); return std::string(v ? v : ""); };
+  auto resolved = colibri::model::ResolveModelInput(
+      input, {.hf_hub_cache = env("HF_HUB_CACHE"), .hf_home = env("HF_HOME"), .home = env("HOME")});
+  if (!resolved.ok()) {
+    spdlog::error("{}", std::string(resolved.status().message()));
+    return 1;
+  }
+  const std::filesystem::path in = *resolved;
+  if (in.string() != input) spdlog::info("--input {}: {}", input, in.string());
   const auto t0 = std::chrono::steady_clock::now();
   const bool tty = isatty(fileno(stderr));
-  options.progress = [&](int64_t done, int64_t total, const std::string& what) {
-    if (tty) {
-      std::fprintf(stderr, "\r[%3lld%%] %-30s", static_cast<long long>(100 * done / total), what.c_str());
-    } else {
-      std::fprintf(stderr, "[%lld/%lld] %s\n", static_cast<long long>(done), static_cast<long long>(total), what.c_str());
-    }
-  };
-  std::filesystem::path in(input);
+  colibri::ProgressMeter meter("convert", stderr, tty);
+  options.progress = [&](uint64_t done, uint64_t total, const std::string& what) { meter.Update(done, total, what); };
   const bool gguf = std::filesystem::is_regular_file(in);
   absl::Status st = gguf ? colibri::model::ConvertGguf(in, output, options)
                          : colibri::model::ConvertHuggingFace(in, output, options);
-  if (tty) std::fprintf(stderr, "\n");
+  if (st.ok()) meter.Finish();
+  if (!st.ok() && tty) std::fprintf(stderr, "\n");
   if (!st.ok()) {
     spdlog::error("conversion failed: {}", std::string(st.message()));
     return 1;

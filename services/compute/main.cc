@@ -32,7 +32,7 @@
 int main(int argc, char** argv) {
   colibri::BlockShutdownSignals();
   colibri::InitLogging();
-  std::string model_dir, listen = "127.0.0.1:50052", metrics_host = "127.0.0.1", cache_size = "2G", port_file, metrics_port_file;
+  std::string model_dir, listen = "127.0.0.1:50052", metrics_host = "127.0.0.1", port_file, metrics_port_file;
   std::vector<std::string> stores;
   int metrics_port = 9102, threads = 0, max_pending = 64;
   CLI::App app{"colibri-compute: runs the model, streaming experts from expert stores"};
@@ -57,7 +57,6 @@ int main(int argc, char** argv) {
                  "Shared-memory region per unix: store (auto: cache size + two layers in flight; 0: off)")
       ->capture_default_str();
   app.add_option("--client-name", client_name, "This node's name in the stores' metrics (default: host name)");
-  app.add_option("--expert-cache-size", cache_size, "Host-RAM expert cache budget")->capture_default_str();
   app.add_option("--threads", threads, "Compute threads (0: physical cores)")->capture_default_str();
   app.add_option("--listen", listen, "gRPC address (port 0 picks one)")->capture_default_str();
   app.add_option("--metrics-port", metrics_port, "Prometheus /metrics port (0 picks one, -1 disables)")->capture_default_str();
@@ -82,11 +81,6 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  auto cache_bytes = colibri::ParseSize(cache_size);
-  if (!cache_bytes.ok()) {
-    spdlog::error("--expert-cache-size: {}", std::string(cache_bytes.status().message()));
-    return 2;
-  }
   std::vector<colibri::compute::DnsName> dns_names;
   for (const auto& n : store_dns) {
     auto parsed = colibri::compute::ParseDnsName(n);
@@ -113,7 +107,6 @@ int main(int argc, char** argv) {
   }
   options.client_name = client_name;
   options.transport = security->transport;
-  options.expert_cache_bytes = *cache_bytes;
   options.threads = threads;
   if (auto st = colibri::compute::ApplyCacheFlags(cache_flags, &options); !st.ok()) {
     spdlog::error("{}", std::string(st.message()));
@@ -214,7 +207,7 @@ int main(int argc, char** argv) {
     for (const auto& s : options.stores) origin += (origin.empty() ? "" : ", ") + s;
   }
   spdlog::info("colibri-compute serving model '{}' on port {} (experts from {}, cache {})", (*node)->model_name(),
-               port, origin, colibri::FormatSize(*cache_bytes));
+               port, origin, colibri::FormatSize((*node)->options().expert_cache_bytes));
   int sig = colibri::WaitForShutdownSignal();
   spdlog::info("signal {}: shutting down", sig);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));

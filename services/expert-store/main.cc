@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "colibri/auth/flags.h"
 #include "colibri/core/logging.h"
+#include "colibri/core/progress.h"
 #include "colibri/core/port_file.h"
 #include "colibri/core/signals.h"
 #include "colibri/core/units.h"
@@ -190,15 +191,11 @@ int Import(const std::string& model, const colibri::store::StoreLocation& loc, c
       return 2;
     }
   }
-  const bool tty = isatty(fileno(stderr));
-  o.progress = [&](uint64_t done, uint64_t total) {
-    if (tty)
-      std::fprintf(stderr, "\r[%3llu%%] %llu/%llu blocks", static_cast<unsigned long long>(100 * done / total),
-                   static_cast<unsigned long long>(done), static_cast<unsigned long long>(total));
-  };
+  colibri::ProgressMeter meter("import", stderr, isatty(fileno(stderr)));
+  o.progress = [&](uint64_t done, uint64_t total) { meter.Update(done, total); };
   const auto t0 = std::chrono::steady_clock::now();
   auto r = colibri::store::ImportModel(model, loc, o);
-  if (tty) std::fprintf(stderr, "\n");
+  meter.Finish();
   if (!r.ok()) return Fail(r.status());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info(

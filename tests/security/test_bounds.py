@@ -148,7 +148,7 @@ class HttpBoundsTest(unittest.TestCase):
         self.assertIsNotNone(line, log)
         # micro model: 2 layers x (K, V) x kv_dim 32 x 4 bytes = 512 B per token; 16 full
         # contexts of 4096 tokens (32 MiB) fit in half of any test machine's free memory.
-        self.assertIn('--kv-cache-limit 32.00 MiB (default: 16 sequences x 4096 tokens x 512 B per token', line)
+        self.assertIn('--kv-cache-limit 32.00 MiB (auto: 16 sequences x 4096 tokens x 512 B per token', line)
         self.assertIn('--kv-cache-limit 0 for unbounded', line)
 
     def test_slowloris_client_is_dropped_at_the_header_deadline(self):

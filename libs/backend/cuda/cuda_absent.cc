@@ -9,6 +9,10 @@ bool CudaBuilt() { return false; }
 
 int CudaDeviceCount() { return 0; }
 
+CudaVersions GetCudaVersions() { return {}; }
+
+std::string CudaBuildArchitectures() { return ""; }
+
 absl::StatusOr<CudaDeviceInfo> GetCudaDeviceInfo(int device) {
   return absl::FailedPreconditionError(
       absl::StrCat("CUDA device ", device, ": this build has no CUDA backend (configure with -DCOLIBRI_CUDA=ON)"));

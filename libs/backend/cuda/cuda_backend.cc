@@ -586,6 +586,16 @@ int CudaDeviceCount() {
   return n;
 }
 
+CudaVersions GetCudaVersions() {
+  CudaVersions v;
+  if (cudaDriverGetVersion(&v.driver) != cudaSuccess) v.driver = 0;
+  if (cudaRuntimeGetVersion(&v.runtime) != cudaSuccess) v.runtime = 0;
+  (void)cudaGetLastError();
+  return v;
+}
+
+std::string CudaBuildArchitectures() { return COLIBRI_CUDA_ARCHITECTURES; }
+
 absl::StatusOr<CudaDeviceInfo> GetCudaDeviceInfo(int device) {
   if (device < 0 || device >= CudaDeviceCount()) {
     return absl::UnavailableError(absl::StrCat("no CUDA device ", device, " (", CudaDeviceCount(), " found)"));

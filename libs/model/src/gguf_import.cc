@@ -83,15 +83,15 @@ class GgufConverter {
       : f_(f), c_(c), plan_(plan), options_(options), w_(w) {}
 
   absl::Status Run() {
-    const int64_t total = 1 + c_.n_layers;
+    for (const auto& t : f_.tensors()) total_bytes_ += t.size_bytes;
     RETURN_IF_ERROR(Matrix("token_embd.weight", "token_embd", c_.vocab_size, c_.hidden_size, TensorKind::kEmbedding));
     RETURN_IF_ERROR(Vector("output_norm.weight", "output_norm", c_.hidden_size));
     const char* output = f_.FindTensor("output.weight") ? "output.weight" : "token_embd.weight";
     RETURN_IF_ERROR(Matrix(output, "output", c_.vocab_size, c_.hidden_size, TensorKind::kOutput));
-    if (options_.progress) options_.progress(1, total, "embeddings");
+    if (options_.progress) options_.progress(read_bytes_, total_bytes_, "embeddings");
     for (int64_t l = 0; l < c_.n_layers; ++l) {
       RETURN_IF_ERROR(Layer(l));
-      if (options_.progress) options_.progress(2 + l, total, absl::StrCat("layer ", l));
+      if (options_.progress) options_.progress(read_bytes_, total_bytes_, absl::StrCat("layer ", l));
     }
     return absl::OkStatus();
   }
@@ -104,6 +104,7 @@ class GgufConverter {
       return absl::FailedPreconditionError(absl::StrCat("gguf: tensor '", name, "' has dims {", absl::StrJoin(t->dims, ","),
                                                         "}, the metadata implies {", absl::StrJoin(dims, ","), "}"));
     }
+    read_bytes_ += t->size_bytes;
     return t;
   }
 
@@ -179,6 +180,7 @@ class GgufConverter {
   const QuantPlan& plan_;
   const ConvertOptions& options_;
   ContainerWriter& w_;
+  uint64_t read_bytes_ = 0, total_bytes_ = 0;  // source tensor bytes (progress)
 };
 
 }  // namespace
@@ -273,7 +275,7 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
 }
 
 absl::Status ConvertGguf(const fs::path& input, const fs::path& output, const ConvertOptions& options) {
-  ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(input));
+  ASSIGN_OR_RETURN(GgufFile f, GgufFile::OpenSplit(input));
   auto config = ConfigFromGguf(f);
   if (!config.ok()) return Annotate(config.status(), input.string());
   ASSIGN_OR_RETURN(QuantPlan plan, QuantPlan::Parse(options.quantize, *config));

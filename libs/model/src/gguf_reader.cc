@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "colibri/core/status.h"
 
 namespace colibri::model {
@@ -711,8 +712,54 @@ const GgufTensorInfo* GgufFile::FindTensor(std::string_view name) const {
 }
 
 std::span<const uint8_t> GgufFile::TensorData(const GgufTensorInfo& tensor) const {
-  return bytes_.subspan(static_cast<size_t>(data_offset_ + tensor.offset),
-                        static_cast<size_t>(tensor.size_bytes));
+  const GgufFile& f = tensor.part == 0 ? *this : parts_[tensor.part - 1];
+  return f.bytes_.subspan(static_cast<size_t>(f.data_offset_ + tensor.offset), static_cast<size_t>(tensor.size_bytes));
+}
+
+absl::StatusOr<GgufFile> GgufFile::OpenSplit(const std::filesystem::path& first) {
+  ASSIGN_OR_RETURN(GgufFile file, Open(first));
+  if (file.Find("split.count") == nullptr) return file;
+  const std::string where = first.string();
+  auto split_error = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("gguf split '", where, "': ", what));
+  };
+  ASSIGN_OR_RETURN(uint32_t count, file.GetU32("split.count"));
+  const absl::StatusOr<uint32_t> no = file.GetU32("split.no");
+  if (!no.ok() || *no != 0) {
+    return split_error(absl::StrCat("this is part ", no.ok() ? *no + 1 : 0, ", not the first (-00001-of-",
+                                    absl::StrFormat("%05d", count), ".gguf): pass the first part"));
+  }
+  if (count == 0 || count > 9999) return split_error(absl::StrCat("split.count ", count, " out of range"));
+  // <prefix>-NNNNN-of-MMMMM.gguf
+  const std::string name = first.filename().string();
+  const std::string suffix = absl::StrFormat("-%05d-of-%05d.gguf", 1, count);
+  if (name.size() <= suffix.size() || name.substr(name.size() - suffix.size()) != suffix) {
+    return split_error(absl::StrCat("split.count is ", count, " but the name does not end in '", suffix, "'"));
+  }
+  const std::string prefix = name.substr(0, name.size() - suffix.size());
+  for (uint32_t i = 1; i < count; ++i) {
+    const std::filesystem::path path = first.parent_path() / absl::StrFormat("%s-%05d-of-%05d.gguf", prefix, i + 1, count);
+    auto part = Open(path);
+    if (!part.ok()) return split_error(absl::StrCat("part ", i + 1, " of ", count, ": ", part.status().message()));
+    const absl::StatusOr<uint32_t> part_no = part->GetU32("split.no");
+    if (!part_no.ok() || *part_no != i) {
+      return split_error(absl::StrCat("'", path.filename().string(), "' says it is part ",
+                                      part_no.ok() ? absl::StrCat(*part_no + 1) : "(no split.no)", ", expected ", i + 1));
+    }
+    for (GgufTensorInfo t : part->tensors_) {
+      t.part = i;
+      if (!file.tensor_index_.emplace(t.name, file.tensors_.size()).second) {
+        return split_error(absl::StrCat("tensor '", t.name, "' is in two parts"));
+      }
+      file.tensors_.push_back(std::move(t));
+    }
+    file.parts_.push_back(std::move(*part));
+  }
+  if (auto total = file.GetU64("split.tensors.count"); total.ok() && *total != file.tensors_.size()) {
+    return split_error(absl::StrCat("split.tensors.count is ", *total, " but the parts hold ", file.tensors_.size(),
+                                    " tensors"));
+  }
+  return file;
 }
 
 }  // namespace colibri::model

@@ -671,5 +671,59 @@ TEST(GgufMalformedTest, RandomMutationsNeverCrash) {
   EXPECT_GT(parsed, 0);  // mutations of tensor bytes still parse
 }
 
+
+// A model split as llama.cpp's gguf-split writes it: split.no in every part, split.count and
+// split.tensors.count (u16, u16, i32) in them too, tensors spread over the parts.
+TEST(GgufSplitTest, PartsOpenAsOneFile) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / ("gguf_split_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::vector<float> a = {1, 2, 3, 4}, b = {5, 6, 7, 8, 9, 10, 11, 12};
+  auto part = [&](int no, const std::string& tensor, const std::vector<float>& data) {
+    GgufWriter w;
+    EXPECT_TRUE(w.AddString("general.architecture", "llama").ok());
+    EXPECT_TRUE(w.Add("split.no", GgufWriteValue::Uint16(static_cast<uint16_t>(no))).ok());
+    EXPECT_TRUE(w.Add("split.count", GgufWriteValue::Uint16(2)).ok());
+    EXPECT_TRUE(w.Add("split.tensors.count", GgufWriteValue::Int32(2)).ok());
+    EXPECT_TRUE(w.AddTensor(tensor, {static_cast<int64_t>(data.size())}, DType::kF32,
+                            {reinterpret_cast<const uint8_t*>(data.data()), data.size() * 4})
+                    .ok());
+    const auto path = dir / ("m-0000" + std::to_string(no + 1) + "-of-00002.gguf");
+    EXPECT_TRUE(w.WriteFile(path).ok());
+    return path;
+  };
+  const auto first = part(0, "a", a);
+  const auto second = part(1, "b", b);
+  auto f = GgufFile::OpenSplit(first);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->parts(), 2u);
+  ASSERT_EQ(f->tensors().size(), 2u);
+  const GgufTensorInfo* tb = f->FindTensor("b");
+  ASSERT_NE(tb, nullptr);
+  EXPECT_EQ(tb->part, 1u);
+  GgufFile moved = std::move(*f);  // views into every part survive a move
+  auto data = moved.TensorData(*moved.FindTensor("b"));
+  ASSERT_EQ(data.size(), 32u);
+  EXPECT_EQ(std::memcmp(data.data(), b.data(), 32), 0);
+  EXPECT_EQ(std::memcmp(moved.TensorData(*moved.FindTensor("a")).data(), a.data(), 16), 0);
+
+  auto later = GgufFile::OpenSplit(second);
+  EXPECT_EQ(later.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(later.status().message()), HasSubstr("pass the first part"));
+  part(1, "a", a);  // the same tensor in both parts
+  EXPECT_THAT(std::string(GgufFile::OpenSplit(first).status().message()), HasSubstr("tensor 'a' is in two parts"));
+  std::filesystem::remove(second);
+  auto missing = GgufFile::OpenSplit(first);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("part 2 of 2"));
+  // A single file is opened as it is.
+  GgufWriter single;
+  ASSERT_TRUE(single.AddString("general.architecture", "llama").ok());
+  ASSERT_TRUE(single.WriteFile(dir / "one.gguf").ok());
+  auto one = GgufFile::OpenSplit(dir / "one.gguf");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->parts(), 1u);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace colibri::model

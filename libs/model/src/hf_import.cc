@@ -39,7 +39,6 @@ class HfConverter {
       : ckpt_(ckpt), config_(config), plan_(plan), options_(options), writer_(writer) {}
 
   absl::Status Run() {
-    const int64_t total = 1 + config_.n_layers;
     RETURN_IF_ERROR(Matrix("model.embed_tokens.weight", "token_embd", {config_.vocab_size, config_.hidden_size},
                            TensorKind::kEmbedding));
     RETURN_IF_ERROR(Vector("model.norm.weight", "output_norm", config_.hidden_size));
@@ -51,21 +50,24 @@ class HfConverter {
     } else {
       return absl::NotFoundError("checkpoint has no lm_head.weight and tie_word_embeddings is false");
     }
-    Progress(1, total, "embeddings");
+    Progress("embeddings");
     for (int64_t l = 0; l < config_.n_layers; ++l) {
       RETURN_IF_ERROR(Layer(l));
-      Progress(2 + l, total, absl::StrCat("layer ", l));
+      Progress(absl::StrCat("layer ", l));
     }
     return absl::OkStatus();
   }
 
+  uint64_t total_bytes_ = 0;  // of the *.safetensors files (progress)
+
  private:
-  void Progress(int64_t done, int64_t total, const std::string& what) {
-    if (options_.progress) options_.progress(done, total, what);
+  void Progress(const std::string& what) {
+    if (options_.progress) options_.progress(read_bytes_, total_bytes_, what);
   }
 
   absl::StatusOr<std::vector<float>> Load(const std::string& hf_name, const std::vector<int64_t>& shape) {
     ASSIGN_OR_RETURN(const SafetensorsTensor* t, ckpt_.Get(hf_name));
+    read_bytes_ += t->data.size();
     if (t->shape != shape) {
       std::string want, got;
       for (auto d : shape) absl::StrAppend(&want, want.empty() ? "" : ",", d);
@@ -149,6 +151,7 @@ class HfConverter {
   const QuantPlan& plan_;
   const ConvertOptions& options_;
   ContainerWriter& writer_;
+  uint64_t read_bytes_ = 0;  // tensor bytes read so far (progress)
 };
 
 }  // namespace
@@ -170,6 +173,10 @@ absl::Status ConvertHuggingFace(const fs::path& input, const fs::path& output, c
                                                         {.split_experts = options.split_experts,
                                                          .overwrite = options.overwrite}));
   HfConverter converter(*ckpt, config, plan, options, *writer);
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(input, ec)) {
+    if (e.path().extension() == ".safetensors") converter.total_bytes_ += e.file_size(ec);
+  }
   RETURN_IF_ERROR(converter.Run());
   nlohmann::json files = nlohmann::json::array();
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {

@@ -157,6 +157,8 @@ absl::StatusOr<ImportResult> ImportModel(const fs::path& model_dir, const StoreL
     }
   }
   const StripePlan plan = PlanStripes(padded, options.stripe_size, n_disks);
+  uint64_t padded_total = 0, resumed_bytes = 0;
+  for (uint64_t p : padded) padded_total += p;
   result.blocks_total = held.size();
 
   ASSIGN_OR_RETURN(auto existing, st.catalog->GetModel(result.name));
@@ -219,13 +221,14 @@ absl::StatusOr<ImportResult> ImportModel(const fs::path& model_dir, const StoreL
     RETURN_IF_ERROR(st.catalog->PutBlocks(result.name, batch));
     batch.clear();
     batch_bytes = 0;
-    if (options.progress) options.progress(result.blocks_written + result.blocks_resumed, result.blocks_total);
+    if (options.progress) options.progress(result.bytes_written + resumed_bytes, padded_total);
     return absl::OkStatus();
   };
   for (size_t j = 0; j < held.size(); ++j) {
     const model::ExpertBlock& b = *held[j];
     if (committed.count({static_cast<int32_t>(b.layer), static_cast<int32_t>(b.expert)})) {
       result.blocks_resumed++;
+      resumed_bytes += b.padded_size;
       continue;
     }
     if (options.stop_after_blocks >= 0 && result.blocks_written >= static_cast<uint64_t>(options.stop_after_blocks)) {

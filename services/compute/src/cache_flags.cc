@@ -1,6 +1,8 @@
 #include "cache_flags.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "colibri/core/status.h"
 #include "colibri/core/units.h"
 #include "colibri/expert_source/cache_policy.h"
 
@@ -8,11 +10,16 @@ namespace colibri::compute {
 
 void AddCacheFlags(CLI::App* app, CacheFlags* f) {
   ExpertCacheConfig& c = f->cache;
+  app->add_option("--expert-cache-size", f->expert_cache_size,
+                  "Host-RAM expert cache budget, e.g. 512M, 8G (auto: every expert if they fit in 3/4 of free RAM, "
+                  "else that 3/4; see colibri-cli plan)")
+      ->capture_default_str();
   app->add_option("--backend", f->backend, "Where layers compute: cpu, or cuda (an NVIDIA GPU)")
       ->capture_default_str();
   app->add_option("--device", f->device, "CUDA device index (--backend cuda)")->capture_default_str();
   app->add_option("--vram-budget", f->vram_budget,
-                  "VRAM expert cache budget (--backend cuda; the CPU backend ignores it and says so)")
+                  "VRAM expert cache budget (--backend cuda; auto: 3/4 of the device memory left; the CPU backend "
+                  "ignores it)")
       ->capture_default_str();
   // Another component may define the flag too: never twice.
   if (app->get_option_no_throw("--kv-cache-limit") == nullptr) {
@@ -33,24 +40,32 @@ void AddCacheFlags(CLI::App* app, CacheFlags* f) {
   app->add_option("--kv-persist-limit", f->kv_persist_limit,
                   "Bytes of KV cache files kept in --kv-persist-dir, oldest deleted first (0: no cap)")
       ->capture_default_str();
-  app->add_option("--cache-policy", c.policy, "Expert cache policy: adaptive, lru, lfu or routing")->capture_default_str();
-  app->add_option("--prefetch-layers", c.prefetch_layers, "Layers of lookahead prefetch (0: off)")->capture_default_str();
+  app->add_option("--cache-policy", f->cache_policy,
+                  "Expert cache policy: adaptive, lru, lfu or routing (auto: a tune profile's, else adaptive)")
+      ->capture_default_str();
+  app->add_option("--prefetch-layers", f->prefetch_layers, "Layers of lookahead prefetch (auto: 2 on NVMe, else 1; 0: off)")
+      ->capture_default_str();
   app->add_option("--prefetch-min-weight", c.prefetch_min_weight,
                   "Prefetch only predicted experts with at least this predicted gate weight")
       ->capture_default_str();
-  app->add_option("--io-threads", c.io_threads, "Expert reader threads below the cache (0: read inline)")
+  app->add_option("--io-threads", f->io_threads,
+                  "Expert reader threads below the cache (auto: 8 NVMe, 4 SSD, 2 HDD; 0: read inline)")
       ->capture_default_str();
   app->add_option("--direct-io", c.direct_io, "O_DIRECT expert reads from the model directory")->capture_default_str();
   app->add_option("--pinned-experts", c.pinned_experts, "JSON file of experts never evicted: [[layer, expert], ...]");
   app->add_option("--routing-heat", c.routing_heat,
                   "Routing heat file for learned pins (default <model>/routing_heat.json; 'none': not kept)");
-  app->add_option("--learned-pins", c.learned_pin_fraction, "Share of the expert cache pinned from routing heat")
+  app->add_option("--learned-pins", f->learned_pins,
+                  "Share of the expert cache pinned from routing heat (auto: a tune profile's, else 0.25)")
       ->capture_default_str();
   app->add_option("--warm-start", c.warm_start,
                   "Read experts into the cache in the background at start-up: auto (all when they fit, else the "
                   "hottest by routing heat) or off")
       ->check(CLI::IsMember({"auto", "off"}))
       ->capture_default_str();
+  app->add_option("--tune-profile", f->tune_profile,
+                  "Settings measured by colibri-cli tune, applied to those left on auto when binary, model and "
+                  "machine match (default <model>/tune_profile.json; 'none': not read)");
   app->add_option("--trace-out", c.trace_out, "Write a routing trace (one JSON line per token and layer)");
   app->add_option("--max-batch", f->max_batch, "Requests decoded together in one batch (1: one at a time)")
       ->capture_default_str();
@@ -61,23 +76,50 @@ void AddCacheFlags(CLI::App* app, CacheFlags* f) {
       ->capture_default_str();
 }
 
+namespace {
+
+// "auto" -> kAuto; else a size.
+absl::StatusOr<uint64_t> AutoSize(const std::string& flag, const std::string& value) {
+  if (value == "auto") return ComputeNodeOptions::kAuto;
+  auto v = ParseSize(value);
+  if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", v.status().message()));
+  return *v;
+}
+
+// "auto" -> -1; else an integer in [lo, hi].
+absl::StatusOr<int> AutoInt(const std::string& flag, const std::string& value, int lo, int hi) {
+  if (value == "auto") return -1;
+  int v = 0;
+  if (!absl::SimpleAtoi(value, &v) || v < lo || v > hi) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " '", value, "': expected auto or an integer from ", lo, " to ", hi));
+  }
+  return v;
+}
+
+}  // namespace
+
 absl::Status ApplyCacheFlags(const CacheFlags& f, ComputeNodeOptions* o) {
   o->cache = f.cache;
-  auto vram = ParseSize(f.vram_budget);
-  if (!vram.ok()) return absl::InvalidArgumentError(absl::StrCat("--vram-budget: ", vram.status().message()));
-  o->cache.vram_bytes = *vram;
+  ASSIGN_OR_RETURN(o->expert_cache_bytes, AutoSize("--expert-cache-size", f.expert_cache_size));
+  ASSIGN_OR_RETURN(o->cache.vram_bytes, AutoSize("--vram-budget", f.vram_budget));
+  ASSIGN_OR_RETURN(o->cache.prefetch_layers, AutoInt("--prefetch-layers", f.prefetch_layers, 0, 8));
+  ASSIGN_OR_RETURN(o->cache.io_threads, AutoInt("--io-threads", f.io_threads, 0, 64));
+  o->cache.policy = f.cache_policy == "auto" ? "" : f.cache_policy;
+  if (f.learned_pins == "auto") {
+    o->cache.learned_pin_fraction = -1;
+  } else if (!absl::SimpleAtod(f.learned_pins, &o->cache.learned_pin_fraction) || o->cache.learned_pin_fraction < 0 ||
+             o->cache.learned_pin_fraction > 0.9) {
+    return absl::InvalidArgumentError(absl::StrCat("--learned-pins '", f.learned_pins, "': expected auto or 0 to 0.9"));
+  }
+  o->tune_profile = f.tune_profile;
   if (f.backend != "cpu" && f.backend != "cuda") {
     return absl::InvalidArgumentError(absl::StrCat("--backend '", f.backend, "': expected cpu or cuda"));
   }
   if (f.device < 0) return absl::InvalidArgumentError("--device must be >= 0");
   o->backend = f.backend;
   o->device = f.device;
-  if (f.kv_flag_added && f.kv_cache_limit == "auto") {
-    o->kv_cache_limit = ComputeNodeOptions::kAutoKvLimit;
-  } else if (f.kv_flag_added) {
-    auto kv = ParseSize(f.kv_cache_limit);
-    if (!kv.ok()) return absl::InvalidArgumentError(absl::StrCat("--kv-cache-limit: ", kv.status().message()));
-    o->kv_cache_limit = *kv;
+  if (f.kv_flag_added) {
+    ASSIGN_OR_RETURN(o->kv_cache_limit, AutoSize("--kv-cache-limit", f.kv_cache_limit));
   }
   auto offload = ParseSize(f.kv_offload_limit);
   if (!offload.ok()) return absl::InvalidArgumentError(absl::StrCat("--kv-offload-limit: ", offload.status().message()));
@@ -89,7 +131,7 @@ absl::Status ApplyCacheFlags(const CacheFlags& f, ComputeNodeOptions* o) {
     return absl::InvalidArgumentError(absl::StrCat("--kv-persist-limit: ", persist_limit.status().message()));
   }
   o->kv_persist_limit = *persist_limit;
-  if (auto p = expert_source::ParseCachePolicy(f.cache.policy); !p.ok()) {
+  if (auto p = expert_source::ParseCachePolicy(o->cache.policy); !o->cache.policy.empty() && !p.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--cache-policy: ", p.status().message()));
   }
   if (f.max_batch < 1 || f.max_queued < 0) {
@@ -101,10 +143,6 @@ absl::Status ApplyCacheFlags(const CacheFlags& f, ComputeNodeOptions* o) {
     return absl::InvalidArgumentError("--prefill-chunk must be between 1 and 65536");
   }
   o->prefill_chunk = f.prefill_chunk;
-  if (f.cache.prefetch_layers < 0) return absl::InvalidArgumentError("--prefetch-layers must be >= 0");
-  if (f.cache.io_threads < 0 || f.cache.io_threads > 64) {
-    return absl::InvalidArgumentError("--io-threads must be between 0 and 64");
-  }
   return absl::OkStatus();
 }
 

@@ -1,12 +1,14 @@
 #include "compute_node.h"
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "colibri/backend/cpu_backend.h"
 #include "colibri/backend/cuda_backend.h"
 #include "colibri/core/checksum.h"
 #include "colibri/core/status.h"
 #include "colibri/core/units.h"
-#include "kv_limit.h"
+#include "auto_settings.h"
 #include "spdlog/spdlog.h"
 
 namespace colibri::compute {
@@ -49,47 +51,18 @@ absl::Status CheckDeviceMemory(const backend::Backend& be, const model::Manifest
   return absl::OkStatus();
 }
 
-// The default --kv-cache-limit for this model on this backend (kv_limit.h), logged.
-uint64_t ResolveKvLimit(const backend::Backend& be, const model::Manifest& m, const ComputeNodeOptions& o,
-                        uint64_t host_available) {
-  KvLimitInputs in;
-  in.kv_bytes_per_token = engine::KvBytesPerToken(m.config);
-  in.context_length = m.config.context_length;
-  in.max_batch = o.max_batch;
-  const backend::MemoryInfo mem = be.memory_info();
-  if (mem.total_bytes > 0) {
-    uint64_t largest = 0;
-    for (const auto& b : m.experts) largest = std::max(largest, b.size);
-    in.device = true;
-    in.memory_free = mem.free_bytes;
-    in.memory_reserved = m.dense_size + o.cache.vram_bytes + kDeviceWorkingBytes + 2 * largest;
-  } else {
-    in.memory_free = host_available;
-    in.memory_reserved = m.dense_size + o.expert_cache_bytes + o.kv_offload_limit;
-  }
-  const KvLimit limit = DefaultKvCacheLimit(in);
-  spdlog::info("--kv-cache-limit {} (default: {}; --kv-cache-limit 0 for unbounded)", FormatSize(limit.bytes),
-               limit.explanation);
-  return limit.bytes;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(const ComputeNodeOptions& requested) {
   ComputeNodeOptions options = requested;
-  // Free host memory before this node takes any (the default KV limit is a share of it).
-  uint64_t host_available = 0;
-  if (options.kv_cache_limit == ComputeNodeOptions::kAutoKvLimit) {
-    absl::StatusOr<uint64_t> avail = HostMemAvailable();
-    if (!avail.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat("cannot derive the default --kv-cache-limit (", avail.status().message(),
-                                                        "): set it explicitly (0: unbounded)"));
-    }
-    host_available = *avail;
-  }
   auto node = std::unique_ptr<ComputeNode>(new ComputeNode());
   ASSIGN_OR_RETURN(node->container_, model::Container::Open(options.model_dir));
   const model::Manifest& m = node->container_->manifest();
+  // The backend first: auto budgets on a GPU are shares of its free memory, taken before
+  // this node allocates anything else.
+  ASSIGN_OR_RETURN(node->backend_, MakeBackend(options));
+  ASSIGN_OR_RETURN(node->auto_settings_, ResolveAutoSettings(&options, *node->container_, *node->backend_));
+  node->options_ = options;
   uint64_t largest = 0;
   for (const auto& b : m.experts) largest = std::max(largest, b.size);
   if (options.expert_cache_bytes < 2 * largest) {
@@ -117,18 +90,21 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(const ComputeNo
     node->stores_ = remote.get();
     node->origin_ = std::move(remote);
   }
-  ASSIGN_OR_RETURN(node->backend_, MakeBackend(options));
-  if (options.kv_cache_limit == ComputeNodeOptions::kAutoKvLimit) {
-    options.kv_cache_limit = ResolveKvLimit(*node->backend_, m, options, host_available);
-  }
   RETURN_IF_ERROR(CheckDeviceMemory(*node->backend_, m, options));
   ASSIGN_OR_RETURN(node->cache_, ExpertCache::Create(node->origin_.get(), *node->container_, options.expert_cache_bytes,
                                                      options.cache, node->backend_.get()));
+  // Load progress: dense weights are read (and checksummed) in one pass; say so before and after.
+  spdlog::info("loading model '{}': dense weights {} from {}", m.name, FormatSize(m.dense_size), options.model_dir);
+  const auto load_start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(node->model_,
                    engine::Model::Load(*node->container_, node->backend_.get(), node->cache_->front(),
                                        {.prefetch_layers = options.cache.prefetch_layers,
                                         .prefetch_min_weight = options.cache.prefetch_min_weight,
                                         .trace = node->cache_->trace()}));
+  const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+  spdlog::info("loaded model '{}' in {:.2f} s ({}/s); experts stream from {} on demand", m.name, load_seconds,
+               FormatSize(static_cast<uint64_t>(static_cast<double>(m.dense_size) / std::max(load_seconds, 1e-6))),
+               options.stores.empty() ? "the model directory" : "the expert stores");
   engine::EngineOptions eo;
   eo.prefill_chunk = options.prefill_chunk;
   eo.kv_cache_limit = options.kv_cache_limit;

@@ -25,6 +25,14 @@
 
 namespace colibri::compute {
 
+// How the auto settings were resolved (auto_settings.h).
+struct AutoSettingsReport {
+  bool planned = false;      // something was auto
+  std::string profile_path;  // the tune profile looked at ("" when none was)
+  bool profile_applied = false;
+  std::string profile_note;  // why it was or was not applied
+};
+
 struct ComputeNodeOptions {
   std::string model_dir;
   // Expert stores (host:port or unix:/path). Empty: read experts from model_dir directly.
@@ -36,11 +44,17 @@ struct ComputeNodeOptions {
   uint64_t store_shm_bytes = kAutoShm;  // 0: chunks on the stream only
   std::string client_name;              // how the stores' metrics name this node
   std::shared_ptr<const auth::Transport> transport;  // links to the stores (null: plaintext, loopback only)
+  // kAuto in a budget (expert_cache_bytes, cache.vram_bytes, kv_cache_limit), -1 in a knob
+  // (cache.prefetch_layers, cache.io_threads, cache.learned_pin_fraction) and an empty
+  // cache.policy: chosen at Create by the planner and a matching tune profile
+  // (auto_settings.h), and logged.
+  static constexpr uint64_t kAuto = ~0ull;
   uint64_t expert_cache_bytes = 2ull << 30;
   ExpertCacheConfig cache;         // tiers, policy, pins, prefetch, trace (expert_cache.h)
   // Bytes of KV caches (dense weights are separate); 0: unlimited. kAutoKvLimit: derived from
-  // the model and the free memory at start (kv_limit.h), and logged.
-  static constexpr uint64_t kAutoKvLimit = ~0ull;
+  // the model and the free memory at start (colibri/plan/kv_limit.h), and logged.
+  static constexpr uint64_t kAutoKvLimit = kAuto;
+  std::string tune_profile;        // "" : <model>/tune_profile.json; "none": not read
   uint64_t kv_cache_limit = kAutoKvLimit;
   uint64_t kv_offload_limit = 0;   // host RAM for KV caches evicted from kv_cache_limit (0: none)
   bool kv_offload_8bit = false;    // offloaded KV kept as Q8_0 (3.8x smaller, approximate restore)
@@ -92,6 +106,9 @@ class ComputeNode {
   // FailedPrecondition when experts come from the model directory; InvalidArgument for a
   // malformed target; AlreadyExists for a store the node has already.
   absl::Status AddStore(const std::string& target);
+  // The options in effect: every auto value resolved (auto_settings.h).
+  const ComputeNodeOptions& options() const { return options_; }
+  const AutoSettingsReport& auto_settings() const { return auto_settings_; }
 
  private:
   ComputeNode() = default;
@@ -105,6 +122,8 @@ class ComputeNode {
   std::unique_ptr<engine::KvStore> kv_store_;  // outlives engine_ (which persists into it)
   std::unique_ptr<engine::Engine> engine_;
   std::atomic<uint64_t> prefetch_hints_{0};  // expert prefetches started from router hints
+  ComputeNodeOptions options_;
+  AutoSettingsReport auto_settings_;
 };
 
 }  // namespace colibri::compute

@@ -57,6 +57,16 @@ struct CudaDeviceInfo {
 };
 absl::StatusOr<CudaDeviceInfo> GetCudaDeviceInfo(int device);
 
+struct CudaVersions {
+  int driver = 0;   // cudaDriverGetVersion (12040 = 12.4); 0 when no driver answers
+  int runtime = 0;  // cudaRuntimeGetVersion of the runtime this build links
+};
+// Zeros without the CUDA backend (never an error).
+CudaVersions GetCudaVersions();
+// The build's CMAKE_CUDA_ARCHITECTURES, comma-separated ("80-real,86-real,89-real,90"); ""
+// without the CUDA backend.
+std::string CudaBuildArchitectures();
+
 // FailedPrecondition when the build has no CUDA backend, Unavailable when there is no device.
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options);
 

@@ -24,8 +24,9 @@ struct ConvertOptions {
   std::string name;              // model name in the manifest; default: output directory name
   bool split_experts = false;
   bool overwrite = false;
-  // Called after each tensor group (done, total) so the CLI can show progress.
-  std::function<void(int64_t done, int64_t total, const std::string& what)> progress;
+  // Called after each tensor group with the source bytes read so far and in all (done may pass
+  // total when a tensor is read twice, e.g. tied embeddings), so the CLI can show progress.
+  std::function<void(uint64_t done_bytes, uint64_t total_bytes, const std::string& what)> progress;
 };
 
 // Hugging Face directory (config.json + model.safetensors or a sharded index; F32/F16/BF16

@@ -109,8 +109,9 @@ struct GgufTensorInfo {
   std::string name;
   std::vector<int64_t> dims;  // fastest-varying first; 1..4 entries (0 for a scalar)
   quant::DType type = quant::DType::kF32;
-  uint64_t offset = 0;  // from the start of the data section (GgufFile::data_offset())
+  uint64_t offset = 0;  // from the start of the data section of its file (part)
   uint64_t size_bytes = 0;
+  uint32_t part = 0;    // which file of a split model holds it (0: the first / only one)
 
   int64_t num_elements() const;
   int64_t num_rows() const;  // num_elements() / dims[0] (1 for a scalar)
@@ -120,6 +121,14 @@ class GgufFile {
  public:
   static absl::StatusOr<GgufFile> Open(const std::filesystem::path& path);
   static absl::StatusOr<GgufFile> Parse(std::span<const uint8_t> bytes);
+  // A model split into parts as llama.cpp's gguf-split writes them ("<name>-00001-of-00005.gguf",
+  // each part with split.no, the first with split.count and split.tensors.count): given the
+  // first part, opens every part and lists all their tensors as one file whose metadata is the
+  // first part's. A file without split.count is opened as Open does. InvalidArgument for a part
+  // other than the first, a missing or mismatched part, or a tensor in two parts.
+  static absl::StatusOr<GgufFile> OpenSplit(const std::filesystem::path& first);
+  // Parts of a split model (1 for a single file).
+  size_t parts() const { return 1 + parts_.size(); }
 
   GgufFile(GgufFile&&) noexcept = default;
   GgufFile& operator=(GgufFile&&) noexcept = default;
@@ -174,6 +183,7 @@ class GgufFile {
   std::map<std::string_view, size_t> key_index_;  // keys point into bytes_
   std::vector<GgufTensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> tensor_index_;
+  std::vector<GgufFile> parts_;  // parts 2.. of a split model (OpenSplit)
 };
 
 }  // namespace colibri::model

@@ -33,7 +33,8 @@ struct ImportOptions {
   std::string name;         // the model's name in the store; empty: the manifest's name
   int32_t first_layer = 0;  // hold only layers [first_layer, last_layer] (a partial copy)
   int32_t last_layer = -1;  // -1: the last layer
-  // Called after each committed batch with (blocks done, blocks total).
+  // Called after each committed batch with (bytes done, bytes total) of the padded blocks
+  // (blocks an interrupted import already committed count as done).
   std::function<void(uint64_t, uint64_t)> progress;
   // Test hook: stop (as if killed) after committing this many blocks; -1: never.
   int64_t stop_after_blocks = -1;

@@ -1,14 +1,11 @@
-#include "kv_limit.h"
+#include "colibri/plan/kv_limit.h"
 
 #include <algorithm>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "colibri/core/file_util.h"
-#include "colibri/core/status.h"
 #include "colibri/core/units.h"
 
-namespace colibri::compute {
+namespace colibri::plan {
 
 KvLimit DefaultKvCacheLimit(const KvLimitInputs& in) {
   const uint64_t per_sequence = in.kv_bytes_per_token * static_cast<uint64_t>(std::max<int64_t>(in.context_length, 1));
@@ -27,18 +24,4 @@ KvLimit DefaultKvCacheLimit(const KvLimitInputs& in) {
   return out;
 }
 
-absl::StatusOr<uint64_t> HostMemAvailable(const std::filesystem::path& meminfo) {
-  ASSIGN_OR_RETURN(std::string text, ReadFileToString(meminfo));
-  std::istringstream in(text);
-  std::string key, unit;
-  uint64_t value = 0;
-  while (in >> key >> value) {
-    std::getline(in, unit);
-    if (key == "MemAvailable:") {
-      return unit.find("kB") != std::string::npos ? value * 1024 : value;
-    }
-  }
-  return absl::NotFoundError(absl::StrCat(meminfo.string(), ": no MemAvailable line"));
-}
-
-}  // namespace colibri::compute
+}  // namespace colibri::plan

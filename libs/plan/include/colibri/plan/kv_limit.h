@@ -10,12 +10,10 @@
 #pragma once
 
 #include <cstdint>
-#include <filesystem>
 #include <string>
 
-#include "absl/status/statusor.h"
 
-namespace colibri::compute {
+namespace colibri::plan {
 
 struct KvLimitInputs {
   uint64_t kv_bytes_per_token = 0;
@@ -34,7 +32,4 @@ struct KvLimit {
 // Never 0 (0 means unbounded): at least one token's KV.
 KvLimit DefaultKvCacheLimit(const KvLimitInputs& in);
 
-// MemAvailable from a /proc/meminfo-format file, in bytes. NotFound when the field is missing.
-absl::StatusOr<uint64_t> HostMemAvailable(const std::filesystem::path& meminfo = "/proc/meminfo");
-
-}  // namespace colibri::compute
+}  // namespace colibri::plan
