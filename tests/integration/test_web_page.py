@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -61,6 +62,17 @@ class WebPageTest(unittest.TestCase):
         self.assertRegex(out['status'], r'^[1-9]\d* experts seen$')
         self.assertIn('RAM', out['tiers'])
         self.assertGreater(os.path.getsize(shot), 10000)
+        self.assertTrue(out['stopped_meta'].endswith('· stopped'), out['stopped_meta'])
+        self.assertTrue(0 < int(out['stopped_meta'].split()[0]) < 4000, out['stopped_meta'])
+        self.assertTrue(out['send_enabled'])
+        # The stopped request ended on the server too (the client's leaving cancels it).
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            status, text = testlib.http('GET', self.url + '/metrics', headers={'Authorization': f'Bearer {KEY}'})
+            if testlib.metric(text, 'colibri_router_active_requests') == 0:
+                break
+            time.sleep(0.1)
+        self.assertEqual(testlib.metric(text, 'colibri_router_active_requests'), 0)
 
     def test_page_is_static_and_guarded(self):
         status, text = testlib.http('GET', self.url + '/')  # open without a key: no data in it

@@ -94,7 +94,8 @@ async function generate() {
     temperature: Number($('temperature').value), max_tokens: Number($('max-tokens').value),
   };
   const t0 = performance.now();
-  let first = 0, text = '', reasoning = '', tokens = 0, finish = '', error = '';
+  // tokens: the server's count (usage, at the end); a stopped reply counts its deltas.
+  let first = 0, text = '', reasoning = '', tokens = 0, deltas = 0, finish = '', error = '';
   try {
     const r = await fetch('/v1/chat/completions', {
       method: 'POST', headers: headers(), body: JSON.stringify(body), signal: state.controller.signal,
@@ -122,6 +123,7 @@ async function generate() {
           const d = c.delta || {};
           if (d.content || d.reasoning_content) {
             if (!first) first = performance.now();
+            deltas++;
             text += d.content || '';
             reasoning += d.reasoning_content || '';
             renderAssistant(div, text, reasoning, '');
@@ -136,6 +138,7 @@ async function generate() {
   }
   const end = performance.now();
   state.controller = null;
+  if (!tokens) tokens = deltas;
   if (error) {
     div.className = 'msg error';
     div.textContent = error;

@@ -39,6 +39,20 @@ try {
   out.status = await page.textContent('#status');
   out.tiers = await page.textContent('#tier-legend');
   if (screenshot) await page.screenshot({ path: screenshot });
+  // Stop: a long reply is cut once it has started streaming; the page keeps what came.
+  await page.fill('#max-tokens', '4000');
+  await page.fill('#prompt', 'And the river?');
+  await page.click('#send');
+  const long = page.locator('.msg.assistant').nth(1);
+  await page.waitForFunction(() => {
+    const b = document.querySelectorAll('.msg.assistant')[1];
+    return b && b.dataset.state === 'streaming' && b.querySelector('.answer');
+  }, null, { timeout: 60000 });
+  await page.click('#stop');
+  await page.waitForFunction(() => document.querySelectorAll('.msg.assistant')[1].dataset.state === 'done', null,
+                             { timeout: 30000 });
+  out.stopped_meta = await long.locator('.meta').textContent();
+  out.send_enabled = await page.isEnabled('#send');
 } finally {
   await browser.close();
 }
