@@ -33,8 +33,9 @@ try {
   out.assistant_bubbles = await page.locator('.msg.assistant').count();
   // The live panel polls /metrics and /stats once a second.
   await page.waitForFunction(() => document.getElementById('stat-hit').textContent !== '–', null, { timeout: 30000 });
-  await page.waitForFunction(() => document.getElementById('status').textContent.includes('experts seen'), null,
-                             { timeout: 30000 });
+  // (Heat arrives with the finished request's routing report: wait for a poll after it.)
+  await page.waitForFunction(() => /^[1-9]\d* experts seen$/.test(document.getElementById('status').textContent),
+                             null, { timeout: 30000 });
   out.hit = await page.textContent('#stat-hit');
   out.status = await page.textContent('#status');
   out.tiers = await page.textContent('#tier-legend');
