@@ -190,9 +190,9 @@ int Bench(const BenchFlags& f) {
   }
   if (f.output != "md" && f.output != "json") Fail(2, "-o: '" + f.output + "' is not md or json");
   if (f.repetitions < 1) Fail(2, "-r: at least 1 repetition");
-  auto node = CreateNode(f.node);
-  if (!node.ok()) Fail(node.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1,
-                       std::string(node.status().message()));
+  std::unique_ptr<ComputeNode> created;
+  if (int rc = CreateNode(f.node, &created)) throw CLI::RuntimeError(rc);
+  auto node = &created;
   const int64_t context = (*node)->manifest().config.context_length;
   for (int64_t n : f.prompt_sizes) {
     if (n < 1 || n >= context) Fail(2, absl::StrFormat("-p %d: must be between 1 and %d (the context)", n, context - 1));

@@ -67,9 +67,10 @@ class ChatBackend {
 
 class LocalBackend : public ChatBackend {
  public:
-  static absl::StatusOr<std::unique_ptr<LocalBackend>> Create(const ChatFlags& f) {
+  static absl::StatusOr<std::unique_ptr<LocalBackend>> Create(const ChatFlags& f,
+                                                              std::unique_ptr<colibri::compute::ComputeNode> node) {
     auto b = std::unique_ptr<LocalBackend>(new LocalBackend(f));
-    ASSIGN_OR_RETURN(b->node_, CreateNode(f.node));
+    b->node_ = std::move(node);
     ASSIGN_OR_RETURN(b->core_, colibri::router::MakeRouterCore(
                                    f.node.model_dir, colibri::router::MakeInProcessComputeClient(b->node_.get())));
     return b;
@@ -242,9 +243,10 @@ int Chat(const ChatFlags& f) {
   if (f.url.empty() == f.node.model_dir.empty()) Fail(2, "chat: give --model DIR or --url URL (one of them)");
   std::unique_ptr<ChatBackend> backend;
   if (f.url.empty()) {
-    auto local = LocalBackend::Create(f);
-    if (!local.ok()) Fail(local.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1,
-                          std::string(local.status().message()));
+    std::unique_ptr<colibri::compute::ComputeNode> node;
+    if (int rc = CreateNode(f.node, &node)) throw CLI::RuntimeError(rc);
+    auto local = LocalBackend::Create(f, std::move(node));
+    if (!local.ok()) Fail(1, std::string(local.status().message()));
     backend = std::move(*local);
   } else {
     backend = std::make_unique<RemoteBackend>(f);

@@ -2,8 +2,6 @@
 
 #include <cstdio>
 
-#include "absl/strings/str_cat.h"
-#include "colibri/core/status.h"
 #include "colibri/core/units.h"
 
 void Fail(int code, const std::string& what) {
@@ -19,15 +17,25 @@ void AddNodeFlags(CLI::App* app, NodeFlags* f, bool model_required) {
   colibri::compute::AddCacheFlags(app, &f->cache);
 }
 
-absl::StatusOr<std::unique_ptr<colibri::compute::ComputeNode>> CreateNode(const NodeFlags& f) {
+int CreateNode(const NodeFlags& f, std::unique_ptr<colibri::compute::ComputeNode>* node) {
   auto cache_bytes = colibri::ParseSize(f.cache_size);
   if (!cache_bytes.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--expert-cache-size: ", cache_bytes.status().message()));
+    std::fprintf(stderr, "error: --expert-cache-size: %s\n", std::string(cache_bytes.status().message()).c_str());
+    return 2;
   }
   colibri::compute::ComputeNodeOptions options;
   options.model_dir = f.model_dir;
   options.threads = f.threads;
   options.expert_cache_bytes = *cache_bytes;
-  RETURN_IF_ERROR(colibri::compute::ApplyCacheFlags(f.cache, &options));
-  return colibri::compute::ComputeNode::Create(options);
+  if (auto st = colibri::compute::ApplyCacheFlags(f.cache, &options); !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
+    return 2;
+  }
+  auto created = colibri::compute::ComputeNode::Create(options);
+  if (!created.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(created.status().message()).c_str());
+    return 1;
+  }
+  *node = std::move(*created);
+  return 0;
 }

@@ -25,5 +25,6 @@ void AddNodeFlags(CLI::App* app, NodeFlags* flags, bool model_required = true);
 // RuntimeError thrown from a subcommand callback into it).
 [[noreturn]] void Fail(int code, const std::string& what);
 
-// The node; InvalidArgument naming the flag for a bad size, the node's own error otherwise.
-absl::StatusOr<std::unique_ptr<colibri::compute::ComputeNode>> CreateNode(const NodeFlags& flags);
+// Builds the node into *node and returns 0, or prints the error and returns the exit status:
+// 2 for a bad flag (naming it), 1 when the node cannot be built (a bad model, pins file, ...).
+int CreateNode(const NodeFlags& flags, std::unique_ptr<colibri::compute::ComputeNode>* node);

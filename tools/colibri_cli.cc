@@ -51,11 +51,9 @@ int Run(const NodeFlags& node_flags, const std::string& prompt_tokens, const std
         int64_t max_tokens, const colibri::engine::SamplingParams& sampling, bool ignore_eos,
         const std::string& logits_out) {
   const std::string& model_dir = node_flags.model_dir;
-  auto node = CreateNode(node_flags);
-  if (!node.ok()) {
-    spdlog::error("{}", std::string(node.status().message()));
-    return node.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
-  }
+  std::unique_ptr<colibri::compute::ComputeNode> created;
+  if (int rc = CreateNode(node_flags, &created)) return rc;
+  auto node = &created;
   colibri::engine::GenerationRequest req;
   std::unique_ptr<colibri::tokenizer::Tokenizer> tok;
   if (!prompt_tokens.empty()) {
