@@ -34,6 +34,8 @@ int main(int argc, char** argv) {
   app.add_option("--model", model_dir, "Model directory made by colibri-convert")->required()->check(CLI::ExistingDirectory);
   app.add_option("--threads", threads, "Compute threads (0: physical cores)")->capture_default_str();
   colibri::router::AddHttpFlags(&app, &http);
+  std::vector<std::string> served_names;
+  colibri::router::AddServedNameFlag(&app, &served_names);
   app.add_option("--grpc-listen", grpc_listen, "Also serve the Router gRPC API here (host:port)");
   app.add_option("--port-file", port_file, "Write the bound HTTP port to this file");
   app.add_option("--grpc-port-file", grpc_port_file, "Write the bound gRPC port to this file (--grpc-listen)");
@@ -78,6 +80,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   (*core)->set_prefetch_hints(prefetch_hints);
+  if (auto st = (*core)->SetServedNames(served_names); !st.ok()) {
+    spdlog::error("{}", std::string(st.message()));
+    return 2;
+  }
   // One registry: the router's HTTP /metrics shows router and compute families together.
   auto registry = std::make_shared<prometheus::Registry>();
   colibri::router::RouterMetrics router_metrics(registry);
@@ -103,6 +109,7 @@ int main(int argc, char** argv) {
   if (colibri::auth::AdminRoutesAllowed("the HTTP API", http.host, security->has_keys())) {
     http.extra_routes = colibri::compute::AdminRoutes(node->get());  // /admin/stats, /admin/cache/clear
   }
+  http.node_stats = [n = node->get()] { return colibri::compute::TierSummaryJson(*n).dump(); };
   auto api = colibri::router::HttpApi::Start(core->get(), &router_metrics, http);
   if (!api.ok()) {
     spdlog::error("{}", std::string(api.status().message()));

@@ -233,3 +233,29 @@ def write_key_file(path, keys):
         f.write('# colibri API keys\n\n' + ''.join(f'{k}\n' for k in keys))
     os.chmod(path, 0o600)
     return path
+
+
+def npm_modules(name, spec):
+    """The node_modules directory holding npm package `spec` (e.g. 'openai@6'), installed on first
+    use into ~/.cache/colibri-npm/<name> (or $COLIBRI_NPM_CACHE/<name>), outside the repository;
+    None when node or npm is missing or the registry cannot be reached (tests then skip)."""
+    root = os.environ.get('COLIBRI_NPM_CACHE', os.path.join(os.path.expanduser('~'), '.cache', 'colibri-npm'))
+    prefix = os.path.join(root, name)
+    modules = os.path.join(prefix, 'node_modules')
+    package = spec.rsplit('@', 1)[0] if spec.rfind('@') > 0 else spec
+    if os.path.isdir(os.path.join(modules, package)):
+        return modules
+    if not shutil.which('npm') or not shutil.which('node'):
+        return None
+    os.makedirs(prefix, exist_ok=True)
+    p = subprocess.run(['npm', 'install', '--prefix', prefix, '--no-audit', '--no-fund', spec],
+                       capture_output=True, text=True, timeout=600)
+    return modules if p.returncode == 0 else None
+
+
+def run_node(modules, script, *args, timeout=300):
+    """Runs an ES module script with node next to `modules` (ESM resolves packages beside the
+    script, so a copy is run inside the install directory); returns CompletedProcess."""
+    copy = os.path.join(os.path.dirname(modules), os.path.basename(script))
+    shutil.copy(script, copy)
+    return subprocess.run(['node', copy, *map(str, args)], capture_output=True, text=True, timeout=timeout)

@@ -14,6 +14,7 @@
 #include "colibri/model/container.h"
 #include "colibri/tokenizer/tokenizer.h"
 #include "cache_flags.h"
+#include "cli_node.h"
 #include "compute_node.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -25,6 +26,10 @@ void AddCacheCommands(CLI::App& app);
 // plan / doctor (cli_plan.cc), tune (cli_tune.cc).
 void AddPlanCommands(CLI::App& app);
 void AddTuneCommand(CLI::App& app);
+// bench (cli_bench.cc).
+void AddBenchCommand(CLI::App& app);
+// chat (cli_chat.cc).
+void AddChatCommand(CLI::App& app);
 
 namespace {
 
@@ -45,21 +50,13 @@ bool WriteNpy(const std::string& path, const std::vector<float>& data, int64_t r
   return static_cast<bool>(out);
 }
 
-int Run(const std::string& model_dir, const std::string& prompt_tokens, const std::string& prompt_text,
+int Run(const NodeFlags& node_flags, const std::string& prompt_tokens, const std::string& prompt_text,
         int64_t max_tokens, const colibri::engine::SamplingParams& sampling, bool ignore_eos,
-        const std::string& logits_out, int threads, const colibri::compute::CacheFlags& cache_flags) {
-  colibri::compute::ComputeNodeOptions options;
-  options.model_dir = model_dir;
-  options.threads = threads;
-  if (auto st = colibri::compute::ApplyCacheFlags(cache_flags, &options); !st.ok()) {
-    spdlog::error("{}", std::string(st.message()));
-    return 2;
-  }
-  auto node = colibri::compute::ComputeNode::Create(options);
-  if (!node.ok()) {
-    spdlog::error("{}", std::string(node.status().message()));
-    return 1;
-  }
+        const std::string& logits_out) {
+  const std::string& model_dir = node_flags.model_dir;
+  std::unique_ptr<colibri::compute::ComputeNode> created;
+  if (int rc = CreateNode(node_flags, &created)) return rc;
+  auto node = &created;
   colibri::engine::GenerationRequest req;
   std::unique_ptr<colibri::tokenizer::Tokenizer> tok;
   if (!prompt_tokens.empty()) {
@@ -177,14 +174,16 @@ int main(int argc, char** argv) {
   AddCacheCommands(app);
   AddPlanCommands(app);
   AddTuneCommand(app);
+  AddBenchCommand(app);
+  AddChatCommand(app);
 
   std::string model_dir, prompt_tokens, prompt_text, logits_out;
   int64_t max_tokens = 32;
-  int threads = 0;
   bool ignore_eos = false;
   colibri::engine::SamplingParams sampling;
+  NodeFlags run_node;
   auto* run = app.add_subcommand("run", "Generate from a prompt; prints the generated token ids as JSON");
-  run->add_option("--model", model_dir, "Model directory")->required();
+  AddNodeFlags(run, &run_node);
   auto* pt = run->add_option("--prompt-tokens", prompt_tokens, "Prompt as comma-separated token ids");
   run->add_option("--prompt", prompt_text, "Prompt text (tokenized with the model's tokenizer)")->excludes(pt);
   run->add_option("--max-tokens", max_tokens, "Tokens to generate (0: score the prompt only)")->capture_default_str();
@@ -195,9 +194,6 @@ int main(int argc, char** argv) {
   run->add_option("--seed", sampling.seed)->capture_default_str();
   run->add_flag("--ignore-eos", ignore_eos, "Do not stop at the end-of-sequence token");
   run->add_option("--logits-out", logits_out, "Write float32 [positions, vocab] logits (.npy)");
-  run->add_option("--threads", threads, "Compute threads (0: physical cores)");
-  colibri::compute::CacheFlags cache_flags;
-  colibri::compute::AddCacheFlags(run, &cache_flags);
 
   auto* verify = app.add_subcommand("verify", "Check every checksum of a model directory; names bad blocks");
   verify->add_option("--model", model_dir, "Model directory")->required();
@@ -210,8 +206,7 @@ int main(int argc, char** argv) {
       spdlog::error("run: give --prompt-tokens or --prompt");
       return 2;
     }
-    return Run(model_dir, prompt_tokens, prompt_text, max_tokens, sampling, ignore_eos, logits_out, threads,
-               cache_flags);
+    return Run(run_node, prompt_tokens, prompt_text, max_tokens, sampling, ignore_eos, logits_out);
   }
   if (verify->parsed()) return Verify(model_dir);
   if (inspect->parsed()) return Inspect(model_dir);

@@ -33,6 +33,8 @@ int main(int argc, char** argv) {
       ->required()
       ->delimiter(',');
   colibri::router::AddHttpFlags(&app, &http);
+  std::vector<std::string> served_names;
+  colibri::router::AddServedNameFlag(&app, &served_names);
   app.add_option("--grpc-listen", grpc_listen, "Router gRPC address")->capture_default_str();
   app.add_option("--port-file", port_file, "Write the bound HTTP port to this file");
   app.add_option("--prefetch-hints", prefetch_hints,
@@ -70,6 +72,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   (*core)->set_prefetch_hints(prefetch_hints);
+  if (auto st = (*core)->SetServedNames(served_names); !st.ok()) {
+    spdlog::error("{}", std::string(st.message()));
+    return 2;
+  }
   auto registry = std::make_shared<prometheus::Registry>();
   colibri::router::RouterMetrics metrics(registry);
   colibri::router::RouterService service(core->get(), &metrics, http.threads);

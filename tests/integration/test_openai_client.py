@@ -4,35 +4,19 @@ into a cache directory outside the repository; the test skips when npm cannot re
 """
 import json
 import os
-import shutil
-import subprocess
 import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import testlib  # noqa: E402
 
-NPM_DIR = os.environ.get('COLIBRI_NPM_CACHE', os.path.join(os.path.expanduser('~'), '.cache', 'colibri-npm', 'openai6'))
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def install_openai():
-    """Returns the node_modules path holding openai@6, installing it when missing; None if offline."""
-    modules = os.path.join(NPM_DIR, 'node_modules')
-    if os.path.isdir(os.path.join(modules, 'openai')):
-        return modules
-    if not shutil.which('npm') or not shutil.which('node'):
-        return None
-    os.makedirs(NPM_DIR, exist_ok=True)
-    p = subprocess.run(['npm', 'install', '--prefix', NPM_DIR, '--no-audit', '--no-fund', 'openai@6'],
-                       capture_output=True, text=True, timeout=600)
-    return modules if p.returncode == 0 else None
 
 
 class OpenAiClientTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.modules = install_openai()
+        cls.modules = testlib.npm_modules('openai6', 'openai@6')
         if cls.modules is None:
             raise unittest.SkipTest('npm could not install openai@6 (offline?)')
         cls.dir = testlib.tempdir('colibri-openai-')
@@ -48,10 +32,7 @@ class OpenAiClientTest(unittest.TestCase):
         testlib.rmtree(cls.dir)
 
     def test_official_client(self):
-        # ESM resolves packages next to the script: run a copy inside the install directory.
-        script = os.path.join(NPM_DIR, 'client_test.mjs')
-        shutil.copy(os.path.join(HERE, 'openai', 'client_test.mjs'), script)
-        p = subprocess.run(['node', script, self.url, 'sekret'], capture_output=True, text=True, timeout=300)
+        p = testlib.run_node(self.modules, os.path.join(HERE, 'openai', 'client_test.mjs'), self.url, 'sekret')
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         out = json.loads(p.stdout.strip().splitlines()[-1])
         self.assertEqual(out['models'], ['demo'])

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
@@ -139,6 +140,10 @@ absl::StatusOr<GenerationResult> Engine::Generate(const GenerationRequest& reque
                                                    c.context_length));
   }
   if (request.max_tokens < 0) return absl::InvalidArgumentError("max_tokens must be >= 0");
+  if (request.min_tokens < 0 || request.min_tokens > request.max_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_tokens ", request.min_tokens, " must be between 0 and max_tokens (", request.max_tokens, ")"));
+  }
   RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
   auto seq = std::make_shared<Sequence>(request);
   seq->budget = std::min(request.max_tokens, c.context_length - n_prompt - (request.record_logits ? 1 : 0));
@@ -431,6 +436,11 @@ void Engine::Step() {
     }
     // Sample the next token from this sequence's last logits row.
     std::vector<float> last(rows + (sp.logit_rows - 1) * V, rows + sp.logit_rows * V);
+    if (static_cast<int64_t>(s->result.tokens.size()) < s->req.min_tokens) {
+      for (int32_t id : s->stops) {
+        if (id >= 0 && id < V) last[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
+      }
+    }
     SampledToken tok = s->sampler.Sample(last, s->history);
     if (s->result.tokens.empty()) {
       s->first_token = Clock::now();

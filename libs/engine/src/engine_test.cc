@@ -173,6 +173,32 @@ TEST_F(EngineTest, IdenticalPromptRecomputesOnlyTheLastToken) {
   EXPECT_EQ(a->tokens, b->tokens);
 }
 
+TEST_F(EngineTest, MinTokensMasksStopTokensUntilReached) {
+  auto e = NewEngine();
+  auto free_run = Run(*e, Greedy({1, 2, 3}, 6));
+  ASSERT_TRUE(free_run.ok());
+  const int32_t first = free_run->tokens[0];
+  GenerationRequest stop_at_first = Greedy({1, 2, 3}, 6);
+  stop_at_first.stop_tokens = {first};
+  auto stopped = Run(*e, stop_at_first);
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_EQ(stopped->tokens, std::vector<int32_t>({first}));
+  EXPECT_EQ(stopped->finish, FinishReason::kStop);
+  // With min_tokens 4 the stop token cannot be sampled for the first four tokens.
+  GenerationRequest held = stop_at_first;
+  held.min_tokens = 4;
+  auto r = Run(*e, held);
+  ASSERT_TRUE(r.ok());
+  ASSERT_GE(r->tokens.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_NE(r->tokens[i], first) << i;
+  GenerationRequest bad = Greedy({1, 2, 3}, 2);
+  bad.min_tokens = 3;
+  auto refused = Run(*e, bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("min_tokens"), std::string::npos);
+}
+
 TEST_F(EngineTest, CancelStopsAtOnce) {
   auto e = NewEngine();
   int seen = 0;

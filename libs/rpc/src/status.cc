@@ -54,4 +54,21 @@ std::string OpenAiErrorBody(const absl::Status& status) {
   return OpenAiErrorBody(http, std::string(status.message()), type, code);
 }
 
+std::string AnthropicErrorBody(int http_status, const std::string& message) {
+  const char* type = http_status == 400 || http_status == 415 ? "invalid_request_error"
+                     : http_status == 401                     ? "authentication_error"
+                     : http_status == 403                     ? "permission_error"
+                     : http_status == 404                     ? "not_found_error"
+                     : http_status == 413                     ? "request_too_large"
+                     : http_status == 429                     ? "rate_limit_error"
+                     : http_status == 503                     ? "overloaded_error"
+                                                              : "api_error";
+  nlohmann::json j = {{"type", "error"}, {"error", {{"type", type}, {"message", message}}}};
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string AnthropicErrorBody(const absl::Status& status) {
+  return AnthropicErrorBody(HttpStatus(status), std::string(status.message()));
+}
+
 }  // namespace colibri::rpc

@@ -158,5 +158,28 @@ TEST(OpenAiErrorBody, ExplicitFields) {
   ExpectOpenAiShape(OpenAiErrorBody(500, "", "server_error", ""), "", "server_error", "");
 }
 
+TEST(AnthropicErrorBody, ShapeAndTypePerStatus) {
+  const std::pair<absl::Status, const char*> cases[] = {
+      {absl::InvalidArgumentError("'max_tokens': is required"), "invalid_request_error"},
+      {absl::UnauthenticatedError("u"), "authentication_error"},
+      {absl::PermissionDeniedError("p"), "permission_error"},
+      {absl::NotFoundError("The model 'x' does not exist"), "not_found_error"},
+      {absl::ResourceExhaustedError("queue full"), "rate_limit_error"},
+      {absl::UnavailableError("compute down"), "overloaded_error"},
+      {absl::InternalError("bug \xff"), "api_error"},
+  };
+  for (const auto& [status, type] : cases) {
+    SCOPED_TRACE(status.ToString());
+    const json j = json::parse(AnthropicErrorBody(status), nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(j.is_object());
+    EXPECT_EQ(j.size(), 2u);
+    EXPECT_EQ(j["type"], "error");
+    EXPECT_EQ(j["error"].size(), 2u);
+    EXPECT_EQ(j["error"]["type"], type);
+    EXPECT_EQ(j["error"]["message"].get<std::string>().substr(0, 3), std::string(status.message()).substr(0, 3));
+  }
+  EXPECT_EQ(json::parse(AnthropicErrorBody(413, "too big"))["error"]["type"], "request_too_large");
+}
+
 }  // namespace
 }  // namespace colibri::rpc

@@ -123,6 +123,20 @@ Json NodeStatsJson(ComputeNode& node) {
   return out;
 }
 
+Json TierSummaryJson(ComputeNode& node) {
+  const auto& m = node.manifest();
+  const expert_source::CacheStats ram = node.expert_cache().ram().Stats();
+  Json tiers{{"ram", {{"bytes", ram.bytes_cached}, {"capacity_bytes", ram.capacity_bytes}}}};
+  if (const auto* vram = node.expert_cache().vram()) {
+    const expert_source::CacheStats v = vram->Stats();
+    tiers["vram"] = {{"bytes", v.bytes_cached}, {"capacity_bytes", v.capacity_bytes}};
+  }
+  return Json{{"layers", m.config.n_layers},
+              {"experts", m.config.n_experts},
+              {"expert_bytes", m.TotalExpertBytes()},
+              {"tiers", std::move(tiers)}};
+}
+
 std::vector<metrics::HttpRoute> AdminRoutes(ComputeNode* node) {
   std::vector<metrics::HttpRoute> routes;
   routes.push_back({"GET", "/admin/stats", [node](const std::string&) -> std::pair<int, std::string> {

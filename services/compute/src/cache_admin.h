@@ -19,6 +19,11 @@ namespace colibri::compute {
 
 nlohmann::ordered_json NodeStatsJson(ComputeNode& node);
 
+// Where the experts are, for the web page's tier bar and heat map: {"layers", "experts",
+// "expert_bytes" (the model's), "tiers": {"ram": {"bytes", "capacity_bytes"}, "vram": {...}}}
+// (vram only with a VRAM tier).
+nlohmann::ordered_json TierSummaryJson(ComputeNode& node);
+
 // The admin routes; `node` must outlive the server serving them.
 std::vector<metrics::HttpRoute> AdminRoutes(ComputeNode* node);
 

@@ -54,6 +54,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* ComputeService::Generate(grpc::C
   r.max_tokens = req->stop().max_tokens() > 0 ? req->stop().max_tokens() : node_->manifest().config.context_length;
   r.stop_tokens.assign(req->stop().stop_token_ids().begin(), req->stop().stop_token_ids().end());
   r.ignore_eos = req->stop().ignore_eos();
+  r.min_tokens = req->stop().min_tokens();
   r.session_id = req->session_id();
   const auto deadline = ctx->deadline();
   using Writer = rpc::QueuedWriteReactor<v1::GenerateResponse>;

@@ -26,6 +26,7 @@ class InProcessComputeClient final : public ComputeClient {
     r.max_tokens = request.max_tokens;
     r.stop_tokens = request.stop_tokens;
     r.ignore_eos = request.ignore_eos;
+    r.min_tokens = request.min_tokens;
     r.session_id = request.session_id;
     r.cancel = request.cancel;
     auto result = node_->engine().Generate(r, [&](const engine::SampledToken& t) {
@@ -81,6 +82,7 @@ class GrpcComputeClient final : public ComputeClient {
     req.mutable_stop()->set_max_tokens(static_cast<uint32_t>(request.max_tokens));
     for (int32_t t : request.stop_tokens) req.mutable_stop()->add_stop_token_ids(static_cast<uint32_t>(t));
     req.mutable_stop()->set_ignore_eos(request.ignore_eos);
+    req.mutable_stop()->set_min_tokens(static_cast<uint32_t>(request.min_tokens));
     req.set_session_id(request.session_id);
     grpc::ClientContext ctx;
     if (request.deadline != std::chrono::system_clock::time_point::max()) ctx.set_deadline(request.deadline);

@@ -26,6 +26,7 @@ struct ComputeRequest {
   int64_t max_tokens = 256;
   std::vector<int32_t> stop_tokens;
   bool ignore_eos = false;
+  int64_t min_tokens = 0;  // EOS and stop tokens masked until this many (engine.h)
   std::string session_id;  // optional: prefer this conversation's pooled KV
   std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
   CancelToken cancel;      // optional: the client left; stops the work wherever it is (queue, prefill)

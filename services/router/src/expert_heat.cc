@@ -53,6 +53,14 @@ std::vector<expert_source::ExpertId> ExpertHeat::GlobalHints(size_t max) const {
   return Top(global_, max);
 }
 
+std::vector<ExpertHeat::Cell> ExpertHeat::GlobalCells() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Cell> out;
+  out.reserve(global_.size());
+  for (const auto& [key, h] : global_) out.push_back({key.first, key.second, h});
+  return out;
+}
+
 size_t ExpertHeat::sessions() const {
   std::lock_guard<std::mutex> lock(mu_);
   return sessions_.size();

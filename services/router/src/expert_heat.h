@@ -36,6 +36,13 @@ class ExpertHeat {
   // The globally hottest experts, in layer order.
   std::vector<expert_source::ExpertId> GlobalHints(size_t max) const;
 
+  // Every expert's heat over all requests, in (layer, expert) order (the web page's heat map).
+  struct Cell {
+    int32_t layer = 0, expert = 0;
+    double heat = 0;
+  };
+  std::vector<Cell> GlobalCells() const;
+
   size_t sessions() const;
 
  private:

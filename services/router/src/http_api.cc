@@ -16,7 +16,10 @@
 #include "nlohmann/json.hpp"
 #include "client_watch.h"
 #include "http_server.h"
+#include "anthropic_request.h"
+#include "colibri/core/status.h"
 #include "openai_request.h"
+#include "web_assets.h"
 
 namespace colibri::router {
 namespace {
@@ -60,83 +63,181 @@ json LogprobsJson(const tokenizer::Tokenizer& tok, const std::vector<engine::Sam
   return json{{"content", content}};
 }
 
+// Anthropic clients send their key as x-api-key; either header is checked the same way.
+std::string Credentials(const httplib::Request& req) {
+  std::string authorization = req.get_header_value("Authorization");
+  if (authorization.empty() && req.has_header("x-api-key")) authorization = "Bearer " + req.get_header_value("x-api-key");
+  return authorization;
+}
+
+bool AnthropicPath(const std::string& path) { return path == "/v1/messages"; }
+
+// The web page's files by path ("/" is index.html); nullptr for any other path.
+const EmbeddedFile* PageFile(const std::string& path) {
+  const std::string_view name = path == "/" ? std::string_view("index.html") : std::string_view(path).substr(1);
+  if (path.empty() || path[0] != '/') return nullptr;
+  for (const auto& f : EmbeddedFiles()) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+const char* ContentType(std::string_view name) {
+  if (name.ends_with(".html")) return "text/html; charset=utf-8";
+  if (name.ends_with(".js")) return "text/javascript; charset=utf-8";
+  if (name.ends_with(".css")) return "text/css; charset=utf-8";
+  return "application/octet-stream";
+}
+
+// An error before routing, in the shape of the API the path belongs to.
+std::string RouteErrorBody(const std::string& path, int http, const std::string& message, const char* type,
+                           const char* code) {
+  return AnthropicPath(path) ? rpc::AnthropicErrorBody(http, message) : rpc::OpenAiErrorBody(http, message, type, code);
+}
+
+const char* AnthropicStopReason(const TextResult& t) {
+  if (t.finish == engine::FinishReason::kLength) return "max_tokens";
+  return t.stop_string.empty() ? "end_turn" : "stop_sequence";
+}
+
 class Handler {
  public:
   Handler(RouterCore* core, RouterMetrics* metrics, const HttpOptions& options)
       : core_(core), metrics_(metrics), options_(options) {}
 
-  void Error(httplib::Response& res, const std::string& endpoint, const absl::Status& status) {
+  void Error(httplib::Response& res, const std::string& endpoint, const absl::Status& status, bool anthropic = false) {
     res.status = rpc::HttpStatus(status);
-    res.set_content(rpc::OpenAiErrorBody(status), "application/json");
+    res.set_content(anthropic ? rpc::AnthropicErrorBody(status) : rpc::OpenAiErrorBody(status), "application/json");
     metrics_->CountRequest(endpoint, res.status);
   }
 
-  // Before routing: 401 in OpenAI's shape for a request without a valid key.
+  // Before routing: 401 in the API's shape for a request without a valid key.
   bool Authorized(const httplib::Request& req, httplib::Response& res) {
-    auto who = auth::AuthorizeHttp(options_.access, req.path, req.get_header_value("Authorization"));
+    auto who = auth::AuthorizeHttp(options_.access, req.path, Credentials(req));
     if (who.ok()) return true;
     res.status = 401;
     res.set_header("WWW-Authenticate", "Bearer");
-    res.set_content(rpc::OpenAiErrorBody(401, std::string(who.status().message()), "invalid_request_error",
-                                         "invalid_api_key"),
+    res.set_content(RouteErrorBody(req.path, 401, std::string(who.status().message()), "invalid_request_error",
+                                   "invalid_api_key"),
                     "application/json");
     metrics_->CountRequest("unauthenticated", 401);
     return false;
   }
 
   void Models(const httplib::Request& req, httplib::Response& res) {
-    json j = {{"object", "list"},
-              {"data", json::array({{{"id", core_->model_name()},
-                                     {"object", "model"},
-                                     {"created", 0},
-                                     {"owned_by", "colibri"},
-                                     {"max_model_len", core_->context_length()}}})}};
-    res.set_content(Dump(j), "application/json");
+    json data = json::array();
+    for (const std::string& name : core_->served_names()) {
+      data.push_back({{"id", name},
+                      {"object", "model"},
+                      {"created", 0},
+                      {"owned_by", "colibri"},
+                      {"max_model_len", core_->context_length()}});
+    }
+    res.set_content(Dump(json{{"object", "list"}, {"data", data}}), "application/json");
     metrics_->CountRequest("models", 200);
+  }
+
+  // GET /stats: what the web page shows beside /metrics.
+  void Stats(const httplib::Request&, httplib::Response& res) {
+    json cells = json::array();
+    int32_t layers = 0, experts = 0;
+    for (const auto& c : core_->heat().GlobalCells()) {
+      cells.push_back({c.layer, c.expert, c.heat});
+      layers = std::max(layers, c.layer + 1);
+      experts = std::max(experts, c.expert + 1);
+    }
+    json j = {{"model", core_->model_name()},
+              {"served_names", core_->served_names()},
+              {"context_length", core_->context_length()},
+              {"heat", {{"layers", layers}, {"experts", experts}, {"cells", cells}}},
+              {"node", nullptr}};
+    if (options_.node_stats) j["node"] = json::parse(options_.node_stats(), nullptr, false);
+    res.set_content(Dump(j), "application/json");
+    metrics_->CountRequest("stats", 200);
   }
 
   void Completions(const httplib::Request& req, httplib::Response& res, bool chat) {
     const std::string endpoint = chat ? "chat_completions" : "completions";
-    auto parsed = ParseOpenAiRequest(req.body, chat);
-    if (!parsed.ok()) return Error(res, endpoint, parsed.status());
-    // The client's leaving (seen by a ClientWatch on its connection) cancels the request while
-    // it is queued or prefilling, not only once tokens are written.
-    auto cancel = std::make_shared<CancelFlag>();
-    parsed->params.cancel = cancel;
-    const int client_fd = CurrentConnectionSocket();
-    if (auto st = core_->CheckModel(parsed->model); !st.ok()) return Error(res, endpoint, st);
-    absl::StatusOr<std::vector<int32_t>> ids = chat                          ? core_->EncodeChat(parsed->messages, parsed->chat_options)
-                                               : !parsed->prompt_ids.empty() ? parsed->prompt_ids
-                                                                             : core_->EncodeText(parsed->prompt);
-    if (!ids.ok()) return Error(res, endpoint, ids.status());
-    parsed->params.prompt = std::move(*ids);
-    if (auto who = auth::AuthorizeHttp(options_.access, req.path, req.get_header_value("Authorization")); who.ok()) {
-      parsed->params.session_id = ScopedSessionId(*who, parsed->params.session_id);
-    }
-    if (chat && parsed->params.session_id.empty()) parsed->params.affinity_key = ComputePool::ChatKey(parsed->messages);
-    if (static_cast<int64_t>(parsed->params.prompt.size()) >= core_->context_length()) {
-      return Error(res, endpoint,
-                   absl::InvalidArgumentError(absl::StrCat(
-                       "This model's maximum context length is ", core_->context_length(), " tokens, but the prompt has ",
-                       parsed->params.prompt.size(), " tokens")));
-    }
-    auto request = std::make_shared<OpenAiRequest>(std::move(*parsed));
+    auto request = Prepare(req, ParseOpenAiRequest(req.body, chat));
+    if (!request.ok()) return Error(res, endpoint, request.status());
+    auto r = *request;
     const std::string id = NewId(chat ? "chatcmpl-" : "cmpl-");
     const int64_t created = NowSeconds();
-    if (!request->stream) {
-      ClientWatch watch(client_fd, cancel);
-      return Blocking(res, endpoint, *request, id, created);
+    const int client_fd = CurrentConnectionSocket();
+    if (!r->stream) {
+      ClientWatch watch(client_fd, r->params.cancel);
+      return Blocking(res, endpoint, *r, id, created);
     }
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [this, request, id, created, endpoint, client_fd, cancel](
+    res.set_chunked_content_provider("text/event-stream", [this, r, id, created, endpoint, client_fd](
                                                               size_t, httplib::DataSink& sink) {
-      ClientWatch watch(client_fd, cancel);
-      Stream(sink, endpoint, *request, id, created);
+      ClientWatch watch(client_fd, r->params.cancel);
+      Stream(sink, endpoint, *r, id, created);
+      return true;
+    });
+  }
+
+  // POST /v1/messages: Anthropic's Messages API over the same request and run.
+  void Messages(const httplib::Request& req, httplib::Response& res) {
+    const std::string endpoint = "messages";
+    auto request = Prepare(req, ParseAnthropicRequest(req.body));
+    if (!request.ok()) return Error(res, endpoint, request.status(), /*anthropic=*/true);
+    auto r = *request;
+    const std::string id = NewId("msg_");
+    const int client_fd = CurrentConnectionSocket();
+    if (!r->stream) {
+      ClientWatch watch(client_fd, r->params.cancel);
+      auto result = RunBlocking(*r, nullptr);
+      if (!result.ok()) return Error(res, endpoint, result.status(), true);
+      if (IsCancelled(r->params.cancel)) return ClientGone(res, endpoint);
+      json body = AnthropicMessage(id, *result);
+      body["content"] = json::array({{{"type", "text"}, {"text", result->text}}});
+      res.set_content(Dump(body), "application/json");
+      metrics_->CountRequest(endpoint, 200);
+      return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream", [this, r, id, endpoint, client_fd](size_t,
+                                                                                            httplib::DataSink& sink) {
+      ClientWatch watch(client_fd, r->params.cancel);
+      StreamMessages(sink, endpoint, *r, id);
       return true;
     });
   }
 
  private:
+  // What every generating route does after parsing: a cancel flag for the client's leaving (a
+  // ClientWatch on its connection sets it, so a queued or prefilling request stops too), the
+  // model name, the prompt, the key-scoped session and the context check.
+  absl::StatusOr<std::shared_ptr<OpenAiRequest>> Prepare(const httplib::Request& req,
+                                                         absl::StatusOr<OpenAiRequest> parsed) {
+    if (!parsed.ok()) return parsed.status();
+    parsed->params.cancel = std::make_shared<CancelFlag>();
+    RETURN_IF_ERROR(core_->CheckModel(parsed->model));
+    absl::StatusOr<std::vector<int32_t>> ids = parsed->chat ? core_->EncodeChat(parsed->messages, parsed->chat_options)
+                                               : !parsed->prompt_ids.empty() ? parsed->prompt_ids
+                                                                             : core_->EncodeText(parsed->prompt);
+    if (!ids.ok()) return ids.status();
+    parsed->params.prompt = std::move(*ids);
+    if (auto who = auth::AuthorizeHttp(options_.access, req.path, Credentials(req)); who.ok()) {
+      parsed->params.session_id = ScopedSessionId(*who, parsed->params.session_id);
+    }
+    if (parsed->chat && parsed->params.session_id.empty()) {
+      parsed->params.affinity_key = ComputePool::ChatKey(parsed->messages);
+    }
+    if (static_cast<int64_t>(parsed->params.prompt.size()) >= core_->context_length()) {
+      return absl::InvalidArgumentError(absl::StrCat("This model's maximum context length is ", core_->context_length(),
+                                                     " tokens, but the prompt has ", parsed->params.prompt.size(),
+                                                     " tokens"));
+    }
+    return std::make_shared<OpenAiRequest>(std::move(*parsed));
+  }
+
+  void ClientGone(httplib::Response& res, const std::string& endpoint) {  // nobody reads an answer
+    res.status = 499;
+    metrics_->CountRequest(endpoint, 499);
+  }
+
   json Choice(const OpenAiRequest& r, const Delta* delta, const char* finish, bool first) {
     json c = {{"index", 0}, {"finish_reason", finish ? json(finish) : json(nullptr)}, {"logprobs", nullptr}};
     if (r.chat) {
@@ -165,28 +266,50 @@ class Handler {
             {"prompt_tokens_details", {{"cached_tokens", t.cached_prompt_tokens}}}};
   }
 
+  // A Messages API message without its content: id, model, stop reason and usage (Anthropic
+  // counts cache reads apart from input_tokens).
+  json AnthropicMessage(const std::string& id, const TextResult& t) {
+    return {{"id", id},
+            {"type", "message"},
+            {"role", "assistant"},
+            {"model", core_->model_name()},
+            {"stop_reason", AnthropicStopReason(t)},
+            {"stop_sequence", t.stop_string.empty() ? json(nullptr) : json(t.stop_string)},
+            {"usage",
+             {{"input_tokens", t.prompt_tokens - t.cached_prompt_tokens},
+              {"cache_read_input_tokens", t.cached_prompt_tokens},
+              {"cache_creation_input_tokens", 0},
+              {"output_tokens", t.completion_tokens}}}};
+  }
+
   void Account(const TextResult& t) {
     metrics_->prompt_tokens->Increment(static_cast<double>(t.prompt_tokens));
     metrics_->completion_tokens->Increment(static_cast<double>(t.completion_tokens));
   }
 
-  void Blocking(httplib::Response& res, const std::string& endpoint, const OpenAiRequest& r, const std::string& id,
-                int64_t created) {
+  // Runs a request to its end; `tokens` (optional) collects what was sampled. Counts tokens and
+  // time on success.
+  absl::StatusOr<TextResult> RunBlocking(const OpenAiRequest& r, std::vector<engine::SampledToken>* tokens) {
     const auto t0 = std::chrono::steady_clock::now();
     metrics_->active_requests->Increment();
-    std::vector<engine::SampledToken> tokens;
     auto result = core_->Run(r.params, [&](const Delta& d) {
-      tokens.insert(tokens.end(), d.tokens.begin(), d.tokens.end());
+      if (tokens) tokens->insert(tokens->end(), d.tokens.begin(), d.tokens.end());
       return true;
     });
     metrics_->active_requests->Decrement();
-    if (!result.ok()) return Error(res, endpoint, result.status());
-    if (IsCancelled(r.params.cancel)) {  // the client is gone: nobody reads an answer
-      res.status = 499;
-      metrics_->CountRequest(endpoint, 499);
-      return;
+    if (result.ok() && !IsCancelled(r.params.cancel)) {
+      Account(*result);
+      metrics_->request_seconds->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
-    Account(*result);
+    return result;
+  }
+
+  void Blocking(httplib::Response& res, const std::string& endpoint, const OpenAiRequest& r, const std::string& id,
+                int64_t created) {
+    std::vector<engine::SampledToken> tokens;
+    auto result = RunBlocking(r, &tokens);
+    if (!result.ok()) return Error(res, endpoint, result.status());
+    if (IsCancelled(r.params.cancel)) return ClientGone(res, endpoint);
     json choice = {{"index", 0}, {"finish_reason", FinishName(result->finish)}, {"logprobs", nullptr}};
     if (r.chat) {
       choice["message"] = {{"role", "assistant"}, {"content", result->text}};
@@ -206,28 +329,22 @@ class Handler {
                  {"choices", json::array({choice})},
                  {"usage", Usage(*result)}};
     res.set_content(Dump(body), "application/json");
-    metrics_->request_seconds->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     metrics_->CountRequest(endpoint, 200);
   }
 
-  void Stream(httplib::DataSink& sink, const std::string& endpoint, const OpenAiRequest& r, const std::string& id,
-              int64_t created) {
+  struct Streamed {
+    absl::StatusOr<TextResult> result = absl::UnknownError("not run");
+    bool client_ok = true;  // every write reached the client
+  };
+
+  // Runs a streaming request: generation on its own thread, this thread writing each delta
+  // (write_delta false: the client is gone, which cancels the request). While nothing comes (a
+  // long prefill, a queue wait) it sends SSE comments, which keep proxies from timing the
+  // connection out and notice a client that went away. Counts the request's tokens and time.
+  Streamed Pump(httplib::DataSink& sink, const OpenAiRequest& r, bool client_ok,
+                const std::function<bool(const Delta&)>& write_delta) {
     const auto t0 = std::chrono::steady_clock::now();
-    const char* object = r.chat ? "chat.completion.chunk" : "text_completion";
-    auto send = [&](const json& chunk) {
-      std::string line = absl::StrCat("data: ", Dump(chunk), "\n\n");
-      return sink.write(line.data(), line.size());
-    };
-    auto chunk = [&](json choices) {
-      return json{{"id", id}, {"object", object}, {"created", created}, {"model", core_->model_name()},
-                  {"choices", std::move(choices)}};
-    };
     metrics_->active_requests->Increment();
-    bool first = true, client_ok = true;
-    if (r.chat) client_ok = send(chunk(json::array({Choice(r, nullptr, nullptr, true)})));
-    // Generation runs on its own thread; this thread writes to the client. While nothing comes
-    // (a long prefill, a queue wait) it sends SSE comments, which keep proxies from timing the
-    // connection out and notice a client that went away, so the request is cancelled at once.
     struct Channel {
       std::mutex mu;
       std::condition_variable cv;
@@ -250,6 +367,7 @@ class Handler {
       ch.cv.notify_one();
     });
     const auto keepalive = std::chrono::milliseconds(options_.sse_keepalive_ms);
+    bool first = true;
     std::unique_lock<std::mutex> lock(ch.mu);
     for (;;) {
       const bool ready = ch.cv.wait_for(lock, keepalive, [&] { return !ch.deltas.empty() || ch.done; });
@@ -271,7 +389,7 @@ class Handler {
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
           first = false;
         }
-        if (client_ok) client_ok = send(chunk(json::array({Choice(r, &d, nullptr, false)})));
+        if (client_ok) client_ok = write_delta(d);
       }
       if (!client_ok || IsCancelled(gone)) {
         client_ok = false;
@@ -282,19 +400,37 @@ class Handler {
     }
     lock.unlock();
     worker.join();
-    absl::StatusOr<TextResult>& result = ch.result;
     metrics_->active_requests->Decrement();
-    if (!result.ok()) {
+    if (ch.result.ok() && client_ok) Account(*ch.result);
+    metrics_->request_seconds->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return {std::move(ch.result), client_ok};
+  }
+
+  void Stream(httplib::DataSink& sink, const std::string& endpoint, const OpenAiRequest& r, const std::string& id,
+              int64_t created) {
+    const char* object = r.chat ? "chat.completion.chunk" : "text_completion";
+    auto send = [&](const json& chunk) {
+      std::string line = absl::StrCat("data: ", Dump(chunk), "\n\n");
+      return sink.write(line.data(), line.size());
+    };
+    auto chunk = [&](json choices) {
+      return json{{"id", id}, {"object", object}, {"created", created}, {"model", core_->model_name()},
+                  {"choices", std::move(choices)}};
+    };
+    bool client_ok = true;
+    if (r.chat) client_ok = send(chunk(json::array({Choice(r, nullptr, nullptr, true)})));
+    Streamed out = Pump(sink, r, client_ok,
+                        [&](const Delta& d) { return send(chunk(json::array({Choice(r, &d, nullptr, false)}))); });
+    if (!out.result.ok()) {
       // Headers are gone already: report the error in-band, in OpenAI's error shape.
-      std::string line = absl::StrCat("data: ", rpc::OpenAiErrorBody(result.status()), "\n\n");
+      std::string line = absl::StrCat("data: ", rpc::OpenAiErrorBody(out.result.status()), "\n\n");
       sink.write(line.data(), line.size());
-      metrics_->CountRequest(endpoint, rpc::HttpStatus(result.status()));
-    } else if (client_ok) {
-      Account(*result);
-      send(chunk(json::array({Choice(r, nullptr, FinishName(result->finish), false)})));
+      metrics_->CountRequest(endpoint, rpc::HttpStatus(out.result.status()));
+    } else if (out.client_ok) {
+      send(chunk(json::array({Choice(r, nullptr, FinishName(out.result->finish), false)})));
       if (r.include_usage) {
         json u = chunk(json::array());
-        u["usage"] = Usage(*result);
+        u["usage"] = Usage(*out.result);
         send(u);
       }
       metrics_->CountRequest(endpoint, 200);
@@ -302,9 +438,55 @@ class Handler {
       metrics_->CountRequest(endpoint, 499);
     }
     static const std::string kDone = "data: [DONE]\n\n";
-    if (client_ok) sink.write(kDone.data(), kDone.size());
+    if (out.client_ok) sink.write(kDone.data(), kDone.size());
     sink.done();
-    metrics_->request_seconds->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+
+  // The Messages API's event stream: message_start, one text block (content_block_start, its
+  // text_delta events, content_block_stop), message_delta with the stop reason and usage,
+  // message_stop; an error event in Anthropic's shape if the run fails.
+  void StreamMessages(httplib::DataSink& sink, const std::string& endpoint, const OpenAiRequest& r,
+                      const std::string& id) {
+    auto event = [&](const char* name, const json& data) {
+      std::string line = absl::StrCat("event: ", name, "\ndata: ", Dump(data), "\n\n");
+      return sink.write(line.data(), line.size());
+    };
+    TextResult start;
+    start.prompt_tokens = static_cast<int64_t>(r.params.prompt.size());
+    json message = AnthropicMessage(id, start);
+    message["content"] = json::array();
+    message["stop_reason"] = nullptr;
+    message["stop_sequence"] = nullptr;
+    bool client_ok = event("message_start", {{"type", "message_start"}, {"message", message}}) &&
+                     event("content_block_start", {{"type", "content_block_start"},
+                                                   {"index", 0},
+                                                   {"content_block", {{"type", "text"}, {"text", ""}}}}) &&
+                     event("ping", {{"type", "ping"}});
+    Streamed out = Pump(sink, r, client_ok, [&](const Delta& d) {
+      if (d.text.empty()) return true;
+      return event("content_block_delta", {{"type", "content_block_delta"},
+                                           {"index", 0},
+                                           {"delta", {{"type", "text_delta"}, {"text", d.text}}}});
+    });
+    if (!out.result.ok()) {
+      std::string line = absl::StrCat("event: error\ndata: ", rpc::AnthropicErrorBody(out.result.status()), "\n\n");
+      sink.write(line.data(), line.size());
+      metrics_->CountRequest(endpoint, rpc::HttpStatus(out.result.status()));
+    } else if (out.client_ok) {
+      const TextResult& t = *out.result;
+      event("content_block_stop", {{"type", "content_block_stop"}, {"index", 0}});
+      event("message_delta",
+            {{"type", "message_delta"},
+             {"delta",
+              {{"stop_reason", AnthropicStopReason(t)},
+               {"stop_sequence", t.stop_string.empty() ? json(nullptr) : json(t.stop_string)}}},
+             {"usage", {{"output_tokens", t.completion_tokens}}}});
+      event("message_stop", {{"type", "message_stop"}});
+      metrics_->CountRequest(endpoint, 200);
+    } else {
+      metrics_->CountRequest(endpoint, 499);
+    }
+    sink.done();
   }
 
   RouterCore* core_;
@@ -369,6 +551,13 @@ void AddHttpFlags(CLI::App* app, HttpOptions* o) {
   AddHttpLimitFlags(app, &o->limits);
 }
 
+void AddServedNameFlag(CLI::App* app, std::vector<std::string>* names) {
+  app->add_option("--served-model-name", *names,
+                  "Model names clients may use (the first is the one responses carry; /v1/models lists all). "
+                  "Default: the model's own name")
+      ->delimiter(',');
+}
+
 absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, RouterMetrics* metrics,
                                                         const HttpOptions& options) {
   auto api = std::unique_ptr<HttpApi>(new HttpApi());
@@ -381,17 +570,19 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, Router
   s.set_pre_routing_handler([handler, options](const httplib::Request& q, httplib::Response& r) {
     if (q.path != "/health" && !HostAllowed(options, q.get_header_value("Host"))) {
       r.status = 403;
-      r.set_content(rpc::OpenAiErrorBody(403, absl::StrCat("Host '", q.get_header_value("Host"),
-                                                           "' is not allowed (see --allowed-hosts)"),
-                                         "invalid_request_error", "host_not_allowed"),
+      r.set_content(RouteErrorBody(q.path, 403,
+                                   absl::StrCat("Host '", q.get_header_value("Host"),
+                                                "' is not allowed (see --allowed-hosts)"),
+                                   "invalid_request_error", "host_not_allowed"),
                     "application/json");
       return httplib::Server::HandlerResponse::Handled;
     }
-    if (!handler->Authorized(q, r)) return httplib::Server::HandlerResponse::Handled;
+    const bool page = q.method == "GET" && PageFile(q.path) != nullptr;  // static, no data: open
+    if (!page && !handler->Authorized(q, r)) return httplib::Server::HandlerResponse::Handled;
     if (q.method == "POST" && !JsonContentType(q)) {
       r.status = 415;
-      r.set_content(rpc::OpenAiErrorBody(415, "Content-Type must be application/json", "invalid_request_error",
-                                         "unsupported_media_type"),
+      r.set_content(RouteErrorBody(q.path, 415, "Content-Type must be application/json", "invalid_request_error",
+                                   "unsupported_media_type"),
                     "application/json");
       return httplib::Server::HandlerResponse::Handled;
     }
@@ -401,7 +592,22 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, Router
          [handler](const httplib::Request& q, httplib::Response& r) { handler->Completions(q, r, true); });
   s.Post("/v1/completions",
          [handler](const httplib::Request& q, httplib::Response& r) { handler->Completions(q, r, false); });
+  s.Post("/v1/messages", [handler](const httplib::Request& q, httplib::Response& r) { handler->Messages(q, r); });
   s.Get("/v1/models", [handler](const httplib::Request& q, httplib::Response& r) { handler->Models(q, r); });
+  s.Get("/stats", [handler](const httplib::Request& q, httplib::Response& r) { handler->Stats(q, r); });
+  for (const auto& f : EmbeddedFiles()) {
+    auto serve = [&f](const httplib::Request&, httplib::Response& r) {
+      // Only our own files run in the page, and no other site may frame it.
+      r.set_header("Content-Security-Policy",
+                   "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'");
+      r.set_header("X-Content-Type-Options", "nosniff");
+      r.set_header("X-Frame-Options", "DENY");
+      r.set_header("Cache-Control", "no-cache");
+      r.set_content(std::string(f.bytes), ContentType(f.name));
+    };
+    s.Get(absl::StrCat("/", std::string(f.name)), serve);
+    if (f.name == "index.html") s.Get("/", serve);
+  }
   const bool own_health = std::any_of(options.extra_routes.begin(), options.extra_routes.end(),
                                       [](const metrics::HttpRoute& r) { return r.method == "GET" && r.path == "/health"; });
   if (!own_health) {
@@ -425,10 +631,10 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, Router
       s.Get(route.path, admin);
     }
   }
-  s.set_error_handler([](const httplib::Request&, httplib::Response& r) {
+  s.set_error_handler([](const httplib::Request& q, httplib::Response& r) {
     if (r.body.empty()) {
-      r.set_content(rpc::OpenAiErrorBody(r.status, absl::StrCat("HTTP ", r.status), "invalid_request_error",
-                                         r.status == 404 ? "not_found" : "error"),
+      r.set_content(RouteErrorBody(q.path, r.status, absl::StrCat("HTTP ", r.status), "invalid_request_error",
+                                   r.status == 404 ? "not_found" : "error"),
                     "application/json");
     }
   });

@@ -1,9 +1,14 @@
 // The OpenAI-compatible HTTP API: POST /v1/chat/completions and /v1/completions (SSE streaming
-// and not), GET /v1/models, GET /health, GET /metrics, and any extra (admin) routes. Errors use
-// OpenAI's JSON error shape. With API keys, one check before routing guards every route but
-// /health (see auth::AuthorizeHttp).
+// and not), Anthropic's POST /v1/messages (its event stream and error shape, over the same
+// request validation and run), GET /v1/models, GET /health, GET /metrics, GET /stats (the web
+// page's JSON: served names, expert heat per layer, the node's tiers), the web page itself (GET /,
+// /app.js, /style.css: static, embedded, the only routes open without a key, since they hold no
+// data), and any extra (admin) routes. Errors use the API's JSON error shape. With API keys, one check before routing guards
+// every route but /health (see auth::AuthorizeHttp); the key comes as "Authorization: Bearer"
+// or, as Anthropic clients send it, "x-api-key".
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -36,6 +41,9 @@ struct HttpOptions {
   // Extra JSON endpoints (colibri-server's /admin/...), behind the same API key; a GET /health
   // among them replaces the plain one (and stays open like it).
   std::vector<metrics::HttpRoute> extra_routes;
+  // colibri-server: the node's expert tiers as a JSON object for GET /stats ("node"); unset in
+  // the cluster router, whose compute nodes report their own.
+  std::function<std::string()> node_stats;
 };
 
 // The Host check against DNS rebinding: `host_header` (a Host value, port optional) is accepted
@@ -47,6 +55,9 @@ bool HostAllowed(const HttpOptions& options, const std::string& host_header);
 // --http-threads, --sse-keepalive-ms, --allowed-hosts, --max-request-bytes and the connection
 // limits (AddHttpLimitFlags).
 void AddHttpFlags(CLI::App* app, HttpOptions* options);
+
+// --served-model-name (one or more, comma- or space-separated): RouterCore::SetServedNames.
+void AddServedNameFlag(CLI::App* app, std::vector<std::string>* names);
 
 class HttpApi {
  public:

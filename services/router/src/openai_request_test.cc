@@ -64,7 +64,7 @@ TEST(ParseOpenAiRequest, EveryChatParameter) {
     "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1,
     "seed": 42, "max_tokens": 17, "n": 1,
     "stream": true, "stream_options": {"include_usage": true}, "return_token_ids": true,
-    "logprobs": true, "top_logprobs": 3, "stop": ["\n\n", "END"]})");
+    "logprobs": true, "top_logprobs": 3, "stop": ["\n\n", "END"], "ignore_eos": true, "min_tokens": 9})");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->model, "mixtral-tiny");
   ASSERT_EQ(r->messages.size(), 4u);
@@ -88,6 +88,8 @@ TEST(ParseOpenAiRequest, EveryChatParameter) {
   EXPECT_TRUE(p.sampling.logprobs);
   EXPECT_EQ(p.sampling.top_logprobs, 3);
   EXPECT_EQ(p.stop_strings, std::vector<std::string>({"\n\n", "END"}));
+  EXPECT_TRUE(p.ignore_eos);
+  EXPECT_EQ(p.min_tokens, 9);
 }
 
 TEST(ParseOpenAiRequest, NullMeansAbsent) {
@@ -176,6 +178,10 @@ TEST(ParseOpenAiRequest, TypeErrorsNameTheField) {
       {R"("logprobs": true, "top_logprobs": -1)", "top_logprobs", "between"},
       {R"("top_logprobs": 2)", "top_logprobs", "logprobs"},
       {R"("n": "1")", "n", "integer"},
+      {R"("ignore_eos": "true")", "ignore_eos", "boolean"},
+      {R"("min_tokens": 1.5)", "min_tokens", "integer"},
+      {R"("min_tokens": -1)", "min_tokens", "between"},
+      {R"("max_tokens": 4, "min_tokens": 5)", "min_tokens", "max_tokens"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.extra);

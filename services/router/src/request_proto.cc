@@ -16,6 +16,7 @@ TextRequest TextRequestFromProto(const v1::SamplingParams& sampling, const v1::S
     tr.stop_tokens.push_back(t > static_cast<uint32_t>(INT32_MAX) ? -1 : static_cast<int32_t>(t));
   }
   tr.ignore_eos = stop.ignore_eos();
+  tr.min_tokens = stop.min_tokens();
   tr.deadline = deadline;
   return tr;
 }

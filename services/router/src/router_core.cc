@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "colibri/core/status.h"
 
 namespace colibri::router {
@@ -57,9 +58,27 @@ absl::StatusOr<std::unique_ptr<RouterCore>> MakeRouterCore(const std::string& mo
   return core;
 }
 
+absl::Status RouterCore::SetServedNames(std::vector<std::string> names) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& n = names[i];
+    const bool printable = std::all_of(n.begin(), n.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f; });
+    if (n.empty() || n.size() > 256 || !printable) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--served-model-name '", n, "': names are 1 to 256 printable bytes"));
+    }
+    if (std::find(names.begin(), names.begin() + static_cast<ptrdiff_t>(i), n) != names.begin() + static_cast<ptrdiff_t>(i)) {
+      return absl::InvalidArgumentError(absl::StrCat("--served-model-name '", n, "' is given twice"));
+    }
+  }
+  served_names_ = std::move(names);
+  return absl::OkStatus();
+}
+
 absl::Status RouterCore::CheckModel(const std::string& name) const {
-  if (name.empty() || name == model_name_) return absl::OkStatus();
-  return absl::NotFoundError(absl::StrCat("The model '", name, "' does not exist (this server runs '", model_name_, "')"));
+  const std::vector<std::string> names = served_names();
+  if (name.empty() || std::find(names.begin(), names.end(), name) != names.end()) return absl::OkStatus();
+  return absl::NotFoundError(
+      absl::StrCat("The model '", name, "' does not exist (this server serves '", absl::StrJoin(names, "', '"), "')"));
 }
 
 absl::StatusOr<std::vector<int32_t>> RouterCore::EncodeChat(const std::vector<tokenizer::ChatMessage>& messages,
@@ -85,6 +104,10 @@ absl::Status ValidateTextRequest(const TextRequest& request, int64_t vocab_size)
   RETURN_IF_ERROR(engine::ValidateSamplingParams(request.sampling));
   if (request.max_tokens < 1 || request.max_tokens > kMaxTokensLimit) {
     return absl::InvalidArgumentError(absl::StrCat("'max_tokens': must be between 1 and ", kMaxTokensLimit));
+  }
+  if (request.min_tokens < 0 || request.min_tokens > request.max_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'min_tokens': must be between 0 and max_tokens (", request.max_tokens, ")"));
   }
   if (request.stop_strings.size() > kMaxStopStrings) {
     return absl::InvalidArgumentError(absl::StrCat("'stop': at most ", kMaxStopStrings, " stop strings"));
@@ -121,6 +144,7 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
   cr.max_tokens = std::min(request.max_tokens, context_length_ - n_prompt);
   cr.stop_tokens = request.stop_tokens;
   cr.ignore_eos = request.ignore_eos;
+  cr.min_tokens = std::min(request.min_tokens, cr.max_tokens);
   cr.deadline = request.deadline;
   cr.session_id = request.session_id;
   cr.cancel = request.cancel;
@@ -157,16 +181,19 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
     return keep;
   };
   bool streamed = false;  // a token reached this request: no failover from here on
+  int64_t tokens_out = 0;
   auto on_token = [&](const engine::SampledToken& t) -> bool {
     streamed = true;
     delta.tokens.push_back(t);
     held += decoder.Push(t.id);
-    if (!request.stop_strings.empty()) {
+    // As vLLM: stop strings count only once min_tokens tokens are out.
+    if (!request.stop_strings.empty() && ++tokens_out >= request.min_tokens) {
       for (const auto& s : request.stop_strings) {
         size_t pos = held.find(s);
         if (!s.empty() && pos != std::string::npos) {
-          held.resize(pos);
+          held.resize(pos);  // later matches are earlier in the text: the last one found wins
           stopped_by_string = true;
+          result.stop_string = s;
         }
       }
       if (stopped_by_string) {

@@ -25,6 +25,7 @@ struct TextRequest {
   std::vector<std::string> stop_strings;
   std::vector<int32_t> stop_tokens;
   bool ignore_eos = false;
+  int64_t min_tokens = 0;  // EOS, stop tokens and stop strings held off until this many tokens
   std::string session_id;  // optional: prefer this conversation's pooled KV on compute
   uint64_t affinity_key = 0;  // which compute node (compute_pool.h); 0: from session_id / prompt
   std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
@@ -60,6 +61,7 @@ struct TextResult {
   int64_t completion_tokens = 0;
   int64_t cached_prompt_tokens = 0;          // prompt tokens whose KV compute reused
   std::string text;                          // everything emitted
+  std::string stop_string;                   // the stop string that ended it, if one did
 };
 
 class RouterCore {
@@ -70,7 +72,16 @@ class RouterCore {
   RouterCore(std::string model_name, std::unique_ptr<tokenizer::Tokenizer> tok,
              std::vector<std::unique_ptr<ComputeClient>> computes, int64_t context_length);
 
-  const std::string& model_name() const { return model_name_; }
+  // The name responses carry: the first served name (SetServedNames), else the model's own.
+  const std::string& model_name() const { return served_names_.empty() ? model_name_ : served_names_[0]; }
+  // The names clients may ask for (/v1/models lists them): the served names, else the model's.
+  std::vector<std::string> served_names() const {
+    return served_names_.empty() ? std::vector<std::string>{model_name_} : served_names_;
+  }
+  // --served-model-name: aliases clients configured with a fixed model name use. Once set, the
+  // model's own name is accepted only if listed (as vLLM). Each is 1..256 printable bytes,
+  // no two alike (InvalidArgument naming the bad one). Call before serving.
+  absl::Status SetServedNames(std::vector<std::string> names);
   const tokenizer::Tokenizer& tokenizer() const { return *tok_; }
   int64_t context_length() const { return context_length_; }
   int64_t vocab_size() const { return vocab_size_; }
@@ -80,7 +91,8 @@ class RouterCore {
   absl::StatusOr<std::vector<int32_t>> EncodeChat(const std::vector<tokenizer::ChatMessage>& messages,
                                                   const tokenizer::ChatOptions& options = {}) const;
   absl::StatusOr<std::vector<int32_t>> EncodeText(const std::string& text) const;
-  // Checks a model name given by a client: empty or ours is fine, anything else is NotFound.
+  // Checks a model name given by a client: empty or a served name is fine, anything else is
+  // NotFound.
   absl::Status CheckModel(const std::string& name) const;
 
   // Runs one request. on_delta returning false cancels it (FinishReason::kCancelled), as does
@@ -98,6 +110,7 @@ class RouterCore {
 
  private:
   std::string model_name_;
+  std::vector<std::string> served_names_;
   std::unique_ptr<tokenizer::Tokenizer> tok_;
   std::unique_ptr<ComputePool> computes_;
   int64_t context_length_;

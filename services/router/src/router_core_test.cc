@@ -1,3 +1,4 @@
+#include "request_proto.h"
 #include "router_core.h"
 #include "sessions.h"
 
@@ -298,10 +299,47 @@ TEST_F(RouterCoreTest, StopStringCases) {
     EXPECT_EQ(r->text, c.want);
     EXPECT_EQ(Concat(deltas), c.want);
     EXPECT_EQ(r->finish, c.finish);
+    if (c.finish == engine::FinishReason::kStop) {  // the one that cut the text
+      EXPECT_EQ(c.want + r->stop_string, text.substr(0, c.want.size() + r->stop_string.size()));
+    } else {
+      EXPECT_EQ(r->stop_string, "");
+    }
     for (const auto& d : deltas) {
       for (const auto& s : c.stops) EXPECT_EQ(d.text.find(s), std::string::npos) << "stop string leaked";
     }
   }
+}
+
+TEST_F(RouterCoreTest, MinTokensHoldsOffStopStringsAndReachesCompute) {
+  const std::string text = "the old man and the old mill by the river";
+  const std::vector<int32_t> script = Ids(text);
+  auto core = Core(script);
+  TextRequest req = Request();
+  req.stop_strings = {"old"};
+  // The first "old" is out before min_tokens tokens are: only the second one stops.
+  req.min_tokens = static_cast<int64_t>(Ids("the old").size()) + 1;
+  req.ignore_eos = true;
+  std::vector<Delta> deltas;
+  auto r = Run(*core, req, &deltas);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->text, "the old man and the ");
+  EXPECT_EQ(r->finish, engine::FinishReason::kStop);
+  ASSERT_EQ(log_.requests.size(), 1u);
+  EXPECT_EQ(log_.requests[0].min_tokens, req.min_tokens);
+  EXPECT_TRUE(log_.requests[0].ignore_eos);
+}
+
+TEST(RequestProto, StopConditionsCarryIgnoreEosAndMinTokens) {
+  v1::SamplingParams sampling;
+  v1::StopConditions stop;
+  stop.set_max_tokens(9);
+  stop.set_min_tokens(7);
+  stop.set_ignore_eos(true);
+  const TextRequest r = TextRequestFromProto(sampling, stop, std::chrono::system_clock::time_point::max());
+  EXPECT_EQ(r.max_tokens, 9);
+  EXPECT_EQ(r.min_tokens, 7);
+  EXPECT_TRUE(r.ignore_eos);
+  EXPECT_TRUE(ValidateTextRequest(r, 0).ok());
 }
 
 TEST_F(RouterCoreTest, StopStringWithMultiByteCharacters) {
@@ -407,6 +445,8 @@ TEST_F(RouterCoreTest, EveryTransportsRequestIsValidatedBeforeCompute) {
       {"stop_token_ids", [](TextRequest& r) { r.stop_tokens = {512}; }},  // the fake's vocabulary is 512
       {"stop_token_ids", [](TextRequest& r) { r.stop_tokens = {-1}; }},
       {"stop_token_ids", [](TextRequest& r) { r.stop_tokens.assign(kMaxStopTokens + 1, 1); }},
+      {"min_tokens", [](TextRequest& r) { r.min_tokens = r.max_tokens + 1; }},
+      {"min_tokens", [](TextRequest& r) { r.min_tokens = -1; }},
   };
   core->set_vocab_size(512);
   for (const auto& c : cases) {
@@ -464,6 +504,28 @@ TEST_F(RouterCoreTest, CheckModel) {
   EXPECT_NE(s.message().find("'gpt-4'"), std::string::npos) << s;
   EXPECT_NE(s.message().find("tiny-moe"), std::string::npos) << s;
   EXPECT_FALSE(core->CheckModel("TINY-MOE").ok());
+}
+
+TEST_F(RouterCoreTest, ServedNamesReplaceTheModelName) {
+  auto core = Core({});
+  ASSERT_TRUE(core->SetServedNames({"gpt-4o", "claude-sonnet-4"}).ok());
+  EXPECT_EQ(core->model_name(), "gpt-4o");
+  EXPECT_EQ(core->served_names(), std::vector<std::string>({"gpt-4o", "claude-sonnet-4"}));
+  EXPECT_TRUE(core->CheckModel("gpt-4o").ok());
+  EXPECT_TRUE(core->CheckModel("claude-sonnet-4").ok());
+  EXPECT_TRUE(core->CheckModel("").ok());
+  const absl::Status own = core->CheckModel("tiny-moe");  // as vLLM: only the served names
+  EXPECT_EQ(own.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(own.message().find("'gpt-4o', 'claude-sonnet-4'"), std::string::npos) << own;
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"a", "a"}, {""}, {std::string(257, 'x')}, {"bad\nname"}}) {
+    const absl::Status st = core->SetServedNames(bad);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad[0];
+    EXPECT_NE(st.message().find("--served-model-name"), std::string::npos) << st;
+  }
+  EXPECT_EQ(core->model_name(), "gpt-4o");  // a refused list changes nothing
+  ASSERT_TRUE(core->SetServedNames({}).ok());
+  EXPECT_EQ(core->model_name(), "tiny-moe");
 }
 
 TEST_F(RouterCoreTest, EncodeTextAndChat) {
@@ -710,6 +772,17 @@ TEST(ExpertHeatTest, HintsAreTheConversationsHottestInLayerOrder) {
   heat.Record("", {{{3, 3}, 100}});  // no session: global only
   EXPECT_EQ(heat.sessions(), 2u);
   EXPECT_EQ(heat.GlobalHints(1)[0], (expert_source::ExpertId{3, 3}));
+  // The global map: every expert seen, in (layer, expert) order, with its summed heat.
+  const auto cells = heat.GlobalCells();
+  ASSERT_EQ(cells.size(), 6u);
+  EXPECT_EQ(cells[0].layer, 0);
+  EXPECT_EQ(cells[0].expert, 0);
+  EXPECT_DOUBLE_EQ(cells[0].heat, 2);
+  EXPECT_EQ(cells[4].layer, 1);
+  EXPECT_EQ(cells[4].expert, 5);
+  EXPECT_DOUBLE_EQ(cells[4].heat, 10);
+  EXPECT_EQ(cells[5].layer, 3);
+  EXPECT_DOUBLE_EQ(cells[5].heat, 100);
 }
 
 TEST_F(RouterCoreTest, PrefetchHintsOnlyWhenOnAndForAKnownConversation) {

@@ -178,7 +178,7 @@ grpc::ServerUnaryReactor* RouterService::ListModels(grpc::CallbackServerContext*
                                                     v1::RouterListModelsResponse* resp) {
   auto who = auth::Authenticate(keys_.get(), *ctx);
   if (!who.ok()) return Refused(ctx, who.status());
-  resp->add_models(core_->model_name());
+  for (const std::string& name : core_->served_names()) resp->add_models(name);
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

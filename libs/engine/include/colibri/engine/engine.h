@@ -45,6 +45,9 @@ struct GenerationRequest {
   int64_t max_tokens = 256;         // 0: score the prompt only
   std::vector<int32_t> stop_tokens; // in addition to the model's EOS ids unless ignore_eos
   bool ignore_eos = false;
+  // Until this many tokens are generated, EOS and the stop tokens are masked out of sampling
+  // (vLLM's and llama-server's min_tokens); at most max_tokens.
+  int64_t min_tokens = 0;
   // Record the logits of every fed position (prompt and generated, teacher forcing): row i is
   // the distribution after token seq[i]. The last generated token is fed too, so the result
   // has prompt + generated rows. Such requests neither reuse nor leave pooled KV.

@@ -23,4 +23,10 @@ std::string OpenAiErrorBody(const absl::Status& status);
 std::string OpenAiErrorBody(int http_status, const std::string& message, const std::string& type,
                             const std::string& code);
 
+// Anthropic's error JSON: {"type": "error", "error": {"type", "message"}}, the type from the
+// HTTP status (invalid_request_error, authentication_error, permission_error, not_found_error,
+// request_too_large, rate_limit_error, overloaded_error, api_error).
+std::string AnthropicErrorBody(const absl::Status& status);
+std::string AnthropicErrorBody(int http_status, const std::string& message);
+
 }  // namespace colibri::rpc

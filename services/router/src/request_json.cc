@@ -1,0 +1,82 @@
+#include "request_json.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "colibri/core/status.h"
+
+namespace colibri::router {
+
+using nlohmann::json;
+
+absl::Status FieldError(const std::string& field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat("'", field, "': ", why));
+}
+
+absl::Status ReadNumber(const json& j, const char* key, float* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_number()) return FieldError(key, "must be a number");
+  *out = static_cast<float>(it->get<double>());
+  return absl::OkStatus();
+}
+
+absl::Status ReadInteger(const json& j, const char* key, int64_t lo, int64_t hi, int64_t* out, bool* present) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_number_integer()) return FieldError(key, "must be an integer");
+  const int64_t v = it->get<int64_t>();
+  if (v < lo || v > hi) return FieldError(key, absl::StrCat("must be between ", lo, " and ", hi));
+  *out = v;
+  if (present) *present = true;
+  return absl::OkStatus();
+}
+
+absl::Status ReadBool(const json& j, const char* key, bool* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_boolean()) return FieldError(key, "must be a boolean");
+  *out = it->get<bool>();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadTextContent(const json& c, const std::string& field) {
+  if (c.is_null()) return std::string();
+  if (c.is_string()) return c.get<std::string>();
+  if (c.is_array()) {  // [{"type": "text", "text": "..."}]
+    std::string out;
+    for (const auto& part : c) {
+      // (Compared as JSON: json::value("type", "") would throw on a non-string type.)
+      if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+          !part["text"].is_string()) {
+        return FieldError(field, "only text content parts are supported");
+      }
+      out += part["text"].get<std::string>();
+    }
+    return out;
+  }
+  return FieldError(field, "must be a string or a list of text parts");
+}
+
+absl::Status ReadSamplingFields(const json& j, TextRequest* p) {
+  p->sampling.temperature = 1.0f;
+  RETURN_IF_ERROR(ReadNumber(j, "temperature", &p->sampling.temperature));
+  RETURN_IF_ERROR(ReadNumber(j, "top_p", &p->sampling.top_p));
+  RETURN_IF_ERROR(ReadNumber(j, "min_p", &p->sampling.min_p));
+  RETURN_IF_ERROR(ReadNumber(j, "presence_penalty", &p->sampling.presence_penalty));
+  RETURN_IF_ERROR(ReadNumber(j, "frequency_penalty", &p->sampling.frequency_penalty));
+  RETURN_IF_ERROR(ReadNumber(j, "repetition_penalty", &p->sampling.repetition_penalty));
+  int64_t top_k = 0;
+  RETURN_IF_ERROR(ReadInteger(j, "top_k", -1, 1 << 20, &top_k));
+  p->sampling.top_k = static_cast<int32_t>(std::max<int64_t>(0, top_k));
+  int64_t seed = 0;
+  bool has_seed = false;
+  RETURN_IF_ERROR(ReadInteger(j, "seed", INT64_MIN, INT64_MAX, &seed, &has_seed));
+  p->sampling.seed = has_seed ? static_cast<uint64_t>(seed) : std::random_device{}();
+  RETURN_IF_ERROR(ReadBool(j, "ignore_eos", &p->ignore_eos));
+  RETURN_IF_ERROR(ReadInteger(j, "min_tokens", 0, kMaxTokensLimit, &p->min_tokens));
+  return absl::OkStatus();
+}
+
+}  // namespace colibri::router

@@ -1,0 +1,35 @@
+// Typed reads of optional fields from an untrusted JSON request body, shared by the OpenAI and
+// Anthropic parsers. Absent and null fields leave *out as it is; a field of the wrong type or
+// out of range is InvalidArgument naming it ("'top_k': must be an integer").
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "router_core.h"
+
+namespace colibri::router {
+
+absl::Status FieldError(const std::string& field, const std::string& why);
+
+// A number; its range is checked with the others by ValidateTextRequest (one check for every
+// transport).
+absl::Status ReadNumber(const nlohmann::json& j, const char* key, float* out);
+// An integer in [lo, hi]; *present set when given.
+absl::Status ReadInteger(const nlohmann::json& j, const char* key, int64_t lo, int64_t hi, int64_t* out,
+                         bool* present = nullptr);
+absl::Status ReadBool(const nlohmann::json& j, const char* key, bool* out);
+
+// Message content: a string, null (""), or a list of text parts ({"type": "text", "text"}),
+// joined. Other part types are InvalidArgument naming `field`.
+absl::StatusOr<std::string> ReadTextContent(const nlohmann::json& c, const std::string& field);
+
+// The sampling fields both APIs share, into `request`: temperature (default 1, as OpenAI's and
+// Anthropic's), top_p, top_k, min_p, the three penalties, seed (absent: random), and the vLLM /
+// llama-server extensions ignore_eos and min_tokens. Ranges are ValidateTextRequest's.
+absl::Status ReadSamplingFields(const nlohmann::json& j, TextRequest* request);
+
+}  // namespace colibri::router
