@@ -429,6 +429,12 @@ def main(argv=None):
         print(f"moe_ref: error: {e}", file=sys.stderr)
         return 2
 
+    write_results(a, prompt, logits, greedy, margins)
+    return 0
+
+
+def write_results(a, prompt, logits, greedy, margins):
+    """The CLI's outputs: --logits-out .npy, --json-out (stdout when neither is given)."""
     if a.logits_out:
         np.save(a.logits_out, logits.astype(np.float32))
     result = {"prompt_ids": prompt, "greedy_ids": greedy, "greedy_top1_minus_top2": margins}
@@ -437,7 +443,6 @@ def main(argv=None):
             json.dump(result, f, indent=1)
     if not a.logits_out and not a.json_out:
         print(json.dumps(result))
-    return 0
 
 
 if __name__ == "__main__":
