@@ -76,8 +76,9 @@ absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(const f
 }
 
 ContainerWriter::~ContainerWriter() {
-  if (dense_) std::fclose(dense_);
-  if (experts_) std::fclose(experts_);
+  for (std::FILE* f : {dense_, experts_, extra_}) {
+    if (f) std::fclose(f);
+  }
   if (!finished_) {
     std::error_code ec;
     fs::remove_all(partial_, ec);  // an abandoned conversion leaves nothing behind
@@ -102,20 +103,39 @@ absl::Status ContainerWriter::AddDense(const std::string& name, quant::DType dty
   if (manifest_.FindDense(name) != nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("dense tensor '", name, "' added twice"));
   }
+  return AddTensor(dense_, &dense_pos_, manifest_.dense_file, &manifest_.dense, name, dtype, std::move(shape), bytes);
+}
+
+absl::Status ContainerWriter::AddExtra(const std::string& name, quant::DType dtype, std::vector<int64_t> shape,
+                                       std::span<const uint8_t> bytes) {
+  if (manifest_.FindExtra(name) != nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("extra tensor '", name, "' added twice"));
+  }
+  if (extra_ == nullptr) {
+    extra_ = std::fopen((partial_ / manifest_.extra_file).c_str(), "wb");
+    if (extra_ == nullptr) return ErrnoStatus(errno, "create", partial_ / manifest_.extra_file);
+  }
+  return AddTensor(extra_, &extra_pos_, manifest_.extra_file, &manifest_.extra, name, dtype, std::move(shape), bytes);
+}
+
+absl::Status ContainerWriter::AddTensor(std::FILE* f, uint64_t* pos, const std::string& file,
+                                        std::vector<TensorEntry>* list, const std::string& name, quant::DType dtype,
+                                        std::vector<int64_t> shape, std::span<const uint8_t> bytes) {
+  if (shape.empty()) return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has no shape"));
   TensorEntry e;
   e.name = name;
   e.dtype = dtype;
   e.shape = std::move(shape);
   ASSIGN_OR_RETURN(size_t row_bytes, quant::CheckedRowBytes(dtype, e.cols()));
   if (row_bytes * static_cast<uint64_t>(e.numel() / e.cols()) != bytes.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("dense tensor '", name, "': ", bytes.size(),
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': ", bytes.size(),
                                                    " bytes do not match its shape and dtype"));
   }
-  e.offset = AlignUp(dense_pos_, kDenseAlignment);
+  e.offset = AlignUp(*pos, kDenseAlignment);
   e.size = bytes.size();
   e.checksum = Checksum64(bytes.data(), bytes.size());
-  RETURN_IF_ERROR(AppendAligned(dense_, &dense_pos_, kDenseAlignment, bytes, partial_ / "dense.bin"));
-  manifest_.dense.push_back(std::move(e));
+  RETURN_IF_ERROR(AppendAligned(f, pos, kDenseAlignment, bytes, partial_ / file));
+  list->push_back(std::move(e));
   return absl::OkStatus();
 }
 
@@ -193,7 +213,8 @@ absl::Status ContainerWriter::Finish() {
     }
   }
   manifest_.dense_size = dense_pos_;
-  for (std::FILE** f : {&dense_, &experts_}) {
+  manifest_.extra_size = extra_pos_;
+  for (std::FILE** f : {&dense_, &experts_, &extra_}) {
     if (*f == nullptr) continue;
     bool ok = std::fflush(*f) == 0 && ::fsync(fileno(*f)) == 0;
     ok = (std::fclose(*f) == 0) && ok;
@@ -276,6 +297,10 @@ absl::StatusOr<std::unique_ptr<Container>> Container::Open(const fs::path& dir) 
     }
   }
   RETURN_IF_ERROR(check_size(dir / c->manifest_.dense_file, c->manifest_.dense_size));
+  if (!c->manifest_.extra.empty()) {
+    RETURN_IF_ERROR(confined("extra.file", c->manifest_.extra_file));
+    RETURN_IF_ERROR(check_size(dir / c->manifest_.extra_file, c->manifest_.extra_size));
+  }
   std::map<std::string, uint64_t> need;
   for (const auto& b : c->manifest_.experts) {
     uint64_t& n = need[b.file];
@@ -291,16 +316,15 @@ absl::StatusOr<TensorView> Container::DenseWeights::Get(const Manifest& m, std::
   return ViewOf(*e, buffer.get());
 }
 
-absl::StatusOr<Container::DenseWeights> Container::LoadDense() const {
-  DenseWeights w;
-  fs::path path = dir_ / manifest_.dense_file;
-  ASSIGN_OR_RETURN(w.buffer, AllocateAligned(manifest_.dense_size, 4096));
-  w.size = manifest_.dense_size;
+namespace {
+
+// Reads `size` bytes at `offset` of `path` into `dst`.
+absl::Status ReadAt(const fs::path& path, uint64_t offset, uint64_t size, uint8_t* dst) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(errno, "open", path);
   uint64_t done = 0;
-  while (done < w.size) {
-    ssize_t n = ::pread(fd, w.buffer.get() + done, w.size - done, static_cast<off_t>(done));
+  while (done < size) {
+    ssize_t n = ::pread(fd, dst + done, size - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       int err = n < 0 ? errno : EIO;
@@ -310,15 +334,40 @@ absl::StatusOr<Container::DenseWeights> Container::LoadDense() const {
     done += static_cast<uint64_t>(n);
   }
   ::close(fd);
-  for (const auto& t : manifest_.dense) {
-    uint64_t got = Checksum64(w.buffer.get() + t.offset, t.size);
-    if (got != t.checksum) {
-      return absl::DataLossError(absl::StrCat("dense tensor '", t.name, "' in '", path.string(),
-                                              "': checksum mismatch (manifest ", ChecksumHex(t.checksum), ", read ",
-                                              ChecksumHex(got), ")"));
-    }
-  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTensor(const TensorEntry& t, const uint8_t* data, const char* what, const fs::path& path) {
+  uint64_t got = Checksum64(data, t.size);
+  if (got == t.checksum) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(what, " tensor '", t.name, "' in '", path.string(),
+                                          "': checksum mismatch (manifest ", ChecksumHex(t.checksum), ", read ",
+                                          ChecksumHex(got), ")"));
+}
+
+}  // namespace
+
+absl::StatusOr<Container::DenseWeights> Container::LoadDense() const {
+  DenseWeights w;
+  fs::path path = dir_ / manifest_.dense_file;
+  ASSIGN_OR_RETURN(w.buffer, AllocateAligned(manifest_.dense_size, 4096));
+  w.size = manifest_.dense_size;
+  RETURN_IF_ERROR(ReadAt(path, 0, w.size, w.buffer.get()));
+  for (const auto& t : manifest_.dense) RETURN_IF_ERROR(CheckTensor(t, w.buffer.get() + t.offset, "dense", path));
   return w;
+}
+
+absl::StatusOr<AlignedBytes> Container::ReadExtra(std::string_view name) const {
+  const TensorEntry* t = manifest_.FindExtra(name);
+  if (t == nullptr) {
+    return absl::NotFoundError(absl::StrCat("extra tensor '", std::string(name), "' is not in the model (",
+                                            manifest_.extra.size(), " extra tensors)"));
+  }
+  const fs::path path = dir_ / manifest_.extra_file;
+  ASSIGN_OR_RETURN(AlignedBytes buf, AllocateAligned(std::max<uint64_t>(t->size, 1), 64));
+  RETURN_IF_ERROR(ReadAt(path, t->offset, t->size, buf.get()));
+  RETURN_IF_ERROR(CheckTensor(*t, buf.get(), "extra", path));
+  return buf;
 }
 
 absl::StatusOr<AlignedBytes> Container::ReadExpertBlock(int64_t layer, int64_t expert) const {
