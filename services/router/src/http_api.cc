@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "colibri/core/units.h"
 #include "colibri/rpc/status.h"
+#include "colibri/tokenizer/chat_output.h"
 #include "nlohmann/json.hpp"
 #include "client_watch.h"
 #include "http_server.h"
@@ -169,6 +170,23 @@ class Handler {
     metrics_->completion_tokens->Increment(static_cast<double>(t.completion_tokens));
   }
 
+  // The chat message of a whole completion: reasoning and tool calls split out of the text
+  // for templates whose models write them inline (chat_output.h); a call sets finish_reason
+  // "tool_calls".
+  json AssistantMessage(const OpenAiRequest& r, const std::string& text, json* choice) const {
+    const auto format = tokenizer::DetectChatOutputFormat(core_->tokenizer().chat_template());
+    if (format == tokenizer::ChatOutputFormat::kPlain) return {{"role", "assistant"}, {"content", text}};
+    tokenizer::AssistantOutput out = tokenizer::ParseAssistantOutput(text, format, r.chat_options.tools_json);
+    json message = {{"role", "assistant"}, {"content", out.content}};
+    if (!out.reasoning_content.empty()) message["reasoning_content"] = out.reasoning_content;
+    if (!out.tool_calls.empty()) {
+      if (out.content.empty()) message["content"] = nullptr;
+      message["tool_calls"] = std::move(out.tool_calls);
+      (*choice)["finish_reason"] = "tool_calls";
+    }
+    return message;
+  }
+
   void Blocking(httplib::Response& res, const std::string& endpoint, const OpenAiRequest& r, const std::string& id,
                 int64_t created) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -188,7 +206,7 @@ class Handler {
     Account(*result);
     json choice = {{"index", 0}, {"finish_reason", FinishName(result->finish)}, {"logprobs", nullptr}};
     if (r.chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", result->text}};
+      choice["message"] = AssistantMessage(r, result->text, &choice);
     } else {
       choice["text"] = result->text;
     }
