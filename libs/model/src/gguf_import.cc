@@ -10,6 +10,7 @@
 #include "colibri/model/gguf_writer.h"
 #include "colibri/model/quant_plan.h"
 #include "convert_util.h"
+#include "nextn_import.h"
 
 namespace colibri::model {
 namespace {
@@ -93,7 +94,7 @@ class GgufConverter {
       RETURN_IF_ERROR(Layer(l));
       if (options_.progress) options_.progress(2 + l, total, absl::StrCat("layer ", l));
     }
-    return absl::OkStatus();
+    return ImportNextnFromGguf(f_, c_, plan_, w_);
   }
 
  private:

@@ -11,6 +11,7 @@
 #include "colibri/model/quant_plan.h"
 #include "colibri/model/safetensors.h"
 #include "convert_util.h"
+#include "nextn_import.h"
 #include "nlohmann/json.hpp"
 
 namespace colibri::model {
@@ -56,7 +57,7 @@ class HfConverter {
       RETURN_IF_ERROR(Layer(l));
       Progress(2 + l, total, absl::StrCat("layer ", l));
     }
-    return absl::OkStatus();
+    return ImportNextnFromHuggingFace(ckpt_, config_, plan_, writer_);
   }
 
  private:

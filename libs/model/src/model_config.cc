@@ -105,6 +105,9 @@ absl::Status ModelConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("model config: top_k (", top_k, ") > n_experts (", n_experts, ")"));
   }
   if (shared_expert_ffn < 0) return absl::InvalidArgumentError("model config: shared_expert_ffn < 0");
+  if (nextn_layers < 0 || nextn_layers > 16) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: nextn_layers = ", nextn_layers, " is out of range"));
+  }
   if (!(rms_norm_eps > 0) || !(rope_theta > 0)) {
     return absl::InvalidArgumentError("model config: rms_norm_eps and rope_theta must be positive");
   }
@@ -213,6 +216,7 @@ json ConfigToJson(const ModelConfig& c) {
       {"tie_word_embeddings", c.tie_word_embeddings},
       {"bos_token_id", c.bos_token_id},
       {"eos_token_ids", c.eos_token_ids},
+      {"nextn_layers", c.nextn_layers},
   };
 }
 
@@ -250,6 +254,7 @@ absl::StatusOr<ModelConfig> ConfigFromJson(const json& j) {
   c.tie_word_embeddings = GetBoolOr(j, "tie_word_embeddings", false);
   c.bos_token_id = GetIntOr(j, "bos_token_id", -1);
   c.eos_token_ids = GetIdList(j, "eos_token_ids");
+  c.nextn_layers = GetIntOr(j, "nextn_layers", 0);
   RETURN_IF_ERROR(c.Validate());
   return c;
 }

@@ -44,6 +44,9 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;
+  // NextN / multi-token-prediction layers after the n_layers the model runs (GLM-4.5: 1): kept
+  // as extra tensors "nextn.<i>.*" (manifest.h), never run by the engine.
+  int64_t nextn_layers = 0;
 
   // Checks every field for consistency; errors name the field.
   absl::Status Validate() const;
