@@ -1,4 +1,5 @@
 // GGUF (llama.cpp) file -> colibri container.
+#include <algorithm>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -141,7 +142,9 @@ class GgufConverter {
       RETURN_IF_ERROR(Vector(g + "attn_q_norm.weight", g + "attn_q_norm", per_head ? c_.head_dim : qd));
       RETURN_IF_ERROR(Vector(g + "attn_k_norm.weight", g + "attn_k_norm", per_head ? c_.head_dim : kvd));
     }
-    RETURN_IF_ERROR(Vector(g + "ffn_norm.weight", g + "ffn_norm", H));
+    // glm4moe names the pre-FFN norm after Hugging Face's post_attention_layernorm.
+    const char* ffn_norm = c_.architecture == Architecture::kGlm4Moe ? "post_attention_norm.weight" : "ffn_norm.weight";
+    RETURN_IF_ERROR(Vector(g + ffn_norm, g + "ffn_norm", H));
     {
       ASSIGN_OR_RETURN(const GgufTensorInfo* t, Get(g + "ffn_gate_inp.weight", {H, c_.n_experts}));
       auto bytes = ConvertRows(t->type, f_.TensorData(*t), H, quant::DType::kF32);
@@ -238,12 +241,25 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
     c.architecture = Architecture::kQwen3Moe;
     c.qk_norm = QkNorm::kPerHead;
     c.norm_topk_prob = true;
+  } else if (arch == "glm4moe") {
+    // GLM-4.5: q/k/v bias and q/k norm are optional per checkpoint; the tensors say which.
+    c.architecture = Architecture::kGlm4Moe;
+    c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
+    c.qk_norm = f.FindTensor("blk.0.attn_q_norm.weight") != nullptr ? QkNorm::kPerHead : QkNorm::kNone;
+    c.nextn_layers = u("nextn_predict_layers").value_or(0);
   } else {
     return absl::InvalidArgumentError(absl::StrCat("gguf: unsupported architecture '", arch,
-                                                   "' (supported: llama with experts, qwen2moe, olmoe, qwen3moe)"));
+                                                   "' (supported: llama with experts, qwen2moe, olmoe, qwen3moe, "
+                                                   "glm4moe)"));
   }
   ASSIGN_OR_RETURN(c.hidden_size, u("embedding_length"));
   ASSIGN_OR_RETURN(c.n_layers, u("block_count"));
+  // block_count includes the NextN blocks, which come last.
+  if (c.nextn_layers < 0 || c.nextn_layers >= c.n_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("gguf: nextn_predict_layers ", c.nextn_layers, " with ",
+                                                   c.n_layers, " blocks"));
+  }
+  c.n_layers -= c.nextn_layers;
   ASSIGN_OR_RETURN(c.n_heads, u("attention.head_count"));
   c.n_kv_heads = u("attention.head_count_kv").value_or(c.n_heads);
   c.head_dim = u("attention.key_length").value_or(u("rope.dimension_count").value_or(c.hidden_size / c.n_heads));
@@ -267,7 +283,14 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
   // Partial rotary: fewer rotated dims than the head has.
   if (auto rot = u("rope.dimension_count"); rot.ok() && *rot < c.head_dim) c.rope_dims = *rot;
   c.bos_token_id = f.GetI64("tokenizer.ggml.bos_token_id").value_or(-1);
-  if (auto eos = f.GetI64("tokenizer.ggml.eos_token_id"); eos.ok()) c.eos_token_ids.push_back(*eos);
+  // A chat model's turn also ends at its end-of-turn / end-of-message tokens (GLM-4.5: <|user|>,
+  // <|observation|>), as its generation_config lists them.
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    auto id = f.GetI64(key);
+    if (id.ok() && std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), *id) == c.eos_token_ids.end()) {
+      c.eos_token_ids.push_back(*id);
+    }
+  }
   c.tie_word_embeddings = f.FindTensor("output.weight") == nullptr;
   RETURN_IF_ERROR(c.Validate());
   return c;

@@ -60,6 +60,20 @@ std::vector<int64_t> GetIdList(const json& j, const char* key) {
   return ids;
 }
 
+// GLM-4.5 / 4.5-Air / 4.6 (Glm4MoeForCausalLM): GQA with q/k/v bias and optional per-head
+// q/k norm, partial rotary (read with the common keys; 0.5 when absent), experts of moe_intermediate_size and
+// the NextN layers after num_hidden_layers.
+absl::Status Glm4MoeFromHuggingFace(const json& hf, const std::string& where, ModelConfig* c) {
+  c->architecture = Architecture::kGlm4Moe;
+  ASSIGN_OR_RETURN(c->n_experts, GetInt(hf, "n_routed_experts", where));
+  ASSIGN_OR_RETURN(c->expert_ffn, GetInt(hf, "moe_intermediate_size", where));
+  c->qkv_bias = GetBoolOr(hf, "attention_bias", false);
+  c->qk_norm = GetBoolOr(hf, "use_qk_norm", false) ? QkNorm::kPerHead : QkNorm::kNone;
+  c->norm_topk_prob = GetBoolOr(hf, "norm_topk_prob", true);
+  c->nextn_layers = GetIntOr(hf, "num_nextn_predict_layers", 0);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string_view ArchitectureName(Architecture a) {
@@ -68,17 +82,18 @@ std::string_view ArchitectureName(Architecture a) {
     case Architecture::kQwen2Moe: return "qwen2_moe";
     case Architecture::kOlmoe: return "olmoe";
     case Architecture::kQwen3Moe: return "qwen3_moe";
+    case Architecture::kGlm4Moe: return "glm4_moe";
   }
   return "unknown";
 }
 
 absl::StatusOr<Architecture> ParseArchitecture(std::string_view name) {
   for (Architecture a : {Architecture::kMixtral, Architecture::kQwen2Moe, Architecture::kOlmoe,
-                         Architecture::kQwen3Moe}) {
+                         Architecture::kQwen3Moe, Architecture::kGlm4Moe}) {
     if (ArchitectureName(a) == name) return a;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unsupported architecture '", std::string(name), "' (supported: mixtral, qwen2_moe, olmoe, qwen3_moe)"));
+      "unsupported architecture '", std::string(name), "' (supported: mixtral, qwen2_moe, olmoe, qwen3_moe, glm4_moe)"));
 }
 
 absl::Status ModelConfig::Validate() const {
@@ -243,10 +258,12 @@ absl::StatusOr<ModelConfig> ConfigFromHuggingFace(const json& hf) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": use_sliding_window is not supported"));
       }
     }
+  } else if (model_type == "glm4_moe") {
+    RETURN_IF_ERROR(Glm4MoeFromHuggingFace(hf, where, &c));
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "config.json: unsupported model_type '", model_type,
-        "' (supported: mixtral, qwen2_moe, olmoe, qwen3_moe)"));
+        "' (supported: mixtral, qwen2_moe, olmoe, qwen3_moe, glm4_moe)"));
   }
   ASSIGN_OR_RETURN(c.hidden_size, GetInt(hf, "hidden_size", where));
   ASSIGN_OR_RETURN(c.n_layers, GetInt(hf, "num_hidden_layers", where));
@@ -262,6 +279,8 @@ absl::StatusOr<ModelConfig> ConfigFromHuggingFace(const json& hf) {
   if (auto it = hf.find("rope_scaling"); it != hf.end()) {
     ASSIGN_OR_RETURN(c.rope_scaling, RopeScalingFromHuggingFace(*it, c.context_length, where));
   }
+  // Glm4MoeConfig's default partial_rotary_factor is 0.5.
+  if (c.architecture == Architecture::kGlm4Moe && !hf.contains("partial_rotary_factor")) c.rope_dims = c.head_dim / 2;
   if (auto it = hf.find("partial_rotary_factor"); it != hf.end() && it->is_number()) {
     const double f = it->get<double>();
     if (!(f > 0 && f <= 1)) {

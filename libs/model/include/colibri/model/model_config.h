@@ -12,7 +12,7 @@
 
 namespace colibri::model {
 
-enum class Architecture { kMixtral, kQwen2Moe, kOlmoe, kQwen3Moe };
+enum class Architecture { kMixtral, kQwen2Moe, kOlmoe, kQwen3Moe, kGlm4Moe };
 
 // How RoPE pairs the dimensions of a head: Hugging Face checkpoints rotate (i, i + D/2)
 // ("half-split"); GGUF files of the llama family have q/k rows permuted so that the pairs are
@@ -59,7 +59,7 @@ struct ModelConfig {
   double softmax_scale() const;
 };
 
-std::string_view ArchitectureName(Architecture a);  // "mixtral", "qwen2_moe", "olmoe", "qwen3_moe"
+std::string_view ArchitectureName(Architecture a);  // "mixtral", "qwen2_moe", "olmoe", "qwen3_moe", "glm4_moe"
 absl::StatusOr<Architecture> ParseArchitecture(std::string_view name);
 
 // Reads a Hugging Face config.json (its real keys per family). Unknown model types and
