@@ -60,14 +60,22 @@ struct Manifest {
   std::string dense_file = "dense.bin";
   uint64_t dense_size = 0;
   std::vector<TensorEntry> dense;
-  std::vector<ExpertBlock> experts;  // index: layer * n_experts + expert
+  // The blocks of the MoE layers only (dense layers have none), layer-major:
+  // index ExpertIndex(layer, expert) = MoeLayerRank(layer) * n_experts + expert.
+  std::vector<ExpertBlock> experts;
   nlohmann::json tokenizer = nlohmann::json::object();  // {"files": [...]} and special ids
   nlohmann::json source = nlohmann::json::object();     // provenance: input path, format, quantize
 
   const TensorEntry* FindDense(std::string_view name) const;
-  const ExpertBlock& Expert(int64_t layer, int64_t expert) const {
-    return experts[static_cast<size_t>(layer * config.n_experts + expert)];
+  // Whether (layer, expert) names a block: layer is a MoE layer, expert in range.
+  bool HasExpert(int64_t layer, int64_t expert) const {
+    return config.IsMoeLayer(layer) && expert >= 0 && expert < config.n_experts;
   }
+  size_t ExpertIndex(int64_t layer, int64_t expert) const {
+    return static_cast<size_t>(config.MoeLayerRank(layer) * config.n_experts + expert);
+  }
+  // Requires HasExpert(layer, expert).
+  const ExpertBlock& Expert(int64_t layer, int64_t expert) const { return experts[ExpertIndex(layer, expert)]; }
   uint64_t TotalExpertBytes() const;
 };
 
