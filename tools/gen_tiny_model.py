@@ -473,8 +473,10 @@ def write_json(path, obj):
         f.write("\n")
 
 
-def generate(out_dir, family="mixtral", preset="micro", seed=0, dtype="f32", shards=1, **overrides):
-    """Write the checkpoint; returns the resolved dims."""
+def generate(out_dir, family="mixtral", preset="micro", seed=0, dtype="f32", shards=1, config_set=(),
+             **overrides):
+    """Write the checkpoint; returns the resolved dims.  `config_set`: (key, value) pairs written
+    into config.json over the family's defaults (e.g. a rope_scaling object)."""
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; choose from {FAMILIES}")
     if shards < 1:
@@ -484,7 +486,9 @@ def generate(out_dir, family="mixtral", preset="micro", seed=0, dtype="f32", sha
     weights = draw_weights(tensors, seed)
     os.makedirs(out_dir, exist_ok=True)
     write_weights(out_dir, tensors, weights, dtype, shards)
-    write_json(os.path.join(out_dir, "config.json"), make_config(family, d, dtype))
+    cfg = make_config(family, d, dtype)
+    cfg.update(dict(config_set))
+    write_json(os.path.join(out_dir, "config.json"), dict(sorted(cfg.items())))
     write_json(os.path.join(out_dir, "generation_config.json"), {
         "bos_token_id": 1, "eos_token_id": 2, "do_sample": False, "transformers_version": "4.51.0"})
     tokenizer, tokenizer_config = make_tokenizer(d["vocab"])
@@ -506,10 +510,24 @@ def main(argv=None):
         ap.add_argument("--" + flag, type=int, help="override the preset")
     ap.add_argument("--mlp-only-layers", type=lambda s: [int(x) for x in s.split(",") if x],
                     help="qwen2_moe/qwen3_moe: comma-separated dense layers")
+    ap.add_argument("--config-set", action="append", default=[], metavar="KEY=JSON",
+                    help="write KEY with the JSON value into config.json (repeatable)")
     a = vars(ap.parse_args(argv))
+    pairs = []
+    for item in a.pop("config_set"):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            print(f"gen_tiny_model: error: --config-set wants KEY=JSON, not {item!r}", file=sys.stderr)
+            return 2
+        try:
+            pairs.append((key, json.loads(value)))
+        except json.JSONDecodeError as e:
+            print(f"gen_tiny_model: error: --config-set {key}: {e}", file=sys.stderr)
+            return 2
+    a["config_set"] = pairs
     try:
         d = generate(a.pop("out"), a.pop("family"), a.pop("preset"), a.pop("seed"),
-                     a.pop("dtype"), a.pop("shards"), **a)
+                     a.pop("dtype"), a.pop("shards"), a.pop("config_set"), **a)
     except ValueError as e:
         print(f"gen_tiny_model: error: {e}", file=sys.stderr)
         return 2

@@ -104,6 +104,14 @@ class GoldenQwen2MoeMlpOnlyLayers(GoldenBase):
     gen_extra = ('--mlp-only-layers', '0')
 
 
+class GoldenQwen3MoeYarn(GoldenBase):
+    """YaRN context extension as the config defines it (an original context of 32 positions, so the
+    64-token prompt and its greedy run reach 3x beyond it): the same numbers as the reference."""
+    family = 'qwen3_moe'
+    gen_extra = ('--config-set', 'rope_scaling={"rope_type": "yarn", "factor": 4.0, '
+                 '"original_max_position_embeddings": 32, "beta_fast": 8, "beta_slow": 1}')
+
+
 class GoldenQuantized(GoldenBase):
     """Q8_0 and F16 weights: close to the F32 reference, same greedy start."""
     quantize = 'q8_0'

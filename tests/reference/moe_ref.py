@@ -19,6 +19,11 @@ Equations (what each family computes):
   RoPE: theta_i = pos * base^(-2i/D), i < D/2; pairs (i, i + D/2) for Hugging Face
         weights ("half"), pairs (2i, 2i+1) for GGUF llama weights ("interleaved":
         llama.cpp's converter permutes the q/k rows of Llama/Mixtral).
+        rope_scaling "linear": base^(-2i/D) / factor; "yarn": pair i keeps its frequency
+        when it turns more than beta_fast times over the original context, is divided by
+        factor when fewer than beta_slow times, linear blend between (the range rounded
+        outwards unless truncate is false); cos and sin times 0.1 ln(factor) + 1 (or
+        mscale(mscale)/mscale(mscale_all_dim), or attention_factor).
   attention: GQA, causal softmax(q k^T / sqrt(D)) v
   router: softmax over all experts, top-k (ties -> lowest index), optional
           renormalisation of the k weights (norm_topk_prob)
@@ -72,6 +77,8 @@ class Spec:
     topk_group: int = 1              #   only the topk_group best groups eligible
     group_score: str = "top2_sum"    # a group's score: "top2_sum" or "max" of its choice values
     routed_scaling: float = 1.0      # chosen weights (after optional renormalisation) times this
+    rope_scaling: dict | None = None   # Hugging Face rope_scaling object
+    max_position: int = 4096           # max_position_embeddings (YaRN's default original context)
 
 
 # Every layer is a dict with these keys (arrays in Hugging Face [out, in] layout):
@@ -86,6 +93,44 @@ class Spec:
 # A dense layer has mlp_gate/mlp_up [F, H], mlp_down [H, F] instead of router and experts.
 
 
+def rope_frequencies(base, dim, scaling, max_position):
+    """Per-pair inverse frequencies and the cos/sin factor for `dim` rotated dims."""
+    exponent = np.arange(0, dim, 2, dtype=np.float64) / dim
+    inv = base ** -exponent
+    if not scaling:
+        return inv, 1.0
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "default":
+        return inv, 1.0
+    factor = float(scaling["factor"])
+    if kind == "linear":
+        return inv / factor, 1.0
+    if kind != "yarn":
+        raise ValueError(f"rope_scaling {kind!r} is not supported")
+    orig = scaling.get("original_max_position_embeddings") or max_position
+
+    def turns_dim(turns):   # the dim whose wavelength fits `turns` times into orig
+        return dim * np.log(orig / (turns * 2 * np.pi)) / (2 * np.log(base))
+
+    lo, hi = turns_dim(scaling.get("beta_fast") or 32), turns_dim(scaling.get("beta_slow") or 1)
+    if scaling.get("truncate", True):
+        lo, hi = np.floor(lo), np.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, dim - 1)
+    if hi == lo:
+        hi = hi + 0.001
+    blend = np.clip((np.arange(dim // 2) - lo) / (hi - lo), 0, 1)   # 0: keep, 1: interpolate
+    inv = inv * (1 - blend) + inv / factor * blend
+
+    def mag(scale, m=1.0):
+        return 1.0 if scale <= 1 else 0.1 * m * np.log(scale) + 1.0
+
+    if scaling.get("attention_factor"):
+        return inv, float(scaling["attention_factor"])
+    if scaling.get("mscale") and scaling.get("mscale_all_dim"):
+        return inv, mag(factor, scaling["mscale"]) / mag(factor, scaling["mscale_all_dim"])
+    return inv, mag(factor)
+
+
 class Model:
     def __init__(self, spec, embed, layers, final_norm, lm_head):
         self.spec = spec
@@ -96,7 +141,8 @@ class Model:
         d = spec.head_dim
         if d % 2:
             raise ValueError("head_dim must be even for RoPE")
-        self.inv_freq = spec.rope_theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+        self.inv_freq, self.rope_mscale = rope_frequencies(spec.rope_theta, d, spec.rope_scaling,
+                                                           spec.max_position)
 
     def new_cache(self):
         """Per-layer K and V caches, each a list of [n, NKV, D] blocks."""
@@ -109,8 +155,8 @@ class Model:
     def _rope(self, x, pos):
         """x: [n, heads, D]; pos: [n]."""
         ang = pos[:, None].astype(np.float64) * self.inv_freq[None, :]   # [n, D/2]
-        cos = np.cos(ang)[:, None, :]
-        sin = np.sin(ang)[:, None, :]
+        cos = np.cos(ang)[:, None, :] * self.rope_mscale
+        sin = np.sin(ang)[:, None, :] * self.rope_mscale
         out = np.empty_like(x)
         if self.spec.rope_style == "half":
             h = x.shape[-1] // 2
@@ -307,8 +353,6 @@ def load_hf(model_dir, rope_style="half"):
         raise ValueError("olmoe clip_qkv is not supported")
     if cfg.get("use_sliding_window") or (fam == "mixtral" and cfg.get("sliding_window")):
         raise ValueError("sliding-window attention is not supported")
-    if cfg.get("rope_scaling"):
-        raise ValueError("rope_scaling is not supported")
 
     H, NH = cfg["hidden_size"], cfg["num_attention_heads"]
     spec = Spec(
@@ -327,6 +371,8 @@ def load_hf(model_dir, rope_style="half"):
         rope_theta=float(cfg.get("rope_theta", 10000.0)),
         rope_style=rope_style,
         qk_norm={"olmoe": "whole", "qwen3_moe": "per_head"}.get(fam),
+        rope_scaling=cfg.get("rope_scaling"),
+        max_position=cfg.get("max_position_embeddings", 4096),
     )
     t = read_hf_tensors(model_dir)
 

@@ -127,26 +127,20 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void Rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions, float theta,
-            RopeStyle style) override {
-    const int64_t half = head_dim / 2;
-    if (static_cast<int64_t>(inv_freq_.size()) != half || inv_freq_theta_ != theta) {
-      inv_freq_.resize(static_cast<size_t>(half));
-      for (int64_t i = 0; i < half; ++i) {
-        inv_freq_[static_cast<size_t>(i)] =
-            std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
-      }
-      inv_freq_theta_ = theta;
-    }
+  void Rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+            const RopeParams& p) override {
+    const int64_t half = p.n_rot / 2;
+    const bool split = p.style == RopeStyle::kHalfSplit;
     for (int64_t t = 0; t < n; ++t) {
       const double pos = positions[t];
       for (int64_t i = 0; i < half; ++i) {
-        const double angle = pos * inv_freq_[static_cast<size_t>(i)];
-        const float c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
+        const double angle = pos * p.inv_freq[i];
+        const float c = static_cast<float>(std::cos(angle) * p.mscale);
+        const float s = static_cast<float>(std::sin(angle) * p.mscale);
         for (int64_t h = 0; h < n_heads; ++h) {
-          float* head = x + (t * n_heads + h) * head_dim;
-          float* a = style == RopeStyle::kHalfSplit ? head + i : head + 2 * i;
-          float* b = style == RopeStyle::kHalfSplit ? head + i + half : head + 2 * i + 1;
+          float* rot = x + (t * n_heads + h) * head_dim + p.offset;
+          float* a = split ? rot + i : rot + 2 * i;
+          float* b = split ? rot + i + half : rot + 2 * i + 1;
           const float x0 = *a, x1 = *b;
           *a = x0 * c - x1 * s;
           *b = x0 * s + x1 * c;
@@ -247,8 +241,6 @@ class CpuBackend final : public Backend {
  private:
   ThreadPool pool_;
   std::vector<uint8_t> act_scratch_;
-  std::vector<double> inv_freq_;
-  float inv_freq_theta_ = 0;
 };
 
 }  // namespace

@@ -235,6 +235,13 @@ TEST_P(CpuBackendTest, RmsNorm) {
   for (float v : out) EXPECT_EQ(v, 0.0f);
 }
 
+// Unscaled inverse frequencies of `n_rot` rotated dims.
+std::vector<double> Freqs(double theta, int64_t n_rot) {
+  std::vector<double> f(static_cast<size_t>(n_rot / 2));
+  for (size_t i = 0; i < f.size(); ++i) f[i] = std::pow(theta, -2.0 * static_cast<double>(i) / n_rot);
+  return f;
+}
+
 // Reference rotation of one head in double.
 void RopeRef(std::vector<double>* head, int64_t head_dim, double pos, double theta, RopeStyle style) {
   const int64_t half = head_dim / 2;
@@ -257,7 +264,8 @@ TEST_P(CpuBackendTest, RopeBothStylesMatchReference) {
                                       << " theta " << theta);
       const std::vector<float> x0 = RandomNormal(static_cast<size_t>(n * n_heads * head_dim), 31);
       std::vector<float> x = x0;
-      be_->Rope(x.data(), n, n_heads, head_dim, positions.data(), theta, style);
+      const std::vector<double> freqs = Freqs(theta, head_dim);
+      be_->Rope(x.data(), n, n_heads, head_dim, positions.data(), {head_dim, 0, style, freqs.data(), 1.0f});
       for (int64_t t = 0; t < n; ++t) {
         for (int64_t h = 0; h < n_heads; ++h) {
           const size_t base = static_cast<size_t>((t * n_heads + h) * head_dim);
@@ -284,7 +292,8 @@ TEST_P(CpuBackendTest, RopeRotatesTheRightPairs) {
       // A unit vector along dimension j may only move within its pair.
       std::vector<float> x(static_cast<size_t>(head_dim), 0.0f);
       x[static_cast<size_t>(j)] = 1.0f;
-      be_->Rope(x.data(), 1, 1, head_dim, &pos, 10000.0f, style);
+      const std::vector<double> freqs = Freqs(10000.0, head_dim);
+      be_->Rope(x.data(), 1, 1, head_dim, &pos, {head_dim, 0, style, freqs.data(), 1.0f});
       const int64_t i = style == RopeStyle::kHalfSplit ? j % half : j / 2;  // frequency index
       const int64_t partner = style == RopeStyle::kHalfSplit ? (j < half ? j + half : j - half) : (j ^ 1);
       const bool first = style == RopeStyle::kHalfSplit ? j < half : j % 2 == 0;
@@ -300,16 +309,30 @@ TEST_P(CpuBackendTest, RopeRotatesTheRightPairs) {
   }
 }
 
-TEST_P(CpuBackendTest, RopeThenDifferentThetaAndHeadDim) {
-  // The backend caches inverse frequencies: changing theta or head_dim must not reuse them.
-  const int32_t pos = 5;
-  for (auto [theta, head_dim] : {std::pair{10000.0f, int64_t{8}}, std::pair{500.0f, int64_t{8}},
-                                 std::pair{500.0f, int64_t{12}}, std::pair{10000.0f, int64_t{8}}}) {
-    std::vector<float> x = RandomNormal(static_cast<size_t>(head_dim), 3);
-    std::vector<double> want(x.begin(), x.end());
-    be_->Rope(x.data(), 1, 1, head_dim, &pos, theta, RopeStyle::kHalfSplit);
-    RopeRef(&want, head_dim, pos, theta, RopeStyle::kHalfSplit);
-    for (int64_t d = 0; d < head_dim; ++d) EXPECT_NEAR(x[static_cast<size_t>(d)], want[static_cast<size_t>(d)], 2e-6);
+TEST_P(CpuBackendTest, RopePartialAtAnOffsetWithAFactor) {
+  // 3 heads of 40 dims rotating 16 dims from dim 24 (MLA's rope part), cos/sin scaled by 1.3:
+  // the other dims are untouched, the rotated ones match the reference times the factor.
+  const int64_t n_heads = 3, head_dim = 40, n_rot = 16, offset = 24;
+  const float mscale = 1.3f;
+  const std::vector<int32_t> positions = {2, 517};
+  const std::vector<double> freqs = Freqs(10000.0, n_rot);
+  for (RopeStyle style : {RopeStyle::kHalfSplit, RopeStyle::kInterleaved}) {
+    const std::vector<float> x0 = RandomNormal(static_cast<size_t>(2 * n_heads * head_dim), 11);
+    std::vector<float> x = x0;
+    be_->Rope(x.data(), 2, n_heads, head_dim, positions.data(), {n_rot, offset, style, freqs.data(), mscale});
+    for (int64_t t = 0; t < 2; ++t) {
+      for (int64_t h = 0; h < n_heads; ++h) {
+        const size_t base = static_cast<size_t>((t * n_heads + h) * head_dim);
+        for (int64_t d = 0; d < offset; ++d) EXPECT_EQ(x[base + static_cast<size_t>(d)], x0[base + static_cast<size_t>(d)]);
+        std::vector<double> want(x0.begin() + static_cast<ptrdiff_t>(base + offset),
+                                 x0.begin() + static_cast<ptrdiff_t>(base + offset + n_rot));
+        RopeRef(&want, n_rot, positions[static_cast<size_t>(t)], 10000.0, style);
+        for (int64_t d = 0; d < n_rot; ++d) {
+          EXPECT_NEAR(x[base + static_cast<size_t>(offset + d)], want[static_cast<size_t>(d)] * mscale, 4e-6)
+              << "t " << t << " h " << h << " d " << d;
+        }
+      }
+    }
   }
 }
 

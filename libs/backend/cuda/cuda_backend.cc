@@ -306,12 +306,16 @@ class CudaBackend final : public Backend {
     if (failed()) return;
     Record(cuda::RmsNorm(x, weight, n, dim, eps, y, stream_), "rms norm");
   }
-  void Rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions, float theta,
-            RopeStyle style) override {
-    if (failed() || n <= 0) return;
+  void Rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+            const RopeParams& p) override {
+    if (failed() || n <= 0 || p.n_rot <= 0) return;
     const auto* d_pos = Stage(positions, n);
     if (d_pos == nullptr) return;
-    Record(cuda::Rope(x, n, n_heads, head_dim, d_pos, theta, style == RopeStyle::kInterleaved, stream_), "rope");
+    const auto* d_freq = Stage(p.inv_freq, p.n_rot / 2);
+    if (d_freq == nullptr) return;
+    Record(cuda::Rope(x, n, n_heads, head_dim, d_pos, d_freq, p.n_rot, p.offset, p.style == RopeStyle::kInterleaved,
+                      p.mscale, stream_),
+           "rope");
   }
   void StoreKv(const float* k, const float* v, const int32_t* positions, int64_t n, int64_t kv_dim, float* k_cache,
                float* v_cache) override {

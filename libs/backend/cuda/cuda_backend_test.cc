@@ -192,12 +192,22 @@ TEST_F(CudaParityTest, RmsNormBiasSiluAddGatherScatter) {
 TEST_F(CudaParityTest, RopeBothStylesAndStoreKv) {
   const int64_t n = 6, heads = 4, head_dim = 64;
   const std::vector<int32_t> pos = {0, 1, 2, 1000, 4095, 32000};
-  for (RopeStyle style : {RopeStyle::kHalfSplit, RopeStyle::kInterleaved}) {
-    std::vector<float> x = RandomNormal(n * heads * head_dim, 9);
-    auto dx = Dev(x);
-    cpu_->Rope(x.data(), n, heads, head_dim, pos.data(), 1e6f, style);
-    gpu_->Rope(dx->f32(), n, heads, head_dim, pos.data(), 1e6f, style);
-    EXPECT_LE(RelError(Host(*dx, x.size()), x), 1e-6);
+  // Full heads, and a partial rotation at an offset with a cos/sin factor (MLA / YaRN shapes).
+  struct Case {
+    int64_t n_rot, offset;
+    float mscale;
+  };
+  for (const Case& rc : {Case{head_dim, 0, 1.0f}, Case{16, 40, 1.25f}}) {
+    std::vector<double> inv_freq(static_cast<size_t>(rc.n_rot / 2));
+    for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(1e6, -2.0 * static_cast<double>(i) / rc.n_rot);
+    for (RopeStyle style : {RopeStyle::kHalfSplit, RopeStyle::kInterleaved}) {
+      const backend::RopeParams rope{rc.n_rot, rc.offset, style, inv_freq.data(), rc.mscale};
+      std::vector<float> x = RandomNormal(n * heads * head_dim, 9);
+      auto dx = Dev(x);
+      cpu_->Rope(x.data(), n, heads, head_dim, pos.data(), rope);
+      gpu_->Rope(dx->f32(), n, heads, head_dim, pos.data(), rope);
+      EXPECT_LE(RelError(Host(*dx, x.size()), x), 1e-6);
+    }
   }
   const int64_t kv_dim = 128, cap = 40;
   const std::vector<int32_t> at = {3, 7, 39};

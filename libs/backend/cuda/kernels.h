@@ -37,8 +37,10 @@ cudaError_t ConvertF32(const float* x, int64_t n, quant::DType out_type, void* o
 cudaError_t AddBias(float* x, const float* bias, int64_t n, int64_t dim, cudaStream_t stream);
 cudaError_t RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y,
                     cudaStream_t stream);
-cudaError_t Rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions, float theta,
-                 bool interleaved, cudaStream_t stream);
+// `inv_freq` (device memory): n_rot / 2 per-pair inverse frequencies; see backend::RopeParams.
+cudaError_t Rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+                 const double* inv_freq, int64_t n_rot, int64_t offset, bool interleaved, float mscale,
+                 cudaStream_t stream);
 cudaError_t StoreKv(const float* k, const float* v, const int32_t* positions, int64_t n, int64_t kv_dim,
                     float* k_cache, float* v_cache, cudaStream_t stream);
 cudaError_t SiluMul(float* gate, const float* up, int64_t n, cudaStream_t stream);

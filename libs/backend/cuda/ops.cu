@@ -32,19 +32,19 @@ __global__ void RmsNormKernel(const float* x, const float* __restrict__ weight, 
 }
 
 __global__ void RopeKernel(float* __restrict__ x, int64_t n, int64_t n_heads, int64_t head_dim,
-                           const int32_t* __restrict__ positions, double theta, bool interleaved) {
-  const int64_t half = head_dim / 2;
+                           const int32_t* __restrict__ positions, const double* __restrict__ inv_freq, int64_t n_rot,
+                           int64_t offset, bool interleaved, float mscale) {
+  const int64_t half = n_rot / 2;
   const int64_t total = n * n_heads * half;
   for (int64_t k = GlobalThread(); k < total; k += GlobalStride()) {
     const int64_t i = k % half;
     const int64_t th = k / half;  // t * n_heads + h
     const int64_t t = th / n_heads;
-    const double inv_freq = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
-    const double angle = static_cast<double>(positions[t]) * inv_freq;
-    const float c = static_cast<float>(cos(angle)), s = static_cast<float>(sin(angle));
-    float* head = x + th * head_dim;
-    float* a = interleaved ? head + 2 * i : head + i;
-    float* b = interleaved ? head + 2 * i + 1 : head + i + half;
+    const double angle = static_cast<double>(positions[t]) * inv_freq[i];
+    const float c = static_cast<float>(cos(angle) * mscale), s = static_cast<float>(sin(angle) * mscale);
+    float* rot = x + th * head_dim + offset;
+    float* a = interleaved ? rot + 2 * i : rot + i;
+    float* b = interleaved ? rot + 2 * i + 1 : rot + i + half;
     const float x0 = *a, x1 = *b;
     *a = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
     *b = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
@@ -109,12 +109,13 @@ cudaError_t RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim,
   return cudaGetLastError();
 }
 
-cudaError_t Rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions, float theta,
-                 bool interleaved, cudaStream_t stream) {
-  const int64_t total = n * n_heads * (head_dim / 2);
+cudaError_t Rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+                 const double* inv_freq, int64_t n_rot, int64_t offset, bool interleaved, float mscale,
+                 cudaStream_t stream) {
+  const int64_t total = n * n_heads * (n_rot / 2);
   if (total <= 0) return cudaSuccess;
-  RopeKernel<<<GridFor(total, 256), 256, 0, stream>>>(x, n, n_heads, head_dim, positions, static_cast<double>(theta),
-                                                       interleaved);
+  RopeKernel<<<GridFor(total, 256), 256, 0, stream>>>(x, n, n_heads, head_dim, positions, inv_freq, n_rot, offset,
+                                                       interleaved, mscale);
   return cudaGetLastError();
 }
 

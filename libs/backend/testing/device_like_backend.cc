@@ -89,8 +89,8 @@ void DeviceLikeBackend::RmsNorm(const float* x, const float* weight, int64_t n, 
   cpu_->RmsNorm(x, weight, n, dim, eps, y);
 }
 void DeviceLikeBackend::Rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions,
-                             float theta, RopeStyle style) {
-  cpu_->Rope(x, n, n_heads, head_dim, positions, theta, style);
+                             const RopeParams& rope) {
+  cpu_->Rope(x, n, n_heads, head_dim, positions, rope);
 }
 void DeviceLikeBackend::StoreKv(const float* k, const float* v, const int32_t* positions, int64_t n, int64_t kv_dim,
                                 float* k_cache, float* v_cache) {

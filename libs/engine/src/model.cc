@@ -41,6 +41,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& conta
   ASSIGN_OR_RETURN(m->dense_, container.LoadDense());
   m->dense_size_ = m->dense_.size;
   const auto& c = m->config_;
+  m->rope_ = model::MakeRopeTable(c.rope_theta, c.rotary_dims(), c.rope_scaling);
 
   auto weight = [&](const std::string& name, int64_t rows, int64_t cols) -> absl::StatusOr<WeightRef> {
     ASSIGN_OR_RETURN(model::TensorView t, m->dense_.Get(m->manifest_, name));
@@ -235,9 +236,10 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
   backend::Backend& be = *backend_;
   const int64_t H = c.hidden_size, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  const auto rope = c.rope_style == model::RopeStyle::kHalfSplit ? backend::RopeStyle::kHalfSplit
-                                                                  : backend::RopeStyle::kInterleaved;
-  const float theta = static_cast<float>(c.rope_theta);
+  const backend::RopeParams rope{c.rotary_dims(), 0,
+                                 c.rope_style == model::RopeStyle::kHalfSplit ? backend::RopeStyle::kHalfSplit
+                                                                              : backend::RopeStyle::kInterleaved,
+                                 rope_.inv_freq.data(), static_cast<float>(rope_.mscale)};
   float* x = w.x->f32();
   float* h = w.h->f32();
   be.GetRows(token_embd_, tokens.data(), n, x);
@@ -264,8 +266,8 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
       be.RmsNorm(w.q->f32(), lw.q_norm, n * c.n_heads, c.head_dim, eps, w.q->f32());
       be.RmsNorm(w.k->f32(), lw.k_norm, n * c.n_kv_heads, c.head_dim, eps, w.k->f32());
     }
-    be.Rope(w.q->f32(), n, c.n_heads, c.head_dim, w.positions.data(), theta, rope);
-    be.Rope(w.k->f32(), n, c.n_kv_heads, c.head_dim, w.positions.data(), theta, rope);
+    be.Rope(w.q->f32(), n, c.n_heads, c.head_dim, w.positions.data(), rope);
+    be.Rope(w.k->f32(), n, c.n_kv_heads, c.head_dim, w.positions.data(), rope);
     for (const Run& r : runs) {
       const int64_t m = r.end - r.begin;
       float* kc = r.cache->k_[static_cast<size_t>(l)]->f32();
@@ -280,7 +282,7 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
       a.n_heads = c.n_heads;
       a.n_kv_heads = c.n_kv_heads;
       a.head_dim = c.head_dim;
-      a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+      a.scale = static_cast<float>(c.softmax_scale());
       a.out = w.attn->f32() + r.begin * qd;
       be.Attention(a);
     }

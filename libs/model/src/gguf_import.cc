@@ -230,6 +230,34 @@ class GgufConverter {
 
 }  // namespace
 
+absl::StatusOr<RopeScaling> RopeScalingFromGguf(const GgufFile& f, const std::string& arch, int64_t context) {
+  RopeScaling s;
+  if (f.Find(Key(arch, "rope.scaling.type")) == nullptr) return s;
+  auto type_or = f.GetString(Key(arch, "rope.scaling.type"));
+  if (!type_or.ok()) return absl::InvalidArgumentError("gguf: rope.scaling.type must be a string");
+  const std::string type(*type_or);
+  if (type == "none") return s;
+  if (type == "linear") {
+    s.type = RopeScaling::Type::kLinear;
+  } else if (type == "yarn") {
+    s.type = RopeScaling::Type::kYarn;
+    s.original_context = f.GetI64(Key(arch, "rope.scaling.original_context_length")).value_or(context);
+    s.beta_fast = f.GetF64(Key(arch, "rope.scaling.yarn_beta_fast")).value_or(32.0);
+    s.beta_slow = f.GetF64(Key(arch, "rope.scaling.yarn_beta_slow")).value_or(1.0);
+    s.attention_factor = f.GetF64(Key(arch, "rope.scaling.attn_factor")).value_or(0.0);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("gguf: rope.scaling.type '", type,
+                                                   "' is not supported (supported: none, linear, yarn)"));
+  }
+  if (auto factor = f.GetF64(Key(arch, "rope.scaling.factor")); factor.ok()) {
+    s.factor = *factor;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("gguf: rope scaling '", type, "' without rope.scaling.factor"));
+  }
+  if (auto st = ValidateRopeScaling(s); !st.ok()) return absl::InvalidArgumentError(absl::StrCat("gguf: ", st.message()));
+  return s;
+}
+
 absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
   const std::string arch(f.architecture());
   ModelConfig c;
@@ -282,12 +310,9 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
   c.context_length = u("context_length").value_or(4096);
   c.rms_norm_eps = f.GetF64(Key(arch, "attention.layer_norm_rms_epsilon")).value_or(1e-5);
   c.rope_theta = f.GetF64(Key(arch, "rope.freq_base")).value_or(1e4);
-  if (f.Find(Key(arch, "rope.scaling.type")) != nullptr) {
-    auto type = f.GetString(Key(arch, "rope.scaling.type"));
-    if (!type.ok() || *type != "none") {
-      return absl::InvalidArgumentError("gguf: rope scaling is not supported");
-    }
-  }
+  ASSIGN_OR_RETURN(c.rope_scaling, RopeScalingFromGguf(f, arch, c.context_length));
+  // Partial rotary: fewer rotated dims than the head has.
+  if (auto rot = u("rope.dimension_count"); rot.ok() && *rot < c.head_dim) c.rope_dims = *rot;
   RETURN_IF_ERROR(RoutingFromGguf(f, arch, &c));
   c.bos_token_id = f.GetI64("tokenizer.ggml.bos_token_id").value_or(-1);
   if (auto eos = f.GetI64("tokenizer.ggml.eos_token_id"); eos.ok()) c.eos_token_ids.push_back(*eos);

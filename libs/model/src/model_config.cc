@@ -180,7 +180,81 @@ absl::Status ModelConfig::Validate() const {
   if (!(rms_norm_eps > 0) || !(rope_theta > 0)) {
     return absl::InvalidArgumentError("model config: rms_norm_eps and rope_theta must be positive");
   }
+  if (rope_dims < 0 || rope_dims > head_dim || rope_dims % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: rope_dims (", rope_dims,
+                                                   ") must be even and at most head_dim (", head_dim, ")"));
+  }
+  if (!(attention_scale >= 0) || !std::isfinite(attention_scale)) {
+    return absl::InvalidArgumentError("model config: attention_scale must be a finite number >= 0");
+  }
+  if (auto st = ValidateRopeScaling(rope_scaling); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: ", st.message()));
+  }
   return absl::OkStatus();
+}
+
+double ModelConfig::softmax_scale() const {
+  return attention_scale > 0 ? attention_scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+}
+
+absl::StatusOr<RopeScaling> RopeScalingFromHuggingFace(const json& rs, int64_t max_position,
+                                                       const std::string& where) {
+  RopeScaling s;
+  if (rs.is_null()) return s;
+  if (!rs.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, ": rope_scaling must be an object"));
+  // Newer configs name it rope_type, older ones type.
+  ASSIGN_OR_RETURN(std::string type, GetStringOr(rs, "rope_type", "", where));
+  if (type.empty()) {
+    ASSIGN_OR_RETURN(type, GetStringOr(rs, "type", "default", where));
+  }
+  if (type == "default") return s;
+  if (type == "linear") {
+    s.type = RopeScaling::Type::kLinear;
+  } else if (type == "yarn") {
+    s.type = RopeScaling::Type::kYarn;
+    s.original_context = GetIntOr(rs, "original_max_position_embeddings", max_position);
+    s.beta_fast = GetDoubleOr(rs, "beta_fast", 32.0);
+    s.beta_slow = GetDoubleOr(rs, "beta_slow", 1.0);
+    s.mscale = GetDoubleOr(rs, "mscale", 0.0);
+    s.mscale_all_dim = GetDoubleOr(rs, "mscale_all_dim", 0.0);
+    s.attention_factor = GetDoubleOr(rs, "attention_factor", 0.0);
+    s.truncate = GetBoolOr(rs, "truncate", true);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": rope_scaling type '", type,
+                                                   "' is not supported (supported: linear, yarn)"));
+  }
+  auto factor = rs.find("factor");
+  if (factor == rs.end() || !factor->is_number()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": rope_scaling '", type, "' needs a numeric 'factor'"));
+  }
+  s.factor = factor->get<double>();
+  if (auto st = ValidateRopeScaling(s); !st.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", st.message()));
+  return s;
+}
+
+// The manifest keeps rope_scaling in its Hugging Face form, with every field written out.
+json RopeScalingToJson(const RopeScaling& s) {
+  switch (s.type) {
+    case RopeScaling::Type::kNone:
+      return json{{"rope_type", "default"}};
+    case RopeScaling::Type::kLinear:
+      return json{{"rope_type", "linear"}, {"factor", s.factor}};
+    case RopeScaling::Type::kYarn:
+      break;
+  }
+  return json{{"rope_type", "yarn"},
+              {"factor", s.factor},
+              {"original_max_position_embeddings", s.original_context},
+              {"beta_fast", s.beta_fast},
+              {"beta_slow", s.beta_slow},
+              {"mscale", s.mscale},
+              {"mscale_all_dim", s.mscale_all_dim},
+              {"attention_factor", s.attention_factor},
+              {"truncate", s.truncate}};
+}
+
+absl::StatusOr<RopeScaling> RopeScalingFromJson(const json& j, const std::string& where) {
+  return RopeScalingFromHuggingFace(j, /*max_position=*/0, where);
 }
 
 absl::StatusOr<ModelConfig> ConfigFromHuggingFace(const json& hf) {
@@ -247,8 +321,16 @@ absl::StatusOr<ModelConfig> ConfigFromHuggingFace(const json& hf) {
   c.rms_norm_eps = GetDoubleOr(hf, "rms_norm_eps", 1e-5);
   c.rope_theta = GetDoubleOr(hf, "rope_theta", 1e4);
   c.tie_word_embeddings = GetBoolOr(hf, "tie_word_embeddings", false);
-  if (hf.contains("rope_scaling") && !hf["rope_scaling"].is_null()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": rope_scaling is not supported"));
+  if (auto it = hf.find("rope_scaling"); it != hf.end()) {
+    ASSIGN_OR_RETURN(c.rope_scaling, RopeScalingFromHuggingFace(*it, c.context_length, where));
+  }
+  if (auto it = hf.find("partial_rotary_factor"); it != hf.end() && it->is_number()) {
+    const double f = it->get<double>();
+    if (!(f > 0 && f <= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": partial_rotary_factor must be in (0, 1]"));
+    }
+    c.rope_dims = static_cast<int64_t>(static_cast<double>(c.head_dim) * f);
+    if (c.rope_dims == c.head_dim) c.rope_dims = 0;
   }
   c.rope_style = RopeStyle::kHalfSplit;
   c.bos_token_id = GetIntOr(hf, "bos_token_id", -1);
@@ -274,6 +356,9 @@ json ConfigToJson(const ModelConfig& c) {
       {"rms_norm_eps", c.rms_norm_eps},
       {"rope_theta", c.rope_theta},
       {"rope_style", c.rope_style == RopeStyle::kHalfSplit ? "half_split" : "interleaved"},
+      {"rope_dims", c.rope_dims},
+      {"rope_scaling", RopeScalingToJson(c.rope_scaling)},
+      {"attention_scale", c.attention_scale},
       {"qk_norm", c.qk_norm == QkNorm::kNone ? "none" : c.qk_norm == QkNorm::kFull ? "full" : "per_head"},
       {"qkv_bias", c.qkv_bias},
       {"norm_topk_prob", c.norm_topk_prob},
@@ -316,6 +401,11 @@ absl::StatusOr<ModelConfig> ConfigFromJson(const json& j) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": unknown rope_style '", rope, "'"));
   }
   c.rope_style = rope == "half_split" ? RopeStyle::kHalfSplit : RopeStyle::kInterleaved;
+  c.rope_dims = GetIntOr(j, "rope_dims", 0);
+  if (auto it = j.find("rope_scaling"); it != j.end()) {
+    ASSIGN_OR_RETURN(c.rope_scaling, RopeScalingFromJson(*it, where));
+  }
+  c.attention_scale = GetDoubleOr(j, "attention_scale", 0.0);
   ASSIGN_OR_RETURN(std::string qk, GetStringOr(j, "qk_norm", "none", where));
   if (qk == "none") c.qk_norm = QkNorm::kNone;
   else if (qk == "full") c.qk_norm = QkNorm::kFull;

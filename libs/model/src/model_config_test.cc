@@ -245,13 +245,12 @@ TEST(ConfigFromHuggingFace, RefusesUnsupportedOptionsNamingThem) {
       {"qwen2 sliding window", Qwen2MoeHf, "use_sliding_window", true, "use_sliding_window"},
       {"qwen3 dense layers not a list", Qwen3MoeHf, "mlp_only_layers", 1, "mlp_only_layers"},
       {"qwen3 sliding window", Qwen3MoeHf, "use_sliding_window", true, "use_sliding_window"},
-      {"qwen3 rope scaling", Qwen3MoeHf, "rope_scaling",
-       json{{"rope_type", "yarn"}, {"factor", 4.0}}, "rope_scaling"},
+      {"qwen3 dynamic rope scaling", Qwen3MoeHf, "rope_scaling",
+       json{{"rope_type", "dynamic"}, {"factor", 4.0}}, "rope_scaling type 'dynamic'"},
       {"olmoe clip_qkv", OlmoeHf, "clip_qkv", 8.0, "clip_qkv"},
-      {"olmoe rope scaling", OlmoeHf, "rope_scaling", json{{"type", "linear"}, {"factor", 2.0}},
-       "rope_scaling"},
-      {"mixtral rope scaling", MixtralHf, "rope_scaling", json{{"type", "linear"}, {"factor", 2.0}},
-       "rope_scaling"},
+      {"olmoe yarn without factor", OlmoeHf, "rope_scaling", json{{"type", "yarn"}}, "rope_scaling"},
+      {"mixtral longrope", MixtralHf, "rope_scaling", json{{"type", "longrope"}, {"factor", 2.0}},
+       "rope_scaling type 'longrope'"},
   };
   for (const auto& rc : cases) {
     SCOPED_TRACE(rc.name);

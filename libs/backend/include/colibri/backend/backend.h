@@ -49,6 +49,18 @@ class Buffer {
 
 enum class RopeStyle { kHalfSplit, kInterleaved };
 
+// How RoPE rotates one head: `n_rot` dims starting at `offset` (partial rotary; MLA's rope part
+// after the no-position dims), paired half-split (offset + i, offset + i + n_rot/2) or
+// interleaved (offset + 2i, offset + 2i + 1); pair i turns by position · inv_freq[i], and cos and
+// sin are multiplied by `mscale` (YaRN's attention factor).
+struct RopeParams {
+  int64_t n_rot = 0;
+  int64_t offset = 0;
+  RopeStyle style = RopeStyle::kHalfSplit;
+  const double* inv_freq = nullptr;  // host memory, n_rot / 2 entries
+  float mscale = 1.0f;
+};
+
 // Causal attention of n query rows over a KV cache.
 struct AttentionArgs {
   const float* q = nullptr;        // [n, n_heads * head_dim]
@@ -105,7 +117,7 @@ class Backend {
   virtual void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) = 0;
   // Rotates each head of x[n, n_heads * head_dim] in place by its row's position.
   virtual void Rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions,
-                    float theta, RopeStyle style) = 0;
+                    const RopeParams& rope) = 0;
   // Writes k/v rows [n, kv_dim] into the caches at rows positions[i].
   virtual void StoreKv(const float* k, const float* v, const int32_t* positions, int64_t n, int64_t kv_dim,
                        float* k_cache, float* v_cache) = 0;

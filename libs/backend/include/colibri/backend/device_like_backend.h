@@ -48,8 +48,8 @@ class DeviceLikeBackend final : public Backend {
   void MatMul(const WeightRef& w, const float* x, int64_t n, float* y, bool accumulate) override;
   void AddBias(float* x, const float* bias, int64_t n, int64_t dim) override;
   void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) override;
-  void Rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions, float theta,
-            RopeStyle style) override;
+  void Rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+            const RopeParams& rope) override;
   void StoreKv(const float* k, const float* v, const int32_t* positions, int64_t n, int64_t kv_dim, float* k_cache,
                float* v_cache) override;
   void Attention(const AttentionArgs& args) override;

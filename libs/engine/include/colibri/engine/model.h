@@ -145,6 +145,7 @@ class Model {
   void ReportRouting(int layer, const Routing& routing);
 
   model::ModelConfig config_;
+  model::RopeTable rope_;  // the config's RoPE frequencies, built once at load
   model::Manifest manifest_;
   backend::Backend* backend_ = nullptr;
   expert_source::ExpertSource* experts_ = nullptr;

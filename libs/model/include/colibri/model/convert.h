@@ -14,6 +14,7 @@ namespace colibri::model {
 
 class GgufFile;
 struct ModelConfig;
+struct RopeScaling;
 
 struct ConvertOptions {
   // Storage format (see quant_plan.h): f32, f16, bf16, q8_0, q6_k, q5_k, q4_k, q3_k, q2_k,
@@ -36,6 +37,9 @@ absl::Status ConvertHuggingFace(const std::filesystem::path& input, const std::f
 // -> colibri model directory: stacked expert tensors split into one block per expert, blocks
 // kept as they are (`keep`) or re-quantized; tokenizer.* metadata copied into tokenizer.gguf.
 absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& file);
+// The `<arch>.rope.scaling.*` keys (none, linear, yarn); `context` is the YaRN original context
+// when the file has no rope.scaling.original_context_length.
+absl::StatusOr<RopeScaling> RopeScalingFromGguf(const GgufFile& file, const std::string& arch, int64_t context);
 absl::Status ConvertGguf(const std::filesystem::path& input, const std::filesystem::path& output,
                          const ConvertOptions& options);
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "colibri/model/rope.h"
 #include "nlohmann/json.hpp"
 
 namespace colibri::model {
@@ -47,6 +48,9 @@ struct ModelConfig {
   double rms_norm_eps = 1e-5;
   double rope_theta = 1e6;
   RopeStyle rope_style = RopeStyle::kHalfSplit;
+  int64_t rope_dims = 0;           // rotated dims per head (partial rotary); 0: all of head_dim
+  RopeScaling rope_scaling;
+  double attention_scale = 0;      // softmax scale of q·k; 0: 1/sqrt(head_dim)
   QkNorm qk_norm = QkNorm::kNone;
   bool qkv_bias = false;
   // Routing. Scores come from `router_scoring`; with `router_bias` a per-expert bias
@@ -77,6 +81,9 @@ struct ModelConfig {
 
   // Checks every field for consistency; errors name the field.
   absl::Status Validate() const;
+
+  int64_t rotary_dims() const { return rope_dims > 0 ? rope_dims : head_dim; }
+  double softmax_scale() const;
 };
 
 std::string_view ArchitectureName(Architecture a);  // "mixtral", "qwen2_moe", "olmoe", "qwen3_moe"
