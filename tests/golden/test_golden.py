@@ -92,6 +92,18 @@ class GoldenQwen3Moe(GoldenBase):
     family = 'qwen3_moe'
 
 
+class GoldenQwen3MoeDenseLayers(GoldenBase):
+    """decoder_sparse_step 2: layers 0 and 2 are dense MLPs (resident), 1 and 3 MoE."""
+    family = 'qwen3_moe'
+    gen_extra = ('--layers', '4', '--decoder-sparse-step', '2')
+
+
+class GoldenQwen2MoeMlpOnlyLayers(GoldenBase):
+    """mlp_only_layers [0]: a dense first layer before a gated-shared-expert MoE layer."""
+    family = 'qwen2_moe'
+    gen_extra = ('--mlp-only-layers', '0')
+
+
 class GoldenQwen3MoeYarn(GoldenBase):
     """YaRN context extension as the config defines it (an original context of 32 positions, so the
     64-token prompt and its greedy run reach 3x beyond it): the same numbers as the reference."""

@@ -64,7 +64,7 @@ absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(const f
   if (options.split_experts) fs::create_directories(w->partial_ / "experts", ec);
   w->manifest_.name = name;
   w->manifest_.config = config;
-  w->manifest_.experts.resize(static_cast<size_t>(config.n_layers * config.n_experts));
+  w->manifest_.experts.resize(static_cast<size_t>(config.n_moe_layers() * config.n_experts));
   w->expert_done_.assign(w->manifest_.experts.size(), false);
   w->dense_ = std::fopen((w->partial_ / "dense.bin").c_str(), "wb");
   if (w->dense_ == nullptr) return ErrnoStatus(errno, "create", w->partial_ / "dense.bin");
@@ -141,10 +141,13 @@ absl::Status ContainerWriter::AddTensor(std::FILE* f, uint64_t* pos, const std::
 
 absl::Status ContainerWriter::AddExpert(int64_t layer, int64_t expert, const std::vector<Part>& parts) {
   const ModelConfig& c = manifest_.config;
-  if (layer < 0 || layer >= c.n_layers || expert < 0 || expert >= c.n_experts) {
-    return absl::InvalidArgumentError(absl::StrCat("expert (layer ", layer, ", id ", expert, ") out of range"));
+  if (!manifest_.HasExpert(layer, expert)) {
+    return absl::InvalidArgumentError(absl::StrCat("expert (layer ", layer, ", id ", expert, ") out of range",
+                                                   c.IsMoeLayer(layer) || layer < 0 || layer >= c.n_layers
+                                                       ? ""
+                                                       : " (layer is dense)"));
   }
-  size_t idx = static_cast<size_t>(layer * c.n_experts + expert);
+  const size_t idx = manifest_.ExpertIndex(layer, expert);
   if (expert_done_[idx]) {
     return absl::InvalidArgumentError(absl::StrCat("expert (layer ", layer, ", id ", expert, ") added twice"));
   }
@@ -206,10 +209,12 @@ absl::Status ContainerWriter::WriteAuxFile(const std::string& dest_name, std::sp
 }
 
 absl::Status ContainerWriter::Finish() {
-  for (size_t i = 0; i < expert_done_.size(); ++i) {
-    if (!expert_done_[i]) {
-      return absl::FailedPreconditionError(absl::StrCat("expert (layer ", i / manifest_.config.n_experts, ", id ",
-                                                        i % manifest_.config.n_experts, ") was never written"));
+  const ModelConfig& c = manifest_.config;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    for (int64_t e = 0; c.IsMoeLayer(l) && e < c.n_experts; ++e) {
+      if (!expert_done_[manifest_.ExpertIndex(l, e)]) {
+        return absl::FailedPreconditionError(absl::StrCat("expert (layer ", l, ", id ", e, ") was never written"));
+      }
     }
   }
   manifest_.dense_size = dense_pos_;
@@ -371,8 +376,7 @@ absl::StatusOr<AlignedBytes> Container::ReadExtra(std::string_view name) const {
 }
 
 absl::StatusOr<AlignedBytes> Container::ReadExpertBlock(int64_t layer, int64_t expert) const {
-  const auto& c = manifest_.config;
-  if (layer < 0 || layer >= c.n_layers || expert < 0 || expert >= c.n_experts) {
+  if (!manifest_.HasExpert(layer, expert)) {
     return absl::NotFoundError(absl::StrCat("expert (layer ", layer, ", id ", expert, ") is not in the model"));
   }
   const ExpertBlock& b = manifest_.Expert(layer, expert);

@@ -224,10 +224,10 @@ absl::StatusOr<Manifest> ManifestFromJson(const json& j) {
   if (!experts.contains("blocks") || !experts["blocks"].is_array()) {
     return absl::InvalidArgumentError("manifest: experts.blocks must be a list");
   }
-  const int64_t n_blocks = m.config.n_layers * m.config.n_experts;
+  const int64_t n_blocks = m.config.n_moe_layers() * m.config.n_experts;
   if (static_cast<int64_t>(experts["blocks"].size()) != n_blocks) {
     return absl::InvalidArgumentError(absl::StrCat("manifest: ", experts["blocks"].size(), " expert blocks, expected ",
-                                                   n_blocks, " (layers x experts)"));
+                                                   n_blocks, " (MoE layers x experts)"));
   }
   m.experts.resize(static_cast<size_t>(n_blocks));
   std::vector<bool> seen(static_cast<size_t>(n_blocks), false);
@@ -237,8 +237,9 @@ absl::StatusOr<Manifest> ManifestFromJson(const json& j) {
     ASSIGN_OR_RETURN(uint64_t layer, GetU64(bj, "layer", "expert block"));
     ASSIGN_OR_RETURN(uint64_t expert, GetU64(bj, "expert", "expert block"));
     const std::string ctx = absl::StrCat("expert (layer ", layer, ", id ", expert, ")");
-    if (layer >= static_cast<uint64_t>(m.config.n_layers) || expert >= static_cast<uint64_t>(m.config.n_experts)) {
-      return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, " out of range"));
+    if (layer >= static_cast<uint64_t>(m.config.n_layers) || expert >= static_cast<uint64_t>(m.config.n_experts) ||
+        !m.config.IsMoeLayer(static_cast<int64_t>(layer))) {
+      return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, " out of range (or in a dense layer)"));
     }
     b.layer = static_cast<int64_t>(layer);
     b.expert = static_cast<int64_t>(expert);
@@ -271,7 +272,7 @@ absl::StatusOr<Manifest> ManifestFromJson(const json& j) {
         return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": missing part '", part, "'"));
       }
     }
-    size_t idx = static_cast<size_t>(b.layer * m.config.n_experts + b.expert);
+    const size_t idx = m.ExpertIndex(b.layer, b.expert);
     if (seen[idx]) return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, " listed twice"));
     seen[idx] = true;
     m.experts[idx] = std::move(b);

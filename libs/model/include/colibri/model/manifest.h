@@ -62,7 +62,9 @@ struct Manifest {
   std::string dense_file = "dense.bin";
   uint64_t dense_size = 0;
   std::vector<TensorEntry> dense;
-  std::vector<ExpertBlock> experts;  // index: layer * n_experts + expert
+  // The blocks of the MoE layers only (dense layers have none), layer-major:
+  // index ExpertIndex(layer, expert) = MoeLayerRank(layer) * n_experts + expert.
+  std::vector<ExpertBlock> experts;
   // Kept tensors the engine never loads (the NextN/MTP layer of GLM-4.5 checkpoints, for
   // speculative decoding): each checksummed in their own file, read one at a time with
   // Container::ReadExtra. Absent from the manifest JSON when empty.
@@ -74,9 +76,15 @@ struct Manifest {
 
   const TensorEntry* FindDense(std::string_view name) const;
   const TensorEntry* FindExtra(std::string_view name) const;
-  const ExpertBlock& Expert(int64_t layer, int64_t expert) const {
-    return experts[static_cast<size_t>(layer * config.n_experts + expert)];
+  // Whether (layer, expert) names a block: layer is a MoE layer, expert in range.
+  bool HasExpert(int64_t layer, int64_t expert) const {
+    return config.IsMoeLayer(layer) && expert >= 0 && expert < config.n_experts;
   }
+  size_t ExpertIndex(int64_t layer, int64_t expert) const {
+    return static_cast<size_t>(config.MoeLayerRank(layer) * config.n_experts + expert);
+  }
+  // Requires HasExpert(layer, expert).
+  const ExpertBlock& Expert(int64_t layer, int64_t expert) const { return experts[ExpertIndex(layer, expert)]; }
   uint64_t TotalExpertBytes() const;
 };
 
