@@ -45,14 +45,32 @@ TEST(Glm4MoeConfig, FromHuggingFace) {
   EXPECT_EQ(c->qk_norm, QkNorm::kNone);
   EXPECT_TRUE(c->norm_topk_prob);
   EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{151329, 151336, 151338}));
+  EXPECT_EQ(c->router_scoring, RouterScoring::kSigmoid);
+  EXPECT_TRUE(c->router_bias);
+  EXPECT_EQ(c->n_expert_groups, 1);
+  EXPECT_EQ(c->topk_groups, 1);
+  EXPECT_EQ(c->routed_scaling_factor, 1.0);
+  EXPECT_EQ(c->dense_layers, (std::vector<int64_t>{0}));
+  EXPECT_EQ(c->dense_ffn, 10944);
+  EXPECT_EQ(c->shared_expert_ffn, 1408);
+  EXPECT_FALSE(c->shared_expert_gated);
+  EXPECT_EQ(c->n_moe_layers(), 45);
   // GLM-4.5 (355B) sets use_qk_norm; partial_rotary_factor defaults to 0.5 when absent.
   json hf = Glm45AirHf();
   hf["use_qk_norm"] = true;
   hf.erase("partial_rotary_factor");
+  hf["n_group"] = 8;
+  hf["topk_group"] = 4;
+  hf["routed_scaling_factor"] = 2.5;
+  hf["first_k_dense_replace"] = 3;
   c = ConfigFromHuggingFace(hf);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->qk_norm, QkNorm::kPerHead);
   EXPECT_EQ(c->rope_dims, 64);
+  EXPECT_EQ(c->n_expert_groups, 8);
+  EXPECT_EQ(c->topk_groups, 4);
+  EXPECT_EQ(c->routed_scaling_factor, 2.5);
+  EXPECT_EQ(c->dense_layers, (std::vector<int64_t>{0, 1, 2}));
   // The manifest form keeps every field.
   auto back = ConfigFromJson(ConfigToJson(*c));
   ASSERT_TRUE(back.ok()) << back.status();
@@ -61,7 +79,7 @@ TEST(Glm4MoeConfig, FromHuggingFace) {
 }
 
 TEST(Glm4MoeConfig, MissingKeysAreNamed) {
-  for (const char* key : {"n_routed_experts", "moe_intermediate_size"}) {
+  for (const char* key : {"n_routed_experts", "moe_intermediate_size", "intermediate_size"}) {
     json hf = Glm45AirHf();
     hf.erase(key);
     auto c = ConfigFromHuggingFace(hf);
@@ -118,6 +136,13 @@ TEST(Glm4MoeConfig, FromGguf) {
   EXPECT_EQ(c->expert_ffn, 32);
   EXPECT_EQ(c->vocab_size, 100);
   EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{2, 5, 7}));  // eos, end of turn, end of message
+  EXPECT_EQ(c->router_scoring, RouterScoring::kSigmoid);
+  EXPECT_TRUE(c->router_bias);
+  EXPECT_EQ(c->routed_scaling_factor, 2.5);
+  EXPECT_EQ(c->dense_layers, (std::vector<int64_t>{0}));
+  EXPECT_EQ(c->dense_ffn, 128);
+  EXPECT_EQ(c->shared_expert_ffn, 32);
+  EXPECT_FALSE(c->shared_expert_gated);
   GgufFile plain = GlmGguf(&bytes, false);
   c = ConfigFromGguf(plain);
   ASSERT_TRUE(c.ok()) << c.status();

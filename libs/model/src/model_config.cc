@@ -72,6 +72,27 @@ absl::Status Glm4MoeFromHuggingFace(const json& hf, const std::string& where, Mo
   c->qk_norm = GetBoolOr(hf, "use_qk_norm", false) ? QkNorm::kPerHead : QkNorm::kNone;
   c->norm_topk_prob = GetBoolOr(hf, "norm_topk_prob", true);
   c->nextn_layers = GetIntOr(hf, "num_nextn_predict_layers", 0);
+  // Routing: sigmoid scores, e_score_correction_bias to choose, group limit (groups scored by
+  // their two best), routed scaling; an ungated shared expert of n_shared_experts x the expert
+  // size; the first first_k_dense_replace layers are dense MLPs of intermediate_size.
+  c->router_scoring = RouterScoring::kSigmoid;
+  c->router_bias = true;
+  c->n_expert_groups = GetIntOr(hf, "n_group", 1);
+  c->topk_groups = GetIntOr(hf, "topk_group", 1);
+  c->group_scoring = GroupScoring::kTopTwoSum;
+  c->routed_scaling_factor = GetDoubleOr(hf, "routed_scaling_factor", 1.0);
+  c->shared_expert_ffn = GetIntOr(hf, "n_shared_experts", 0) * c->expert_ffn;
+  c->shared_expert_gated = false;
+  ASSIGN_OR_RETURN(int64_t n_layers, GetInt(hf, "num_hidden_layers", where));
+  const int64_t dense = GetIntOr(hf, "first_k_dense_replace", 0);
+  if (dense < 0 || dense >= n_layers) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": first_k_dense_replace ", dense, " with ", n_layers,
+                                                   " layers"));
+  }
+  for (int64_t l = 0; l < dense; ++l) c->dense_layers.push_back(l);
+  if (dense > 0) {
+    ASSIGN_OR_RETURN(c->dense_ffn, GetInt(hf, "intermediate_size", where));
+  }
   return absl::OkStatus();
 }
 

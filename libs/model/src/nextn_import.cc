@@ -62,8 +62,8 @@ TensorKind RoleOf(std::string_view suffix) {
       {"ffn_gate_exps", TensorKind::kExpertGate},   {"ffn_up_exps", TensorKind::kExpertUp},
       {"ffn_down_exps", TensorKind::kExpertDown},   {"ffn_gate_shexp", TensorKind::kSharedGate},
       {"ffn_up_shexp", TensorKind::kSharedUp},      {"ffn_down_shexp", TensorKind::kSharedDown},
-      {"ffn_gate", TensorKind::kSharedGate},        {"ffn_up", TensorKind::kSharedUp},
-      {"ffn_down", TensorKind::kSharedDown},
+      {"ffn_gate", TensorKind::kDenseGate},         {"ffn_up", TensorKind::kDenseUp},
+      {"ffn_down", TensorKind::kDenseDown},
   };
   for (const auto& [name, kind] : kKinds) {
     if (suffix == name) return kind;
