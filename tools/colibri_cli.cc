@@ -129,12 +129,19 @@ int Verify(const std::string& model_dir) {
       bad++;
     }
   }
+  for (const auto& t : m.extra) {
+    auto bytes = (*c)->ReadExtra(t.name);
+    if (!bytes.ok()) {
+      std::cout << "BAD " << bytes.status().message() << std::endl;
+      bad++;
+    }
+  }
   if (bad > 0) {
     std::cout << bad << " bad item(s) in '" << model_dir << "'" << std::endl;
     return 1;
   }
-  std::cout << "OK " << m.dense.size() << " dense tensors and " << m.experts.size() << " expert blocks verified"
-            << std::endl;
+  std::cout << "OK " << m.dense.size() << " dense tensors, " << m.experts.size() << " expert blocks and "
+            << m.extra.size() << " extra tensors verified" << std::endl;
   return 0;
 }
 
@@ -152,6 +159,11 @@ int Inspect(const std::string& model_dir) {
   }
   nlohmann::json quant_mix = nlohmann::json::object();
   for (const auto& [k, v] : mix) quant_mix[k] = v;
+  // Kept tensors the engine does not load (e.g. the NextN layer), by name.
+  nlohmann::json extra = nlohmann::json::object();
+  for (const auto& t : m.extra) {
+    extra[t.name] = {{"dtype", std::string(colibri::quant::DTypeName(t.dtype))}, {"shape", t.shape}};
+  }
   nlohmann::json out = {{"name", m.name},
                         {"config", colibri::model::ConfigToJson(m.config)},
                         {"dense_bytes", m.dense_size},
@@ -159,6 +171,8 @@ int Inspect(const std::string& model_dir) {
                         {"expert_blocks", m.experts.size()},
                         {"bytes_per_expert", m.experts.empty() ? 0 : m.experts[0].size},
                         {"quant_mix_bytes", quant_mix},
+                        {"extra_bytes", m.extra_size},
+                        {"extra_tensors", extra},
                         {"source", m.source}};
   std::cout << out.dump(2) << std::endl;
   return 0;

@@ -92,7 +92,7 @@ CORPUS = (
 def resolve_dims(family, preset, overrides):
     """Preset dims with explicit overrides; derived sizes follow the family's
     convention unless given explicitly."""
-    if any(v is not None and v < 1 for v in overrides.values()):
+    if any(isinstance(v, int) and v < 1 for v in overrides.values()):
         raise ValueError("dimension overrides must be positive")
     d = dict(PRESETS[preset])
     d.update({k: v for k, v in overrides.items() if v is not None and k in d})
@@ -102,6 +102,17 @@ def resolve_dims(family, preset, overrides):
         # Like Qwen3-30B-A3B, heads * head_dim != hidden (micro: 4 * 32 = 128 vs 64).
         2 * d["hidden"] // d["heads"] if family == "qwen3_moe" else d["hidden"] // d["heads"])
     d["shared_ffn"] = overrides.get("shared_ffn") or (2 * d["ffn"] if family == "qwen2_moe" else 0)
+    # Qwen-MoE dense layers (the Hugging Face rule): listed in mlp_only_layers, or (l + 1) not a
+    # multiple of decoder_sparse_step. Their MLP has intermediate_size.
+    d["sparse_step"] = overrides.get("decoder_sparse_step") or 1
+    d["mlp_only_layers"] = sorted(set(overrides.get("mlp_only_layers") or []))
+    d["dense_layers"] = [i for i in range(d["layers"])
+                         if i in d["mlp_only_layers"] or (i + 1) % d["sparse_step"]]
+    d["dense_ffn"] = d["shared_ffn"] if family == "qwen2_moe" else 2 * d["ffn"]
+    if d["dense_layers"] and family not in ("qwen2_moe", "qwen3_moe"):
+        raise ValueError("--decoder-sparse-step / --mlp-only-layers only apply to qwen2_moe and qwen3_moe")
+    if any(not 0 <= i < d["layers"] for i in d["mlp_only_layers"]):
+        raise ValueError("--mlp-only-layers holds a layer outside the model")
 
     if d["heads"] % d["kv_heads"]:
         raise ValueError("--heads must be a multiple of --kv-heads")
@@ -156,10 +167,10 @@ def make_config(family, d, dtype):
         cfg = {
             "architectures": ["Qwen2MoeForCausalLM"],
             "model_type": "qwen2_moe",
-            "decoder_sparse_step": 1,
+            "decoder_sparse_step": d["sparse_step"],
             "intermediate_size": d["shared_ffn"],     # dense-MLP size, as in Qwen1.5-MoE
             "max_window_layers": d["layers"],
-            "mlp_only_layers": [],
+            "mlp_only_layers": d["mlp_only_layers"],
             "moe_intermediate_size": d["ffn"],
             "norm_topk_prob": False,
             "num_experts": d["experts"],
@@ -188,11 +199,11 @@ def make_config(family, d, dtype):
             "architectures": ["Qwen3MoeForCausalLM"],
             "model_type": "qwen3_moe",
             "attention_bias": False,
-            "decoder_sparse_step": 1,
+            "decoder_sparse_step": d["sparse_step"],
             "head_dim": d["head_dim"],
-            "intermediate_size": 2 * d["ffn"],        # dense-MLP size (unused: no dense layers)
+            "intermediate_size": d["dense_ffn"],      # dense-MLP size (the dense layers)
             "max_window_layers": d["layers"],
-            "mlp_only_layers": [],
+            "mlp_only_layers": d["mlp_only_layers"],
             "moe_intermediate_size": d["ffn"],
             "norm_topk_prob": True,
             "num_experts": d["experts"],
@@ -230,6 +241,12 @@ def tensor_list(family, d):
             out.append((p + "self_attn.q_norm.weight", (D,), "norm"))
             out.append((p + "self_attn.k_norm.weight", (D,), "norm"))
         out.append((p + "post_attention_layernorm.weight", (H,), "norm"))
+        if i in d["dense_layers"]:
+            DF = d["dense_ffn"]
+            out.append((p + "mlp.gate_proj.weight", (DF, H), "linear"))
+            out.append((p + "mlp.up_proj.weight", (DF, H), "linear"))
+            out.append((p + "mlp.down_proj.weight", (H, DF), "linear"))
+            continue
         if family == "mixtral":
             moe, names = "block_sparse_moe", ("w1", "w3", "w2")   # gate, up, down
         else:
@@ -489,8 +506,10 @@ def main(argv=None):
     ap.add_argument("--dtype", choices=sorted(TORCH_DTYPES), default="f32")
     ap.add_argument("--shards", type=int, default=1)
     for flag in ("hidden", "layers", "heads", "kv-heads", "head-dim", "ffn", "experts",
-                 "top-k", "vocab", "shared-ffn"):
+                 "top-k", "vocab", "shared-ffn", "decoder-sparse-step"):
         ap.add_argument("--" + flag, type=int, help="override the preset")
+    ap.add_argument("--mlp-only-layers", type=lambda s: [int(x) for x in s.split(",") if x],
+                    help="qwen2_moe/qwen3_moe: comma-separated dense layers")
     ap.add_argument("--config-set", action="append", default=[], metavar="KEY=JSON",
                     help="write KEY with the JSON value into config.json (repeatable)")
     a = vars(ap.parse_args(argv))

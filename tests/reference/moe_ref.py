@@ -71,6 +71,12 @@ class Spec:
     rope_theta: float
     rope_style: str          # "half" (Hugging Face) or "interleaved" (GGUF llama)
     qk_norm: str | None      # None, "whole" (olmoe) or "per_head" (qwen3_moe)
+    # Routing options (family-independent; defaults = softmax top-k as above):
+    scoring: str = "softmax"         # "softmax" or "sigmoid" expert scores
+    n_group: int = 1                 # group-limited routing: experts in n_group equal groups,
+    topk_group: int = 1              #   only the topk_group best groups eligible
+    group_score: str = "top2_sum"    # a group's score: "top2_sum" or "max" of its choice values
+    routed_scaling: float = 1.0      # chosen weights (after optional renormalisation) times this
     rope_scaling: dict | None = None   # Hugging Face rope_scaling object
     max_position: int = 4096           # max_position_embeddings (YaRN's default original context)
 
@@ -81,7 +87,10 @@ class Spec:
 # and optionally
 #   bq [NH*D], bk/bv [NKV*D]                         (qwen2_moe)
 #   q_norm [NH*D or D], k_norm [NKV*D or D]           (olmoe / qwen3_moe)
-#   sh_gate/sh_up [Fs, H], sh_down [H, Fs], sh_gate_inp [H]   (qwen2_moe)
+#   sh_gate/sh_up [Fs, H], sh_down [H, Fs], sh_gate_inp [H]   (qwen2_moe; no sh_gate_inp:
+#                                                     an ungated shared expert, DeepSeek)
+#   router_bias [E]     selection-only bias added to the scores (DeepSeek-V3 e_score_correction_bias)
+# A dense layer has mlp_gate/mlp_up [F, H], mlp_down [H, F] instead of router and experts.
 
 
 def rope_frequencies(base, dim, scaling, max_position):
@@ -202,16 +211,41 @@ class Model:
     def _silu(self, x):
         return x * self._sigmoid(x)
 
-    def _moe(self, L, h):
+    def route(self, L, h):
+        """(top [n, k] expert ids, w [n, k] weights) of one MoE layer's router."""
         s = self.spec
         logits = h @ L["router"].T                                   # [n, E]
-        p = np.exp(logits - logits.max(axis=-1, keepdims=True))
-        p /= p.sum(axis=-1, keepdims=True)
-        # Stable sort of -p: equal probabilities keep ascending expert order.
-        top = np.argsort(-p, axis=-1, kind="stable")[:, :s.top_k]   # [n, k]
+        if s.scoring == "sigmoid":
+            p = self._sigmoid(logits)
+        else:
+            p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+            p /= p.sum(axis=-1, keepdims=True)
+        choice = p + L["router_bias"] if "router_bias" in L else p.copy()
+        if s.n_group > 1 and s.topk_group < s.n_group:
+            n = h.shape[0]
+            grouped = choice.reshape(n, s.n_group, -1)
+            if s.group_score == "max":
+                gscore = grouped.max(axis=-1)
+            else:
+                gscore = np.sort(grouped, axis=-1)[..., -2:].sum(axis=-1)
+            keep = np.argsort(-gscore, axis=-1, kind="stable")[:, :s.topk_group]
+            mask = np.zeros((n, s.n_group), dtype=bool)
+            np.put_along_axis(mask, keep, True, axis=-1)
+            choice = np.where(np.repeat(mask, s.n_experts // s.n_group, axis=-1), choice, -np.inf)
+        # Stable sort: equal values keep ascending expert order.
+        top = np.argsort(-choice, axis=-1, kind="stable")[:, :s.top_k]   # [n, k]
         w = np.take_along_axis(p, top, axis=-1)
         if s.norm_topk_prob:
             w /= w.sum(axis=-1, keepdims=True)
+        return top, w * s.routed_scaling
+
+    def _mlp(self, x, gate, up, down):
+        return (self._silu(x @ gate.T) * (x @ up.T)) @ down.T
+
+    def _moe(self, L, h):
+        if "mlp_gate" in L:                                          # a dense layer
+            return self._mlp(h, L["mlp_gate"], L["mlp_up"], L["mlp_down"])
+        top, w = self.route(L, h)
 
         out = np.zeros_like(h)
         for e in np.unique(top):
@@ -220,8 +254,8 @@ class Model:
             y = (self._silu(x @ L["gate"][e].T) * (x @ L["up"][e].T)) @ L["down"][e].T
             out[rows] += w[rows, slot][:, None] * y
         if "sh_gate" in L:
-            y = (self._silu(h @ L["sh_gate"].T) * (h @ L["sh_up"].T)) @ L["sh_down"].T
-            out += self._sigmoid(h @ L["sh_gate_inp"])[:, None] * y
+            y = self._mlp(h, L["sh_gate"], L["sh_up"], L["sh_down"])
+            out += self._sigmoid(h @ L["sh_gate_inp"])[:, None] * y if "sh_gate_inp" in L else y
         return out
 
     # -- forward -----------------------------------------------------------
@@ -315,8 +349,6 @@ def load_hf(model_dir, rope_style="half"):
     with open(os.path.join(model_dir, "config.json")) as f:
         cfg = json.load(f)
     fam = hf_family(cfg)
-    if cfg.get("mlp_only_layers") or cfg.get("decoder_sparse_step", 1) != 1:
-        raise ValueError("dense (mlp_only_layers / decoder_sparse_step) layers are not supported")
     if cfg.get("clip_qkv") is not None:
         raise ValueError("olmoe clip_qkv is not supported")
     if cfg.get("use_sliding_window") or (fam == "mixtral" and cfg.get("sliding_window")):
@@ -346,6 +378,9 @@ def load_hf(model_dir, rope_style="half"):
 
     moe = "block_sparse_moe" if fam == "mixtral" else "mlp"
     gate, up, down = ("w1", "w3", "w2") if fam == "mixtral" else ("gate_proj", "up_proj", "down_proj")
+    # Qwen-MoE dense layers: in mlp_only_layers, or (i + 1) not a multiple of decoder_sparse_step.
+    step = cfg.get("decoder_sparse_step") or 1
+    dense = {i for i in range(spec.n_layers) if i in (cfg.get("mlp_only_layers") or []) or (i + 1) % step}
     layers = []
     for i in range(spec.n_layers):
         p = f"model.layers.{i}."
@@ -360,21 +395,25 @@ def load_hf(model_dir, rope_style="half"):
             "wv": t[p + "self_attn.v_proj.weight"],
             "wo": t[p + "self_attn.o_proj.weight"],
             "ffn_norm": t[p + "post_attention_layernorm.weight"],
-            "router": t[f"{p}{moe}.gate.weight"],
-            "gate": experts(gate),
-            "up": experts(up),
-            "down": experts(down),
         }
         if fam == "qwen2_moe":
             for x in "qkv":
                 L["b" + x] = t[f"{p}self_attn.{x}_proj.bias"]
+        if spec.qk_norm:
+            L["q_norm"] = t[p + "self_attn.q_norm.weight"]
+            L["k_norm"] = t[p + "self_attn.k_norm.weight"]
+        if i in dense:
+            for w in ("gate", "up", "down"):
+                L["mlp_" + w] = t[f"{p}mlp.{w}_proj.weight"]
+            layers.append(L)
+            continue
+        L.update({"router": t[f"{p}{moe}.gate.weight"], "gate": experts(gate), "up": experts(up),
+                  "down": experts(down)})
+        if fam == "qwen2_moe":
             L["sh_gate"] = t[p + "mlp.shared_expert.gate_proj.weight"]
             L["sh_up"] = t[p + "mlp.shared_expert.up_proj.weight"]
             L["sh_down"] = t[p + "mlp.shared_expert.down_proj.weight"]
             L["sh_gate_inp"] = t[p + "mlp.shared_expert_gate.weight"].reshape(-1)
-        if spec.qk_norm:
-            L["q_norm"] = t[p + "self_attn.q_norm.weight"]
-            L["k_norm"] = t[p + "self_attn.k_norm.weight"]
         layers.append(L)
     embed = t["model.embed_tokens.weight"]
     lm_head = embed if cfg.get("tie_word_embeddings") else t["lm_head.weight"]
@@ -443,10 +482,23 @@ def load_gguf(path, rope_style=None):
     return Model(spec, embed, layers, t("output_norm.weight"), lm_head)
 
 
+DEEPSEEK_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
+
+
 def load_model(path, rope_style=None):
-    """HF checkpoint directory or .gguf file.  rope_style None = the format's default."""
+    """HF checkpoint directory or .gguf file.  rope_style None = the format's default.
+    DeepSeek-V2/V3 and Kimi K2 (latent attention) load through deepseek_ref.py."""
     if os.path.isdir(path):
+        with open(os.path.join(path, "config.json")) as f:
+            if json.load(f).get("model_type") in DEEPSEEK_MODEL_TYPES:
+                import deepseek_ref
+                return deepseek_ref.load_hf(path)
         return load_hf(path, rope_style or "half")
+    from gguf_np import GGUFFile
+    g = GGUFFile(path)
+    if g.metadata.get("general.architecture") == "deepseek2":
+        import deepseek_ref
+        return deepseek_ref.load_gguf(g, path)
     return load_gguf(path, rope_style)
 
 
@@ -475,6 +527,12 @@ def main(argv=None):
         print(f"moe_ref: error: {e}", file=sys.stderr)
         return 2
 
+    write_results(a, prompt, logits, greedy, margins)
+    return 0
+
+
+def write_results(a, prompt, logits, greedy, margins):
+    """The CLI's outputs: --logits-out .npy, --json-out (stdout when neither is given)."""
     if a.logits_out:
         np.save(a.logits_out, logits.astype(np.float32))
     result = {"prompt_ids": prompt, "greedy_ids": greedy, "greedy_top1_minus_top2": margins}
@@ -483,7 +541,6 @@ def main(argv=None):
             json.dump(result, f, indent=1)
     if not a.logits_out and not a.json_out:
         print(json.dumps(result))
-    return 0
 
 
 if __name__ == "__main__":

@@ -189,6 +189,40 @@ class OracleTests(unittest.TestCase):
         self.assertEqual(len(out["greedy_top1_minus_top2"]), 32)
 
 
+class RoutingTests(unittest.TestCase):
+    """Model.route on hand-made logits: every routing option."""
+
+    def model(self, n_experts, top_k, **kw):
+        spec = moe_ref.Spec(family="mixtral", hidden=n_experts, n_layers=1, n_heads=1, n_kv_heads=1, head_dim=2,
+                            vocab=4, n_experts=n_experts, top_k=top_k, norm_topk_prob=kw.pop("norm", False),
+                            eps=1e-6, rope_theta=1e4, rope_style="half", qk_norm=None, **kw)
+        return moe_ref.Model(spec, None, [], None, None)
+
+    def route(self, m, logits, bias=None):
+        L = {"router": np.eye(len(logits))}
+        if bias is not None:
+            L["router_bias"] = np.asarray(bias, dtype=np.float64)
+        top, w = m.route(L, np.asarray([logits], dtype=np.float64))
+        return top[0].tolist(), w[0]
+
+    def test_sigmoid_bias_selects_only(self):
+        m = self.model(4, 2, scoring="sigmoid", norm=True, routed_scaling=2.5)
+        top, w = self.route(m, [0, 1, -1, 2], bias=[0, 0, 5, -5])
+        self.assertEqual(top, [2, 1])
+        s = 1 / (1 + np.exp(-np.array([-1.0, 1.0])))
+        np.testing.assert_allclose(w, 2.5 * s / s.sum(), rtol=1e-14)
+
+    def test_groups(self):
+        logits = [3, -5, 2, 2, 1.5, 1.5, 0, 0]
+        self.assertEqual(self.route(self.model(8, 2, scoring="sigmoid"), logits)[0], [0, 2])
+        grouped = self.model(8, 2, scoring="sigmoid", n_group=4, topk_group=2)
+        self.assertEqual(self.route(grouped, logits)[0], [2, 3])
+        by_max = self.model(8, 2, n_group=4, topk_group=2, group_score="max")
+        top, w = self.route(by_max, logits)
+        self.assertEqual(top, [0, 2])
+        np.testing.assert_allclose(w[1], np.exp(2) / np.exp(logits).sum(), rtol=1e-14)
+
+
 class GeneratorTests(unittest.TestCase):
     PROMPT = [1, 17, 300, 42, 259, 511, 3, 260]
 

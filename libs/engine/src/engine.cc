@@ -393,13 +393,14 @@ void Engine::Step() {
   // Which experts each sequence's rows went to (for the router's prefetch hints).
   const size_t K = static_cast<size_t>(c.top_k), E = static_cast<size_t>(c.n_experts);
   const size_t L = static_cast<size_t>(c.n_layers), nb = batch.size();
-  if (stats.routed.size() == L * nb * K) {
+  if (stats.routed.size() == static_cast<size_t>(c.n_moe_layers()) * nb * K) {
     size_t first = 0;
     for (const Span& sp : spans) {
       auto& counts = sp.seq->result.expert_counts;
       if (counts.empty()) counts.assign(L * E, 0);
       for (size_t l = 0; l < L; ++l) {
-        const int32_t* r = stats.routed.data() + l * nb * K;
+        if (!c.IsMoeLayer(static_cast<int64_t>(l))) continue;  // dense layers route nothing
+        const int32_t* r = stats.routed.data() + static_cast<size_t>(c.MoeLayerRank(static_cast<int64_t>(l))) * nb * K;
         for (size_t i = first; i < first + static_cast<size_t>(sp.rows_in_batch); ++i) {
           for (size_t k = 0; k < K; ++k) counts[l * E + static_cast<size_t>(r[i * K + k])]++;
         }

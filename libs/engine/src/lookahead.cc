@@ -14,6 +14,7 @@ Lookahead::Lookahead(backend::Backend* backend, expert_source::ExpertSource* exp
       config_(config),
       depth_(depth),
       min_weight_(min_weight),
+      route_(RouteParams::FromConfig(config)),
       counters_(counters),
       predicted_(gates_.size(), std::vector<char>(static_cast<size_t>(config.n_experts), 0)) {}
 
@@ -34,10 +35,14 @@ absl::Status Lookahead::Predict(int layer, const float* x, int64_t n) {
   const int last = std::min<int>(static_cast<int>(gates_.size()) - 1, layer + depth_);
   for (int target = layer + 1; target <= last; ++target) {
     const LayerGate& g = gates_[static_cast<size_t>(target)];
+    if (!g.moe) {  // a dense layer fetches nothing
+      for (auto& row : row_predictions_) row.emplace_back();
+      continue;
+    }
     backend_->RmsNorm(x, g.ffn_norm, n, H, static_cast<float>(config_.rms_norm_eps), h_->f32());
     backend_->MatMul(g.router, h_->f32(), n, logits_->f32());
     backend_->Download(host_logits_.data(), logits_->f32(), host_logits_.size() * sizeof(float));
-    Route(host_logits_.data(), n, E, config_.top_k, config_.norm_topk_prob, /*keep_probs=*/false, &routing_);
+    Route(host_logits_.data(), g.bias, n, route_, /*keep_probs=*/false, &routing_);
     const auto K = static_cast<size_t>(config_.top_k);
     for (int64_t t = 0; t < n; ++t) {
       const auto begin = routing_.experts.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(t) * K);
@@ -46,7 +51,8 @@ absl::Status Lookahead::Predict(int layer, const float* x, int64_t n) {
     auto& seen = predicted_[static_cast<size_t>(target)];
     for (size_t i = 0; i < routing_.experts.size(); ++i) {
       const int32_t e = routing_.experts[i];
-      if (seen[static_cast<size_t>(e)] || routing_.weights[i] < min_weight_) continue;
+      // Compared without the scaling factor (see ModelOptions::prefetch_min_weight).
+      if (seen[static_cast<size_t>(e)] || routing_.weights[i] < min_weight_ * route_.scale) continue;
       seen[static_cast<size_t>(e)] = 1;
       ids.push_back(ExpertId{target, e});
     }

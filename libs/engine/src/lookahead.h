@@ -25,8 +25,10 @@ namespace colibri::engine {
 class Lookahead {
  public:
   struct LayerGate {
-    const float* ffn_norm = nullptr;  // f32 [hidden]
-    backend::WeightRef router;        // [n_experts, hidden]
+    bool moe = true;                   // dense layers have no router and are skipped
+    const float* ffn_norm = nullptr;   // f32 [hidden]
+    backend::WeightRef router;         // [n_experts, hidden]
+    const float* bias = nullptr;       // f32 [n_experts] selection bias, or null
   };
   Lookahead(backend::Backend* backend, expert_source::ExpertSource* experts, std::vector<LayerGate> gates,
             const model::ModelConfig& config, int depth, float min_weight, ModelCounters* counters);
@@ -39,7 +41,7 @@ class Lookahead {
   // for it and cancels the ones not picked.
   void OnRouted(int layer, const std::vector<int32_t>& experts);
   // What the last Predict call's routers chose for `row`: entry d - 1 is the top-k for layer + d
-  // (every choice, whatever its weight). For routing traces (version 2).
+  // (every choice, whatever its weight; empty for a dense layer). For routing traces (version 2).
   std::span<const std::vector<int32_t>> RowPredictions(int64_t row) const {
     if (row < 0 || static_cast<size_t>(row) >= row_predictions_.size()) return {};
     return row_predictions_[static_cast<size_t>(row)];
@@ -52,6 +54,7 @@ class Lookahead {
   const model::ModelConfig config_;
   const int depth_;
   const float min_weight_;
+  const RouteParams route_;
   ModelCounters* const counters_;
   int64_t capacity_ = 0;
   std::unique_ptr<backend::Buffer> h_, logits_;

@@ -87,12 +87,25 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& conta
       ASSIGN_OR_RETURN(w.k_norm, vec(b + "attn_k_norm", c.head_dim));
     }
     ASSIGN_OR_RETURN(w.ffn_norm, vec(b + "ffn_norm", c.hidden_size));
+    w.moe = c.IsMoeLayer(l);
+    if (!w.moe) {
+      ASSIGN_OR_RETURN(w.ffn_gate, weight(b + "ffn_gate", c.dense_ffn, c.hidden_size));
+      ASSIGN_OR_RETURN(w.ffn_up, weight(b + "ffn_up", c.dense_ffn, c.hidden_size));
+      ASSIGN_OR_RETURN(w.ffn_down, weight(b + "ffn_down", c.hidden_size, c.dense_ffn));
+      m->layers_.push_back(w);
+      continue;
+    }
     ASSIGN_OR_RETURN(w.router, weight(b + "ffn_gate_inp", c.n_experts, c.hidden_size));
+    if (c.router_bias) {
+      ASSIGN_OR_RETURN(w.router_bias, vec(b + "ffn_exp_probs_b", c.n_experts));
+    }
     if (c.shared_expert_ffn > 0) {
       ASSIGN_OR_RETURN(w.shexp_gate, weight(b + "ffn_gate_shexp", c.shared_expert_ffn, c.hidden_size));
       ASSIGN_OR_RETURN(w.shexp_up, weight(b + "ffn_up_shexp", c.shared_expert_ffn, c.hidden_size));
       ASSIGN_OR_RETURN(w.shexp_down, weight(b + "ffn_down_shexp", c.hidden_size, c.shared_expert_ffn));
-      ASSIGN_OR_RETURN(w.shexp_router, weight(b + "ffn_gate_inp_shexp", 1, c.hidden_size));
+      if (c.shared_expert_gated) {
+        ASSIGN_OR_RETURN(w.shexp_router, weight(b + "ffn_gate_inp_shexp", 1, c.hidden_size));
+      }
     }
     m->layers_.push_back(w);
   }
@@ -113,7 +126,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& conta
   m->ws_ = std::make_unique<Workspace>();
   if (options.prefetch_layers > 0) {
     std::vector<Lookahead::LayerGate> gates;
-    for (const LayerWeights& w : m->layers_) gates.push_back({w.ffn_norm, w.router});
+    for (const LayerWeights& w : m->layers_) gates.push_back({w.moe, w.ffn_norm, w.router, w.router_bias});
     m->lookahead_ = std::make_unique<Lookahead>(backend, experts, std::move(gates), m->config_,
                                                 options.prefetch_layers, options.prefetch_min_weight, &m->counters_);
   }
@@ -156,7 +169,7 @@ absl::Status Model::EnsureWorkspace(int64_t n) {
   if (n <= w.n) return absl::OkStatus();
   const auto& c = config_;
   const int64_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
-  const int64_t ffn = std::max(c.expert_ffn, c.shared_expert_ffn);
+  const int64_t ffn = std::max({c.expert_ffn, c.shared_expert_ffn, c.dense_ffn});
   const int64_t wide = std::max({c.hidden_size, qd, ffn, c.vocab_size});
   auto alloc = [&](std::unique_ptr<Buffer>* buf, int64_t floats) -> absl::Status {
     ASSIGN_OR_RETURN(*buf, backend_->Allocate(static_cast<size_t>(floats) * sizeof(float)));
@@ -276,7 +289,11 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
     be.MatMul(lw.o, w.attn->f32(), n, x, /*accumulate=*/true);
     if (lookahead_) RETURN_IF_ERROR(lookahead_->Predict(static_cast<int>(l), x, n));
     be.RmsNorm(x, lw.ffn_norm, n, H, eps, h);
-    RETURN_IF_ERROR(MoE(static_cast<int>(l), n, stats));
+    if (lw.moe) {
+      RETURN_IF_ERROR(MoE(static_cast<int>(l), n, stats));
+    } else {
+      SwiGlu(lw.ffn_gate, lw.ffn_up, lw.ffn_down, c.dense_ffn, n, w.moe->f32());
+    }
     be.Add(x, w.moe->f32(), n * H);
   }
   for (const Run& r : runs) r.cache->n_past_ += r.end - r.begin;
@@ -327,6 +344,16 @@ void Model::ReportRouting(int layer, const Routing& r) {
   }
 }
 
+void Model::SwiGlu(const WeightRef& gate, const WeightRef& up, const WeightRef& down, int64_t ffn, int64_t n,
+                   float* out) {
+  Workspace& w = *ws_;
+  backend::Backend& be = *backend_;
+  be.MatMul(gate, w.h->f32(), n, w.gate->f32());
+  be.MatMul(up, w.h->f32(), n, w.up->f32());
+  be.SiluMul(w.gate->f32(), w.up->f32(), n * ffn);
+  be.MatMul(down, w.gate->f32(), n, out);
+}
+
 absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
   const auto& c = config_;
   Workspace& w = *ws_;
@@ -340,7 +367,7 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
 
   // Routing on the host (routing.h). Rows are grouped by expert ("batch union").
   Routing routing;
-  Route(router.data(), n, E, K, c.norm_topk_prob, /*keep_probs=*/true, &routing);
+  Route(router.data(), lw.router_bias, n, RouteParams::FromConfig(c), /*keep_probs=*/true, &routing);
   std::map<int32_t, std::pair<std::vector<int32_t>, std::vector<float>>> by_expert;
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t k = 0; k < K; ++k) {
@@ -412,11 +439,11 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
   if (stats) stats->expert_wait_seconds += std::max(0.0, static_cast<double>(wait.count()) * 1e-9);
   RETURN_IF_ERROR(fetched);
   RETURN_IF_ERROR(apply_status);
-  if (c.shared_expert_ffn > 0) {
-    be.MatMul(lw.shexp_gate, w.h->f32(), n, w.gate->f32());
-    be.MatMul(lw.shexp_up, w.h->f32(), n, w.up->f32());
-    be.SiluMul(w.gate->f32(), w.up->f32(), n * c.shared_expert_ffn);
-    be.MatMul(lw.shexp_down, w.gate->f32(), n, w.rows_out->f32());
+  if (c.shared_expert_ffn > 0 && !c.shared_expert_gated) {
+    SwiGlu(lw.shexp_gate, lw.shexp_up, lw.shexp_down, c.shared_expert_ffn, n, w.rows_out->f32());
+    be.Add(moe, w.rows_out->f32(), n * H);
+  } else if (c.shared_expert_ffn > 0) {
+    SwiGlu(lw.shexp_gate, lw.shexp_up, lw.shexp_down, c.shared_expert_ffn, n, w.rows_out->f32());
     be.MatMul(lw.shexp_router, w.h->f32(), n, w.shexp_logit->f32());
     std::vector<float> gate_logit(static_cast<size_t>(n));
     be.Download(gate_logit.data(), w.shexp_logit->f32(), gate_logit.size() * sizeof(float));

@@ -54,8 +54,7 @@ DiskSource::~DiskSource() {
 }
 
 uint64_t DiskSource::BlockSize(ExpertId id) const {
-  const auto& c = container_->manifest().config;
-  if (id.layer < 0 || id.layer >= c.n_layers || id.expert < 0 || id.expert >= c.n_experts) return 0;
+  if (!container_->manifest().HasExpert(id.layer, id.expert)) return 0;
   return container_->manifest().Expert(id.layer, id.expert).padded_size;
 }
 
@@ -98,7 +97,7 @@ absl::StatusOr<uint64_t> DiskSource::ReadRange(const Fds& fds, uint8_t* dst, uin
 
 absl::StatusOr<Lease> DiskSource::Fetch(ExpertId id, Priority priority) {
   const auto& m = container_->manifest();
-  if (id.layer < 0 || id.layer >= m.config.n_layers || id.expert < 0 || id.expert >= m.config.n_experts) {
+  if (!m.HasExpert(id.layer, id.expert)) {
     return absl::NotFoundError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") is not in model '",
                                             m.name, "'"));
   }

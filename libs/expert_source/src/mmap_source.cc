@@ -19,14 +19,13 @@ absl::StatusOr<std::unique_ptr<MmapSource>> MmapSource::Open(const model::Contai
 }
 
 uint64_t MmapSource::BlockSize(ExpertId id) const {
-  const auto& c = container_->manifest().config;
-  if (id.layer < 0 || id.layer >= c.n_layers || id.expert < 0 || id.expert >= c.n_experts) return 0;
+  if (!container_->manifest().HasExpert(id.layer, id.expert)) return 0;
   return container_->manifest().Expert(id.layer, id.expert).padded_size;
 }
 
 absl::StatusOr<Lease> MmapSource::Fetch(ExpertId id, Priority) {
   const auto& m = container_->manifest();
-  if (id.layer < 0 || id.layer >= m.config.n_layers || id.expert < 0 || id.expert >= m.config.n_experts) {
+  if (!m.HasExpert(id.layer, id.expert)) {
     return absl::NotFoundError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") is not in model '",
                                             m.name, "'"));
   }

@@ -64,7 +64,7 @@ absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(const f
   if (options.split_experts) fs::create_directories(w->partial_ / "experts", ec);
   w->manifest_.name = name;
   w->manifest_.config = config;
-  w->manifest_.experts.resize(static_cast<size_t>(config.n_layers * config.n_experts));
+  w->manifest_.experts.resize(static_cast<size_t>(config.n_moe_layers() * config.n_experts));
   w->expert_done_.assign(w->manifest_.experts.size(), false);
   w->dense_ = std::fopen((w->partial_ / "dense.bin").c_str(), "wb");
   if (w->dense_ == nullptr) return ErrnoStatus(errno, "create", w->partial_ / "dense.bin");
@@ -76,8 +76,9 @@ absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(const f
 }
 
 ContainerWriter::~ContainerWriter() {
-  if (dense_) std::fclose(dense_);
-  if (experts_) std::fclose(experts_);
+  for (std::FILE* f : {dense_, experts_, extra_}) {
+    if (f) std::fclose(f);
+  }
   if (!finished_) {
     std::error_code ec;
     fs::remove_all(partial_, ec);  // an abandoned conversion leaves nothing behind
@@ -102,29 +103,51 @@ absl::Status ContainerWriter::AddDense(const std::string& name, quant::DType dty
   if (manifest_.FindDense(name) != nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("dense tensor '", name, "' added twice"));
   }
+  return AddTensor(dense_, &dense_pos_, manifest_.dense_file, &manifest_.dense, name, dtype, std::move(shape), bytes);
+}
+
+absl::Status ContainerWriter::AddExtra(const std::string& name, quant::DType dtype, std::vector<int64_t> shape,
+                                       std::span<const uint8_t> bytes) {
+  if (manifest_.FindExtra(name) != nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("extra tensor '", name, "' added twice"));
+  }
+  if (extra_ == nullptr) {
+    extra_ = std::fopen((partial_ / manifest_.extra_file).c_str(), "wb");
+    if (extra_ == nullptr) return ErrnoStatus(errno, "create", partial_ / manifest_.extra_file);
+  }
+  return AddTensor(extra_, &extra_pos_, manifest_.extra_file, &manifest_.extra, name, dtype, std::move(shape), bytes);
+}
+
+absl::Status ContainerWriter::AddTensor(std::FILE* f, uint64_t* pos, const std::string& file,
+                                        std::vector<TensorEntry>* list, const std::string& name, quant::DType dtype,
+                                        std::vector<int64_t> shape, std::span<const uint8_t> bytes) {
+  if (shape.empty()) return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has no shape"));
   TensorEntry e;
   e.name = name;
   e.dtype = dtype;
   e.shape = std::move(shape);
   ASSIGN_OR_RETURN(size_t row_bytes, quant::CheckedRowBytes(dtype, e.cols()));
   if (row_bytes * static_cast<uint64_t>(e.numel() / e.cols()) != bytes.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("dense tensor '", name, "': ", bytes.size(),
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': ", bytes.size(),
                                                    " bytes do not match its shape and dtype"));
   }
-  e.offset = AlignUp(dense_pos_, kDenseAlignment);
+  e.offset = AlignUp(*pos, kDenseAlignment);
   e.size = bytes.size();
   e.checksum = Checksum64(bytes.data(), bytes.size());
-  RETURN_IF_ERROR(AppendAligned(dense_, &dense_pos_, kDenseAlignment, bytes, partial_ / "dense.bin"));
-  manifest_.dense.push_back(std::move(e));
+  RETURN_IF_ERROR(AppendAligned(f, pos, kDenseAlignment, bytes, partial_ / file));
+  list->push_back(std::move(e));
   return absl::OkStatus();
 }
 
 absl::Status ContainerWriter::AddExpert(int64_t layer, int64_t expert, const std::vector<Part>& parts) {
   const ModelConfig& c = manifest_.config;
-  if (layer < 0 || layer >= c.n_layers || expert < 0 || expert >= c.n_experts) {
-    return absl::InvalidArgumentError(absl::StrCat("expert (layer ", layer, ", id ", expert, ") out of range"));
+  if (!manifest_.HasExpert(layer, expert)) {
+    return absl::InvalidArgumentError(absl::StrCat("expert (layer ", layer, ", id ", expert, ") out of range",
+                                                   c.IsMoeLayer(layer) || layer < 0 || layer >= c.n_layers
+                                                       ? ""
+                                                       : " (layer is dense)"));
   }
-  size_t idx = static_cast<size_t>(layer * c.n_experts + expert);
+  const size_t idx = manifest_.ExpertIndex(layer, expert);
   if (expert_done_[idx]) {
     return absl::InvalidArgumentError(absl::StrCat("expert (layer ", layer, ", id ", expert, ") added twice"));
   }
@@ -186,14 +209,17 @@ absl::Status ContainerWriter::WriteAuxFile(const std::string& dest_name, std::sp
 }
 
 absl::Status ContainerWriter::Finish() {
-  for (size_t i = 0; i < expert_done_.size(); ++i) {
-    if (!expert_done_[i]) {
-      return absl::FailedPreconditionError(absl::StrCat("expert (layer ", i / manifest_.config.n_experts, ", id ",
-                                                        i % manifest_.config.n_experts, ") was never written"));
+  const ModelConfig& c = manifest_.config;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    for (int64_t e = 0; c.IsMoeLayer(l) && e < c.n_experts; ++e) {
+      if (!expert_done_[manifest_.ExpertIndex(l, e)]) {
+        return absl::FailedPreconditionError(absl::StrCat("expert (layer ", l, ", id ", e, ") was never written"));
+      }
     }
   }
   manifest_.dense_size = dense_pos_;
-  for (std::FILE** f : {&dense_, &experts_}) {
+  manifest_.extra_size = extra_pos_;
+  for (std::FILE** f : {&dense_, &experts_, &extra_}) {
     if (*f == nullptr) continue;
     bool ok = std::fflush(*f) == 0 && ::fsync(fileno(*f)) == 0;
     ok = (std::fclose(*f) == 0) && ok;
@@ -276,6 +302,10 @@ absl::StatusOr<std::unique_ptr<Container>> Container::Open(const fs::path& dir) 
     }
   }
   RETURN_IF_ERROR(check_size(dir / c->manifest_.dense_file, c->manifest_.dense_size));
+  if (!c->manifest_.extra.empty()) {
+    RETURN_IF_ERROR(confined("extra.file", c->manifest_.extra_file));
+    RETURN_IF_ERROR(check_size(dir / c->manifest_.extra_file, c->manifest_.extra_size));
+  }
   std::map<std::string, uint64_t> need;
   for (const auto& b : c->manifest_.experts) {
     uint64_t& n = need[b.file];
@@ -291,16 +321,15 @@ absl::StatusOr<TensorView> Container::DenseWeights::Get(const Manifest& m, std::
   return ViewOf(*e, buffer.get());
 }
 
-absl::StatusOr<Container::DenseWeights> Container::LoadDense() const {
-  DenseWeights w;
-  fs::path path = dir_ / manifest_.dense_file;
-  ASSIGN_OR_RETURN(w.buffer, AllocateAligned(manifest_.dense_size, 4096));
-  w.size = manifest_.dense_size;
+namespace {
+
+// Reads `size` bytes at `offset` of `path` into `dst`.
+absl::Status ReadAt(const fs::path& path, uint64_t offset, uint64_t size, uint8_t* dst) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(errno, "open", path);
   uint64_t done = 0;
-  while (done < w.size) {
-    ssize_t n = ::pread(fd, w.buffer.get() + done, w.size - done, static_cast<off_t>(done));
+  while (done < size) {
+    ssize_t n = ::pread(fd, dst + done, size - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       int err = n < 0 ? errno : EIO;
@@ -310,20 +339,44 @@ absl::StatusOr<Container::DenseWeights> Container::LoadDense() const {
     done += static_cast<uint64_t>(n);
   }
   ::close(fd);
-  for (const auto& t : manifest_.dense) {
-    uint64_t got = Checksum64(w.buffer.get() + t.offset, t.size);
-    if (got != t.checksum) {
-      return absl::DataLossError(absl::StrCat("dense tensor '", t.name, "' in '", path.string(),
-                                              "': checksum mismatch (manifest ", ChecksumHex(t.checksum), ", read ",
-                                              ChecksumHex(got), ")"));
-    }
-  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTensor(const TensorEntry& t, const uint8_t* data, const char* what, const fs::path& path) {
+  uint64_t got = Checksum64(data, t.size);
+  if (got == t.checksum) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(what, " tensor '", t.name, "' in '", path.string(),
+                                          "': checksum mismatch (manifest ", ChecksumHex(t.checksum), ", read ",
+                                          ChecksumHex(got), ")"));
+}
+
+}  // namespace
+
+absl::StatusOr<Container::DenseWeights> Container::LoadDense() const {
+  DenseWeights w;
+  fs::path path = dir_ / manifest_.dense_file;
+  ASSIGN_OR_RETURN(w.buffer, AllocateAligned(manifest_.dense_size, 4096));
+  w.size = manifest_.dense_size;
+  RETURN_IF_ERROR(ReadAt(path, 0, w.size, w.buffer.get()));
+  for (const auto& t : manifest_.dense) RETURN_IF_ERROR(CheckTensor(t, w.buffer.get() + t.offset, "dense", path));
   return w;
 }
 
+absl::StatusOr<AlignedBytes> Container::ReadExtra(std::string_view name) const {
+  const TensorEntry* t = manifest_.FindExtra(name);
+  if (t == nullptr) {
+    return absl::NotFoundError(absl::StrCat("extra tensor '", std::string(name), "' is not in the model (",
+                                            manifest_.extra.size(), " extra tensors)"));
+  }
+  const fs::path path = dir_ / manifest_.extra_file;
+  ASSIGN_OR_RETURN(AlignedBytes buf, AllocateAligned(std::max<uint64_t>(t->size, 1), 64));
+  RETURN_IF_ERROR(ReadAt(path, t->offset, t->size, buf.get()));
+  RETURN_IF_ERROR(CheckTensor(*t, buf.get(), "extra", path));
+  return buf;
+}
+
 absl::StatusOr<AlignedBytes> Container::ReadExpertBlock(int64_t layer, int64_t expert) const {
-  const auto& c = manifest_.config;
-  if (layer < 0 || layer >= c.n_layers || expert < 0 || expert >= c.n_experts) {
+  if (!manifest_.HasExpert(layer, expert)) {
     return absl::NotFoundError(absl::StrCat("expert (layer ", layer, ", id ", expert, ") is not in the model"));
   }
   const ExpertBlock& b = manifest_.Expert(layer, expert);

@@ -274,6 +274,72 @@ TEST_F(ContainerTest, ManifestJsonRoundTrips) {
   EXPECT_GT(m->TotalExpertBytes(), 0u);
 }
 
+TEST_F(ContainerTest, ExtraTensorsAreKeptApartAndReadBackOneByOne) {
+  const fs::path out = root_ / "model";
+  auto w = ContainerWriter::Create(out, "tiny model", TinyConfig(), {});
+  ASSERT_TRUE(w.ok()) << w.status();
+  const auto norm = Encode(DType::kF32, 1, 32, 7);
+  const auto exps = Encode(DType::kQ8_0, 3 * 64, 32, 8);  // stacked experts [3, 64, 32]
+  ASSERT_TRUE((*w)->AddDense("token_embd", DType::kF32, {16, 32}, Encode(DType::kF32, 16, 32, 1)).ok());
+  ASSERT_TRUE((*w)->AddExtra("nextn.0.enorm", DType::kF32, {32}, norm).ok());
+  ASSERT_TRUE((*w)->AddExtra("nextn.0.ffn_gate_exps", DType::kQ8_0, {3, 64, 32}, exps).ok());
+  EXPECT_EQ((*w)->AddExtra("nextn.0.enorm", DType::kF32, {32}, norm).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*w)->AddExtra("nextn.0.hnorm", DType::kF32, {33}, norm).code(), absl::StatusCode::kInvalidArgument);
+  const ModelConfig c = TinyConfig();
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    for (int64_t e = 0; e < c.n_experts; ++e) {
+      const auto g = Encode(DType::kF32, c.expert_ffn, c.hidden_size, 9), d = Encode(DType::kF32, 32, 64, 10);
+      ASSERT_TRUE((*w)->AddExpert(l, e, {{"gate", DType::kF32, {64, 32}, g}, {"up", DType::kF32, {64, 32}, g},
+                                         {"down", DType::kF32, {32, 64}, d}}).ok());
+    }
+  }
+  ASSERT_TRUE((*w)->Finish().ok());
+
+  auto opened = Container::Open(out);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  const Container& box = **opened;
+  const Manifest& m = box.manifest();
+  ASSERT_EQ(m.extra.size(), 2u);
+  EXPECT_EQ(m.dense.size(), 1u);  // the engine's LoadDense never sees them
+  EXPECT_EQ(m.FindDense("nextn.0.enorm"), nullptr);
+  EXPECT_EQ(m.FindExtra("nextn.0.ffn_gate_exps")->shape, (std::vector<int64_t>{3, 64, 32}));
+  EXPECT_EQ(m.extra_size, fs::file_size(out / "extra.bin"));
+  auto a = box.ReadExtra("nextn.0.enorm");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(std::memcmp(a->get(), norm.data(), norm.size()), 0);
+  auto b = box.ReadExtra("nextn.0.ffn_gate_exps");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(std::memcmp(b->get(), exps.data(), exps.size()), 0);
+  EXPECT_EQ(box.ReadExtra("nextn.0.hnorm").status().code(), absl::StatusCode::kNotFound);
+  json j = json::parse(*ReadFileToString(out / "manifest.json"));
+  EXPECT_EQ(j["extra"]["file"], "extra.bin");
+  EXPECT_EQ(ManifestToJson(*ManifestFromJson(j)), j);
+
+  // A flipped byte is DataLoss naming the tensor; a truncated file fails at Open.
+  const uint64_t at = m.FindExtra("nextn.0.ffn_gate_exps")->offset + 5;
+  {
+    std::fstream f(out / "extra.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(at));
+    char byte = 0;
+    f.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x40);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.write(&byte, 1);
+  }
+  auto bad = box.ReadExtra("nextn.0.ffn_gate_exps");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(bad.status().message().find("extra tensor 'nextn.0.ffn_gate_exps'"), std::string::npos) << bad.status();
+  EXPECT_TRUE(box.ReadExtra("nextn.0.enorm").ok());
+  fs::resize_file(out / "extra.bin", m.extra_size - 1);
+  EXPECT_EQ(Container::Open(out).status().code(), absl::StatusCode::kDataLoss);
+
+  // A model without extra tensors writes no section and no file.
+  const fs::path plain = root_ / "plain";
+  WriteModel(plain, false);
+  EXPECT_FALSE(json::parse(*ReadFileToString(plain / "manifest.json")).contains("extra"));
+  EXPECT_FALSE(fs::exists(plain / "extra.bin"));
+}
+
 TEST_F(ContainerTest, FlippedByteInExpertBlockIsDataLossNamingLayerAndExpert) {
   for (bool split : {false, true}) {
     SCOPED_TRACE(split ? "split" : "experts.bin");
@@ -673,6 +739,14 @@ TEST_F(ManifestFromJsonTest, OtherStructuralErrors) {
        absl::StatusCode::kInvalidArgument, "expert (layer 0, id 1).file 'experts/../../x.bin': bad file name"},
       {"dense absolute", [](json& j) { j["dense"]["file"] = "/etc/passwd"; }, absl::StatusCode::kInvalidArgument,
        "dense.file '/etc/passwd': bad file name (an absolute path"},
+      {"extra parent", [](json& j) { j["extra"] = {{"file", "../x.bin"}, {"size", 0}, {"tensors", json::array()}}; },
+       absl::StatusCode::kInvalidArgument, "extra.file '../x.bin': bad file name"},
+      {"extra is dense", [](json& j) { j["extra"] = {{"file", "dense.bin"}, {"size", 0}, {"tensors", json::array()}}; },
+       absl::StatusCode::kInvalidArgument, "extra.file must differ from dense.file"},
+      {"extra outside", [](json& j) { j["extra"] = {{"file", "extra.bin"}, {"size", 0}, {"tensors", j["dense"]["tensors"]}}; },
+       absl::StatusCode::kInvalidArgument, "lies outside extra.bin"},
+      {"dense twice", [](json& j) { j["dense"]["tensors"].push_back(j["dense"]["tensors"][0]); },
+       absl::StatusCode::kInvalidArgument, "listed twice"},
       {"dense parent", [](json& j) { j["dense"]["file"] = "../other/dense.bin"; },
        absl::StatusCode::kInvalidArgument, "dense.file '../other/dense.bin': bad file name (a '..' component"},
       {"tokenizer parent", [](json& j) { j["tokenizer"]["files"] = {"tokenizer.json", "../../home/u/.ssh/id_rsa"}; },

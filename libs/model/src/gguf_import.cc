@@ -1,4 +1,5 @@
 // GGUF (llama.cpp) file -> colibri container.
+#include <algorithm>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,7 @@
 #include "colibri/model/gguf_writer.h"
 #include "colibri/model/quant_plan.h"
 #include "convert_util.h"
+#include "nextn_import.h"
 
 namespace colibri::model {
 namespace {
@@ -76,6 +78,44 @@ absl::StatusOr<GgufWriteValue> CopyValue(const GgufValue& v, std::string_view ke
   return absl::FailedPreconditionError(absl::StrCat("gguf: '", std::string(key), "': unsupported value type"));
 }
 
+// The routing and layer-mix keys llama.cpp writes for any MoE architecture that has them:
+// leading dense blocks, gating function, weight scale/norm, expert groups, shared experts
+// (count x expert FFN, ungated), and the selection bias tensor exp_probs_b.
+absl::Status RoutingFromGguf(const GgufFile& f, const std::string& arch, ModelConfig* c) {
+  auto u = [&](const char* suffix) { return f.GetI64(Key(arch, suffix)); };
+  const int64_t dense = u("leading_dense_block_count").value_or(0);
+  if (dense < 0 || dense >= c->n_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("gguf: leading_dense_block_count ", dense, " with ", c->n_layers,
+                                                   " blocks"));
+  }
+  for (int64_t l = 0; l < dense; ++l) c->dense_layers.push_back(l);
+  if (dense > 0) {
+    ASSIGN_OR_RETURN(c->dense_ffn, u("feed_forward_length"));
+  }
+  if (auto gating = u("expert_gating_func"); gating.ok()) {
+    // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 softmax, 2 sigmoid.
+    if (*gating == 1) c->router_scoring = RouterScoring::kSoftmax;
+    else if (*gating == 2) c->router_scoring = RouterScoring::kSigmoid;
+    else return absl::InvalidArgumentError(absl::StrCat("gguf: expert_gating_func ", *gating, " is not supported"));
+  }
+  if (auto scale = f.GetF64(Key(arch, "expert_weights_scale")); scale.ok() && *scale > 0) {
+    c->routed_scaling_factor = *scale;
+  }
+  if (f.Find(Key(arch, "expert_weights_norm")) != nullptr) {
+    ASSIGN_OR_RETURN(c->norm_topk_prob, f.GetBool(Key(arch, "expert_weights_norm")));
+  }
+  // Files without group keys route over all experts (one group), as llama.cpp does.
+  c->n_expert_groups = u("expert_group_count").value_or(1);
+  c->topk_groups = u("expert_group_used_count").value_or(c->n_expert_groups);
+  c->group_scoring = GroupScoring::kTopTwoSum;
+  if (auto shared = u("expert_shared_count"); shared.ok() && *shared > 0 && c->shared_expert_ffn == 0) {
+    c->shared_expert_ffn = *shared * c->expert_ffn;
+  }
+  const int64_t first_moe = dense;
+  c->router_bias = f.FindTensor(absl::StrCat("blk.", first_moe, ".exp_probs_b.bias")) != nullptr;
+  return absl::OkStatus();
+}
+
 class GgufConverter {
  public:
   GgufConverter(const GgufFile& f, const ModelConfig& c, const QuantPlan& plan, const ConvertOptions& options,
@@ -93,7 +133,7 @@ class GgufConverter {
       RETURN_IF_ERROR(Layer(l));
       if (options_.progress) options_.progress(read_bytes_, total_bytes_, absl::StrCat("layer ", l));
     }
-    return absl::OkStatus();
+    return ImportNextnFromGguf(f_, c_, plan_, w_);
   }
 
  private:
@@ -141,7 +181,16 @@ class GgufConverter {
       RETURN_IF_ERROR(Vector(g + "attn_q_norm.weight", g + "attn_q_norm", per_head ? c_.head_dim : qd));
       RETURN_IF_ERROR(Vector(g + "attn_k_norm.weight", g + "attn_k_norm", per_head ? c_.head_dim : kvd));
     }
-    RETURN_IF_ERROR(Vector(g + "ffn_norm.weight", g + "ffn_norm", H));
+    // glm4moe names the pre-FFN norm after Hugging Face's post_attention_layernorm.
+    const char* ffn_norm = c_.architecture == Architecture::kGlm4Moe ? "post_attention_norm.weight" : "ffn_norm.weight";
+    RETURN_IF_ERROR(Vector(g + ffn_norm, g + "ffn_norm", H));
+    if (!c_.IsMoeLayer(l)) {
+      const int64_t D = c_.dense_ffn;
+      RETURN_IF_ERROR(Matrix(g + "ffn_gate.weight", g + "ffn_gate", D, H, TensorKind::kDenseGate, l));
+      RETURN_IF_ERROR(Matrix(g + "ffn_up.weight", g + "ffn_up", D, H, TensorKind::kDenseUp, l));
+      return Matrix(g + "ffn_down.weight", g + "ffn_down", H, D, TensorKind::kDenseDown, l);
+    }
+    if (c_.router_bias) RETURN_IF_ERROR(Vector(g + "exp_probs_b.bias", g + "ffn_exp_probs_b", c_.n_experts));
     {
       ASSIGN_OR_RETURN(const GgufTensorInfo* t, Get(g + "ffn_gate_inp.weight", {H, c_.n_experts}));
       auto bytes = ConvertRows(t->type, f_.TensorData(*t), H, quant::DType::kF32);
@@ -152,7 +201,9 @@ class GgufConverter {
       RETURN_IF_ERROR(Matrix(g + "ffn_gate_shexp.weight", g + "ffn_gate_shexp", S, H, TensorKind::kSharedGate, l));
       RETURN_IF_ERROR(Matrix(g + "ffn_up_shexp.weight", g + "ffn_up_shexp", S, H, TensorKind::kSharedUp, l));
       RETURN_IF_ERROR(Matrix(g + "ffn_down_shexp.weight", g + "ffn_down_shexp", H, S, TensorKind::kSharedDown, l));
-      RETURN_IF_ERROR(Vector(g + "ffn_gate_inp_shexp.weight", g + "ffn_gate_inp_shexp", H, /*as_row=*/true));
+      if (c_.shared_expert_gated) {
+        RETURN_IF_ERROR(Vector(g + "ffn_gate_inp_shexp.weight", g + "ffn_gate_inp_shexp", H, /*as_row=*/true));
+      }
     }
     // Stacked experts: {in, out, n_expert}; expert e is the e-th slab of `out` rows.
     const int64_t F = c_.expert_ffn, E = c_.n_experts;
@@ -231,6 +282,7 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
     c.qkv_bias = true;
     c.norm_topk_prob = false;
     ASSIGN_OR_RETURN(c.shared_expert_ffn, u("expert_shared_feed_forward_length"));
+    c.shared_expert_gated = true;
   } else if (arch == "olmoe") {
     c.architecture = Architecture::kOlmoe;
     c.qk_norm = QkNorm::kFull;
@@ -239,12 +291,25 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
     c.architecture = Architecture::kQwen3Moe;
     c.qk_norm = QkNorm::kPerHead;
     c.norm_topk_prob = true;
+  } else if (arch == "glm4moe") {
+    // GLM-4.5: q/k/v bias and q/k norm are optional per checkpoint; the tensors say which.
+    c.architecture = Architecture::kGlm4Moe;
+    c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
+    c.qk_norm = f.FindTensor("blk.0.attn_q_norm.weight") != nullptr ? QkNorm::kPerHead : QkNorm::kNone;
+    c.nextn_layers = u("nextn_predict_layers").value_or(0);
   } else {
     return absl::InvalidArgumentError(absl::StrCat("gguf: unsupported architecture '", arch,
-                                                   "' (supported: llama with experts, qwen2moe, olmoe, qwen3moe)"));
+                                                   "' (supported: llama with experts, qwen2moe, olmoe, qwen3moe, "
+                                                   "glm4moe)"));
   }
   ASSIGN_OR_RETURN(c.hidden_size, u("embedding_length"));
   ASSIGN_OR_RETURN(c.n_layers, u("block_count"));
+  // block_count includes the NextN blocks, which come last.
+  if (c.nextn_layers < 0 || c.nextn_layers >= c.n_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("gguf: nextn_predict_layers ", c.nextn_layers, " with ",
+                                                   c.n_layers, " blocks"));
+  }
+  c.n_layers -= c.nextn_layers;
   ASSIGN_OR_RETURN(c.n_heads, u("attention.head_count"));
   c.n_kv_heads = u("attention.head_count_kv").value_or(c.n_heads);
   c.head_dim = u("attention.key_length").value_or(u("rope.dimension_count").value_or(c.hidden_size / c.n_heads));
@@ -267,8 +332,16 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
   ASSIGN_OR_RETURN(c.rope_scaling, RopeScalingFromGguf(f, arch, c.context_length));
   // Partial rotary: fewer rotated dims than the head has.
   if (auto rot = u("rope.dimension_count"); rot.ok() && *rot < c.head_dim) c.rope_dims = *rot;
+  RETURN_IF_ERROR(RoutingFromGguf(f, arch, &c));
   c.bos_token_id = f.GetI64("tokenizer.ggml.bos_token_id").value_or(-1);
-  if (auto eos = f.GetI64("tokenizer.ggml.eos_token_id"); eos.ok()) c.eos_token_ids.push_back(*eos);
+  // A chat model's turn also ends at its end-of-turn / end-of-message tokens (GLM-4.5: <|user|>,
+  // <|observation|>), as its generation_config lists them.
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    auto id = f.GetI64(key);
+    if (id.ok() && std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), *id) == c.eos_token_ids.end()) {
+      c.eos_token_ids.push_back(*id);
+    }
+  }
   c.tie_word_embeddings = f.FindTensor("output.weight") == nullptr;
   RETURN_IF_ERROR(c.Validate());
   return c;

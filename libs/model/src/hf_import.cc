@@ -1,4 +1,5 @@
 // Hugging Face checkpoint -> colibri container.
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "colibri/model/quant_plan.h"
 #include "colibri/model/safetensors.h"
 #include "convert_util.h"
+#include "nextn_import.h"
 #include "nlohmann/json.hpp"
 
 namespace colibri::model {
@@ -55,7 +57,7 @@ class HfConverter {
       RETURN_IF_ERROR(Layer(l));
       Progress(absl::StrCat("layer ", l));
     }
-    return absl::OkStatus();
+    return ImportNextnFromHuggingFace(ckpt_, config_, plan_, writer_);
   }
 
   uint64_t total_bytes_ = 0;  // of the *.safetensors files (progress)
@@ -96,6 +98,15 @@ class HfConverter {
     return F32(hf_name, name, {n});
   }
 
+  // A resident SwiGLU MLP: <hf>{gate,up,down}_proj.weight -> <b>ffn_{gate,up,down}<suffix>.
+  absl::Status Mlp(const std::string& hf, const std::string& b, const std::string& suffix, int64_t ffn,
+                   std::array<TensorKind, 3> kinds, int64_t l) {
+    const int64_t h = config_.hidden_size;
+    RETURN_IF_ERROR(Matrix(hf + "gate_proj.weight", b + "ffn_gate" + suffix, {ffn, h}, kinds[0], l));
+    RETURN_IF_ERROR(Matrix(hf + "up_proj.weight", b + "ffn_up" + suffix, {ffn, h}, kinds[1], l));
+    return Matrix(hf + "down_proj.weight", b + "ffn_down" + suffix, {h, ffn}, kinds[2], l);
+  }
+
   absl::Status Layer(int64_t l) {
     const auto& c = config_;
     const std::string p = absl::StrCat("model.layers.", l, ".");
@@ -119,16 +130,26 @@ class HfConverter {
       RETURN_IF_ERROR(Vector(p + "self_attn.k_norm.weight", b + "attn_k_norm", c.head_dim));
     }
     RETURN_IF_ERROR(Vector(p + "post_attention_layernorm.weight", b + "ffn_norm", c.hidden_size));
+    if (!c.IsMoeLayer(l)) {
+      return Mlp(p + "mlp.", b, "", c.dense_ffn, {TensorKind::kDenseGate, TensorKind::kDenseUp, TensorKind::kDenseDown},
+                 l);
+    }
     const HfNames names = NamesFor(c.architecture);
     // Routers stay F32: they decide which experts are read, and are small.
     RETURN_IF_ERROR(F32(absl::StrCat(p, names.prefix_moe, ".gate.weight"), b + "ffn_gate_inp",
                         {c.n_experts, c.hidden_size}));
+    if (c.router_bias) {
+      RETURN_IF_ERROR(Vector(absl::StrCat(p, names.prefix_moe, ".gate.e_score_correction_bias"), b + "ffn_exp_probs_b",
+                             c.n_experts));
+    }
     if (c.shared_expert_ffn > 0) {
-      const int64_t s = c.shared_expert_ffn;
-      RETURN_IF_ERROR(Matrix(p + "mlp.shared_expert.gate_proj.weight", b + "ffn_gate_shexp", {s, c.hidden_size}, TensorKind::kSharedGate, l));
-      RETURN_IF_ERROR(Matrix(p + "mlp.shared_expert.up_proj.weight", b + "ffn_up_shexp", {s, c.hidden_size}, TensorKind::kSharedUp, l));
-      RETURN_IF_ERROR(Matrix(p + "mlp.shared_expert.down_proj.weight", b + "ffn_down_shexp", {c.hidden_size, s}, TensorKind::kSharedDown, l));
-      RETURN_IF_ERROR(F32(p + "mlp.shared_expert_gate.weight", b + "ffn_gate_inp_shexp", {1, c.hidden_size}));
+      // Qwen2-MoE: one gated "shared_expert"; DeepSeek / GLM: "shared_experts" (fused), no gate.
+      const std::string shared = c.shared_expert_gated ? "mlp.shared_expert." : "mlp.shared_experts.";
+      RETURN_IF_ERROR(Mlp(p + shared, b, "_shexp", c.shared_expert_ffn,
+                          {TensorKind::kSharedGate, TensorKind::kSharedUp, TensorKind::kSharedDown}, l));
+      if (c.shared_expert_gated) {
+        RETURN_IF_ERROR(F32(p + "mlp.shared_expert_gate.weight", b + "ffn_gate_inp_shexp", {1, c.hidden_size}));
+      }
     }
     for (int64_t e = 0; e < c.n_experts; ++e) {
       const int64_t f = c.expert_ffn, h = c.hidden_size;

@@ -118,12 +118,49 @@ const TensorEntry* ExpertBlock::Part(std::string_view name) const {
   return nullptr;
 }
 
-const TensorEntry* Manifest::FindDense(std::string_view name) const {
-  for (const auto& t : dense) {
+namespace {
+
+const TensorEntry* FindByName(const std::vector<TensorEntry>& tensors, std::string_view name) {
+  for (const auto& t : tensors) {
     if (t.name == name) return &t;
   }
   return nullptr;
 }
+
+// A {"file", "size", "tensors"} section of checksummed tensors (dense, extra).
+json TensorFileToJson(const std::string& file, uint64_t size, const std::vector<TensorEntry>& tensors) {
+  json list = json::array();
+  for (const auto& t : tensors) list.push_back(TensorToJson(t, true));
+  return json{{"file", file}, {"size", size}, {"tensors", list}};
+}
+
+absl::Status TensorFileFromJson(const json& section, const char* what, const char* default_file, std::string* file,
+                                uint64_t* size, std::vector<TensorEntry>* tensors) {
+  if (!section.is_object()) return absl::InvalidArgumentError(absl::StrCat("manifest: '", what, "' must be an object"));
+  ASSIGN_OR_RETURN(*file, GetString(section, "file", default_file, what));
+  RETURN_IF_ERROR(CheckManifestPath(absl::StrCat(what, ".file"), *file));
+  ASSIGN_OR_RETURN(*size, GetU64(section, "size", what));
+  if (!section.contains("tensors") || !section["tensors"].is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat("manifest: ", what, ".tensors must be a list"));
+  }
+  for (const auto& t : section["tensors"]) {
+    ASSIGN_OR_RETURN(TensorEntry e, TensorFromJson(t, true, what));
+    if (e.offset + e.size > *size) {
+      return absl::InvalidArgumentError(absl::StrCat("manifest: ", what, " tensor '", e.name, "' lies outside ", *file));
+    }
+    if (FindByName(*tensors, e.name) != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("manifest: ", what, " tensor '", e.name, "' listed twice"));
+    }
+    tensors->push_back(std::move(e));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const TensorEntry* Manifest::FindDense(std::string_view name) const { return FindByName(dense, name); }
+
+const TensorEntry* Manifest::FindExtra(std::string_view name) const { return FindByName(extra, name); }
 
 uint64_t Manifest::TotalExpertBytes() const {
   uint64_t total = 0;
@@ -132,8 +169,6 @@ uint64_t Manifest::TotalExpertBytes() const {
 }
 
 json ManifestToJson(const Manifest& m) {
-  json dense = json::array();
-  for (const auto& t : m.dense) dense.push_back(TensorToJson(t, true));
   json blocks = json::array();
   for (const auto& b : m.experts) {
     json parts = json::array();
@@ -147,14 +182,16 @@ json ManifestToJson(const Manifest& m) {
                           {"checksum", ChecksumHex(b.checksum)},
                           {"parts", parts}});
   }
-  return json{{"format", "colibri-model"},
-              {"version", m.version},
-              {"name", m.name},
-              {"config", ConfigToJson(m.config)},
-              {"dense", json{{"file", m.dense_file}, {"size", m.dense_size}, {"tensors", dense}}},
-              {"experts", json{{"block_alignment", kExpertBlockAlignment}, {"blocks", blocks}}},
-              {"tokenizer", m.tokenizer},
-              {"source", m.source}};
+  json j{{"format", "colibri-model"},
+         {"version", m.version},
+         {"name", m.name},
+         {"config", ConfigToJson(m.config)},
+         {"dense", TensorFileToJson(m.dense_file, m.dense_size, m.dense)},
+         {"experts", json{{"block_alignment", kExpertBlockAlignment}, {"blocks", blocks}}},
+         {"tokenizer", m.tokenizer},
+         {"source", m.source}};
+  if (!m.extra.empty()) j["extra"] = TensorFileToJson(m.extra_file, m.extra_size, m.extra);
+  return j;
 }
 
 absl::StatusOr<Manifest> ManifestFromJson(const json& j) {
@@ -175,29 +212,22 @@ absl::StatusOr<Manifest> ManifestFromJson(const json& j) {
   ASSIGN_OR_RETURN(m.name, GetString(j, "name", "", "top level"));
   if (!j.contains("config")) return absl::InvalidArgumentError("manifest: missing config");
   ASSIGN_OR_RETURN(m.config, ConfigFromJson(j["config"]));
-  const json& dense = j.value("dense", json::object());
-  if (!dense.is_object()) return absl::InvalidArgumentError("manifest: 'dense' must be an object");
-  ASSIGN_OR_RETURN(m.dense_file, GetString(dense, "file", "dense.bin", "dense"));
-  RETURN_IF_ERROR(CheckManifestPath("dense.file", m.dense_file));
-  ASSIGN_OR_RETURN(m.dense_size, GetU64(dense, "size", "dense"));
-  if (!dense.contains("tensors") || !dense["tensors"].is_array()) {
-    return absl::InvalidArgumentError("manifest: dense.tensors must be a list");
-  }
-  for (const auto& t : dense["tensors"]) {
-    ASSIGN_OR_RETURN(TensorEntry e, TensorFromJson(t, true, "dense"));
-    if (e.offset + e.size > m.dense_size) {
-      return absl::InvalidArgumentError(absl::StrCat("manifest: dense tensor '", e.name, "' lies outside dense.bin"));
+  RETURN_IF_ERROR(TensorFileFromJson(j.value("dense", json::object()), "dense", "dense.bin", &m.dense_file,
+                                     &m.dense_size, &m.dense));
+  if (auto extra = j.find("extra"); extra != j.end()) {
+    RETURN_IF_ERROR(TensorFileFromJson(*extra, "extra", "extra.bin", &m.extra_file, &m.extra_size, &m.extra));
+    if (m.extra_file == m.dense_file) {
+      return absl::InvalidArgumentError("manifest: extra.file must differ from dense.file");
     }
-    m.dense.push_back(std::move(e));
   }
   const json& experts = j.value("experts", json::object());
   if (!experts.contains("blocks") || !experts["blocks"].is_array()) {
     return absl::InvalidArgumentError("manifest: experts.blocks must be a list");
   }
-  const int64_t n_blocks = m.config.n_layers * m.config.n_experts;
+  const int64_t n_blocks = m.config.n_moe_layers() * m.config.n_experts;
   if (static_cast<int64_t>(experts["blocks"].size()) != n_blocks) {
     return absl::InvalidArgumentError(absl::StrCat("manifest: ", experts["blocks"].size(), " expert blocks, expected ",
-                                                   n_blocks, " (layers x experts)"));
+                                                   n_blocks, " (MoE layers x experts)"));
   }
   m.experts.resize(static_cast<size_t>(n_blocks));
   std::vector<bool> seen(static_cast<size_t>(n_blocks), false);
@@ -207,8 +237,9 @@ absl::StatusOr<Manifest> ManifestFromJson(const json& j) {
     ASSIGN_OR_RETURN(uint64_t layer, GetU64(bj, "layer", "expert block"));
     ASSIGN_OR_RETURN(uint64_t expert, GetU64(bj, "expert", "expert block"));
     const std::string ctx = absl::StrCat("expert (layer ", layer, ", id ", expert, ")");
-    if (layer >= static_cast<uint64_t>(m.config.n_layers) || expert >= static_cast<uint64_t>(m.config.n_experts)) {
-      return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, " out of range"));
+    if (layer >= static_cast<uint64_t>(m.config.n_layers) || expert >= static_cast<uint64_t>(m.config.n_experts) ||
+        !m.config.IsMoeLayer(static_cast<int64_t>(layer))) {
+      return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, " out of range (or in a dense layer)"));
     }
     b.layer = static_cast<int64_t>(layer);
     b.expert = static_cast<int64_t>(expert);
@@ -241,7 +272,7 @@ absl::StatusOr<Manifest> ManifestFromJson(const json& j) {
         return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": missing part '", part, "'"));
       }
     }
-    size_t idx = static_cast<size_t>(b.layer * m.config.n_experts + b.expert);
+    const size_t idx = m.ExpertIndex(b.layer, b.expert);
     if (seen[idx]) return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, " listed twice"));
     seen[idx] = true;
     m.experts[idx] = std::move(b);

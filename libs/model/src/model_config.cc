@@ -1,5 +1,6 @@
 #include "colibri/model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -60,6 +61,68 @@ std::vector<int64_t> GetIdList(const json& j, const char* key) {
   return ids;
 }
 
+// GLM-4.5 / 4.5-Air / 4.6 (Glm4MoeForCausalLM): GQA with q/k/v bias and optional per-head
+// q/k norm, partial rotary (read with the common keys; 0.5 when absent), experts of moe_intermediate_size and
+// the NextN layers after num_hidden_layers.
+absl::Status Glm4MoeFromHuggingFace(const json& hf, const std::string& where, ModelConfig* c) {
+  c->architecture = Architecture::kGlm4Moe;
+  ASSIGN_OR_RETURN(c->n_experts, GetInt(hf, "n_routed_experts", where));
+  ASSIGN_OR_RETURN(c->expert_ffn, GetInt(hf, "moe_intermediate_size", where));
+  c->qkv_bias = GetBoolOr(hf, "attention_bias", false);
+  c->qk_norm = GetBoolOr(hf, "use_qk_norm", false) ? QkNorm::kPerHead : QkNorm::kNone;
+  c->norm_topk_prob = GetBoolOr(hf, "norm_topk_prob", true);
+  c->nextn_layers = GetIntOr(hf, "num_nextn_predict_layers", 0);
+  // Routing: sigmoid scores, e_score_correction_bias to choose, group limit (groups scored by
+  // their two best), routed scaling; an ungated shared expert of n_shared_experts x the expert
+  // size; the first first_k_dense_replace layers are dense MLPs of intermediate_size.
+  c->router_scoring = RouterScoring::kSigmoid;
+  c->router_bias = true;
+  c->n_expert_groups = GetIntOr(hf, "n_group", 1);
+  c->topk_groups = GetIntOr(hf, "topk_group", 1);
+  c->group_scoring = GroupScoring::kTopTwoSum;
+  c->routed_scaling_factor = GetDoubleOr(hf, "routed_scaling_factor", 1.0);
+  c->shared_expert_ffn = GetIntOr(hf, "n_shared_experts", 0) * c->expert_ffn;
+  c->shared_expert_gated = false;
+  ASSIGN_OR_RETURN(int64_t n_layers, GetInt(hf, "num_hidden_layers", where));
+  const int64_t dense = GetIntOr(hf, "first_k_dense_replace", 0);
+  if (dense < 0 || dense >= n_layers) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": first_k_dense_replace ", dense, " with ", n_layers,
+                                                   " layers"));
+  }
+  for (int64_t l = 0; l < dense; ++l) c->dense_layers.push_back(l);
+  if (dense > 0) {
+    ASSIGN_OR_RETURN(c->dense_ffn, GetInt(hf, "intermediate_size", where));
+  }
+  return absl::OkStatus();
+}
+
+// Qwen-MoE: layer l is dense when listed in mlp_only_layers or when (l + 1) is not a multiple
+// of decoder_sparse_step (the Hugging Face modelling code's rule); dense layers use
+// intermediate_size.
+absl::Status QwenDenseLayers(const json& hf, const std::string& where, ModelConfig* c) {
+  ASSIGN_OR_RETURN(int64_t n_layers, GetInt(hf, "num_hidden_layers", where));
+  const int64_t step = GetIntOr(hf, "decoder_sparse_step", 1);
+  if (step < 1) return absl::InvalidArgumentError(absl::StrCat(where, ": decoder_sparse_step must be >= 1"));
+  std::vector<int64_t> only;
+  if (auto it = hf.find("mlp_only_layers"); it != hf.end() && !it->is_null()) {
+    if (!it->is_array()) return absl::InvalidArgumentError(absl::StrCat(where, ": mlp_only_layers must be a list"));
+    for (const auto& v : *it) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= n_layers) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": mlp_only_layers holds ", v.dump(),
+                                                       ", not a layer index below ", n_layers));
+      }
+      only.push_back(v.get<int64_t>());
+    }
+  }
+  for (int64_t l = 0; l < n_layers; ++l) {
+    if (std::find(only.begin(), only.end(), l) != only.end() || (l + 1) % step != 0) c->dense_layers.push_back(l);
+  }
+  if (!c->dense_layers.empty()) {
+    ASSIGN_OR_RETURN(c->dense_ffn, GetInt(hf, "intermediate_size", where));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string_view ArchitectureName(Architecture a) {
@@ -68,17 +131,26 @@ std::string_view ArchitectureName(Architecture a) {
     case Architecture::kQwen2Moe: return "qwen2_moe";
     case Architecture::kOlmoe: return "olmoe";
     case Architecture::kQwen3Moe: return "qwen3_moe";
+    case Architecture::kGlm4Moe: return "glm4_moe";
   }
   return "unknown";
 }
 
 absl::StatusOr<Architecture> ParseArchitecture(std::string_view name) {
   for (Architecture a : {Architecture::kMixtral, Architecture::kQwen2Moe, Architecture::kOlmoe,
-                         Architecture::kQwen3Moe}) {
+                         Architecture::kQwen3Moe, Architecture::kGlm4Moe}) {
     if (ArchitectureName(a) == name) return a;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unsupported architecture '", std::string(name), "' (supported: mixtral, qwen2_moe, olmoe, qwen3_moe)"));
+      "unsupported architecture '", std::string(name), "' (supported: mixtral, qwen2_moe, olmoe, qwen3_moe, glm4_moe)"));
+}
+
+bool ModelConfig::IsMoeLayer(int64_t layer) const {
+  return layer >= 0 && layer < n_layers && !std::binary_search(dense_layers.begin(), dense_layers.end(), layer);
+}
+
+int64_t ModelConfig::MoeLayerRank(int64_t layer) const {
+  return layer - (std::lower_bound(dense_layers.begin(), dense_layers.end(), layer) - dense_layers.begin());
 }
 
 absl::Status ModelConfig::Validate() const {
@@ -107,6 +179,43 @@ absl::Status ModelConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("model config: top_k (", top_k, ") > n_experts (", n_experts, ")"));
   }
   if (shared_expert_ffn < 0) return absl::InvalidArgumentError("model config: shared_expert_ffn < 0");
+  if (nextn_layers < 0 || nextn_layers > 16) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: nextn_layers = ", nextn_layers, " is out of range"));
+  }
+  if (shared_expert_gated && shared_expert_ffn == 0) {
+    return absl::InvalidArgumentError("model config: shared_expert_gated without a shared expert");
+  }
+  if (n_expert_groups < 1 || n_experts % n_expert_groups != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: n_expert_groups (", n_expert_groups,
+                                                   ") must divide n_experts (", n_experts, ")"));
+  }
+  if (topk_groups < 1 || topk_groups > n_expert_groups) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: topk_groups (", topk_groups,
+                                                   ") must be within 1..n_expert_groups (", n_expert_groups, ")"));
+  }
+  const int64_t per_group = n_experts / n_expert_groups;
+  if (top_k > topk_groups * per_group) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: top_k (", top_k, ") exceeds the experts of ",
+                                                   topk_groups, " groups of ", per_group));
+  }
+  if (n_expert_groups > 1 && group_scoring == GroupScoring::kTopTwoSum && per_group < 2) {
+    return absl::InvalidArgumentError("model config: groups scored by their two best experts need >= 2 experts each");
+  }
+  if (!(routed_scaling_factor > 0) || !std::isfinite(routed_scaling_factor)) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: routed_scaling_factor = ", routed_scaling_factor,
+                                                   " must be positive"));
+  }
+  for (size_t i = 0; i < dense_layers.size(); ++i) {
+    if (dense_layers[i] < 0 || dense_layers[i] >= n_layers || (i > 0 && dense_layers[i] <= dense_layers[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat("model config: dense_layers must be ascending layer indices below ",
+                                                     n_layers, " (entry ", i, " is ", dense_layers[i], ")"));
+    }
+  }
+  if (!dense_layers.empty() && (dense_ffn <= 0 || dense_ffn > (int64_t{1} << 24))) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: dense_ffn = ", dense_ffn,
+                                                   " is out of range (the config has dense layers)"));
+  }
+  if (n_moe_layers() < 1) return absl::InvalidArgumentError("model config: every layer is dense (no MoE layer)");
   if (!(rms_norm_eps > 0) || !(rope_theta > 0)) {
     return absl::InvalidArgumentError("model config: rms_norm_eps and rope_theta must be positive");
   }
@@ -228,22 +337,19 @@ absl::StatusOr<ModelConfig> ConfigFromHuggingFace(const json& hf) {
       c.qk_norm = QkNorm::kPerHead;
       c.qkv_bias = GetBoolOr(hf, "attention_bias", false);
     }
+    if (c.architecture == Architecture::kQwen2Moe) c.shared_expert_gated = true;
     if (c.architecture != Architecture::kOlmoe) {
-      if (GetIntOr(hf, "decoder_sparse_step", 1) != 1) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": decoder_sparse_step != 1 is not supported"));
-      }
-      auto it = hf.find("mlp_only_layers");
-      if (it != hf.end() && it->is_array() && !it->empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": mlp_only_layers is not supported"));
-      }
+      RETURN_IF_ERROR(QwenDenseLayers(hf, where, &c));
       if (GetBoolOr(hf, "use_sliding_window", false)) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": use_sliding_window is not supported"));
       }
     }
+  } else if (model_type == "glm4_moe") {
+    RETURN_IF_ERROR(Glm4MoeFromHuggingFace(hf, where, &c));
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "config.json: unsupported model_type '", model_type,
-        "' (supported: mixtral, qwen2_moe, olmoe, qwen3_moe)"));
+        "' (supported: mixtral, qwen2_moe, olmoe, qwen3_moe, glm4_moe)"));
   }
   ASSIGN_OR_RETURN(c.hidden_size, GetInt(hf, "hidden_size", where));
   ASSIGN_OR_RETURN(c.n_layers, GetInt(hf, "num_hidden_layers", where));
@@ -259,6 +365,8 @@ absl::StatusOr<ModelConfig> ConfigFromHuggingFace(const json& hf) {
   if (auto it = hf.find("rope_scaling"); it != hf.end()) {
     ASSIGN_OR_RETURN(c.rope_scaling, RopeScalingFromHuggingFace(*it, c.context_length, where));
   }
+  // Glm4MoeConfig's default partial_rotary_factor is 0.5.
+  if (c.architecture == Architecture::kGlm4Moe && !hf.contains("partial_rotary_factor")) c.rope_dims = c.head_dim / 2;
   if (auto it = hf.find("partial_rotary_factor"); it != hf.end() && it->is_number()) {
     const double f = it->get<double>();
     if (!(f > 0 && f <= 1)) {
@@ -300,6 +408,16 @@ json ConfigToJson(const ModelConfig& c) {
       {"tie_word_embeddings", c.tie_word_embeddings},
       {"bos_token_id", c.bos_token_id},
       {"eos_token_ids", c.eos_token_ids},
+      {"nextn_layers", c.nextn_layers},
+      {"shared_expert_gated", c.shared_expert_gated},
+      {"router_scoring", c.router_scoring == RouterScoring::kSoftmax ? "softmax" : "sigmoid"},
+      {"router_bias", c.router_bias},
+      {"n_expert_groups", c.n_expert_groups},
+      {"topk_groups", c.topk_groups},
+      {"group_scoring", c.group_scoring == GroupScoring::kMax ? "max" : "top2_sum"},
+      {"routed_scaling_factor", c.routed_scaling_factor},
+      {"dense_layers", c.dense_layers},
+      {"dense_ffn", c.dense_ffn},
   };
 }
 
@@ -342,6 +460,30 @@ absl::StatusOr<ModelConfig> ConfigFromJson(const json& j) {
   c.tie_word_embeddings = GetBoolOr(j, "tie_word_embeddings", false);
   c.bos_token_id = GetIntOr(j, "bos_token_id", -1);
   c.eos_token_ids = GetIdList(j, "eos_token_ids");
+  c.nextn_layers = GetIntOr(j, "nextn_layers", 0);
+  // Manifests written before these keys existed: Qwen2-MoE's shared expert was always gated.
+  c.shared_expert_gated =
+      GetBoolOr(j, "shared_expert_gated", c.architecture == Architecture::kQwen2Moe && c.shared_expert_ffn > 0);
+  ASSIGN_OR_RETURN(std::string scoring, GetStringOr(j, "router_scoring", "softmax", where));
+  if (scoring == "softmax") c.router_scoring = RouterScoring::kSoftmax;
+  else if (scoring == "sigmoid") c.router_scoring = RouterScoring::kSigmoid;
+  else return absl::InvalidArgumentError(absl::StrCat(where, ": unknown router_scoring '", scoring, "'"));
+  c.router_bias = GetBoolOr(j, "router_bias", false);
+  c.n_expert_groups = GetIntOr(j, "n_expert_groups", 1);
+  c.topk_groups = GetIntOr(j, "topk_groups", 1);
+  ASSIGN_OR_RETURN(std::string group, GetStringOr(j, "group_scoring", "top2_sum", where));
+  if (group == "max") c.group_scoring = GroupScoring::kMax;
+  else if (group == "top2_sum") c.group_scoring = GroupScoring::kTopTwoSum;
+  else return absl::InvalidArgumentError(absl::StrCat(where, ": unknown group_scoring '", group, "'"));
+  c.routed_scaling_factor = GetDoubleOr(j, "routed_scaling_factor", 1.0);
+  if (auto it = j.find("dense_layers"); it != j.end()) {
+    if (!it->is_array()) return absl::InvalidArgumentError(absl::StrCat(where, ": dense_layers must be a list"));
+    for (const auto& v : *it) {
+      if (!v.is_number_integer()) return absl::InvalidArgumentError(absl::StrCat(where, ": dense_layers holds ", v.dump()));
+      c.dense_layers.push_back(v.get<int64_t>());
+    }
+  }
+  c.dense_ffn = GetIntOr(j, "dense_ffn", 0);
   RETURN_IF_ERROR(c.Validate());
   return c;
 }

@@ -240,11 +240,10 @@ struct Refusal {
 TEST(ConfigFromHuggingFace, RefusesUnsupportedOptionsNamingThem) {
   const Refusal cases[] = {
       {"mixtral sliding window", MixtralHf, "sliding_window", 1024, "sliding_window"},
-      {"qwen2 sparse step", Qwen2MoeHf, "decoder_sparse_step", 2, "decoder_sparse_step"},
-      {"qwen2 dense layers", Qwen2MoeHf, "mlp_only_layers", json::array({0}), "mlp_only_layers"},
+      {"qwen2 sparse step 0", Qwen2MoeHf, "decoder_sparse_step", 0, "decoder_sparse_step"},
+      {"qwen2 dense layer out of range", Qwen2MoeHf, "mlp_only_layers", json::array({2}), "mlp_only_layers"},
       {"qwen2 sliding window", Qwen2MoeHf, "use_sliding_window", true, "use_sliding_window"},
-      {"qwen3 sparse step", Qwen3MoeHf, "decoder_sparse_step", 2, "decoder_sparse_step"},
-      {"qwen3 dense layers", Qwen3MoeHf, "mlp_only_layers", json::array({1}), "mlp_only_layers"},
+      {"qwen3 dense layers not a list", Qwen3MoeHf, "mlp_only_layers", 1, "mlp_only_layers"},
       {"qwen3 sliding window", Qwen3MoeHf, "use_sliding_window", true, "use_sliding_window"},
       {"qwen3 dynamic rope scaling", Qwen3MoeHf, "rope_scaling",
        json{{"rope_type", "dynamic"}, {"factor", 4.0}}, "rope_scaling type 'dynamic'"},
@@ -263,6 +262,33 @@ TEST(ConfigFromHuggingFace, RefusesUnsupportedOptionsNamingThem) {
     EXPECT_TRUE(Contains(c.status(), rc.expect_in_message)) << c.status();
     EXPECT_TRUE(Contains(c.status(), "model_type")) << c.status();
   }
+}
+
+TEST(ConfigFromHuggingFace, QwenDenseLayersFromSparseStepAndMlpOnlyLayers) {
+  json hf = Qwen3MoeHf();
+  hf["num_hidden_layers"] = 6;
+  hf["decoder_sparse_step"] = 2;  // layers 1, 3, 5 are MoE
+  hf["mlp_only_layers"] = json::array({3});
+  auto c = ConfigFromHuggingFace(hf);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->dense_layers, (std::vector<int64_t>{0, 2, 3, 4}));
+  EXPECT_EQ(c->dense_ffn, 256);
+  EXPECT_EQ(c->n_moe_layers(), 2);
+  EXPECT_FALSE(c->IsMoeLayer(0));
+  EXPECT_TRUE(c->IsMoeLayer(1));
+  EXPECT_TRUE(c->IsMoeLayer(5));
+  EXPECT_EQ(c->MoeLayerRank(1), 0);
+  EXPECT_EQ(c->MoeLayerRank(5), 1);
+  hf["mlp_only_layers"] = json::array({1, 3, 5});
+  EXPECT_TRUE(Contains(ConfigFromHuggingFace(hf).status(), "every layer is dense"));
+  // Default keys: every layer MoE; Qwen2-MoE's shared expert is gated, routing is softmax.
+  c = ConfigFromHuggingFace(Qwen2MoeHf());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->dense_layers.empty());
+  EXPECT_TRUE(c->shared_expert_gated);
+  EXPECT_EQ(c->router_scoring, RouterScoring::kSoftmax);
+  EXPECT_EQ(c->n_expert_groups, 1);
+  EXPECT_EQ(c->routed_scaling_factor, 1.0);
 }
 
 TEST(ConfigFromHuggingFace, MissingOrMistypedRequiredKeyIsNamed) {
@@ -330,6 +356,15 @@ TEST(ConfigJson, RoundTripsEveryField) {
   c.tie_word_embeddings = true;
   c.bos_token_id = 5;
   c.eos_token_ids = {6, 7};
+  c.shared_expert_gated = true;
+  c.router_scoring = RouterScoring::kSigmoid;
+  c.router_bias = true;
+  c.n_expert_groups = 4;
+  c.topk_groups = 2;
+  c.group_scoring = GroupScoring::kMax;
+  c.routed_scaling_factor = 2.5;
+  c.dense_layers = {0, 2};
+  c.dense_ffn = 200;
   const json j = ConfigToJson(c);
   EXPECT_EQ(j["architecture"], "qwen2_moe");
   EXPECT_EQ(j["rope_style"], "interleaved");
@@ -357,6 +392,31 @@ TEST(ConfigJson, RoundTripsEveryField) {
   EXPECT_EQ(back->tie_word_embeddings, c.tie_word_embeddings);
   EXPECT_EQ(back->bos_token_id, c.bos_token_id);
   EXPECT_EQ(back->eos_token_ids, c.eos_token_ids);
+  EXPECT_EQ(back->shared_expert_gated, c.shared_expert_gated);
+  EXPECT_EQ(back->router_scoring, c.router_scoring);
+  EXPECT_EQ(back->router_bias, c.router_bias);
+  EXPECT_EQ(back->n_expert_groups, c.n_expert_groups);
+  EXPECT_EQ(back->topk_groups, c.topk_groups);
+  EXPECT_EQ(back->group_scoring, c.group_scoring);
+  EXPECT_DOUBLE_EQ(back->routed_scaling_factor, c.routed_scaling_factor);
+  EXPECT_EQ(back->dense_layers, c.dense_layers);
+  EXPECT_EQ(back->dense_ffn, c.dense_ffn);
+}
+
+TEST(ConfigJson, ManifestsWithoutRoutingKeysKeepTheirMeaning) {
+  json j = ConfigToJson(ConfigFromHuggingFace(Qwen2MoeHf()).value());
+  for (const char* key : {"shared_expert_gated", "router_scoring", "router_bias", "n_expert_groups", "topk_groups",
+                          "group_scoring", "routed_scaling_factor", "dense_layers", "dense_ffn"}) {
+    j.erase(key);
+  }
+  auto c = ConfigFromJson(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->shared_expert_gated);
+  EXPECT_EQ(c->router_scoring, RouterScoring::kSoftmax);
+  EXPECT_FALSE(c->router_bias);
+  EXPECT_EQ(c->n_expert_groups, 1);
+  EXPECT_EQ(c->routed_scaling_factor, 1.0);
+  EXPECT_TRUE(c->dense_layers.empty());
 }
 
 TEST(ConfigJson, RoundTripsEachFamilyFromHuggingFace) {
@@ -515,6 +575,27 @@ TEST(Architecture, NamesRoundTrip) {
   auto bad = ParseArchitecture("deepseek");
   ASSERT_FALSE(bad.ok());
   EXPECT_TRUE(Contains(bad.status(), "deepseek"));
+}
+
+TEST(ModelConfigValidate, RoutingAndLayerMixErrorsNameTheField) {
+  const std::pair<void (*)(ModelConfig&), const char*> cases[] = {
+      {[](ModelConfig& c) { c.n_expert_groups = 3; }, "n_expert_groups"},
+      {[](ModelConfig& c) { c.n_expert_groups = 4; c.topk_groups = 5; }, "topk_groups"},
+      {[](ModelConfig& c) { c.n_expert_groups = 8; c.topk_groups = 2; }, "two best experts"},
+      {[](ModelConfig& c) { c.n_expert_groups = 4; c.topk_groups = 1; c.top_k = 3; }, "exceeds the experts"},
+      {[](ModelConfig& c) { c.routed_scaling_factor = 0; }, "routed_scaling_factor"},
+      {[](ModelConfig& c) { c.dense_layers = {1, 0}; c.dense_ffn = 8; }, "dense_layers"},
+      {[](ModelConfig& c) { c.dense_layers = {0}; }, "dense_ffn"},
+      {[](ModelConfig& c) { c.shared_expert_gated = true; c.shared_expert_ffn = 0; }, "shared_expert_gated"},
+  };
+  for (const auto& [mutate, field] : cases) {
+    SCOPED_TRACE(field);
+    ModelConfig c = ValidConfig();
+    mutate(c);
+    const absl::Status s = c.Validate();
+    ASSERT_FALSE(s.ok());
+    EXPECT_TRUE(Contains(s, field)) << s;
+  }
 }
 
 }  // namespace

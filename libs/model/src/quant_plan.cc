@@ -55,6 +55,7 @@ DType QuantPlan::Base(const TensorRole& role) const {
       return base_ == DType::kQ3_K ? DType::kQ4_K : base_;
     case TensorKind::kExpertDown:
     case TensorKind::kSharedDown:
+    case TensorKind::kDenseDown:
       if (base_ == DType::kQ3_K) {
         if (role.layer < n_layers_ / 16) return DType::kQ5_K;
         return MoreBits(role.layer) ? DType::kQ4_K : DType::kQ3_K;

@@ -107,6 +107,26 @@ absl::Status WriteSyntheticModel(const std::filesystem::path& dir, const Synthet
     RETURN_IF_ERROR(dense(b + "attn_k", kvd, H, 1.0f));
     RETURN_IF_ERROR(dense(b + "attn_v", kvd, H, 1.0f));
     RETURN_IF_ERROR(dense(b + "attn_output", H, qd, o.residual_scale));
+    if (!c.IsMoeLayer(l)) {
+      RETURN_IF_ERROR(dense(b + "ffn_gate", c.dense_ffn, H, 1.0f));
+      RETURN_IF_ERROR(dense(b + "ffn_up", c.dense_ffn, H, 1.0f));
+      RETURN_IF_ERROR(dense(b + "ffn_down", H, c.dense_ffn, o.residual_scale));
+      continue;
+    }
+    if (c.shared_expert_ffn > 0) {
+      RETURN_IF_ERROR(dense(b + "ffn_gate_shexp", c.shared_expert_ffn, H, 1.0f));
+      RETURN_IF_ERROR(dense(b + "ffn_up_shexp", c.shared_expert_ffn, H, 1.0f));
+      RETURN_IF_ERROR(dense(b + "ffn_down_shexp", H, c.shared_expert_ffn, o.residual_scale));
+      if (c.shared_expert_gated) {
+        RETURN_IF_ERROR(f32(b + "ffn_gate_inp_shexp", {1, H}, std::vector<float>(static_cast<size_t>(H), 0.0f)));
+      }
+    }
+    if (c.router_bias) {
+      std::normal_distribution<float> nd(0.0f, 0.1f);
+      std::vector<float> bias(static_cast<size_t>(c.n_experts));
+      for (auto& x : bias) x = nd(rng);
+      RETURN_IF_ERROR(f32(b + "ffn_exp_probs_b", {c.n_experts}, bias));
+    }
     {
       std::normal_distribution<float> nd(0.0f, o.router_scale / std::sqrt(static_cast<float>(H)));
       std::vector<float> router(static_cast<size_t>(c.n_experts * H));

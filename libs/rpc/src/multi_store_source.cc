@@ -91,7 +91,7 @@ absl::StatusOr<std::unique_ptr<MultiStoreSource>> MultiStoreSource::Connect(cons
   // The stores that are up must cover the model between them.
   const auto& c = manifest->config;
   for (int32_t l = 0; l < c.n_layers; ++l) {
-    for (int32_t e = 0; e < c.n_experts; ++e) {
+    for (int32_t e = 0; c.IsMoeLayer(l) && e < c.n_experts; ++e) {
       bool held = false;
       for (const auto& s : src->stores_) held |= s->up && s->source->Holds({l, e});
       if (!held) {
@@ -156,8 +156,7 @@ std::vector<StoreState> MultiStoreSource::Stores() const {
 }
 
 uint64_t MultiStoreSource::BlockSize(ExpertId id) const {
-  const auto& c = manifest_->config;
-  if (id.layer < 0 || id.layer >= c.n_layers || id.expert < 0 || id.expert >= c.n_experts) return 0;
+  if (!manifest_->HasExpert(id.layer, id.expert)) return 0;
   return manifest_->Expert(id.layer, id.expert).padded_size;
 }
 
@@ -321,8 +320,7 @@ absl::Status MultiStoreSource::RunMany(std::span<const ExpertId> ids, Priority p
   const auto deadline = Clock::now() + options_.fetch_timeout;
   std::vector<std::shared_ptr<Request>> reqs;
   for (size_t i = 0; i < ids.size(); ++i) {
-    const auto& c = manifest_->config;
-    if (ids[i].layer < 0 || ids[i].layer >= c.n_layers || ids[i].expert < 0 || ids[i].expert >= c.n_experts) {
+    if (!manifest_->HasExpert(ids[i].layer, ids[i].expert)) {
       return absl::NotFoundError(absl::StrCat("expert (layer ", ids[i].layer, ", id ", ids[i].expert,
                                               ") is not in model '", options_.model, "'"));
     }

@@ -77,7 +77,7 @@ bool RemoteStoreSource::Holds(ExpertId id) const {
   if (!probed_) return false;
   if (full_copy_) return true;
   const auto& c = manifest_->config;
-  if (id.layer < 0 || id.layer >= c.n_layers || id.expert < 0 || id.expert >= c.n_experts) return false;
+  if (!manifest_->HasExpert(id.layer, id.expert)) return false;
   const uint64_t bit =
       static_cast<uint64_t>(id.layer) * static_cast<uint64_t>(c.n_experts) + static_cast<uint64_t>(id.expert);
   return bit / 8 < held_.size() && (static_cast<uint8_t>(held_[bit / 8]) >> (bit % 8)) & 1;
@@ -105,8 +105,7 @@ RemoteStoreSource::~RemoteStoreSource() {
 }
 
 uint64_t RemoteStoreSource::BlockSize(ExpertId id) const {
-  const auto& c = manifest_->config;
-  if (id.layer < 0 || id.layer >= c.n_layers || id.expert < 0 || id.expert >= c.n_experts) return 0;
+  if (!manifest_->HasExpert(id.layer, id.expert)) return 0;
   return manifest_->Expert(id.layer, id.expert).padded_size;
 }
 
@@ -180,8 +179,7 @@ absl::Status RemoteStoreSource::EnsureStreamLocked() {
 
 absl::StatusOr<uint64_t> RemoteStoreSource::StartFetch(ExpertId id, Priority priority, Clock::time_point deadline,
                                                        Callback done) {
-  const auto& c = manifest_->config;
-  if (id.layer < 0 || id.layer >= c.n_layers || id.expert < 0 || id.expert >= c.n_experts) {
+  if (!manifest_->HasExpert(id.layer, id.expert)) {
     return absl::NotFoundError(
         absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") is not in model '", options_.model, "'"));
   }

@@ -146,10 +146,10 @@ absl::Status BlockStore::AddStriped(const Catalog& catalog, const std::vector<fs
       return absl::DataLossError(
           absl::StrCat(where, ": ", blocks.size(), " block records, expected ", rec.blocks_total));
     }
-    m->blocks_.resize(m->manifest_.experts.size());
+    m->blocks_.resize(static_cast<size_t>(m->n_layers() * m->n_experts()));
     for (auto& b : blocks) {
       const BlockRecord* dup = m->Find(b.layer, b.expert);
-      if (b.layer < rec.first_layer || b.layer > rec.last_layer || b.expert < 0 || b.expert >= m->n_experts() ||
+      if (b.layer < rec.first_layer || b.layer > rec.last_layer || !m->manifest_.HasExpert(b.layer, b.expert) ||
           dup != nullptr) {
         return absl::DataLossError(
             absl::StrCat(where, ": unexpected block record for expert (layer ", b.layer, ", id ", b.expert, ")"));
@@ -185,6 +185,8 @@ absl::Status BlockStore::AddModelDir(const fs::path& dir, uint32_t disk) {
   m->index_ = static_cast<uint32_t>(models_.size());
   m->origin_ = dir.string();
   std::map<std::string, uint32_t> files;
+  m->blocks_.resize(static_cast<size_t>(m->n_layers() * m->n_experts()));
+  m->files_.resize(m->blocks_.size());
   for (const model::ExpertBlock& b : m->manifest_.experts) {
     auto it = files.find(b.file);
     if (it == files.end()) {
@@ -193,8 +195,10 @@ absl::Status BlockStore::AddModelDir(const fs::path& dir, uint32_t disk) {
     }
     BlockRecord r = BlockRecordFromManifest(b);
     r.extents.push_back(Extent{disk, b.offset, b.padded_size, 0, false});
-    m->blocks_.push_back(std::move(r));
-    m->files_.push_back(it->second);
+    // Indexed by layer * n_experts + expert like catalog models: dense layers leave holes.
+    const size_t index = static_cast<size_t>(b.layer * m->n_experts() + b.expert);
+    m->blocks_[index] = std::move(r);
+    m->files_[index] = it->second;
   }
   models_.push_back(std::move(m));
   return absl::OkStatus();

@@ -150,7 +150,7 @@ absl::StatusOr<ImportResult> ImportModel(const fs::path& model_dir, const StoreL
   std::vector<uint64_t> padded;
   uint64_t total_bytes = 0;
   for (int32_t l = first; l <= last; ++l) {
-    for (int32_t e = 0; e < n_experts; ++e) {
+    for (int32_t e = 0; man.config.IsMoeLayer(l) && e < n_experts; ++e) {
       held.push_back(&man.Expert(l, e));
       padded.push_back(held.back()->padded_size);
       total_bytes += held.back()->size;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "colibri/core/json.h"
 #include "colibri/core/status.h"
+#include "colibri/tokenizer/chat_output.h"
 #include "colibri/tokenizer/jinja.h"
 
 namespace colibri::tokenizer {
@@ -44,6 +45,17 @@ bool WithinDepth(const OrderedJson& j) {
     for (const auto& child : *v) stack.emplace_back(&child, depth + 1);
   }
   return true;
+}
+
+// Tool calls whose function.arguments is a string holding a JSON object get the object.
+void ObjectArguments(OrderedJson* calls) {
+  for (auto& call : *calls) {
+    if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+    OrderedJson& args = call["function"]["arguments"];
+    if (!args.is_string()) continue;
+    auto parsed = ParseJson<OrderedJson>(args.get<std::string>(), "arguments", kMaxChatJsonDepth - 4);
+    if (parsed.ok() && parsed->is_object()) args = std::move(*parsed);
+  }
 }
 
 }  // namespace
@@ -86,6 +98,9 @@ absl::StatusOr<std::string> RenderChat(const Tokenizer& tok,
                                        const std::vector<ChatMessage>& messages,
                                        const ChatOptions& options) {
   if (tok.chat_template().empty()) return RenderMistralChat(tok, messages);
+  // GLM-4.5's template iterates arguments.items(): OpenAI clients send arguments as a JSON
+  // string, which it cannot render.
+  const bool object_arguments = DetectChatOutputFormat(tok.chat_template()) == ChatOutputFormat::kGlm45;
   OrderedJson list = OrderedJson::array();
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
@@ -96,6 +111,7 @@ absl::StatusOr<std::string> RenderChat(const Tokenizer& tok,
     if (!m.tool_calls_json.empty()) {
       auto calls = ParseOption(m.tool_calls_json, "tool_calls", /*want_object=*/false);
       if (!calls.ok()) return Annotate(calls.status(), absl::StrCat("messages[", i, "]"));
+      if (object_arguments) ObjectArguments(&*calls);
       j["tool_calls"] = *calls;
       if (m.content.empty()) j["content"] = nullptr;
     }

@@ -187,3 +187,29 @@ TEST(RenderChatTest, ARunawayTemplateFailsWithTheBudget) {
 
 }  // namespace
 }  // namespace colibri::tokenizer
+
+namespace colibri::tokenizer {
+namespace {
+
+TEST(RenderChatTest, GlmTemplateGetsToolCallArgumentsAsObjects) {
+  // A template with GLM-4.5's tool-call shape (arguments.items()); OpenAI clients send the
+  // arguments as a JSON string.
+  auto tok = TokenizerWithTemplate(
+      "{% for m in messages %}<|assistant|>{% for tc in m.tool_calls %}<tool_call>{{ tc.function.name }}"
+      "{% for k, v in tc.function.arguments.items() %}<arg_key>{{ k }}</arg_key><arg_value>{{ v }}</arg_value>"
+      "{% endfor %}</tool_call>{% endfor %}{% endfor %}");
+  std::vector<ChatMessage> messages = {
+      {"assistant", "", "", R"([{"function": {"name": "f", "arguments": "{\"city\": \"Paris\", \"n\": 2}"}}])"}};
+  auto out = RenderChat(*tok, messages);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "<|assistant|><tool_call>f<arg_key>city</arg_key><arg_value>Paris</arg_value>"
+                  "<arg_key>n</arg_key><arg_value>2</arg_value></tool_call>");
+  // Other templates see the string unchanged.
+  auto plain = TokenizerWithTemplate("{% for m in messages %}{{ m.tool_calls[0].function.arguments }}{% endfor %}");
+  out = RenderChat(*plain, messages);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "{\"city\": \"Paris\", \"n\": 2}");
+}
+
+}  // namespace
+}  // namespace colibri::tokenizer

@@ -150,10 +150,10 @@ std::vector<ExpertUse> TopExperts(const std::vector<uint32_t>& counts, const mod
 absl::StatusOr<size_t> ComputeNode::PrefetchHint(std::span<const expert_source::ExpertId> ids) {
   const auto& c = model_->config();
   for (const auto& id : ids) {
-    if (id.layer < 0 || id.layer >= c.n_layers || id.expert < 0 || id.expert >= c.n_experts) {
+    if (!manifest().HasExpert(id.layer, id.expert)) {
       return absl::InvalidArgumentError(absl::StrCat("prefetch hint for expert (layer ", id.layer, ", id ", id.expert,
                                                      ") outside the model (", c.n_layers, " layers, ", c.n_experts,
-                                                     " experts)"));
+                                                     " experts, dense layers have none)"));
     }
   }
   // Never more than half the cache: hints must not evict what the running requests need.
@@ -177,7 +177,7 @@ absl::StatusOr<int64_t> ComputeNode::PreloadExperts() {
   const auto& c = manifest().config;
   expert_source::CacheTier* cache = &cache_->ram();
   for (int32_t l = 0; l < c.n_layers; ++l) {
-    for (int32_t e = 0; e < c.n_experts; ++e) {
+    for (int32_t e = 0; c.IsMoeLayer(l) && e < c.n_experts; ++e) {
       const expert_source::ExpertId id{l, e};
       if (cache->Stats().bytes_cached + cache->BlockSize(id) > cache->Stats().capacity_bytes) {
         return static_cast<int64_t>(cache->Stats().blocks_cached);

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "colibri/core/units.h"
 #include "colibri/rpc/status.h"
+#include "colibri/tokenizer/chat_output.h"
 #include "nlohmann/json.hpp"
 #include "client_watch.h"
 #include "http_server.h"
@@ -287,6 +288,24 @@ class Handler {
     metrics_->completion_tokens->Increment(static_cast<double>(t.completion_tokens));
   }
 
+  // The chat message of a whole completion: reasoning and tool calls split out of the text
+  // for templates whose models write them inline (chat_output.h); a call sets finish_reason
+  // "tool_calls".
+  json AssistantMessage(const OpenAiRequest& r, const std::string& text, json* choice) const {
+    const auto format = tokenizer::DetectChatOutputFormat(core_->tokenizer().chat_template());
+    if (format == tokenizer::ChatOutputFormat::kPlain) return {{"role", "assistant"}, {"content", text}};
+    tokenizer::AssistantOutput out = tokenizer::ParseAssistantOutput(text, format, r.chat_options.tools_json);
+    json message = {{"role", "assistant"}, {"content", out.content}};
+    if (!out.reasoning_content.empty()) message["reasoning_content"] = out.reasoning_content;
+    if (!out.tool_calls.empty()) {
+      if (out.content.empty()) message["content"] = nullptr;
+      message["tool_calls"] = std::move(out.tool_calls);
+      (*choice)["finish_reason"] = "tool_calls";
+    }
+    return message;
+  }
+
+
   // Runs a request to its end; `tokens` (optional) collects what was sampled. Counts tokens and
   // time on success.
   absl::StatusOr<TextResult> RunBlocking(const OpenAiRequest& r, std::vector<engine::SampledToken>* tokens) {
@@ -312,7 +331,7 @@ class Handler {
     if (IsCancelled(r.params.cancel)) return ClientGone(res, endpoint);
     json choice = {{"index", 0}, {"finish_reason", FinishName(result->finish)}, {"logprobs", nullptr}};
     if (r.chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", result->text}};
+      choice["message"] = AssistantMessage(r, result->text, &choice);
     } else {
       choice["text"] = result->text;
     }

@@ -2,9 +2,10 @@
 // batched forward pass over tokens of one or more sequences (each with its own KV cache).
 //
 // Per layer: RMSNorm -> q/k/v (bias, q/k-norm per family) -> RoPE -> KV store -> causal
-// attention -> output projection -> residual; RMSNorm -> router (softmax over experts, top-k,
-// optional renormalisation) -> each unique routed expert of the batch fetched once and applied
-// to the rows that chose it (SwiGLU) -> (Qwen2-MoE: + sigmoid-gated shared expert) -> residual.
+// attention -> output projection -> residual; RMSNorm -> a dense SwiGLU MLP (dense layers), or
+// router (routing.h: softmax or sigmoid scores, selection bias, group-limited top-k, optional
+// renormalisation, scaling) -> each unique routed expert of the batch fetched once and applied
+// to the rows that chose it (SwiGLU) -> + shared expert (Qwen2-MoE: sigmoid-gated) -> residual.
 // The routing of each layer is reported to the expert source (Hint: every expert's probability)
 // and, with ModelOptions::trace, written one line per token and layer. With prefetch_layers > 0,
 // the experts of the next layers are predicted and prefetched while a layer runs (lookahead.h);
@@ -67,6 +68,8 @@ struct ModelOptions {
   int prefetch_layers = 0;
   // Predicted experts whose predicted gate weight is below this are not prefetched (a wrong
   // prefetch costs a whole block of disk time; low-weight predictions are wrong most often).
+  // The weight is compared without routed_scaling_factor, so with renormalised routing it is
+  // the expert's share of the token's routed weight (0..1) for any scaling.
   float prefetch_min_weight = 0.0f;
   // When set, one line per token and layer with the chosen experts and gate probabilities.
   expert_source::RoutingTraceWriter* trace = nullptr;
@@ -123,8 +126,11 @@ class Model {
     const float *q_bias = nullptr, *k_bias = nullptr, *v_bias = nullptr;
     const float *q_norm = nullptr, *k_norm = nullptr;
     const float* ffn_norm = nullptr;
-    backend::WeightRef router;  // [n_experts, hidden]
+    bool moe = true;
+    backend::WeightRef router;            // [n_experts, hidden]
+    const float* router_bias = nullptr;   // f32 [n_experts]: selection only (router_bias)
     backend::WeightRef shexp_gate, shexp_up, shexp_down, shexp_router;
+    backend::WeightRef ffn_gate, ffn_up, ffn_down;  // dense layers: [dense_ffn, hidden] x2, [hidden, dense_ffn]
   };
   struct Workspace;
 
@@ -132,6 +138,9 @@ class Model {
   absl::Status EnsureCapacity(KvCache* cache, int64_t positions);
   absl::Status EnsureWorkspace(int64_t n);
   absl::Status MoE(int layer, int64_t n, ForwardStats* stats);
+  // SwiGLU down(silu(gate h) * up h) of w.h into `out` (the workspace's h: [n, hidden]).
+  void SwiGlu(const backend::WeightRef& gate, const backend::WeightRef& up, const backend::WeightRef& down,
+              int64_t ffn, int64_t n, float* out);
   // Tells the expert source what the router decided (hints) and writes the trace lines.
   void ReportRouting(int layer, const Routing& routing);
 

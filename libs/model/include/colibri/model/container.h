@@ -52,6 +52,9 @@ class ContainerWriter {
   absl::Status AddDense(const std::string& name, quant::DType dtype, std::vector<int64_t> shape,
                         std::span<const uint8_t> bytes);
   absl::Status AddExpert(int64_t layer, int64_t expert, const std::vector<Part>& parts);
+  // A tensor kept in extra.bin, never loaded by the engine (manifest.h: Manifest::extra).
+  absl::Status AddExtra(const std::string& name, quant::DType dtype, std::vector<int64_t> shape,
+                        std::span<const uint8_t> bytes);
   // Copies an auxiliary file (tokenizer files) into the model directory.
   absl::Status CopyFile(const std::filesystem::path& src, const std::string& dest_name);
   // Writes an auxiliary file (e.g. tokenizer.gguf) into the model directory.
@@ -64,13 +67,18 @@ class ContainerWriter {
   ContainerWriter() = default;
   absl::Status AppendAligned(std::FILE* f, uint64_t* pos, uint64_t align, std::span<const uint8_t> bytes,
                              const std::filesystem::path& path);
+  // Appends one checksummed tensor to `file` (dense.bin or extra.bin) and lists it in `list`.
+  absl::Status AddTensor(std::FILE* f, uint64_t* pos, const std::string& file, std::vector<TensorEntry>* list,
+                         const std::string& name, quant::DType dtype, std::vector<int64_t> shape,
+                         std::span<const uint8_t> bytes);
 
   std::filesystem::path out_, partial_;
   Options options_;
   Manifest manifest_;
   std::FILE* dense_ = nullptr;
   std::FILE* experts_ = nullptr;
-  uint64_t dense_pos_ = 0, experts_pos_ = 0;
+  std::FILE* extra_ = nullptr;  // opened by the first AddExtra
+  uint64_t dense_pos_ = 0, experts_pos_ = 0, extra_pos_ = 0;
   std::vector<bool> expert_done_;
   bool finished_ = false;
 };
@@ -96,6 +104,10 @@ class Container {
   // Reads one expert block (padded size) with pread and verifies its checksum. Used by
   // `colibri-cli verify` and tests; the serving path goes through an ExpertSource.
   absl::StatusOr<AlignedBytes> ReadExpertBlock(int64_t layer, int64_t expert) const;
+
+  // Reads one kept extra tensor (Manifest::extra) and verifies its checksum: NotFound naming it
+  // when the model has no such tensor, DataLoss on a mismatch. The bytes start at offset 0.
+  absl::StatusOr<AlignedBytes> ReadExtra(std::string_view name) const;
 
  private:
   std::filesystem::path dir_;

@@ -5,6 +5,8 @@
 //   <model_dir>/experts.bin     one block per (layer, expert): gate, up, down adjacent, each
 //                               block 4 KiB aligned and padded to 4 KiB (O_DIRECT-readable)
 //   <model_dir>/experts/L{layer}_E{expert}.bin   instead of experts.bin with --split-experts
+//   <model_dir>/extra.bin       kept tensors the engine never loads (the NextN/MTP layer), each
+//                               64-byte aligned; only when the model has some
 //   <model_dir>/tokenizer.json, tokenizer_config.json   copied from the source, when present
 //
 // Every dense tensor and every expert block carries an XXH3-64 checksum of its bytes.
@@ -60,14 +62,29 @@ struct Manifest {
   std::string dense_file = "dense.bin";
   uint64_t dense_size = 0;
   std::vector<TensorEntry> dense;
-  std::vector<ExpertBlock> experts;  // index: layer * n_experts + expert
+  // The blocks of the MoE layers only (dense layers have none), layer-major:
+  // index ExpertIndex(layer, expert) = MoeLayerRank(layer) * n_experts + expert.
+  std::vector<ExpertBlock> experts;
+  // Kept tensors the engine never loads (the NextN/MTP layer of GLM-4.5 checkpoints, for
+  // speculative decoding): each checksummed in their own file, read one at a time with
+  // Container::ReadExtra. Absent from the manifest JSON when empty.
+  std::string extra_file = "extra.bin";
+  uint64_t extra_size = 0;
+  std::vector<TensorEntry> extra;
   nlohmann::json tokenizer = nlohmann::json::object();  // {"files": [...]} and special ids
   nlohmann::json source = nlohmann::json::object();     // provenance: input path, format, quantize
 
   const TensorEntry* FindDense(std::string_view name) const;
-  const ExpertBlock& Expert(int64_t layer, int64_t expert) const {
-    return experts[static_cast<size_t>(layer * config.n_experts + expert)];
+  const TensorEntry* FindExtra(std::string_view name) const;
+  // Whether (layer, expert) names a block: layer is a MoE layer, expert in range.
+  bool HasExpert(int64_t layer, int64_t expert) const {
+    return config.IsMoeLayer(layer) && expert >= 0 && expert < config.n_experts;
   }
+  size_t ExpertIndex(int64_t layer, int64_t expert) const {
+    return static_cast<size_t>(config.MoeLayerRank(layer) * config.n_experts + expert);
+  }
+  // Requires HasExpert(layer, expert).
+  const ExpertBlock& Expert(int64_t layer, int64_t expert) const { return experts[ExpertIndex(layer, expert)]; }
   uint64_t TotalExpertBytes() const;
 };
 

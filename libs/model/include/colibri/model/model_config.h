@@ -12,7 +12,7 @@
 
 namespace colibri::model {
 
-enum class Architecture { kMixtral, kQwen2Moe, kOlmoe, kQwen3Moe };
+enum class Architecture { kMixtral, kQwen2Moe, kOlmoe, kQwen3Moe, kGlm4Moe };
 
 // How RoPE pairs the dimensions of a head: Hugging Face checkpoints rotate (i, i + D/2)
 // ("half-split"); GGUF files of the llama family have q/k rows permuted so that the pairs are
@@ -22,6 +22,14 @@ enum class RopeStyle { kHalfSplit, kInterleaved };
 // Where q/k RMSNorm applies (before RoPE): none, over all heads together (OLMoE), or per head
 // with a [head_dim] weight (Qwen3-MoE).
 enum class QkNorm { kNone, kFull, kPerHead };
+
+// How the router turns its logits into expert scores: a softmax over the layer's experts, or
+// an independent sigmoid per expert (DeepSeek-V3, GLM-4.5).
+enum class RouterScoring { kSoftmax, kSigmoid };
+
+// How a group scores in group-limited routing: by its best expert (DeepSeek-V2
+// "group_limited_greedy") or by the sum of its two best (DeepSeek-V3 "noaux_tc", llama.cpp).
+enum class GroupScoring { kMax, kTopTwoSum };
 
 struct ModelConfig {
   Architecture architecture = Architecture::kMixtral;
@@ -33,7 +41,8 @@ struct ModelConfig {
   int64_t expert_ffn = 0;          // d_ff of one routed expert
   int64_t n_experts = 0;
   int64_t top_k = 0;
-  int64_t shared_expert_ffn = 0;   // 0: no shared expert (Qwen2-MoE has one, with a sigmoid gate)
+  int64_t shared_expert_ffn = 0;   // 0: no shared expert; else its d_ff (all shared experts fused)
+  bool shared_expert_gated = false;  // Qwen2-MoE: scaled by sigmoid(ffn_gate_inp_shexp . h)
   int64_t vocab_size = 0;
   int64_t context_length = 4096;
   double rms_norm_eps = 1e-5;
@@ -44,10 +53,34 @@ struct ModelConfig {
   double attention_scale = 0;      // softmax scale of q·k; 0: 1/sqrt(head_dim)
   QkNorm qk_norm = QkNorm::kNone;
   bool qkv_bias = false;
+  // Routing. Scores come from `router_scoring`; with `router_bias` a per-expert bias
+  // (blk.N.ffn_exp_probs_b) is added to them to choose the experts but not to weight them. With
+  // n_expert_groups > 1 the experts form equal groups and only the `topk_groups` best groups
+  // (by `group_scoring` of the biased scores) are eligible. The k chosen scores are optionally
+  // renormalised to sum to 1, then multiplied by `routed_scaling_factor`.
+  RouterScoring router_scoring = RouterScoring::kSoftmax;
+  bool router_bias = false;
+  int64_t n_expert_groups = 1;
+  int64_t topk_groups = 1;
+  GroupScoring group_scoring = GroupScoring::kTopTwoSum;
   bool norm_topk_prob = true;      // renormalise the k routing weights to sum to 1
+  double routed_scaling_factor = 1.0;
+  // Layers with a dense SwiGLU MLP of `dense_ffn` instead of experts (ascending; DeepSeek's
+  // first_k_dense_replace, Qwen-MoE's mlp_only_layers / decoder_sparse_step). Their weights
+  // (blk.N.ffn_gate/ffn_up/ffn_down) are dense tensors; they have no router and no expert blocks.
+  std::vector<int64_t> dense_layers;
+  int64_t dense_ffn = 0;
   bool tie_word_embeddings = false;
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;
+  // NextN / multi-token-prediction layers after the n_layers the model runs (GLM-4.5: 1): kept
+  // as extra tensors "nextn.<i>.*" (manifest.h), never run by the engine.
+  int64_t nextn_layers = 0;
+
+  bool IsMoeLayer(int64_t layer) const;
+  int64_t n_moe_layers() const { return n_layers - static_cast<int64_t>(dense_layers.size()); }
+  // The position of MoE layer `layer` among the MoE layers (its expert blocks' index base).
+  int64_t MoeLayerRank(int64_t layer) const;
 
   // Checks every field for consistency; errors name the field.
   absl::Status Validate() const;
@@ -56,7 +89,7 @@ struct ModelConfig {
   double softmax_scale() const;
 };
 
-std::string_view ArchitectureName(Architecture a);  // "mixtral", "qwen2_moe", "olmoe", "qwen3_moe"
+std::string_view ArchitectureName(Architecture a);  // "mixtral", "qwen2_moe", "olmoe", "qwen3_moe", "glm4_moe"
 absl::StatusOr<Architecture> ParseArchitecture(std::string_view name);
 
 // Reads a Hugging Face config.json (its real keys per family). Unknown model types and

@@ -21,7 +21,8 @@ namespace colibri::model {
 
 struct SyntheticModelOptions {
   std::string name = "synthetic";
-  ModelConfig config;                   // Mixtral-shaped; see DefaultSyntheticConfig()
+  ModelConfig config;                   // see DefaultSyntheticConfig(); dense layers, shared
+                                        // experts and the router bias as the config says
   quant::DType dtype = quant::DType::kF32;  // matrices (norms and routers stay f32)
   uint64_t seed = 1;
   float residual_scale = 1.0f;          // scale of attn_output and expert down projections
