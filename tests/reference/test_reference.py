@@ -189,6 +189,37 @@ class OracleTests(unittest.TestCase):
         self.assertEqual(len(out["greedy_top1_minus_top2"]), 32)
 
 
+@unittest.skipUnless(HAVE_ORACLE and os.path.isdir(os.path.join(ORACLE, "deepseek2")), NO_ORACLE)
+class DeepseekOracleTests(unittest.TestCase):
+    """deepseek_ref.py (latent attention, YaRN, sigmoid + bias + groups routing, shared experts,
+    dense first layer) against llama.cpp (GGUF) and the independent float64 reference (grouped HF
+    checkpoint), through both GGUF attention layouts and both formats."""
+
+    def check(self, model, stem, tol):
+        for p in PROMPTS:
+            j, ref = oracle_case(os.path.join("deepseek2", stem), p)
+            tf, _, _ = moe_ref.run(model, j["prompt_ids"] + j["greedy_ids"], 0)
+            _, greedy, _ = moe_ref.run(model, j["prompt_ids"], len(j["greedy_ids"]))
+            with self.subTest(stem=stem, prompt=p):
+                self.assertLess(np.abs(tf - ref).max(), tol)
+                self.assertEqual(greedy, j["greedy_ids"])
+
+    def test_every_layout(self):
+        sys.path.insert(0, os.path.join(REPO, "tests", "golden"))
+        import deepseek_convert as dc
+        d = os.path.join(ORACLE, "deepseek2")
+        gguf, hf = os.path.join(d, "deepseek-micro-f32.gguf"), os.path.join(d, "deepseek-grouped-micro-f32")
+        self.check(moe_ref.load_model(gguf), "deepseek-micro-f32", 1e-4)          # llama.cpp float32
+        self.check(moe_ref.load_model(hf), "deepseek-grouped-micro-f32", 5e-6)    # float64 stored as float32
+        with tempfile.TemporaryDirectory() as tmp:
+            dc.gguf_to_split_kv_b(gguf, os.path.join(tmp, "split.gguf"))
+            self.check(moe_ref.load_model(os.path.join(tmp, "split.gguf")), "deepseek-micro-f32", 1e-4)
+            dc.gguf_to_hf(gguf, os.path.join(tmp, "hf"))
+            self.check(moe_ref.load_model(os.path.join(tmp, "hf")), "deepseek-micro-f32", 1e-4)
+            dc.hf_to_gguf(hf, os.path.join(tmp, "grouped.gguf"))
+            self.check(moe_ref.load_model(os.path.join(tmp, "grouped.gguf")), "deepseek-grouped-micro-f32", 5e-6)
+
+
 class RoutingTests(unittest.TestCase):
     """Model.route on hand-made logits: every routing option."""
 

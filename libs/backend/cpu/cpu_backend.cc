@@ -219,6 +219,11 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * dim, src + rows[i] * dim, sizeof(float) * dim);
   }
 
+  void CopyStrided(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+                   int64_t cols) override {
+    for (int64_t i = 0; i < rows; ++i) std::memcpy(dst + i * dst_stride, src + i * src_stride, sizeof(float) * cols);
+  }
+
   void ScatterAddRows(const float* src, const int32_t* rows, const float* scales, int64_t n, int64_t dim,
                       float* dst) override {
     for (int64_t i = 0; i < n; ++i) {

@@ -487,6 +487,14 @@ TEST_P(CpuBackendTest, GatherRows) {
   EXPECT_EQ(dst, std::vector<float>({20, 21, 22, 0, 1, 2, 20, 21, 22, 30, 31, 32}));
 }
 
+TEST_P(CpuBackendTest, CopyStridedCopiesAColumnSlice) {
+  // Columns 1..2 of a [3, 4] matrix into columns 0..1 of a [3, 3] one; the rest untouched.
+  const std::vector<float> src = {0, 1, 2, 3, 10, 11, 12, 13, 20, 21, 22, 23};
+  std::vector<float> dst(9, -1.0f);
+  be_->CopyStrided(dst.data(), 3, src.data() + 1, 4, 3, 2);
+  EXPECT_EQ(dst, std::vector<float>({1, 2, -1, 11, 12, -1, 21, 22, -1}));
+}
+
 TEST_P(CpuBackendTest, ScatterAddRows) {
   const int64_t dim = 2;
   std::vector<float> dst = {1, 1, 2, 2, 3, 3, 4, 4};

@@ -347,6 +347,14 @@ class CudaBackend final : public Backend {
     if (failed()) return;
     Record(cuda::Add(x, y, n, stream_), "add");
   }
+  void CopyStrided(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+                   int64_t cols) override {
+    if (failed() || rows <= 0 || cols <= 0) return;
+    Record(cudaMemcpy2DAsync(dst, static_cast<size_t>(dst_stride) * sizeof(float), src,
+                             static_cast<size_t>(src_stride) * sizeof(float), static_cast<size_t>(cols) * sizeof(float),
+                             static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, stream_),
+           "copy strided");
+  }
   void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* dst) override {
     if (failed() || n <= 0) return;
     const auto* d_rows = Stage(rows, n);

@@ -102,6 +102,10 @@ void DeviceLikeBackend::Add(float* x, const float* y, int64_t n) { cpu_->Add(x, 
 void DeviceLikeBackend::GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* dst) {
   cpu_->GatherRows(src, rows, n, dim, dst);
 }
+void DeviceLikeBackend::CopyStrided(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
+                                    int64_t rows, int64_t cols) {
+  cpu_->CopyStrided(dst, dst_stride, src, src_stride, rows, cols);
+}
 void DeviceLikeBackend::ScatterAddRows(const float* src, const int32_t* rows, const float* scales, int64_t n,
                                        int64_t dim, float* dst) {
   cpu_->ScatterAddRows(src, rows, scales, n, dim, dst);

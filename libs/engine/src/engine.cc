@@ -89,7 +89,11 @@ void Engine::EvictLocked(PoolEntry entry) {
 }
 
 uint64_t KvBytesPerToken(const model::ModelConfig& c) {
-  return static_cast<uint64_t>(c.n_layers) * 2 * static_cast<uint64_t>(c.n_kv_heads * c.head_dim) * sizeof(float);
+  return static_cast<uint64_t>(c.n_layers) * 2 * static_cast<uint64_t>(KvSnapshotDim(c)) * sizeof(float);
+}
+
+int64_t KvSnapshotDim(const model::ModelConfig& c) {
+  return c.mla() ? (c.kv_lora_rank + c.qk_rope_head_dim) / 2 : c.n_kv_heads * c.head_dim;
 }
 
 void Engine::ClearKvPool() {

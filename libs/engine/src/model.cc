@@ -9,6 +9,7 @@
 #include "colibri/core/status.h"
 #include "colibri/quant/dtype.h"
 #include "lookahead.h"
+#include "model_workspace.h"
 #include "routing.h"
 
 namespace colibri::engine {
@@ -18,16 +19,16 @@ using backend::WeightRef;
 using expert_source::ExpertId;
 using expert_source::Lease;
 
-// Activation buffers in backend memory, grown to the largest batch seen.
-struct Model::Workspace {
-  int64_t n = 0;
-  std::unique_ptr<Buffer> x, h, q, k, v, attn, tmp, moe, router, gate, up, rows_in, rows_out, shexp_logit;
-  // Host-side copies of per-token metadata.
-  std::vector<int32_t> positions;
-};
-
 uint64_t KvCache::bytes() const {
-  return static_cast<uint64_t>(k_.size()) * 2 * static_cast<uint64_t>(capacity_ * kv_dim_) * sizeof(float);
+  return static_cast<uint64_t>(k_.size() + v_.size()) * static_cast<uint64_t>(capacity_ * kv_dim_) * sizeof(float);
+}
+
+KvCache::LayerBuffers KvCache::Buffers(int64_t layer) const {
+  const auto l = static_cast<size_t>(layer);
+  LayerBuffers b;
+  if (l < k_.size() && k_[l]) b.k = k_[l]->f32();
+  if (l < v_.size() && v_[l]) b.v = v_[l]->f32();
+  return b;
 }
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& container, backend::Backend* backend,
@@ -62,6 +63,22 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& conta
     return static_cast<const float*>(ref.data);
   };
 
+  // Rows [head * rows, (head + 1) * rows) of a [n_heads * rows, cols] tensor, imported alone.
+  auto head_rows = [&](const std::string& name, int64_t n_heads, int64_t head, int64_t rows,
+                       int64_t cols) -> absl::StatusOr<WeightRef> {
+    ASSIGN_OR_RETURN(model::TensorView t, m->dense_.Get(m->manifest_, name));
+    if (t.rows != n_heads * rows || t.cols != cols) {
+      return absl::FailedPreconditionError(absl::StrCat("tensor '", name, "' is [", t.rows, ", ", t.cols,
+                                                        "], the config needs [", n_heads * rows, ", ", cols, "]"));
+    }
+    const size_t row_bytes = quant::RowBytes(t.dtype, cols);
+    std::unique_ptr<Buffer> storage;
+    ASSIGN_OR_RETURN(WeightRef ref, backend->ImportWeight(t.dtype, rows, cols,
+                                                          t.data + static_cast<size_t>(head * rows) * row_bytes,
+                                                          &storage));
+    if (storage) m->weight_storage_.push_back(std::move(storage));
+    return ref;
+  };
   ASSIGN_OR_RETURN(m->token_embd_, weight("token_embd", c.vocab_size, c.hidden_size));
   ASSIGN_OR_RETURN(m->output_, weight("output", c.vocab_size, c.hidden_size));
   ASSIGN_OR_RETURN(m->output_norm_, vec("output_norm", c.hidden_size));
@@ -70,21 +87,41 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& conta
     const std::string b = absl::StrCat("blk.", l, ".");
     LayerWeights w;
     ASSIGN_OR_RETURN(w.attn_norm, vec(b + "attn_norm", c.hidden_size));
-    ASSIGN_OR_RETURN(w.q, weight(b + "attn_q", qd, c.hidden_size));
-    ASSIGN_OR_RETURN(w.k, weight(b + "attn_k", kvd, c.hidden_size));
-    ASSIGN_OR_RETURN(w.v, weight(b + "attn_v", kvd, c.hidden_size));
-    ASSIGN_OR_RETURN(w.o, weight(b + "attn_output", c.hidden_size, qd));
-    if (c.qkv_bias) {
-      ASSIGN_OR_RETURN(w.q_bias, vec(b + "attn_q_bias", qd));
-      ASSIGN_OR_RETURN(w.k_bias, vec(b + "attn_k_bias", kvd));
-      ASSIGN_OR_RETURN(w.v_bias, vec(b + "attn_v_bias", kvd));
-    }
-    if (c.qk_norm == model::QkNorm::kFull) {
-      ASSIGN_OR_RETURN(w.q_norm, vec(b + "attn_q_norm", qd));
-      ASSIGN_OR_RETURN(w.k_norm, vec(b + "attn_k_norm", kvd));
-    } else if (c.qk_norm == model::QkNorm::kPerHead) {
-      ASSIGN_OR_RETURN(w.q_norm, vec(b + "attn_q_norm", c.head_dim));
-      ASSIGN_OR_RETURN(w.k_norm, vec(b + "attn_k_norm", c.head_dim));
+    if (c.mla()) {
+      const int64_t H = c.n_heads, L = c.kv_lora_rank, R = c.qk_rope_head_dim, V = c.v_head_dim;
+      if (c.q_lora_rank > 0) {
+        ASSIGN_OR_RETURN(w.q_a, weight(b + "attn_q_a", c.q_lora_rank, c.hidden_size));
+        ASSIGN_OR_RETURN(w.q_a_norm, vec(b + "attn_q_a_norm", c.q_lora_rank));
+        ASSIGN_OR_RETURN(w.q, weight(b + "attn_q_b", qd, c.q_lora_rank));
+      } else {
+        ASSIGN_OR_RETURN(w.q, weight(b + "attn_q", qd, c.hidden_size));
+      }
+      ASSIGN_OR_RETURN(w.kv_a, weight(b + "attn_kv_a_mqa", L + R, c.hidden_size));
+      ASSIGN_OR_RETURN(w.kv_a_norm, vec(b + "attn_kv_a_norm", L));
+      ASSIGN_OR_RETURN(w.o, weight(b + "attn_output", c.hidden_size, H * V));
+      for (int64_t h = 0; h < H; ++h) {
+        ASSIGN_OR_RETURN(WeightRef kb, head_rows(b + "attn_k_b", H, h, L, c.qk_nope_head_dim));
+        ASSIGN_OR_RETURN(WeightRef vb, head_rows(b + "attn_v_b", H, h, V, L));
+        w.k_b.push_back(kb);
+        w.v_b.push_back(vb);
+      }
+    } else {
+      ASSIGN_OR_RETURN(w.q, weight(b + "attn_q", qd, c.hidden_size));
+      ASSIGN_OR_RETURN(w.k, weight(b + "attn_k", kvd, c.hidden_size));
+      ASSIGN_OR_RETURN(w.v, weight(b + "attn_v", kvd, c.hidden_size));
+      ASSIGN_OR_RETURN(w.o, weight(b + "attn_output", c.hidden_size, qd));
+      if (c.qkv_bias) {
+        ASSIGN_OR_RETURN(w.q_bias, vec(b + "attn_q_bias", qd));
+        ASSIGN_OR_RETURN(w.k_bias, vec(b + "attn_k_bias", kvd));
+        ASSIGN_OR_RETURN(w.v_bias, vec(b + "attn_v_bias", kvd));
+      }
+      if (c.qk_norm == model::QkNorm::kFull) {
+        ASSIGN_OR_RETURN(w.q_norm, vec(b + "attn_q_norm", qd));
+        ASSIGN_OR_RETURN(w.k_norm, vec(b + "attn_k_norm", kvd));
+      } else if (c.qk_norm == model::QkNorm::kPerHead) {
+        ASSIGN_OR_RETURN(w.q_norm, vec(b + "attn_q_norm", c.head_dim));
+        ASSIGN_OR_RETURN(w.k_norm, vec(b + "attn_k_norm", c.head_dim));
+      }
     }
     ASSIGN_OR_RETURN(w.ffn_norm, vec(b + "ffn_norm", c.hidden_size));
     w.moe = c.IsMoeLayer(l);
@@ -137,9 +174,13 @@ Model::~Model() = default;
 
 std::unique_ptr<KvCache> Model::NewCache() const {
   auto cache = std::make_unique<KvCache>();
-  cache->kv_dim_ = config_.n_kv_heads * config_.head_dim;
   cache->k_.resize(static_cast<size_t>(config_.n_layers));
-  cache->v_.resize(static_cast<size_t>(config_.n_layers));
+  if (config_.mla()) {
+    cache->kv_dim_ = config_.kv_lora_rank + config_.qk_rope_head_dim;
+  } else {
+    cache->kv_dim_ = config_.n_kv_heads * config_.head_dim;
+    cache->v_.resize(static_cast<size_t>(config_.n_layers));
+  }
   return cache;
 }
 
@@ -189,6 +230,17 @@ absl::Status Model::EnsureWorkspace(int64_t n) {
   RETURN_IF_ERROR(alloc(&w.rows_in, n * c.hidden_size));
   RETURN_IF_ERROR(alloc(&w.rows_out, n * c.hidden_size));
   RETURN_IF_ERROR(alloc(&w.shexp_logit, n));
+  if (c.mla()) {
+    const int64_t H = c.n_heads, L = c.kv_lora_rank, R = c.qk_rope_head_dim, D = L + R;
+    RETURN_IF_ERROR(alloc(&w.mla_qlat, n * std::max<int64_t>(c.q_lora_rank, 1)));
+    RETURN_IF_ERROR(alloc(&w.mla_kva, n * D));
+    RETURN_IF_ERROR(alloc(&w.mla_c, n * L));
+    RETURN_IF_ERROR(alloc(&w.mla_qry, n * H * D));
+    RETURN_IF_ERROR(alloc(&w.mla_out, n * H * D));
+    RETURN_IF_ERROR(alloc(&w.mla_a, n * std::max(L, c.qk_nope_head_dim)));
+    RETURN_IF_ERROR(alloc(&w.mla_b, n * std::max(L, c.v_head_dim)));
+    RETURN_IF_ERROR(alloc(&w.attn, n * std::max(qd, H * c.v_head_dim)));
+  }
   w.n = n;
   return absl::OkStatus();
 }
@@ -204,10 +256,6 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
     }
   }
   // Runs of items that share a KV cache.
-  struct Run {
-    KvCache* cache;
-    int64_t begin, end;
-  };
   std::vector<Run> runs;
   for (int64_t i = 0; i < n; ++i) {
     const BatchItem& item = batch[static_cast<size_t>(i)];
@@ -236,10 +284,7 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
   backend::Backend& be = *backend_;
   const int64_t H = c.hidden_size, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  const backend::RopeParams rope{c.rotary_dims(), 0,
-                                 c.rope_style == model::RopeStyle::kHalfSplit ? backend::RopeStyle::kHalfSplit
-                                                                              : backend::RopeStyle::kInterleaved,
-                                 rope_.inv_freq.data(), static_cast<float>(rope_.mscale)};
+  const backend::RopeParams rope = RopeAt(0);
   float* x = w.x->f32();
   float* h = w.h->f32();
   be.GetRows(token_embd_, tokens.data(), n, x);
@@ -251,42 +296,47 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& lw = layers_[static_cast<size_t>(l)];
     be.RmsNorm(x, lw.attn_norm, n, H, eps, h);
-    be.MatMul(lw.q, h, n, w.q->f32());
-    be.MatMul(lw.k, h, n, w.k->f32());
-    be.MatMul(lw.v, h, n, w.v->f32());
-    if (lw.q_bias) {
-      be.AddBias(w.q->f32(), lw.q_bias, n, qd);
-      be.AddBias(w.k->f32(), lw.k_bias, n, kvd);
-      be.AddBias(w.v->f32(), lw.v_bias, n, kvd);
+    if (c.mla()) {
+      MlaAttention(l, lw, runs, n);
+      be.MatMul(lw.o, w.attn->f32(), n, x, /*accumulate=*/true);
+    } else {
+      be.MatMul(lw.q, h, n, w.q->f32());
+      be.MatMul(lw.k, h, n, w.k->f32());
+      be.MatMul(lw.v, h, n, w.v->f32());
+      if (lw.q_bias) {
+        be.AddBias(w.q->f32(), lw.q_bias, n, qd);
+        be.AddBias(w.k->f32(), lw.k_bias, n, kvd);
+        be.AddBias(w.v->f32(), lw.v_bias, n, kvd);
+      }
+      if (c.qk_norm == model::QkNorm::kFull) {
+        be.RmsNorm(w.q->f32(), lw.q_norm, n, qd, eps, w.q->f32());
+        be.RmsNorm(w.k->f32(), lw.k_norm, n, kvd, eps, w.k->f32());
+      } else if (c.qk_norm == model::QkNorm::kPerHead) {
+        be.RmsNorm(w.q->f32(), lw.q_norm, n * c.n_heads, c.head_dim, eps, w.q->f32());
+        be.RmsNorm(w.k->f32(), lw.k_norm, n * c.n_kv_heads, c.head_dim, eps, w.k->f32());
+      }
+      be.Rope(w.q->f32(), n, c.n_heads, c.head_dim, w.positions.data(), rope);
+      be.Rope(w.k->f32(), n, c.n_kv_heads, c.head_dim, w.positions.data(), rope);
+      for (const Run& r : runs) {
+        const int64_t m = r.end - r.begin;
+        float* kc = r.cache->k_[static_cast<size_t>(l)]->f32();
+        float* vc = r.cache->v_[static_cast<size_t>(l)]->f32();
+        be.StoreKv(w.k->f32() + r.begin * kvd, w.v->f32() + r.begin * kvd, w.positions.data() + r.begin, m, kvd, kc, vc);
+        backend::AttentionArgs a;
+        a.q = w.q->f32() + r.begin * qd;
+        a.k_cache = kc;
+        a.v_cache = vc;
+        a.positions = w.positions.data() + r.begin;
+        a.n = m;
+        a.n_heads = c.n_heads;
+        a.n_kv_heads = c.n_kv_heads;
+        a.head_dim = c.head_dim;
+        a.scale = static_cast<float>(c.softmax_scale());
+        a.out = w.attn->f32() + r.begin * qd;
+        be.Attention(a);
+      }
+      be.MatMul(lw.o, w.attn->f32(), n, x, /*accumulate=*/true);
     }
-    if (c.qk_norm == model::QkNorm::kFull) {
-      be.RmsNorm(w.q->f32(), lw.q_norm, n, qd, eps, w.q->f32());
-      be.RmsNorm(w.k->f32(), lw.k_norm, n, kvd, eps, w.k->f32());
-    } else if (c.qk_norm == model::QkNorm::kPerHead) {
-      be.RmsNorm(w.q->f32(), lw.q_norm, n * c.n_heads, c.head_dim, eps, w.q->f32());
-      be.RmsNorm(w.k->f32(), lw.k_norm, n * c.n_kv_heads, c.head_dim, eps, w.k->f32());
-    }
-    be.Rope(w.q->f32(), n, c.n_heads, c.head_dim, w.positions.data(), rope);
-    be.Rope(w.k->f32(), n, c.n_kv_heads, c.head_dim, w.positions.data(), rope);
-    for (const Run& r : runs) {
-      const int64_t m = r.end - r.begin;
-      float* kc = r.cache->k_[static_cast<size_t>(l)]->f32();
-      float* vc = r.cache->v_[static_cast<size_t>(l)]->f32();
-      be.StoreKv(w.k->f32() + r.begin * kvd, w.v->f32() + r.begin * kvd, w.positions.data() + r.begin, m, kvd, kc, vc);
-      backend::AttentionArgs a;
-      a.q = w.q->f32() + r.begin * qd;
-      a.k_cache = kc;
-      a.v_cache = vc;
-      a.positions = w.positions.data() + r.begin;
-      a.n = m;
-      a.n_heads = c.n_heads;
-      a.n_kv_heads = c.n_kv_heads;
-      a.head_dim = c.head_dim;
-      a.scale = static_cast<float>(c.softmax_scale());
-      a.out = w.attn->f32() + r.begin * qd;
-      be.Attention(a);
-    }
-    be.MatMul(lw.o, w.attn->f32(), n, x, /*accumulate=*/true);
     if (lookahead_) RETURN_IF_ERROR(lookahead_->Predict(static_cast<int>(l), x, n));
     be.RmsNorm(x, lw.ffn_norm, n, H, eps, h);
     if (lw.moe) {
@@ -342,6 +392,13 @@ void Model::ReportRouting(int layer, const Routing& r) {
     }
     options_.trace->Write(rec);
   }
+}
+
+backend::RopeParams Model::RopeAt(int64_t offset) const {
+  return backend::RopeParams{config_.rotary_dims(), offset,
+                             config_.rope_style == model::RopeStyle::kHalfSplit ? backend::RopeStyle::kHalfSplit
+                                                                                : backend::RopeStyle::kInterleaved,
+                             rope_.inv_freq.data(), static_cast<float>(rope_.mscale)};
 }
 
 void Model::SwiGlu(const WeightRef& gate, const WeightRef& up, const WeightRef& down, int64_t ffn, int64_t n,

@@ -45,4 +45,18 @@ std::vector<uint8_t> ConvertRows(quant::DType src, std::span<const uint8_t> byte
   return out;
 }
 
+SplitKvB SplitKvBProjection(const float* kv_b, int64_t n_heads, int64_t nope, int64_t v, int64_t kv_lora) {
+  SplitKvB out;
+  out.k_b.resize(static_cast<size_t>(n_heads * kv_lora * nope));
+  out.v_b.resize(static_cast<size_t>(n_heads * v * kv_lora));
+  for (int64_t h = 0; h < n_heads; ++h) {
+    const float* head = kv_b + h * (nope + v) * kv_lora;  // rows: nope key rows, then v value rows
+    for (int64_t d = 0; d < nope; ++d) {
+      for (int64_t l = 0; l < kv_lora; ++l) out.k_b[static_cast<size_t>((h * kv_lora + l) * nope + d)] = head[d * kv_lora + l];
+    }
+    std::copy(head + nope * kv_lora, head + (nope + v) * kv_lora, out.v_b.begin() + h * v * kv_lora);
+  }
+  return out;
+}
+
 }  // namespace colibri::model

@@ -1,5 +1,6 @@
 // GGUF (llama.cpp) file -> colibri container.
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -163,23 +164,61 @@ class GgufConverter {
     return w_.AddDense(name, quant::DType::kF32, as_row ? std::vector<int64_t>{1, n} : std::vector<int64_t>{n}, bytes);
   }
 
+  // deepseek2 attention. Both layouts llama.cpp writes: one attn_kv_b {kv_lora, n_heads * (nope
+  // + v)} (older files; split here), or attn_k_b {nope, kv_lora, n_heads} and attn_v_b {kv_lora,
+  // v, n_heads} (newer files; already the engine's per-head form, blocks copied).
+  absl::Status LatentAttention(int64_t l) {
+    const std::string g = absl::StrCat("blk.", l, ".");
+    const int64_t H = c_.hidden_size, NH = c_.n_heads, Q = c_.head_dim, L = c_.kv_lora_rank,
+                  R = c_.qk_rope_head_dim, N = c_.qk_nope_head_dim, V = c_.v_head_dim;
+    if (c_.q_lora_rank > 0) {
+      RETURN_IF_ERROR(Matrix(g + "attn_q_a.weight", g + "attn_q_a", c_.q_lora_rank, H, TensorKind::kAttnQ, l));
+      RETURN_IF_ERROR(Vector(g + "attn_q_a_norm.weight", g + "attn_q_a_norm", c_.q_lora_rank));
+      RETURN_IF_ERROR(Matrix(g + "attn_q_b.weight", g + "attn_q_b", NH * Q, c_.q_lora_rank, TensorKind::kAttnQ, l));
+    } else {
+      RETURN_IF_ERROR(Matrix(g + "attn_q.weight", g + "attn_q", NH * Q, H, TensorKind::kAttnQ, l));
+    }
+    RETURN_IF_ERROR(Matrix(g + "attn_kv_a_mqa.weight", g + "attn_kv_a_mqa", L + R, H, TensorKind::kAttnK, l));
+    RETURN_IF_ERROR(Vector(g + "attn_kv_a_norm.weight", g + "attn_kv_a_norm", L));
+    RETURN_IF_ERROR(Matrix(g + "attn_output.weight", g + "attn_output", H, NH * V, TensorKind::kAttnOutput, l));
+    if (f_.FindTensor(g + "attn_kv_b.weight") == nullptr) {
+      ASSIGN_OR_RETURN(const GgufTensorInfo* kb, Get(g + "attn_k_b.weight", {N, L, NH}));
+      ASSIGN_OR_RETURN(const GgufTensorInfo* vb, Get(g + "attn_v_b.weight", {L, V, NH}));
+      const quant::DType dk = plan_.TypeFor({TensorKind::kAttnK, l, N}, kb->type);
+      const quant::DType dv = plan_.TypeFor({TensorKind::kAttnV, l, L}, vb->type);
+      RETURN_IF_ERROR(w_.AddDense(g + "attn_k_b", dk, {NH * L, N}, ConvertRows(kb->type, f_.TensorData(*kb), N, dk)));
+      return w_.AddDense(g + "attn_v_b", dv, {NH * V, L}, ConvertRows(vb->type, f_.TensorData(*vb), L, dv));
+    }
+    ASSIGN_OR_RETURN(const GgufTensorInfo* kvb, Get(g + "attn_kv_b.weight", {L, NH * (N + V)}));
+    const std::vector<uint8_t> f32 = ConvertRows(kvb->type, f_.TensorData(*kvb), L, quant::DType::kF32);
+    const SplitKvB split = SplitKvBProjection(reinterpret_cast<const float*>(f32.data()), NH, N, V, L);
+    const quant::DType dk = plan_.TypeFor({TensorKind::kAttnK, l, N}, kvb->type);
+    const quant::DType dv = plan_.TypeFor({TensorKind::kAttnV, l, L}, kvb->type);
+    RETURN_IF_ERROR(w_.AddDense(g + "attn_k_b", dk, {NH * L, N}, EncodeRows(split.k_b.data(), NH * L, N, dk)));
+    return w_.AddDense(g + "attn_v_b", dv, {NH * V, L}, EncodeRows(split.v_b.data(), NH * V, L, dv));
+  }
+
   absl::Status Layer(int64_t l) {
     const std::string g = absl::StrCat("blk.", l, ".");
     const int64_t H = c_.hidden_size, qd = c_.n_heads * c_.head_dim, kvd = c_.n_kv_heads * c_.head_dim;
     RETURN_IF_ERROR(Vector(g + "attn_norm.weight", g + "attn_norm", H));
-    RETURN_IF_ERROR(Matrix(g + "attn_q.weight", g + "attn_q", qd, H, TensorKind::kAttnQ, l));
-    RETURN_IF_ERROR(Matrix(g + "attn_k.weight", g + "attn_k", kvd, H, TensorKind::kAttnK, l));
-    RETURN_IF_ERROR(Matrix(g + "attn_v.weight", g + "attn_v", kvd, H, TensorKind::kAttnV, l));
-    RETURN_IF_ERROR(Matrix(g + "attn_output.weight", g + "attn_output", H, qd, TensorKind::kAttnOutput, l));
-    if (c_.qkv_bias) {
-      RETURN_IF_ERROR(Vector(g + "attn_q.bias", g + "attn_q_bias", qd));
-      RETURN_IF_ERROR(Vector(g + "attn_k.bias", g + "attn_k_bias", kvd));
-      RETURN_IF_ERROR(Vector(g + "attn_v.bias", g + "attn_v_bias", kvd));
-    }
-    if (c_.qk_norm != QkNorm::kNone) {
-      const bool per_head = c_.qk_norm == QkNorm::kPerHead;
-      RETURN_IF_ERROR(Vector(g + "attn_q_norm.weight", g + "attn_q_norm", per_head ? c_.head_dim : qd));
-      RETURN_IF_ERROR(Vector(g + "attn_k_norm.weight", g + "attn_k_norm", per_head ? c_.head_dim : kvd));
+    if (c_.mla()) {
+      RETURN_IF_ERROR(LatentAttention(l));
+    } else {
+      RETURN_IF_ERROR(Matrix(g + "attn_q.weight", g + "attn_q", qd, H, TensorKind::kAttnQ, l));
+      RETURN_IF_ERROR(Matrix(g + "attn_k.weight", g + "attn_k", kvd, H, TensorKind::kAttnK, l));
+      RETURN_IF_ERROR(Matrix(g + "attn_v.weight", g + "attn_v", kvd, H, TensorKind::kAttnV, l));
+      RETURN_IF_ERROR(Matrix(g + "attn_output.weight", g + "attn_output", H, qd, TensorKind::kAttnOutput, l));
+      if (c_.qkv_bias) {
+        RETURN_IF_ERROR(Vector(g + "attn_q.bias", g + "attn_q_bias", qd));
+        RETURN_IF_ERROR(Vector(g + "attn_k.bias", g + "attn_k_bias", kvd));
+        RETURN_IF_ERROR(Vector(g + "attn_v.bias", g + "attn_v_bias", kvd));
+      }
+      if (c_.qk_norm != QkNorm::kNone) {
+        const bool per_head = c_.qk_norm == QkNorm::kPerHead;
+        RETURN_IF_ERROR(Vector(g + "attn_q_norm.weight", g + "attn_q_norm", per_head ? c_.head_dim : qd));
+        RETURN_IF_ERROR(Vector(g + "attn_k_norm.weight", g + "attn_k_norm", per_head ? c_.head_dim : kvd));
+      }
     }
     // glm4moe names the pre-FFN norm after Hugging Face's post_attention_layernorm.
     const char* ffn_norm = c_.architecture == Architecture::kGlm4Moe ? "post_attention_norm.weight" : "ffn_norm.weight";
@@ -287,6 +326,23 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
     c.architecture = Architecture::kOlmoe;
     c.qk_norm = QkNorm::kFull;
     c.norm_topk_prob = false;
+  } else if (arch == "deepseek2") {
+    // DeepSeek-V2/V3/R1, Kimi K2. Newer files store the absorbed MQA view (head_count_kv 1,
+    // key_length kv_lora + rope) and the per-head sizes as *_mla keys.
+    c.architecture = Architecture::kDeepseek2;
+    c.rope_style = RopeStyle::kInterleaved;
+    c.norm_topk_prob = false;
+    c.q_lora_rank = u("attention.q_lora_rank").value_or(0);
+    ASSIGN_OR_RETURN(c.kv_lora_rank, u("attention.kv_lora_rank"));
+    ASSIGN_OR_RETURN(c.qk_rope_head_dim, u("rope.dimension_count"));
+    auto key = u("attention.key_length_mla");
+    if (!key.ok()) key = u("attention.key_length");
+    auto value = u("attention.value_length_mla");
+    if (!value.ok()) value = u("attention.value_length");
+    if (!key.ok() || !value.ok()) return absl::InvalidArgumentError("gguf: deepseek2 needs attention.key_length and value_length");
+    c.head_dim = *key;
+    c.qk_nope_head_dim = *key - c.qk_rope_head_dim;
+    c.v_head_dim = *value;
   } else if (arch == "qwen3moe") {
     c.architecture = Architecture::kQwen3Moe;
     c.qk_norm = QkNorm::kPerHead;
@@ -300,7 +356,7 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
   } else {
     return absl::InvalidArgumentError(absl::StrCat("gguf: unsupported architecture '", arch,
                                                    "' (supported: llama with experts, qwen2moe, olmoe, qwen3moe, "
-                                                   "glm4moe)"));
+                                                   "glm4moe, deepseek2)"));
   }
   ASSIGN_OR_RETURN(c.hidden_size, u("embedding_length"));
   ASSIGN_OR_RETURN(c.n_layers, u("block_count"));
@@ -312,7 +368,11 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
   c.n_layers -= c.nextn_layers;
   ASSIGN_OR_RETURN(c.n_heads, u("attention.head_count"));
   c.n_kv_heads = u("attention.head_count_kv").value_or(c.n_heads);
-  c.head_dim = u("attention.key_length").value_or(u("rope.dimension_count").value_or(c.hidden_size / c.n_heads));
+  if (c.mla()) {
+    c.n_kv_heads = c.n_heads;  // every head has its own key and value (from the shared latent)
+  } else {
+    c.head_dim = u("attention.key_length").value_or(u("rope.dimension_count").value_or(c.hidden_size / c.n_heads));
+  }
   ASSIGN_OR_RETURN(c.n_experts, u("expert_count"));
   ASSIGN_OR_RETURN(c.top_k, u("expert_used_count"));
   auto ffn = u("expert_feed_forward_length");
@@ -330,6 +390,16 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
   c.rms_norm_eps = f.GetF64(Key(arch, "attention.layer_norm_rms_epsilon")).value_or(1e-5);
   c.rope_theta = f.GetF64(Key(arch, "rope.freq_base")).value_or(1e4);
   ASSIGN_OR_RETURN(c.rope_scaling, RopeScalingFromGguf(f, arch, c.context_length));
+  if (c.mla() && c.rope_scaling.type == RopeScaling::Type::kYarn) {
+    // llama.cpp's deepseek2: cos/sin unscaled, the softmax scale times mscale^2 with mscale =
+    // 1 + yarn_log_multiplier * ln(factor), i.e. DeepSeek's mscale = mscale_all_dim = log_mul / 0.1.
+    const double m = f.GetF64(Key(arch, "rope.scaling.yarn_log_multiplier")).value_or(0.0) / 0.1;
+    if (m > 0) {
+      c.rope_scaling.mscale = c.rope_scaling.mscale_all_dim = m;
+      const double s = YarnMscale(c.rope_scaling.factor, m);
+      c.attention_scale = s * s / std::sqrt(static_cast<double>(c.head_dim));
+    }
+  }
   // Partial rotary: fewer rotated dims than the head has.
   if (auto rot = u("rope.dimension_count"); rot.ok() && *rot < c.head_dim) c.rope_dims = *rot;
   RETURN_IF_ERROR(RoutingFromGguf(f, arch, &c));

@@ -77,7 +77,30 @@ class HfConverter {
       return absl::FailedPreconditionError(absl::StrCat("tensor '", hf_name, "' has shape [", got,
                                                         "], config.json implies [", want, "]"));
     }
-    return TensorToFloat32(*t);
+    ASSIGN_OR_RETURN(std::vector<float> v, TensorToFloat32(*t));
+    if (t->dtype == StDType::kF8E4M3) RETURN_IF_ERROR(ApplyBlockScales(hf_name, shape, &v));
+    return v;
+  }
+
+  // DeepSeek-V3 / R1 / Kimi K2 FP8 weights: each 128x128 block of `name` is multiplied by its
+  // entry of `name`_scale_inv [ceil(rows / 128), ceil(cols / 128)] (F32).
+  absl::Status ApplyBlockScales(const std::string& name, const std::vector<int64_t>& shape, std::vector<float>* v) {
+    constexpr int64_t kBlock = 128;
+    if (shape.size() != 2) return absl::FailedPreconditionError(absl::StrCat("FP8 tensor '", name, "' is not a matrix"));
+    const int64_t rows = shape[0], cols = shape[1];
+    const int64_t br = (rows + kBlock - 1) / kBlock, bc = (cols + kBlock - 1) / kBlock;
+    const SafetensorsTensor* s = ckpt_.Find(name + "_scale_inv");
+    if (s == nullptr) {
+      return absl::NotFoundError(absl::StrCat("FP8 tensor '", name, "' has no '", name, "_scale_inv' block scales"));
+    }
+    if (s->shape != std::vector<int64_t>{br, bc}) {
+      return absl::FailedPreconditionError(absl::StrCat("'", name, "_scale_inv' must be [", br, ", ", bc, "]"));
+    }
+    ASSIGN_OR_RETURN(std::vector<float> scale, TensorToFloat32(*s));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) (*v)[static_cast<size_t>(r * cols + c)] *= scale[static_cast<size_t>((r / kBlock) * bc + c / kBlock)];
+    }
+    return absl::OkStatus();
   }
 
   absl::Status Matrix(const std::string& hf_name, const std::string& name, std::vector<int64_t> shape,
@@ -107,27 +130,56 @@ class HfConverter {
     return Matrix(hf + "down_proj.weight", b + "ffn_down" + suffix, {h, ffn}, kinds[2], l);
   }
 
+  // DeepSeek latent attention; kv_b_proj is split into the per-head attn_k_b / attn_v_b.
+  absl::Status LatentAttention(int64_t l) {
+    const auto& c = config_;
+    const std::string p = absl::StrCat("model.layers.", l, ".self_attn.");
+    const std::string b = absl::StrCat("blk.", l, ".");
+    const int64_t H = c.hidden_size, NH = c.n_heads, Q = c.head_dim, L = c.kv_lora_rank, R = c.qk_rope_head_dim,
+                  N = c.qk_nope_head_dim, V = c.v_head_dim;
+    if (c.q_lora_rank > 0) {
+      RETURN_IF_ERROR(Matrix(p + "q_a_proj.weight", b + "attn_q_a", {c.q_lora_rank, H}, TensorKind::kAttnQ, l));
+      RETURN_IF_ERROR(Vector(p + "q_a_layernorm.weight", b + "attn_q_a_norm", c.q_lora_rank));
+      RETURN_IF_ERROR(Matrix(p + "q_b_proj.weight", b + "attn_q_b", {NH * Q, c.q_lora_rank}, TensorKind::kAttnQ, l));
+    } else {
+      RETURN_IF_ERROR(Matrix(p + "q_proj.weight", b + "attn_q", {NH * Q, H}, TensorKind::kAttnQ, l));
+    }
+    RETURN_IF_ERROR(Matrix(p + "kv_a_proj_with_mqa.weight", b + "attn_kv_a_mqa", {L + R, H}, TensorKind::kAttnK, l));
+    RETURN_IF_ERROR(Vector(p + "kv_a_layernorm.weight", b + "attn_kv_a_norm", L));
+    RETURN_IF_ERROR(Matrix(p + "o_proj.weight", b + "attn_output", {H, NH * V}, TensorKind::kAttnOutput, l));
+    ASSIGN_OR_RETURN(std::vector<float> kv_b, Load(p + "kv_b_proj.weight", {NH * (N + V), L}));
+    const SplitKvB split = SplitKvBProjection(kv_b.data(), NH, N, V, L);
+    const quant::DType dk = plan_.TypeFor({TensorKind::kAttnK, l, N}, quant::DType::kF32);
+    const quant::DType dv = plan_.TypeFor({TensorKind::kAttnV, l, L}, quant::DType::kF32);
+    RETURN_IF_ERROR(writer_.AddDense(b + "attn_k_b", dk, {NH * L, N}, EncodeRows(split.k_b.data(), NH * L, N, dk)));
+    return writer_.AddDense(b + "attn_v_b", dv, {NH * V, L}, EncodeRows(split.v_b.data(), NH * V, L, dv));
+  }
+
   absl::Status Layer(int64_t l) {
     const auto& c = config_;
     const std::string p = absl::StrCat("model.layers.", l, ".");
     const std::string b = absl::StrCat("blk.", l, ".");
     const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
     RETURN_IF_ERROR(Vector(p + "input_layernorm.weight", b + "attn_norm", c.hidden_size));
-    RETURN_IF_ERROR(Matrix(p + "self_attn.q_proj.weight", b + "attn_q", {q_dim, c.hidden_size}, TensorKind::kAttnQ, l));
-    RETURN_IF_ERROR(Matrix(p + "self_attn.k_proj.weight", b + "attn_k", {kv_dim, c.hidden_size}, TensorKind::kAttnK, l));
-    RETURN_IF_ERROR(Matrix(p + "self_attn.v_proj.weight", b + "attn_v", {kv_dim, c.hidden_size}, TensorKind::kAttnV, l));
-    RETURN_IF_ERROR(Matrix(p + "self_attn.o_proj.weight", b + "attn_output", {c.hidden_size, q_dim}, TensorKind::kAttnOutput, l));
-    if (c.qkv_bias) {
-      RETURN_IF_ERROR(Vector(p + "self_attn.q_proj.bias", b + "attn_q_bias", q_dim));
-      RETURN_IF_ERROR(Vector(p + "self_attn.k_proj.bias", b + "attn_k_bias", kv_dim));
-      RETURN_IF_ERROR(Vector(p + "self_attn.v_proj.bias", b + "attn_v_bias", kv_dim));
-    }
-    if (c.qk_norm == QkNorm::kFull) {
-      RETURN_IF_ERROR(Vector(p + "self_attn.q_norm.weight", b + "attn_q_norm", q_dim));
-      RETURN_IF_ERROR(Vector(p + "self_attn.k_norm.weight", b + "attn_k_norm", kv_dim));
-    } else if (c.qk_norm == QkNorm::kPerHead) {
-      RETURN_IF_ERROR(Vector(p + "self_attn.q_norm.weight", b + "attn_q_norm", c.head_dim));
-      RETURN_IF_ERROR(Vector(p + "self_attn.k_norm.weight", b + "attn_k_norm", c.head_dim));
+    if (c.mla()) {
+      RETURN_IF_ERROR(LatentAttention(l));
+    } else {
+      RETURN_IF_ERROR(Matrix(p + "self_attn.q_proj.weight", b + "attn_q", {q_dim, c.hidden_size}, TensorKind::kAttnQ, l));
+      RETURN_IF_ERROR(Matrix(p + "self_attn.k_proj.weight", b + "attn_k", {kv_dim, c.hidden_size}, TensorKind::kAttnK, l));
+      RETURN_IF_ERROR(Matrix(p + "self_attn.v_proj.weight", b + "attn_v", {kv_dim, c.hidden_size}, TensorKind::kAttnV, l));
+      RETURN_IF_ERROR(Matrix(p + "self_attn.o_proj.weight", b + "attn_output", {c.hidden_size, q_dim}, TensorKind::kAttnOutput, l));
+      if (c.qkv_bias) {
+        RETURN_IF_ERROR(Vector(p + "self_attn.q_proj.bias", b + "attn_q_bias", q_dim));
+        RETURN_IF_ERROR(Vector(p + "self_attn.k_proj.bias", b + "attn_k_bias", kv_dim));
+        RETURN_IF_ERROR(Vector(p + "self_attn.v_proj.bias", b + "attn_v_bias", kv_dim));
+      }
+      if (c.qk_norm == QkNorm::kFull) {
+        RETURN_IF_ERROR(Vector(p + "self_attn.q_norm.weight", b + "attn_q_norm", q_dim));
+        RETURN_IF_ERROR(Vector(p + "self_attn.k_norm.weight", b + "attn_k_norm", kv_dim));
+      } else if (c.qk_norm == QkNorm::kPerHead) {
+        RETURN_IF_ERROR(Vector(p + "self_attn.q_norm.weight", b + "attn_q_norm", c.head_dim));
+        RETURN_IF_ERROR(Vector(p + "self_attn.k_norm.weight", b + "attn_k_norm", c.head_dim));
+      }
     }
     RETURN_IF_ERROR(Vector(p + "post_attention_layernorm.weight", b + "ffn_norm", c.hidden_size));
     if (!c.IsMoeLayer(l)) {

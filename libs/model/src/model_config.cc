@@ -123,6 +123,55 @@ absl::Status QwenDenseLayers(const json& hf, const std::string& where, ModelConf
   return absl::OkStatus();
 }
 
+// DeepseekV2/V3ForCausalLM (and Kimi K2, the same architecture): latent attention, dense
+// leading layers, shared experts, softmax or sigmoid routing with groups.
+absl::Status DeepseekFromHuggingFace(const json& hf, const std::string& where, ModelConfig* c) {
+  c->architecture = Architecture::kDeepseek2;
+  c->rope_style = RopeStyle::kInterleaved;  // the modelling code de-interleaves q_pe/k_pe pairs
+  ASSIGN_OR_RETURN(c->n_experts, GetInt(hf, "n_routed_experts", where));
+  ASSIGN_OR_RETURN(c->expert_ffn, GetInt(hf, "moe_intermediate_size", where));
+  ASSIGN_OR_RETURN(c->kv_lora_rank, GetInt(hf, "kv_lora_rank", where));
+  ASSIGN_OR_RETURN(c->qk_nope_head_dim, GetInt(hf, "qk_nope_head_dim", where));
+  ASSIGN_OR_RETURN(c->qk_rope_head_dim, GetInt(hf, "qk_rope_head_dim", where));
+  ASSIGN_OR_RETURN(c->v_head_dim, GetInt(hf, "v_head_dim", where));
+  c->q_lora_rank = GetIntOr(hf, "q_lora_rank", 0);  // null in V2-Lite: q projected directly
+  c->head_dim = c->qk_nope_head_dim + c->qk_rope_head_dim;
+  c->rope_dims = c->qk_rope_head_dim;  // RoPE on the rope part only
+  c->shared_expert_ffn = GetIntOr(hf, "n_shared_experts", 0) * c->expert_ffn;
+  ASSIGN_OR_RETURN(int64_t n_layers, GetInt(hf, "num_hidden_layers", where));
+  const int64_t first_dense = GetIntOr(hf, "first_k_dense_replace", 0);
+  const int64_t freq = GetIntOr(hf, "moe_layer_freq", 1);
+  if (first_dense < 0 || freq < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": first_k_dense_replace must be >= 0 and moe_layer_freq >= 1"));
+  }
+  for (int64_t l = 0; l < n_layers; ++l) {
+    if (l < first_dense || l % freq != 0) c->dense_layers.push_back(l);
+  }
+  if (!c->dense_layers.empty()) {
+    ASSIGN_OR_RETURN(c->dense_ffn, GetInt(hf, "intermediate_size", where));
+  }
+  ASSIGN_OR_RETURN(std::string scoring, GetStringOr(hf, "scoring_func", "softmax", where));
+  if (scoring == "sigmoid") c->router_scoring = RouterScoring::kSigmoid;
+  else if (scoring == "softmax") c->router_scoring = RouterScoring::kSoftmax;
+  else return absl::InvalidArgumentError(absl::StrCat(where, ": scoring_func '", scoring, "' is not supported"));
+  ASSIGN_OR_RETURN(std::string method, GetStringOr(hf, "topk_method", "greedy", where));
+  if (method == "noaux_tc") {
+    c->router_bias = true;  // e_score_correction_bias
+    c->group_scoring = GroupScoring::kTopTwoSum;
+  } else if (method == "group_limited_greedy") {
+    c->group_scoring = GroupScoring::kMax;
+  } else if (method != "greedy") {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": topk_method '", method, "' is not supported"));
+  }
+  if (method != "greedy") {
+    c->n_expert_groups = GetIntOr(hf, "n_group", 1);
+    c->topk_groups = GetIntOr(hf, "topk_group", c->n_expert_groups);
+  }
+  c->norm_topk_prob = GetBoolOr(hf, "norm_topk_prob", false);
+  c->routed_scaling_factor = GetDoubleOr(hf, "routed_scaling_factor", 1.0);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string_view ArchitectureName(Architecture a) {
@@ -132,17 +181,18 @@ std::string_view ArchitectureName(Architecture a) {
     case Architecture::kOlmoe: return "olmoe";
     case Architecture::kQwen3Moe: return "qwen3_moe";
     case Architecture::kGlm4Moe: return "glm4_moe";
+    case Architecture::kDeepseek2: return "deepseek2";
   }
   return "unknown";
 }
 
 absl::StatusOr<Architecture> ParseArchitecture(std::string_view name) {
   for (Architecture a : {Architecture::kMixtral, Architecture::kQwen2Moe, Architecture::kOlmoe,
-                         Architecture::kQwen3Moe, Architecture::kGlm4Moe}) {
+                         Architecture::kQwen3Moe, Architecture::kGlm4Moe, Architecture::kDeepseek2}) {
     if (ArchitectureName(a) == name) return a;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unsupported architecture '", std::string(name), "' (supported: mixtral, qwen2_moe, olmoe, qwen3_moe, glm4_moe)"));
+      "unsupported architecture '", std::string(name), "' (supported: mixtral, qwen2_moe, olmoe, qwen3_moe, glm4_moe, deepseek2)"));
 }
 
 bool ModelConfig::IsMoeLayer(int64_t layer) const {
@@ -216,6 +266,20 @@ absl::Status ModelConfig::Validate() const {
                                                    " is out of range (the config has dense layers)"));
   }
   if (n_moe_layers() < 1) return absl::InvalidArgumentError("model config: every layer is dense (no MoE layer)");
+  if (mla()) {
+    if (q_lora_rank < 0 || kv_lora_rank > (int64_t{1} << 16) || qk_nope_head_dim <= 0 || qk_rope_head_dim <= 0 ||
+        qk_rope_head_dim % 2 != 0 || v_head_dim <= 0 || (kv_lora_rank + qk_rope_head_dim) % 2 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model config: latent attention needs positive qk_nope_head_dim, v_head_dim and an even "
+          "qk_rope_head_dim and kv_lora_rank + qk_rope_head_dim (got q_lora_rank ", q_lora_rank, ", kv_lora_rank ",
+          kv_lora_rank, ", qk_nope_head_dim ", qk_nope_head_dim, ", qk_rope_head_dim ", qk_rope_head_dim,
+          ", v_head_dim ", v_head_dim, ")"));
+    }
+    if (head_dim != qk_nope_head_dim + qk_rope_head_dim || n_kv_heads != n_heads || rotary_dims() != qk_rope_head_dim) {
+      return absl::InvalidArgumentError(absl::StrCat("model config: latent attention needs head_dim (", head_dim,
+                                                     ") = qk_nope_head_dim + qk_rope_head_dim, n_kv_heads = n_heads and rope_dims = qk_rope_head_dim"));
+    }
+  }
   if (!(rms_norm_eps > 0) || !(rope_theta > 0)) {
     return absl::InvalidArgumentError("model config: rms_norm_eps and rope_theta must be positive");
   }
@@ -344,12 +408,14 @@ absl::StatusOr<ModelConfig> ConfigFromHuggingFace(const json& hf) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": use_sliding_window is not supported"));
       }
     }
+  } else if (model_type == "deepseek_v3" || model_type == "deepseek_v2" || model_type == "kimi_k2") {
+    RETURN_IF_ERROR(DeepseekFromHuggingFace(hf, where, &c));
   } else if (model_type == "glm4_moe") {
     RETURN_IF_ERROR(Glm4MoeFromHuggingFace(hf, where, &c));
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "config.json: unsupported model_type '", model_type,
-        "' (supported: mixtral, qwen2_moe, olmoe, qwen3_moe, glm4_moe)"));
+        "' (supported: mixtral, qwen2_moe, olmoe, qwen3_moe, glm4_moe, deepseek_v2, deepseek_v3, kimi_k2)"));
   }
   ASSIGN_OR_RETURN(c.hidden_size, GetInt(hf, "hidden_size", where));
   ASSIGN_OR_RETURN(c.n_layers, GetInt(hf, "num_hidden_layers", where));
@@ -357,13 +423,18 @@ absl::StatusOr<ModelConfig> ConfigFromHuggingFace(const json& hf) {
   c.n_kv_heads = GetIntOr(hf, "num_key_value_heads", c.n_heads);
   ASSIGN_OR_RETURN(c.top_k, GetInt(hf, "num_experts_per_tok", where));
   ASSIGN_OR_RETURN(c.vocab_size, GetInt(hf, "vocab_size", where));
-  c.head_dim = GetIntOr(hf, "head_dim", c.n_heads > 0 ? c.hidden_size / c.n_heads : 0);
+  if (!c.mla()) c.head_dim = GetIntOr(hf, "head_dim", c.n_heads > 0 ? c.hidden_size / c.n_heads : 0);
   c.context_length = GetIntOr(hf, "max_position_embeddings", 4096);
   c.rms_norm_eps = GetDoubleOr(hf, "rms_norm_eps", 1e-5);
   c.rope_theta = GetDoubleOr(hf, "rope_theta", 1e4);
   c.tie_word_embeddings = GetBoolOr(hf, "tie_word_embeddings", false);
   if (auto it = hf.find("rope_scaling"); it != hf.end()) {
     ASSIGN_OR_RETURN(c.rope_scaling, RopeScalingFromHuggingFace(*it, c.context_length, where));
+    // DeepSeek: the softmax scale gains YaRN's mscale(factor, mscale_all_dim) squared.
+    if (c.mla() && c.rope_scaling.type == RopeScaling::Type::kYarn && c.rope_scaling.mscale_all_dim > 0) {
+      const double m = YarnMscale(c.rope_scaling.factor, c.rope_scaling.mscale_all_dim);
+      c.attention_scale = m * m / std::sqrt(static_cast<double>(c.head_dim));
+    }
   }
   // Glm4MoeConfig's default partial_rotary_factor is 0.5.
   if (c.architecture == Architecture::kGlm4Moe && !hf.contains("partial_rotary_factor")) c.rope_dims = c.head_dim / 2;
@@ -375,7 +446,7 @@ absl::StatusOr<ModelConfig> ConfigFromHuggingFace(const json& hf) {
     c.rope_dims = static_cast<int64_t>(static_cast<double>(c.head_dim) * f);
     if (c.rope_dims == c.head_dim) c.rope_dims = 0;
   }
-  c.rope_style = RopeStyle::kHalfSplit;
+  if (!c.mla()) c.rope_style = RopeStyle::kHalfSplit;  // DeepSeek keeps its interleaved pairs
   c.bos_token_id = GetIntOr(hf, "bos_token_id", -1);
   c.eos_token_ids = GetIdList(hf, "eos_token_id");
   RETURN_IF_ERROR(c.Validate());
@@ -418,6 +489,11 @@ json ConfigToJson(const ModelConfig& c) {
       {"routed_scaling_factor", c.routed_scaling_factor},
       {"dense_layers", c.dense_layers},
       {"dense_ffn", c.dense_ffn},
+      {"q_lora_rank", c.q_lora_rank},
+      {"kv_lora_rank", c.kv_lora_rank},
+      {"qk_nope_head_dim", c.qk_nope_head_dim},
+      {"qk_rope_head_dim", c.qk_rope_head_dim},
+      {"v_head_dim", c.v_head_dim},
   };
 }
 
@@ -484,6 +560,11 @@ absl::StatusOr<ModelConfig> ConfigFromJson(const json& j) {
     }
   }
   c.dense_ffn = GetIntOr(j, "dense_ffn", 0);
+  c.q_lora_rank = GetIntOr(j, "q_lora_rank", 0);
+  c.kv_lora_rank = GetIntOr(j, "kv_lora_rank", 0);
+  c.qk_nope_head_dim = GetIntOr(j, "qk_nope_head_dim", 0);
+  c.qk_rope_head_dim = GetIntOr(j, "qk_rope_head_dim", 0);
+  c.v_head_dim = GetIntOr(j, "v_head_dim", 0);
   RETURN_IF_ERROR(c.Validate());
   return c;
 }

@@ -1,6 +1,7 @@
 #include "colibri/model/safetensors.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -24,6 +25,7 @@ struct DTypeInfo {
 };
 constexpr DTypeInfo kDTypes[] = {
     {"F32", StDType::kF32, 4},  {"F16", StDType::kF16, 2},   {"BF16", StDType::kBF16, 2},
+    {"F8_E4M3", StDType::kF8E4M3, 1},
     {"F64", StDType::kF64, 8},  {"I64", StDType::kI64, 8},   {"I32", StDType::kI32, 4},
     {"I16", StDType::kI16, 2},  {"I8", StDType::kI8, 1},     {"U8", StDType::kU8, 1},
     {"BOOL", StDType::kBool, 1},
@@ -195,6 +197,19 @@ std::vector<std::string> SafetensorsCheckpoint::Names() const {
   return names;
 }
 
+float Fp8E4M3ToF32(uint8_t b) {
+  const int exp = (b >> 3) & 0xf, mant = b & 7;
+  float v;
+  if (exp == 0xf && mant == 7) {
+    v = std::numeric_limits<float>::quiet_NaN();
+  } else if (exp == 0) {
+    v = std::ldexp(static_cast<float>(mant) / 8.0f, -6);  // subnormal
+  } else {
+    v = std::ldexp(1.0f + static_cast<float>(mant) / 8.0f, exp - 7);
+  }
+  return (b & 0x80) ? -v : v;
+}
+
 absl::StatusOr<std::vector<float>> TensorToFloat32(const SafetensorsTensor& t) {
   const size_t n = static_cast<size_t>(t.numel());
   std::vector<float> out(n);
@@ -210,9 +225,12 @@ absl::StatusOr<std::vector<float>> TensorToFloat32(const SafetensorsTensor& t) {
         out[i] = t.dtype == StDType::kF16 ? quant::F16ToF32(h) : quant::BF16ToF32(h);
       }
       break;
+    case StDType::kF8E4M3:
+      for (size_t i = 0; i < n; ++i) out[i] = Fp8E4M3ToF32(t.data[i]);
+      break;
     default:
       return absl::FailedPreconditionError(absl::StrCat("tensor '", t.name, "': dtype ", t.dtype_name,
-                                                        " cannot be converted to float (need F32, F16 or BF16)"));
+                                                        " cannot be converted to float (need F32, F16, BF16 or F8_E4M3)"));
   }
   return out;
 }

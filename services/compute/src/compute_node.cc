@@ -121,7 +121,7 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(const ComputeNo
     const std::string manifest = model::ManifestToJson(node->container_->manifest()).dump();
     ko.model_fingerprint = ChecksumHex(Checksum64(manifest.data(), manifest.size()));
     ko.n_layers = c.n_layers;
-    ko.kv_dim = c.n_kv_heads * c.head_dim;
+    ko.kv_dim = engine::KvSnapshotDim(c);
     ko.context_length = c.context_length;
     ASSIGN_OR_RETURN(node->kv_store_, engine::KvStore::Open(std::move(ko)));
     eo.kv_store = node->kv_store_.get();

@@ -128,6 +128,10 @@ class Backend {
   virtual void Add(float* x, const float* y, int64_t n) = 0;
   // dst[i, :] = src[rows[i], :]  (host row indices).
   virtual void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* dst) = 0;
+  // dst[i * dst_stride + j] = src[i * src_stride + j] for i < rows, j < cols: a column slice
+  // of one row-major matrix into another (regions must not overlap).
+  virtual void CopyStrided(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+                           int64_t cols) = 0;
   // dst[rows[i], :] += scales[i] * src[i, :]  (host indices and scales; rows distinct).
   virtual void ScatterAddRows(const float* src, const int32_t* rows, const float* scales, int64_t n,
                               int64_t dim, float* dst) = 0;

@@ -56,6 +56,8 @@ class DeviceLikeBackend final : public Backend {
   void SiluMul(float* gate, const float* up, int64_t n) override;
   void Add(float* x, const float* y, int64_t n) override;
   void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* dst) override;
+  void CopyStrided(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+                   int64_t cols) override;
   void ScatterAddRows(const float* src, const int32_t* rows, const float* scales, int64_t n, int64_t dim,
                       float* dst) override;
   absl::Status Synchronize() override { return absl::OkStatus(); }

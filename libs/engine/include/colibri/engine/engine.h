@@ -75,6 +75,9 @@ struct GenerationResult {
 
 // Bytes of KV cache one token takes in the engine (K and V of every layer, F32).
 uint64_t KvBytesPerToken(const model::ModelConfig& c);
+// The row length of the model's KV snapshots: n_kv_heads * head_dim, or with latent attention
+// half the cached latent row (each row is split over the snapshot's K and V sides).
+int64_t KvSnapshotDim(const model::ModelConfig& c);
 
 struct EngineOptions {
   int64_t prefill_chunk = 512;     // prompt tokens per sequence per step

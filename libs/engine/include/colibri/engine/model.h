@@ -29,7 +29,9 @@
 namespace colibri::engine {
 
 // KV cache of one sequence: per layer, K and V rows [capacity, n_kv_heads * head_dim] (F32) in
-// backend memory, grown by doubling up to the context length.
+// backend memory, grown by doubling up to the context length. With latent attention one buffer
+// per layer holds rows [capacity, kv_lora_rank + qk_rope_head_dim] (latent, RoPE key) and there
+// is no V.
 class KvCache {
  public:
   int64_t n_past() const { return n_past_; }
@@ -37,6 +39,13 @@ class KvCache {
   uint64_t bytes() const;
   // Forgets positions >= n (the next token is written at position n).
   void Truncate(int64_t n) { n_past_ = std::min(n_past_, n); }
+  // Layer `layer`'s rows in backend memory: K and V, or (latent attention) the latent rows and
+  // a null V. Empty before the first token.
+  struct LayerBuffers {
+    float* k = nullptr;
+    float* v = nullptr;
+  };
+  LayerBuffers Buffers(int64_t layer) const;
 
  private:
   friend class Model;
@@ -131,13 +140,30 @@ class Model {
     const float* router_bias = nullptr;   // f32 [n_experts]: selection only (router_bias)
     backend::WeightRef shexp_gate, shexp_up, shexp_down, shexp_router;
     backend::WeightRef ffn_gate, ffn_up, ffn_down;  // dense layers: [dense_ffn, hidden] x2, [hidden, dense_ffn]
+    // Latent attention (q is attn_q_b, or attn_q without q LoRA; o is attn_output):
+    backend::WeightRef q_a;                // [q_lora_rank, hidden]
+    const float* q_a_norm = nullptr;       // f32 [q_lora_rank]
+    backend::WeightRef kv_a;               // [kv_lora_rank + qk_rope_head_dim, hidden]
+    const float* kv_a_norm = nullptr;      // f32 [kv_lora_rank]
+    std::vector<backend::WeightRef> k_b;   // per head [kv_lora_rank, qk_nope_head_dim]
+    std::vector<backend::WeightRef> v_b;   // per head [v_head_dim, kv_lora_rank]
   };
   struct Workspace;
+  // Items [begin, end) of a batch that share one KV cache.
+  struct Run {
+    KvCache* cache;
+    int64_t begin, end;
+  };
 
   Model() = default;
   absl::Status EnsureCapacity(KvCache* cache, int64_t positions);
   absl::Status EnsureWorkspace(int64_t n);
   absl::Status MoE(int layer, int64_t n, ForwardStats* stats);
+  // Latent attention of `layer` on the workspace's h into its attn [n, n_heads * v_head_dim]
+  // (mla_attention.cc); writes the runs' latent rows into their caches.
+  void MlaAttention(int64_t layer, const LayerWeights& lw, std::span<const Run> runs, int64_t n);
+  // The model's RoPE (rotary_dims() dims, its frequency table) at `offset` within each head.
+  backend::RopeParams RopeAt(int64_t offset) const;
   // SwiGLU down(silu(gate h) * up h) of w.h into `out` (the workspace's h: [n, hidden]).
   void SwiGlu(const backend::WeightRef& gate, const backend::WeightRef& up, const backend::WeightRef& down,
               int64_t ffn, int64_t n, float* out);

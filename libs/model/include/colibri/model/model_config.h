@@ -12,7 +12,7 @@
 
 namespace colibri::model {
 
-enum class Architecture { kMixtral, kQwen2Moe, kOlmoe, kQwen3Moe, kGlm4Moe };
+enum class Architecture { kMixtral, kQwen2Moe, kOlmoe, kQwen3Moe, kGlm4Moe, kDeepseek2 };
 
 // How RoPE pairs the dimensions of a head: Hugging Face checkpoints rotate (i, i + D/2)
 // ("half-split"); GGUF files of the llama family have q/k rows permuted so that the pairs are
@@ -70,6 +70,23 @@ struct ModelConfig {
   // (blk.N.ffn_gate/ffn_up/ffn_down) are dense tensors; they have no router and no expert blocks.
   std::vector<int64_t> dense_layers;
   int64_t dense_ffn = 0;
+
+  // Multi-head latent attention (DeepSeek-V2/V3, Kimi K2) when kv_lora_rank > 0. q comes from
+  // attn_q_a -> RMSNorm attn_q_a_norm -> attn_q_b (q_lora_rank > 0) or attn_q (V2-Lite); each q/k
+  // head has qk_nope_head_dim + qk_rope_head_dim (= head_dim) dimensions, RoPE on the last
+  // qk_rope_head_dim. attn_kv_a_mqa gives the latent (kv_lora_rank, RMSNorm attn_kv_a_norm) and
+  // one RoPE key shared by all heads; per head h, attn_k_b rows [h*kv_lora_rank, +kv_lora_rank)
+  // map a nope query into latent space ([kv_lora_rank, qk_nope_head_dim]) and attn_v_b rows
+  // [h*v_head_dim, +v_head_dim) map the attended latent to the head's value ([v_head_dim,
+  // kv_lora_rank]). The KV cache holds the latent and the RoPE key: kv_lora_rank +
+  // qk_rope_head_dim floats per token and layer.
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  bool mla() const { return kv_lora_rank > 0; }
+
   bool tie_word_embeddings = false;
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;
@@ -89,7 +106,8 @@ struct ModelConfig {
   double softmax_scale() const;
 };
 
-std::string_view ArchitectureName(Architecture a);  // "mixtral", "qwen2_moe", "olmoe", "qwen3_moe", "glm4_moe"
+// "mixtral", "qwen2_moe", "olmoe", "qwen3_moe", "glm4_moe", "deepseek2"
+std::string_view ArchitectureName(Architecture a);
 absl::StatusOr<Architecture> ParseArchitecture(std::string_view name);
 
 // Reads a Hugging Face config.json (its real keys per family). Unknown model types and

@@ -17,7 +17,7 @@
 
 namespace colibri::model {
 
-enum class StDType { kF32, kF16, kBF16, kF64, kI64, kI32, kI16, kI8, kU8, kBool };
+enum class StDType { kF32, kF16, kBF16, kF8E4M3, kF64, kI64, kI32, kI16, kI8, kU8, kBool };
 
 struct SafetensorsTensor {
   std::string name;
@@ -62,5 +62,8 @@ class SafetensorsCheckpoint {
 
 // Converts an F32/F16/BF16 tensor to float32 values. Other dtypes: FailedPrecondition.
 absl::StatusOr<std::vector<float>> TensorToFloat32(const SafetensorsTensor& t);
+
+// FP8 e4m3 ("e4m3fn": no infinities, 0x7f/0xff NaN) to float.
+float Fp8E4M3ToF32(uint8_t b);
 
 }  // namespace colibri::model
