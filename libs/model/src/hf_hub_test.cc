@@ -69,7 +69,7 @@ TEST_F(HubCache, PathsAndUnknownRepos) {
   EXPECT_NE(missing.status().message().find("huggingface-cli download Org/Other"), std::string::npos);
   EXPECT_NE(missing.status().message().find("models--Org--Other"), std::string::npos);
   EXPECT_EQ(ResolveModelInput("no/such/path", env_).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(ResolveModelInput("../x", env_).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ResolveModelInput("../colibri-hub-test-no-such-dir-4f1c", env_).status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace
