@@ -81,7 +81,7 @@ int RunDoctor(const PlanFlags& f) {
   } else {
     add(colibri::plan::CheckMemory(*machine, have_model ? &model : nullptr,
                                    {.backend = f.backend, .device = f.device, .max_batch = f.max_batch}));
-    add(colibri::plan::CheckCuda(colibri::plan::ProbeCuda(*machine)));
+    add(colibri::plan::CheckCuda(colibri::plan::ProbeCuda(*machine), f.backend == "cuda"));
   }
   const bool errors = colibri::plan::HasErrors(findings);
   if (f.json) {

@@ -284,15 +284,19 @@ bool ArchitecturesCover(const std::string& architectures, int cc) {
   return false;
 }
 
-std::vector<Finding> CheckCuda(const CudaFacts& c) {
+std::vector<Finding> CheckCuda(const CudaFacts& c, bool wanted) {
+  // A CUDA build on a machine without a GPU is fine for --backend cpu: say so, do not fail.
+  auto problem = [wanted](const char* check, std::string message, std::string fix) {
+    return wanted ? Error(check, std::move(message), std::move(fix)) : Warn(check, std::move(message), std::move(fix));
+  };
   std::vector<Finding> out;
   if (!c.built) {
     out.push_back(Ok("cuda", "CPU-only build (-DCOLIBRI_CUDA=OFF): GPUs are not used"));
     return out;
   }
   if (c.driver_version == 0) {
-    out.push_back(Error("cuda", "no NVIDIA driver answered (cudaDriverGetVersion)",
-                        "install the NVIDIA driver, or run with --backend cpu"));
+    out.push_back(problem("cuda", "no NVIDIA driver answered (cudaDriverGetVersion)",
+                          "install the NVIDIA driver, or run with --backend cpu"));
     return out;
   }
   if (c.driver_version < c.runtime_version) {
@@ -305,7 +309,7 @@ std::vector<Finding> CheckCuda(const CudaFacts& c) {
                                           Version(c.runtime_version))));
   }
   if (c.device_count == 0) {
-    out.push_back(Error("cuda", "no CUDA device visible", "check nvidia-smi and CUDA_VISIBLE_DEVICES, or use --backend cpu"));
+    out.push_back(problem("cuda", "no CUDA device visible", "check nvidia-smi and CUDA_VISIBLE_DEVICES, or use --backend cpu"));
   }
   for (size_t i = 0; i < c.gpus.size(); ++i) {
     const GpuFacts& g = c.gpus[i];

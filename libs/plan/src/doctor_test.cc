@@ -216,6 +216,13 @@ TEST(DoctorCuda, ArchitecturesAndVersions) {
   c.device_count = 0;
   c.gpus.clear();
   EXPECT_TRUE(Finds(CheckCuda(c), Severity::kError, "no CUDA device visible"));
+  // A CUDA build on a machine without a GPU, run on the CPU backend: warnings, not errors.
+  EXPECT_TRUE(Finds(CheckCuda(c, /*wanted=*/false), Severity::kWarn, "no CUDA device visible"));
+  EXPECT_FALSE(HasErrors(CheckCuda(c, false)));
+  c.driver_version = 0;
+  EXPECT_TRUE(Finds(CheckCuda(c, false), Severity::kWarn, "no NVIDIA driver answered"));
+  EXPECT_FALSE(HasErrors(CheckCuda(c, false)));
+  EXPECT_TRUE(Finds(CheckCuda(c), Severity::kError, "no NVIDIA driver answered"));
 }
 
 TEST(DoctorOutput, TextAndJsonCarryFixes) {

@@ -52,7 +52,8 @@ struct CudaFacts {
   std::string build_architectures;  // CMAKE_CUDA_ARCHITECTURES, e.g. "80-real;86-real;89-real;90"
   std::vector<GpuFacts> gpus;
 };
-std::vector<Finding> CheckCuda(const CudaFacts& cuda);
+// `wanted`: the run uses the CUDA backend; otherwise a missing driver or device is a warning.
+std::vector<Finding> CheckCuda(const CudaFacts& cuda, bool wanted = true);
 // Whether a device of `compute_capability` (major*10+minor) runs code of these architectures:
 // SASS for sm_XY runs on X.Y' with Y' >= Y; PTX for compute_XY is JIT-compiled on any later one.
 bool ArchitecturesCover(const std::string& architectures, int compute_capability);
