@@ -36,8 +36,9 @@ absl::Status Lookahead::Predict(int layer, const float* x, int64_t n) {
     const LayerGate& g = gates_[static_cast<size_t>(target)];
     backend_->RmsNorm(x, g.ffn_norm, n, H, static_cast<float>(config_.rms_norm_eps), h_->f32());
     backend_->MatMul(g.router, h_->f32(), n, logits_->f32());
+    if (g.router_bias) backend_->AddBias(logits_->f32(), g.router_bias, n, E);
     backend_->Download(host_logits_.data(), logits_->f32(), host_logits_.size() * sizeof(float));
-    Route(host_logits_.data(), n, E, config_.top_k, config_.norm_topk_prob, /*keep_probs=*/false, &routing_);
+    RouteFor(config_, host_logits_.data(), n, /*keep_probs=*/false, &routing_);
     const auto K = static_cast<size_t>(config_.top_k);
     for (int64_t t = 0; t < n; ++t) {
       const auto begin = routing_.experts.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(t) * K);

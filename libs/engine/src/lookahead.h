@@ -27,6 +27,7 @@ class Lookahead {
   struct LayerGate {
     const float* ffn_norm = nullptr;  // f32 [hidden]
     backend::WeightRef router;        // [n_experts, hidden]
+    const float* router_bias = nullptr;  // f32 [n_experts] or nullptr
   };
   Lookahead(backend::Backend* backend, expert_source::ExpertSource* experts, std::vector<LayerGate> gates,
             const model::ModelConfig& config, int depth, float min_weight, ModelCounters* counters);

@@ -1,5 +1,6 @@
 // GGUF (llama.cpp) file -> colibri container.
 #include <map>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -135,17 +136,22 @@ class GgufConverter {
       RETURN_IF_ERROR(Vector(g + "attn_k.bias", g + "attn_k_bias", kvd));
       RETURN_IF_ERROR(Vector(g + "attn_v.bias", g + "attn_v_bias", kvd));
     }
+    if (c_.attn_output_bias) RETURN_IF_ERROR(Vector(g + "attn_output.bias", g + "attn_output_bias", H));
+    if (c_.attn_sinks) RETURN_IF_ERROR(Vector(g + "attn_sinks.weight", g + "attn_sinks", c_.n_heads));
     if (c_.qk_norm != QkNorm::kNone) {
       const bool per_head = c_.qk_norm == QkNorm::kPerHead;
       RETURN_IF_ERROR(Vector(g + "attn_q_norm.weight", g + "attn_q_norm", per_head ? c_.head_dim : qd));
       RETURN_IF_ERROR(Vector(g + "attn_k_norm.weight", g + "attn_k_norm", per_head ? c_.head_dim : kvd));
     }
-    RETURN_IF_ERROR(Vector(g + "ffn_norm.weight", g + "ffn_norm", H));
+    // gpt-oss files name the pre-MoE norm after HF's post_attention_layernorm.
+    const bool gpt_oss = c_.architecture == Architecture::kGptOss;
+    RETURN_IF_ERROR(Vector(g + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), g + "ffn_norm", H));
     {
       ASSIGN_OR_RETURN(const GgufTensorInfo* t, Get(g + "ffn_gate_inp.weight", {H, c_.n_experts}));
       auto bytes = ConvertRows(t->type, f_.TensorData(*t), H, quant::DType::kF32);
       RETURN_IF_ERROR(w_.AddDense(g + "ffn_gate_inp", quant::DType::kF32, {c_.n_experts, H}, bytes));
     }
+    if (c_.router_bias) RETURN_IF_ERROR(Vector(g + "ffn_gate_inp.bias", g + "ffn_gate_inp_bias", c_.n_experts));
     if (c_.shared_expert_ffn > 0) {
       const int64_t S = c_.shared_expert_ffn;
       RETURN_IF_ERROR(Matrix(g + "ffn_gate_shexp.weight", g + "ffn_gate_shexp", S, H, TensorKind::kSharedGate, l));
@@ -165,11 +171,29 @@ class GgufConverter {
     const quant::DType dg = plan_.TypeFor({TensorKind::kExpertGate, l, H}, gate->type);
     const quant::DType du = plan_.TypeFor({TensorKind::kExpertUp, l, H}, up->type);
     const quant::DType dd = plan_.TypeFor({TensorKind::kExpertDown, l, F}, down->type);
+    // Expert biases {out, n_expert}: F32 rows of the expert's own block.
+    const GgufTensorInfo *gate_b = nullptr, *up_b = nullptr, *down_b = nullptr;
+    if (c_.expert_bias) {
+      ASSIGN_OR_RETURN(gate_b, Get(g + "ffn_gate_exps.bias", {F, E}));
+      ASSIGN_OR_RETURN(up_b, Get(g + "ffn_up_exps.bias", {F, E}));
+      ASSIGN_OR_RETURN(down_b, Get(g + "ffn_down_exps.bias", {H, E}));
+    }
     for (int64_t e = 0; e < E; ++e) {
       auto gb = ConvertRows(gate->type, slab(gate, e), H, dg);
       auto ub = ConvertRows(up->type, slab(up, e), H, du);
       auto db = ConvertRows(down->type, slab(down, e), F, dd);
-      RETURN_IF_ERROR(w_.AddExpert(l, e, {{"gate", dg, {F, H}, gb}, {"up", du, {F, H}, ub}, {"down", dd, {H, F}, db}}));
+      std::vector<ContainerWriter::Part> parts = {
+          {"gate", dg, {F, H}, gb}, {"up", du, {F, H}, ub}, {"down", dd, {H, F}, db}};
+      std::vector<uint8_t> bias_bytes[3];
+      if (c_.expert_bias) {
+        int i = 0;
+        for (auto [t, part, n] : {std::tuple{gate_b, "gate_bias", F}, {up_b, "up_bias", F}, {down_b, "down_bias", H}}) {
+          bias_bytes[i] = ConvertRows(t->type, slab(t, e), n, quant::DType::kF32);
+          parts.push_back({part, quant::DType::kF32, {1, n}, bias_bytes[i]});
+          ++i;
+        }
+      }
+      RETURN_IF_ERROR(w_.AddExpert(l, e, parts));
     }
     return absl::OkStatus();
   }
@@ -237,9 +261,19 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
     c.architecture = Architecture::kQwen3Moe;
     c.qk_norm = QkNorm::kPerHead;
     c.norm_topk_prob = true;
+  } else if (arch == "gpt-oss") {
+    // llama.cpp's gpt-oss: NEOX (half-split) RoPE, every other layer sliding starting with layer 0,
+    // biases everywhere, sinks, softmax over the selected top-k, clamped SwiGLU (limit 7).
+    c.architecture = Architecture::kGptOss;
+    c.qkv_bias = c.attn_output_bias = c.attn_sinks = c.router_bias = c.expert_bias = true;
+    c.softmax_after_topk = true;
+    c.norm_topk_prob = false;
+    c.swiglu_limit = f.GetF64(Key(arch, "swiglu_limit")).value_or(7.0);
+    c.sliding_window = u("attention.sliding_window").value_or(0);
   } else {
     return absl::InvalidArgumentError(absl::StrCat("gguf: unsupported architecture '", arch,
-                                                   "' (supported: llama with experts, qwen2moe, olmoe, qwen3moe)"));
+                                                   "' (supported: llama with experts, qwen2moe, olmoe, qwen3moe, "
+                                                   "gpt-oss)"));
   }
   ASSIGN_OR_RETURN(c.hidden_size, u("embedding_length"));
   ASSIGN_OR_RETURN(c.n_layers, u("block_count"));
@@ -263,11 +297,17 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
   c.rms_norm_eps = f.GetF64(Key(arch, "attention.layer_norm_rms_epsilon")).value_or(1e-5);
   c.rope_theta = f.GetF64(Key(arch, "rope.freq_base")).value_or(1e4);
   ASSIGN_OR_RETURN(c.rope_scaling, RopeScalingFromGguf(f, arch, c.context_length));
+  // gpt-oss's YaRN does not round the correction range (its config.json: truncate false).
+  if (c.architecture == Architecture::kGptOss) c.rope_scaling.truncate = false;
   // Partial rotary: fewer rotated dims than the head has.
   if (auto rot = u("rope.dimension_count"); rot.ok() && *rot < c.head_dim) c.rope_dims = *rot;
   c.bos_token_id = f.GetI64("tokenizer.ggml.bos_token_id").value_or(-1);
   if (auto eos = f.GetI64("tokenizer.ggml.eos_token_id"); eos.ok()) c.eos_token_ids.push_back(*eos);
   c.tie_word_embeddings = f.FindTensor("output.weight") == nullptr;
+  if (c.sliding_window > 0) {
+    c.sliding_layers.assign(static_cast<size_t>(c.n_layers), false);
+    for (size_t l = 0; l < c.sliding_layers.size(); l += 2) c.sliding_layers[l] = true;
+  }
   RETURN_IF_ERROR(c.Validate());
   return c;
 }
