@@ -145,6 +145,14 @@ class OracleTests(unittest.TestCase):
             ulp = np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64)
             self.assertLessEqual(float((np.abs(logits - ref) / ulp).max()), 0.5 + 1e-6)
 
+    def test_gptoss_hf_and_mxfp4_gguf(self):
+        """gptoss_ref (through moe_ref.load_model) reproduces both gpt-oss oracle cases."""
+        for stem, path in (("gptoss/gptoss-micro-f32", "gptoss/gptoss-micro-f32"),
+                           ("gptoss/gptoss-micro-mxfp4", "gptoss/gptoss-micro-mxfp4.gguf")):
+            with self.subTest(stem):
+                model = moe_ref.load_model(os.path.join(ORACLE, path))
+                self.check_f32_oracle(model, stem, tol=1e-5)
+
     def test_gguf_llama_cpp(self):
         for stem in GGUF_MODELS:
             with self.subTest(stem):
