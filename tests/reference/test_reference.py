@@ -99,6 +99,8 @@ def gguf_to_hf(gguf_path, out_dir):
                 top_k=m("expert_used_count"), vocab=g.tensor("token_embd.weight").shape[0])
     dims["head_dim"] = dims["hidden"] // dims["heads"]
     dims["shared_ffn"] = m("expert_shared_feed_forward_length") if family == "qwen2_moe" else 0
+    # The oracle GGUFs: every layer MoE (gen.tensor_list / make_config read these keys).
+    dims.update(dense_layers=[], mlp_only_layers=[], sparse_step=1)
 
     weights = {}
     for name, shape, _ in gen.tensor_list(family, dims):
