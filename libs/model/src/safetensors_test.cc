@@ -252,7 +252,7 @@ TEST(SafetensorsMalformed, BadEntries) {
       {"entry not an object", R"({"t": [1, 2]})", "not an object"},
       {"missing dtype", R"({"t": {"shape": [2], "data_offsets": [0, 8]}})", "dtype"},
       {"dtype not a string", R"({"t": {"dtype": 4, "shape": [2], "data_offsets": [0, 8]}})", "dtype"},
-      {"unknown dtype", "{\"t\": " + Entry("F8_E4M3", "[2]", "[0, 2]") + "}", "F8_E4M3"},
+      {"unknown dtype", "{\"t\": " + Entry("F8_E5M2", "[2]", "[0, 2]") + "}", "F8_E5M2"},
       {"lowercase dtype", "{\"t\": " + Entry("f32", "[2]", "[0, 8]") + "}", "f32"},
       {"missing shape", R"({"t": {"dtype": "F32", "data_offsets": [0, 8]}})", "shape"},
       {"shape not a list", "{\"t\": " + Entry("F32", "2", "[0, 8]") + "}", "shape"},
