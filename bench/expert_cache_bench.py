@@ -10,6 +10,7 @@ before each run. colibri reads experts with O_DIRECT, so its only copy is its ow
 Usage (root, for the cgroup and drop_caches):
   bench/expert_cache_bench.py [--dir /var/tmp/colibri-expert-cache-bench] [--cache-size 1.25G]
       [--tokens 40] [--warmup 8] [--repeat 2] [--layers 32 --hidden 2048 --ffn 5632]
+      [--experts 8 --top-k 2 --quant q4_k]
 Prints markdown tables for bench/RESULTS.md.
 """
 import argparse
@@ -88,10 +89,14 @@ def main():
     ap.add_argument('--layers', type=int, default=32)
     ap.add_argument('--hidden', type=int, default=2048)
     ap.add_argument('--ffn', type=int, default=5632)
+    ap.add_argument('--experts', type=int, default=8)
+    ap.add_argument('--top-k', type=int, default=2)
+    ap.add_argument('--quant', default='q4_k')
     a = ap.parse_args()
 
     if not os.path.exists(os.path.join(a.dir, 'manifest.json')):
-        info = bench('build', '--dir', a.dir, '--layers', a.layers, '--hidden', a.hidden, '--ffn', a.ffn)
+        info = bench('build', '--dir', a.dir, '--layers', a.layers, '--hidden', a.hidden, '--ffn', a.ffn,
+                     '--experts', a.experts, '--top-k', a.top_k, '--quant', a.quant)
         print(f'built {a.dir} in {info["seconds"]:.0f} s', file=sys.stderr)
     with open(os.path.join(a.dir, 'manifest.json')) as f:
         manifest = json.load(f)

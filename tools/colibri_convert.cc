@@ -30,7 +30,8 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--output", output, "Output model directory (written atomically)")->required();
   app.add_option("--quantize", options.quantize,
-                 "f32, f16, bf16, q8_0, q6_k, q5_k, q4_k, q3_k, q2_k, q5_k_m, q4_k_m, q3_k_m, or keep (GGUF)")
+                 "f32, f16, bf16, q8_0, q6_k, q5_k, q4_k, q3_k, q2_k, q5_k_m, q4_k_m, q3_k_m, or keep "
+                 "(GGUF: blocks copied; Hugging Face: the checkpoint's types, MXFP4 experts kept)")
       ->capture_default_str();
   app.add_option("--name", options.name, "Model name served by the API (default: output directory name)");
   app.add_flag("--split-experts", options.split_experts, "One file per expert under experts/");

@@ -164,6 +164,60 @@ class IQuantMixedGguf(unittest.TestCase):
         self.assertEqual(len(testlib.cli_run(kept, P16, 8)), 8)
 
 
+FP4_VALUES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+
+
+def mxfp4_blocks(w):
+    """[..., n] float -> (blocks [..., n/32, 16] u8, scales [..., n/32] u8) as the released gpt-oss
+    checkpoints store them: code 2j in the low nibble of byte j, code 2j+1 in the high nibble."""
+    x = w.reshape(*w.shape[:-1], w.shape[-1] // 32, 32)
+    amax = np.abs(x).max(-1)
+    e = np.clip(np.ceil(np.log2(np.maximum(amax, 1e-30) / 6.0)), -127, 127).astype(np.int64)
+    scaled = x / np.exp2(e)[..., None]
+    codes = np.abs(scaled[..., None] - FP4_VALUES).argmin(-1).astype(np.uint8)
+    blocks = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    return blocks.astype(np.uint8), (e + 127).astype(np.uint8)
+
+
+def write_gptoss_mxfp4_checkpoint(src, dst):
+    """The oracle's F32 gpt-oss checkpoint rewritten as released: MXFP4 experts, BF16 elsewhere."""
+    import shutil
+    os.makedirs(dst, exist_ok=True)
+    for f in ('config.json', 'tokenizer.json', 'tokenizer_config.json'):
+        shutil.copy(os.path.join(src, f), dst)
+    with open(os.path.join(src, 'model.safetensors'), 'rb') as f:
+        raw = f.read()
+    n = int.from_bytes(raw[:8], 'little')
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for k, v in header.items():
+        if k == '__metadata__':
+            continue
+        a = np.frombuffer(raw[8 + n + v['data_offsets'][0]:8 + n + v['data_offsets'][1]], dtype=np.float32)
+        a = a.reshape(v['shape'])
+        if k.endswith('experts.gate_up_proj') or k.endswith('experts.down_proj'):
+            blocks, scales = mxfp4_blocks(np.ascontiguousarray(a.transpose(0, 2, 1)))  # [E, out, in]
+            out[k + '_blocks'], out[k + '_scales'] = ('U8', blocks), ('U8', scales)
+        else:
+            bits = a.view(np.uint32)
+            bf16 = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
+            out[k] = ('BF16', bf16)
+    head, blob = {}, b''
+    for k, (dt, a) in out.items():
+        b = np.ascontiguousarray(a).tobytes()
+        head[k] = {'dtype': dt, 'shape': list(a.shape), 'data_offsets': [len(blob), len(blob) + len(b)]}
+        blob += b
+    h = json.dumps(head).encode()
+    h += b' ' * ((8 - len(h) % 8) % 8)
+    with open(os.path.join(dst, 'model.safetensors'), 'wb') as f:
+        f.write(len(h).to_bytes(8, 'little') + h + blob)
+    with open(os.path.join(dst, 'config.json')) as f:
+        cfg = json.load(f)
+    cfg['torch_dtype'] = 'bfloat16'
+    with open(os.path.join(dst, 'config.json'), 'w') as f:
+        json.dump(cfg, f)
+
+
 ORACLE_MODELS = ['mixtral-micro-f32', 'qwen2moe-micro-f32', 'olmoe-micro-f32', 'mixtral-tiny-q8_0',
                  'mixtral-tiny-q4_k_m']
 
@@ -216,6 +270,62 @@ class Oracle(unittest.TestCase):
         model = testlib.convert(os.path.join(testlib.ORACLE, 'qwen3moe', 'qwen3moe-micro-f32'),
                                 os.path.join(self.dir, 'qwen3moe'), 'f32')
         self.check(model, os.path.join(testlib.ORACLE, 'qwen3moe'), 'qwen3moe-micro-f32')
+
+    def test_gptoss_huggingface(self):
+        """gpt-oss (sinks, sliding layers, YaRN truncate false, clamped SwiGLU, biases) from its HF
+        checkpoint with fused gate_up_proj experts."""
+        d = os.path.join(testlib.ORACLE, 'gptoss')
+        model = testlib.convert(os.path.join(d, 'gptoss-micro-f32'), os.path.join(self.dir, 'gptoss-hf'), 'f32')
+        self.check(model, d, 'gptoss-micro-f32')
+
+    def test_gptoss_huggingface_mxfp4_blocks(self):
+        """gpt-oss as released: experts as MXFP4 *_blocks / *_scales, the rest BF16. Made from the
+        oracle's F32 checkpoint; imported with keep (blocks kept as MXFP4, rows repacked to GGML's
+        nibble order); judged against the float64 reference reading the same blocks."""
+        src = os.path.join(testlib.ORACLE, 'gptoss', 'gptoss-micro-f32')
+        hf = os.path.join(self.dir, 'gptoss-mxfp4-hf')
+        write_gptoss_mxfp4_checkpoint(src, hf)
+        model = testlib.convert(hf, os.path.join(self.dir, 'gptoss-mxfp4'), 'keep')
+        with open(os.path.join(model, 'manifest.json')) as f:
+            manifest = json.load(f)
+        self.assertEqual({p['dtype'] for b in manifest['experts']['blocks'] for p in b['parts'] if p['name'] == 'gate'},
+                         {'mxfp4'})
+        self.assertEqual({t['dtype'] for t in manifest['dense']['tensors'] if t['name'].endswith('attn_q')}, {'bf16'})
+        # Dequantized to F32 on import, the blocks must give the reference's numbers (a wrong
+        # nibble order or scale would be far off); kept as MXFP4, activations are quantized as
+        # GGML does (Q8_0 for MXFP4, BF16 for BF16): the oracle's quantized thresholds.
+        exact = testlib.convert(hf, os.path.join(self.dir, 'gptoss-mxfp4-f32'), 'f32')
+        for name, tokens in PROMPTS.items():
+            with self.subTest(prompt=name):
+                ref_logits, ref_ids, margins = testlib.reference(hf, tokens, GREEDY, None)
+                out = os.path.join(self.dir, f'{name}.npy')
+                testlib.cli_run(exact, tokens + ref_ids, 0, out)
+                self.assertLess(np.abs(np.load(out) - ref_logits).max(), 1e-3)
+                testlib.cli_run(model, tokens + ref_ids, 0, out)
+                ours = np.load(out)
+                self.assertLessEqual(np.median(np.abs(ours - ref_logits).max(1)), 0.4)
+                self.assertGreaterEqual((ours.argmax(1) == ref_logits.argmax(1)).mean(), 0.85)
+
+    def test_gptoss_mxfp4_gguf_kept(self):
+        """The gpt-oss GGUF with MXFP4 experts, imported with keep: experts stay MXFP4."""
+        d = os.path.join(testlib.ORACLE, 'gptoss')
+        model = testlib.convert(os.path.join(d, 'gptoss-micro-mxfp4.gguf'), os.path.join(self.dir, 'gptoss'), 'keep')
+        with open(os.path.join(model, 'manifest.json')) as f:
+            manifest = json.load(f)
+        types = {p['dtype'] for b in manifest['experts']['blocks'] for p in b['parts'] if not p['name'].endswith('_bias')}
+        self.assertEqual(types, {'mxfp4'})
+        self.check(model, d, 'gptoss-micro-mxfp4')
+
+    def test_gptoss_placement_never_changes_tokens(self):
+        """Split expert files and a cache far smaller than the experts: the same greedy tokens."""
+        d = os.path.join(testlib.ORACLE, 'gptoss')
+        j = json.load(open(os.path.join(d, 'gptoss-micro-mxfp4.p64.json')))
+        whole = testlib.convert(os.path.join(d, 'gptoss-micro-mxfp4.gguf'), os.path.join(self.dir, 'a'), 'keep')
+        split = testlib.convert(os.path.join(d, 'gptoss-micro-mxfp4.gguf'), os.path.join(self.dir, 'b'), 'keep',
+                                ('--split-experts',))
+        base = testlib.cli_run(whole, j['prompt_ids'], 32)
+        self.assertEqual(len(base), 32)
+        self.assertEqual(testlib.cli_run(split, j['prompt_ids'], 32, extra=('--expert-cache-size', '16K')), base)
 
     def test_gguf_files_kept_as_they_are(self):
         for name in ORACLE_MODELS:

@@ -115,5 +115,10 @@ class GGUFFile:
             raise ValueError(f"{name}: ggml type {ggml_type} is quantized; only F32/F16/BF16 are supported")
         return a.reshape(shape)
 
+    def raw(self, name, nbytes):
+        """The first `nbytes` bytes of tensor `name` (for block formats decoded elsewhere)."""
+        offset = self.tensors[name][2]
+        return self._buf[offset:offset + nbytes]
+
     def has(self, name):
         return name in self.tensors

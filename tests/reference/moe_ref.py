@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Independent float64 numpy reference forward pass for MoE decoder LLMs.
 
-Families: mixtral, qwen2_moe, olmoe, qwen3_moe.  Loads a Hugging Face checkpoint
+Families: mixtral, qwen2_moe, olmoe, qwen3_moe, and gpt_oss (its own module, gptoss_ref.py,
+with the same Model interface).  Loads a Hugging Face checkpoint
 directory (config.json + model.safetensors or a sharded index; F32/F16/BF16), or
 an F32/F16/BF16 GGUF file in llama.cpp layout (archs llama-with-experts,
 qwen2moe, olmoe).
@@ -482,12 +483,23 @@ def load_gguf(path, rope_style=None):
     return Model(spec, embed, layers, t("output_norm.weight"), lm_head)
 
 
+def is_gpt_oss(path):
+    if os.path.isdir(path):
+        with open(os.path.join(path, "config.json")) as f:
+            return json.load(f).get("model_type") == "gpt_oss"
+    from gguf_np import GGUFFile
+    return GGUFFile(path).metadata.get("general.architecture") == "gpt-oss"
+
+
 DEEPSEEK_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 
 
 def load_model(path, rope_style=None):
     """HF checkpoint directory or .gguf file.  rope_style None = the format's default.
     DeepSeek-V2/V3 and Kimi K2 (latent attention) load through deepseek_ref.py."""
+    if is_gpt_oss(path):
+        import gptoss_ref   # sibling module
+        return gptoss_ref.load_model(path)
     if os.path.isdir(path):
         with open(os.path.join(path, "config.json")) as f:
             if json.load(f).get("model_type") in DEEPSEEK_MODEL_TYPES:

@@ -99,6 +99,8 @@ def gguf_to_hf(gguf_path, out_dir):
                 top_k=m("expert_used_count"), vocab=g.tensor("token_embd.weight").shape[0])
     dims["head_dim"] = dims["hidden"] // dims["heads"]
     dims["shared_ffn"] = m("expert_shared_feed_forward_length") if family == "qwen2_moe" else 0
+    # The oracle GGUFs: every layer MoE (gen.tensor_list / make_config read these keys).
+    dims.update(dense_layers=[], mlp_only_layers=[], sparse_step=1)
 
     weights = {}
     for name, shape, _ in gen.tensor_list(family, dims):
@@ -144,6 +146,14 @@ class OracleTests(unittest.TestCase):
             logits, _, _ = moe_ref.run(model, j["prompt_ids"], len(j["greedy_ids"]))
             ulp = np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64)
             self.assertLessEqual(float((np.abs(logits - ref) / ulp).max()), 0.5 + 1e-6)
+
+    def test_gptoss_hf_and_mxfp4_gguf(self):
+        """gptoss_ref (through moe_ref.load_model) reproduces both gpt-oss oracle cases."""
+        for stem, path in (("gptoss/gptoss-micro-f32", "gptoss/gptoss-micro-f32"),
+                           ("gptoss/gptoss-micro-mxfp4", "gptoss/gptoss-micro-mxfp4.gguf")):
+            with self.subTest(stem):
+                model = moe_ref.load_model(os.path.join(ORACLE, path))
+                self.check_f32_oracle(model, stem, tol=1e-5)
 
     def test_gguf_llama_cpp(self):
         for stem in GGUF_MODELS:

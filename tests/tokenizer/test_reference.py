@@ -1,12 +1,12 @@
 """Reference tests: colibri's tokenizers and chat templates against the models' own tooling.
 
 - Tokenization (ids, with and without special tokens) and detokenization of the real Qwen3,
-  DeepSeek-V3 and Mistral/Mixtral (the Llama-2 package) tokenizer files against transformers.js
+  DeepSeek-V3, gpt-oss (o200k) and Mistral/Mixtral (the Llama-2 package) tokenizer files against transformers.js
   (@lenml/tokenizers), on the corpus of corpus.py plus the rendered chat prompts.
 - The same vocabularies loaded from GGUF metadata (written here the way llama.cpp's converter
   writes it) must give the same ids; the oracle's toy SentencePiece GGUF must give llama.cpp's ids.
 - Chat templates (Qwen3's and DeepSeek-V3's from their tokenizer_config.json; Llama-2-chat,
-  Mixtral-Instruct and Mistral-v0.3 tool calling from templates/) against Jinja2 run with
+  Mixtral-Instruct, Mistral-v0.3 tool calling and gpt-oss's harmony format from templates/) against Jinja2 run with
   transformers' settings (hf_chat_template.py), errors included.
 - Invalid UTF-8 input is refused with the byte offset, never a crash.
 
@@ -38,6 +38,7 @@ TEMPLATES = [
     ("llama2_chat", "llama2", "llama2_chat.jinja"),
     ("mixtral_instruct", "llama2", "mixtral_instruct.jinja"),
     ("mistral_tools", "llama2", "mistral_tools.jinja"),
+    ("gpt_oss", "gpt_oss", "gpt_oss.jinja"),  # harmony: gpt-oss's chat_template.jinja
 ]
 
 
@@ -248,7 +249,7 @@ class TokenizerReferenceTest(unittest.TestCase):
 
     def test_gguf_gpt2_matches_transformers_js(self):
         mismatches = []
-        for model, pre in (("qwen3", "qwen2"), ("deepseek_v3", "deepseek-v3")):
+        for model, pre in (("qwen3", "qwen2"), ("deepseek_v3", "deepseek-v3"), ("gpt_oss", "gpt-4o")):
             path = os.path.join(self.tmp, model + ".gguf")
             gguf_from_tokenizer_json(path, model, pre)
             texts = self.corpus_for(model)

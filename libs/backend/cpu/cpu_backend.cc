@@ -163,7 +163,8 @@ class CpuBackend final : public Backend {
     const int64_t q_dim = a.n_heads * a.head_dim;
     // One task per (row, head). Online softmax over blocks of keys: memory stays
     // O(head_dim + block) per task whatever the context length. Scores of a block come from
-    // the SIMD F32 dot product; the running max and sum are rescaled once per block.
+    // the SIMD F32 dot product; the running max and sum are rescaled once per block. A sink
+    // starts the running softmax as one more logit with a zero value row.
     constexpr int64_t kKeyBlock = 64;
     pool_.ParallelFor(a.n * a.n_heads, 1, [&](int64_t b, int64_t e) {
       std::vector<float> acc(static_cast<size_t>(a.head_dim));
@@ -174,11 +175,19 @@ class CpuBackend final : public Backend {
         const float* q = a.q + t * q_dim + h * a.head_dim;
         std::fill(acc.begin(), acc.end(), 0.0f);
         float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
+        if (a.sinks != nullptr) {
+          m = a.sinks[h];
+          l = 1.0f;
+        }
         const int64_t keys = static_cast<int64_t>(a.positions[t]) + 1;
-        for (int64_t j0 = 0; j0 < keys; j0 += kKeyBlock) {
-          const int64_t j1 = std::min(keys, j0 + kKeyBlock);
+        const int64_t first = a.window > 0 ? std::max<int64_t>(0, keys - a.window) : 0;
+        for (int64_t j0 = first; j0 < keys;) {
+          int64_t j1 = std::min(keys, j0 + kKeyBlock);
+          // A block never wraps around a ring: its rows are contiguous.
+          if (a.ring > 0) j1 = std::min(j1, (j0 / a.ring + 1) * a.ring);
+          const int64_t row0 = a.ring > 0 ? j0 % a.ring : j0;
           // The block's keys are rows kv_dim apart: one F32 matrix-vector product scores them.
-          quant::MatVec(quant::DType::kF32, a.k_cache + j0 * kv_dim + kvh * a.head_dim,
+          quant::MatVec(quant::DType::kF32, a.k_cache + row0 * kv_dim + kvh * a.head_dim,
                         static_cast<size_t>(kv_dim) * sizeof(float), j1 - j0, q, a.head_dim, scores);
           float block_max = -std::numeric_limits<float>::infinity();
           for (int64_t j = 0; j < j1 - j0; ++j) {
@@ -191,11 +200,12 @@ class CpuBackend final : public Backend {
             ScaleF32(corr, acc.data(), a.head_dim);
             m = block_max;
           }
-          for (int64_t j = j0; j < j1; ++j) {
-            const float p = std::exp(scores[j - j0] - m);
+          for (int64_t j = 0; j < j1 - j0; ++j) {
+            const float p = std::exp(scores[j] - m);
             l += p;
-            AxpyF32(p, a.v_cache + j * kv_dim + kvh * a.head_dim, acc.data(), a.head_dim);
+            AxpyF32(p, a.v_cache + (row0 + j) * kv_dim + kvh * a.head_dim, acc.data(), a.head_dim);
           }
+          j0 = j1;
         }
         float* out = a.out + t * q_dim + h * a.head_dim;
         const float inv = l > 0 ? 1.0f / l : 0.0f;
@@ -208,6 +218,14 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0; i < n; ++i) {
       const float g = gate[i];
       gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+  }
+
+  void ClampedSwiGlu(float* gate, const float* up, int64_t n, float alpha, float limit) override {
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = std::min(gate[i], limit);
+      const float u = std::clamp(up[i], -limit, limit);
+      gate[i] = (u + 1.0f) * g / (1.0f + std::exp(-alpha * g));
     }
   }
 

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -336,10 +337,12 @@ TEST_P(CpuBackendTest, RopePartialAtAnOffsetWithAFactor) {
   }
 }
 
-// Naive causal attention in double over explicit K/V rows.
+// Naive causal attention in double over explicit K/V rows (position j in row j), optionally with
+// a sliding window and per-head sink logits.
 std::vector<double> AttentionRef(const std::vector<float>& q, const std::vector<float>& k_cache,
                                  const std::vector<float>& v_cache, const std::vector<int32_t>& positions,
-                                 int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, double scale) {
+                                 int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, double scale,
+                                 int64_t window = 0, const std::vector<float>& sinks = {}) {
   const int64_t n = static_cast<int64_t>(positions.size());
   const int64_t q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
   std::vector<double> out(static_cast<size_t>(n * q_dim));
@@ -347,9 +350,10 @@ std::vector<double> AttentionRef(const std::vector<float>& q, const std::vector<
     for (int64_t h = 0; h < n_heads; ++h) {
       const int64_t kvh = h / (n_heads / n_kv_heads);
       const int64_t last = positions[static_cast<size_t>(t)];
-      std::vector<double> s(static_cast<size_t>(last + 1));
-      double m = -INFINITY;
-      for (int64_t j = 0; j <= last; ++j) {
+      const int64_t first = window > 0 ? std::max<int64_t>(0, last + 1 - window) : 0;
+      std::vector<double> s(static_cast<size_t>(last + 1), -INFINITY);
+      double m = sinks.empty() ? -INFINITY : double{sinks[static_cast<size_t>(h)]};
+      for (int64_t j = first; j <= last; ++j) {
         double dot = 0;
         for (int64_t d = 0; d < head_dim; ++d) {
           dot += double{q[static_cast<size_t>(t * q_dim + h * head_dim + d)]} *
@@ -358,11 +362,11 @@ std::vector<double> AttentionRef(const std::vector<float>& q, const std::vector<
         s[static_cast<size_t>(j)] = dot * scale;
         m = std::max(m, s[static_cast<size_t>(j)]);
       }
-      double z = 0;
+      double z = sinks.empty() ? 0.0 : std::exp(double{sinks[static_cast<size_t>(h)]} - m);
       for (double& v : s) z += v = std::exp(v - m);
       for (int64_t d = 0; d < head_dim; ++d) {
         double acc = 0;
-        for (int64_t j = 0; j <= last; ++j) {
+        for (int64_t j = first; j <= last; ++j) {
           acc += s[static_cast<size_t>(j)] * v_cache[static_cast<size_t>(j * kv_dim + kvh * head_dim + d)];
         }
         out[static_cast<size_t>(t * q_dim + h * head_dim + d)] = acc / z;
@@ -456,6 +460,73 @@ TEST_P(CpuBackendTest, AttentionWithLargeScoresStaysFinite) {
     ASSERT_TRUE(std::isfinite(out[i]));
     EXPECT_NEAR(out[i], want[i], 1e-5);
   }
+}
+
+// Sliding window + sinks, with the caches as rings: the same function as over linear caches.
+TEST_P(CpuBackendTest, WindowedAttentionWithSinksOverRingCaches) {
+  const int64_t n_heads = 4, n_kv_heads = 2, head_dim = 8, window = 5, len = 150;
+  const int64_t q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
+  const std::vector<float> k = RandomNormal(static_cast<size_t>(len * kv_dim), 31, 2.0f);
+  const std::vector<float> v = RandomNormal(static_cast<size_t>(len * kv_dim), 32);
+  const std::vector<float> sinks = {-1.0f, 0.5f, 3.0f, 9.0f};  // 9: the sink dominates the softmax
+  // Queries at positions 0, 3, 70 and the last 7: windows start in the middle of blocks.
+  std::vector<int32_t> positions = {0, 3, 70};
+  for (int32_t p = len - 7; p < len; ++p) positions.push_back(p);
+  const int64_t n = static_cast<int64_t>(positions.size());
+  const std::vector<float> q = RandomNormal(static_cast<size_t>(n * q_dim), 33, 2.0f);
+  const float scale = 0.35f;
+  for (int64_t ring : {int64_t{0}, int64_t{11}, window}) {
+    SCOPED_TRACE(testing::Message() << "ring " << ring);
+    std::vector<float> out(static_cast<size_t>(n * q_dim), std::nanf(""));
+    // Each query sees the cache as it was right after its own position was stored.
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t p = positions[static_cast<size_t>(i)];
+      const int64_t rows = ring > 0 ? ring : len;
+      std::vector<float> kc(static_cast<size_t>(rows * kv_dim), std::nanf("")), vc = kc;
+      std::vector<int32_t> slots;
+      for (int32_t j = ring > 0 ? std::max<int32_t>(0, p + 1 - static_cast<int32_t>(ring)) : 0; j <= p; ++j) {
+        slots.push_back(ring > 0 ? static_cast<int32_t>(j % ring) : j);
+        be_->StoreKv(k.data() + j * kv_dim, v.data() + j * kv_dim, &slots.back(), 1, kv_dim, kc.data(), vc.data());
+      }
+      AttentionArgs a{q.data() + i * q_dim, kc.data(), vc.data(), &p, 1, n_heads, n_kv_heads, head_dim, scale,
+                      out.data() + i * q_dim};
+      a.window = window;
+      a.ring = ring;
+      a.sinks = sinks.data();
+      be_->Attention(a);
+    }
+    const std::vector<double> want =
+        AttentionRef(q, k, v, positions, n_heads, n_kv_heads, head_dim, scale, window, sinks);
+    for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], want[i], 1e-5) << i;
+  }
+  // The sink takes weight from the values: with sink 9, head 3's outputs shrink towards 0.
+  const std::vector<double> no_sink = AttentionRef(q, k, v, positions, n_heads, n_kv_heads, head_dim, scale, window);
+  const std::vector<double> sunk = AttentionRef(q, k, v, positions, n_heads, n_kv_heads, head_dim, scale, window, sinks);
+  double with = 0, without = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t d = 0; d < head_dim; ++d) {
+      with += std::fabs(sunk[static_cast<size_t>(i * q_dim + 3 * head_dim + d)]);
+      without += std::fabs(no_sink[static_cast<size_t>(i * q_dim + 3 * head_dim + d)]);
+    }
+  }
+  EXPECT_LT(with, 0.5 * without);
+}
+
+TEST_P(CpuBackendTest, ClampedSwiGlu) {
+  // gpt-oss: g = min(gate, 7), u = clamp(up, -7, 7), out = (u + 1) * g * sigmoid(1.702 g).
+  std::vector<float> gate = {-20, -2, -0.5f, 0, 0.5f, 2, 6.9f, 7.1f, 100, 3};
+  const std::vector<float> up = {1, 2, 3, 4, -5, 6, 0.5f, -100, 100, -1};
+  const std::vector<double> want = [&] {
+    std::vector<double> w;
+    for (size_t i = 0; i < gate.size(); ++i) {
+      const double g = std::min<double>(gate[i], 7.0), u = std::clamp<double>(up[i], -7.0, 7.0);
+      w.push_back((u + 1) * g / (1 + std::exp(-1.702 * g)));
+    }
+    return w;
+  }();
+  be_->ClampedSwiGlu(gate.data(), up.data(), static_cast<int64_t>(gate.size()), 1.702f, 7.0f);
+  for (size_t i = 0; i < gate.size(); ++i) EXPECT_NEAR(gate[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << i;
+  EXPECT_NEAR(gate[8], 8.0 * 7.0 / (1 + std::exp(-1.702 * 7.0)), 1e-4);  // both clamps bite
 }
 
 TEST_P(CpuBackendTest, SiluMul) {

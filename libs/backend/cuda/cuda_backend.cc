@@ -335,13 +335,16 @@ class CudaBackend final : public Backend {
     }
     const auto* d_pos = Stage(a.positions, a.n);
     if (d_pos == nullptr) return;
-    Record(cuda::Attention(a.q, a.k_cache, a.v_cache, d_pos, a.n, a.n_heads, a.n_kv_heads, a.head_dim, a.scale, a.out,
-                           stream_),
-           "attention");
+    const cuda::AttentionShape shape{a.n_heads, a.n_kv_heads, a.head_dim, a.scale, a.window, a.ring, a.sinks};
+    Record(cuda::Attention(a.q, a.k_cache, a.v_cache, d_pos, a.n, shape, a.out, stream_), "attention");
   }
   void SiluMul(float* gate, const float* up, int64_t n) override {
     if (failed()) return;
     Record(cuda::SiluMul(gate, up, n, stream_), "silu mul");
+  }
+  void ClampedSwiGlu(float* gate, const float* up, int64_t n, float alpha, float limit) override {
+    if (failed()) return;
+    Record(cuda::ClampedSwiGlu(gate, up, n, alpha, limit, stream_), "clamped swiglu");
   }
   void Add(float* x, const float* y, int64_t n) override {
     if (failed()) return;

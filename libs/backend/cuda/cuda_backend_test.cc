@@ -265,6 +265,44 @@ TEST_F(CudaParityTest, AttentionDecodeAndPrefill) {
   }
 }
 
+// gpt-oss attention: sliding window over ring caches, with per-head sinks in backend memory.
+TEST_F(CudaParityTest, WindowedAttentionWithSinksOverRings) {
+  const int64_t heads = 8, kv_heads = 2, head_dim = 64, ring = 23, window = 16;
+  const int64_t kv_dim = kv_heads * head_dim, q_dim = heads * head_dim;
+  const std::vector<float> kc = RandomNormal(ring * kv_dim, 21), vc = RandomNormal(ring * kv_dim, 22);
+  const std::vector<float> sinks = RandomNormal(heads, 23, 3.0f);
+  auto dkc = Dev(kc), dvc = Dev(vc), dsinks = Dev(sinks);
+  // Positions 90..96: their windows wrap around the ring.
+  const int64_t n = 7;
+  std::vector<int32_t> pos(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(90 + i);
+  const std::vector<float> q = RandomNormal(n * q_dim, 24);
+  std::vector<float> ref(q.size());
+  AttentionArgs a{q.data(), kc.data(), vc.data(), pos.data(), n, heads, kv_heads, head_dim, 0.125f, ref.data()};
+  a.window = window;
+  a.ring = ring;
+  a.sinks = sinks.data();
+  cpu_->Attention(a);
+  auto dq = Dev(q), dout = Dev(std::vector<float>(q.size()));
+  a.q = dq->f32();
+  a.k_cache = dkc->f32();
+  a.v_cache = dvc->f32();
+  a.sinks = dsinks->f32();
+  a.out = dout->f32();
+  gpu_->Attention(a);
+  EXPECT_LE(RelError(Host(*dout, q.size()), ref), 1e-5);
+}
+
+TEST_F(CudaParityTest, ClampedSwiGlu) {
+  const int64_t n = 4096;
+  std::vector<float> g = RandomNormal(n, 31, 6.0f);
+  const std::vector<float> u = RandomNormal(n, 32, 6.0f);
+  auto dg = Dev(g), du = Dev(u);
+  cpu_->ClampedSwiGlu(g.data(), u.data(), n, 1.702f, 7.0f);
+  gpu_->ClampedSwiGlu(dg->f32(), du->f32(), n, 1.702f, 7.0f);
+  EXPECT_LE(RelError(Host(*dg, g.size()), g), 1e-6);
+}
+
 // The router: logits on both backends, softmax top-k on the host must pick the same experts.
 // Routers are F32 in converted and GGUF models (any n); quantized routers only on the decode
 // path, where the activations are quantized as on the CPU.

@@ -63,16 +63,23 @@ cudaError_t Rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const i
 cudaError_t StoreKv(const float* k, const float* v, const int32_t* positions, int64_t n, int64_t kv_dim,
                     float* k_cache, float* v_cache, cudaStream_t stream);
 cudaError_t SiluMul(float* gate, const float* up, int64_t n, cudaStream_t stream);
+cudaError_t ClampedSwiGlu(float* gate, const float* up, int64_t n, float alpha, float limit, cudaStream_t stream);
 cudaError_t Add(float* x, const float* y, int64_t n, cudaStream_t stream);
 cudaError_t GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* dst,
                        cudaStream_t stream);
 cudaError_t ScatterAddRows(const float* src, const int32_t* rows, const float* scales, int64_t n, int64_t dim,
                            float* dst, cudaStream_t stream);
 
-// Causal attention; head_dim <= kMaxHeadDim. positions in device memory.
+// Causal attention; head_dim <= kMaxHeadDim. positions in device memory; window, ring and sinks
+// as in AttentionArgs (backend.h).
 inline constexpr int kMaxHeadDim = 256;
+struct AttentionShape {
+  int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  float scale = 1.0f;
+  int64_t window = 0, ring = 0;
+  const float* sinks = nullptr;  // [n_heads] or nullptr
+};
 cudaError_t Attention(const float* q, const float* k_cache, const float* v_cache, const int32_t* positions, int64_t n,
-                      int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, float* out,
-                      cudaStream_t stream);
+                      const AttentionShape& shape, float* out, cudaStream_t stream);
 
 }  // namespace colibri::backend::cuda

@@ -70,6 +70,15 @@ __global__ void SiluMulKernel(float* __restrict__ gate, const float* __restrict_
   }
 }
 
+__global__ void ClampedSwiGluKernel(float* __restrict__ gate, const float* __restrict__ up, int64_t n, float alpha,
+                                    float limit) {
+  for (int64_t i = GlobalThread(); i < n; i += GlobalStride()) {
+    const float g = fminf(gate[i], limit);
+    const float u = fminf(fmaxf(up[i], -limit), limit);
+    gate[i] = (u + 1.0f) * g / (1.0f + expf(-alpha * g));
+  }
+}
+
 __global__ void AddKernel(float* __restrict__ x, const float* __restrict__ y, int64_t n) {
   for (int64_t i = GlobalThread(); i < n; i += GlobalStride()) x[i] += y[i];
 }
@@ -129,6 +138,12 @@ cudaError_t StoreKv(const float* k, const float* v, const int32_t* positions, in
 cudaError_t SiluMul(float* gate, const float* up, int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   SiluMulKernel<<<GridFor(n, 256), 256, 0, stream>>>(gate, up, n);
+  return cudaGetLastError();
+}
+
+cudaError_t ClampedSwiGlu(float* gate, const float* up, int64_t n, float alpha, float limit, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  ClampedSwiGluKernel<<<GridFor(n, 256), 256, 0, stream>>>(gate, up, n, alpha, limit);
   return cudaGetLastError();
 }
 

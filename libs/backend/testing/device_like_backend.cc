@@ -98,6 +98,9 @@ void DeviceLikeBackend::StoreKv(const float* k, const float* v, const int32_t* p
 }
 void DeviceLikeBackend::Attention(const AttentionArgs& args) { cpu_->Attention(args); }
 void DeviceLikeBackend::SiluMul(float* gate, const float* up, int64_t n) { cpu_->SiluMul(gate, up, n); }
+void DeviceLikeBackend::ClampedSwiGlu(float* gate, const float* up, int64_t n, float alpha, float limit) {
+  cpu_->ClampedSwiGlu(gate, up, n, alpha, limit);
+}
 void DeviceLikeBackend::Add(float* x, const float* y, int64_t n) { cpu_->Add(x, y, n); }
 void DeviceLikeBackend::GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* dst) {
   cpu_->GatherRows(src, rows, n, dim, dst);

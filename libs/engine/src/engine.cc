@@ -241,7 +241,7 @@ std::list<Engine::PoolEntry>::iterator Engine::BestPoolEntryLocked(const Sequenc
 std::unique_ptr<KvCache> Engine::RestoreFromStore(Sequence* seq, size_t longer_than) {
   std::optional<KvSnapshot> snap = options_.kv_store->TakeBest(seq->req.prompt, seq->req.session_id, longer_than);
   if (!snap) return nullptr;
-  const size_t n = std::min(CommonPrefix(snap->tokens, seq->req.prompt), seq->req.prompt.size() - 1);
+  size_t n = std::min(CommonPrefix(snap->tokens, seq->req.prompt), seq->req.prompt.size() - 1);
   absl::StatusOr<std::unique_ptr<KvCache>> restored = model_->RestoreKv(*snap);
   if (!restored.ok()) {
     spdlog::warn("offloaded KV cache not restored: {}", std::string(restored.status().message()));
@@ -249,7 +249,9 @@ std::unique_ptr<KvCache> Engine::RestoreFromStore(Sequence* seq, size_t longer_t
   }
   if (n == 0) return nullptr;
   std::unique_ptr<KvCache> cache = std::move(*restored);
-  cache->Truncate(static_cast<int64_t>(n));
+  // A sliding layer may not hold the window before n any more: then nothing is reused.
+  n = static_cast<size_t>(cache->Truncate(static_cast<int64_t>(n)));
+  if (n == 0) return nullptr;
   seq->fed.assign(seq->req.prompt.begin(), seq->req.prompt.begin() + static_cast<ptrdiff_t>(n));
   seq->prompt_fed = n;
   seq->result.cached_prompt_tokens = static_cast<int64_t>(n);
@@ -277,7 +279,7 @@ std::unique_ptr<KvCache> Engine::TakeCache(Sequence* seq, std::unique_lock<std::
   if (best == pool_.end() || best_len == 0) return model_->NewCache();
   std::unique_ptr<KvCache> cache = std::move(best->cache);
   pool_.erase(best);
-  cache->Truncate(static_cast<int64_t>(best_len));
+  best_len = static_cast<size_t>(cache->Truncate(static_cast<int64_t>(best_len)));
   seq->fed.assign(seq->req.prompt.begin(), seq->req.prompt.begin() + static_cast<ptrdiff_t>(best_len));
   seq->prompt_fed = best_len;
   seq->result.cached_prompt_tokens = static_cast<int64_t>(best_len);

@@ -13,6 +13,12 @@
 #include "routing.h"
 
 namespace colibri::engine {
+namespace {
+
+// gpt-oss's SwiGLU: x · sigmoid(1.702 x), the sigmoid approximation of GELU.
+constexpr float kGptOssSwiGluAlpha = 1.702f;
+
+}  // namespace
 
 using backend::Buffer;
 using backend::WeightRef;
@@ -20,7 +26,12 @@ using expert_source::ExpertId;
 using expert_source::Lease;
 
 uint64_t KvCache::bytes() const {
-  return static_cast<uint64_t>(k_.size() + v_.size()) * static_cast<uint64_t>(capacity_ * kv_dim_) * sizeof(float);
+  uint64_t rows = 0;
+  for (size_t l = 0; l < k_.size(); ++l) {
+    const auto r = static_cast<uint64_t>(Sliding(l) ? ring_ : capacity_);
+    rows += r * (l < v_.size() ? 2 : 1);  // latent attention: one buffer, no V
+  }
+  return rows * static_cast<uint64_t>(kv_dim_) * sizeof(float);
 }
 
 KvCache::LayerBuffers KvCache::Buffers(int64_t layer) const {
@@ -29,6 +40,16 @@ KvCache::LayerBuffers KvCache::Buffers(int64_t layer) const {
   if (l < k_.size() && k_[l]) b.k = k_[l]->f32();
   if (l < v_.size() && v_[l]) b.v = v_[l]->f32();
   return b;
+}
+
+int64_t KvCache::Truncate(int64_t n) {
+  n_past_ = std::max<int64_t>(0, std::min(n_past_, n));
+  // Position n attends to (n - window, n]: those before it must still be in the rings.
+  if (window_ > 0 && ring_lo_ > std::max<int64_t>(0, n_past_ - window_ + 1)) {
+    n_past_ = 0;
+    ring_lo_ = 0;
+  }
+  return n_past_;
 }
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& container, backend::Backend* backend,
@@ -123,6 +144,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& conta
         ASSIGN_OR_RETURN(w.k_norm, vec(b + "attn_k_norm", c.head_dim));
       }
     }
+    if (c.attn_output_bias) {
+      ASSIGN_OR_RETURN(w.o_bias, vec(b + "attn_output_bias", c.hidden_size));
+    }
+    if (c.attn_sinks) {
+      ASSIGN_OR_RETURN(w.sinks, vec(b + "attn_sinks", c.n_heads));
+    }
     ASSIGN_OR_RETURN(w.ffn_norm, vec(b + "ffn_norm", c.hidden_size));
     w.moe = c.IsMoeLayer(l);
     if (!w.moe) {
@@ -134,7 +161,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& conta
     }
     ASSIGN_OR_RETURN(w.router, weight(b + "ffn_gate_inp", c.n_experts, c.hidden_size));
     if (c.router_bias) {
-      ASSIGN_OR_RETURN(w.router_bias, vec(b + "ffn_exp_probs_b", c.n_experts));
+      // Selection bias (DeepSeek/GLM: exp_probs_b), or gpt-oss's bias added to the logits.
+      ASSIGN_OR_RETURN(w.router_bias,
+                       vec(b + (c.softmax_after_topk ? "ffn_gate_inp_bias" : "ffn_exp_probs_b"), c.n_experts));
     }
     if (c.shared_expert_ffn > 0) {
       ASSIGN_OR_RETURN(w.shexp_gate, weight(b + "ffn_gate_shexp", c.shared_expert_ffn, c.hidden_size));
@@ -159,6 +188,18 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& conta
     RETURN_IF_ERROR(check("gate", c.expert_ffn, c.hidden_size));
     RETURN_IF_ERROR(check("up", c.expert_ffn, c.hidden_size));
     RETURN_IF_ERROR(check("down", c.hidden_size, c.expert_ffn));
+    if (c.expert_bias) {
+      for (const char* part : {"gate_bias", "up_bias", "down_bias"}) {
+        const model::TensorEntry* p = blk.Part(part);
+        if (p == nullptr || p->dtype != quant::DType::kF32) {
+          return absl::FailedPreconditionError(absl::StrCat("expert (layer ", blk.layer, ", id ", blk.expert,
+                                                            ") has no f32 part '", part, "' (the config has expert biases)"));
+        }
+      }
+      RETURN_IF_ERROR(check("gate_bias", 1, c.expert_ffn));
+      RETURN_IF_ERROR(check("up_bias", 1, c.expert_ffn));
+      RETURN_IF_ERROR(check("down_bias", 1, c.hidden_size));
+    }
   }
   m->ws_ = std::make_unique<Workspace>();
   if (options.prefetch_layers > 0) {
@@ -181,13 +222,22 @@ std::unique_ptr<KvCache> Model::NewCache() const {
     cache->kv_dim_ = config_.n_kv_heads * config_.head_dim;
     cache->v_.resize(static_cast<size_t>(config_.n_layers));
   }
+  if (config_.sliding_window > 0) {
+    cache->window_ = config_.sliding_window;
+    for (int64_t l = 0; l < config_.n_layers; ++l) cache->sliding_.push_back(config_.IsSliding(l));
+  }
   return cache;
 }
 
-absl::Status Model::EnsureCapacity(KvCache* cache, int64_t positions) {
+absl::Status Model::EnsureCapacity(KvCache* cache, int64_t positions, int64_t batch_rows) {
   if (positions > config_.context_length) {
     return absl::InvalidArgumentError(absl::StrCat("sequence of ", positions, " tokens exceeds the context length ",
                                                    config_.context_length));
+  }
+  if (cache->window_ > 0) {
+    // A batch of m rows at positions a..a+m-1 reads back to a - window + 1 while writing a+m-1.
+    const int64_t ring = std::min(cache->window_ - 1 + std::max<int64_t>(batch_rows, 1), config_.context_length);
+    if (ring > cache->ring_) RETURN_IF_ERROR(GrowRings(cache, ring));
   }
   if (positions <= cache->capacity_) return absl::OkStatus();
   int64_t cap = std::max<int64_t>(cache->capacity_ * 2, 16);
@@ -195,13 +245,34 @@ absl::Status Model::EnsureCapacity(KvCache* cache, int64_t positions) {
   const size_t bytes = static_cast<size_t>(cap * cache->kv_dim_) * sizeof(float);
   const size_t used = static_cast<size_t>(cache->n_past_ * cache->kv_dim_) * sizeof(float);
   for (auto* side : {&cache->k_, &cache->v_}) {
-    for (auto& buf : *side) {
+    for (size_t l = 0; l < side->size(); ++l) {
+      if (cache->Sliding(l)) continue;
+      auto& buf = (*side)[l];
       ASSIGN_OR_RETURN(auto grown, backend_->Allocate(bytes));
       if (buf && used > 0) backend_->Copy(grown->data(), buf->data(), used);
       buf = std::move(grown);
     }
   }
   cache->capacity_ = cap;
+  return absl::OkStatus();
+}
+
+absl::Status Model::GrowRings(KvCache* cache, int64_t rows) {
+  const size_t row_bytes = static_cast<size_t>(cache->kv_dim_) * sizeof(float);
+  for (auto* side : {&cache->k_, &cache->v_}) {
+    for (size_t l = 0; l < side->size(); ++l) {
+      if (!cache->Sliding(l)) continue;
+      auto& buf = (*side)[l];
+      ASSIGN_OR_RETURN(auto grown, backend_->Allocate(static_cast<size_t>(rows) * row_bytes));
+      // The positions the old ring holds move to their rows in the new one.
+      for (int64_t p = cache->ring_lo_; buf && p < cache->n_past_; ++p) {
+        backend_->Copy(grown->f32() + (p % rows) * cache->kv_dim_, buf->f32() + (p % cache->ring_) * cache->kv_dim_,
+                       row_bytes);
+      }
+      buf = std::move(grown);
+    }
+  }
+  cache->ring_ = rows;
   return absl::OkStatus();
 }
 
@@ -272,14 +343,19 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
     }
     runs.back().end = i + 1;
   }
-  for (const Run& r : runs) RETURN_IF_ERROR(EnsureCapacity(r.cache, r.cache->n_past_ + (r.end - r.begin)));
+  for (const Run& r : runs) {
+    RETURN_IF_ERROR(EnsureCapacity(r.cache, r.cache->n_past_ + (r.end - r.begin), r.end - r.begin));
+  }
   RETURN_IF_ERROR(EnsureWorkspace(n));
   Workspace& w = *ws_;
   w.positions.resize(static_cast<size_t>(n));
+  w.ring_rows.resize(static_cast<size_t>(n));
   std::vector<int32_t> tokens(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     w.positions[static_cast<size_t>(i)] = batch[static_cast<size_t>(i)].position;
     tokens[static_cast<size_t>(i)] = batch[static_cast<size_t>(i)].token;
+    const int64_t ring = batch[static_cast<size_t>(i)].cache->ring_;
+    w.ring_rows[static_cast<size_t>(i)] = ring > 0 ? static_cast<int32_t>(batch[static_cast<size_t>(i)].position % ring) : 0;
   }
   backend::Backend& be = *backend_;
   const int64_t H = c.hidden_size, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
@@ -317,12 +393,19 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
       }
       be.Rope(w.q->f32(), n, c.n_heads, c.head_dim, w.positions.data(), rope);
       be.Rope(w.k->f32(), n, c.n_kv_heads, c.head_dim, w.positions.data(), rope);
+      const bool sliding = c.IsSliding(l);
       for (const Run& r : runs) {
         const int64_t m = r.end - r.begin;
         float* kc = r.cache->k_[static_cast<size_t>(l)]->f32();
         float* vc = r.cache->v_[static_cast<size_t>(l)]->f32();
-        be.StoreKv(w.k->f32() + r.begin * kvd, w.v->f32() + r.begin * kvd, w.positions.data() + r.begin, m, kvd, kc, vc);
+        const int32_t* rows = (sliding ? w.ring_rows : w.positions).data() + r.begin;
+        be.StoreKv(w.k->f32() + r.begin * kvd, w.v->f32() + r.begin * kvd, rows, m, kvd, kc, vc);
         backend::AttentionArgs a;
+        if (sliding) {
+          a.window = c.sliding_window;
+          a.ring = r.cache->ring_;
+        }
+        a.sinks = lw.sinks;
         a.q = w.q->f32() + r.begin * qd;
         a.k_cache = kc;
         a.v_cache = vc;
@@ -336,6 +419,7 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
         be.Attention(a);
       }
       be.MatMul(lw.o, w.attn->f32(), n, x, /*accumulate=*/true);
+      if (lw.o_bias) be.AddBias(x, lw.o_bias, n, H);
     }
     if (lookahead_) RETURN_IF_ERROR(lookahead_->Predict(static_cast<int>(l), x, n));
     be.RmsNorm(x, lw.ffn_norm, n, H, eps, h);
@@ -346,7 +430,10 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
     }
     be.Add(x, w.moe->f32(), n * H);
   }
-  for (const Run& r : runs) r.cache->n_past_ += r.end - r.begin;
+  for (const Run& r : runs) {
+    r.cache->n_past_ += r.end - r.begin;
+    if (r.cache->ring_ > 0) r.cache->ring_lo_ = std::max(r.cache->ring_lo_, r.cache->n_past_ - r.cache->ring_);
+  }
 
   // Logits for the rows that want them.
   std::vector<int32_t> rows;
@@ -411,6 +498,42 @@ void Model::SwiGlu(const WeightRef& gate, const WeightRef& up, const WeightRef& 
   be.MatMul(down, w.gate->f32(), n, out);
 }
 
+absl::Status Model::ApplyExpert(const model::ExpertWeights& ew, bool on_device, int64_t m) {
+  const auto& c = config_;
+  Workspace& w = *ws_;
+  backend::Backend& be = *backend_;
+  // Host parts are imported (a copy per use on non-zero-copy backends, freed in op order).
+  std::unique_ptr<Buffer> storage[6];
+  int used = 0;
+  auto import = [&](const model::TensorView& t) -> absl::StatusOr<WeightRef> {
+    if (on_device) return WeightRef{t.dtype, t.rows, t.cols, t.data};
+    return be.ImportWeight(t.dtype, t.rows, t.cols, t.data, &storage[used++]);
+  };
+  ASSIGN_OR_RETURN(WeightRef gate, import(ew.gate));
+  ASSIGN_OR_RETURN(WeightRef up, import(ew.up));
+  ASSIGN_OR_RETURN(WeightRef down, import(ew.down));
+  be.MatMul(gate, w.rows_in->f32(), m, w.gate->f32());
+  be.MatMul(up, w.rows_in->f32(), m, w.up->f32());
+  if (c.expert_bias) {
+    ASSIGN_OR_RETURN(WeightRef gate_bias, import(ew.gate_bias));
+    ASSIGN_OR_RETURN(WeightRef up_bias, import(ew.up_bias));
+    be.AddBias(w.gate->f32(), static_cast<const float*>(gate_bias.data), m, c.expert_ffn);
+    be.AddBias(w.up->f32(), static_cast<const float*>(up_bias.data), m, c.expert_ffn);
+  }
+  if (c.swiglu_limit > 0) {
+    be.ClampedSwiGlu(w.gate->f32(), w.up->f32(), m * c.expert_ffn, kGptOssSwiGluAlpha,
+                     static_cast<float>(c.swiglu_limit));
+  } else {
+    be.SiluMul(w.gate->f32(), w.up->f32(), m * c.expert_ffn);
+  }
+  be.MatMul(down, w.gate->f32(), m, w.rows_out->f32());
+  if (c.expert_bias) {
+    ASSIGN_OR_RETURN(WeightRef down_bias, import(ew.down_bias));
+    be.AddBias(w.rows_out->f32(), static_cast<const float*>(down_bias.data), m, c.hidden_size);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
   const auto& c = config_;
   Workspace& w = *ws_;
@@ -418,13 +541,15 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
   const LayerWeights& lw = layers_[static_cast<size_t>(layer)];
   const int64_t H = c.hidden_size, E = c.n_experts, K = c.top_k;
   be.MatMul(lw.router, w.h->f32(), n, w.router->f32());
+  // gpt-oss's router bias is part of the logits; other families' bias only selects (Route).
+  if (lw.router_bias && c.softmax_after_topk) be.AddBias(w.router->f32(), lw.router_bias, n, E);
   std::vector<float> router(static_cast<size_t>(n * E));
   be.Download(router.data(), w.router->f32(), router.size() * sizeof(float));
   RETURN_IF_ERROR(be.Synchronize());  // device errors of the layer so far
 
   // Routing on the host (routing.h). Rows are grouped by expert ("batch union").
   Routing routing;
-  Route(router.data(), lw.router_bias, n, RouteParams::FromConfig(c), /*keep_probs=*/true, &routing);
+  RouteFor(c, router.data(), lw.router_bias, n, /*keep_probs=*/true, &routing);
   std::map<int32_t, std::pair<std::vector<int32_t>, std::vector<float>>> by_expert;
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t k = 0; k < K; ++k) {
@@ -460,26 +585,12 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
     // A device tier's block is already in backend memory (Block::device): its parts are used in
     // place. Host blocks are imported (a copy per use on non-zero-copy backends).
     const bool on_device = lease->device != nullptr;
-    model::ExpertWeights ew = model::ExpertWeightsOf(blk, on_device ? lease->device : lease->data());
-    std::unique_ptr<backend::Buffer> s1, s2, s3;
-    auto import = [&](const model::TensorView& t, std::unique_ptr<backend::Buffer>* s) -> absl::StatusOr<WeightRef> {
-      if (on_device) return WeightRef{t.dtype, t.rows, t.cols, t.data};
-      return be.ImportWeight(t.dtype, t.rows, t.cols, t.data, s);
-    };
-    auto gate = import(ew.gate, &s1);
-    auto up = import(ew.up, &s2);
-    auto down = import(ew.down, &s3);
-    for (const auto* r : {&gate, &up, &down}) {
-      if (!r->ok()) {
-        apply_status = r->status();
-        return;
-      }
-    }
+    const model::ExpertWeights ew = model::ExpertWeightsOf(blk, on_device ? lease->device : lease->data());
     be.GatherRows(w.h->f32(), rows.data(), m, H, w.rows_in->f32());
-    be.MatMul(*gate, w.rows_in->f32(), m, w.gate->f32());
-    be.MatMul(*up, w.rows_in->f32(), m, w.up->f32());
-    be.SiluMul(w.gate->f32(), w.up->f32(), m * c.expert_ffn);
-    be.MatMul(*down, w.gate->f32(), m, w.rows_out->f32());
+    if (absl::Status st = ApplyExpert(ew, on_device, m); !st.ok()) {
+      apply_status = st;
+      return;
+    }
     be.ScatterAddRows(w.rows_out->f32(), rows.data(), scales.data(), m, H, moe);
     // The lease may be released now: on the CPU the kernels have finished; queued kernels on
     // other backends keep reading `storage` (freed in op order) or the device tier's slot

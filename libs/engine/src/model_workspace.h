@@ -16,8 +16,8 @@ struct Model::Workspace {
   std::unique_ptr<backend::Buffer> x, h, q, k, v, attn, tmp, moe, router, gate, up, rows_in, rows_out, shexp_logit;
   // Latent attention (mla_attention.cc).
   std::unique_ptr<backend::Buffer> mla_qlat, mla_kva, mla_c, mla_qry, mla_out, mla_a, mla_b;
-  // Host-side copies of per-token metadata.
-  std::vector<int32_t> positions;
+  // Host-side copies of per-token metadata: positions, and their rows in sliding layers' rings.
+  std::vector<int32_t> positions, ring_rows;
 };
 
 }  // namespace colibri::engine

@@ -92,4 +92,30 @@ void Route(const float* logits, const float* bias, int64_t n, const RouteParams&
   }
 }
 
+void RouteTopKSoftmax(const float* logits, int64_t n, int64_t E, int64_t K, bool keep_probs, Routing* out) {
+  // The probabilities over all experts come from Route; only the selection weights differ.
+  RouteParams params;
+  params.n_experts = E;
+  params.top_k = K;
+  Route(logits, /*bias=*/nullptr, n, params, keep_probs, out);
+  for (int64_t t = 0; t < n; ++t) {
+    const float* r = logits + t * E;
+    const int32_t* ids = out->experts.data() + t * K;
+    float* w = out->weights.data() + t * K;
+    const float mx = r[ids[0]];
+    double z = 0;
+    for (int64_t k = 0; k < K; ++k) z += std::exp(static_cast<double>(r[ids[k]] - mx));
+    for (int64_t k = 0; k < K; ++k) w[k] = static_cast<float>(std::exp(static_cast<double>(r[ids[k]] - mx)) / z);
+  }
+}
+
+void RouteFor(const model::ModelConfig& c, const float* logits, const float* bias, int64_t n, bool keep_probs,
+              Routing* out) {
+  if (c.softmax_after_topk) {
+    RouteTopKSoftmax(logits, n, c.n_experts, c.top_k, keep_probs, out);
+  } else {
+    Route(logits, bias, n, RouteParams::FromConfig(c), keep_probs, out);
+  }
+}
+
 }  // namespace colibri::engine

@@ -6,6 +6,7 @@
 //             (a group's score: its best choice value, or the sum of its two best)
 //   experts = the top_k eligible experts by choice value (ties to the lowest id)
 //   weights = their scores, renormalised to sum to 1 if asked, times scale
+//   (gpt-oss instead: the top_k largest logits, weights = softmax over those k; RouteFor.)
 #pragma once
 
 #include <cstdint>
@@ -38,5 +39,16 @@ struct Routing {
 // `logits` is [n, n_experts] row-major; `bias` is [n_experts] or null.
 void Route(const float* logits, const float* bias, int64_t n, const RouteParams& params, bool keep_probs,
            Routing* out);
+
+// gpt-oss: the k largest logits (ties to the lowest id), weights = softmax over those k. `probs`
+// (when kept) is the softmax over all experts: the routing hint of experts not selected.
+void RouteTopKSoftmax(const float* logits, int64_t n, int64_t n_experts, int64_t top_k, bool keep_probs,
+                      Routing* out);
+
+// The routing `config` defines: RouteTopKSoftmax when softmax_after_topk (`logits` then already
+// hold gpt-oss's router bias; `bias` is ignored), else Route with RouteParams::FromConfig and the
+// selection `bias` ([n_experts] or null).
+void RouteFor(const model::ModelConfig& config, const float* logits, const float* bias, int64_t n, bool keep_probs,
+              Routing* out);
 
 }  // namespace colibri::engine

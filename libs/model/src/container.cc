@@ -30,8 +30,12 @@ TensorView ViewOf(const TensorEntry& entry, const uint8_t* base) {
 }
 
 ExpertWeights ExpertWeightsOf(const ExpertBlock& block, const uint8_t* block_data) {
-  return ExpertWeights{ViewOf(*block.Part("gate"), block_data), ViewOf(*block.Part("up"), block_data),
-                       ViewOf(*block.Part("down"), block_data)};
+  ExpertWeights w{ViewOf(*block.Part("gate"), block_data), ViewOf(*block.Part("up"), block_data),
+                  ViewOf(*block.Part("down"), block_data)};
+  if (const TensorEntry* p = block.Part("gate_bias")) w.gate_bias = ViewOf(*p, block_data);
+  if (const TensorEntry* p = block.Part("up_bias")) w.up_bias = ViewOf(*p, block_data);
+  if (const TensorEntry* p = block.Part("down_bias")) w.down_bias = ViewOf(*p, block_data);
+  return w;
 }
 
 absl::Status ExpertChecksumError(const ExpertBlock& block, const std::string& where, uint64_t got) {

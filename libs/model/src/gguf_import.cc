@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -113,7 +114,8 @@ absl::Status RoutingFromGguf(const GgufFile& f, const std::string& arch, ModelCo
     c->shared_expert_ffn = *shared * c->expert_ffn;
   }
   const int64_t first_moe = dense;
-  c->router_bias = f.FindTensor(absl::StrCat("blk.", first_moe, ".exp_probs_b.bias")) != nullptr;
+  // gpt-oss's router bias (ffn_gate_inp.bias, set by its architecture) or a selection bias.
+  c->router_bias = c->softmax_after_topk || f.FindTensor(absl::StrCat("blk.", first_moe, ".exp_probs_b.bias")) != nullptr;
   return absl::OkStatus();
 }
 
@@ -220,20 +222,28 @@ class GgufConverter {
         RETURN_IF_ERROR(Vector(g + "attn_k_norm.weight", g + "attn_k_norm", per_head ? c_.head_dim : kvd));
       }
     }
-    // glm4moe names the pre-FFN norm after Hugging Face's post_attention_layernorm.
-    const char* ffn_norm = c_.architecture == Architecture::kGlm4Moe ? "post_attention_norm.weight" : "ffn_norm.weight";
-    RETURN_IF_ERROR(Vector(g + ffn_norm, g + "ffn_norm", H));
+    if (c_.attn_output_bias) RETURN_IF_ERROR(Vector(g + "attn_output.bias", g + "attn_output_bias", H));
+    if (c_.attn_sinks) RETURN_IF_ERROR(Vector(g + "attn_sinks.weight", g + "attn_sinks", c_.n_heads));
+    // glm4moe and gpt-oss name the pre-FFN norm after Hugging Face's post_attention_layernorm.
+    const bool post_attention = c_.architecture == Architecture::kGlm4Moe || c_.architecture == Architecture::kGptOss;
+    RETURN_IF_ERROR(Vector(g + (post_attention ? "post_attention_norm.weight" : "ffn_norm.weight"), g + "ffn_norm", H));
     if (!c_.IsMoeLayer(l)) {
       const int64_t D = c_.dense_ffn;
       RETURN_IF_ERROR(Matrix(g + "ffn_gate.weight", g + "ffn_gate", D, H, TensorKind::kDenseGate, l));
       RETURN_IF_ERROR(Matrix(g + "ffn_up.weight", g + "ffn_up", D, H, TensorKind::kDenseUp, l));
       return Matrix(g + "ffn_down.weight", g + "ffn_down", H, D, TensorKind::kDenseDown, l);
     }
-    if (c_.router_bias) RETURN_IF_ERROR(Vector(g + "exp_probs_b.bias", g + "ffn_exp_probs_b", c_.n_experts));
+    // The selection bias (gpt-oss's router bias is ffn_gate_inp.bias, below).
+    if (c_.router_bias && !c_.softmax_after_topk) {
+      RETURN_IF_ERROR(Vector(g + "exp_probs_b.bias", g + "ffn_exp_probs_b", c_.n_experts));
+    }
     {
       ASSIGN_OR_RETURN(const GgufTensorInfo* t, Get(g + "ffn_gate_inp.weight", {H, c_.n_experts}));
       auto bytes = ConvertRows(t->type, f_.TensorData(*t), H, quant::DType::kF32);
       RETURN_IF_ERROR(w_.AddDense(g + "ffn_gate_inp", quant::DType::kF32, {c_.n_experts, H}, bytes));
+    }
+    if (c_.router_bias && c_.softmax_after_topk) {
+      RETURN_IF_ERROR(Vector(g + "ffn_gate_inp.bias", g + "ffn_gate_inp_bias", c_.n_experts));
     }
     if (c_.shared_expert_ffn > 0) {
       const int64_t S = c_.shared_expert_ffn;
@@ -256,11 +266,29 @@ class GgufConverter {
     const quant::DType dg = plan_.TypeFor({TensorKind::kExpertGate, l, H}, gate->type);
     const quant::DType du = plan_.TypeFor({TensorKind::kExpertUp, l, H}, up->type);
     const quant::DType dd = plan_.TypeFor({TensorKind::kExpertDown, l, F}, down->type);
+    // Expert biases {out, n_expert}: F32 rows of the expert's own block.
+    const GgufTensorInfo *gate_b = nullptr, *up_b = nullptr, *down_b = nullptr;
+    if (c_.expert_bias) {
+      ASSIGN_OR_RETURN(gate_b, Get(g + "ffn_gate_exps.bias", {F, E}));
+      ASSIGN_OR_RETURN(up_b, Get(g + "ffn_up_exps.bias", {F, E}));
+      ASSIGN_OR_RETURN(down_b, Get(g + "ffn_down_exps.bias", {H, E}));
+    }
     for (int64_t e = 0; e < E; ++e) {
       auto gb = ConvertRows(gate->type, slab(gate, e), H, dg);
       auto ub = ConvertRows(up->type, slab(up, e), H, du);
       auto db = ConvertRows(down->type, slab(down, e), F, dd);
-      RETURN_IF_ERROR(w_.AddExpert(l, e, {{"gate", dg, {F, H}, gb}, {"up", du, {F, H}, ub}, {"down", dd, {H, F}, db}}));
+      std::vector<ContainerWriter::Part> parts = {
+          {"gate", dg, {F, H}, gb}, {"up", du, {F, H}, ub}, {"down", dd, {H, F}, db}};
+      std::vector<uint8_t> bias_bytes[3];
+      if (c_.expert_bias) {
+        int i = 0;
+        for (auto [t, part, n] : {std::tuple{gate_b, "gate_bias", F}, {up_b, "up_bias", F}, {down_b, "down_bias", H}}) {
+          bias_bytes[i] = ConvertRows(t->type, slab(t, e), n, quant::DType::kF32);
+          parts.push_back({part, quant::DType::kF32, {1, n}, bias_bytes[i]});
+          ++i;
+        }
+      }
+      RETURN_IF_ERROR(w_.AddExpert(l, e, parts));
     }
     return absl::OkStatus();
   }
@@ -353,10 +381,19 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
     c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
     c.qk_norm = f.FindTensor("blk.0.attn_q_norm.weight") != nullptr ? QkNorm::kPerHead : QkNorm::kNone;
     c.nextn_layers = u("nextn_predict_layers").value_or(0);
+  } else if (arch == "gpt-oss") {
+    // llama.cpp's gpt-oss: NEOX (half-split) RoPE, every other layer sliding starting with layer 0,
+    // biases everywhere, sinks, softmax over the selected top-k, clamped SwiGLU (limit 7).
+    c.architecture = Architecture::kGptOss;
+    c.qkv_bias = c.attn_output_bias = c.attn_sinks = c.router_bias = c.expert_bias = true;
+    c.softmax_after_topk = true;
+    c.norm_topk_prob = false;
+    c.swiglu_limit = f.GetF64(Key(arch, "swiglu_limit")).value_or(7.0);
+    c.sliding_window = u("attention.sliding_window").value_or(0);
   } else {
     return absl::InvalidArgumentError(absl::StrCat("gguf: unsupported architecture '", arch,
                                                    "' (supported: llama with experts, qwen2moe, olmoe, qwen3moe, "
-                                                   "glm4moe, deepseek2)"));
+                                                   "glm4moe, deepseek2, gpt-oss)"));
   }
   ASSIGN_OR_RETURN(c.hidden_size, u("embedding_length"));
   ASSIGN_OR_RETURN(c.n_layers, u("block_count"));
@@ -400,6 +437,8 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
       c.attention_scale = s * s / std::sqrt(static_cast<double>(c.head_dim));
     }
   }
+  // gpt-oss's YaRN does not round the correction range (its config.json: truncate false).
+  if (c.architecture == Architecture::kGptOss) c.rope_scaling.truncate = false;
   // Partial rotary: fewer rotated dims than the head has.
   if (auto rot = u("rope.dimension_count"); rot.ok() && *rot < c.head_dim) c.rope_dims = *rot;
   RETURN_IF_ERROR(RoutingFromGguf(f, arch, &c));
@@ -413,6 +452,10 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
     }
   }
   c.tie_word_embeddings = f.FindTensor("output.weight") == nullptr;
+  if (c.sliding_window > 0) {
+    c.sliding_layers.assign(static_cast<size_t>(c.n_layers), false);
+    for (size_t l = 0; l < c.sliding_layers.size(); l += 2) c.sliding_layers[l] = true;
+  }
   RETURN_IF_ERROR(c.Validate());
   return c;
 }

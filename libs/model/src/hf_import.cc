@@ -106,7 +106,7 @@ class HfConverter {
   absl::Status Matrix(const std::string& hf_name, const std::string& name, std::vector<int64_t> shape,
                       TensorKind kind, int64_t layer = -1) {
     ASSIGN_OR_RETURN(std::vector<float> v, Load(hf_name, shape));
-    const quant::DType dt = plan_.TypeFor({kind, layer, shape[1]}, quant::DType::kF32);
+    const quant::DType dt = plan_.TypeFor({kind, layer, shape[1]}, SourceType(hf_name));
     auto bytes = EncodeRows(v.data(), shape[0], shape[1], dt);
     return writer_.AddDense(name, dt, shape, bytes);
   }
@@ -155,7 +155,16 @@ class HfConverter {
     return writer_.AddDense(b + "attn_v_b", dv, {NH * V, L}, EncodeRows(split.v_b.data(), NH * V, L, dv));
   }
 
+  // The checkpoint's float type (what `--quantize keep` stores).
+  quant::DType SourceType(const std::string& hf_name) const {
+    const SafetensorsTensor* t = ckpt_.Find(hf_name);
+    if (t != nullptr && t->dtype == StDType::kBF16) return quant::DType::kBF16;
+    if (t != nullptr && t->dtype == StDType::kF16) return quant::DType::kF16;
+    return quant::DType::kF32;
+  }
+
   absl::Status Layer(int64_t l) {
+    if (config_.architecture == Architecture::kGptOss) return GptOssLayer(l);
     const auto& c = config_;
     const std::string p = absl::StrCat("model.layers.", l, ".");
     const std::string b = absl::StrCat("blk.", l, ".");
@@ -219,6 +228,141 @@ class HfConverter {
     return absl::OkStatus();
   }
 
+  // gpt-oss: biases on q/k/v/o, per-head sinks, a router with bias, and the experts of a layer
+  // stacked in fused tensors: gate_up_proj [E, hidden, 2F] (x · W, gate and up interleaved along
+  // the last axis: gate = [..., 0::2], up = [..., 1::2]) and down_proj [E, F, hidden], or as
+  // released, the same weights in MXFP4 as *_blocks [E, out, in/32, 16] + *_scales [E, out, in/32]
+  // (already [out, in]; kept as GGML MXFP4 blocks unless --quantize picks another type).
+  absl::Status GptOssLayer(int64_t l) {
+    const auto& c = config_;
+    const std::string p = absl::StrCat("model.layers.", l, ".");
+    const std::string b = absl::StrCat("blk.", l, ".");
+    const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+    const int64_t H = c.hidden_size, F = c.expert_ffn, E = c.n_experts;
+    RETURN_IF_ERROR(Vector(p + "input_layernorm.weight", b + "attn_norm", H));
+    RETURN_IF_ERROR(Matrix(p + "self_attn.q_proj.weight", b + "attn_q", {q_dim, H}, TensorKind::kAttnQ, l));
+    RETURN_IF_ERROR(Matrix(p + "self_attn.k_proj.weight", b + "attn_k", {kv_dim, H}, TensorKind::kAttnK, l));
+    RETURN_IF_ERROR(Matrix(p + "self_attn.v_proj.weight", b + "attn_v", {kv_dim, H}, TensorKind::kAttnV, l));
+    RETURN_IF_ERROR(Matrix(p + "self_attn.o_proj.weight", b + "attn_output", {H, q_dim}, TensorKind::kAttnOutput, l));
+    if (c.qkv_bias) {
+      RETURN_IF_ERROR(Vector(p + "self_attn.q_proj.bias", b + "attn_q_bias", q_dim));
+      RETURN_IF_ERROR(Vector(p + "self_attn.k_proj.bias", b + "attn_k_bias", kv_dim));
+      RETURN_IF_ERROR(Vector(p + "self_attn.v_proj.bias", b + "attn_v_bias", kv_dim));
+    }
+    if (c.attn_output_bias) RETURN_IF_ERROR(Vector(p + "self_attn.o_proj.bias", b + "attn_output_bias", H));
+    RETURN_IF_ERROR(Vector(p + "self_attn.sinks", b + "attn_sinks", c.n_heads));
+    RETURN_IF_ERROR(Vector(p + "post_attention_layernorm.weight", b + "ffn_norm", H));
+    RETURN_IF_ERROR(F32(p + "mlp.router.weight", b + "ffn_gate_inp", {E, H}));
+    RETURN_IF_ERROR(Vector(p + "mlp.router.bias", b + "ffn_gate_inp_bias", E));
+
+    const std::string x = p + "mlp.experts.";
+    ASSIGN_OR_RETURN(std::vector<float> gate_up_bias, Load(x + "gate_up_proj_bias", {E, 2 * F}));
+    ASSIGN_OR_RETURN(std::vector<float> down_bias, Load(x + "down_proj_bias", {E, H}));
+    const bool mxfp4 = ckpt_.Find(x + "gate_up_proj_blocks") != nullptr;
+    std::vector<float> gate_up, down;
+    const SafetensorsTensor *gu_blocks = nullptr, *gu_scales = nullptr, *d_blocks = nullptr, *d_scales = nullptr;
+    if (mxfp4) {
+      ASSIGN_OR_RETURN(gu_blocks, Mxfp4Part(x + "gate_up_proj_blocks", {E, 2 * F, H / 32, 16}, H));
+      ASSIGN_OR_RETURN(gu_scales, Mxfp4Part(x + "gate_up_proj_scales", {E, 2 * F, H / 32}, H));
+      ASSIGN_OR_RETURN(d_blocks, Mxfp4Part(x + "down_proj_blocks", {E, H, F / 32, 16}, F));
+      ASSIGN_OR_RETURN(d_scales, Mxfp4Part(x + "down_proj_scales", {E, H, F / 32}, F));
+    } else {
+      ASSIGN_OR_RETURN(gate_up, Load(x + "gate_up_proj", {E, H, 2 * F}));
+      ASSIGN_OR_RETURN(down, Load(x + "down_proj", {E, F, H}));
+    }
+    const quant::DType src = mxfp4 ? quant::DType::kMXFP4 : SourceType(x + "gate_up_proj");
+    const quant::DType dt_g = plan_.TypeFor({TensorKind::kExpertGate, l, H}, src);
+    const quant::DType dt_u = plan_.TypeFor({TensorKind::kExpertUp, l, H}, src);
+    const quant::DType dt_d = plan_.TypeFor({TensorKind::kExpertDown, l, F}, src);
+    std::vector<float> g(static_cast<size_t>(F * H)), u(static_cast<size_t>(F * H)), d(static_cast<size_t>(H * F));
+    for (int64_t e = 0; e < E; ++e) {
+      std::vector<uint8_t> gb, ub, db;
+      if (mxfp4) {
+        // Row r of gate_up is gate row r/2 (r even) or up row r/2 (r odd).
+        const std::vector<uint8_t> gu = Mxfp4Rows(*gu_blocks, *gu_scales, e, 2 * F, H);
+        const size_t row = quant::RowBytes(quant::DType::kMXFP4, H);
+        std::vector<uint8_t> gm(row * static_cast<size_t>(F)), um(row * static_cast<size_t>(F));
+        for (int64_t r = 0; r < F; ++r) {
+          std::memcpy(gm.data() + static_cast<size_t>(r) * row, gu.data() + static_cast<size_t>(2 * r) * row, row);
+          std::memcpy(um.data() + static_cast<size_t>(r) * row, gu.data() + static_cast<size_t>(2 * r + 1) * row, row);
+        }
+        gb = ConvertRows(quant::DType::kMXFP4, gm, H, dt_g);
+        ub = ConvertRows(quant::DType::kMXFP4, um, H, dt_u);
+        db = ConvertRows(quant::DType::kMXFP4, Mxfp4Rows(*d_blocks, *d_scales, e, H, F), F, dt_d);
+      } else {
+        const float* gu = gate_up.data() + e * H * 2 * F;  // [H, 2F]
+        const float* dn = down.data() + e * F * H;         // [F, H]
+        for (int64_t r = 0; r < F; ++r) {
+          for (int64_t i = 0; i < H; ++i) {
+            g[static_cast<size_t>(r * H + i)] = gu[i * 2 * F + 2 * r];
+            u[static_cast<size_t>(r * H + i)] = gu[i * 2 * F + 2 * r + 1];
+          }
+        }
+        for (int64_t r = 0; r < H; ++r) {
+          for (int64_t i = 0; i < F; ++i) d[static_cast<size_t>(r * F + i)] = dn[i * H + r];
+        }
+        gb = EncodeRows(g.data(), F, H, dt_g);
+        ub = EncodeRows(u.data(), F, H, dt_u);
+        db = EncodeRows(d.data(), H, F, dt_d);
+      }
+      std::vector<float> gbias(static_cast<size_t>(F)), ubias(static_cast<size_t>(F));
+      for (int64_t r = 0; r < F; ++r) {
+        gbias[static_cast<size_t>(r)] = gate_up_bias[static_cast<size_t>(e * 2 * F + 2 * r)];
+        ubias[static_cast<size_t>(r)] = gate_up_bias[static_cast<size_t>(e * 2 * F + 2 * r + 1)];
+      }
+      auto bytes_of = [](const float* v, int64_t n) {
+        return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v), static_cast<size_t>(n) * sizeof(float));
+      };
+      RETURN_IF_ERROR(writer_.AddExpert(l, e,
+                                        {{"gate", dt_g, {F, H}, gb},
+                                         {"up", dt_u, {F, H}, ub},
+                                         {"down", dt_d, {H, F}, db},
+                                         {"gate_bias", quant::DType::kF32, {1, F}, bytes_of(gbias.data(), F)},
+                                         {"up_bias", quant::DType::kF32, {1, F}, bytes_of(ubias.data(), F)},
+                                         {"down_bias", quant::DType::kF32, {1, H},
+                                          bytes_of(down_bias.data() + e * H, H)}}));
+    }
+    return absl::OkStatus();
+  }
+
+  // A U8 *_blocks / *_scales tensor of the shape the config implies.
+  absl::StatusOr<const SafetensorsTensor*> Mxfp4Part(const std::string& hf_name, const std::vector<int64_t>& shape,
+                                                     int64_t cols) {
+    if (cols % 32 != 0) {
+      return absl::FailedPreconditionError(absl::StrCat("tensor '", hf_name, "': MXFP4 rows of ", cols,
+                                                        " values are not a whole number of 32-value blocks"));
+    }
+    ASSIGN_OR_RETURN(const SafetensorsTensor* t, ckpt_.Get(hf_name));
+    if (t->dtype != StDType::kU8 || t->shape != shape) {
+      return absl::FailedPreconditionError(absl::StrCat("tensor '", hf_name, "' must be U8 of the shape config.json "
+                                                        "implies (", shape.size(), " dims), is ", t->dtype_name));
+    }
+    return t;
+  }
+
+  // Expert e's `rows` x `cols` weights as GGML MXFP4 rows. A checkpoint block holds 32 FP4 codes
+  // two per byte in order (code 2j low nibble, 2j+1 high nibble of byte j) with a separate E8M0
+  // scale byte; a GGML block is {scale byte, 16 bytes} with code j in the low nibble and code
+  // j + 16 in the high nibble of byte j. Code and scale values are the same in both.
+  static std::vector<uint8_t> Mxfp4Rows(const SafetensorsTensor& blocks, const SafetensorsTensor& scales, int64_t e,
+                                        int64_t rows, int64_t cols) {
+    const int64_t nb = cols / 32;
+    std::vector<uint8_t> out(static_cast<size_t>(rows * nb) * 17);
+    const uint8_t* bl = blocks.data.data() + static_cast<size_t>(e * rows * nb) * 16;
+    const uint8_t* sc = scales.data.data() + static_cast<size_t>(e * rows * nb);
+    for (int64_t i = 0; i < rows * nb; ++i) {
+      uint8_t* dst = out.data() + static_cast<size_t>(i) * 17;
+      const uint8_t* src = bl + static_cast<size_t>(i) * 16;
+      dst[0] = sc[i];
+      std::memset(dst + 1, 0, 16);
+      for (int j = 0; j < 32; ++j) {
+        const uint8_t code = (src[j / 2] >> (4 * (j % 2))) & 0x0F;
+        dst[1 + j % 16] |= static_cast<uint8_t>(code << (4 * (j / 16)));
+      }
+    }
+    return out;
+  }
+
   const SafetensorsCheckpoint& ckpt_;
   const ModelConfig& config_;
   const QuantPlan& plan_;
@@ -236,10 +380,8 @@ absl::Status ConvertHuggingFace(const fs::path& input, const fs::path& output, c
     return absl::InvalidArgumentError(absl::StrCat("'", (input / "config.json").string(), "' is not valid JSON"));
   }
   ASSIGN_OR_RETURN(ModelConfig config, ConfigFromHuggingFace(hf));
+  // `keep` stores each tensor in its checkpoint type (F32/F16/BF16; MXFP4 expert blocks stay MXFP4).
   ASSIGN_OR_RETURN(QuantPlan plan, QuantPlan::Parse(options.quantize, config));
-  if (plan.keep()) {
-    return absl::InvalidArgumentError("--quantize keep applies to GGUF input; choose a format for safetensors");
-  }
   ASSIGN_OR_RETURN(auto ckpt, SafetensorsCheckpoint::Open(input));
   std::string name = options.name.empty() ? output.filename().string() : options.name;
   ASSIGN_OR_RETURN(auto writer, ContainerWriter::Create(output, name, config,

@@ -172,6 +172,41 @@ absl::Status DeepseekFromHuggingFace(const json& hf, const std::string& where, M
   return absl::OkStatus();
 }
 
+// gpt-oss: every layer MoE with biases everywhere, sinks, and sliding layers named by
+// `layer_types` (alternating sliding / full in the released checkpoints).
+absl::Status GptOssFromHuggingFace(const json& hf, const std::string& where, ModelConfig* c) {
+  c->qkv_bias = GetBoolOr(hf, "attention_bias", true);
+  c->attn_output_bias = c->qkv_bias;
+  c->attn_sinks = true;
+  c->router_bias = true;
+  c->softmax_after_topk = true;
+  c->norm_topk_prob = false;  // the k softmax weights already sum to 1
+  c->expert_bias = true;
+  c->swiglu_limit = GetDoubleOr(hf, "swiglu_limit", 7.0);
+  ASSIGN_OR_RETURN(int64_t n_layers, GetInt(hf, "num_hidden_layers", where));
+  c->sliding_window = GetIntOr(hf, "sliding_window", 0);
+  auto types = hf.find("layer_types");
+  c->sliding_layers.assign(static_cast<size_t>(std::max<int64_t>(n_layers, 0)), false);
+  if (types != hf.end() && !types->is_null()) {
+    if (!types->is_array() || static_cast<int64_t>(types->size()) != n_layers) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": layer_types must list one type per layer"));
+    }
+    for (size_t l = 0; l < types->size(); ++l) {
+      const json& t = (*types)[l];
+      if (t == "sliding_attention") {
+        c->sliding_layers[l] = true;
+      } else if (t != "full_attention") {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": layer_types[", l, "] is not 'sliding_attention' "
+                                                       "or 'full_attention'"));
+      }
+    }
+  } else {
+    for (size_t l = 0; l < c->sliding_layers.size(); l += 2) c->sliding_layers[l] = true;
+  }
+  if (c->sliding_window <= 0) c->sliding_layers.clear();
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string_view ArchitectureName(Architecture a) {
@@ -182,17 +217,19 @@ std::string_view ArchitectureName(Architecture a) {
     case Architecture::kQwen3Moe: return "qwen3_moe";
     case Architecture::kGlm4Moe: return "glm4_moe";
     case Architecture::kDeepseek2: return "deepseek2";
+    case Architecture::kGptOss: return "gpt_oss";
   }
   return "unknown";
 }
 
 absl::StatusOr<Architecture> ParseArchitecture(std::string_view name) {
   for (Architecture a : {Architecture::kMixtral, Architecture::kQwen2Moe, Architecture::kOlmoe,
-                         Architecture::kQwen3Moe, Architecture::kGlm4Moe, Architecture::kDeepseek2}) {
+                         Architecture::kQwen3Moe, Architecture::kGlm4Moe, Architecture::kDeepseek2,
+                         Architecture::kGptOss}) {
     if (ArchitectureName(a) == name) return a;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unsupported architecture '", std::string(name), "' (supported: mixtral, qwen2_moe, olmoe, qwen3_moe, glm4_moe, deepseek2)"));
+      "unsupported architecture '", std::string(name), "' (supported: mixtral, qwen2_moe, olmoe, qwen3_moe, glm4_moe, deepseek2, gpt_oss)"));
 }
 
 bool ModelConfig::IsMoeLayer(int64_t layer) const {
@@ -293,6 +330,12 @@ absl::Status ModelConfig::Validate() const {
   if (auto st = ValidateRopeScaling(rope_scaling); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("model config: ", st.message()));
   }
+  if (sliding_window < 0) return absl::InvalidArgumentError("model config: sliding_window < 0");
+  if (!sliding_layers.empty() && static_cast<int64_t>(sliding_layers.size()) != n_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: sliding_layers has ", sliding_layers.size(),
+                                                   " entries for ", n_layers, " layers"));
+  }
+  if (!(swiglu_limit >= 0)) return absl::InvalidArgumentError("model config: swiglu_limit < 0");
   return absl::OkStatus();
 }
 
@@ -412,10 +455,15 @@ absl::StatusOr<ModelConfig> ConfigFromHuggingFace(const json& hf) {
     RETURN_IF_ERROR(DeepseekFromHuggingFace(hf, where, &c));
   } else if (model_type == "glm4_moe") {
     RETURN_IF_ERROR(Glm4MoeFromHuggingFace(hf, where, &c));
+  } else if (model_type == "gpt_oss") {
+    c.architecture = Architecture::kGptOss;
+    ASSIGN_OR_RETURN(c.n_experts, GetInt(hf, "num_local_experts", where));
+    ASSIGN_OR_RETURN(c.expert_ffn, GetInt(hf, "intermediate_size", where));
+    RETURN_IF_ERROR(GptOssFromHuggingFace(hf, where, &c));
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "config.json: unsupported model_type '", model_type,
-        "' (supported: mixtral, qwen2_moe, olmoe, qwen3_moe, glm4_moe, deepseek_v2, deepseek_v3, kimi_k2)"));
+        "' (supported: mixtral, qwen2_moe, olmoe, qwen3_moe, glm4_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss)"));
   }
   ASSIGN_OR_RETURN(c.hidden_size, GetInt(hf, "hidden_size", where));
   ASSIGN_OR_RETURN(c.n_layers, GetInt(hf, "num_hidden_layers", where));
@@ -494,6 +542,13 @@ json ConfigToJson(const ModelConfig& c) {
       {"qk_nope_head_dim", c.qk_nope_head_dim},
       {"qk_rope_head_dim", c.qk_rope_head_dim},
       {"v_head_dim", c.v_head_dim},
+      {"sliding_window", c.sliding_window},
+      {"sliding_layers", c.sliding_layers},
+      {"attn_sinks", c.attn_sinks},
+      {"attn_output_bias", c.attn_output_bias},
+      {"softmax_after_topk", c.softmax_after_topk},
+      {"expert_bias", c.expert_bias},
+      {"swiglu_limit", c.swiglu_limit},
   };
 }
 
@@ -565,6 +620,19 @@ absl::StatusOr<ModelConfig> ConfigFromJson(const json& j) {
   c.qk_nope_head_dim = GetIntOr(j, "qk_nope_head_dim", 0);
   c.qk_rope_head_dim = GetIntOr(j, "qk_rope_head_dim", 0);
   c.v_head_dim = GetIntOr(j, "v_head_dim", 0);
+  c.sliding_window = GetIntOr(j, "sliding_window", 0);
+  if (auto it = j.find("sliding_layers"); it != j.end()) {
+    if (!it->is_array()) return absl::InvalidArgumentError(absl::StrCat(where, ": sliding_layers must be an array"));
+    for (const auto& v : *it) {
+      if (!v.is_boolean()) return absl::InvalidArgumentError(absl::StrCat(where, ": sliding_layers must hold booleans"));
+      c.sliding_layers.push_back(v.get<bool>());
+    }
+  }
+  c.attn_sinks = GetBoolOr(j, "attn_sinks", false);
+  c.attn_output_bias = GetBoolOr(j, "attn_output_bias", false);
+  c.softmax_after_topk = GetBoolOr(j, "softmax_after_topk", false);
+  c.expert_bias = GetBoolOr(j, "expert_bias", false);
+  c.swiglu_limit = GetDoubleOr(j, "swiglu_limit", 0);
   RETURN_IF_ERROR(c.Validate());
   return c;
 }

@@ -76,6 +76,50 @@ bool Contains(const absl::Status& s, const std::string& text) {
   return std::string(s.message()).find(text) != std::string::npos;
 }
 
+// gpt-oss-120b's config.json keys (layer count cut to 4).
+json GptOssHf() {
+  return json::parse(R"({
+    "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "attention_bias": true,
+    "experts_per_token": 4, "head_dim": 64, "hidden_size": 2880, "intermediate_size": 2880,
+    "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+    "max_position_embeddings": 131072, "num_attention_heads": 64, "num_experts_per_tok": 4,
+    "num_hidden_layers": 4, "num_key_value_heads": 8, "num_local_experts": 128, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+                     "original_max_position_embeddings": 4096, "rope_type": "yarn", "truncate": false},
+    "rope_theta": 150000, "sliding_window": 128, "swiglu_limit": 7.0, "tie_word_embeddings": false,
+    "vocab_size": 201088, "eos_token_id": 200002, "pad_token_id": 199999})");
+}
+
+TEST(ConfigFromHuggingFace, GptOss) {
+  auto c = ConfigFromHuggingFace(GptOssHf());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, Architecture::kGptOss);
+  EXPECT_EQ(c->head_dim, 64);  // != hidden / heads (45)
+  EXPECT_EQ(c->n_experts, 128);
+  EXPECT_EQ(c->top_k, 4);
+  EXPECT_EQ(c->expert_ffn, 2880);
+  EXPECT_EQ(c->sliding_window, 128);
+  EXPECT_EQ(c->sliding_layers, (std::vector<bool>{true, false, true, false}));
+  EXPECT_TRUE(c->IsSliding(0));
+  EXPECT_FALSE(c->IsSliding(1));
+  EXPECT_TRUE(c->qkv_bias && c->attn_output_bias && c->attn_sinks && c->router_bias && c->expert_bias);
+  EXPECT_TRUE(c->softmax_after_topk);
+  EXPECT_FALSE(c->norm_topk_prob);
+  EXPECT_EQ(c->swiglu_limit, 7.0);
+  EXPECT_FALSE(c->rope_scaling.truncate);
+  // The manifest keeps every field.
+  auto back = ConfigFromJson(ConfigToJson(*c));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(ConfigToJson(*back), ConfigToJson(*c));
+  // A layer type we do not know is refused, naming it.
+  json bad = GptOssHf();
+  bad["layer_types"][2] = "chunked_attention";
+  EXPECT_EQ(ConfigFromHuggingFace(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  bad = GptOssHf();
+  bad["layer_types"].erase(0);
+  EXPECT_EQ(ConfigFromHuggingFace(bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ConfigFromHuggingFace, Mixtral) {
   auto c = ConfigFromHuggingFace(MixtralHf());
   ASSERT_TRUE(c.ok()) << c.status();

@@ -30,6 +30,12 @@ constexpr const char* kQwen2Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kLlama3Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// o200k (GPT-4o, gpt-oss): llama.cpp's "gpt-4o". Letters split by case runs, contractions after
+// a word, numbers in groups of up to three.
+constexpr const char* kO200kPattern =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kDeepSeekV3Patterns[] = {
     R"(\p{N}{1,3})",
     R"([\x{4e00}-\x{9fa5}\x{3040}-\x{309f}\x{30a0}-\x{30ff}]+)",
@@ -65,6 +71,10 @@ absl::StatusOr<std::pair<Json, Json>> PreForName(const std::string& pre) {
              {"pretokenizers", {SplitJson(kLlama3Pattern), ByteLevelJson(false)}}},
         Json());
   }
+  if (pre == "gpt-4o") {
+    return std::make_pair(
+        Json{{"type", "Sequence"}, {"pretokenizers", {SplitJson(kO200kPattern), ByteLevelJson(false)}}}, Json());
+  }
   if (pre == "deepseek-v3") {
     Json seq = Json::array();
     for (const char* p : kDeepSeekV3Patterns) seq.push_back(SplitJson(p));
@@ -73,7 +83,7 @@ absl::StatusOr<std::pair<Json, Json>> PreForName(const std::string& pre) {
   }
   return absl::FailedPreconditionError(absl::StrCat(
       "gguf: tokenizer.ggml.pre '", pre,
-      "' is not supported (supported: default, gpt-2, qwen2, llama-bpe, deepseek-v3)"));
+      "' is not supported (supported: default, gpt-2, qwen2, llama-bpe, gpt-4o, deepseek-v3)"));
 }
 
 int32_t OptionalId(const model::GgufFile& g, const char* key, int32_t n_tokens) {

@@ -14,6 +14,7 @@
 #include "colibri/core/units.h"
 #include "colibri/rpc/status.h"
 #include "colibri/tokenizer/chat_output.h"
+#include "colibri/tokenizer/harmony.h"
 #include "nlohmann/json.hpp"
 #include "client_watch.h"
 #include "http_server.h"
@@ -99,6 +100,29 @@ std::string RouteErrorBody(const std::string& path, int http, const std::string&
 const char* AnthropicStopReason(const TextResult& t) {
   if (t.finish == engine::FinishReason::kLength) return "max_tokens";
   return t.stop_string.empty() ? "end_turn" : "stop_sequence";
+}
+
+// A harmony (gpt-oss) answer as an OpenAI message: the analysis channel as reasoning_content, calls
+// to functions.* as tool_calls (finish_reason "tool_calls"), the rest as content. The markers are
+// special tokens, so the ids are decoded with them.
+json HarmonyMessage(const tokenizer::Tokenizer& tok, const std::vector<engine::SampledToken>& tokens, json* choice) {
+  std::vector<int32_t> ids;
+  for (const auto& t : tokens) ids.push_back(t.id);
+  const tokenizer::HarmonyOutput out = tokenizer::ParseHarmony(tok.Decode(ids, /*skip_special=*/false));
+  json message = {{"role", "assistant"}, {"content", out.content}};
+  if (!out.reasoning.empty()) message["reasoning_content"] = out.reasoning;
+  if (!out.tool_calls.empty()) {
+    json calls = json::array();
+    for (size_t i = 0; i < out.tool_calls.size(); ++i) {
+      calls.push_back({{"id", absl::StrCat("call_", i)},
+                       {"type", "function"},
+                       {"function", {{"name", out.tool_calls[i].name}, {"arguments", out.tool_calls[i].arguments}}}});
+    }
+    message["tool_calls"] = calls;
+    if (out.content.empty()) message["content"] = nullptr;
+    (*choice)["finish_reason"] = "tool_calls";
+  }
+  return message;
 }
 
 class Handler {
@@ -330,7 +354,9 @@ class Handler {
     if (!result.ok()) return Error(res, endpoint, result.status());
     if (IsCancelled(r.params.cancel)) return ClientGone(res, endpoint);
     json choice = {{"index", 0}, {"finish_reason", FinishName(result->finish)}, {"logprobs", nullptr}};
-    if (r.chat) {
+    if (r.chat && tokenizer::IsHarmonyTemplate(core_->tokenizer().chat_template())) {
+      choice["message"] = HarmonyMessage(core_->tokenizer(), tokens, &choice);
+    } else if (r.chat) {
       choice["message"] = AssistantMessage(r, result->text, &choice);
     } else {
       choice["text"] = result->text;

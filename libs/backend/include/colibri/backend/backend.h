@@ -61,7 +61,9 @@ struct RopeParams {
   float mscale = 1.0f;
 };
 
-// Causal attention of n query rows over a KV cache.
+// Causal attention of n query rows over a KV cache. A query at position p attends to the keys
+// of positions 0..p, or with a sliding window to (p - window, p]. Optional sinks (gpt-oss): a
+// learned logit per head that joins each softmax denominator and contributes no value.
 struct AttentionArgs {
   const float* q = nullptr;        // [n, n_heads * head_dim]
   const float* k_cache = nullptr;  // [capacity, n_kv_heads * head_dim], positions 0..pos
@@ -71,6 +73,9 @@ struct AttentionArgs {
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
   float scale = 1.0f;
   float* out = nullptr;            // [n, n_heads * head_dim]
+  int64_t window = 0;              // > 0: sliding window of this many positions (the query's own included)
+  int64_t ring = 0;                // > 0: the caches are rings of this many rows, position j in row j % ring
+  const float* sinks = nullptr;    // [n_heads] (backend memory) or nullptr
 };
 
 // A point in a backend's op queue (see Backend::RecordFence).
@@ -124,6 +129,9 @@ class Backend {
   virtual void Attention(const AttentionArgs& args) = 0;
   // gate[i] = silu(gate[i]) * up[i] over n elements.
   virtual void SiluMul(float* gate, const float* up, int64_t n) = 0;
+  // The clamped SwiGLU of gpt-oss over n elements: with g = min(gate[i], limit) and
+  // u = clamp(up[i], -limit, limit), gate[i] = (u + 1) * g * sigmoid(alpha * g).
+  virtual void ClampedSwiGlu(float* gate, const float* up, int64_t n, float alpha, float limit) = 0;
   // x += y over n elements.
   virtual void Add(float* x, const float* y, int64_t n) = 0;
   // dst[i, :] = src[rows[i], :]  (host row indices).

@@ -54,6 +54,7 @@ class DeviceLikeBackend final : public Backend {
                float* v_cache) override;
   void Attention(const AttentionArgs& args) override;
   void SiluMul(float* gate, const float* up, int64_t n) override;
+  void ClampedSwiGlu(float* gate, const float* up, int64_t n, float alpha, float limit) override;
   void Add(float* x, const float* y, int64_t n) override;
   void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* dst) override;
   void CopyStrided(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,

@@ -2,10 +2,12 @@
 // batched forward pass over tokens of one or more sequences (each with its own KV cache).
 //
 // Per layer: RMSNorm -> q/k/v (bias, q/k-norm per family) -> RoPE -> KV store -> causal
-// attention -> output projection -> residual; RMSNorm -> a dense SwiGLU MLP (dense layers), or
-// router (routing.h: softmax or sigmoid scores, selection bias, group-limited top-k, optional
-// renormalisation, scaling) -> each unique routed expert of the batch fetched once and applied
-// to the rows that chose it (SwiGLU) -> + shared expert (Qwen2-MoE: sigmoid-gated) -> residual.
+// attention (gpt-oss: sliding window on some layers, sinks) -> output projection (+ bias) ->
+// residual; RMSNorm -> a dense SwiGLU MLP (dense layers), or router (routing.h: softmax or
+// sigmoid scores, selection bias, group-limited top-k, optional renormalisation, scaling; gpt-oss:
+// bias, top-k, softmax over the k) -> each unique routed expert of the batch fetched once and
+// applied to the rows that chose it (SwiGLU; gpt-oss: biases and the clamped SwiGLU) -> + shared
+// expert (Qwen2-MoE: sigmoid-gated) -> residual.
 // The routing of each layer is reported to the expert source (Hint: every expert's probability)
 // and, with ModelOptions::trace, written one line per token and layer. With prefetch_layers > 0,
 // the experts of the next layers are predicted and prefetched while a layer runs (lookahead.h);
@@ -32,13 +34,19 @@ namespace colibri::engine {
 // backend memory, grown by doubling up to the context length. With latent attention one buffer
 // per layer holds rows [capacity, kv_lora_rank + qk_rope_head_dim] (latent, RoPE key) and there
 // is no V.
+// A sliding-window layer keeps a
+// ring of window - 1 + (rows of the largest batch) rows instead (position j in row j % ring):
+// its memory is bounded by the window whatever the context.
 class KvCache {
  public:
   int64_t n_past() const { return n_past_; }
   int64_t capacity() const { return capacity_; }
+  int64_t ring_rows() const { return ring_; }  // 0: no sliding layer
   uint64_t bytes() const;
-  // Forgets positions >= n (the next token is written at position n).
-  void Truncate(int64_t n) { n_past_ = std::min(n_past_, n); }
+  // Forgets positions >= n (the next token is written at position n) and returns the positions
+  // kept: min(n, n_past()), or 0 when a sliding layer's ring no longer holds the window that
+  // position n attends to (the whole history is then recomputed).
+  int64_t Truncate(int64_t n);
   // Layer `layer`'s rows in backend memory: K and V, or (latent attention) the latent rows and
   // a null V. Empty before the first token.
   struct LayerBuffers {
@@ -49,9 +57,14 @@ class KvCache {
 
  private:
   friend class Model;
+  bool Sliding(size_t layer) const { return layer < sliding_.size() && sliding_[layer]; }
   int64_t n_past_ = 0;
-  int64_t capacity_ = 0;
+  int64_t capacity_ = 0;  // rows of each full-attention layer
   int64_t kv_dim_ = 0;
+  int64_t window_ = 0;    // sliding layers' window (0: none)
+  int64_t ring_ = 0;      // rows of each sliding layer's ring
+  int64_t ring_lo_ = 0;   // every ring holds positions [ring_lo_, n_past_)
+  std::vector<bool> sliding_;
   std::vector<std::unique_ptr<backend::Buffer>> k_, v_;  // per layer
 };
 
@@ -115,7 +128,7 @@ class Model {
 
   std::unique_ptr<KvCache> NewCache() const;
   // Grows `cache` to hold `positions` tokens now (Forward grows it by doubling otherwise).
-  absl::Status ReserveKv(KvCache* cache, int64_t positions) { return EnsureCapacity(cache, positions); }
+  absl::Status ReserveKv(KvCache* cache, int64_t positions) { return EnsureCapacity(cache, positions, 1); }
 
   // Copies positions [0, tokens.size()) of `cache` out of backend memory into a snapshot with
   // rows in `dtype` (kF32: exact; kQ8_0: 8-bit). tokens.size() <= cache.n_past().
@@ -134,6 +147,8 @@ class Model {
     backend::WeightRef q, k, v, o;
     const float *q_bias = nullptr, *k_bias = nullptr, *v_bias = nullptr;
     const float *q_norm = nullptr, *k_norm = nullptr;
+    const float* o_bias = nullptr;
+    const float* sinks = nullptr;  // [n_heads]
     const float* ffn_norm = nullptr;
     bool moe = true;
     backend::WeightRef router;            // [n_experts, hidden]
@@ -156,7 +171,13 @@ class Model {
   };
 
   Model() = default;
-  absl::Status EnsureCapacity(KvCache* cache, int64_t positions);
+  // Room for `positions` positions, fed `batch_rows` at a time (the rings' size).
+  absl::Status EnsureCapacity(KvCache* cache, int64_t positions, int64_t batch_rows);
+  absl::Status GrowRings(KvCache* cache, int64_t rows);
+  // Positions [0, n) of a sliding layer's ring as rows [n, kv_dim]; those it no longer holds as zeros.
+  void DownloadRing(const KvCache& cache, backend::Buffer& ring, int64_t n, float* dst) const;
+  // Applies expert weights `ew` (biases and clamped SwiGLU per family) to the m gathered rows.
+  absl::Status ApplyExpert(const model::ExpertWeights& ew, bool on_device, int64_t m);
   absl::Status EnsureWorkspace(int64_t n);
   absl::Status MoE(int layer, int64_t n, ForwardStats* stats);
   // Latent attention of `layer` on the workspace's h into its attn [n, n_heads * v_head_dim]

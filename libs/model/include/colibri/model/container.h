@@ -37,7 +37,7 @@ class ContainerWriter {
     bool overwrite = false;      // replace an existing <out>
   };
   struct Part {
-    std::string name;            // gate | up | down
+    std::string name;            // gate | up | down; gate_bias | up_bias | down_bias (F32 [1, n])
     quant::DType dtype;
     std::vector<int64_t> shape;  // [rows, cols]
     std::span<const uint8_t> bytes;
@@ -114,11 +114,15 @@ class Container {
   Manifest manifest_;
 };
 
-// Views of the three matrices of an expert block held at `block_data`.
+// Views of the three matrices of an expert block held at `block_data`, and its biases when the
+// block has them (data == nullptr otherwise).
 struct ExpertWeights {
-  TensorView gate;  // [expert_ffn, hidden]
-  TensorView up;    // [expert_ffn, hidden]
-  TensorView down;  // [hidden, expert_ffn]
+  TensorView gate;       // [expert_ffn, hidden]
+  TensorView up;         // [expert_ffn, hidden]
+  TensorView down;       // [hidden, expert_ffn]
+  TensorView gate_bias;  // f32 [1, expert_ffn]
+  TensorView up_bias;    // f32 [1, expert_ffn]
+  TensorView down_bias;  // f32 [1, hidden]
 };
 ExpertWeights ExpertWeightsOf(const ExpertBlock& block, const uint8_t* block_data);
 

@@ -12,7 +12,7 @@
 
 namespace colibri::model {
 
-enum class Architecture { kMixtral, kQwen2Moe, kOlmoe, kQwen3Moe, kGlm4Moe, kDeepseek2 };
+enum class Architecture { kMixtral, kQwen2Moe, kOlmoe, kQwen3Moe, kGlm4Moe, kDeepseek2, kGptOss };
 
 // How RoPE pairs the dimensions of a head: Hugging Face checkpoints rotate (i, i + D/2)
 // ("half-split"); GGUF files of the llama family have q/k rows permuted so that the pairs are
@@ -99,6 +99,24 @@ struct ModelConfig {
   // The position of MoE layer `layer` among the MoE layers (its expert blocks' index base).
   int64_t MoeLayerRank(int64_t layer) const;
 
+  // gpt-oss. Sliding-window attention: layer l attends to the last `sliding_window` positions
+  // (its own included) when sliding_layers[l] is true; empty sliding_layers: no sliding layer.
+  int64_t sliding_window = 0;
+  std::vector<bool> sliding_layers;
+  bool attn_sinks = false;          // a learned logit per head in each softmax denominator
+  bool attn_output_bias = false;    // o_proj has a bias
+  // router_bias (above): gpt-oss adds it to the logits, which also changes the weights.
+  bool softmax_after_topk = false;  // top-k of the logits first, softmax over the k selected
+  bool expert_bias = false;         // gate/up/down biases per expert (parts of the expert block)
+  // > 0: the clamped SwiGLU of gpt-oss, (clamp(up, ±limit) + 1) · g · σ(1.702 g) with
+  // g = min(gate, limit); 0: silu(gate) · up.
+  double swiglu_limit = 0;
+
+  bool IsSliding(int64_t layer) const {
+    return sliding_window > 0 && layer >= 0 && layer < static_cast<int64_t>(sliding_layers.size()) &&
+           sliding_layers[static_cast<size_t>(layer)];
+  }
+
   // Checks every field for consistency; errors name the field.
   absl::Status Validate() const;
 
@@ -106,13 +124,13 @@ struct ModelConfig {
   double softmax_scale() const;
 };
 
-// "mixtral", "qwen2_moe", "olmoe", "qwen3_moe", "glm4_moe", "deepseek2"
+// "mixtral", "qwen2_moe", "olmoe", "qwen3_moe", "glm4_moe", "deepseek2", "gpt_oss"
 std::string_view ArchitectureName(Architecture a);
 absl::StatusOr<Architecture> ParseArchitecture(std::string_view name);
 
 // Reads a Hugging Face config.json (its real keys per family). Unknown model types and
-// unsupported options (e.g. sliding windows, dense layers mixed into a MoE stack) are refused
-// with a message naming them.
+// unsupported options (e.g. Mixtral's sliding window, dense layers mixed into a MoE stack) are
+// refused with a message naming them.
 absl::StatusOr<ModelConfig> ConfigFromHuggingFace(const nlohmann::json& hf);
 
 // Manifest form (colibri's own keys).
