@@ -9,13 +9,13 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "avx2_helpers.h"
 #include "colibri/quant/blocks.h"
 #include "scale_min_k4.h"
 
 namespace colibri::quant::internal {
 namespace {
 
-inline float HalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
 
 // Converts 32 int8 lanes to floats and stores d * v (kSubtract: d * v - m) to y[0..31].
 template <bool kSubtract>
@@ -46,7 +46,6 @@ inline void Store16x2(__m256i bytes, float d0, float m0, float d1, float m1, flo
   }
 }
 
-inline __m256i Load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
 // 0x00 / 0xff per byte: whether `bit` is set in each byte of v.
 inline __m256i BitSet(__m256i v, uint8_t bit) {

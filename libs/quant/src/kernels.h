@@ -4,8 +4,8 @@
 // The *_avx2.cc files are compiled with -mavx2 -mfma -mf16c. They must not instantiate inline
 // functions or templates that other translation units also instantiate (the linker could keep
 // the AVX2 copy for everyone and crash CPUs without AVX2), so they include only this header,
-// blocks.h and codebooks.h (plain structs and constants), scale_min_k4.h (helpers in an
-// unnamed namespace), <immintrin.h> and C headers, and keep their helpers in an unnamed
+// blocks.h and codebooks.h (plain structs and constants), scale_min_k4.h and avx2_helpers.h
+// (helpers in an unnamed namespace), <immintrin.h> and C headers, and keep their helpers in an unnamed
 // namespace. The float expressions they share with the scalar kernels are repeated there, not
 // shared through inline functions.
 #pragma once

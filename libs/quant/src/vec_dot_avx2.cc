@@ -13,22 +13,13 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "avx2_helpers.h"
 #include "colibri/quant/blocks.h"
 #include "scale_min_k4.h"
 
 namespace colibri::quant::internal {
 namespace {
 
-inline float HalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
-
-inline __m256i Load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-
-inline int HorizontalSum(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-  return _mm_cvtsi128_si32(s);
-}
 
 inline float HorizontalSum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -134,11 +125,6 @@ float DotHalfAvx2(const void* w, const void* a, int64_t n) {
   return sum;
 }
 
-// Signed int8 x signed int8, 32 lanes, to 8 int32 (sign trick: |x| * (y * sign(x))).
-inline __m256i DotSigned(__m256i x, __m256i y) {
-  const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-  return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-}
 
 float DotQ8_0Avx2(const void* w, const void* a, int64_t n) {
   const auto* x = static_cast<const BlockQ8_0*>(w);
@@ -149,15 +135,15 @@ float DotQ8_0Avx2(const void* w, const void* a, int64_t n) {
   for (; i + 2 <= nb; i += 2) {
     const __m256 d0 = _mm256_set1_ps(HalfToFloat(x[i].d) * HalfToFloat(y[i].d));
     const __m256 d1 = _mm256_set1_ps(HalfToFloat(x[i + 1].d) * HalfToFloat(y[i + 1].d));
-    const __m256i p0 = DotSigned(Load32(x[i].qs), Load32(y[i].qs));
-    const __m256i p1 = DotSigned(Load32(x[i + 1].qs), Load32(y[i + 1].qs));
+    const __m256i p0 = SignedPairSums(Load32(x[i].qs), Load32(y[i].qs));
+    const __m256i p1 = SignedPairSums(Load32(x[i + 1].qs), Load32(y[i + 1].qs));
     acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(p0), acc0);
     acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(p1), acc1);
   }
   for (; i < nb; ++i) {
     const __m256 d0 = _mm256_set1_ps(HalfToFloat(x[i].d) * HalfToFloat(y[i].d));
     acc0 =
-        _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(DotSigned(Load32(x[i].qs), Load32(y[i].qs))), acc0);
+        _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(SignedPairSums(Load32(x[i].qs), Load32(y[i].qs))), acc0);
   }
   return HorizontalSum(_mm256_add_ps(acc0, acc1));
 }
@@ -169,18 +155,13 @@ float DotQ8_KAvx2(const void* w, const void* a, int64_t n) {
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     __m256i acc = _mm256_setzero_si256();
     for (int k = 0; k < kQK_K; k += 32) {
-      acc = _mm256_add_epi32(acc, DotSigned(Load32(x[i].qs + k), Load32(y[i].qs + k)));
+      acc = _mm256_add_epi32(acc, SignedPairSums(Load32(x[i].qs + k), Load32(y[i].qs + k)));
     }
     sum += (x[i].d * y[i].d) * static_cast<float>(HorizontalSum(acc));
   }
   return sum;
 }
 
-inline int HorizontalSum(__m128i v) {
-  v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4e));
-  v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0xb1));
-  return _mm_cvtsi128_si32(v);
-}
 
 // Sum over the 8 groups of 32 of mins[g] * (bsums[2g] + bsums[2g+1]).
 inline int MinsDotBsums(const uint8_t* mins, const int16_t* bsums) {

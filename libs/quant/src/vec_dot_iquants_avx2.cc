@@ -12,19 +12,11 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "avx2_helpers.h"
 #include "colibri/quant/blocks.h"
 
 namespace colibri::quant::internal {
 namespace {
-
-float HalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
-
-int SumInt32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-  return _mm_cvtsi128_si32(s);
-}
 
 // 16 bytes of nibbles -> 32 codebook values: element j (< 16) from the low nibble of byte j,
 // element j + 16 from its high nibble (the Q4_0 layout).
@@ -34,13 +26,6 @@ __m256i Lookup(__m128i book, const uint8_t* qs) {
   const __m128i lo = _mm_shuffle_epi8(book, _mm_and_si128(q, m4));
   const __m128i hi = _mm_shuffle_epi8(book, _mm_and_si128(_mm_srli_epi16(q, 4), m4));
   return _mm256_set_m128i(hi, lo);
-}
-
-// Exact sum of 32 signed int8 products.
-int DotInt8(__m256i w, const int8_t* act) {
-  const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act));
-  const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
-  return SumInt32(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
 }
 
 // 2^(e - 128), as iquants.cc's E8M0Half.

@@ -13,6 +13,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "avx2_helpers.h"
 #include "colibri/quant/blocks.h"
 #include "colibri/quant/codebooks.h"
 
@@ -21,44 +22,26 @@ namespace {
 
 constexpr float kDelta = 0.125f;  // IQ1_S / IQ1_M grid shift, as iquants_lowbit.cc
 
-float HalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
-
-int SumInt32(__m128i s) {
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-  return _mm_cvtsi128_si32(s);
-}
 
 // The two 16-value halves of 8 int32 partial sums (lanes 0-3: values 0-15).
 struct Halves {
   int lo, hi;
 };
-Halves SplitSum(__m256i v) { return {SumInt32(_mm256_castsi256_si128(v)), SumInt32(_mm256_extracti128_si256(v, 1))}; }
-int TotalSum(__m256i v) { return SumInt32(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1))); }
-
-// -1 in byte j where bit j of `bits` is set, else +1.
-__m256i PlusMinusOne(uint32_t bits) {
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int>(bits)),
-      _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
-  const __m256i mask = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
-  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask);
-  return _mm256_or_si256(set, _mm256_set1_epi8(1));
+Halves SplitSum(__m256i v) {
+  return {HorizontalSum(_mm256_castsi256_si128(v)), HorizontalSum(_mm256_extracti128_si256(v, 1))};
 }
 
-__m256i Load(const int8_t* q8) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8)); }
+// -1 in byte j where bit j of `bits` is set, else +1.
+__m256i PlusMinusOne(uint32_t bits) { return _mm256_or_si256(BitsToByteMask(bits), _mm256_set1_epi8(1)); }
 
 // 8 int32 partial sums of magnitude * sign * activation over 32 values (4 values per lane).
 __m256i SignedProducts(__m256i magnitudes, uint32_t sign_bits, const int8_t* q8) {
-  const __m256i a = _mm256_sign_epi8(Load(q8), PlusMinusOne(sign_bits));
+  const __m256i a = _mm256_sign_epi8(Load32(q8), PlusMinusOne(sign_bits));
   return _mm256_madd_epi16(_mm256_maddubs_epi16(magnitudes, a), _mm256_set1_epi16(1));
 }
 
 // Same for signed int8 weights (IQ1 grids).
-__m256i IntProducts(__m256i w, const int8_t* q8) {
-  const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(Load(q8), w));
-  return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-}
+__m256i IntProducts(__m256i w, const int8_t* q8) { return SignedPairSums(w, Load32(q8)); }
 
 __m256i Points64(uint64_t p0, uint64_t p1, uint64_t p2, uint64_t p3) {
   return _mm256_set_epi64x(static_cast<long long>(p3), static_cast<long long>(p2), static_cast<long long>(p1),
@@ -84,7 +67,7 @@ float DotIQ2_XXSAvx2(const void* w, const void* act, int64_t n) {
                                    kIq2xxsGrid.v[(a >> 16) & 0xFF], kIq2xxsGrid.v[a >> 24]);
       const uint32_t signs = Signs4(kIq2xsSigns.v[b & 127], kIq2xsSigns.v[(b >> 7) & 127],
                                     kIq2xsSigns.v[(b >> 14) & 127], kIq2xsSigns.v[(b >> 21) & 127]);
-      bsum += TotalSum(SignedProducts(mag, signs, y[i].qs + 32 * g)) * (2 * static_cast<int32_t>(b >> 28) + 1);
+      bsum += HorizontalSum(SignedProducts(mag, signs, y[i].qs + 32 * g)) * (2 * static_cast<int32_t>(b >> 28) + 1);
     }
     sum += d * static_cast<float>(bsum);
   }
@@ -153,7 +136,7 @@ float DotIQ3_XXSAvx2(const void* w, const void* act, int64_t n) {
           static_cast<int>(kIq3xxsGrid.v[q[6]]), static_cast<int>(kIq3xxsGrid.v[q[7]]));
       const uint32_t signs = Signs4(kIq2xsSigns.v[aux & 127], kIq2xsSigns.v[(aux >> 7) & 127],
                                     kIq2xsSigns.v[(aux >> 14) & 127], kIq2xsSigns.v[(aux >> 21) & 127]);
-      bsum += TotalSum(SignedProducts(mag, signs, y[i].qs + 32 * g)) * (2 * static_cast<int32_t>(aux >> 28) + 1);
+      bsum += HorizontalSum(SignedProducts(mag, signs, y[i].qs + 32 * g)) * (2 * static_cast<int32_t>(aux >> 28) + 1);
     }
     sum += d * static_cast<float>(bsum);
   }
@@ -176,7 +159,7 @@ float DotIQ3_SAvx2(const void* w, const void* act, int64_t n) {
       uint32_t signs;
       memcpy(&signs, x[i].signs + 4 * g, sizeof(signs));
       const int32_t ls = 2 * ((x[i].scales[g / 2] >> (4 * (g % 2))) & 0x0F) + 1;
-      bsum += TotalSum(SignedProducts(mag, signs, y[i].qs + 32 * g)) * ls;
+      bsum += HorizontalSum(SignedProducts(mag, signs, y[i].qs + 32 * g)) * ls;
     }
     sum += d * static_cast<float>(bsum);
   }
@@ -196,7 +179,7 @@ float DotIQ1_SAvx2(const void* w, const void* act, int64_t n) {
                                     kIq1sGrid.v[qs[2] | (((qh >> 6) & 7) << 8)], kIq1sGrid.v[qs[3] | (((qh >> 9) & 7) << 8)]);
       const int32_t ls = 2 * ((qh >> 12) & 7) + 1;
       const int32_t delta = qh & 0x8000 ? -1 : 1;
-      sumi += ls * TotalSum(IntProducts(grid, y[i].qs + 32 * g));
+      sumi += ls * HorizontalSum(IntProducts(grid, y[i].qs + 32 * g));
       sumi1 += ls * delta * (y[i].bsums[2 * g] + y[i].bsums[2 * g + 1]);
     }
     sum += HalfToFloat(x[i].d) * y[i].d * (static_cast<float>(sumi) + kDelta * static_cast<float>(sumi1));

@@ -12,19 +12,11 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "avx2_helpers.h"
 #include "colibri/quant/blocks.h"
 
 namespace colibri::quant::internal {
 namespace {
-
-float HalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
-
-int SumInt32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-  return _mm_cvtsi128_si32(s);
-}
 
 // The 32 nibbles of a block, unsigned, in element order (low nibbles 0-15, high 16-31).
 __m256i Nibbles(const uint8_t* qs) {
@@ -37,33 +29,21 @@ __m256i Nibbles(const uint8_t* qs) {
 __m256i FifthBits(const uint8_t qh[4]) {
   uint32_t bits;
   memcpy(&bits, qh, sizeof(bits));
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int>(bits)),
-      _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
-  const __m256i mask = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
-  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask);
-  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+  return _mm256_and_si256(BitsToByteMask(bits), _mm256_set1_epi8(0x10));
 }
 
 // Exact sum of 32 products of unsigned weights (<= 31) with int8 activations.
 int DotUnsigned(__m256i w, const int8_t* act) {
-  const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act));
-  return SumInt32(_mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1)));
+  return HorizontalSum(_mm256_madd_epi16(_mm256_maddubs_epi16(w, Load32(act)), _mm256_set1_epi16(1)));
 }
 
-// Exact sum of 32 products of signed int8 weights with int8 activations (never -128).
-int DotSigned(__m256i w, const int8_t* act) {
-  const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act));
-  const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
-  return SumInt32(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
-}
 
 float DotQ4_0Avx2(const void* w, const void* a, int64_t n) {
   const auto* x = static_cast<const BlockQ4_0*>(w);
   const auto* y = static_cast<const BlockQ8_0*>(a);
   float sum = 0;
   for (int64_t i = 0; i < n / 32; ++i) {
-    const int isum = DotSigned(_mm256_sub_epi8(Nibbles(x[i].qs), _mm256_set1_epi8(8)), y[i].qs);
+    const int isum = DotInt8(_mm256_sub_epi8(Nibbles(x[i].qs), _mm256_set1_epi8(8)), y[i].qs);
     sum += static_cast<float>(isum) * (HalfToFloat(x[i].d) * HalfToFloat(y[i].d));
   }
   return sum;
@@ -87,7 +67,7 @@ float DotQ5_0Avx2(const void* w, const void* a, int64_t n) {
   float sum = 0;
   for (int64_t i = 0; i < n / 32; ++i) {
     const __m256i q = _mm256_or_si256(Nibbles(x[i].qs), FifthBits(x[i].qh));
-    const int isum = DotSigned(_mm256_sub_epi8(q, _mm256_set1_epi8(16)), y[i].qs);
+    const int isum = DotInt8(_mm256_sub_epi8(q, _mm256_set1_epi8(16)), y[i].qs);
     sum += (HalfToFloat(x[i].d) * HalfToFloat(y[i].d)) * static_cast<float>(isum);
   }
   return sum;
