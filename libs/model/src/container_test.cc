@@ -272,6 +272,10 @@ TEST_F(ContainerTest, ManifestJsonRoundTrips) {
     return total;
   }());
   EXPECT_GT(m->TotalExpertBytes(), 0u);
+  // Padded: every block a whole number of 4 KiB pages, at least its checksummed size.
+  EXPECT_EQ(m->PaddedExpertBytes() % 4096, 0u);
+  EXPECT_GE(m->PaddedExpertBytes(), m->TotalExpertBytes());
+  EXPECT_EQ(m->PaddedExpertBytes(), m->experts.size() * m->experts[0].padded_size);
 }
 
 TEST_F(ContainerTest, ExtraTensorsAreKeptApartAndReadBackOneByOne) {

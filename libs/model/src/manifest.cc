@@ -168,6 +168,12 @@ uint64_t Manifest::TotalExpertBytes() const {
   return total;
 }
 
+uint64_t Manifest::PaddedExpertBytes() const {
+  uint64_t total = 0;
+  for (const auto& b : experts) total += b.padded_size;
+  return total;
+}
+
 json ManifestToJson(const Manifest& m) {
   json blocks = json::array();
   for (const auto& b : m.experts) {

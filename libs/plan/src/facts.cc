@@ -14,10 +14,8 @@ ModelFacts ModelFactsOf(const model::Manifest& m) {
   f.top_k = m.config.top_k;
   f.context_length = m.config.context_length;
   f.dense_bytes = m.dense_size;
-  for (const auto& b : m.experts) {
-    f.expert_bytes += b.padded_size;
-    f.expert_block_bytes = std::max(f.expert_block_bytes, b.padded_size);
-  }
+  f.expert_bytes = m.PaddedExpertBytes();
+  for (const auto& b : m.experts) f.expert_block_bytes = std::max(f.expert_block_bytes, b.padded_size);
   f.kv_bytes_per_token = engine::KvBytesPerToken(m.config);
   return f;
 }

@@ -35,8 +35,7 @@ Json TierJson(const expert_source::CacheStats& s) {
 // How much of the model's experts is resident, and whether warming is still under way.
 Json ResidencyJson(const ComputeNode& node) {
   const expert_source::CacheStats ram = node.cache_stats();
-  uint64_t total = 0;
-  for (const auto& b : node.manifest().experts) total += b.padded_size;
+  const uint64_t total = node.manifest().PaddedExpertBytes();
   return Json{{"resident_bytes", ram.bytes_cached},
               {"resident_blocks", ram.blocks_cached},
               {"expert_bytes", total},
@@ -133,7 +132,7 @@ Json TierSummaryJson(ComputeNode& node) {
   }
   return Json{{"layers", m.config.n_layers},
               {"experts", m.config.n_experts},
-              {"expert_bytes", m.TotalExpertBytes()},
+              {"expert_bytes", m.PaddedExpertBytes()},  // as the tiers count their bytes
               {"tiers", std::move(tiers)}};
 }
 

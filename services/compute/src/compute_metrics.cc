@@ -177,9 +177,8 @@ void ComputeMetrics::Refresh(ComputeNode& node) {
   SyncCounter(expert_bytes_fetched_, stats.bytes_fetched);
   cache_bytes_->Set(static_cast<double>(stats.bytes_cached));
   cache_capacity_bytes_->Set(static_cast<double>(stats.capacity_bytes));
-  uint64_t expert_bytes = 0;
-  for (const auto& b : node.manifest().experts) expert_bytes += b.padded_size;
-  cache_resident_ratio_->Set(Ratio(static_cast<double>(stats.bytes_cached), static_cast<double>(expert_bytes)));
+  cache_resident_ratio_->Set(
+      Ratio(static_cast<double>(stats.bytes_cached), static_cast<double>(node.manifest().PaddedExpertBytes())));
   warm_queued_->Set(static_cast<double>(stats.warm_queued));
   SyncCounter(warm_read_, stats.warm_reads);
   SyncCounter(warm_skipped_, stats.warm_skipped);

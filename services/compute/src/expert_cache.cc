@@ -144,13 +144,7 @@ absl::StatusOr<std::unique_ptr<ExpertCache>> ExpertCache::Create(expert_source::
 
 std::vector<expert_source::ExpertId> WarmOrder(const model::Manifest& manifest, const expert_source::RoutingHeat& heat,
                                                uint64_t capacity) {
-  uint64_t total = 0;
-  std::vector<const model::ExpertBlock*> blocks;
-  for (const auto& b : manifest.experts) {
-    total += b.padded_size;
-    blocks.push_back(&b);
-  }
-  const bool fits = total <= capacity;
+  const bool fits = manifest.PaddedExpertBytes() <= capacity;
   std::vector<expert_source::ExpertId> order;
   std::unordered_set<uint64_t> taken;
   if (heat.tokens() > 0) {
@@ -162,6 +156,8 @@ std::vector<expert_source::ExpertId> WarmOrder(const model::Manifest& manifest, 
   }
   if (!fits) return order;
   // File order: the experts file front to back.
+  std::vector<const model::ExpertBlock*> blocks;
+  for (const auto& b : manifest.experts) blocks.push_back(&b);
   std::sort(blocks.begin(), blocks.end(), [](const model::ExpertBlock* a, const model::ExpertBlock* b) {
     return std::tie(a->file, a->offset) < std::tie(b->file, b->offset);
   });

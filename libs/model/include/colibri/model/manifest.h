@@ -85,7 +85,10 @@ struct Manifest {
   }
   // Requires HasExpert(layer, expert).
   const ExpertBlock& Expert(int64_t layer, int64_t expert) const { return experts[ExpertIndex(layer, expert)]; }
-  uint64_t TotalExpertBytes() const;
+  uint64_t TotalExpertBytes() const;   // checksummed bytes of every block
+  // Bytes of every block rounded to 4 KiB: what reading them all (O_DIRECT) moves and what a
+  // cache tier holding them all takes.
+  uint64_t PaddedExpertBytes() const;
 };
 
 nlohmann::json ManifestToJson(const Manifest& m);
