@@ -41,13 +41,8 @@ absl::Status Lookahead::Predict(int layer, const float* x, int64_t n) {
     }
     backend_->RmsNorm(x, g.ffn_norm, n, H, static_cast<float>(config_.rms_norm_eps), h_->f32());
     backend_->MatMul(g.router, h_->f32(), n, logits_->f32());
-    if (g.bias && config_.softmax_after_topk) backend_->AddBias(logits_->f32(), g.bias, n, E);
     backend_->Download(host_logits_.data(), logits_->f32(), host_logits_.size() * sizeof(float));
-    if (config_.softmax_after_topk) {
-      RouteTopKSoftmax(host_logits_.data(), n, E, config_.top_k, /*keep_probs=*/false, &routing_);
-    } else {
-      Route(host_logits_.data(), g.bias, n, route_, /*keep_probs=*/false, &routing_);
-    }
+    Route(host_logits_.data(), g.bias, n, route_, /*keep_probs=*/false, &routing_);
     const auto K = static_cast<size_t>(config_.top_k);
     for (int64_t t = 0; t < n; ++t) {
       const auto begin = routing_.experts.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(t) * K);

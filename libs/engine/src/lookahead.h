@@ -28,7 +28,7 @@ class Lookahead {
     bool moe = true;                   // dense layers have no router and are skipped
     const float* ffn_norm = nullptr;   // f32 [hidden]
     backend::WeightRef router;         // [n_experts, hidden]
-    const float* bias = nullptr;       // f32 [n_experts] router bias, or null (selection only; gpt-oss: added to the logits)
+    const float* bias = nullptr;       // host f32 [n_experts] router bias, or null (see Route)
   };
   Lookahead(backend::Backend* backend, expert_source::ExpertSource* experts, std::vector<LayerGate> gates,
             const model::ModelConfig& config, int depth, float min_weight, ModelCounters* counters);

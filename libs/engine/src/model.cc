@@ -83,6 +83,19 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& conta
     }
     return static_cast<const float*>(ref.data);
   };
+  // A vector only the host reads (routing runs on the host): the container's own bytes, not a
+  // backend copy (which is device memory on a GPU backend).
+  auto host_vec = [&](const std::string& name, int64_t n) -> absl::StatusOr<const float*> {
+    ASSIGN_OR_RETURN(model::TensorView t, m->dense_.Get(m->manifest_, name));
+    if (t.rows != 1 || t.cols != n) {
+      return absl::FailedPreconditionError(absl::StrCat("tensor '", name, "' is [", t.rows, ", ", t.cols,
+                                                        "], the config needs [1, ", n, "]"));
+    }
+    if (t.dtype != quant::DType::kF32) {
+      return absl::FailedPreconditionError(absl::StrCat("tensor '", name, "' must be f32"));
+    }
+    return reinterpret_cast<const float*>(t.data);
+  };
 
   // Rows [head * rows, (head + 1) * rows) of a [n_heads * rows, cols] tensor, imported alone.
   auto head_rows = [&](const std::string& name, int64_t n_heads, int64_t head, int64_t rows,
@@ -163,7 +176,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& conta
     if (c.router_bias) {
       // Selection bias (DeepSeek/GLM: exp_probs_b), or gpt-oss's bias added to the logits.
       ASSIGN_OR_RETURN(w.router_bias,
-                       vec(b + (c.softmax_after_topk ? "ffn_gate_inp_bias" : "ffn_exp_probs_b"), c.n_experts));
+                       host_vec(b + (c.softmax_after_topk ? "ffn_gate_inp_bias" : "ffn_exp_probs_b"), c.n_experts));
     }
     if (c.shared_expert_ffn > 0) {
       ASSIGN_OR_RETURN(w.shexp_gate, weight(b + "ffn_gate_shexp", c.shared_expert_ffn, c.hidden_size));
@@ -541,15 +554,13 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
   const LayerWeights& lw = layers_[static_cast<size_t>(layer)];
   const int64_t H = c.hidden_size, E = c.n_experts, K = c.top_k;
   be.MatMul(lw.router, w.h->f32(), n, w.router->f32());
-  // gpt-oss's router bias is part of the logits; other families' bias only selects (Route).
-  if (lw.router_bias && c.softmax_after_topk) be.AddBias(w.router->f32(), lw.router_bias, n, E);
   std::vector<float> router(static_cast<size_t>(n * E));
   be.Download(router.data(), w.router->f32(), router.size() * sizeof(float));
   RETURN_IF_ERROR(be.Synchronize());  // device errors of the layer so far
 
   // Routing on the host (routing.h). Rows are grouped by expert ("batch union").
   Routing routing;
-  RouteFor(c, router.data(), lw.router_bias, n, /*keep_probs=*/true, &routing);
+  Route(router.data(), lw.router_bias, n, RouteParams::FromConfig(c), /*keep_probs=*/true, &routing);
   std::map<int32_t, std::pair<std::vector<int32_t>, std::vector<float>>> by_expert;
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t k = 0; k < K; ++k) {

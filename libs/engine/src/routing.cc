@@ -17,6 +17,7 @@ RouteParams RouteParams::FromConfig(const model::ModelConfig& c) {
   p.group_scoring = c.group_scoring;
   p.renormalize = c.norm_topk_prob;
   p.scale = static_cast<float>(c.routed_scaling_factor);
+  p.softmax_after_topk = c.softmax_after_topk;
   return p;
 }
 
@@ -36,8 +37,15 @@ void Route(const float* logits, const float* bias, int64_t n, const RouteParams&
   std::vector<std::pair<float, int32_t>> choice(static_cast<size_t>(E));  // (choice value, expert)
   std::vector<std::pair<float, int32_t>> groups(static_cast<size_t>(params.n_groups));
   auto before = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  // softmax_after_topk: the bias belongs to the logits (the router's output bias), not to the choice.
+  const float* choice_bias = params.softmax_after_topk ? nullptr : bias;
+  std::vector<float> biased(params.softmax_after_topk && bias ? static_cast<size_t>(E) : 0);
   for (int64_t t = 0; t < n; ++t) {
     const float* r = logits + t * E;
+    if (!biased.empty()) {
+      for (int64_t e = 0; e < E; ++e) biased[static_cast<size_t>(e)] = r[e] + bias[e];
+      r = biased.data();
+    }
     if (params.scoring == model::RouterScoring::kSoftmax) {
       float mx = r[0];
       for (int64_t e = 1; e < E; ++e) mx = std::max(mx, r[e]);
@@ -53,7 +61,7 @@ void Route(const float* logits, const float* bias, int64_t n, const RouteParams&
     }
     for (int64_t e = 0; e < E; ++e) {
       const float s = scores[static_cast<size_t>(e)];
-      choice[static_cast<size_t>(e)] = {bias ? s + bias[e] : s, static_cast<int32_t>(e)};
+      choice[static_cast<size_t>(e)] = {choice_bias ? s + choice_bias[e] : s, static_cast<int32_t>(e)};
       if (keep_probs) out->probs[static_cast<size_t>(t * E + e)] = s;
     }
     if (grouped) {
@@ -80,6 +88,17 @@ void Route(const float* logits, const float* bias, int64_t n, const RouteParams&
       }
     }
     std::partial_sort(choice.begin(), choice.begin() + K, choice.end(), before);
+    if (params.softmax_after_topk) {
+      const float mx = r[choice[0].second];
+      double z = 0;
+      for (int64_t k = 0; k < K; ++k) z += std::exp(static_cast<double>(r[choice[static_cast<size_t>(k)].second] - mx));
+      for (int64_t k = 0; k < K; ++k) {
+        const int32_t e = choice[static_cast<size_t>(k)].second;
+        out->experts[static_cast<size_t>(t * K + k)] = e;
+        out->weights[static_cast<size_t>(t * K + k)] = static_cast<float>(std::exp(static_cast<double>(r[e] - mx)) / z);
+      }
+      continue;
+    }
     double sum = 0;
     for (int64_t k = 0; k < K; ++k) sum += scores[static_cast<size_t>(choice[static_cast<size_t>(k)].second)];
     for (int64_t k = 0; k < K; ++k) {
@@ -89,32 +108,6 @@ void Route(const float* logits, const float* bias, int64_t n, const RouteParams&
       out->experts[static_cast<size_t>(t * K + k)] = e;
       out->weights[static_cast<size_t>(t * K + k)] = static_cast<float>(w * params.scale);
     }
-  }
-}
-
-void RouteTopKSoftmax(const float* logits, int64_t n, int64_t E, int64_t K, bool keep_probs, Routing* out) {
-  // The probabilities over all experts come from Route; only the selection weights differ.
-  RouteParams params;
-  params.n_experts = E;
-  params.top_k = K;
-  Route(logits, /*bias=*/nullptr, n, params, keep_probs, out);
-  for (int64_t t = 0; t < n; ++t) {
-    const float* r = logits + t * E;
-    const int32_t* ids = out->experts.data() + t * K;
-    float* w = out->weights.data() + t * K;
-    const float mx = r[ids[0]];
-    double z = 0;
-    for (int64_t k = 0; k < K; ++k) z += std::exp(static_cast<double>(r[ids[k]] - mx));
-    for (int64_t k = 0; k < K; ++k) w[k] = static_cast<float>(std::exp(static_cast<double>(r[ids[k]] - mx)) / z);
-  }
-}
-
-void RouteFor(const model::ModelConfig& c, const float* logits, const float* bias, int64_t n, bool keep_probs,
-              Routing* out) {
-  if (c.softmax_after_topk) {
-    RouteTopKSoftmax(logits, n, c.n_experts, c.top_k, keep_probs, out);
-  } else {
-    Route(logits, bias, n, RouteParams::FromConfig(c), keep_probs, out);
   }
 }
 

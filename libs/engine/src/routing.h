@@ -6,7 +6,8 @@
 //             (a group's score: its best choice value, or the sum of its two best)
 //   experts = the top_k eligible experts by choice value (ties to the lowest id)
 //   weights = their scores, renormalised to sum to 1 if asked, times scale
-//   (gpt-oss instead: the top_k largest logits, weights = softmax over those k; RouteFor.)
+//   (softmax_after_topk, gpt-oss: the bias is the router's output bias, added to the logits;
+//   the top_k largest logits are picked and their weights are the softmax over those k.)
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,7 @@ struct RouteParams {
   model::GroupScoring group_scoring = model::GroupScoring::kTopTwoSum;
   bool renormalize = false;
   float scale = 1.0f;
+  bool softmax_after_topk = false;
 
   static RouteParams FromConfig(const model::ModelConfig& c);
 };
@@ -36,19 +38,9 @@ struct Routing {
   std::vector<float> probs;      // [n, n_experts] scores (softmax or sigmoid; kept only when asked for)
 };
 
-// `logits` is [n, n_experts] row-major; `bias` is [n_experts] or null.
+// `logits` is [n, n_experts] row-major; `bias` is [n_experts] or null. With softmax_after_topk,
+// `probs` (when kept) is the softmax over all experts: the routing hint of experts not selected.
 void Route(const float* logits, const float* bias, int64_t n, const RouteParams& params, bool keep_probs,
            Routing* out);
-
-// gpt-oss: the k largest logits (ties to the lowest id), weights = softmax over those k. `probs`
-// (when kept) is the softmax over all experts: the routing hint of experts not selected.
-void RouteTopKSoftmax(const float* logits, int64_t n, int64_t n_experts, int64_t top_k, bool keep_probs,
-                      Routing* out);
-
-// The routing `config` defines: RouteTopKSoftmax when softmax_after_topk (`logits` then already
-// hold gpt-oss's router bias; `bias` is ignored), else Route with RouteParams::FromConfig and the
-// selection `bias` ([n_experts] or null).
-void RouteFor(const model::ModelConfig& config, const float* logits, const float* bias, int64_t n, bool keep_probs,
-              Routing* out);
 
 }  // namespace colibri::engine

@@ -32,6 +32,30 @@ TEST(RoutingTest, SoftmaxTopKRenormalised) {
   EXPECT_TRUE(r.probs.empty());
 }
 
+TEST(RoutingTest, SoftmaxAfterTopKAddsTheBiasToTheLogitsAndWeighsOnlyTheChosen) {
+  // gpt-oss: logits + bias = {1, 4, 3, 0.5}; the top 2 are experts 1 and 2, weighted by the softmax
+  // over those two; renormalize and scale do not apply; probs are the softmax over all four.
+  const std::vector<float> logits = {1, 2, 3, 0.5f};
+  const std::vector<float> bias = {0, 2, 0, 0};
+  RouteParams p;
+  p.n_experts = 4;
+  p.top_k = 2;
+  p.renormalize = true;
+  p.scale = 2.5f;
+  p.softmax_after_topk = true;
+  Routing r;
+  Route(logits.data(), bias.data(), 1, p, /*keep_probs=*/true, &r);
+  EXPECT_EQ(r.experts, (std::vector<int32_t>{1, 2}));
+  EXPECT_NEAR(r.weights[0], 1 / (1 + std::exp(-1.0)), 1e-6);
+  EXPECT_NEAR(r.weights[1], std::exp(-1.0) / (1 + std::exp(-1.0)), 1e-6);
+  const double z = std::exp(1) + std::exp(4) + std::exp(3) + std::exp(0.5);
+  EXPECT_NEAR(r.probs[1], std::exp(4) / z, 1e-6);
+  // Without a bias: experts 2 and 1.
+  Route(logits.data(), nullptr, 1, p, false, &r);
+  EXPECT_EQ(r.experts, (std::vector<int32_t>{2, 1}));
+  EXPECT_NEAR(r.weights[0], 1 / (1 + std::exp(-1.0)), 1e-6);
+}
+
 TEST(RoutingTest, SigmoidBiasChoosesButDoesNotWeigh) {
   const std::vector<float> logits = {0, 1, -1, 2};
   const std::vector<float> bias = {0, 0, 5, -5};

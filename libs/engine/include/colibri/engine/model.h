@@ -152,7 +152,8 @@ class Model {
     const float* ffn_norm = nullptr;
     bool moe = true;
     backend::WeightRef router;            // [n_experts, hidden]
-    const float* router_bias = nullptr;   // f32 [n_experts]: selection only (router_bias)
+    // f32 [n_experts], host memory (Route reads it): selection only, or gpt-oss's logit bias.
+    const float* router_bias = nullptr;
     backend::WeightRef shexp_gate, shexp_up, shexp_down, shexp_router;
     backend::WeightRef ffn_gate, ffn_up, ffn_down;  // dense layers: [dense_ffn, hidden] x2, [hidden, dense_ffn]
     // Latent attention (q is attn_q_b, or attn_q without q LoRA; o is attn_output):
