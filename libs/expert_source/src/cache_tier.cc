@@ -106,7 +106,6 @@ struct CacheTier::State {
       dropped->push_back(std::move(job));
     }
     warm_q.clear();
-    stats.warm_queued = 0;
   }
 
   // Evicts until `need` more bytes fit and reserves them. Demand reads may evict guarded
@@ -221,7 +220,6 @@ void CacheTier::WorkerLoop() {
     auto& q = !s.demand_q.empty() ? s.demand_q : !s.prefetch_q.empty() ? s.prefetch_q : s.warm_q;
     std::shared_ptr<Job> job = std::move(q.front());
     q.pop_front();
-    if (&q == &s.warm_q) s.stats.warm_queued = s.warm_q.size();
     RunJobLocked(job, lock);
   }
 }
@@ -401,7 +399,6 @@ absl::Status CacheTier::FetchMany(std::span<const ExpertId> ids, const std::func
           if (pos != from.end()) {
             s.demand_q.push_back(*pos);
             from.erase(pos);
-            s.stats.warm_queued = s.warm_q.size();
             s.io_cv.notify_one();
           }
         }
@@ -497,7 +494,6 @@ void CacheTier::Warm(std::span<const ExpertId> ids) {
     s.in_flight[key] = job;
     s.warm_q.push_back(std::move(job));
   }
-  s.stats.warm_queued = s.warm_q.size();
   s.io_cv.notify_all();
 }
 
@@ -641,7 +637,9 @@ CacheTier::ClearResult CacheTier::Clear() {
 
 CacheStats CacheTier::Stats() const {
   std::lock_guard<std::mutex> lock(s_->mu);
-  return s_->stats;
+  CacheStats out = s_->stats;
+  out.warm_queued = s_->warm_q.size();
+  return out;
 }
 
 bool CacheTier::Contains(ExpertId id) const {
