@@ -47,5 +47,21 @@ TEST(KvLimit, EngineBytesPerTokenIsKAndVOfEveryLayer) {
   EXPECT_EQ(engine::KvBytesPerToken(c), 32u * 2 * 8 * 128 * 4);
 }
 
+TEST(KvLimit, LatentAttentionCachesTheLatentOnly) {
+  // DeepSeek-V3: 61 layers, 128 heads, q/k head 192 (128 + 64 RoPE), v head 128, latent 512 + 64.
+  model::ModelConfig c;
+  c.n_layers = 61;
+  c.n_heads = c.n_kv_heads = 128;
+  c.head_dim = 192;
+  c.kv_lora_rank = 512;
+  c.qk_nope_head_dim = 128;
+  c.qk_rope_head_dim = 64;
+  c.v_head_dim = 128;
+  EXPECT_EQ(engine::KvBytesPerToken(c), 61u * 576 * 4);
+  // Decompressed, the same tokens would hold K (128 x 192) and V (128 x 128) per layer: 71x more.
+  const uint64_t decompressed = 61u * 128 * (192 + 128) * 4;
+  EXPECT_EQ(decompressed / engine::KvBytesPerToken(c), 71u);
+}
+
 }  // namespace
 }  // namespace colibri::plan
