@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 #include <utility>
@@ -134,15 +135,32 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   call->cv.wait(lock, [&] { return call->joined.load() == 0; });
 }
 
+int CountPhysicalCores(std::string_view cpuinfo) {
+  std::set<std::pair<std::string_view, std::string_view>> cores;
+  std::string_view physical_id;
+  while (!cpuinfo.empty()) {
+    const size_t eol = cpuinfo.find('\n');
+    std::string_view line = cpuinfo.substr(0, eol);
+    cpuinfo = eol == std::string_view::npos ? std::string_view() : cpuinfo.substr(eol + 1);
+    const size_t colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    auto trim = [](std::string_view v) {
+      while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+      while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+      return v;
+    };
+    const std::string_view key = trim(line.substr(0, colon)), value = trim(line.substr(colon + 1));
+    if (key == "processor") physical_id = {};
+    if (key == "physical id") physical_id = value;
+    if (key == "core id") cores.insert({physical_id, value});
+  }
+  return static_cast<int>(cores.size());
+}
+
 int PhysicalCoreCount() {
   std::ifstream in("/proc/cpuinfo");
-  std::set<std::pair<std::string, std::string>> cores;
-  std::string line, phys = "0";
-  while (std::getline(in, line)) {
-    if (line.rfind("physical id", 0) == 0) phys = line.substr(line.find(':') + 1);
-    if (line.rfind("core id", 0) == 0) cores.insert({phys, line.substr(line.find(':') + 1)});
-  }
-  if (!cores.empty()) return static_cast<int>(cores.size());
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (const int cores = CountPhysicalCores(text); cores > 0) return cores;
   unsigned hc = std::thread::hardware_concurrency();
   return hc == 0 ? 1 : static_cast<int>(hc);
 }

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -32,6 +33,23 @@ TEST(ThreadPool, SubmitRunsAllTasksBeforeDestruction) {
 }
 
 TEST(ThreadPool, PhysicalCoresPositive) { EXPECT_GE(PhysicalCoreCount(), 1); }
+
+TEST(ThreadPool, CountPhysicalCoresPairsSocketAndCore) {
+  // Two sockets, two cores each, two threads per core: 4 physical cores.
+  std::string text;
+  int cpu = 0;
+  for (int socket = 0; socket < 2; ++socket) {
+    for (int thread = 0; thread < 2; ++thread) {
+      for (int core = 0; core < 2; ++core) {
+        text += "processor\t: " + std::to_string(cpu++) + "\nphysical id\t: " + std::to_string(socket) +
+                "\ncore id\t\t: " + std::to_string(core) + "\n\n";
+      }
+    }
+  }
+  EXPECT_EQ(CountPhysicalCores(text), 4);
+  EXPECT_EQ(CountPhysicalCores("processor : 0\nmodel name : x\n"), 0);  // no core ids: caller falls back
+  EXPECT_EQ(CountPhysicalCores(""), 0);
+}
 
 }  // namespace
 }  // namespace colibri

@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "colibri/core/file_util.h"
 #include "colibri/core/status.h"
+#include "colibri/core/thread_pool.h"
 
 namespace colibri::sysinfo {
 
@@ -44,9 +45,7 @@ absl::StatusOr<CpuFacts> ReadCpu(const Roots& roots) {
   const std::filesystem::path path = roots.proc / "cpuinfo";
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
   CpuFacts out;
-  std::set<std::pair<std::string, std::string>> cores;
   std::set<std::string> flags;
-  std::string physical_id;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     const size_t colon = line.find(':');
     if (colon == absl::string_view::npos) continue;
@@ -54,19 +53,15 @@ absl::StatusOr<CpuFacts> ReadCpu(const Roots& roots) {
     const std::string value(absl::StripAsciiWhitespace(line.substr(colon + 1)));
     if (key == "processor") {
       out.logical_cpus++;
-      physical_id.clear();
     } else if (key == "model name" && out.model.empty()) {
       out.model = value;
-    } else if (key == "physical id") {
-      physical_id = value;
-    } else if (key == "core id") {
-      cores.insert({physical_id, value});
     } else if ((key == "flags" || key == "Features") && flags.empty()) {
       for (absl::string_view f : absl::StrSplit(value, ' ', absl::SkipEmpty())) flags.insert(std::string(f));
     }
   }
   if (out.logical_cpus == 0) return absl::InvalidArgumentError(absl::StrCat(path.string(), ": no processor entries"));
-  out.physical_cores = cores.empty() ? out.logical_cpus : static_cast<int>(cores.size());
+  const int cores = CountPhysicalCores(text);
+  out.physical_cores = cores > 0 ? cores : out.logical_cpus;
   for (const char* f : {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "asimd", "sve"}) {
     if (flags.count(f)) out.features.push_back(std::string(f) == "asimd" ? "neon" : f);
   }

@@ -8,6 +8,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -47,5 +48,7 @@ class ThreadPool {
 // Number of physical cores (distinct core ids in /proc/cpuinfo), falling back to
 // std::thread::hardware_concurrency().
 int PhysicalCoreCount();
+// Distinct (physical id, core id) pairs in the text of a /proc/cpuinfo; 0 when it names none.
+int CountPhysicalCores(std::string_view cpuinfo);
 
 }  // namespace colibri
