@@ -14,6 +14,28 @@ std::string Serialize(const prometheus::Registry& registry) {
   return serializer.Serialize(registry.Collect());
 }
 
+void AddJsonRoutes(httplib::Server& server, const std::vector<HttpRoute>& routes) {
+  const bool own_health = std::any_of(routes.begin(), routes.end(),
+                                      [](const HttpRoute& r) { return r.method == "GET" && r.path == "/health"; });
+  if (!own_health) {
+    server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content("{\"status\":\"ok\"}", "application/json");
+    });
+  }
+  for (const auto& route : routes) {
+    auto handler = [h = route.handler](const httplib::Request& req, httplib::Response& res) {
+      auto [status, body] = h(req.body);
+      res.status = status;
+      res.set_content(body, "application/json");
+    };
+    if (route.method == "POST") {
+      server.Post(route.path, handler);
+    } else {
+      server.Get(route.path, handler);
+    }
+  }
+}
+
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& host, int port,
                                                                     std::shared_ptr<prometheus::Registry> registry,
                                                                     std::function<void()> before_scrape,
@@ -34,25 +56,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
     if (before_scrape) before_scrape();
     res.set_content(Serialize(*registry), "text/plain; version=0.0.4");
   });
-  const bool own_health = std::any_of(routes.begin(), routes.end(),
-                                      [](const HttpRoute& r) { return r.method == "GET" && r.path == "/health"; });
-  if (!own_health) {
-    s->server_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
-      res.set_content("{\"status\":\"ok\"}", "application/json");
-    });
-  }
-  for (auto& route : routes) {
-    auto handler = [h = route.handler](const httplib::Request& req, httplib::Response& res) {
-      auto [status, body] = h(req.body);
-      res.status = status;
-      res.set_content(body, "application/json");
-    };
-    if (route.method == "POST") {
-      s->server_->Post(route.path, handler);
-    } else {
-      s->server_->Get(route.path, handler);
-    }
-  }
+  AddJsonRoutes(*s->server_, routes);
   if (port == 0) {
     s->port_ = s->server_->bind_to_any_port(host);
     if (s->port_ <= 0) return absl::UnavailableError(absl::StrCat("metrics: cannot bind ", host));

@@ -653,29 +653,11 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, Router
     s.Get(absl::StrCat("/", std::string(f.name)), serve);
     if (f.name == "index.html") s.Get("/", serve);
   }
-  const bool own_health = std::any_of(options.extra_routes.begin(), options.extra_routes.end(),
-                                      [](const metrics::HttpRoute& r) { return r.method == "GET" && r.path == "/health"; });
-  if (!own_health) {
-    s.Get("/health", [](const httplib::Request&, httplib::Response& r) {
-      r.set_content("{\"status\":\"ok\"}", "application/json");
-    });
-  }
   s.Get("/metrics", [metrics](const httplib::Request&, httplib::Response& r) {
     if (metrics->before_scrape) metrics->before_scrape();
     r.set_content(metrics::Serialize(*metrics->registry), "text/plain; version=0.0.4");
   });
-  for (const auto& route : options.extra_routes) {
-    auto admin = [handler, h = route.handler](const httplib::Request& q, httplib::Response& r) {
-      auto [status, body] = h(q.body);
-      r.status = status;
-      r.set_content(body, "application/json");
-    };
-    if (route.method == "POST") {
-      s.Post(route.path, admin);
-    } else {
-      s.Get(route.path, admin);
-    }
-  }
+  metrics::AddJsonRoutes(s, options.extra_routes);  // /admin/... and /health
   s.set_error_handler([](const httplib::Request& q, httplib::Response& r) {
     if (r.body.empty()) {
       r.set_content(RouteErrorBody(q.path, r.status, absl::StrCat("HTTP ", r.status), "invalid_request_error",

@@ -35,6 +35,10 @@ struct HttpRoute {
   std::function<std::pair<int, std::string>(const std::string& body)> handler;
 };
 
+// Registers `routes` on `server` (JSON bodies) and GET /health ({"status":"ok"}) unless `routes`
+// has its own; shared by MetricsServer and the HTTP API.
+void AddJsonRoutes(httplib::Server& server, const std::vector<HttpRoute>& routes);
+
 // Serves GET /metrics (calling `before_scrape` first, to refresh gauges), GET /health
 // ({"status":"ok"} unless `routes` has its own GET /health) and `routes` on host:port in a background thread. Port 0 picks a free port (see port()). With
 // keys in `access`, every path but /health (and /metrics when metrics_public) answers 401
