@@ -88,8 +88,26 @@ void Engine::EvictLocked(PoolEntry entry) {
   options_.kv_store->Put(std::move(*s));
 }
 
+namespace {
+int64_t SlidingLayers(const model::ModelConfig& c) {
+  int64_t n = 0;
+  for (int64_t l = 0; l < c.n_layers; ++l) n += c.IsSliding(l) ? 1 : 0;
+  return n;
+}
+uint64_t KvRowBytes(const model::ModelConfig& c) {
+  return 2 * static_cast<uint64_t>(KvSnapshotDim(c)) * sizeof(float);  // K and V
+}
+}  // namespace
+
 uint64_t KvBytesPerToken(const model::ModelConfig& c) {
-  return static_cast<uint64_t>(c.n_layers) * 2 * static_cast<uint64_t>(KvSnapshotDim(c)) * sizeof(float);
+  return static_cast<uint64_t>(c.n_layers - SlidingLayers(c)) * KvRowBytes(c);
+}
+
+uint64_t KvRingBytes(const model::ModelConfig& c, int64_t batch_rows) {
+  const int64_t sliding = SlidingLayers(c);
+  if (sliding == 0) return 0;
+  const int64_t rows = std::min(c.sliding_window - 1 + std::max<int64_t>(batch_rows, 1), c.context_length);
+  return static_cast<uint64_t>(sliding) * static_cast<uint64_t>(rows) * KvRowBytes(c);
 }
 
 int64_t KvSnapshotDim(const model::ModelConfig& c) {
@@ -157,7 +175,8 @@ absl::StatusOr<GenerationResult> Engine::Generate(const GenerationRequest& reque
   }
   seq->history = request.prompt;
   const uint64_t kv_per_token = KvBytesPerToken(c);
-  seq->kv_reserve = kv_per_token * static_cast<uint64_t>(n_prompt + seq->budget + 1);
+  seq->kv_reserve = kv_per_token * static_cast<uint64_t>(n_prompt + seq->budget + 1) +
+                    KvRingBytes(c, options_.prefill_chunk);
   if (options_.kv_cache_limit > 0 && seq->kv_reserve > options_.kv_cache_limit) {
     return absl::ResourceExhaustedError(absl::StrCat("request needs up to ", seq->kv_reserve,
                                                      " bytes of KV cache, more than --kv-cache-limit ",

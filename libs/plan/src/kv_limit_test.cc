@@ -47,6 +47,34 @@ TEST(KvLimit, EngineBytesPerTokenIsKAndVOfEveryLayer) {
   EXPECT_EQ(engine::KvBytesPerToken(c), 32u * 2 * 8 * 128 * 4);
 }
 
+TEST(KvLimit, SlidingLayersHoldARingNotEveryToken) {
+  // gpt-oss-120b: 36 layers alternating sliding (window 128) and full, 8 KV heads of 64.
+  model::ModelConfig c;
+  c.n_layers = 36;
+  c.n_kv_heads = 8;
+  c.head_dim = 64;
+  c.context_length = 131072;
+  c.sliding_window = 128;
+  for (int l = 0; l < 36; ++l) c.sliding_layers.push_back(l % 2 == 0);
+  const uint64_t row = 2 * 8 * 64 * 4;  // K and V of one layer and token
+  EXPECT_EQ(engine::KvBytesPerToken(c), 18 * row);
+  EXPECT_EQ(engine::KvRingBytes(c, 512), 18 * (127 + 512) * row);
+  EXPECT_EQ(engine::KvRingBytes(c, 1), 18 * 128 * row);
+  c.sliding_layers.clear();
+  EXPECT_EQ(engine::KvBytesPerToken(c), 36 * row);
+  EXPECT_EQ(engine::KvRingBytes(c, 512), 0u);
+  // The default limit counts each sequence's rings once, not per token.
+  KvLimitInputs in;
+  in.kv_bytes_per_token = 1000;
+  in.kv_ring_bytes = 50000;
+  in.context_length = 100;
+  in.max_batch = 2;
+  in.memory_free = uint64_t{1} << 40;
+  const KvLimit limit = DefaultKvCacheLimit(in);
+  EXPECT_EQ(limit.bytes, 2u * (100 * 1000 + 50000));
+  EXPECT_NE(limit.explanation.find("sliding-window rings"), std::string::npos) << limit.explanation;
+}
+
 TEST(KvLimit, LatentAttentionCachesTheLatentOnly) {
   // DeepSeek-V3: 61 layers, 128 heads, q/k head 192 (128 + 64 RoPE), v head 128, latent 512 + 64.
   model::ModelConfig c;

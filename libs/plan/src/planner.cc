@@ -131,6 +131,7 @@ absl::StatusOr<Plan> MakePlan(const MachineFacts& machine, const ModelFacts& mod
   } else {
     KvLimitInputs in;
     in.kv_bytes_per_token = model.kv_bytes_per_token;
+    in.kv_ring_bytes = model.kv_ring_bytes;
     in.context_length = model.context_length;
     in.max_batch = req.max_batch;
     if (gpu) {

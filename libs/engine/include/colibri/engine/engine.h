@@ -73,8 +73,12 @@ struct GenerationResult {
   std::vector<uint32_t> expert_counts;
 };
 
-// Bytes of KV cache one token takes in the engine (K and V of every layer, F32).
+// Bytes of KV cache one more token takes in the engine (K and V, F32) in the layers that keep
+// every token: all but the sliding-window ones.
 uint64_t KvBytesPerToken(const model::ModelConfig& c);
+// Bytes of the sliding-window layers' rings, which a sequence holds whatever its length:
+// window - 1 + batch_rows rows per layer (at most the context). 0 without sliding layers.
+uint64_t KvRingBytes(const model::ModelConfig& c, int64_t batch_rows);
 // The row length of the model's KV snapshots: n_kv_heads * head_dim, or with latent attention
 // half the cached latent row (each row is split over the snapshot's K and V sides).
 int64_t KvSnapshotDim(const model::ModelConfig& c);

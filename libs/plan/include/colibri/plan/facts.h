@@ -51,7 +51,8 @@ struct ModelFacts {
   uint64_t dense_bytes = 0;
   uint64_t expert_bytes = 0;        // every block, padded (what a cache holding all of them takes)
   uint64_t expert_block_bytes = 0;  // the largest block, padded
-  uint64_t kv_bytes_per_token = 0;
+  uint64_t kv_bytes_per_token = 0;  // layers that keep every token
+  uint64_t kv_ring_bytes = 0;       // sliding-window rings, per sequence whatever its length
 };
 ModelFacts ModelFactsOf(const model::Manifest& manifest);
 

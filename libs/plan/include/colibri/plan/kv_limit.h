@@ -17,6 +17,7 @@ namespace colibri::plan {
 
 struct KvLimitInputs {
   uint64_t kv_bytes_per_token = 0;
+  uint64_t kv_ring_bytes = 0;  // per sequence, on top of its tokens (sliding-window layers)
   int64_t context_length = 0;
   int max_batch = 1;
   uint64_t memory_free = 0;      // MemAvailable (host) or the device's free bytes
