@@ -1,8 +1,11 @@
 #include "colibri/tokenizer/chat_output.h"
 
+#include <algorithm>
+#include <array>
 #include <string>
 
 #include "colibri/core/json.h"
+#include "colibri/tokenizer/harmony.h"
 
 namespace colibri::tokenizer {
 namespace {
@@ -112,6 +115,95 @@ AssistantOutput ParseGlm45(std::string_view text, const json& tools) {
   return out;
 }
 
+AssistantOutput FromHarmony(std::string_view text) {
+  HarmonyOutput h = ParseHarmony(text);
+  AssistantOutput out;
+  out.content = std::move(h.content);
+  out.reasoning_content = std::move(h.reasoning);
+  for (auto& call : h.tool_calls) {
+    out.tool_calls.push_back({{"id", "call_" + std::to_string(out.tool_calls.size())},
+                              {"type", "function"},
+                              {"function", {{"name", std::move(call.name)}, {"arguments", std::move(call.arguments)}}}});
+  }
+  return out;
+}
+
+AssistantOutput Parse(std::string_view text, ChatOutputFormat format, const json& tools) {
+  switch (format) {
+    case ChatOutputFormat::kGlm45:
+      return ParseGlm45(text, tools);
+    case ChatOutputFormat::kHarmony:
+      return FromHarmony(text);
+    case ChatOutputFormat::kPlain:
+      break;
+  }
+  AssistantOutput out;
+  out.content = std::string(text);
+  return out;
+}
+
+json ParseTools(std::string_view tools_json) {
+  if (tools_json.empty()) return json::array();
+  auto parsed = ParseJson(tools_json, "tools");
+  return parsed.ok() ? std::move(*parsed) : json::array();
+}
+
+constexpr std::array<std::string_view, 4> kGlmMarkers = {"<think>", "</think>", "<tool_call>", "</tool_call>"};
+constexpr std::array<std::string_view, 7> kHarmonyMarkers = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>",
+                                                            "<|return|>", "<|call|>", "<|constrain|>"};
+
+// `size` less a tail of `text` that is the beginning of a marker (it may still become one).
+template <size_t N>
+size_t BeforePartialMarker(std::string_view text, const std::array<std::string_view, N>& markers) {
+  const size_t lt = text.rfind('<');
+  if (lt == std::string_view::npos) return text.size();
+  const std::string_view tail = text.substr(lt);
+  for (std::string_view m : markers) {
+    if (tail.size() < m.size() && m.substr(0, tail.size()) == tail) return lt;
+  }
+  return text.size();
+}
+
+// How much of `text` parses to what the whole answer will say about it: everything before a
+// marker still forming, and before a tool call still being written (it becomes a call, or
+// content if it never closes, only at its end).
+size_t StableLength(std::string_view text, ChatOutputFormat format) {
+  switch (format) {
+    case ChatOutputFormat::kPlain:
+      return text.size();
+    case ChatOutputFormat::kGlm45: {
+      size_t n = BeforePartialMarker(text, kGlmMarkers);
+      const size_t open = text.rfind("<tool_call>");
+      if (open != std::string_view::npos && text.find("</tool_call>", open) == std::string_view::npos) {
+        n = std::min(n, open);
+      }
+      return n;
+    }
+    case ChatOutputFormat::kHarmony: {
+      const size_t msg = text.rfind("<|message|>");
+      if (msg == std::string_view::npos) return 0;  // the first header is still being written
+      size_t n = BeforePartialMarker(text, kHarmonyMarkers);
+      // The last message's header starts after the previous message's end (or at its <|start|>).
+      const std::string_view before = text.substr(0, msg);
+      size_t header = 0;
+      for (std::string_view end : {"<|end|>", "<|return|>", "<|call|>"}) {
+        const size_t at = before.rfind(end);
+        if (at != std::string_view::npos) header = std::max(header, at + end.size());
+      }
+      const size_t start = before.rfind("<|start|>");
+      if (start != std::string_view::npos) header = std::max(header, start);
+      const std::string_view body = text.substr(msg);
+      const bool open = std::none_of(kHarmonyMarkers.begin(), kHarmonyMarkers.end(), [&](std::string_view m) {
+        return m != "<|message|>" && m != "<|channel|>" && m != "<|constrain|>" &&
+               body.find(m) != std::string_view::npos;
+      });
+      if (open && before.substr(header).find("to=functions.") != std::string_view::npos) n = std::min(n, header);
+      return n;
+    }
+  }
+  return text.size();
+}
+
 }  // namespace
 
 ChatOutputFormat DetectChatOutputFormat(std::string_view chat_template) {
@@ -119,21 +211,48 @@ ChatOutputFormat DetectChatOutputFormat(std::string_view chat_template) {
       chat_template.find("<|assistant|>") != std::string_view::npos) {
     return ChatOutputFormat::kGlm45;
   }
+  if (IsHarmonyTemplate(chat_template)) return ChatOutputFormat::kHarmony;
   return ChatOutputFormat::kPlain;
 }
 
+bool DecodesSpecialTokens(ChatOutputFormat format) { return format == ChatOutputFormat::kHarmony; }
+
 AssistantOutput ParseAssistantOutput(std::string_view text, ChatOutputFormat format, std::string_view tools_json) {
-  if (format == ChatOutputFormat::kPlain) {
-    AssistantOutput out;
-    out.content = std::string(text);
-    return out;
+  return Parse(text, format, format == ChatOutputFormat::kGlm45 ? ParseTools(tools_json) : json::array());
+}
+
+AssistantStream::AssistantStream(ChatOutputFormat format, std::string_view tools_json)
+    : format_(format), tools_(format == ChatOutputFormat::kGlm45 ? ParseTools(tools_json) : json::array()) {}
+
+AssistantStream::Delta AssistantStream::Push(std::string_view text) {
+  text_.append(text);
+  return Advance(StableLength(text_, format_));
+}
+
+AssistantStream::Delta AssistantStream::Finish(std::string_view last) {
+  text_.append(last);
+  return Advance(text_.size());
+}
+
+AssistantStream::Delta AssistantStream::Advance(size_t stable) {
+  Delta d;
+  AssistantOutput out = Parse(std::string_view(text_).substr(0, stable), format_, tools_);
+  // Both only grow as the text does (a shorter stable prefix parses to a prefix of each).
+  if (out.content.size() > content_.size() && out.content.compare(0, content_.size(), content_) == 0) {
+    d.content = out.content.substr(content_.size());
+    content_ = std::move(out.content);
   }
-  json tools = json::array();
-  if (!tools_json.empty()) {
-    auto parsed = ParseJson(tools_json, "tools");
-    if (parsed.ok()) tools = std::move(*parsed);
+  if (out.reasoning_content.size() > reasoning_.size() &&
+      out.reasoning_content.compare(0, reasoning_.size(), reasoning_) == 0) {
+    d.reasoning_content = out.reasoning_content.substr(reasoning_.size());
+    reasoning_ = std::move(out.reasoning_content);
   }
-  return ParseGlm45(text, tools);
+  for (; calls_ < out.tool_calls.size(); ++calls_) {
+    json call = std::move(out.tool_calls[calls_]);
+    call["index"] = calls_;
+    d.tool_calls.push_back(std::move(call));
+  }
+  return d;
 }
 
 }  // namespace colibri::tokenizer

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <random>
 #include <sstream>
+#include <vector>
 
 namespace colibri::tokenizer {
 namespace {
@@ -87,6 +89,136 @@ TEST(ChatOutputTest, DetectsGlmFromItsTemplate) {
   EXPECT_EQ(DetectChatOutputFormat("{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}"),
             ChatOutputFormat::kPlain);
   EXPECT_EQ(DetectChatOutputFormat(""), ChatOutputFormat::kPlain);
+}
+
+// Feeds `text` in the pieces `cuts` makes and returns the sum of the deltas as a whole answer;
+// `before_finish` (optional) gets what came out before Finish().
+AssistantOutput Streamed(std::string_view text, ChatOutputFormat format, const std::vector<size_t>& cuts,
+                         AssistantOutput* before_finish = nullptr, std::string_view tools = "") {
+  AssistantStream stream(format, tools);
+  AssistantOutput sum;
+  auto add = [&](const AssistantStream::Delta& d) {
+    sum.content += d.content;
+    sum.reasoning_content += d.reasoning_content;
+    for (const auto& call : d.tool_calls) {
+      EXPECT_EQ(call["index"], sum.tool_calls.size());
+      json c = call;
+      c.erase("index");
+      sum.tool_calls.push_back(c);
+    }
+  };
+  size_t at = 0;
+  for (size_t cut : cuts) {
+    add(stream.Push(text.substr(at, cut - at)));
+    at = cut;
+  }
+  if (before_finish) *before_finish = sum;
+  add(stream.Finish(text.substr(at)));
+  EXPECT_EQ(stream.tool_calls(), sum.tool_calls.size());
+  return sum;
+}
+
+void ExpectSame(const AssistantOutput& got, const AssistantOutput& want, const std::string& where) {
+  EXPECT_EQ(got.content, want.content) << where;
+  EXPECT_EQ(got.reasoning_content, want.reasoning_content) << where;
+  EXPECT_EQ(got.tool_calls, want.tool_calls) << where;
+}
+
+// Every text, cut at every byte, and in random pieces: the deltas add up to the whole parse.
+void ExpectStreamsAddUp(const std::vector<std::string>& texts, ChatOutputFormat format, std::string_view tools = "") {
+  std::mt19937 rng(7);
+  for (const std::string& text : texts) {
+    const AssistantOutput want = ParseAssistantOutput(text, format, tools);
+    std::vector<size_t> every;
+    for (size_t i = 1; i < text.size(); ++i) every.push_back(i);
+    ExpectSame(Streamed(text, format, every, nullptr, tools), want, "byte by byte: " + text);
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<size_t> cuts;
+      for (size_t i = 1; i < text.size(); ++i) {
+        if (rng() % 4 == 0) cuts.push_back(i);
+      }
+      ExpectSame(Streamed(text, format, cuts, nullptr, tools), want, "pieces: " + text);
+    }
+    // And every prefix (a generation cut off anywhere by max_tokens or a stop).
+    for (size_t n = 0; n <= text.size(); ++n) {
+      const std::string prefix = text.substr(0, n);
+      ExpectSame(Streamed(prefix, format, {}), ParseAssistantOutput(prefix, format), "prefix: " + prefix);
+    }
+  }
+}
+
+TEST(AssistantStreamTest, GlmDeltasAddUpToTheWholeAnswer) {
+  ExpectStreamsAddUp(
+      {"\n<think>The user wants the weather.\nUse the tool.</think>\nLet me check."
+       "\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>東京</arg_value>\n</tool_call>"
+       "\n<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>7</arg_value>\n</tool_call> after",
+       "a<tool_call>f\n<arg_key>x</arg_key>\n</tool_call>b<tool_call>\n</tool_call>c<tool_call>g</tool_call>",
+       "Sure.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_v",
+       "\n</think>Just < the answer <t",
+       "x < y and <think> later"},
+      ChatOutputFormat::kGlm45,
+      R"([{"type": "function", "function": {"name": "search", "parameters": {"type": "object",
+          "properties": {"query": {"type": "string"}}}}}])");
+}
+
+TEST(AssistantStreamTest, HarmonyDeltasAddUpToTheWholeAnswer) {
+  ExpectStreamsAddUp(
+      {"<|channel|>analysis<|message|>User asks 2+2. Answer 4.<|end|>"
+       "<|start|>assistant<|channel|>final<|message|>2 + 2 = 4.<|return|>",
+       "<|channel|>analysis<|message|>Need the weather.<|end|>"
+       "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+       "{\"city\": \"Paris\"}<|call|>",
+       "<|channel|>commentary<|message|>Checking now.<|end|>"
+       "<|start|>assistant to=functions.lookup<|channel|>commentary json<|message|>{\"q\":\"x\"}<|call|>"
+       "<|start|>assistant<|channel|>final<|message|>a < b",
+       "just words<|return|>"},
+      ChatOutputFormat::kHarmony);
+}
+
+TEST(AssistantStreamTest, TextStreamsBeforeTheEndAndCallsWhenComplete) {
+  // GLM: reasoning and content come out as they are written; a call once it closes.
+  const std::string glm = "<think>Step one.</think>Answer: 4<tool_call>f\n<arg_key>n</arg_key>\n"
+                          "<arg_value>2</arg_value>\n</tool_call>";
+  const size_t in_answer = glm.find(": 4") + 3, in_call = glm.find("<arg_value>"), end = glm.size();
+  AssistantOutput early;
+  Streamed(glm, ChatOutputFormat::kGlm45, {in_answer}, &early);
+  EXPECT_EQ(early.reasoning_content, "Step one.");
+  EXPECT_EQ(early.content, "Answer: 4");
+  Streamed(glm, ChatOutputFormat::kGlm45, {in_call}, &early);
+  EXPECT_TRUE(early.tool_calls.empty());
+  EXPECT_EQ(early.content, "Answer: 4");  // the call's text is never shown as content
+  Streamed(glm, ChatOutputFormat::kGlm45, {end}, &early);
+  ASSERT_EQ(early.tool_calls.size(), 1u);
+  EXPECT_EQ(early.tool_calls[0]["function"]["arguments"], "{\"n\":2}");
+
+  // Harmony: the analysis channel streams as reasoning, the final one as content; a
+  // functions call is held until <|call|>.
+  const std::string h = "<|channel|>analysis<|message|>Think<|end|><|start|>assistant to=functions.f"
+                        "<|channel|>commentary json<|message|>{\"a\":1}<|call|>";
+  Streamed(h, ChatOutputFormat::kHarmony, {h.find("<|end|>")}, &early);
+  EXPECT_EQ(early.reasoning_content, "Think");
+  Streamed(h, ChatOutputFormat::kHarmony, {h.find("<|call|>")}, &early);
+  EXPECT_TRUE(early.tool_calls.empty());
+  EXPECT_EQ(early.content, "");
+  Streamed(h, ChatOutputFormat::kHarmony, {h.size()}, &early);
+  ASSERT_EQ(early.tool_calls.size(), 1u);
+  EXPECT_EQ(early.tool_calls[0]["function"]["name"], "f");
+  EXPECT_EQ(early.tool_calls[0]["id"], "call_0");
+}
+
+TEST(ChatOutputTest, DetectsHarmonyAndItsSpecialTokens) {
+  EXPECT_EQ(DetectChatOutputFormat("{{ '<|start|>assistant<|channel|>final<|message|>' }}"),
+            ChatOutputFormat::kHarmony);
+  EXPECT_TRUE(DecodesSpecialTokens(ChatOutputFormat::kHarmony));
+  EXPECT_FALSE(DecodesSpecialTokens(ChatOutputFormat::kGlm45));
+  const AssistantOutput out = ParseAssistantOutput(
+      "<|channel|>analysis<|message|>r<|end|><|start|>assistant<|channel|>commentary to=functions.f json"
+      "<|message|>{}<|call|>",
+      ChatOutputFormat::kHarmony);
+  EXPECT_EQ(out.reasoning_content, "r");
+  ASSERT_EQ(out.tool_calls.size(), 1u);
+  EXPECT_EQ(out.tool_calls[0], (json{{"id", "call_0"}, {"type", "function"},
+                                     {"function", {{"name", "f"}, {"arguments", "{}"}}}}));
 }
 
 }  // namespace

@@ -100,7 +100,7 @@ std::string StreamDecoder::Push(int32_t id) {
   ids_.push_back(id);
   // Decoding the whole sequence keeps decoder rules (leading-space strip, byte fusion) exact;
   // sequences served here are short enough that this is not the bottleneck.
-  std::string full = tok_->Decode(ids_, /*skip_special=*/true);
+  std::string full = tok_->Decode(ids_, skip_special_);
   size_t done = CompleteUtf8Prefix(full);
   if (done <= consumed_) return "";
   std::string delta = SanitizeUtf8(std::string_view(full).substr(consumed_, done - consumed_));
@@ -110,7 +110,7 @@ std::string StreamDecoder::Push(int32_t id) {
 }
 
 std::string StreamDecoder::Flush() {
-  std::string full = tok_->Decode(ids_, /*skip_special=*/true);
+  std::string full = tok_->Decode(ids_, skip_special_);
   if (full.size() <= consumed_) return "";
   std::string rest = SanitizeUtf8(std::string_view(full).substr(consumed_));
   consumed_ = full.size();

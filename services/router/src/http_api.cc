@@ -14,7 +14,6 @@
 #include "colibri/core/units.h"
 #include "colibri/rpc/status.h"
 #include "colibri/tokenizer/chat_output.h"
-#include "colibri/tokenizer/harmony.h"
 #include "nlohmann/json.hpp"
 #include "client_watch.h"
 #include "http_server.h"
@@ -102,33 +101,13 @@ const char* AnthropicStopReason(const TextResult& t) {
   return t.stop_string.empty() ? "end_turn" : "stop_sequence";
 }
 
-// A harmony (gpt-oss) answer as an OpenAI message: the analysis channel as reasoning_content, calls
-// to functions.* as tool_calls (finish_reason "tool_calls"), the rest as content. The markers are
-// special tokens, so the ids are decoded with them.
-json HarmonyMessage(const tokenizer::Tokenizer& tok, const std::vector<engine::SampledToken>& tokens, json* choice) {
-  std::vector<int32_t> ids;
-  for (const auto& t : tokens) ids.push_back(t.id);
-  const tokenizer::HarmonyOutput out = tokenizer::ParseHarmony(tok.Decode(ids, /*skip_special=*/false));
-  json message = {{"role", "assistant"}, {"content", out.content}};
-  if (!out.reasoning.empty()) message["reasoning_content"] = out.reasoning;
-  if (!out.tool_calls.empty()) {
-    json calls = json::array();
-    for (size_t i = 0; i < out.tool_calls.size(); ++i) {
-      calls.push_back({{"id", absl::StrCat("call_", i)},
-                       {"type", "function"},
-                       {"function", {{"name", out.tool_calls[i].name}, {"arguments", out.tool_calls[i].arguments}}}});
-    }
-    message["tool_calls"] = calls;
-    if (out.content.empty()) message["content"] = nullptr;
-    (*choice)["finish_reason"] = "tool_calls";
-  }
-  return message;
-}
-
 class Handler {
  public:
   Handler(RouterCore* core, RouterMetrics* metrics, const HttpOptions& options)
-      : core_(core), metrics_(metrics), options_(options) {}
+      : core_(core),
+        metrics_(metrics),
+        options_(options),
+        format_(tokenizer::DetectChatOutputFormat(core->tokenizer().chat_template())) {}
 
   void Error(httplib::Response& res, const std::string& endpoint, const absl::Status& status, bool anthropic = false) {
     res.status = rpc::HttpStatus(status);
@@ -263,12 +242,21 @@ class Handler {
     metrics_->CountRequest(endpoint, 499);
   }
 
-  json Choice(const OpenAiRequest& r, const Delta* delta, const char* finish, bool first) {
+  // One streamed choice: `delta`'s text as content, or `parsed`'s fields when the answer is split
+  // into content, reasoning and tool calls (AssistantStream).
+  json Choice(const OpenAiRequest& r, const Delta* delta, const char* finish, bool first,
+              const tokenizer::AssistantStream::Delta* parsed = nullptr) {
     json c = {{"index", 0}, {"finish_reason", finish ? json(finish) : json(nullptr)}, {"logprobs", nullptr}};
     if (r.chat) {
       json d = json::object();
       if (first) d["role"] = "assistant";
-      if (delta) d["content"] = delta->text;
+      if (parsed) {
+        if (!parsed->content.empty()) d["content"] = parsed->content;
+        if (!parsed->reasoning_content.empty()) d["reasoning_content"] = parsed->reasoning_content;
+        if (!parsed->tool_calls.empty()) d["tool_calls"] = parsed->tool_calls;
+      } else if (delta) {
+        d["content"] = delta->text;
+      }
       c["delta"] = d;
     } else {
       c["text"] = delta ? delta->text : "";
@@ -314,11 +302,17 @@ class Handler {
 
   // The chat message of a whole completion: reasoning and tool calls split out of the text
   // for templates whose models write them inline (chat_output.h); a call sets finish_reason
-  // "tool_calls".
-  json AssistantMessage(const OpenAiRequest& r, const std::string& text, json* choice) const {
-    const auto format = tokenizer::DetectChatOutputFormat(core_->tokenizer().chat_template());
-    if (format == tokenizer::ChatOutputFormat::kPlain) return {{"role", "assistant"}, {"content", text}};
-    tokenizer::AssistantOutput out = tokenizer::ParseAssistantOutput(text, format, r.chat_options.tools_json);
+  // "tool_calls". Harmony's markers are special tokens: its text is the tokens decoded with them.
+  json AssistantMessage(const OpenAiRequest& r, const TextResult& result,
+                        const std::vector<engine::SampledToken>& tokens, json* choice) const {
+    if (format_ == tokenizer::ChatOutputFormat::kPlain) return {{"role", "assistant"}, {"content", result.text}};
+    std::string text = result.text;
+    if (tokenizer::DecodesSpecialTokens(format_)) {
+      std::vector<int32_t> ids;
+      for (const auto& t : tokens) ids.push_back(t.id);
+      text = core_->tokenizer().Decode(ids, /*skip_special=*/false);
+    }
+    tokenizer::AssistantOutput out = tokenizer::ParseAssistantOutput(text, format_, r.chat_options.tools_json);
     json message = {{"role", "assistant"}, {"content", out.content}};
     if (!out.reasoning_content.empty()) message["reasoning_content"] = out.reasoning_content;
     if (!out.tool_calls.empty()) {
@@ -328,7 +322,6 @@ class Handler {
     }
     return message;
   }
-
 
   // Runs a request to its end; `tokens` (optional) collects what was sampled. Counts tokens and
   // time on success.
@@ -354,10 +347,8 @@ class Handler {
     if (!result.ok()) return Error(res, endpoint, result.status());
     if (IsCancelled(r.params.cancel)) return ClientGone(res, endpoint);
     json choice = {{"index", 0}, {"finish_reason", FinishName(result->finish)}, {"logprobs", nullptr}};
-    if (r.chat && tokenizer::IsHarmonyTemplate(core_->tokenizer().chat_template())) {
-      choice["message"] = HarmonyMessage(core_->tokenizer(), tokens, &choice);
-    } else if (r.chat) {
-      choice["message"] = AssistantMessage(r, result->text, &choice);
+    if (r.chat) {
+      choice["message"] = AssistantMessage(r, *result, tokens, &choice);
     } else {
       choice["text"] = result->text;
     }
@@ -464,15 +455,39 @@ class Handler {
     };
     bool client_ok = true;
     if (r.chat) client_ok = send(chunk(json::array({Choice(r, nullptr, nullptr, true)})));
-    Streamed out = Pump(sink, r, client_ok,
-                        [&](const Delta& d) { return send(chunk(json::array({Choice(r, &d, nullptr, false)}))); });
+    // Chat formats with reasoning or tool calls inline: each delta's text goes through the
+    // stream splitter (harmony's from the tokens decoded with their special tokens).
+    const bool split = r.chat && format_ != tokenizer::ChatOutputFormat::kPlain;
+    tokenizer::AssistantStream parser(format_, r.chat_options.tools_json);
+    tokenizer::StreamDecoder special(&core_->tokenizer(), /*skip_special=*/false);
+    const bool wants_tokens = r.params.sampling.logprobs || r.return_token_ids;
+    Streamed out = Pump(sink, r, client_ok, [&](const Delta& d) {
+      if (!split) return send(chunk(json::array({Choice(r, &d, nullptr, false)})));
+      std::string raw;
+      if (tokenizer::DecodesSpecialTokens(format_)) {
+        for (const auto& t : d.tokens) raw += special.Push(t.id);
+      } else {
+        raw = d.text;
+      }
+      const tokenizer::AssistantStream::Delta parsed = parser.Push(raw);
+      if (parsed.empty() && !(wants_tokens && !d.tokens.empty())) return true;
+      return send(chunk(json::array({Choice(r, &d, nullptr, false, &parsed)})));
+    });
+    const char* finish_override = nullptr;
+    if (split && out.result.ok() && out.client_ok) {
+      const tokenizer::AssistantStream::Delta rest =
+          parser.Finish(tokenizer::DecodesSpecialTokens(format_) ? special.Flush() : std::string());
+      if (!rest.empty()) out.client_ok = send(chunk(json::array({Choice(r, nullptr, nullptr, false, &rest)})));
+      if (parser.tool_calls() > 0) finish_override = "tool_calls";
+    }
     if (!out.result.ok()) {
       // Headers are gone already: report the error in-band, in OpenAI's error shape.
       std::string line = absl::StrCat("data: ", rpc::OpenAiErrorBody(out.result.status()), "\n\n");
       sink.write(line.data(), line.size());
       metrics_->CountRequest(endpoint, rpc::HttpStatus(out.result.status()));
     } else if (out.client_ok) {
-      send(chunk(json::array({Choice(r, nullptr, FinishName(out.result->finish), false)})));
+      send(chunk(json::array(
+          {Choice(r, nullptr, finish_override ? finish_override : FinishName(out.result->finish), false)})));
       if (r.include_usage) {
         json u = chunk(json::array());
         u["usage"] = Usage(*out.result);
@@ -537,6 +552,7 @@ class Handler {
   RouterCore* core_;
   RouterMetrics* metrics_;
   HttpOptions options_;
+  tokenizer::ChatOutputFormat format_;  // of the model's chat template
 };
 
 }  // namespace

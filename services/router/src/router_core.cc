@@ -1,5 +1,7 @@
 #include "router_core.h"
 
+#include "stop_strings.h"
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -169,8 +171,8 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
   ComputeClient* compute = &computes_->node(order[0]);
 
   tokenizer::StreamDecoder decoder(tok_.get());
+  StopStringMatcher stops(request.stop_strings);
   TextResult result;
-  std::string held;  // decoded text not yet emitted because it may start a stop string
   Delta delta;
   bool stopped_by_string = false, cancelled_by_client = false;
   auto emit = [&](std::string text) -> bool {
@@ -185,44 +187,21 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
   auto on_token = [&](const engine::SampledToken& t) -> bool {
     streamed = true;
     delta.tokens.push_back(t);
-    held += decoder.Push(t.id);
-    // As vLLM: stop strings count only once min_tokens tokens are out.
-    if (!request.stop_strings.empty() && ++tokens_out >= request.min_tokens) {
-      for (const auto& s : request.stop_strings) {
-        size_t pos = held.find(s);
-        if (!s.empty() && pos != std::string::npos) {
-          held.resize(pos);  // later matches are earlier in the text: the last one found wins
-          stopped_by_string = true;
-          result.stop_string = s;
-        }
-      }
-      if (stopped_by_string) {
-        cancelled_by_client = !emit(held);
-        held.clear();
+    std::string text = decoder.Push(t.id);
+    // As vLLM: stop strings count only once min_tokens tokens are out (until then the text
+    // passes straight through).
+    if (++tokens_out >= request.min_tokens) {
+      StopStringMatcher::Step step = stops.Push(text);
+      if (step.stopped) {
+        stopped_by_string = true;
+        result.stop_string = std::move(step.stop);
+        cancelled_by_client = !emit(std::move(step.text));
         return false;
       }
-      // Keep back the longest suffix that could still grow into a stop string.
-      size_t keep = 0;
-      for (const auto& s : request.stop_strings) {
-        for (size_t k = std::min(s.size() - 1, held.size()); k > keep; --k) {
-          if (held.compare(held.size() - k, k, s, 0, k) == 0) {
-            keep = k;
-            break;
-          }
-        }
-      }
-      std::string out = held.substr(0, held.size() - keep);
-      held.erase(0, held.size() - keep);
-      if (out.empty() && delta.tokens.empty()) return true;
-      if (!emit(out)) {
-        cancelled_by_client = true;
-        return false;
-      }
-      return true;
+      text = std::move(step.text);
+      if (text.empty() && delta.tokens.empty()) return true;
     }
-    std::string out = std::move(held);
-    held.clear();
-    if (!emit(out)) {
+    if (!emit(std::move(text))) {
       cancelled_by_client = true;
       return false;
     }
@@ -249,7 +228,7 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
   if (stopped_by_string) {
     result.finish = engine::FinishReason::kStop;
   } else if (!cancelled_by_client) {
-    std::string rest = held + decoder.Flush();
+    std::string rest = stops.Flush() + decoder.Flush();
     if (!rest.empty() || !delta.tokens.empty()) emit(rest);
   }
   if (cancelled_by_client) result.finish = engine::FinishReason::kCancelled;

@@ -1,3 +1,5 @@
+#include "colibri/router/testing/fake_compute.h"
+#include "colibri/router/testing/micro_model.h"
 #include "request_proto.h"
 #include "router_core.h"
 #include "sessions.h"
@@ -19,89 +21,20 @@ namespace colibri::router {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A compute client that streams a scripted list of token ids and records what it was asked.
-class FakeCompute final : public ComputeClient {
- public:
-  struct Log {
-    std::vector<ComputeRequest> requests;
-    std::vector<bool> on_token_returned;  // what on_token returned, token by token
-    int info_calls = 0;
-    std::vector<std::vector<expert_source::ExpertId>> prefetches;
-  };
-
-  FakeCompute(std::vector<int32_t> script, Log* log, engine::FinishReason finish = engine::FinishReason::kLength)
-      : script_(std::move(script)), log_(log), finish_(finish) {}
-
-  absl::StatusOr<ModelInfo> Info() override {
-    log_->info_calls++;
-    return info_;
-  }
-
-  absl::StatusOr<ComputeResult> Generate(const ComputeRequest& request,
-                                         const std::function<bool(const engine::SampledToken&)>& on_token) override {
-    log_->requests.push_back(request);
-    if (!error_.ok() && !fail_after_script_) return error_;
-    ComputeResult r;
-    r.prompt_tokens = static_cast<int64_t>(request.prompt.size());
-    r.expert_counts = counts_;
-    for (int32_t id : script_) {
-      if (r.completion_tokens >= request.max_tokens) {
-        if (fail_after_script_) return error_;
-        return r;  // kLength
-      }
-      engine::SampledToken t;
-      t.id = id;
-      t.logprob = -0.5f;
-      ++r.completion_tokens;
-      const bool keep = on_token(t);
-      log_->on_token_returned.push_back(keep);
-      if (!keep) {
-        r.finish = engine::FinishReason::kCancelled;
-        return r;
-      }
-    }
-    if (fail_after_script_) return error_;  // the node died mid-stream
-    r.finish = finish_;
-    return r;
-  }
-
-  absl::StatusOr<size_t> Prefetch(const std::vector<expert_source::ExpertId>& experts) override {
-    log_->prefetches.push_back(experts);
-    if (!prefetch_error_.ok()) return prefetch_error_;
-    return experts.size();
-  }
-  absl::Status prefetch_error_;  // what Prefetch answers (after logging the call)
-
-  std::vector<expert_source::ExpertUse> counts_;  // the routing report every Generate returns
-  bool fail_after_script_ = false;   // stream the script, then return error_
-
-  ModelInfo info_{"tiny-moe", "mixtral", 512, 64};
-  absl::Status error_;
-
- private:
-  std::vector<int32_t> script_;
-  Log* log_;
-  engine::FinishReason finish_;
-};
+using testing::FakeCompute;
+using testing::MicroModelDir;
 
 // The micro tokenizer of tools/gen_tiny_model.py, generated once per test process.
 class RouterCoreTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new fs::path(fs::temp_directory_path() / ("colibri_router_core_test_" + std::to_string(::getpid())));
-    fs::remove_all(*dir_);
-    const std::string cmd =
-        "/usr/bin/python3 tools/gen_tiny_model.py --out '" + dir_->string() + "' --preset micro > /dev/null";
-    generated_ = std::system(cmd.c_str()) == 0;
+    model_ = new MicroModelDir("router_core_test");
+    dir_ = &model_->path();
   }
-  static void TearDownTestSuite() {
-    fs::remove_all(*dir_);
-    delete dir_;
-  }
+  static void TearDownTestSuite() { delete model_; }
 
   void SetUp() override {
-    ASSERT_TRUE(generated_) << "could not run tools/gen_tiny_model.py";
+    ASSERT_TRUE(model_->ok()) << "could not run tools/gen_tiny_model.py";
     auto tok = tokenizer::LoadTokenizer(*dir_);
     ASSERT_TRUE(tok.ok()) << tok.status();
     tok_ = tok->get();
@@ -156,16 +89,16 @@ class RouterCoreTest : public ::testing::Test {
     return r;
   }
 
-  static fs::path* dir_;
-  static bool generated_;
+  static MicroModelDir* model_;
+  static const fs::path* dir_;
   const tokenizer::Tokenizer* tok_ = nullptr;
   std::unique_ptr<tokenizer::Tokenizer> own_tok_;
   FakeCompute::Log log_;
   FakeCompute* fake_ = nullptr;
 };
 
-fs::path* RouterCoreTest::dir_ = nullptr;
-bool RouterCoreTest::generated_ = false;
+MicroModelDir* RouterCoreTest::model_ = nullptr;
+const fs::path* RouterCoreTest::dir_ = nullptr;
 
 TEST_F(RouterCoreTest, DeltasConcatenateToTheDecodedText) {
   const std::string text = "the river runs past the old mill";

@@ -7,8 +7,15 @@
 //   <arg_value>V</arg_value>\n...</tool_call>]...
 // where V is a string verbatim or any other JSON value as JSON (the template's tojson). With
 // thinking disabled the prompt already holds "<think></think>", so no reasoning comes back.
+//
+// gpt-oss (format kHarmony): harmony messages (harmony.h), read from text decoded WITH its special
+// tokens (DecodesSpecialTokens).
+//
+// Streamed answers go through AssistantStream, whose deltas add up to ParseAssistantOutput's
+// result for the whole text.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -19,11 +26,17 @@ namespace colibri::tokenizer {
 enum class ChatOutputFormat {
   kPlain,  // the whole completion is content
   kGlm45,  // <think> reasoning and <tool_call>/<arg_key>/<arg_value> calls (GLM-4.5, 4.6)
+  kHarmony,  // gpt-oss's channels: analysis = reasoning, to=functions.NAME = tool calls
 };
 
 // The format a chat template's model writes, recognised from the template text ("<arg_key>"
-// tool calls after "<|assistant|>"): kPlain when nothing is recognised.
+// tool calls after "<|assistant|>"; harmony's <|channel|>/<|message|>): kPlain when nothing is
+// recognised.
 ChatOutputFormat DetectChatOutputFormat(std::string_view chat_template);
+
+// True when the format's markers are special tokens, so the completion must be decoded with
+// them (skip_special = false) before it is parsed.
+bool DecodesSpecialTokens(ChatOutputFormat format);
 
 struct AssistantOutput {
   std::string content;
@@ -38,5 +51,36 @@ struct AssistantOutput {
 // "call_<index>" in output order.
 AssistantOutput ParseAssistantOutput(std::string_view text, ChatOutputFormat format,
                                      std::string_view tools_json = "");
+
+// The same split while the completion is generated. Push() takes the next piece of text and
+// returns what became certain: content and reasoning are emitted as soon as no later text can
+// move them (a marker that may still be forming is held back, e.g. a trailing "<tool_c"), a tool
+// call once it is complete (whole, with its id and arguments). Finish() flushes the rest as
+// ParseAssistantOutput reads the whole text, so the concatenated deltas always equal its result.
+// Harmony text before the first <|message|> is held (the model's own header comes first).
+class AssistantStream {
+ public:
+  struct Delta {
+    std::string content;
+    std::string reasoning_content;
+    nlohmann::json tool_calls = nlohmann::json::array();  // new calls, OpenAI shape plus "index"
+    bool empty() const { return content.empty() && reasoning_content.empty() && tool_calls.empty(); }
+  };
+
+  AssistantStream(ChatOutputFormat format, std::string_view tools_json = "");
+  Delta Push(std::string_view text);
+  Delta Finish(std::string_view last = {});  // `last`: the text's final piece, if any
+  // Calls emitted so far (a stream that had any ends with finish_reason "tool_calls").
+  size_t tool_calls() const { return calls_; }
+
+ private:
+  Delta Advance(size_t stable);
+
+  ChatOutputFormat format_;
+  nlohmann::json tools_;  // the request's tools, parsed once
+  std::string text_;
+  std::string content_, reasoning_;  // emitted so far
+  size_t calls_ = 0;
+};
 
 }  // namespace colibri::tokenizer

@@ -83,7 +83,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerFromJson(
 // Not thread-safe (one decoder per stream); `tok` must outlive it.
 class StreamDecoder {
  public:
-  explicit StreamDecoder(const Tokenizer* tok) : tok_(tok) {}
+  // `skip_special` as in Tokenizer::Decode (false for formats whose markers are special tokens).
+  explicit StreamDecoder(const Tokenizer* tok, bool skip_special = true) : tok_(tok), skip_special_(skip_special) {}
   // Appends `id`; returns the newly completed text (possibly empty).
   std::string Push(int32_t id);
   // Whatever remains (an incomplete tail becomes U+FFFD).
@@ -92,6 +93,7 @@ class StreamDecoder {
 
  private:
   const Tokenizer* tok_;
+  bool skip_special_;
   std::vector<int32_t> ids_;
   size_t consumed_ = 0;  // bytes of the raw decoded text already emitted
   std::string emitted_;  // sanitized text emitted so far

@@ -1,0 +1,193 @@
+// The OpenAI chat endpoint over real HTTP, with a scripted compute node: a model whose chat
+// template writes reasoning and tool calls inline (GLM-4.5, gpt-oss harmony) gets them split
+// out both in a whole answer and in a streamed one, and the streamed deltas add up to the whole
+// answer exactly.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "colibri/router/testing/fake_compute.h"
+#include "colibri/router/testing/micro_model.h"
+#include "colibri/tokenizer/tokenizer.h"
+#include "http_api.h"
+#include "nlohmann/json.hpp"
+#include "prometheus/registry.h"
+#include "router_core.h"
+#include "router_metrics.h"
+
+namespace colibri::router {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::FakeCompute;
+using testing::MicroModelDir;
+
+// The micro tokenizer of tools/gen_tiny_model.py with `chat_template` in its config. Its
+// vocabulary has no harmony specials: the markers are plain text, decoded the same either way.
+class HttpApiChatTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { model_ = new MicroModelDir("http_api_test"); }
+  static void TearDownTestSuite() { delete model_; }
+
+  void TearDown() override {
+    api_.reset();
+    core_.reset();
+  }
+
+  // Serves a model whose template is `chat_template` and whose every answer is `answer`.
+  void Serve(const std::string& chat_template, const std::string& answer) {
+    ASSERT_TRUE(model_->ok()) << "could not run tools/gen_tiny_model.py";
+    const fs::path cfg = model_->path() / "tokenizer_config.json";
+    std::ifstream in(cfg);
+    json c = json::parse(in);
+    in.close();
+    c["chat_template"] = chat_template;
+    std::ofstream(cfg) << c.dump();
+    auto tok = tokenizer::LoadTokenizer(model_->path());
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    auto ids = (*tok)->Encode(answer, /*add_special=*/false);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    ASSERT_EQ((*tok)->Decode(*ids, false), answer);
+    core_ = std::make_unique<RouterCore>("tiny-moe", std::move(*tok),
+                                         std::make_unique<FakeCompute>(*ids, &log_, engine::FinishReason::kStop), 4096);
+    metrics_ = std::make_unique<RouterMetrics>(std::make_shared<prometheus::Registry>());
+    HttpOptions options;
+    options.port = 0;
+    options.threads = 2;
+    auto api = HttpApi::Start(core_.get(), metrics_.get(), options);
+    ASSERT_TRUE(api.ok()) << api.status();
+    api_ = std::move(*api);
+  }
+
+  json Post(json body) {
+    httplib::Client client("127.0.0.1", api_->port());
+    body["model"] = "tiny-moe";
+    body["messages"] = json::array({{{"role", "user"}, {"content", "What is the weather in Paris?"}}});
+    body["max_tokens"] = 1000;
+    auto res = client.Post("/v1/chat/completions", body.dump(), "application/json");
+    EXPECT_TRUE(res) << "no response";
+    if (!res) return json();
+    EXPECT_EQ(res->status, 200) << res->body;
+    if (!body.value("stream", false)) return json::parse(res->body);
+    // The SSE events' JSON payloads, in order.
+    json events = json::array();
+    size_t at = 0;
+    while ((at = res->body.find("data: ", at)) != std::string::npos) {
+      const size_t end = res->body.find("\n\n", at);
+      const std::string data = res->body.substr(at + 6, end - at - 6);
+      at = end;
+      if (data != "[DONE]") events.push_back(json::parse(data));
+    }
+    return events;
+  }
+
+  // The streamed chunks folded back into one message (as an OpenAI client accumulates them),
+  // plus how many chunks carried reasoning or content and the last finish_reason.
+  struct Folded {
+    json message = {{"role", "assistant"}, {"content", ""}};
+    int text_chunks = 0;
+    std::string finish;
+  };
+  static Folded Fold(const json& events) {
+    Folded f;
+    std::string reasoning;
+    json calls = json::array();
+    for (const auto& e : events) {
+      for (const auto& choice : e["choices"]) {
+        const json& d = choice["delta"];
+        if (d.contains("content")) f.message["content"] = f.message["content"].get<std::string>() + d["content"].get<std::string>();
+        if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+        if (d.contains("content") || d.contains("reasoning_content")) ++f.text_chunks;
+        if (d.contains("tool_calls")) {
+          for (json call : d["tool_calls"]) {
+            EXPECT_EQ(call["index"], calls.size());
+            call.erase("index");
+            calls.push_back(call);
+          }
+        }
+        if (!choice["finish_reason"].is_null()) f.finish = choice["finish_reason"];
+      }
+    }
+    if (!reasoning.empty()) f.message["reasoning_content"] = reasoning;
+    if (!calls.empty()) {
+      f.message["tool_calls"] = calls;
+      if (f.message["content"] == "") f.message["content"] = nullptr;
+    }
+    return f;
+  }
+
+  // Whole and streamed answers agree, and the stream delivered text in more than one piece.
+  void ExpectStreamMatchesWhole(const json& want_message, const std::string& want_finish) {
+    const json whole = Post(json::object());
+    ASSERT_TRUE(whole.contains("choices")) << whole.dump();
+    EXPECT_EQ(whole["choices"][0]["message"], want_message);
+    EXPECT_EQ(whole["choices"][0]["finish_reason"], want_finish);
+    const Folded streamed = Fold(Post({{"stream", true}}));
+    EXPECT_EQ(streamed.message, want_message);
+    EXPECT_EQ(streamed.finish, want_finish);
+    EXPECT_GT(streamed.text_chunks, 1);
+  }
+
+  static MicroModelDir* model_;
+  FakeCompute::Log log_;
+  std::unique_ptr<RouterCore> core_;
+  std::unique_ptr<RouterMetrics> metrics_;
+  std::unique_ptr<HttpApi> api_;
+};
+
+MicroModelDir* HttpApiChatTest::model_ = nullptr;
+
+constexpr char kGlmTemplate[] =
+    "{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}{% endfor %}<|assistant|>"
+    "{% if tools %}<arg_key>{% endif %}";
+constexpr char kHarmonyTemplate[] =
+    "{% for m in messages %}{% if m.role == 'assistant' %}<|start|>assistant<|channel|>final<|message|>"
+    "{{ m.content }}<|end|>{% else %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endif %}"
+    "{% endfor %}<|start|>assistant";
+
+// The tool_calls of a message with one call.
+json OneCall(const std::string& name, const std::string& arguments) {
+  return json::array({{{"id", "call_0"}, {"type", "function"}, {"function", {{"name", name}, {"arguments", arguments}}}}});
+}
+
+TEST_F(HttpApiChatTest, GlmReasoningAndToolCallsStreamAsTheyDoWhole) {
+  Serve(kGlmTemplate,
+        "<think>The user wants the weather in Paris.</think>\nLet me look that up."
+        "\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>");
+  const json want = {{"role", "assistant"},
+                     {"content", "Let me look that up."},
+                     {"reasoning_content", "The user wants the weather in Paris."},
+                     {"tool_calls", OneCall("get_weather", "{\"city\":\"Paris\"}")}};
+  ExpectStreamMatchesWhole(want, "tool_calls");
+}
+
+TEST_F(HttpApiChatTest, HarmonyChannelsStreamAsTheyDoWhole) {
+  Serve(kHarmonyTemplate,
+        "<|channel|>analysis<|message|>Paris weather: call the tool first.<|end|>"
+        "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+        "{\"city\": \"Paris\"}<|call|>");
+  const json want = {{"role", "assistant"},
+                     {"content", nullptr},
+                     {"reasoning_content", "Paris weather: call the tool first."},
+                     {"tool_calls", OneCall("get_weather", "{\"city\": \"Paris\"}")}};
+  ExpectStreamMatchesWhole(want, "tool_calls");
+}
+
+TEST_F(HttpApiChatTest, HarmonyFinalAnswerStreamsAsContent) {
+  Serve(kHarmonyTemplate,
+        "<|channel|>analysis<|message|>Mild, so say so.<|end|>"
+        "<|start|>assistant<|channel|>final<|message|>It is mild in Paris today, about 18 degrees.<|return|>");
+  const json want = {{"role", "assistant"},
+                     {"content", "It is mild in Paris today, about 18 degrees."},
+                     {"reasoning_content", "Mild, so say so."}};
+  ExpectStreamMatchesWhole(want, "stop");
+}
+
+}  // namespace
+}  // namespace colibri::router
