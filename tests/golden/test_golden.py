@@ -520,6 +520,51 @@ class OracleDeepseek(Oracle):
                     self.assertGreaterEqual((ours.argmax(1) == ref.argmax(1)).mean(), 0.85)
                     self.assertLess(np.median(np.abs(ours - ref).max(1)), 0.6)
 
+    def test_fp8_huggingface(self):
+        """DeepSeek-V3 / R1 / Kimi K2 as published: the layers' linear weights FP8 e4m3 with
+        128x128 `weight_scale_inv` block scales (q_b_proj 160 rows and kv_b_proj 176 rows end in a
+        partial block, every 32..80-wide matrix is one partial column block). Imported at f32, the
+        weights are bit for bit the numpy dequantization (tests/reference/moe_ref.py) written as
+        an F32 checkpoint, and the logits match the float64 reference reading the FP8 file."""
+        import deepseek_convert as dc
+        import moe_ref
+        src = os.path.join(DEEPSEEK, 'deepseek-grouped-micro-f32')
+        fp8 = os.path.join(self.dir, 'fp8-hf')
+        dc.hf_to_fp8(src, fp8)
+        dequantized = os.path.join(self.dir, 'dequantized-hf')
+        dc.write_f32_hf(fp8, dequantized, moe_ref.read_hf_tensors(fp8))
+        ours = testlib.convert(fp8, os.path.join(self.dir, 'fp8'), 'f32')
+        numpy_model = testlib.convert(dequantized, os.path.join(self.dir, 'dequantized'), 'f32')
+        for f in ('dense.bin', 'experts.bin'):
+            with open(os.path.join(ours, f), 'rb') as a, open(os.path.join(numpy_model, f), 'rb') as b:
+                self.assertTrue(a.read() == b.read(), f'{f} differs from the numpy dequantization')
+        for name in ('p16', 'p64'):
+            tokens = PROMPTS[name]
+            with self.subTest(prompt=name):
+                ref_logits, ref_ids, _ = testlib.reference(fp8, tokens, GREEDY, None)
+                out = os.path.join(self.dir, f'fp8.{name}.npy')
+                ids = testlib.cli_run(ours, tokens, GREEDY, out)
+                self.assertEqual(ids, ref_ids)
+                got = np.load(out)
+                self.assertLessEqual(np.abs(got - ref_logits).max(), 1e-4 * np.abs(ref_logits).max())
+
+    def test_fp8_bad_block_scales(self):
+        """A block-scale tensor of the wrong shape, or none, fails the import naming the tensor."""
+        import deepseek_convert as dc
+        src = os.path.join(DEEPSEEK, 'deepseek-grouped-micro-f32')
+        w = 'model.layers.1.self_attn.q_b_proj.weight'
+        for label, shape, message in (('wrong shape', (1, 1), f"'{w}_scale_inv' must be [2, 1]"),
+                                      ('transposed', (1, 2), f"'{w}_scale_inv' must be [2, 1]"),
+                                      ('missing', None, f"'{w}' has no '{w}_scale_inv' block scales")):
+            with self.subTest(case=label):
+                bad = os.path.join(self.dir, f'bad-{label}')
+                dc.hf_to_fp8(src, bad, scale_shape={w: shape} if shape else None, omit_scale=() if shape else (w,))
+                p = testlib.run([testlib.binary('colibri-convert'), '--input', bad, '--output',
+                                 os.path.join(self.dir, f'out-{label}'), '--quantize', 'f32'], check=False)
+                self.assertNotEqual(p.returncode, 0)
+                self.assertIn(message, p.stderr + p.stdout)
+                self.assertFalse(os.path.exists(os.path.join(self.dir, f'out-{label}', 'manifest.json')))
+
     # The Oracle tests of the other families are not repeated here.
     test_iquant_gguf_files_kept_as_they_are = None
     test_qwen3moe_huggingface = None
