@@ -91,6 +91,35 @@ _LAYER = [('input_layernorm', 'attn_norm'), ('post_attention_layernorm', 'ffn_no
           ('mlp.down_proj', 'ffn_down'), ('mlp.gate', 'ffn_gate_inp'), ('mlp.shared_experts.gate_proj', 'ffn_gate_shexp'),
           ('mlp.shared_experts.up_proj', 'ffn_up_shexp'), ('mlp.shared_experts.down_proj', 'ffn_down_shexp')]
 
+# The MTP (NextN) layer's own tensors, as llama.cpp names them.
+_NEXTN = [('eh_proj', 'nextn.eh_proj'), ('enorm', 'nextn.enorm'), ('hnorm', 'nextn.hnorm'),
+          ('embed_tokens', 'nextn.embed_tokens'), ('shared_head.norm', 'nextn.shared_head_norm'),
+          ('shared_head.head', 'nextn.shared_head_head')]
+
+
+def with_mtp_layer(src_dir, dst_dir, seed=15):
+    """src_dir's checkpoint plus one MTP layer as DeepSeek-V3 / R1 carry it: layer
+    num_hidden_layers, a whole MoE decoder layer (random, shaped as the last layer) with
+    eh_proj [H, 2H], enorm, hnorm, embed_tokens, shared_head.norm / .head;
+    num_nextn_predict_layers 1."""
+    with open(os.path.join(src_dir, 'config.json')) as f:
+        cfg = json.load(f)
+    w = _read_safetensors(os.path.join(src_dir, 'model.safetensors'))
+    n, H, V = cfg['num_hidden_layers'], cfg['hidden_size'], cfg['vocab_size']
+    rng = np.random.default_rng(seed)
+    last, mtp = f'model.layers.{n - 1}.', f'model.layers.{n}.'
+    for name in [k for k in w if k.startswith(last)]:
+        w[mtp + name[len(last):]] = rng.standard_normal(w[name].shape).astype(np.float32) * 0.1
+    for name, shape in (('eh_proj.weight', (H, 2 * H)), ('enorm.weight', (H,)), ('hnorm.weight', (H,)),
+                        ('embed_tokens.weight', (V, H)), ('shared_head.norm.weight', (H,)),
+                        ('shared_head.head.weight', (V, H))):
+        w[mtp + name] = rng.standard_normal(shape).astype(np.float32) * 0.1
+    cfg['num_nextn_predict_layers'] = 1
+    os.makedirs(dst_dir, exist_ok=True)
+    with open(os.path.join(dst_dir, 'config.json'), 'w') as f:
+        json.dump(cfg, f, indent=1)
+    _write_safetensors(os.path.join(dst_dir, 'model.safetensors'), w)
+
 
 def hf_to_gguf(hf_dir, dst):
     cfg = json.load(open(os.path.join(hf_dir, 'config.json')))
@@ -121,9 +150,13 @@ def hf_to_gguf(hf_dir, dst):
             'tokenizer.ggml.bos_token_id': cfg['bos_token_id'], 'tokenizer.ggml.eos_token_id': cfg['eos_token_id']}
     t = {'token_embd.weight': w['model.embed_tokens.weight'], 'output_norm.weight': w['model.norm.weight'],
          'output.weight': w['lm_head.weight']}
-    for i in range(cfg['num_hidden_layers']):
+    nextn = cfg.get('num_nextn_predict_layers', 0)
+    if nextn:
+        meta[f'{A}.block_count'] += nextn
+        meta[f'{A}.nextn_predict_layers'] = nextn
+    for i in range(cfg['num_hidden_layers'] + nextn):
         p, b = f'model.layers.{i}.', f'blk.{i}.'
-        for hf, gg in _LAYER:
+        for hf, gg in _LAYER + (_NEXTN if i >= cfg['num_hidden_layers'] else []):
             if p + hf + '.weight' in w:
                 t[b + gg + '.weight'] = w[p + hf + '.weight']
         if p + 'mlp.gate.e_score_correction_bias' in w:

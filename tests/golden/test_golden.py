@@ -393,8 +393,9 @@ class Oracle(unittest.TestCase):
                 self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             print(f'\n{name} {preset} {p}: {r.stdout.strip()}')
 
-    def check_nextn_kept(self, model, reference):
-        """The NextN/MTP layer is in extra.bin with the checkpoint's values, not among the dense tensors."""
+    def read_extra(self, model):
+        """(manifest, the extra tensors' entries by name, an F32 extra tensor by name); asserts
+        that no NextN tensor is among the dense ones."""
         with open(os.path.join(model, 'manifest.json')) as f:
             m = json.load(f)
         self.assertFalse([t['name'] for t in m['dense']['tensors'] if t['name'].startswith('nextn.')])
@@ -406,6 +407,11 @@ class Oracle(unittest.TestCase):
             t = extra[name]
             self.assertEqual(t['dtype'], 'f32', name)
             return np.frombuffer(raw[t['offset']:t['offset'] + t['size']], dtype='<f4').reshape(t['shape'])
+        return m, extra, tensor
+
+    def check_nextn_kept(self, model, reference):
+        """The NextN/MTP layer is in extra.bin with the checkpoint's values, not among the dense tensors."""
+        _, extra, tensor = self.read_extra(model)
 
         L = f'model.layers.{len(reference.layers)}.'
         np.testing.assert_array_equal(tensor('nextn.0.eh_proj'), reference.nextn[L + 'eh_proj.weight'])
@@ -547,6 +553,44 @@ class OracleDeepseek(Oracle):
                 self.assertEqual(ids, ref_ids)
                 got = np.load(out)
                 self.assertLessEqual(np.abs(got - ref_logits).max(), 1e-4 * np.abs(ref_logits).max())
+
+    def test_mtp_layer_kept_in_extra(self):
+        """DeepSeek-V3's MTP layer (model.layers.<num_hidden_layers>: a whole MoE layer with
+        eh_proj, enorm, hnorm, embed_tokens, shared_head) from the F32 checkpoint, its FP8 form
+        and a GGUF with nextn blocks: in extra.bin with the checkpoint's values (FP8: the numpy
+        dequantization), never among the dense tensors, and the model's outputs unchanged."""
+        import deepseek_convert as dc
+        import moe_ref
+        name = 'deepseek-grouped-micro-f32'
+        hf = os.path.join(self.dir, 'mtp-hf')
+        dc.with_mtp_layer(os.path.join(DEEPSEEK, name), hf)
+        fp8 = os.path.join(self.dir, 'mtp-fp8')
+        dc.hf_to_fp8(hf, fp8)
+        gguf = os.path.join(self.dir, 'mtp.gguf')
+        dc.hf_to_gguf(hf, gguf)
+        L, E = 'model.layers.3.', 32
+        for label, src, values in (('hf', hf, moe_ref.read_hf_tensors(hf)), ('fp8', fp8, moe_ref.read_hf_tensors(fp8)),
+                                   ('gguf', gguf, moe_ref.read_hf_tensors(hf))):
+            with self.subTest(source=label):
+                model = testlib.convert(src, os.path.join(self.dir, f'converted-{label}'), 'f32')
+                m, extra, tensor = self.read_extra(model)
+                self.assertFalse([b for b in m['experts']['blocks'] if b['layer'] >= 3])
+                self.assertEqual(m['config']['n_layers'], 3)
+                for ours, theirs in (('eh_proj', 'eh_proj'), ('enorm', 'enorm'), ('embed_tokens', 'embed_tokens'),
+                                     ('shared_head_head', 'shared_head.head'), ('attn_q_a', 'self_attn.q_a_proj'),
+                                     ('attn_kv_a_mqa', 'self_attn.kv_a_proj_with_mqa'),
+                                     ('attn_kv_b', 'self_attn.kv_b_proj'), ('ffn_gate_inp', 'mlp.gate'),
+                                     ('ffn_down_shexp', 'mlp.shared_experts.down_proj')):
+                    np.testing.assert_array_equal(tensor(f'nextn.0.{ours}'), values[f'{L}{theirs}.weight'].astype(np.float32),
+                                                  err_msg=ours)
+                np.testing.assert_array_equal(tensor('nextn.0.ffn_exp_probs_b'),
+                                              values[L + 'mlp.gate.e_score_correction_bias'].astype(np.float32))
+                up = np.stack([values[f'{L}mlp.experts.{e}.up_proj.weight'] for e in range(E)]).astype(np.float32)
+                np.testing.assert_array_equal(tensor('nextn.0.ffn_up_exps'), up)
+                # 6 MTP tensors, 7 of attention, 2 norms, router + bias, 3 shared, 3 stacked expert parts
+                self.assertEqual(len(extra), 6 + 7 + 2 + 2 + 3 + 3, sorted(extra))
+                if label != 'fp8':
+                    self.check(model, DEEPSEEK, name)
 
     def test_fp8_bad_block_scales(self):
         """A block-scale tensor of the wrong shape, or none, fails the import naming the tensor."""
