@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <mutex>
+#include <set>
 #include <numeric>
 #include <tuple>
 
@@ -250,6 +252,88 @@ TEST_F(MlaLookaheadTest, PredictionsUseTheRoutingsSelectionRule) {
   }
   EXPECT_GT(compared, 50);
   EXPECT_GT(plain_top_k_differs, 0);
+}
+
+// Passes everything on to `next`; records what is prefetched.
+class PrefetchRecorder final : public expert_source::ExpertSource {
+ public:
+  explicit PrefetchRecorder(expert_source::ExpertSource* next) : next_(next) {}
+  absl::StatusOr<expert_source::Lease> Fetch(expert_source::ExpertId id, expert_source::Priority p) override {
+    return next_->Fetch(id, p);
+  }
+  absl::Status FetchMany(std::span<const expert_source::ExpertId> ids,
+                         const std::function<void(size_t, expert_source::Lease)>& on_ready) override {
+    return next_->FetchMany(ids, on_ready);
+  }
+  void Prefetch(std::span<const expert_source::ExpertId> ids) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& id : ids) prefetched_.insert({id.layer, id.expert});
+  }
+  uint64_t BlockSize(expert_source::ExpertId id) const override { return next_->BlockSize(id); }
+  std::set<std::pair<int32_t, int32_t>> Take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::exchange(prefetched_, {});
+  }
+
+ private:
+  expert_source::ExpertSource* const next_;
+  std::mutex mu_;
+  std::set<std::pair<int32_t, int32_t>> prefetched_;
+};
+
+TEST_F(MlaLookaheadTest, PrefetchMinWeightIsAShareOfTheUnscaledWeights) {
+  // --prefetch-min-weight 0.33 with routed_scaling_factor 2.5: an expert is prefetched when its
+  // predicted weight is at least 0.33 of the renormalised (unscaled) weights, i.e. >= 0.825 scaled.
+  const model::ModelConfig& c = container_->manifest().config;
+  constexpr float kMin = 0.33f;
+  const float scale = static_cast<float>(c.routed_scaling_factor);
+  const fs::path path = fs::temp_directory_path() / absl::StrCat("colibri_mla_minw_", ::getpid(), ".jsonl");
+  auto backend = backend::CreateCpuBackend({.threads = 2});
+  PrefetchRecorder rec(disk_.get());
+  std::vector<std::set<std::pair<int32_t, int32_t>>> prefetched;  // per forward pass
+  {
+    auto trace = expert_source::RoutingTraceWriter::Open(
+        path, {"mla", static_cast<int>(c.n_layers), static_cast<int>(c.n_experts), static_cast<int>(c.top_k),
+               container_->manifest().experts[0].padded_size, /*lookahead_layers=*/1});
+    ASSERT_TRUE(trace.ok()) << trace.status();
+    auto model = Model::Load(*container_, backend.get(), &rec,
+                             {.prefetch_layers = 1, .prefetch_min_weight = kMin, .trace = trace->get()});
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto cache = (*model)->NewCache();
+    std::vector<BatchItem> batch;
+    for (size_t i = 0; i < kPrompt.size(); ++i) {
+      batch.push_back({cache.get(), kPrompt[i], static_cast<int32_t>(i), i + 1 == kPrompt.size()});
+    }
+    for (int step = 0; step < 6; ++step) {
+      std::vector<float> logits;
+      ASSERT_TRUE((*model)->Forward(batch, &logits).ok());
+      prefetched.push_back(rec.Take());
+      const auto next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      batch = {{cache.get(), next, static_cast<int32_t>(cache->n_past()), true}};
+    }
+    ASSERT_TRUE((*trace)->Flush().ok());
+  }
+  auto t = expert_source::ReadTrace(path);
+  fs::remove(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  // What the rule gives from the routing of each pass (the predictions equal it on this model,
+  // see PredictionsUseTheRoutingsSelectionRule), and what a threshold on the scaled weights would.
+  std::vector<std::set<std::pair<int32_t, int32_t>>> want(prefetched.size()), scaled_rule(prefetched.size());
+  for (const auto& r : t->records) {
+    ASSERT_LT(static_cast<size_t>(r.step), want.size());
+    for (size_t k = 0; k < r.experts.size(); ++k) {
+      ASSERT_GT(std::abs(r.weights[k] - kMin * scale), 1e-3) << "a weight at the threshold: pick another";
+      if (r.weights[k] >= kMin * scale) want[static_cast<size_t>(r.step)].insert({r.layer, r.experts[k]});
+      if (r.weights[k] >= kMin) scaled_rule[static_cast<size_t>(r.step)].insert({r.layer, r.experts[k]});
+    }
+  }
+  size_t n = 0;
+  for (size_t s = 0; s < want.size(); ++s) {
+    EXPECT_EQ(prefetched[s], want[s]) << "forward pass " << s;
+    n += want[s].size();
+  }
+  EXPECT_GT(n, 0u);
+  EXPECT_NE(want, scaled_rule);  // the unscaled share is what counts, and it makes a difference
 }
 
 }  // namespace
