@@ -4,7 +4,10 @@
   instead of attn_kv_b, the absorbed MQA view in the metadata: head_count_kv 1, key_length
   kv_lora + rope, value_length kv_lora, the per-head sizes as *_mla keys);
 - hf_to_gguf: a DeepseekV3ForCausalLM checkpoint as a deepseek2 GGUF (older layout, group keys);
-- gguf_to_hf: a deepseek2 GGUF as a DeepseekV3ForCausalLM checkpoint (F32 safetensors).
+- gguf_to_hf: a deepseek2 GGUF as a DeepseekV3ForCausalLM checkpoint (F32 safetensors);
+- hf_to_fp8: an F32 checkpoint as DeepSeek-V3 / R1 / Kimi K2 are published: every linear layer
+  (`*_proj.weight` in the layers) FP8 e4m3 with 128x128 block scales `*_weight_scale_inv` (F32),
+  the rest as it was.
 Only F32 tensors and scalar metadata travel (the tests feed token ids, not text)."""
 import json
 import os
@@ -17,6 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), 'reference'))
 import gguf_write  # noqa: E402
 from gguf_np import GGUFFile  # noqa: E402
+import moe_ref  # noqa: E402
 
 A = 'deepseek2'
 
@@ -60,10 +64,14 @@ def _read_safetensors(path):
 
 
 def _write_safetensors(path, tensors):
+    """tensors: {name: array}; uint8 arrays are written as F8_E4M3 codes, the rest as F32."""
     header, offset, blobs = {}, 0, []
     for name in sorted(tensors):
-        b = np.ascontiguousarray(tensors[name], dtype=np.float32).tobytes()
-        header[name] = {'dtype': 'F32', 'shape': list(tensors[name].shape), 'data_offsets': [offset, offset + len(b)]}
+        a = tensors[name]
+        fp8 = a.dtype == np.uint8
+        b = np.ascontiguousarray(a, dtype=np.uint8 if fp8 else np.float32).tobytes()
+        header[name] = {'dtype': 'F8_E4M3' if fp8 else 'F32', 'shape': list(a.shape),
+                        'data_offsets': [offset, offset + len(b)]}
         offset += len(b)
         blobs.append(b)
     h = json.dumps(header).encode()
@@ -82,6 +90,35 @@ _LAYER = [('input_layernorm', 'attn_norm'), ('post_attention_layernorm', 'ffn_no
           ('self_attn.o_proj', 'attn_output'), ('mlp.gate_proj', 'ffn_gate'), ('mlp.up_proj', 'ffn_up'),
           ('mlp.down_proj', 'ffn_down'), ('mlp.gate', 'ffn_gate_inp'), ('mlp.shared_experts.gate_proj', 'ffn_gate_shexp'),
           ('mlp.shared_experts.up_proj', 'ffn_up_shexp'), ('mlp.shared_experts.down_proj', 'ffn_down_shexp')]
+
+# The MTP (NextN) layer's own tensors, as llama.cpp names them.
+_NEXTN = [('eh_proj', 'nextn.eh_proj'), ('enorm', 'nextn.enorm'), ('hnorm', 'nextn.hnorm'),
+          ('embed_tokens', 'nextn.embed_tokens'), ('shared_head.norm', 'nextn.shared_head_norm'),
+          ('shared_head.head', 'nextn.shared_head_head')]
+
+
+def with_mtp_layer(src_dir, dst_dir, seed=15):
+    """src_dir's checkpoint plus one MTP layer as DeepSeek-V3 / R1 carry it: layer
+    num_hidden_layers, a whole MoE decoder layer (random, shaped as the last layer) with
+    eh_proj [H, 2H], enorm, hnorm, embed_tokens, shared_head.norm / .head;
+    num_nextn_predict_layers 1."""
+    with open(os.path.join(src_dir, 'config.json')) as f:
+        cfg = json.load(f)
+    w = _read_safetensors(os.path.join(src_dir, 'model.safetensors'))
+    n, H, V = cfg['num_hidden_layers'], cfg['hidden_size'], cfg['vocab_size']
+    rng = np.random.default_rng(seed)
+    last, mtp = f'model.layers.{n - 1}.', f'model.layers.{n}.'
+    for name in [k for k in w if k.startswith(last)]:
+        w[mtp + name[len(last):]] = rng.standard_normal(w[name].shape).astype(np.float32) * 0.1
+    for name, shape in (('eh_proj.weight', (H, 2 * H)), ('enorm.weight', (H,)), ('hnorm.weight', (H,)),
+                        ('embed_tokens.weight', (V, H)), ('shared_head.norm.weight', (H,)),
+                        ('shared_head.head.weight', (V, H))):
+        w[mtp + name] = rng.standard_normal(shape).astype(np.float32) * 0.1
+    cfg['num_nextn_predict_layers'] = 1
+    os.makedirs(dst_dir, exist_ok=True)
+    with open(os.path.join(dst_dir, 'config.json'), 'w') as f:
+        json.dump(cfg, f, indent=1)
+    _write_safetensors(os.path.join(dst_dir, 'model.safetensors'), w)
 
 
 def hf_to_gguf(hf_dir, dst):
@@ -113,9 +150,13 @@ def hf_to_gguf(hf_dir, dst):
             'tokenizer.ggml.bos_token_id': cfg['bos_token_id'], 'tokenizer.ggml.eos_token_id': cfg['eos_token_id']}
     t = {'token_embd.weight': w['model.embed_tokens.weight'], 'output_norm.weight': w['model.norm.weight'],
          'output.weight': w['lm_head.weight']}
-    for i in range(cfg['num_hidden_layers']):
+    nextn = cfg.get('num_nextn_predict_layers', 0)
+    if nextn:
+        meta[f'{A}.block_count'] += nextn
+        meta[f'{A}.nextn_predict_layers'] = nextn
+    for i in range(cfg['num_hidden_layers'] + nextn):
         p, b = f'model.layers.{i}.', f'blk.{i}.'
-        for hf, gg in _LAYER:
+        for hf, gg in _LAYER + (_NEXTN if i >= cfg['num_hidden_layers'] else []):
             if p + hf + '.weight' in w:
                 t[b + gg + '.weight'] = w[p + hf + '.weight']
         if p + 'mlp.gate.e_score_correction_bias' in w:
@@ -168,3 +209,58 @@ def gguf_to_hf(src, dst_dir):
     with open(os.path.join(dst_dir, 'config.json'), 'w') as f:
         json.dump(cfg, f, indent=1)
     _write_safetensors(os.path.join(dst_dir, 'model.safetensors'), w)
+
+
+FP8_MAX = 448.0
+
+
+def fp8_e4m3_encode(x):
+    """Nearest FP8 e4m3 code (uint8) of each value of x, |x| <= 448."""
+    values = moe_ref.fp8_e4m3_values()[:127]  # codes 0..126: 0 .. 448, increasing
+    mag = np.abs(x)
+    hi = np.clip(np.searchsorted(values, mag), 1, 126)
+    code = np.where(mag - values[hi - 1] <= values[hi] - mag, hi - 1, hi)
+    return (code | np.where(x < 0, 0x80, 0)).astype(np.uint8)
+
+
+def hf_to_fp8(src_dir, dst_dir, scale_shape=None, omit_scale=()):
+    """src_dir's F32 checkpoint with its layers' linear weights as FP8 with 128x128 block scales
+    (the scale of a block: its max |w| / 448). scale_shape: {weight name: shape} to write a
+    wrong-shaped scale tensor for, omit_scale: weight names written without one (bad-input tests)."""
+    b = moe_ref.FP8_BLOCK
+    w = _read_safetensors(os.path.join(src_dir, 'model.safetensors'))
+    out = {}
+    for name, a in w.items():
+        if not (name.startswith('model.layers.') and name.endswith('_proj.weight')):
+            out[name] = a
+            continue
+        rows, cols = a.shape
+        br, bc = -(-rows // b), -(-cols // b)
+        scale = np.zeros((br, bc), dtype=np.float32)
+        for i in range(br):
+            for j in range(bc):
+                scale[i, j] = max(np.abs(a[i * b:(i + 1) * b, j * b:(j + 1) * b]).max(), 1e-12) / FP8_MAX
+        full = np.repeat(np.repeat(scale, b, 0), b, 1)[:rows, :cols]
+        out[name] = fp8_e4m3_encode(np.clip(a / full, -FP8_MAX, FP8_MAX))
+        shape = (scale_shape or {}).get(name)
+        if name not in omit_scale:
+            out[name + '_scale_inv'] = scale if shape is None else np.ones(shape, dtype=np.float32)
+    with open(os.path.join(src_dir, 'config.json')) as f:
+        cfg = json.load(f)
+    cfg['quantization_config'] = {'activation_scheme': 'dynamic', 'fmt': 'e4m3', 'quant_method': 'fp8',
+                                  'weight_block_size': [b, b]}
+    os.makedirs(dst_dir, exist_ok=True)
+    with open(os.path.join(dst_dir, 'config.json'), 'w') as f:
+        json.dump(cfg, f, indent=1)
+    _write_safetensors(os.path.join(dst_dir, 'model.safetensors'), out)
+
+
+def write_f32_hf(src_dir, dst_dir, tensors):
+    """A copy of src_dir's config.json with `tensors` ({name: array}) as its F32 weights."""
+    os.makedirs(dst_dir, exist_ok=True)
+    with open(os.path.join(src_dir, 'config.json')) as f:
+        cfg = json.load(f)
+    cfg.pop('quantization_config', None)
+    with open(os.path.join(dst_dir, 'config.json'), 'w') as f:
+        json.dump(cfg, f, indent=1)
+    _write_safetensors(os.path.join(dst_dir, 'model.safetensors'), tensors)

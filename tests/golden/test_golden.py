@@ -393,8 +393,9 @@ class Oracle(unittest.TestCase):
                 self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             print(f'\n{name} {preset} {p}: {r.stdout.strip()}')
 
-    def check_nextn_kept(self, model, reference):
-        """The NextN/MTP layer is in extra.bin with the checkpoint's values, not among the dense tensors."""
+    def read_extra(self, model):
+        """(manifest, the extra tensors' entries by name, an F32 extra tensor by name); asserts
+        that no NextN tensor is among the dense ones."""
         with open(os.path.join(model, 'manifest.json')) as f:
             m = json.load(f)
         self.assertFalse([t['name'] for t in m['dense']['tensors'] if t['name'].startswith('nextn.')])
@@ -406,6 +407,11 @@ class Oracle(unittest.TestCase):
             t = extra[name]
             self.assertEqual(t['dtype'], 'f32', name)
             return np.frombuffer(raw[t['offset']:t['offset'] + t['size']], dtype='<f4').reshape(t['shape'])
+        return m, extra, tensor
+
+    def check_nextn_kept(self, model, reference):
+        """The NextN/MTP layer is in extra.bin with the checkpoint's values, not among the dense tensors."""
+        _, extra, tensor = self.read_extra(model)
 
         L = f'model.layers.{len(reference.layers)}.'
         np.testing.assert_array_equal(tensor('nextn.0.eh_proj'), reference.nextn[L + 'eh_proj.weight'])
@@ -519,6 +525,89 @@ class OracleDeepseek(Oracle):
                 with self.subTest(model=name, prompt=p):
                     self.assertGreaterEqual((ours.argmax(1) == ref.argmax(1)).mean(), 0.85)
                     self.assertLess(np.median(np.abs(ours - ref).max(1)), 0.6)
+
+    def test_fp8_huggingface(self):
+        """DeepSeek-V3 / R1 / Kimi K2 as published: the layers' linear weights FP8 e4m3 with
+        128x128 `weight_scale_inv` block scales (q_b_proj 160 rows and kv_b_proj 176 rows end in a
+        partial block, every 32..80-wide matrix is one partial column block). Imported at f32, the
+        weights are bit for bit the numpy dequantization (tests/reference/moe_ref.py) written as
+        an F32 checkpoint, and the logits match the float64 reference reading the FP8 file."""
+        import deepseek_convert as dc
+        import moe_ref
+        src = os.path.join(DEEPSEEK, 'deepseek-grouped-micro-f32')
+        fp8 = os.path.join(self.dir, 'fp8-hf')
+        dc.hf_to_fp8(src, fp8)
+        dequantized = os.path.join(self.dir, 'dequantized-hf')
+        dc.write_f32_hf(fp8, dequantized, moe_ref.read_hf_tensors(fp8))
+        ours = testlib.convert(fp8, os.path.join(self.dir, 'fp8'), 'f32')
+        numpy_model = testlib.convert(dequantized, os.path.join(self.dir, 'dequantized'), 'f32')
+        for f in ('dense.bin', 'experts.bin'):
+            with open(os.path.join(ours, f), 'rb') as a, open(os.path.join(numpy_model, f), 'rb') as b:
+                self.assertTrue(a.read() == b.read(), f'{f} differs from the numpy dequantization')
+        for name in ('p16', 'p64'):
+            tokens = PROMPTS[name]
+            with self.subTest(prompt=name):
+                ref_logits, ref_ids, _ = testlib.reference(fp8, tokens, GREEDY, None)
+                out = os.path.join(self.dir, f'fp8.{name}.npy')
+                ids = testlib.cli_run(ours, tokens, GREEDY, out)
+                self.assertEqual(ids, ref_ids)
+                got = np.load(out)
+                self.assertLessEqual(np.abs(got - ref_logits).max(), 1e-4 * np.abs(ref_logits).max())
+
+    def test_mtp_layer_kept_in_extra(self):
+        """DeepSeek-V3's MTP layer (model.layers.<num_hidden_layers>: a whole MoE layer with
+        eh_proj, enorm, hnorm, embed_tokens, shared_head) from the F32 checkpoint, its FP8 form
+        and a GGUF with nextn blocks: in extra.bin with the checkpoint's values (FP8: the numpy
+        dequantization), never among the dense tensors, and the model's outputs unchanged."""
+        import deepseek_convert as dc
+        import moe_ref
+        name = 'deepseek-grouped-micro-f32'
+        hf = os.path.join(self.dir, 'mtp-hf')
+        dc.with_mtp_layer(os.path.join(DEEPSEEK, name), hf)
+        fp8 = os.path.join(self.dir, 'mtp-fp8')
+        dc.hf_to_fp8(hf, fp8)
+        gguf = os.path.join(self.dir, 'mtp.gguf')
+        dc.hf_to_gguf(hf, gguf)
+        L, E = 'model.layers.3.', 32
+        for label, src, values in (('hf', hf, moe_ref.read_hf_tensors(hf)), ('fp8', fp8, moe_ref.read_hf_tensors(fp8)),
+                                   ('gguf', gguf, moe_ref.read_hf_tensors(hf))):
+            with self.subTest(source=label):
+                model = testlib.convert(src, os.path.join(self.dir, f'converted-{label}'), 'f32')
+                m, extra, tensor = self.read_extra(model)
+                self.assertFalse([b for b in m['experts']['blocks'] if b['layer'] >= 3])
+                self.assertEqual(m['config']['n_layers'], 3)
+                for ours, theirs in (('eh_proj', 'eh_proj'), ('enorm', 'enorm'), ('embed_tokens', 'embed_tokens'),
+                                     ('shared_head_head', 'shared_head.head'), ('attn_q_a', 'self_attn.q_a_proj'),
+                                     ('attn_kv_a_mqa', 'self_attn.kv_a_proj_with_mqa'),
+                                     ('attn_kv_b', 'self_attn.kv_b_proj'), ('ffn_gate_inp', 'mlp.gate'),
+                                     ('ffn_down_shexp', 'mlp.shared_experts.down_proj')):
+                    np.testing.assert_array_equal(tensor(f'nextn.0.{ours}'), values[f'{L}{theirs}.weight'].astype(np.float32),
+                                                  err_msg=ours)
+                np.testing.assert_array_equal(tensor('nextn.0.ffn_exp_probs_b'),
+                                              values[L + 'mlp.gate.e_score_correction_bias'].astype(np.float32))
+                up = np.stack([values[f'{L}mlp.experts.{e}.up_proj.weight'] for e in range(E)]).astype(np.float32)
+                np.testing.assert_array_equal(tensor('nextn.0.ffn_up_exps'), up)
+                # 6 MTP tensors, 7 of attention, 2 norms, router + bias, 3 shared, 3 stacked expert parts
+                self.assertEqual(len(extra), 6 + 7 + 2 + 2 + 3 + 3, sorted(extra))
+                if label != 'fp8':
+                    self.check(model, DEEPSEEK, name)
+
+    def test_fp8_bad_block_scales(self):
+        """A block-scale tensor of the wrong shape, or none, fails the import naming the tensor."""
+        import deepseek_convert as dc
+        src = os.path.join(DEEPSEEK, 'deepseek-grouped-micro-f32')
+        w = 'model.layers.1.self_attn.q_b_proj.weight'
+        for label, shape, message in (('wrong shape', (1, 1), f"'{w}_scale_inv' must be [2, 1]"),
+                                      ('transposed', (1, 2), f"'{w}_scale_inv' must be [2, 1]"),
+                                      ('missing', None, f"'{w}' has no '{w}_scale_inv' block scales")):
+            with self.subTest(case=label):
+                bad = os.path.join(self.dir, f'bad-{label}')
+                dc.hf_to_fp8(src, bad, scale_shape={w: shape} if shape else None, omit_scale=() if shape else (w,))
+                p = testlib.run([testlib.binary('colibri-convert'), '--input', bad, '--output',
+                                 os.path.join(self.dir, f'out-{label}'), '--quantize', 'f32'], check=False)
+                self.assertNotEqual(p.returncode, 0)
+                self.assertIn(message, p.stderr + p.stdout)
+                self.assertFalse(os.path.exists(os.path.join(self.dir, f'out-{label}', 'manifest.json')))
 
     # The Oracle tests of the other families are not repeated here.
     test_iquant_gguf_files_kept_as_they_are = None

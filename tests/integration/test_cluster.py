@@ -18,23 +18,30 @@ CACHE = '300K'  # three expert blocks of the micro model (each ~100 KiB); the mo
 metric = testlib.metric
 
 
+def start_cluster(cls, model, cache):
+    """Starts (expert store, compute with an expert cache of `cache`, router, and an embedded
+    colibri-server with the same cache) on `model` as the ServicesTestCase `cls`'s services."""
+    store = cls.start('colibri-expert-store', ['--model', model, '--listen', '127.0.0.1:0', '--metrics-port', '0'],
+                      ('--port-file', '--metrics-port-file'))
+    compute = cls.start('colibri-compute', ['--model', model, '--store', f'127.0.0.1:{store.port()}',
+                                            '--listen', '127.0.0.1:0', '--expert-cache-size', cache,
+                                            '--metrics-port', '0', '--threads', '2'],
+                        ('--port-file', '--metrics-port-file'))
+    router = cls.start('colibri-router', ['--model', model, '--compute', f'127.0.0.1:{compute.port()}',
+                                          '--port', '0', '--host', '127.0.0.1', '--grpc-listen', '127.0.0.1:0'],
+                       ('--port-file', '--grpc-port-file'))
+    server = cls.start('colibri-server', ['--model', model, '--port', '0', '--host', '127.0.0.1',
+                                          '--expert-cache-size', cache, '--threads', '2'])
+    return store, compute, router, server
+
+
 class ClusterTest(testlib.ServicesTestCase):
     @classmethod
     def setUpClass(cls):
         cls.dir = testlib.tempdir('colibri-cluster-')
         cls.hf = testlib.gen_model(os.path.join(cls.dir, 'hf'), 'mixtral', 'micro', 'f32')
         cls.model = testlib.convert(cls.hf, os.path.join(cls.dir, 'demo'), 'f32')
-        store = cls.start('colibri-expert-store', ['--model', cls.model, '--listen', '127.0.0.1:0',
-                                                   '--metrics-port', '0'], ('--port-file', '--metrics-port-file'))
-        compute = cls.start('colibri-compute', ['--model', cls.model, '--store', f'127.0.0.1:{store.port()}',
-                                                '--listen', '127.0.0.1:0', '--expert-cache-size', CACHE,
-                                                '--metrics-port', '0', '--threads', '2'],
-                            ('--port-file', '--metrics-port-file'))
-        router = cls.start('colibri-router', ['--model', cls.model, '--compute', f'127.0.0.1:{compute.port()}',
-                                              '--port', '0', '--host', '127.0.0.1', '--grpc-listen', '127.0.0.1:0'],
-                           ('--port-file', '--grpc-port-file'))
-        server = cls.start('colibri-server', ['--model', cls.model, '--port', '0', '--host', '127.0.0.1',
-                                              '--expert-cache-size', CACHE, '--threads', '2'])
+        store, compute, router, server = start_cluster(cls, cls.model, CACHE)
         cls.store, cls.compute, cls.router, cls.server = store, compute, router, server
         cls.router_url = f'http://127.0.0.1:{router.port()}'
         cls.server_url = f'http://127.0.0.1:{server.port()}'
@@ -278,6 +285,38 @@ class ClusterTest(testlib.ServicesTestCase):
             status, text = testlib.http('POST', url + '/v1/completions', {'prompt': [1] * 5000})
             self.assertEqual(status, 400)
             self.assertIn('maximum context length', json.loads(text)['error']['message'])
+
+
+DEEPSEEK = os.path.join(testlib.ORACLE, 'deepseek2', 'deepseek-grouped-micro-f32')
+
+
+@unittest.skipUnless(os.path.isdir(DEEPSEEK), f'DeepSeek oracle not found at {DEEPSEEK}')
+class DeepseekClusterTest(testlib.ServicesTestCase):
+    """The grouped DeepSeek-V3 oracle model (latent attention, sigmoid routing with groups) with
+    its experts streamed from the expert store into a compute cache of about 4 of its 64 blocks:
+    the router's greedy tokens are the oracle's, and the embedded server's with the same cache."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = testlib.tempdir('colibri-cluster-deepseek-')
+        cls.model = testlib.convert(DEEPSEEK, os.path.join(cls.dir, 'deepseek'), 'f32')
+        store, compute, router, server = start_cluster(cls, cls.model, '100K')
+        cls.store, cls.compute = store, compute
+        cls.urls = {'cluster': f'http://127.0.0.1:{router.port()}', 'embedded': f'http://127.0.0.1:{server.port()}'}
+
+    def test_greedy_tokens_are_the_oracles(self):
+        with open(os.path.join(testlib.ORACLE, 'deepseek2', 'deepseek-grouped-micro-f32.p16.json')) as f:
+            j = json.load(f)
+        body = {'prompt': j['prompt_ids'], 'max_tokens': len(j['greedy_ids']), 'temperature': 0,
+                'ignore_eos': True, 'return_token_ids': True}
+        for label, url in self.urls.items():
+            status, text = testlib.http('POST', url + '/v1/completions', body)
+            self.assertEqual(status, 200, text)
+            self.assertEqual(json.loads(text)['choices'][0]['token_ids'], j['greedy_ids'], label)
+        status, text = testlib.http('GET', f'http://127.0.0.1:{self.compute.port("--metrics-port-file")}/metrics')
+        self.assertGreater(metric(text, 'colibri_compute_expert_cache_lookups_total', 'miss'), 64)
+        status, text = testlib.http('GET', f'http://127.0.0.1:{self.store.port("--metrics-port-file")}/metrics')
+        self.assertGreater(metric(text, 'colibri_store_bytes_served_total'), 64 * 24576)
 
 
 class OverloadAndOutageTest(unittest.TestCase):

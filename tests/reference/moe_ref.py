@@ -295,8 +295,37 @@ def run(model, prompt, n_greedy):
 # Hugging Face checkpoints
 # ----------------------------------------------------------------------------
 
+def fp8_e4m3_values():
+    """The 256 values of FP8 e4m3 ("e4m3fn": bias 7, no infinities, 0x7f / 0xff NaN), by code."""
+    code = np.arange(256)
+    sign = np.where(code & 0x80, -1.0, 1.0)
+    exp, man = (code >> 3) & 0xF, code & 0x7
+    mag = np.where(exp == 0, man / 8.0 * 2.0 ** -6, (1.0 + man / 8.0) * 2.0 ** (exp - 7.0))
+    mag[(exp == 0xF) & (man == 0x7)] = np.nan
+    return sign * mag
+
+
+FP8_BLOCK = 128
+
+
+def apply_block_scales(tensors):
+    """DeepSeek-V3 / Kimi K2 FP8 checkpoints: each 128x128 block of `W` (an F8_E4M3 matrix) is
+    multiplied by its entry of `W_scale_inv` [ceil(rows/128), ceil(cols/128)]; the scales go."""
+    for name in [n for n in tensors if n.endswith("_scale_inv")]:
+        scale = tensors.pop(name)
+        w = tensors[name[:-len("_scale_inv")]]
+        rows, cols = w.shape
+        want = (-(-rows // FP8_BLOCK), -(-cols // FP8_BLOCK))
+        if scale.shape != want:
+            raise ValueError(f"{name}: shape {scale.shape}, the weight {w.shape} needs {want}")
+        full = np.repeat(np.repeat(scale, FP8_BLOCK, 0), FP8_BLOCK, 1)[:rows, :cols]
+        tensors[name[:-len("_scale_inv")]] = w * full
+    return tensors
+
+
 def read_safetensors(path):
-    """Return {name: float64 array} for an F32/F16/BF16 safetensors file."""
+    """Return {name: float64 array} for an F32/F16/BF16/F8_E4M3 safetensors file (FP8 values as
+    stored: read_hf_tensors applies their block scales)."""
     with open(path, "rb") as f:
         buf = f.read()
     (hlen,) = struct.unpack("<Q", buf[:8])
@@ -315,6 +344,8 @@ def read_safetensors(path):
             a = np.frombuffer(raw, dtype="<f2")
         elif dt == "BF16":
             a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        elif dt == "F8_E4M3":
+            a = fp8_e4m3_values()[np.frombuffer(raw, dtype=np.uint8)]
         else:
             raise ValueError(f"{path}: tensor {name} has unsupported dtype {dt}")
         out[name] = a.astype(np.float64).reshape(info["shape"])
@@ -331,7 +362,7 @@ def read_hf_tensors(model_dir):
     tensors = {}
     for fn in files:
         tensors.update(read_safetensors(os.path.join(model_dir, fn)))
-    return tensors
+    return apply_block_scales(tensors)
 
 
 def hf_family(cfg):

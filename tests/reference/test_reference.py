@@ -352,6 +352,21 @@ class GeneratorTests(unittest.TestCase):
         # ties go to the even mantissa (down, then up), above the tie rounds up
         np.testing.assert_array_equal(got, [0x3F80, 0x3F82, 0x3F81, 0xC020])
 
+    def test_fp8_e4m3_values_and_block_scales(self):
+        v = moe_ref.fp8_e4m3_values()
+        # 1.0, the largest finite 448, the smallest subnormal 2^-9, the smallest normal 2^-6, -1.5
+        np.testing.assert_array_equal(v[[0x38, 0x7E, 0x01, 0x08, 0xBC, 0x00]], [1.0, 448.0, 2.0 ** -9, 2.0 ** -6, -1.5, 0.0])
+        self.assertTrue(np.isnan(v[0x7F]) and np.isnan(v[0xFF]))
+        self.assertEqual(int(np.isnan(v).sum()), 2)
+        self.assertTrue(np.all(np.diff(v[:127]) > 0))
+        # 130 x 3: two row blocks (the second of 2 rows), one partial column block
+        t = {"w": np.ones((130, 3)), "w_scale_inv": np.array([[2.0], [0.5]])}
+        moe_ref.apply_block_scales(t)
+        self.assertEqual(set(t), {"w"})
+        np.testing.assert_array_equal(t["w"][[0, 127, 128, 129], 0], [2.0, 2.0, 0.5, 0.5])
+        with self.assertRaisesRegex(ValueError, "needs"):
+            moe_ref.apply_block_scales({"w": np.ones((130, 3)), "w_scale_inv": np.ones((1, 1))})
+
     def test_tokenizer_is_consistent(self):
         generate(self.tmp, "--family", "mixtral")
         with open(os.path.join(self.tmp, "tokenizer.json"), encoding="utf-8") as f:

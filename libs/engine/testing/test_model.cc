@@ -24,6 +24,33 @@ model::SyntheticModelOptions SmallTestModelOptions(std::string name, uint64_t se
   return o;
 }
 
+model::SyntheticModelOptions SmallMlaTestModelOptions(std::string name, uint64_t seed) {
+  model::SyntheticModelOptions o = SmallTestModelOptions(std::move(name), seed);
+  model::ModelConfig& c = o.config;
+  c.architecture = model::Architecture::kDeepseek2;
+  c.n_experts = 16;
+  c.top_k = 4;
+  c.n_heads = c.n_kv_heads = 4;
+  c.q_lora_rank = 32;
+  c.kv_lora_rank = 32;
+  c.qk_nope_head_dim = 8;
+  c.qk_rope_head_dim = 8;
+  c.v_head_dim = 8;
+  c.head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;
+  c.rope_dims = c.qk_rope_head_dim;
+  c.rope_style = model::RopeStyle::kInterleaved;
+  c.router_scoring = model::RouterScoring::kSigmoid;
+  c.router_bias = true;
+  c.n_expert_groups = 4;
+  c.topk_groups = 2;
+  c.norm_topk_prob = true;
+  c.routed_scaling_factor = 2.5;
+  c.shared_expert_ffn = c.expert_ffn;
+  c.dense_layers = {0};
+  c.dense_ffn = 2 * c.expert_ffn;
+  return o;
+}
+
 absl::StatusOr<std::unique_ptr<TestModelDir>> TestModelDir::Write(const std::string& dir_name,
                                                                   const model::SyntheticModelOptions& options) {
   std::unique_ptr<TestModelDir> dir(

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+#include "colibri/core/status.h"
 #include "colibri/core/thread_pool.h"
+#include "colibri/model/safetensors.h"
 #include "colibri/quant/quantize.h"
 
 namespace colibri::model {
@@ -57,6 +60,35 @@ SplitKvB SplitKvBProjection(const float* kv_b, int64_t n_heads, int64_t nope, in
     std::copy(head + nope * kv_lora, head + (nope + v) * kv_lora, out.v_b.begin() + h * v * kv_lora);
   }
   return out;
+}
+
+bool IsBlockScaleName(std::string_view name) {
+  constexpr std::string_view kSuffix = "_scale_inv";
+  return name.size() > kSuffix.size() && name.substr(name.size() - kSuffix.size()) == kSuffix;
+}
+
+absl::StatusOr<std::vector<float>> CheckpointFloats(const SafetensorsCheckpoint& ckpt, const std::string& name,
+                                                    const SafetensorsTensor& t) {
+  ASSIGN_OR_RETURN(std::vector<float> v, TensorToFloat32(t));
+  if (t.dtype != StDType::kF8E4M3) return v;
+  constexpr int64_t kBlock = 128;
+  if (t.shape.size() != 2) return absl::FailedPreconditionError(absl::StrCat("FP8 tensor '", name, "' is not a matrix"));
+  const int64_t rows = t.shape[0], cols = t.shape[1];
+  const int64_t br = (rows + kBlock - 1) / kBlock, bc = (cols + kBlock - 1) / kBlock;
+  const SafetensorsTensor* s = ckpt.Find(name + "_scale_inv");
+  if (s == nullptr) {
+    return absl::NotFoundError(absl::StrCat("FP8 tensor '", name, "' has no '", name, "_scale_inv' block scales"));
+  }
+  if (s->shape != std::vector<int64_t>{br, bc}) {
+    return absl::FailedPreconditionError(absl::StrCat("'", name, "_scale_inv' must be [", br, ", ", bc, "]"));
+  }
+  ASSIGN_OR_RETURN(std::vector<float> scale, TensorToFloat32(*s));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      v[static_cast<size_t>(r * cols + c)] *= scale[static_cast<size_t>((r / kBlock) * bc + c / kBlock)];
+    }
+  }
+  return v;
 }
 
 }  // namespace colibri::model

@@ -3,11 +3,26 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "colibri/quant/dtype.h"
 
 namespace colibri::model {
+
+class SafetensorsCheckpoint;
+struct SafetensorsTensor;
+
+// The values of checkpoint tensor `name` (`t`) as floats. FP8 e4m3 matrices (DeepSeek-V3 / R1,
+// Kimi K2) are multiplied by their block scales: each 128x128 block by its entry of
+// `name`_scale_inv [ceil(rows / 128), ceil(cols / 128)]; a missing or misshapen scale tensor is
+// an error naming it.
+absl::StatusOr<std::vector<float>> CheckpointFloats(const SafetensorsCheckpoint& ckpt, const std::string& name,
+                                                    const SafetensorsTensor& t);
+// True for those block-scale tensors (read with their weights, never on their own).
+bool IsBlockScaleName(std::string_view name);
 
 // Encodes `rows` x `cols` floats as `dst` rows.
 std::vector<uint8_t> EncodeRows(const float* values, int64_t rows, int64_t cols, quant::DType dst);

@@ -371,6 +371,7 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
     c.head_dim = *key;
     c.qk_nope_head_dim = *key - c.qk_rope_head_dim;
     c.v_head_dim = *value;
+    c.nextn_layers = u("nextn_predict_layers").value_or(0);  // the MTP block(s), when a file keeps them
   } else if (arch == "qwen3moe") {
     c.architecture = Architecture::kQwen3Moe;
     c.qk_norm = QkNorm::kPerHead;

@@ -77,30 +77,7 @@ class HfConverter {
       return absl::FailedPreconditionError(absl::StrCat("tensor '", hf_name, "' has shape [", got,
                                                         "], config.json implies [", want, "]"));
     }
-    ASSIGN_OR_RETURN(std::vector<float> v, TensorToFloat32(*t));
-    if (t->dtype == StDType::kF8E4M3) RETURN_IF_ERROR(ApplyBlockScales(hf_name, shape, &v));
-    return v;
-  }
-
-  // DeepSeek-V3 / R1 / Kimi K2 FP8 weights: each 128x128 block of `name` is multiplied by its
-  // entry of `name`_scale_inv [ceil(rows / 128), ceil(cols / 128)] (F32).
-  absl::Status ApplyBlockScales(const std::string& name, const std::vector<int64_t>& shape, std::vector<float>* v) {
-    constexpr int64_t kBlock = 128;
-    if (shape.size() != 2) return absl::FailedPreconditionError(absl::StrCat("FP8 tensor '", name, "' is not a matrix"));
-    const int64_t rows = shape[0], cols = shape[1];
-    const int64_t br = (rows + kBlock - 1) / kBlock, bc = (cols + kBlock - 1) / kBlock;
-    const SafetensorsTensor* s = ckpt_.Find(name + "_scale_inv");
-    if (s == nullptr) {
-      return absl::NotFoundError(absl::StrCat("FP8 tensor '", name, "' has no '", name, "_scale_inv' block scales"));
-    }
-    if (s->shape != std::vector<int64_t>{br, bc}) {
-      return absl::FailedPreconditionError(absl::StrCat("'", name, "_scale_inv' must be [", br, ", ", bc, "]"));
-    }
-    ASSIGN_OR_RETURN(std::vector<float> scale, TensorToFloat32(*s));
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) (*v)[static_cast<size_t>(r * cols + c)] *= scale[static_cast<size_t>((r / kBlock) * bc + c / kBlock)];
-    }
-    return absl::OkStatus();
+    return CheckpointFloats(ckpt_, hf_name, *t);
   }
 
   absl::Status Matrix(const std::string& hf_name, const std::string& name, std::vector<int64_t> shape,

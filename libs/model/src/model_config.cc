@@ -138,6 +138,7 @@ absl::Status DeepseekFromHuggingFace(const json& hf, const std::string& where, M
   c->head_dim = c->qk_nope_head_dim + c->qk_rope_head_dim;
   c->rope_dims = c->qk_rope_head_dim;  // RoPE on the rope part only
   c->shared_expert_ffn = GetIntOr(hf, "n_shared_experts", 0) * c->expert_ffn;
+  c->nextn_layers = GetIntOr(hf, "num_nextn_predict_layers", 0);  // V3 / R1: the MTP layer, kept in extra.bin
   ASSIGN_OR_RETURN(int64_t n_layers, GetInt(hf, "num_hidden_layers", where));
   const int64_t first_dense = GetIntOr(hf, "first_k_dense_replace", 0);
   const int64_t freq = GetIntOr(hf, "moe_layer_freq", 1);

@@ -34,6 +34,15 @@ constexpr NextnName kNames[] = {
     {"self_attn.k_proj.bias", "attn_k.bias", "attn_k_bias"},
     {"self_attn.v_proj.bias", "attn_v.bias", "attn_v_bias"},
     {"self_attn.q_norm.weight", "attn_q_norm.weight", "attn_q_norm"},
+    // DeepSeek-V3 / Kimi K2 latent attention (kv_b kept whole; newer GGUFs split it in two)
+    {"self_attn.q_a_proj.weight", "attn_q_a.weight", "attn_q_a"},
+    {"self_attn.q_a_layernorm.weight", "attn_q_a_norm.weight", "attn_q_a_norm"},
+    {"self_attn.q_b_proj.weight", "attn_q_b.weight", "attn_q_b"},
+    {"self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight", "attn_kv_a_mqa"},
+    {"self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight", "attn_kv_a_norm"},
+    {"self_attn.kv_b_proj.weight", "attn_kv_b.weight", "attn_kv_b"},
+    {"", "attn_k_b.weight", "attn_k_b"},
+    {"", "attn_v_b.weight", "attn_v_b"},
     {"self_attn.k_norm.weight", "attn_k_norm.weight", "attn_k_norm"},
     {"mlp.gate.weight", "ffn_gate_inp.weight", "ffn_gate_inp"},
     {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias", "ffn_exp_probs_b"},
@@ -59,6 +68,9 @@ TensorKind RoleOf(std::string_view suffix) {
       {"shared_head_head", TensorKind::kOutput},    {"attn_q", TensorKind::kAttnQ},
       {"attn_k", TensorKind::kAttnK},               {"attn_v", TensorKind::kAttnV},
       {"attn_output", TensorKind::kAttnOutput},     {"eh_proj", TensorKind::kAttnOutput},
+      {"attn_q_a", TensorKind::kAttnQ},             {"attn_q_b", TensorKind::kAttnQ},
+      {"attn_kv_a_mqa", TensorKind::kAttnK},        {"attn_kv_b", TensorKind::kAttnV},
+      {"attn_k_b", TensorKind::kAttnK},             {"attn_v_b", TensorKind::kAttnV},
       {"ffn_gate_exps", TensorKind::kExpertGate},   {"ffn_up_exps", TensorKind::kExpertUp},
       {"ffn_down_exps", TensorKind::kExpertDown},   {"ffn_gate_shexp", TensorKind::kSharedGate},
       {"ffn_up_shexp", TensorKind::kSharedUp},      {"ffn_down_shexp", TensorKind::kSharedDown},
@@ -147,6 +159,7 @@ absl::Status ImportNextnFromHuggingFace(const SafetensorsCheckpoint& ckpt, const
       if (full.rfind(prefix, 0) != 0) continue;
       const std::string_view name = std::string_view(full).substr(prefix.size());
       const SafetensorsTensor* t = ckpt.Find(full);
+      if (IsBlockScaleName(name)) continue;  // FP8 block scales: applied with their weight
       int64_t e = 0;
       std::string part;
       if (ParseHfExpert(name, &e, &part)) {
@@ -159,7 +172,7 @@ absl::Status ImportNextnFromHuggingFace(const SafetensorsCheckpoint& ckpt, const
                                                        "knows (it keeps eh_proj, enorm, hnorm, shared_head.*, "
                                                        "embed_tokens and the layer's attention and MoE tensors)"));
       }
-      ASSIGN_OR_RETURN(std::vector<float> v, TensorToFloat32(*t));
+      ASSIGN_OR_RETURN(std::vector<float> v, CheckpointFloats(ckpt, full, *t));
       std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float));
       RETURN_IF_ERROR(AddNextnTensor(writer, plan, i, layer, suffix, quant::DType::kF32, t->shape, bytes));
     }
@@ -180,7 +193,8 @@ absl::Status ImportNextnFromHuggingFace(const SafetensorsCheckpoint& ckpt, const
           return absl::FailedPreconditionError(absl::StrCat("NextN layer ", layer, " expert ", e, " '", part,
                                                             "' has another shape than expert 0"));
         }
-        ASSIGN_OR_RETURN(std::vector<float> v, TensorToFloat32(*t));
+        ASSIGN_OR_RETURN(std::vector<float> v,
+                         CheckpointFloats(ckpt, absl::StrCat(prefix, "mlp.experts.", e, ".", part, "_proj.weight"), *t));
         const std::vector<uint8_t> rows = EncodeRows(v.data(), t->shape[0], t->shape[1], dt);
         stacked.insert(stacked.end(), rows.begin(), rows.end());
       }

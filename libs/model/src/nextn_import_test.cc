@@ -114,6 +114,13 @@ TEST(NextnNamesTest, BothSourcesMapToTheSameSuffixes) {
       {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias"},
       {"self_attn.k_proj.bias", "attn_k.bias"},
       {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight"},
+      // DeepSeek-V3 / Kimi K2 latent attention in the MTP layer
+      {"self_attn.q_a_proj.weight", "attn_q_a.weight"},
+      {"self_attn.q_a_layernorm.weight", "attn_q_a_norm.weight"},
+      {"self_attn.q_b_proj.weight", "attn_q_b.weight"},
+      {"self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight"},
+      {"self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight"},
+      {"self_attn.kv_b_proj.weight", "attn_kv_b.weight"},
   };
   for (const auto& [hf, gguf] : pairs) {
     EXPECT_FALSE(NextnSuffixFromHuggingFace(hf).empty()) << hf;
@@ -122,6 +129,9 @@ TEST(NextnNamesTest, BothSourcesMapToTheSameSuffixes) {
   EXPECT_EQ(NextnSuffixFromGguf("post_attention_norm.weight"), "ffn_norm");
   EXPECT_EQ(NextnSuffixFromHuggingFace("mlp.experts.0.up_proj.weight"), "");  // stacked by the importer
   EXPECT_EQ(NextnSuffixFromGguf("nextn.unknown.weight"), "");
+  // llama.cpp's newer deepseek2 layout splits kv_b in two.
+  EXPECT_EQ(NextnSuffixFromGguf("attn_k_b.weight"), "attn_k_b");
+  EXPECT_EQ(NextnSuffixFromGguf("attn_v_b.weight"), "attn_v_b");
 }
 
 }  // namespace

@@ -46,6 +46,37 @@ std::vector<uint8_t> RandomRows(DType type, int64_t rows, int64_t cols, float sc
   return out;
 }
 
+// Latent attention's tensors (model_config.h): q through a LoRA (or one attn_q), the latent
+// down projection with its RMSNorm, the per-head key / value up projections and the output.
+// Matrices whose width is not a whole number of `o.dtype` blocks (the up projections' 8..128
+// wide heads) are stored f32.
+absl::Status WriteLatentAttention(ContainerWriter& w, const std::string& b, const ModelConfig& c,
+                                  const SyntheticModelOptions& o, std::mt19937_64& rng) {
+  const int64_t H = c.hidden_size, NH = c.n_heads, L = c.kv_lora_rank, R = c.qk_rope_head_dim,
+                V = c.v_head_dim, qd = NH * c.head_dim;
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, float scale) {
+    const DType t = cols % quant::Traits(o.dtype).block_elems == 0 ? o.dtype : DType::kF32;
+    auto bytes = RandomRows(t, rows, cols, scale, rng);
+    return w.AddDense(name, t, {rows, cols}, bytes);
+  };
+  auto ones = [&](const std::string& name, int64_t n) {
+    const std::vector<float> v(static_cast<size_t>(n), 1.0f);
+    return w.AddDense(name, DType::kF32, {n}, Bytes(v));
+  };
+  if (c.q_lora_rank > 0) {
+    RETURN_IF_ERROR(matrix(b + "attn_q_a", c.q_lora_rank, H, 1.0f));
+    RETURN_IF_ERROR(ones(b + "attn_q_a_norm", c.q_lora_rank));
+    RETURN_IF_ERROR(matrix(b + "attn_q_b", qd, c.q_lora_rank, 1.0f));
+  } else {
+    RETURN_IF_ERROR(matrix(b + "attn_q", qd, H, 1.0f));
+  }
+  RETURN_IF_ERROR(matrix(b + "attn_kv_a_mqa", L + R, H, 1.0f));
+  RETURN_IF_ERROR(ones(b + "attn_kv_a_norm", L));
+  RETURN_IF_ERROR(matrix(b + "attn_k_b", NH * L, c.qk_nope_head_dim, 1.0f));
+  RETURN_IF_ERROR(matrix(b + "attn_v_b", NH * V, L, 1.0f));
+  return matrix(b + "attn_output", H, NH * V, o.residual_scale);
+}
+
 }  // namespace
 
 ModelConfig DefaultSyntheticConfig() {
@@ -103,10 +134,14 @@ absl::Status WriteSyntheticModel(const std::filesystem::path& dir, const Synthet
     const std::string b = absl::StrCat("blk.", l, ".");
     RETURN_IF_ERROR(f32(b + "attn_norm", {H}, std::vector<float>(ones.begin(), ones.begin() + H)));
     RETURN_IF_ERROR(f32(b + "ffn_norm", {H}, std::vector<float>(ones.begin(), ones.begin() + H)));
-    RETURN_IF_ERROR(dense(b + "attn_q", qd, H, 1.0f));
-    RETURN_IF_ERROR(dense(b + "attn_k", kvd, H, 1.0f));
-    RETURN_IF_ERROR(dense(b + "attn_v", kvd, H, 1.0f));
-    RETURN_IF_ERROR(dense(b + "attn_output", H, qd, o.residual_scale));
+    if (c.mla()) {
+      RETURN_IF_ERROR(WriteLatentAttention(*w, b, c, o, rng));
+    } else {
+      RETURN_IF_ERROR(dense(b + "attn_q", qd, H, 1.0f));
+      RETURN_IF_ERROR(dense(b + "attn_k", kvd, H, 1.0f));
+      RETURN_IF_ERROR(dense(b + "attn_v", kvd, H, 1.0f));
+      RETURN_IF_ERROR(dense(b + "attn_output", H, qd, o.residual_scale));
+    }
     if (!c.IsMoeLayer(l)) {
       RETURN_IF_ERROR(dense(b + "ffn_gate", c.dense_ffn, H, 1.0f));
       RETURN_IF_ERROR(dense(b + "ffn_up", c.dense_ffn, H, 1.0f));

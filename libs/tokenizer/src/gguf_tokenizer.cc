@@ -42,6 +42,15 @@ constexpr const char* kDeepSeekV3Patterns[] = {
     R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
 };
 
+// Kimi K2 (its tiktoken pattern): Han runs on their own; otherwise o200k's case-run words, with
+// Han excluded from the letter classes (the original's [...&&[^\p{Han}]] set intersections,
+// written as a lookahead for PCRE2), numbers in groups of up to three.
+constexpr const char* kKimiK2Pattern =
+    R"(\p{Han}+)"
+    R"(|[^\r\n\p{L}\p{N}]?(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])*(?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|[^\r\n\p{L}\p{N}]?(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])+(?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 Json SplitJson(const char* pattern) {
   return Json{{"type", "Split"},
               {"pattern", {{"Regex", pattern}}},
@@ -55,8 +64,11 @@ Json ByteLevelJson(bool use_regex) {
               {"use_regex", use_regex}};
 }
 
-// (pre_tokenizer json, normalizer json) for a tokenizer.ggml.pre name.
-absl::StatusOr<std::pair<Json, Json>> PreForName(const std::string& pre) {
+}  // namespace
+
+namespace internal {
+
+absl::StatusOr<std::pair<Json, Json>> GgufPreTokenizer(const std::string& pre) {
   if (pre.empty() || pre == "default" || pre == "gpt-2" || pre == "gpt2") {
     return std::make_pair(ByteLevelJson(true), Json());
   }
@@ -81,10 +93,18 @@ absl::StatusOr<std::pair<Json, Json>> PreForName(const std::string& pre) {
     seq.push_back(ByteLevelJson(false));
     return std::make_pair(Json{{"type", "Sequence"}, {"pretokenizers", seq}}, Json());
   }
+  if (pre == "kimi-k2") {
+    return std::make_pair(
+        Json{{"type", "Sequence"}, {"pretokenizers", {SplitJson(kKimiK2Pattern), ByteLevelJson(false)}}}, Json());
+  }
   return absl::FailedPreconditionError(absl::StrCat(
       "gguf: tokenizer.ggml.pre '", pre,
-      "' is not supported (supported: default, gpt-2, qwen2, llama-bpe, gpt-4o, deepseek-v3)"));
+      "' is not supported (supported: default, gpt-2, qwen2, llama-bpe, gpt-4o, deepseek-v3, kimi-k2)"));
 }
+
+}  // namespace internal
+
+namespace {
 
 int32_t OptionalId(const model::GgufFile& g, const char* key, int32_t n_tokens) {
   auto v = g.GetI64(key);
@@ -155,7 +175,7 @@ absl::StatusOr<PipelineParts> PartsFromGguf(const model::GgufFile& g) {
       ASSIGN_OR_RETURN(std::string_view p, g.GetString("tokenizer.ggml.pre"));
       pre_name = std::string(p);
     }
-    ASSIGN_OR_RETURN(auto pre_norm, PreForName(pre_name));
+    ASSIGN_OR_RETURN(auto pre_norm, internal::GgufPreTokenizer(pre_name));
     ASSIGN_OR_RETURN(parts.pre, internal::MakePreTokenizer(pre_norm.first));
     ASSIGN_OR_RETURN(parts.normalizer, internal::MakeNormalizer(pre_norm.second));
     std::vector<std::pair<std::string, int32_t>> vocab;

@@ -128,6 +128,39 @@ TEST(GgufGpt2TokenizerTest, ByteLevelMergesWithPreTokenizer) {
   EXPECT_EQ((*tok)->bos_id(), -1);
 }
 
+// The words the "kimi-k2" pre-tokenizer's split (before the byte-level mapping) makes of `text`.
+std::vector<std::string> KimiK2Words(const std::string& text) {
+  auto pre_norm = internal::GgufPreTokenizer("kimi-k2");
+  EXPECT_TRUE(pre_norm.ok()) << pre_norm.status();
+  if (!pre_norm.ok()) return {};
+  EXPECT_TRUE(pre_norm->second.is_null());  // no normalizer
+  auto split = internal::MakePreTokenizer(pre_norm->first["pretokenizers"][0]);
+  EXPECT_TRUE(split.ok()) << split.status();
+  if (!split.ok()) return {};
+  std::vector<std::string> words = {text};
+  EXPECT_TRUE(split->pre->Apply(&words, true).ok());
+  return words;
+}
+
+TEST(GgufKimiK2PreTokenizerTest, HanRunsApartFromOtherLetters) {
+  // Han runs are words of their own, also inside other letters (o200k keeps "中文English" together).
+  EXPECT_THAT(KimiK2Words("中文English混合"), ElementsAre("中文", "English", "混合"));
+  EXPECT_THAT(KimiK2Words("你好，世界！"), ElementsAre("你好", "，", "世界", "！"));
+  // A space before Han is not taken as the word's prefix (Han is not in the letter classes).
+  EXPECT_THAT(KimiK2Words("hi 中文"), ElementsAre("hi", " ", "中文"));
+  EXPECT_THAT(KimiK2Words("2024年3月"), ElementsAre("202", "4", "年", "3", "月"));
+  // Kana are letters (Lo), not Han: one word.
+  EXPECT_THAT(KimiK2Words("こんにちは世界"), ElementsAre("こんにちは", "世界"));
+}
+
+TEST(GgufKimiK2PreTokenizerTest, CaseRunsContractionsNumbersAndSpaces) {
+  EXPECT_THAT(KimiK2Words("I'm HTTPServer's 12345 tokens"),
+              ElementsAre("I'm", " HTTPServer's", " ", "123", "45", " tokens"));
+  EXPECT_THAT(KimiK2Words("camelCase ALLCAPS"), ElementsAre("camel", "Case", " ALLCAPS"));
+  EXPECT_THAT(KimiK2Words("a\n\nb  c!!\n"), ElementsAre("a", "\n\n", "b", " ", " c", "!!\n"));
+  EXPECT_THAT(KimiK2Words("x = [1, 2];"), ElementsAre("x", " =", " [", "1", ",", " ", "2", "];"));
+}
+
 TEST(GgufTokenizerErrorsTest, NamesTheProblem) {
   {
     GgufWriter w;

@@ -68,6 +68,9 @@ struct PreTokenizerSpec {
   bool byte_level = false;            // a ByteLevel stage maps bytes to the model's alphabet
 };
 absl::StatusOr<PreTokenizerSpec> MakePreTokenizer(const Json& j);
+// (pre_tokenizer, normalizer) JSON, in tokenizer.json's shapes, for a GGUF tokenizer.ggml.pre
+// name (gguf_tokenizer.cc); FailedPrecondition listing the supported names otherwise.
+absl::StatusOr<std::pair<Json, Json>> GgufPreTokenizer(const std::string& pre);
 
 // GPT-2's byte <-> printable-character table used by ByteLevel vocabularies.
 const std::array<char32_t, 256>& ByteToUnicode();

@@ -28,6 +28,12 @@ namespace colibri::engine {
 // matrices, residual_scale 0.5 and embedding_shared 0.5 (so routing has locality).
 model::SyntheticModelOptions SmallTestModelOptions(std::string name, uint64_t seed);
 
+// The same model shaped like DeepSeek-V3 (architecture deepseek2): latent attention (q LoRA 32,
+// kv_lora_rank 32, 4 heads of nope 8 + rope 8, v 8; interleaved RoPE), layer 0 dense, 16
+// experts top-4 in 4 groups of which 2 are eligible, sigmoid scores with the selection-only
+// bias, renormalised and scaled by 2.5, one shared expert.
+model::SyntheticModelOptions SmallMlaTestModelOptions(std::string name, uint64_t seed);
+
 // A model opened from its directory. Each Open makes a new pair (a fresh disk source).
 struct OpenedTestModel {
   std::unique_ptr<model::Container> container;

@@ -1,6 +1,7 @@
 // Synthetic Mixtral-shaped models with random weights (valid GGML blocks), written straight
 // into a colibri container: fixtures for tests and multi-GB models for benchmarks. Same options
-// and seed, same bytes.
+// and seed, same bytes. A config with kv_lora_rank > 0 gets DeepSeek's latent attention tensors
+// (matrices whose width is not a whole number of blocks of `dtype` are stored f32).
 //
 // Trained MoE models route with locality: the residual stream changes little from one layer to
 // the next (so the next layer's router, applied early, predicts its choice), and tokens share a
