@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "colibri/core/json.h"
 #include "colibri/core/units.h"
 #include "colibri/rpc/status.h"
 #include "colibri/tokenizer/chat_output.h"
@@ -191,11 +192,18 @@ class Handler {
     const int client_fd = CurrentConnectionSocket();
     if (!r->stream) {
       ClientWatch watch(client_fd, r->params.cancel);
-      auto result = RunBlocking(*r, nullptr);
+      std::vector<engine::SampledToken> tokens;
+      auto result = RunBlocking(*r, &tokens);
       if (!result.ok()) return Error(res, endpoint, result.status(), true);
       if (IsCancelled(r->params.cancel)) return ClientGone(res, endpoint);
       json body = AnthropicMessage(id, *result);
-      body["content"] = json::array({{{"type", "text"}, {"text", result->text}}});
+      if (format_ == tokenizer::ChatOutputFormat::kPlain) {
+        body["content"] = json::array({{{"type", "text"}, {"text", result->text}}});
+      } else {
+        const tokenizer::AssistantOutput out = Split(*r, *result, tokens);
+        body["content"] = AnthropicContent(out);
+        if (!out.tool_calls.empty()) body["stop_reason"] = "tool_use";
+      }
       res.set_content(Dump(body), "application/json");
       metrics_->CountRequest(endpoint, 200);
       return;
@@ -306,13 +314,7 @@ class Handler {
   json AssistantMessage(const OpenAiRequest& r, const TextResult& result,
                         const std::vector<engine::SampledToken>& tokens, json* choice) const {
     if (format_ == tokenizer::ChatOutputFormat::kPlain) return {{"role", "assistant"}, {"content", result.text}};
-    std::string text = result.text;
-    if (tokenizer::DecodesSpecialTokens(format_)) {
-      std::vector<int32_t> ids;
-      for (const auto& t : tokens) ids.push_back(t.id);
-      text = core_->tokenizer().Decode(ids, /*skip_special=*/false);
-    }
-    tokenizer::AssistantOutput out = tokenizer::ParseAssistantOutput(text, format_, r.chat_options.tools_json);
+    tokenizer::AssistantOutput out = Split(r, result, tokens);
     json message = {{"role", "assistant"}, {"content", out.content}};
     if (!out.reasoning_content.empty()) message["reasoning_content"] = out.reasoning_content;
     if (!out.tool_calls.empty()) {
@@ -321,6 +323,52 @@ class Handler {
       (*choice)["finish_reason"] = "tool_calls";
     }
     return message;
+  }
+
+  // A whole answer split into content, reasoning and tool calls by the template's format
+  // (harmony's text is the tokens decoded with their special tokens).
+  tokenizer::AssistantOutput Split(const OpenAiRequest& r, const TextResult& result,
+                                   const std::vector<engine::SampledToken>& tokens) const {
+    std::string text = result.text;
+    if (tokenizer::DecodesSpecialTokens(format_)) {
+      std::vector<int32_t> ids;
+      for (const auto& t : tokens) ids.push_back(t.id);
+      text = core_->tokenizer().Decode(ids, /*skip_special=*/false);
+    }
+    return tokenizer::ParseAssistantOutput(text, format_, r.chat_options.tools_json);
+  }
+
+  // The text a stream delta adds to what its format parses: harmony's from the tokens, decoded
+  // with their special tokens by `special`.
+  std::string FormatText(const Delta& d, tokenizer::StreamDecoder* special) const {
+    if (!tokenizer::DecodesSpecialTokens(format_)) return d.text;
+    std::string raw;
+    for (const auto& t : d.tokens) raw += special->Push(t.id);
+    return raw;
+  }
+
+  // Messages API content blocks of a split answer: thinking, then text, then tool_use (a text
+  // block only when there is text or nothing else).
+  static json AnthropicContent(const tokenizer::AssistantOutput& out) {
+    json blocks = json::array();
+    if (!out.reasoning_content.empty()) {
+      blocks.push_back({{"type", "thinking"}, {"thinking", out.reasoning_content}, {"signature", ""}});
+    }
+    if (!out.content.empty() || (blocks.empty() && out.tool_calls.empty())) {
+      blocks.push_back({{"type", "text"}, {"text", out.content}});
+    }
+    for (const auto& call : out.tool_calls) blocks.push_back(ToolUseBlock(call));
+    return blocks;
+  }
+
+  // An OpenAI tool call as a tool_use block: its arguments as the input object (arguments that
+  // are not a JSON object are kept as {"arguments": "..."}).
+  static json ToolUseBlock(const json& call) {
+    const std::string args = call["function"].value("arguments", "");
+    auto parsed = ParseJson(args, "tool call arguments");
+    json input = parsed.ok() && parsed->is_object() ? std::move(*parsed) : json{{"arguments", args}};
+    return {{"type", "tool_use"}, {"id", call.value("id", "")}, {"name", call["function"].value("name", "")},
+            {"input", std::move(input)}};
   }
 
   // Runs a request to its end; `tokens` (optional) collects what was sampled. Counts tokens and
@@ -463,13 +511,7 @@ class Handler {
     const bool wants_tokens = r.params.sampling.logprobs || r.return_token_ids;
     Streamed out = Pump(sink, r, client_ok, [&](const Delta& d) {
       if (!split) return send(chunk(json::array({Choice(r, &d, nullptr, false)})));
-      std::string raw;
-      if (tokenizer::DecodesSpecialTokens(format_)) {
-        for (const auto& t : d.tokens) raw += special.Push(t.id);
-      } else {
-        raw = d.text;
-      }
-      const tokenizer::AssistantStream::Delta parsed = parser.Push(raw);
+      const tokenizer::AssistantStream::Delta parsed = parser.Push(FormatText(d, &special));
       if (parsed.empty() && !(wants_tokens && !d.tokens.empty())) return true;
       return send(chunk(json::array({Choice(r, &d, nullptr, false, &parsed)})));
     });
@@ -502,9 +544,10 @@ class Handler {
     sink.done();
   }
 
-  // The Messages API's event stream: message_start, one text block (content_block_start, its
-  // text_delta events, content_block_stop), message_delta with the stop reason and usage,
-  // message_stop; an error event in Anthropic's shape if the run fails.
+  // The Messages API's event stream: message_start, content blocks (content_block_start, their
+  // text_delta / thinking_delta / input_json_delta events, content_block_stop), message_delta
+  // with the stop reason and usage, message_stop; an error event in Anthropic's shape if the run
+  // fails.
   void StreamMessages(httplib::DataSink& sink, const std::string& endpoint, const OpenAiRequest& r,
                       const std::string& id) {
     auto event = [&](const char* name, const json& data) {
@@ -517,28 +560,74 @@ class Handler {
     message["content"] = json::array();
     message["stop_reason"] = nullptr;
     message["stop_sequence"] = nullptr;
+    // Content blocks open as the answer needs them: one text block for plain models; thinking,
+    // text and tool_use blocks, in the order the answer writes them, for split formats.
+    int index = -1;
+    std::string open_kind;  // the type of the open block, "" when none
+    auto close_block = [&] {
+      if (open_kind.empty()) return true;
+      open_kind.clear();
+      return event("content_block_stop", {{"type", "content_block_stop"}, {"index", index}});
+    };
+    auto open_block = [&](const json& block) {
+      if (!close_block()) return false;
+      open_kind = block["type"].get<std::string>();
+      return event("content_block_start",
+                   {{"type", "content_block_start"}, {"index", ++index}, {"content_block", block}});
+    };
+    auto add_text = [&](const std::string& kind, const std::string& text) {
+      if (text.empty()) return true;
+      const bool thinking = kind == "thinking";
+      if (open_kind != kind &&
+          !open_block(thinking ? json{{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}
+                               : json{{"type", "text"}, {"text", ""}})) {
+        return false;
+      }
+      const json delta = thinking ? json{{"type", "thinking_delta"}, {"thinking", text}}
+                                  : json{{"type", "text_delta"}, {"text", text}};
+      return event("content_block_delta", {{"type", "content_block_delta"}, {"index", index}, {"delta", delta}});
+    };
+    size_t tool_uses = 0;
+    auto add_parsed = [&](const tokenizer::AssistantStream::Delta& d) {
+      bool ok = add_text("thinking", d.reasoning_content) && add_text("text", d.content);
+      for (const auto& call : d.tool_calls) {
+        json block = ToolUseBlock(call);
+        const std::string input = block["input"].dump();
+        block["input"] = json::object();
+        ++tool_uses;
+        ok = ok && open_block(block) &&
+             event("content_block_delta",
+                   {{"type", "content_block_delta"},
+                    {"index", index},
+                    {"delta", {{"type", "input_json_delta"}, {"partial_json", input}}}}) &&
+             close_block();
+      }
+      return ok;
+    };
+    const bool split = format_ != tokenizer::ChatOutputFormat::kPlain;
+    tokenizer::AssistantStream parser(format_, r.chat_options.tools_json);
+    tokenizer::StreamDecoder special(&core_->tokenizer(), /*skip_special=*/false);
     bool client_ok = event("message_start", {{"type", "message_start"}, {"message", message}}) &&
-                     event("content_block_start", {{"type", "content_block_start"},
-                                                   {"index", 0},
-                                                   {"content_block", {{"type", "text"}, {"text", ""}}}}) &&
-                     event("ping", {{"type", "ping"}});
+                     (split || open_block({{"type", "text"}, {"text", ""}})) && event("ping", {{"type", "ping"}});
     Streamed out = Pump(sink, r, client_ok, [&](const Delta& d) {
-      if (d.text.empty()) return true;
-      return event("content_block_delta", {{"type", "content_block_delta"},
-                                           {"index", 0},
-                                           {"delta", {{"type", "text_delta"}, {"text", d.text}}}});
+      if (split) return add_parsed(parser.Push(FormatText(d, &special)));
+      return add_text("text", d.text);
     });
+    if (split && out.result.ok() && out.client_ok) {
+      out.client_ok = add_parsed(parser.Finish(tokenizer::DecodesSpecialTokens(format_) ? special.Flush() : ""));
+      if (out.client_ok && index < 0) out.client_ok = open_block({{"type", "text"}, {"text", ""}});
+    }
     if (!out.result.ok()) {
       std::string line = absl::StrCat("event: error\ndata: ", rpc::AnthropicErrorBody(out.result.status()), "\n\n");
       sink.write(line.data(), line.size());
       metrics_->CountRequest(endpoint, rpc::HttpStatus(out.result.status()));
     } else if (out.client_ok) {
       const TextResult& t = *out.result;
-      event("content_block_stop", {{"type", "content_block_stop"}, {"index", 0}});
+      close_block();
       event("message_delta",
             {{"type", "message_delta"},
              {"delta",
-              {{"stop_reason", AnthropicStopReason(t)},
+              {{"stop_reason", tool_uses > 0 ? "tool_use" : AnthropicStopReason(t)},
                {"stop_sequence", t.stop_string.empty() ? json(nullptr) : json(t.stop_string)}}},
              {"usage", {{"output_tokens", t.completion_tokens}}}});
       event("message_stop", {{"type", "message_stop"}});

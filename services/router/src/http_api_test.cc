@@ -1,7 +1,7 @@
-// The OpenAI chat endpoint over real HTTP, with a scripted compute node: a model whose chat
-// template writes reasoning and tool calls inline (GLM-4.5, gpt-oss harmony) gets them split
-// out both in a whole answer and in a streamed one, and the streamed deltas add up to the whole
-// answer exactly.
+// The OpenAI chat and Anthropic Messages endpoints over real HTTP, with a scripted compute node:
+// a model whose chat template writes reasoning and tool calls inline (GLM-4.5, gpt-oss harmony)
+// gets them split out both in a whole answer and in a streamed one, and the streamed deltas add
+// up to the whole answer exactly.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -87,6 +87,69 @@ class HttpApiChatTest : public ::testing::Test {
     return events;
   }
 
+  // POST /v1/messages: the message (not streamed) or the events' payloads (streamed).
+  json PostMessages(bool stream) {
+    httplib::Client client("127.0.0.1", api_->port());
+    json body = {{"model", "tiny-moe"},
+                 {"max_tokens", 1000},
+                 {"stream", stream},
+                 {"messages", json::array({{{"role", "user"}, {"content", "What is the weather in Paris?"}}})}};
+    auto res = client.Post("/v1/messages", body.dump(), "application/json");
+    EXPECT_TRUE(res) << "no response";
+    if (!res) return json();
+    EXPECT_EQ(res->status, 200) << res->body;
+    if (!stream) return json::parse(res->body);
+    json events = json::array();
+    size_t at = 0;
+    while ((at = res->body.find("data: ", at)) != std::string::npos) {
+      const size_t end = res->body.find("\n\n", at);
+      events.push_back(json::parse(res->body.substr(at + 6, end - at - 6)));
+      at = end;
+    }
+    return events;
+  }
+
+  // Anthropic events folded into the message's content blocks and stop reason, as the SDK
+  // accumulates them (deltas append to the block their index names).
+  static json FoldMessages(const json& events, std::string* stop_reason, int* deltas) {
+    json blocks = json::array();
+    std::vector<std::string> json_parts;
+    for (const auto& e : events) {
+      const std::string type = e["type"];
+      if (type == "content_block_start") {
+        EXPECT_EQ(e["index"], blocks.size());
+        blocks.push_back(e["content_block"]);
+        json_parts.emplace_back();
+      } else if (type == "content_block_delta") {
+        json& b = blocks[e["index"].get<size_t>()];
+        const json& d = e["delta"];
+        ++*deltas;
+        if (d["type"] == "text_delta") b["text"] = b["text"].get<std::string>() + d["text"].get<std::string>();
+        if (d["type"] == "thinking_delta") {
+          b["thinking"] = b["thinking"].get<std::string>() + d["thinking"].get<std::string>();
+        }
+        if (d["type"] == "input_json_delta") json_parts[e["index"].get<size_t>()] += d["partial_json"].get<std::string>();
+      } else if (type == "message_delta") {
+        *stop_reason = e["delta"]["stop_reason"];
+      }
+    }
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      if (blocks[i]["type"] == "tool_use") blocks[i]["input"] = json::parse(json_parts[i]);
+    }
+    return blocks;
+  }
+
+  void ExpectMessagesStreamMatchWhole(const json& want_content, const std::string& want_stop) {
+    const json whole = PostMessages(false);
+    EXPECT_EQ(whole["content"], want_content);
+    EXPECT_EQ(whole["stop_reason"], want_stop);
+    std::string stop;
+    int deltas = 0;
+    EXPECT_EQ(FoldMessages(PostMessages(true), &stop, &deltas), want_content);
+    EXPECT_EQ(stop, want_stop);
+    EXPECT_GT(deltas, 2);
+  }
+
   // The streamed chunks folded back into one message (as an OpenAI client accumulates them),
   // plus how many chunks carried reasoning or content and the last finish_reason.
   struct Folded {
@@ -165,6 +228,12 @@ TEST_F(HttpApiChatTest, GlmReasoningAndToolCallsStreamAsTheyDoWhole) {
                      {"reasoning_content", "The user wants the weather in Paris."},
                      {"tool_calls", OneCall("get_weather", "{\"city\":\"Paris\"}")}};
   ExpectStreamMatchesWhole(want, "tool_calls");
+  // The Messages API: thinking, text and tool_use blocks, stop reason tool_use.
+  ExpectMessagesStreamMatchWhole(
+      json::array({{{"type", "thinking"}, {"thinking", "The user wants the weather in Paris."}, {"signature", ""}},
+                   {{"type", "text"}, {"text", "Let me look that up."}},
+                   {{"type", "tool_use"}, {"id", "call_0"}, {"name", "get_weather"}, {"input", {{"city", "Paris"}}}}}),
+      "tool_use");
 }
 
 TEST_F(HttpApiChatTest, HarmonyChannelsStreamAsTheyDoWhole) {
@@ -187,6 +256,9 @@ TEST_F(HttpApiChatTest, HarmonyFinalAnswerStreamsAsContent) {
                      {"content", "It is mild in Paris today, about 18 degrees."},
                      {"reasoning_content", "Mild, so say so."}};
   ExpectStreamMatchesWhole(want, "stop");
+  ExpectMessagesStreamMatchWhole(json::array({{{"type", "thinking"}, {"thinking", "Mild, so say so."}, {"signature", ""}},
+                                              {{"type", "text"}, {"text", "It is mild in Paris today, about 18 degrees."}}}),
+                                 "end_turn");
 }
 
 }  // namespace
