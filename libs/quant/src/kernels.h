@@ -54,6 +54,9 @@ bool FillAvx2LegacyVecDot(KernelTable* table);
 // Same for the AVX-512 (F + BW + VL) kernels, applied on top of the AVX2 table
 // (vec_dot_avx512.cc).
 bool FillAvx512VecDot(KernelTable* table);
+// With AVX-512 VNNI as well (vec_dot_avx512_vnni.cc): Q8_0, Q4_0, Q5_0, IQ4_NL and MXFP4, on
+// top of the AVX-512 table where the CPU has VNNI.
+bool FillAvx512VnniVecDot(KernelTable* table);
 
 // legacy_quants.cc (Q4_0, Q4_1, Q5_0, Q5_1) and iquants.cc (IQ2_XXS, IQ4_NL, IQ4_XS, MXFP4):
 // their scalar dequantizers and dot products, into both tables' entries.
@@ -86,10 +89,20 @@ void QuantizeQ8_1Activations(const float* x, void* dst, int64_t n);
 
 // dispatch.cc: the scalar table; the table in use now (the best set the CPU has, capped by
 // SetIsaCap); which set that is; the best set this CPU supports; the cap (tests, benchmarks).
+// The cap starts at kIsaEnvVar's value when that names a set, else at kAvx512 (none);
+// ResetIsaCap returns to that start.
 const KernelTable& ScalarKernels();
 const KernelTable& ActiveKernels();
 Isa ActiveIsaLevel();
 Isa BestIsa();
 void SetIsaCap(Isa cap);
+void ResetIsaCap();
+// Whether the AVX-512 table holds the VNNI kernels (the CPU has AVX-512 VNNI).
+bool HasAvx512Vnni();
+
+inline constexpr char kIsaEnvVar[] = "COLIBRI_KERNEL_ISA";
+inline constexpr const char* kIsaNames[] = {"scalar", "avx2", "avx512"};
+// The set named `name` (kIsaNames); false for anything else.
+bool ParseIsa(const char* name, Isa* isa);
 
 }  // namespace colibri::quant::internal
