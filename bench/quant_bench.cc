@@ -50,10 +50,17 @@ struct Matrix {
   std::vector<uint8_t> activations;  // one row, in the vec_dot type
 };
 
+std::map<std::pair<DType, int64_t>, Matrix>& MatrixCache() {
+  static auto* cache = new std::map<std::pair<DType, int64_t>, Matrix>();
+  return *cache;
+}
+
 // Built once per type and width (quantizing 64 MiB of k-quants takes a while): ~64 MiB of rows
-// of `cols` elements.
-const Matrix& GetMatrix(DType type, int64_t cols = kCols) {
-  static std::map<std::pair<DType, int64_t>, Matrix>* cache = new std::map<std::pair<DType, int64_t>, Matrix>();
+// of `cols` elements. `only` drops every other width's matrices first (the expert rows use
+// many widths; each is needed by consecutive benchmarks only).
+const Matrix& GetMatrix(DType type, int64_t cols = kCols, bool only = false) {
+  std::map<std::pair<DType, int64_t>, Matrix>* cache = &MatrixCache();
+  if (only) std::erase_if(*cache, [&](const auto& kv) { return kv.first != std::make_pair(type, cols); });
   auto it = cache->find({type, cols});
   if (it != cache->end()) return it->second;
   Matrix m;
@@ -170,7 +177,7 @@ void BM_Expert(benchmark::State& state) {
   const auto type = static_cast<DType>(state.range(0));
   const ExpertShape shape = kExpertShapes[state.range(1)];
   const auto mode = static_cast<ExpertMode>(state.range(3));
-  const Matrix& m = GetMatrix(type, shape.cols);
+  const Matrix& m = GetMatrix(type, shape.cols, /*only=*/true);
   const int64_t experts = m.rows / shape.rows;
   const size_t expert_bytes = static_cast<size_t>(shape.rows) * m.row_bytes;
   SetIsa(state, 2);

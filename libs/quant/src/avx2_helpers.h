@@ -112,10 +112,12 @@ inline __m256i FifthBits(const uint8_t qh[4]) {
   return _mm256_and_si256(BitsToByteMask(bits), _mm256_set1_epi8(0x10));
 }
 
-// The f16 values leading 8 consecutive blocks of `stride` bytes, as floats.
+// The f16 values leading 8 consecutive blocks of `stride` bytes, as floats (8 scalar loads:
+// cheaper than a gather here).
 inline __m256 GatherHalf8(const void* first, int stride) {
-  const __m256i w = _mm256_and_si256(GatherWords(first, stride), _mm256_set1_epi32(0xffff));
-  return _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
+  alignas(16) uint16_t h[8];
+  for (int k = 0; k < 8; ++k) memcpy(&h[k], static_cast<const uint8_t*>(first) + k * stride, 2);
+  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(h)));
 }
 
 // 2^(e - 128), the MXFP4 block scale for the doubled e2m1 codebook, as iquants.cc's E8M0Half.

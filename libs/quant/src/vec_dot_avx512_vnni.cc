@@ -121,6 +121,7 @@ inline float BlockTerm(const typename W::Block& x, const Q8_0Packed& p, int64_t 
 template <class W>
 inline __m256 BlockTerms8(const W& w, const typename W::Block* x, const Q8_0Packed& p, int64_t i) {
   __m256i s[8];
+#pragma GCC unroll 8
   for (int k = 0; k < 8; ++k) s[k] = BlockSums(w, x[i + k], p, i + k);
   const __m256 scale = _mm256_mul_ps(W::Scales8(x + i), _mm256_loadu_ps(p.d + i));
   return _mm256_mul_ps(_mm256_cvtepi32_ps(ReduceEach8(s)), scale);
