@@ -51,17 +51,7 @@ void RepackQ8_0(const BlockQ8_0* y, int64_t nb, int offset, Q8_0Packed* p) {
 // Per format: the block type, the offset, the 32 quants as unsigned bytes q + offset in
 // element order, and the block's scale (what the scalar reference multiplies the activation
 // scale with), alone and for 8 consecutive blocks.
-struct Q8_0Weights {
-  using Block = BlockQ8_0;
-  static constexpr int kOffset = 128;
-  static constexpr bool kExactOrder = false;  // see RowInLanes
-  __m256i Quants(const Block& b) const { return _mm256_xor_si256(Load32(b.qs), _mm256_set1_epi8(-128)); }
-  static float Scale(const Block& b) { return HalfToFloat(b.d); }
-  static __m256 Scales8(const Block* b) { return GatherHalf8(b, sizeof(Block)); }
-};
-
 struct Q4_0Weights {
-  static constexpr bool kExactOrder = true;
   using Block = BlockQ4_0;
   static constexpr int kOffset = 8;
   __m256i Quants(const Block& b) const { return Nibbles(b.qs); }
@@ -70,7 +60,6 @@ struct Q4_0Weights {
 };
 
 struct Q5_0Weights {
-  static constexpr bool kExactOrder = true;
   using Block = BlockQ5_0;
   static constexpr int kOffset = 16;
   __m256i Quants(const Block& b) const { return _mm256_or_si256(Nibbles(b.qs), FifthBits(b.qh)); }
@@ -85,7 +74,6 @@ struct ShiftedBook {
 };
 
 struct IQ4_NLWeights : ShiftedBook<kIq4nlValues> {
-  static constexpr bool kExactOrder = true;
   using Block = BlockIQ4_NL;
   static constexpr int kOffset = 128;
   __m256i Quants(const Block& b) const { return LookupNibbles(book, b.qs); }
@@ -94,7 +82,6 @@ struct IQ4_NLWeights : ShiftedBook<kIq4nlValues> {
 };
 
 struct MXFP4Weights : ShiftedBook<kMxfp4Values> {
-  static constexpr bool kExactOrder = true;
   using Block = BlockMXFP4;
   static constexpr int kOffset = 128;
   __m256i Quants(const Block& b) const { return LookupNibbles(book, b.qs); }
@@ -168,27 +155,6 @@ float Row(const W& w, const typename W::Block* x, const Q8_0Packed& p, int64_t n
   return sum;
 }
 
-// Q8_0 (the one format whose SIMD kernels already sum in float lanes in every set, vec_dot.h):
-// each block's 8 lane sums times its scale accumulate in float lanes, summed once per segment
-// and added to `sum`. Cheaper per block than the exact order, which only pays where the
-// weights take more work to decode.
-template <class W>
-float RowInLanes(const W& w, const typename W::Block* x, const Q8_0Packed& p, int64_t nb, float sum) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  auto term = [&](int64_t i, __m256 acc) {
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(BlockSums(w, x[i], p, i)), _mm256_set1_ps(W::Scale(x[i]) * p.d[i]),
-                           acc);
-  };
-  int64_t i = 0;
-  for (; i + 2 <= nb; i += 2) {
-    PrefetchAhead(x + i, kPrefetchBytes);
-    acc0 = term(i, acc0);
-    acc1 = term(i + 1, acc1);
-  }
-  if (i < nb) acc0 = term(i, acc0);
-  return sum + HorizontalSum(_mm256_add_ps(acc0, acc1));
-}
-
 template <class W>
 void MatVecBlock32(const void* w, size_t row_stride_bytes, int64_t rows, const void* act, int64_t n,
                    float* out) {
@@ -205,9 +171,6 @@ void MatVecBlock32(const void* w, size_t row_stride_bytes, int64_t rows, const v
     const int64_t seg = nb - b0 < kSegmentBlocks ? nb - b0 : kSegmentBlocks;
     RepackQ8_0(y + b0, seg, W::kOffset, &p);
     int64_t r = 0;
-    if constexpr (!W::kExactOrder) {
-      for (; r < rows; ++r) out[r] = RowInLanes(weights, row(r, b0), p, seg, b0 == 0 ? 0.0f : out[r]);
-    }
     for (; r + 8 <= rows; r += 8) {
       const Block* x[8];
       const Block* next[8];
@@ -222,6 +185,41 @@ void MatVecBlock32(const void* w, size_t row_stride_bytes, int64_t rows, const v
     }
     for (; r < rows; ++r) out[r] = Row(weights, row(r, b0), p, seg, b0 == 0 ? 0.0f : out[r]);
   }
+}
+
+// Q8_0 straight from the activation blocks (a repack only costs here: it doubles the bytes the
+// loop reads from L1 while the weights stream through it): |w| * (y with w's sign) per
+// vpdpbusd, exact also for w = -128 (|w| = 128 as an unsigned byte); each block's 8 lane sums
+// times its scale accumulate in float lanes, as the AVX2 kernel does (vec_dot.h: Q8_0 differs
+// from the reference by float summation order in every SIMD set).
+float RowQ8_0(const BlockQ8_0* x, const BlockQ8_0* y, int64_t nb) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  auto term = [&](int64_t i, __m256 acc) {
+    const __m256i q = Load32(x[i].qs);
+    const __m256i isum = DotBytes(_mm256_setzero_si256(), _mm256_abs_epi8(q), _mm256_sign_epi8(Load32(y[i].qs), q));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(HalfToFloat(x[i].d) * HalfToFloat(y[i].d)), acc);
+  };
+  int64_t i = 0;
+  for (; i + 2 <= nb; i += 2) {
+    acc0 = term(i, acc0);
+    acc1 = term(i + 1, acc1);
+  }
+  if (i < nb) acc0 = term(i, acc0);
+  return HorizontalSum(_mm256_add_ps(acc0, acc1));
+}
+
+void MatVecQ8_0(const void* w, size_t row_stride_bytes, int64_t rows, const void* act, int64_t n, float* out) {
+  const auto* base = static_cast<const uint8_t*>(w);
+  for (int64_t r = 0; r < rows; ++r) {
+    out[r] = RowQ8_0(reinterpret_cast<const BlockQ8_0*>(base + static_cast<size_t>(r) * row_stride_bytes),
+                     static_cast<const BlockQ8_0*>(act), n / 32);
+  }
+}
+
+float DotQ8_0(const void* w, const void* act, int64_t n) {
+  float out = 0;
+  MatVecQ8_0(w, 0, 1, act, n, &out);
+  return out;
 }
 
 template <class W>
@@ -240,7 +238,8 @@ void Set(KernelTable* table, uint32_t id) {
 }  // namespace
 
 bool FillAvx512VnniVecDot(KernelTable* table) {
-  Set<Q8_0Weights>(table, kIdQ8_0);
+  table->vec_dot[kIdQ8_0] = DotQ8_0;
+  table->mat_vec[kIdQ8_0] = MatVecQ8_0;
   Set<Q4_0Weights>(table, 2);
   Set<Q5_0Weights>(table, 6);
   Set<IQ4_NLWeights>(table, 20);
