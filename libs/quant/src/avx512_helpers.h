@@ -38,13 +38,6 @@ inline void PrefetchAhead(const void* p, int ahead) {
 // intermediate saturation.
 inline __m256i DotBytes(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
 
-// -offset * (sum of the 4 bytes of s in each int32 lane): the term that makes
-// DotBytes(OffsetBias(offset, s), q + offset, s) the exact signed dot product of q with s when the
-// weights q are stored or decoded as the unsigned bytes q + offset (0 < offset <= 128).
-inline __m256i OffsetBias(int offset, __m256i s) {
-  const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(static_cast<char>(offset)), s);
-  return _mm256_sub_epi32(_mm256_setzero_si256(), sums);
-}
 #endif
 
 }  // namespace

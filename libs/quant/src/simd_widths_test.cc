@@ -110,8 +110,8 @@ TEST(SimdWidthsTest, KQuantKernelsAtExpertWidths) {
   for (DType t : kKQuantTypes) CheckWidths(t, kKQuantWidths, std::size(kKQuantWidths), seed++);
 }
 
-TEST(SimdWidthsTest, LongRowsCrossTheActivationSegments) {
-  // 300 blocks of 32: more than the VNNI kernels' 128-block activation segment.
+TEST(SimdWidthsTest, LongRows) {
+  // 300 blocks of 32 (37 groups of 8 and a tail of 4), longer than any expert row.
   const int64_t widths[] = {300 * 32};
   uint32_t seed = 200;
   for (DType t : kBlock32Types) CheckWidths(t, widths, 1, seed++);
