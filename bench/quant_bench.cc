@@ -203,6 +203,26 @@ void BM_Expert(benchmark::State& state) {
   state.SetLabel(std::string(DTypeName(type)) + IsaLabel(state, 2));
 }
 
+// The per-call activation quantization (QuantizeActivations) at expert widths: range(0) the
+// activation type (Q8_0 or Q8_K), range(1) the width, range(2) the kernel set as in kIsaArg.
+void BM_QuantizeActivations(benchmark::State& state) {
+  const auto type = static_cast<DType>(state.range(0));
+  const int64_t n = state.range(1);
+  SetIsa(state, 2);
+  std::vector<float> x(static_cast<size_t>(n));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& v : x) v = normal(rng);
+  std::vector<uint8_t> out(RowBytes(type, n));
+  for (auto _ : state) {
+    QuantizeActivations(type, x.data(), out.data(), n);
+    benchmark::DoNotOptimize(out.data());
+  }
+  ForceScalarKernels(false);
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * n);
+  state.SetLabel(std::string(DTypeName(type)) + IsaLabel(state, 2));
+}
+
 void BM_Quantize(benchmark::State& state) {
   const auto type = static_cast<DType>(state.range(0));
   constexpr int64_t kElems = int64_t{1} << 20;
@@ -263,6 +283,9 @@ BENCHMARK(BM_Dequantize)->Apply(TypeArgs)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_VecDot)->Apply(VecDotArgs)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Quantize)->Apply(QuantizeArgs)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Expert)->Apply(ExpertArgs)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_QuantizeActivations)
+    ->ArgsProduct({{static_cast<int64_t>(DType::kQ8_0), static_cast<int64_t>(DType::kQ8_K)}, {512, 2048, 4096}, {1, 2}})
+    ->Unit(benchmark::kNanosecond);
 
 // Collects bytes_per_second per benchmark run while printing as usual.
 class TableReporter : public benchmark::ConsoleReporter {

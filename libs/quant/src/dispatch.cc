@@ -94,11 +94,14 @@ struct Tables {
     FillIQuantKernels(&scalar);
     FillLowBitIQuantKernels(&scalar);
     for (auto& f : scalar.mat_vec) f = nullptr;
+    scalar.quantize_q8_0_act = QuantizeQ8_0Activations;
+    scalar.quantize_q8_k = QuantizeQ8_K;
     avx2 = scalar;
     if (CpuHasAvx2()) {
       const bool dq = FillAvx2Dequantize(&avx2);
       const bool vd = FillAvx2VecDot(&avx2) && FillAvx2IQuantVecDot(&avx2) &&
-                      FillAvx2LowBitIQuantVecDot(&avx2) && FillAvx2LegacyVecDot(&avx2);
+                      FillAvx2LowBitIQuantVecDot(&avx2) && FillAvx2LegacyVecDot(&avx2) &&
+                      FillAvx2ActivationQuantizers(&avx2);
       if (dq || vd) best = Isa::kAvx2;
     }
     avx512 = avx2;

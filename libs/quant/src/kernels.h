@@ -28,10 +28,16 @@ using VecDotFn = float (*)(const void* w, const void* act, int64_t n);
 using MatVecFn = void (*)(const void* w, size_t row_stride_bytes, int64_t rows, const void* act,
                           int64_t n, float* out);
 
+// Float activations to their vec_dot type (n a multiple of the block size).
+using QuantizeActFn = void (*)(const float* x, void* dst, int64_t n);
+
 struct KernelTable {
   DequantizeFn dequantize[kNumTypeIds];
   VecDotFn vec_dot[kNumTypeIds];
   MatVecFn mat_vec[kNumTypeIds];  // nullptr: vec_dot row by row
+  // QuantizeActivations' Q8_0 and Q8_K quantizers (byte-identical in every set).
+  QuantizeActFn quantize_q8_0_act;
+  QuantizeActFn quantize_q8_k;
 };
 
 // Kernel sets, from the portable one up; each includes the ones below it.
@@ -51,6 +57,9 @@ bool FillAvx2VecDot(KernelTable* table);
 bool FillAvx2IQuantVecDot(KernelTable* table);
 bool FillAvx2LowBitIQuantVecDot(KernelTable* table);
 bool FillAvx2LegacyVecDot(KernelTable* table);
+// The Q8_0 and Q8_K activation quantizers (quantize_act_avx2.cc): byte-identical to
+// quantize.cc's.
+bool FillAvx2ActivationQuantizers(KernelTable* table);
 // Same for the AVX-512 (F + BW + VL) kernels, applied on top of the AVX2 table
 // (vec_dot_avx512.cc).
 bool FillAvx512VecDot(KernelTable* table);

@@ -117,6 +117,44 @@ TEST(SimdWidthsTest, LongRows) {
   for (DType t : kBlock32Types) CheckWidths(t, widths, 1, seed++);
 }
 
+// Activations as the decode path meets them (normal, some large outliers), plus the cases the
+// quantizers branch on: an all-zero block, ties at .5 after scaling, and the largest |x|
+// appearing with both signs (Q8_K takes the first one's sign).
+std::vector<float> ActivationRow(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (float& v : x) v = nd(rng) * (rng() % 64 == 0 ? 40.0f : 1.0f);
+  for (int64_t j = 0; j < 32 && j < n; ++j) x[static_cast<size_t>(j)] = 0.0f;
+  if (n >= 256) {
+    for (int64_t j = 0; j < 32; ++j) x[static_cast<size_t>(64 + j)] = 0.5f + static_cast<float>(j);
+    x[64 + 31] = 127.0f;  // scale exactly 1 in its Q8_0 block: every other value a tie
+    x[300 % n] = -1000.0f;
+    x[(300 + 7) % n] = 1000.0f;
+  }
+  if (n >= 2048) std::fill(x.begin() + 1792, x.begin() + 2048, 0.0f);  // an all-zero Q8_K block
+  return x;
+}
+
+TEST(SimdWidthsTest, ActivationQuantizersAreTheScalarBytes) {
+  std::mt19937 rng(9);
+  for (DType at : {DType::kQ8_0, DType::kQ8_K}) {
+    for (int64_t n : {int64_t{768}, int64_t{1536}, int64_t{2048}, int64_t{2816}, int64_t{4096}}) {
+      if (at == DType::kQ8_0) n += 64;  // and an odd count of Q8_0 blocks
+      const std::vector<float> x = ActivationRow(n, rng);
+      ASSERT_TRUE(SetKernelIsaCap("scalar"));
+      std::vector<uint8_t> ref(RowBytes(at, n));
+      QuantizeActivations(at, x.data(), ref.data(), n);
+      for (std::string_view isa : SupportedIsas()) {
+        ASSERT_TRUE(SetKernelIsaCap(isa));
+        std::vector<uint8_t> got(ref.size(), 0xAA);
+        QuantizeActivations(at, x.data(), got.data(), n);
+        EXPECT_EQ(got, ref) << DTypeName(at) << " n=" << n << " " << isa;
+      }
+      ForceScalarKernels(false);
+    }
+  }
+}
+
 bool CpuHasAvx512Vnni() {
 #if defined(__x86_64__)
   __builtin_cpu_init();

@@ -224,10 +224,10 @@ void QuantizeActivations(DType vec_dot_type, const float* x, void* dst, int64_t 
   assert(n % Traits(vec_dot_type).block_elems == 0);
   switch (vec_dot_type) {
     case DType::kQ8_0:
-      internal::QuantizeQ8_0Activations(x, dst, n);
+      internal::ActiveKernels().quantize_q8_0_act(x, dst, n);
       return;
     case DType::kQ8_K:
-      internal::QuantizeQ8_K(x, dst, n);
+      internal::ActiveKernels().quantize_q8_k(x, dst, n);
       return;
     case DType::kQ8_1:
       internal::QuantizeQ8_1Activations(x, dst, n);
