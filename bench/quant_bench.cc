@@ -165,7 +165,7 @@ struct ExpertShape {
 };
 constexpr ExpertShape kExpertShapes[] = {{768, 2048}, {1536, 4096}, {2048, 512}, {2880, 2880}};
 constexpr DType kExpertTypes[] = {DType::kQ8_0, DType::kQ6_K, DType::kQ5_K, DType::kQ4_K,
-                                  DType::kQ4_0, DType::kIQ4_NL, DType::kMXFP4};
+                                  DType::kQ4_0, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4};
 // range(3): how the experts are read.
 enum ExpertMode : int64_t {
   kStream = 0,     // one MatVec per expert over ~64 MiB of experts (each read once, from DRAM)

@@ -63,8 +63,8 @@ bool FillAvx2ActivationQuantizers(KernelTable* table);
 // Same for the AVX-512 (F + BW + VL) kernels, applied on top of the AVX2 table
 // (vec_dot_avx512.cc).
 bool FillAvx512VecDot(KernelTable* table);
-// With AVX-512 VNNI as well (vec_dot_avx512_vnni.cc): Q8_0, Q4_0, Q5_0, IQ4_NL and MXFP4, on
-// top of the AVX-512 table where the CPU has VNNI.
+// With AVX-512 VNNI as well (vec_dot_avx512_vnni.cc): Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS and
+// MXFP4, on top of the AVX-512 table where the CPU has VNNI.
 bool FillAvx512VnniVecDot(KernelTable* table);
 
 // legacy_quants.cc (Q4_0, Q4_1, Q5_0, Q5_1) and iquants.cc (IQ2_XXS, IQ4_NL, IQ4_XS, MXFP4):

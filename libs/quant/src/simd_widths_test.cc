@@ -22,9 +22,9 @@
 namespace colibri::quant {
 namespace {
 
-// Formats with Q8_0 activations and the k-quants the decode path uses most.
+// Formats with Q8_0 activations, and the 256-element ones the decode path uses most.
 constexpr DType kBlock32Types[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kIQ4_NL, DType::kMXFP4};
-constexpr DType kKQuantTypes[] = {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+constexpr DType kKQuantTypes[] = {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS};
 
 // Expert widths, plus odd block counts: 25, 33 and 91 blocks of 32; for the k-quants (256
 // per block: 2880 is not a multiple) 3, 5, 11 and 13 super-blocks.
@@ -52,11 +52,11 @@ Row MakeRow(DType t, int64_t n, std::mt19937& rng) {
   return r;
 }
 
-// Whether `isa`'s kernel for `t` must give the reference's exact bits: the 32-element formats
-// but Q8_0 in every set (the SIMD Q8_0 kernels sum in float lanes), and the k-quants in AVX2
-// (the AVX-512 k-quant kernels sum block terms in float lanes).
+// Whether `isa`'s kernel for `t` must give the reference's exact bits: IQ4_XS and the 32-element
+// formats but Q8_0 in every set (the SIMD Q8_0 kernels sum in float lanes), and the k-quants in
+// AVX2 (the AVX-512 k-quant kernels sum block terms in float lanes).
 bool BitIdentical(std::string_view isa, DType t) {
-  if (isa == "scalar") return true;
+  if (isa == "scalar" || t == DType::kIQ4_XS) return true;
   if (Traits(t).vec_dot_type == DType::kQ8_K) return isa != "avx512";
   return t != DType::kQ8_0;
 }
@@ -105,7 +105,7 @@ TEST(SimdWidthsTest, Block32KernelsAtExpertWidths) {
   for (DType t : kBlock32Types) CheckWidths(t, kBlock32Widths, std::size(kBlock32Widths), seed++);
 }
 
-TEST(SimdWidthsTest, KQuantKernelsAtExpertWidths) {
+TEST(SimdWidthsTest, SuperBlockKernelsAtExpertWidths) {
   uint32_t seed = 100;
   for (DType t : kKQuantTypes) CheckWidths(t, kKQuantWidths, std::size(kKQuantWidths), seed++);
 }
@@ -172,7 +172,7 @@ TEST(SimdWidthsTest, Avx512VnniKernelsInstalledWhereTheCpuHasThem) {
   ASSERT_TRUE(SetKernelIsaCap("avx2"));
   const internal::KernelTable& avx2 = internal::ActiveKernels();
   ForceScalarKernels(false);
-  for (DType t : kBlock32Types) {
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kIQ4_NL, DType::kMXFP4, DType::kIQ4_XS}) {
     const auto id = static_cast<uint32_t>(t);
     EXPECT_NE(avx512.vec_dot[id], avx2.vec_dot[id]) << DTypeName(t);
     EXPECT_NE(avx512.mat_vec[id], nullptr) << DTypeName(t);

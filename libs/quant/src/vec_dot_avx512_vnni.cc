@@ -1,7 +1,7 @@
 // AVX-512 VNNI matrix-vector kernels for the 32-element block formats that pair with Q8_0
-// activations: Q8_0, Q4_0, Q5_0, IQ4_NL and MXFP4. Built with the AVX-512 F/BW/VL + VNNI flags
-// and only called after dispatch.cc has seen those features. See kernels.h for what this file
-// may include.
+// activations (Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4) and for IQ4_XS (Q8_K activations). Built with
+// the AVX-512 F/BW/VL + VNNI flags and only called after dispatch.cc has seen those features.
+// See kernels.h for what this file may include.
 //
 // Each block's 32 weights are decoded to signed bytes in element order (Q4_0 / Q5_0: nibbles
 // minus 8 / 16; IQ4_NL / MXFP4: one pshufb into the codebook) and one vpdpbusd of |w| with the
@@ -9,8 +9,9 @@
 // activation blocks are read as they are (a repack doubled the bytes read from L1 per weight
 // byte and lost to AVX2 when the weights stream from DRAM).
 //
-// Q4_0, Q5_0, IQ4_NL, MXFP4: eight blocks' lanes are reduced together (one vector of 8 exact
-// block sums), each block's sum goes through the scalar reference's float expression (vector
+// Q4_0, Q5_0, IQ4_NL, MXFP4 and IQ4_XS (its 8 groups of 32 per super-block): eight blocks' (or
+// groups') lanes are reduced together (one vector of 8 exact sums), each sum goes through the
+// scalar reference's float expression (vector
 // multiplies, the same IEEE operations), and the terms are added in block order; MatVec does
 // that for 8 rows at once, their 8 in-order sums in the lanes of one vector (AddRowsInOrder),
 // so the float dependency chain is shared by 8 rows. The results are the reference's exact
@@ -24,6 +25,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 
 #include <immintrin.h>
+#include <string.h>
 
 #include "avx512_helpers.h"
 #include "colibri/quant/blocks.h"
@@ -33,7 +35,7 @@ namespace {
 
 constexpr int kPrefetchBytes = 1024;
 
-// Per format: the block type, the 32 weights as signed bytes in element order, and the block's
+// Per 32-element format: the block type, the 32 weights as signed bytes in element order, and the block's
 // scale (what the scalar reference multiplies the activation scale with), alone and for 8
 // consecutive blocks.
 struct Q4_0Weights {
@@ -78,89 +80,119 @@ inline __m256i SignedSums(__m256i w, const int8_t* y) {
   return DotBytes(_mm256_setzero_si256(), _mm256_abs_epi8(w), _mm256_sign_epi8(Load32(y), w));
 }
 
-template <class W>
-inline __m256i BlockSums(const W& w, const typename W::Block& x, const BlockQ8_0& y) {
-  return SignedSums(w.Quants(x), y.qs);
-}
+// The kernels below are written once over a "kernel" K: its weight and activation block types,
+// kElems elements per block, and Terms8, the 8 float terms (in the scalar reference's order and
+// expressions) of kChunk consecutive blocks; TailTerm, where kChunk > 1, one block's term.
 
-// The same float tail as the scalar kernels (legacy_quants.cc, iquants.cc, vec_dot.cc).
+// The 32-element formats: 8 blocks per chunk, one term per block.
 template <class W>
-inline float BlockTerm(const typename W::Block& x, const BlockQ8_0& y, int32_t isum) {
-  return static_cast<float>(isum) * (W::Scale(x) * HalfToFloat(y.d));
-}
+struct Block32 {
+  using Block = typename W::Block;
+  using Act = BlockQ8_0;
+  static constexpr int kElems = 32, kChunk = 8;
+  W w;
 
-// The products float(isum) * (scale * activation scale) of 8 consecutive blocks, as the scalar
-// tail computes them one by one.
-template <class W>
-inline __m256 BlockTerms8(const W& w, const typename W::Block* x, const BlockQ8_0* y) {
-  __m256i s[8];
+  // float(isum) * (scale * activation scale) of 8 blocks (legacy_quants.cc, iquants.cc).
+  __m256 Terms8(const Block* x, const Act* y) const {
+    __m256i s[8];
 #pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k) s[k] = BlockSums(w, x[k], y[k]);
-  const __m256 scale = _mm256_mul_ps(W::Scales8(x), GatherHalf8(y, sizeof(BlockQ8_0)));
-  return _mm256_mul_ps(_mm256_cvtepi32_ps(ReduceEach8(s)), scale);
-}
+    for (int k = 0; k < 8; ++k) s[k] = SignedSums(w.Quants(x[k]), y[k].qs);
+    const __m256 scale = _mm256_mul_ps(W::Scales8(x), GatherHalf8(y, sizeof(Act)));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(ReduceEach8(s)), scale);
+  }
+  float TailTerm(const Block& x, const Act& y) const {
+    const int32_t isum = HorizontalSum(SignedSums(w.Quants(x), y.qs));
+    return static_cast<float>(isum) * (W::Scale(x) * HalfToFloat(y.d));
+  }
+};
 
-// Row r's block terms added in block order, for 8 rows at once.
-template <class W>
-void Rows8(const W& w, const typename W::Block* const x[8], const typename W::Block* const next[8],
-           const BlockQ8_0* y, int64_t nb, float sum[8]) {
+// IQ4_XS: one super-block per chunk, its 8 groups of 32 the 8 terms
+// d4d8 * float(ls) * float(isum) (iquants.cc).
+struct IQ4_XSKernel : Book<kIq4nlValues> {
+  using Block = BlockIQ4_XS;
+  using Act = BlockQ8_K;
+  static constexpr int kElems = 256, kChunk = 1;
+
+  __m256 Terms8(const Block* x, const Act* y) const {
+    __m256i s[8];
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) s[g] = SignedSums(LookupNibbles(book, x->qs + 16 * g), y->qs + 32 * g);
+    // The 6-bit group scales (blocks.h) as 8 int32 lanes, minus 32.
+    uint32_t low4;
+    memcpy(&low4, x->scales_l, sizeof(low4));
+    const __m256i low = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(low4)),
+                                                           _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                         _mm256_set1_epi32(0x0f));
+    const __m256i high = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(x->scales_h),
+                                                            _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                                          _mm256_set1_epi32(3));
+    const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(low, _mm256_slli_epi32(high, 4)), _mm256_set1_epi32(32));
+    const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(HalfToFloat(x->d) * y->d), _mm256_cvtepi32_ps(ls));
+    return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(ReduceEach8(s)));
+  }
+  float TailTerm(const Block&, const Act&) const { return 0.0f; }  // (kChunk 1: no tail)
+};
+
+// Row r's terms added in order, for 8 rows at once.
+template <class K>
+void Rows8(const K& k, const typename K::Block* const x[8], const typename K::Block* const next[8],
+           const typename K::Act* y, int64_t nb, float sum[8]) {
   __m256 acc = _mm256_setzero_ps();
   int64_t i = 0;
-  for (; i + 8 <= nb; i += 8) {
+  for (; i + K::kChunk <= nb; i += K::kChunk) {
     // The same blocks of the next 8 rows (contiguous with these in a matrix): a whole 8-row group
     // ahead, one stream per row being too many for the hardware prefetchers.
     for (int r = 0; r < 8; ++r) {
-      for (size_t off = 0; off < 8 * sizeof(x[0][0]); off += 64) {
+      for (size_t off = 0; off < K::kChunk * sizeof(x[0][0]); off += 64) {
         _mm_prefetch(reinterpret_cast<const char*>(next[r] + i) + off, _MM_HINT_T0);
       }
     }
     __m256 terms[8];
-    for (int r = 0; r < 8; ++r) terms[r] = BlockTerms8(w, x[r] + i, y + i);
+    for (int r = 0; r < 8; ++r) terms[r] = k.Terms8(x[r] + i, y + i);
     acc = AddRowsInOrder(acc, terms);
   }
   _mm256_storeu_ps(sum, acc);
   for (int r = 0; r < 8; ++r) {
-    for (int64_t j = i; j < nb; ++j) sum[r] += BlockTerm<W>(x[r][j], y[j], HorizontalSum(BlockSums(w, x[r][j], y[j])));
+    for (int64_t j = i; j < nb; ++j) sum[r] += k.TailTerm(x[r][j], y[j]);
   }
 }
 
 // The same for one row.
-template <class W>
-float Row(const W& w, const typename W::Block* x, const BlockQ8_0* y, int64_t nb) {
+template <class K>
+float Row(const K& k, const typename K::Block* x, const typename K::Act* y, int64_t nb) {
   alignas(32) float terms[8];
   float sum = 0;
   int64_t i = 0;
-  for (; i + 8 <= nb; i += 8) {
-    for (size_t off = 0; off < 8 * sizeof(x[0]); off += 64) {
+  for (; i + K::kChunk <= nb; i += K::kChunk) {
+    for (size_t off = 0; off < K::kChunk * sizeof(x[0]); off += 64) {
       PrefetchAhead(reinterpret_cast<const char*>(x + i) + off, kPrefetchBytes);
     }
-    _mm256_store_ps(terms, BlockTerms8(w, x + i, y + i));
+    _mm256_store_ps(terms, k.Terms8(x + i, y + i));
     for (float t : terms) sum += t;
   }
-  for (; i < nb; ++i) sum += BlockTerm<W>(x[i], y[i], HorizontalSum(BlockSums(w, x[i], y[i])));
+  for (; i < nb; ++i) sum += k.TailTerm(x[i], y[i]);
   return sum;
 }
 
-template <class W>
-void MatVecBlock32(const void* w, size_t row_stride_bytes, int64_t rows, const void* act, int64_t n,
-                   float* out) {
-  using Block = typename W::Block;
-  const int64_t nb = n / 32;
-  const auto* y = static_cast<const BlockQ8_0*>(act);
+template <class K>
+void MatVecExact(const void* w, size_t row_stride_bytes, int64_t rows, const void* act, int64_t n, float* out) {
+  using Block = typename K::Block;
+  const int64_t nb = n / K::kElems;
+  const auto* y = static_cast<const typename K::Act*>(act);
   const auto* base = static_cast<const uint8_t*>(w);
   auto row = [&](int64_t r) { return reinterpret_cast<const Block*>(base + static_cast<size_t>(r) * row_stride_bytes); };
-  const W weights;
+  const K kernel;
   int64_t r = 0;
   for (; r + 8 <= rows; r += 8) {
     const Block* x[8];
     const Block* next[8];
-    for (int k = 0; k < 8; ++k) {
-      x[k] = row(r + k);
-      next[k] = row(r + 8 + k < rows ? r + 8 + k : r + k);
+    for (int i = 0; i < 8; ++i) {
+      x[i] = row(r + i);
+      next[i] = row(r + 8 + i < rows ? r + 8 + i : r + i);
     }
-    Rows8(weights, x, next, y, nb, out + r);
+    Rows8(kernel, x, next, y, nb, out + r);
   }
-  for (; r < rows; ++r) out[r] = Row(weights, row(r), y, nb);
+  for (; r < rows; ++r) out[r] = Row(kernel, row(r), y, nb);
 }
 
 float RowQ8_0(const BlockQ8_0* x, const BlockQ8_0* y, int64_t nb) {
@@ -192,17 +224,17 @@ float DotQ8_0(const void* w, const void* act, int64_t n) {
   return out;
 }
 
-template <class W>
-float DotBlock32(const void* w, const void* act, int64_t n) {
+template <class K>
+float DotExact(const void* w, const void* act, int64_t n) {
   float out = 0;
-  MatVecBlock32<W>(w, 0, 1, act, n, &out);
+  MatVecExact<K>(w, 0, 1, act, n, &out);
   return out;
 }
 
-template <class W>
+template <class K>
 void Set(KernelTable* table, uint32_t id) {
-  table->vec_dot[id] = DotBlock32<W>;
-  table->mat_vec[id] = MatVecBlock32<W>;
+  table->vec_dot[id] = DotExact<K>;
+  table->mat_vec[id] = MatVecExact<K>;
 }
 
 }  // namespace
@@ -210,10 +242,11 @@ void Set(KernelTable* table, uint32_t id) {
 bool FillAvx512VnniVecDot(KernelTable* table) {
   table->vec_dot[kIdQ8_0] = DotQ8_0;
   table->mat_vec[kIdQ8_0] = MatVecQ8_0;
-  Set<Q4_0Weights>(table, 2);
-  Set<Q5_0Weights>(table, 6);
-  Set<IQ4_NLWeights>(table, 20);
-  Set<MXFP4Weights>(table, 39);
+  Set<Block32<Q4_0Weights>>(table, 2);
+  Set<Block32<Q5_0Weights>>(table, 6);
+  Set<Block32<IQ4_NLWeights>>(table, 20);
+  Set<IQ4_XSKernel>(table, 23);
+  Set<Block32<MXFP4Weights>>(table, 39);
   return true;
 }
 

@@ -6,7 +6,7 @@
 //
 // Kernels: the best set the CPU has is used (checked once at run time with
 // __builtin_cpu_supports; the library never needs the features to build or run): "avx512"
-// (AVX-512 F/BW/VL on top of AVX2; with VNNI also Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4) > "avx2"
+// (AVX-512 F/BW/VL on top of AVX2; with VNNI also Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS, MXFP4) > "avx2"
 // (AVX2/FMA/F16C) > the portable "scalar" set; the environment variable COLIBRI_KERNEL_ISA
 // (scalar, avx2, avx512) caps the set a process starts with. The AVX2 k-quant dot products and
 // every SIMD legacy / i-quant / MXFP4 one return exactly the scalar reference's bits (exact
