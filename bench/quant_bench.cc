@@ -60,7 +60,8 @@ std::map<std::pair<DType, int64_t>, Matrix>& MatrixCache() {
 // many widths; each is needed by consecutive benchmarks only).
 const Matrix& GetMatrix(DType type, int64_t cols = kCols, bool only = false) {
   std::map<std::pair<DType, int64_t>, Matrix>* cache = &MatrixCache();
-  if (only) std::erase_if(*cache, [&](const auto& kv) { return kv.first != std::make_pair(type, cols); });
+  if (only)
+    std::erase_if(*cache, [&](const auto& kv) { return kv.first != std::make_pair(type, cols); });
   auto it = cache->find({type, cols});
   if (it != cache->end()) return it->second;
   Matrix m;
@@ -109,7 +110,9 @@ const Matrix& GetMatrix(DType type, int64_t cols = kCols, bool only = false) {
 // range(1): 0 the best kernel set, 1 the scalar reference, 2 the AVX2 set (to compare with
 // AVX-512 on CPUs that have both).
 constexpr std::string_view kIsaArg[] = {"avx512", "scalar", "avx2"};
-void SetIsa(const benchmark::State& state, int arg = 1) { SetKernelIsaCap(kIsaArg[state.range(arg)]); }
+void SetIsa(const benchmark::State& state, int arg = 1) {
+  SetKernelIsaCap(kIsaArg[state.range(arg)]);
+}
 std::string IsaLabel(const benchmark::State& state, int arg = 1) {
   return state.range(arg) == 1 ? "/scalar" : state.range(arg) == 2 ? "/avx2" : "/simd";
 }
@@ -164,13 +167,13 @@ struct ExpertShape {
   int64_t rows, cols;
 };
 constexpr ExpertShape kExpertShapes[] = {{768, 2048}, {1536, 4096}, {2048, 512}, {2880, 2880}};
-constexpr DType kExpertTypes[] = {DType::kQ8_0, DType::kQ6_K, DType::kQ5_K, DType::kQ4_K,
+constexpr DType kExpertTypes[] = {DType::kQ8_0, DType::kQ6_K,   DType::kQ5_K,   DType::kQ4_K,
                                   DType::kQ4_0, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4};
 // range(3): how the experts are read.
 enum ExpertMode : int64_t {
-  kStream = 0,     // one MatVec per expert over ~64 MiB of experts (each read once, from DRAM)
-  kStreamActQ = 1, // the same, with the activations quantized from floats before each MatVec
-  kHot = 2,        // one expert again and again (from the caches: the kernel's compute limit)
+  kStream = 0,      // one MatVec per expert over ~64 MiB of experts (each read once, from DRAM)
+  kStreamActQ = 1,  // the same, with the activations quantized from floats before each MatVec
+  kHot = 2,         // one expert again and again (from the caches: the kernel's compute limit)
 };
 
 void BM_Expert(benchmark::State& state) {
@@ -198,7 +201,8 @@ void BM_Expert(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   ForceScalarKernels(false);
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * experts * static_cast<int64_t>(expert_bytes));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * experts *
+                          static_cast<int64_t>(expert_bytes));
   state.counters["expert_bytes"] = static_cast<double>(expert_bytes);
   state.SetLabel(std::string(DTypeName(type)) + IsaLabel(state, 2));
 }
@@ -266,7 +270,8 @@ void ExpertArgs(benchmark::internal::Benchmark* b) {
       if (kExpertShapes[s].cols % Traits(t).block_elems != 0) continue;
       for (int isa : {2, 0}) {
         if (isa == 0 && !above_avx2) continue;
-        for (int64_t mode : {kStream, kStreamActQ, kHot}) b->Args({static_cast<int64_t>(t), s, isa, mode});
+        for (int64_t mode : {kStream, kStreamActQ, kHot})
+          b->Args({static_cast<int64_t>(t), s, isa, mode});
       }
     }
   }
@@ -284,7 +289,9 @@ BENCHMARK(BM_VecDot)->Apply(VecDotArgs)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Quantize)->Apply(QuantizeArgs)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Expert)->Apply(ExpertArgs)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_QuantizeActivations)
-    ->ArgsProduct({{static_cast<int64_t>(DType::kQ8_0), static_cast<int64_t>(DType::kQ8_K)}, {512, 2048, 4096}, {1, 2}})
+    ->ArgsProduct({{static_cast<int64_t>(DType::kQ8_0), static_cast<int64_t>(DType::kQ8_K)},
+                   {512, 2048, 4096},
+                   {1, 2}})
     ->Unit(benchmark::kNanosecond);
 
 // Collects bytes_per_second per benchmark run while printing as usual.
@@ -347,7 +354,8 @@ class TableReporter : public benchmark::ConsoleReporter {
 
   // Only when BM_Expert ran: GB/s per type and expert shape, AVX2 against the best set.
   void PrintExpertTable() const {
-    if (std::none_of(rates_.begin(), rates_.end(), [](const auto& kv) { return kv.first.rfind("BM_Expert/", 0) == 0; })) {
+    if (std::none_of(rates_.begin(), rates_.end(),
+                     [](const auto& kv) { return kv.first.rfind("BM_Expert/", 0) == 0; })) {
       return;
     }
     const auto memcpy_it = rates_.find("BM_Memcpy");
@@ -371,24 +379,30 @@ class TableReporter : public benchmark::ConsoleReporter {
       return std::string(buf);
     };
     std::printf(
-        "\nExpert matrices, GB/s of weights (fraction of memcpy's %.2f GB/s): stream = one MatVec per "
-        "expert over 64 MiB of experts; +actq = activations quantized before each; hot = one expert "
+        "\nExpert matrices, GB/s of weights (fraction of memcpy's %.2f GB/s): stream = one MatVec "
+        "per "
+        "expert over 64 MiB of experts; +actq = activations quantized before each; hot = one "
+        "expert "
         "again and again (cache-resident)\n\n",
         memcpy_rate);
     std::printf(
-        "| type | rows x cols | avx2 stream | %s stream | avx2 +actq | %s +actq | us/expert %s stream | "
+        "| type | rows x cols | avx2 stream | %s stream | avx2 +actq | %s +actq | us/expert %s "
+        "stream | "
         "avx2 hot | %s hot |\n|---|---|---|---|---|---|---|---|---|\n",
-        std::string(ActiveIsa()).c_str(), std::string(ActiveIsa()).c_str(), std::string(ActiveIsa()).c_str(),
-        std::string(ActiveIsa()).c_str());
+        std::string(ActiveIsa()).c_str(), std::string(ActiveIsa()).c_str(),
+        std::string(ActiveIsa()).c_str(), std::string(ActiveIsa()).c_str());
     for (DType t : kExpertTypes) {
       for (size_t s = 0; s < std::size(kExpertShapes); ++s) {
-        const std::string base = "BM_Expert/" + std::to_string(static_cast<uint32_t>(t)) + "/" + std::to_string(s) + "/";
+        const std::string base =
+            "BM_Expert/" + std::to_string(static_cast<uint32_t>(t)) + "/" + std::to_string(s) + "/";
         if (rates_.find(base + "2/0") == rates_.end()) continue;
-        std::printf("| %s | %lld x %lld | %s | %s | %s | %s | %s | %s | %s |\n", std::string(DTypeName(t)).c_str(),
-                    static_cast<long long>(kExpertShapes[s].rows), static_cast<long long>(kExpertShapes[s].cols),
-                    cell(base + "2/0", true).c_str(), cell(base + "0/0", true).c_str(), cell(base + "2/1", false).c_str(),
-                    cell(base + "0/1", false).c_str(), us(base + "0/0").c_str(), cell(base + "2/2", false).c_str(),
-                    cell(base + "0/2", false).c_str());
+        std::printf("| %s | %lld x %lld | %s | %s | %s | %s | %s | %s | %s |\n",
+                    std::string(DTypeName(t)).c_str(),
+                    static_cast<long long>(kExpertShapes[s].rows),
+                    static_cast<long long>(kExpertShapes[s].cols), cell(base + "2/0", true).c_str(),
+                    cell(base + "0/0", true).c_str(), cell(base + "2/1", false).c_str(),
+                    cell(base + "0/1", false).c_str(), us(base + "0/0").c_str(),
+                    cell(base + "2/2", false).c_str(), cell(base + "0/2", false).c_str());
       }
     }
   }

@@ -41,7 +41,8 @@ inline __m256i ReduceEach8(const __m256i v[8]) {
   // Per 128-bit lane: [v0 v1 v2 v3] partial sums, then the two lanes added.
   const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
   const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                          _mm256_permute2x128_si256(a, b, 0x31));
 }
 
 // Lane r of the result is acc[r] + rows[r][0] + rows[r][1] + ... + rows[r][7], added in that
@@ -56,14 +57,17 @@ inline __m256 AddRowsInOrder(__m256 acc, const __m256 rows[8]) {
                        _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xee),
                        _mm256_shuffle_ps(t4, t6, 0x44), _mm256_shuffle_ps(t4, t6, 0xee),
                        _mm256_shuffle_ps(t5, t7, 0x44), _mm256_shuffle_ps(t5, t7, 0xee)};
-  for (int k = 0; k < 4; ++k) acc = _mm256_add_ps(acc, _mm256_permute2f128_ps(u[k], u[k + 4], 0x20));
-  for (int k = 0; k < 4; ++k) acc = _mm256_add_ps(acc, _mm256_permute2f128_ps(u[k], u[k + 4], 0x31));
+  for (int k = 0; k < 4; ++k)
+    acc = _mm256_add_ps(acc, _mm256_permute2f128_ps(u[k], u[k + 4], 0x20));
+  for (int k = 0; k < 4; ++k)
+    acc = _mm256_add_ps(acc, _mm256_permute2f128_ps(u[k], u[k + 4], 0x31));
   return acc;
 }
 
 // The 8 int32 words at p, p + stride, ..., p + 7 * stride bytes.
 inline __m256i GatherWords(const void* p, int stride) {
-  const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(stride));
+  const __m256i idx =
+      _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(stride));
   return _mm256_i32gather_epi32(static_cast<const int*>(p), idx, 1);
 }
 
@@ -98,7 +102,9 @@ inline __m256i Nibbles(const uint8_t* qs) {
 }
 
 // Those 32 nibbles looked up in a 16-entry byte table held in both 128-bit lanes of `book`.
-inline __m256i LookupNibbles(__m256i book, const uint8_t* qs) { return _mm256_shuffle_epi8(book, Nibbles(qs)); }
+inline __m256i LookupNibbles(__m256i book, const uint8_t* qs) {
+  return _mm256_shuffle_epi8(book, Nibbles(qs));
+}
 
 // A 16-byte table in both lanes.
 inline __m256i BroadcastTable(const void* table16) {

@@ -23,8 +23,8 @@ inline float HorizontalSum(__m512 v) {
 
 // vpermw indices broadcasting int16 lane g_lo to the low 16 int16 lanes and g_hi to the high 16.
 inline __m512i PairIndex(short g_lo, short g_hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(g_lo)), _mm256_set1_epi16(g_hi),
-                            1);
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(g_lo)),
+                            _mm256_set1_epi16(g_hi), 1);
 }
 
 // Ask for the bytes `ahead` past p (this row's later blocks or the next row's first) so memory
@@ -36,7 +36,9 @@ inline void PrefetchAhead(const void* p, int ahead) {
 #if defined(__AVX512VNNI__)
 // acc + the 8 sums of 4 products of unsigned bytes u with signed bytes s (vpdpbusd): exact, no
 // intermediate saturation.
-inline __m256i DotBytes(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
+inline __m256i DotBytes(__m256i acc, __m256i u, __m256i s) {
+  return _mm256_dpbusd_epi32(acc, u, s);
+}
 
 #endif
 

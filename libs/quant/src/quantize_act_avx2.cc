@@ -31,7 +31,8 @@ inline float HorizontalMax(__m256 v) {
 inline __m256i PackToBytes(__m256i a, __m256i b, __m256i c, __m256i d) {
   const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
   // Bytes now hold a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7 (4-byte groups).
-  return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd),
+                                     _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
 void QuantizeQ8_0ActivationsAvx2(const float* x, void* dst, int64_t n) {
@@ -39,8 +40,8 @@ void QuantizeQ8_0ActivationsAvx2(const float* x, void* dst, int64_t n) {
   for (int64_t i = 0; i < n / 32; ++i, x += 32) {
     const __m256 v[4] = {_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8), _mm256_loadu_ps(x + 16),
                          _mm256_loadu_ps(x + 24)};
-    const float amax =
-        HorizontalMax(_mm256_max_ps(_mm256_max_ps(Abs(v[0]), Abs(v[1])), _mm256_max_ps(Abs(v[2]), Abs(v[3]))));
+    const float amax = HorizontalMax(
+        _mm256_max_ps(_mm256_max_ps(Abs(v[0]), Abs(v[1])), _mm256_max_ps(Abs(v[2]), Abs(v[3]))));
     const float d = amax / 127.f;
     y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
     const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
@@ -66,7 +67,8 @@ void QuantizeQ8_KAvx2(const float* x, void* dst, int64_t n) {
     const __m256 target = _mm256_set1_ps(amax);
     int first = 0;
     for (int j = 0; j < kQK_K; j += 8) {
-      const int hits = _mm256_movemask_ps(_mm256_cmp_ps(Abs(_mm256_loadu_ps(x + j)), target, _CMP_EQ_OQ));
+      const int hits =
+          _mm256_movemask_ps(_mm256_cmp_ps(Abs(_mm256_loadu_ps(x + j)), target, _CMP_EQ_OQ));
       if (hits != 0) {
         first = j + __builtin_ctz(static_cast<unsigned>(hits));
         break;
@@ -78,9 +80,11 @@ void QuantizeQ8_KAvx2(const float* x, void* dst, int64_t n) {
     for (int j = 0; j < kQK_K; j += 32) {
       __m256i q[4];
       for (int k = 0; k < 4; ++k) {
-        q[k] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(s, _mm256_loadu_ps(x + j + 8 * k))), top);
+        q[k] = _mm256_min_epi32(
+            _mm256_cvtps_epi32(_mm256_mul_ps(s, _mm256_loadu_ps(x + j + 8 * k))), top);
       }
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs + j), PackToBytes(q[0], q[1], q[2], q[3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs + j),
+                          PackToBytes(q[0], q[1], q[2], q[3]));
       y[i].bsums[j / 16] = static_cast<int16_t>(HorizontalSum(_mm256_add_epi32(q[0], q[1])));
       y[i].bsums[j / 16 + 1] = static_cast<int16_t>(HorizontalSum(_mm256_add_epi32(q[2], q[3])));
     }

@@ -23,7 +23,8 @@ namespace colibri::quant {
 namespace {
 
 // Formats with Q8_0 activations, and the 256-element ones the decode path uses most.
-constexpr DType kBlock32Types[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kIQ4_NL, DType::kMXFP4};
+constexpr DType kBlock32Types[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kIQ4_NL,
+                                   DType::kMXFP4};
 constexpr DType kKQuantTypes[] = {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS};
 
 // Expert widths, plus odd block counts: 25, 33 and 91 blocks of 32; for the k-quants (256
@@ -172,7 +173,8 @@ TEST(SimdWidthsTest, Avx512VnniKernelsInstalledWhereTheCpuHasThem) {
   ASSERT_TRUE(SetKernelIsaCap("avx2"));
   const internal::KernelTable& avx2 = internal::ActiveKernels();
   ForceScalarKernels(false);
-  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kIQ4_NL, DType::kMXFP4, DType::kIQ4_XS}) {
+  for (DType t :
+       {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kIQ4_NL, DType::kMXFP4, DType::kIQ4_XS}) {
     const auto id = static_cast<uint32_t>(t);
     EXPECT_NE(avx512.vec_dot[id], avx2.vec_dot[id]) << DTypeName(t);
     EXPECT_NE(avx512.mat_vec[id], nullptr) << DTypeName(t);
@@ -197,7 +199,8 @@ TEST(KernelIsaEnvTest, StartCapComesFromTheEnvironment) {
   if (env == nullptr) GTEST_SKIP() << internal::kIsaEnvVar << " not set";
   internal::Isa cap;
   ASSERT_TRUE(internal::ParseIsa(env, &cap));
-  const std::string_view expected = SupportedIsas()[std::min<size_t>(static_cast<size_t>(cap), SupportedIsas().size() - 1)];
+  const std::string_view expected =
+      SupportedIsas()[std::min<size_t>(static_cast<size_t>(cap), SupportedIsas().size() - 1)];
   EXPECT_EQ(ActiveIsa(), expected);
   ForceScalarKernels(true);
   EXPECT_EQ(ActiveIsa(), "scalar");

@@ -277,11 +277,14 @@ float VecDotReference(DType weight_type, const void* w_row, const void* act, int
   return internal::ScalarKernels().vec_dot[static_cast<uint32_t>(weight_type)](w_row, act, n);
 }
 
-std::string_view ActiveIsa() { return internal::kIsaNames[static_cast<int>(internal::ActiveIsaLevel())]; }
+std::string_view ActiveIsa() {
+  return internal::kIsaNames[static_cast<int>(internal::ActiveIsaLevel())];
+}
 
 std::vector<std::string_view> SupportedIsas() {
   std::vector<std::string_view> out;
-  for (int i = 0; i <= static_cast<int>(internal::BestIsa()); ++i) out.push_back(internal::kIsaNames[i]);
+  for (int i = 0; i <= static_cast<int>(internal::BestIsa()); ++i)
+    out.push_back(internal::kIsaNames[i]);
   return out;
 }
 

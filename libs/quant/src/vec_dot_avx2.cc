@@ -20,7 +20,6 @@
 namespace colibri::quant::internal {
 namespace {
 
-
 // Pairwise int16 sums of unsigned(u) * signed(s) bytes, then weighted by `scale` (int16 per
 // lane) into 8 int32.
 inline __m256i DotScaled(__m256i u, __m256i s, __m256i scale) {

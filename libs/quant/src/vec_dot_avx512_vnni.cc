@@ -35,12 +35,14 @@ namespace {
 
 constexpr int kPrefetchBytes = 1024;
 
-// Per 32-element format: the block type, the 32 weights as signed bytes in element order, and the block's
-// scale (what the scalar reference multiplies the activation scale with), alone and for 8
+// Per 32-element format: the block type, the 32 weights as signed bytes in element order, and the
+// block's scale (what the scalar reference multiplies the activation scale with), alone and for 8
 // consecutive blocks.
 struct Q4_0Weights {
   using Block = BlockQ4_0;
-  __m256i Quants(const Block& b) const { return _mm256_sub_epi8(Nibbles(b.qs), _mm256_set1_epi8(8)); }
+  __m256i Quants(const Block& b) const {
+    return _mm256_sub_epi8(Nibbles(b.qs), _mm256_set1_epi8(8));
+  }
   static float Scale(const Block& b) { return HalfToFloat(b.d); }
   static __m256 Scales8(const Block* b) { return GatherHalf8(b, sizeof(Block)); }
 };
@@ -116,18 +118,23 @@ struct IQ4_XSKernel : Book<kIq4nlValues> {
   __m256 Terms8(const Block* x, const Act* y) const {
     __m256i s[8];
 #pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g) s[g] = SignedSums(LookupNibbles(book, x->qs + 16 * g), y->qs + 32 * g);
+    for (int g = 0; g < 8; ++g)
+      s[g] = SignedSums(LookupNibbles(book, x->qs + 16 * g), y->qs + 32 * g);
     // The 6-bit group scales (blocks.h) as 8 int32 lanes, minus 32.
     uint32_t low4;
     memcpy(&low4, x->scales_l, sizeof(low4));
-    const __m256i low = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(low4)),
-                                                           _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
-                                         _mm256_set1_epi32(0x0f));
-    const __m256i high = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(x->scales_h),
-                                                            _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
-                                          _mm256_set1_epi32(3));
-    const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(low, _mm256_slli_epi32(high, 4)), _mm256_set1_epi32(32));
-    const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(HalfToFloat(x->d) * y->d), _mm256_cvtepi32_ps(ls));
+    const __m256i low =
+        _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(low4)),
+                                           _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                         _mm256_set1_epi32(0x0f));
+    const __m256i high =
+        _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(x->scales_h),
+                                           _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                         _mm256_set1_epi32(3));
+    const __m256i ls =
+        _mm256_sub_epi32(_mm256_or_si256(low, _mm256_slli_epi32(high, 4)), _mm256_set1_epi32(32));
+    const __m256 scale =
+        _mm256_mul_ps(_mm256_set1_ps(HalfToFloat(x->d) * y->d), _mm256_cvtepi32_ps(ls));
     return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(ReduceEach8(s)));
   }
   float TailTerm(const Block&, const Act&) const { return 0.0f; }  // (kChunk 1: no tail)
@@ -175,12 +182,15 @@ float Row(const K& k, const typename K::Block* x, const typename K::Act* y, int6
 }
 
 template <class K>
-void MatVecExact(const void* w, size_t row_stride_bytes, int64_t rows, const void* act, int64_t n, float* out) {
+void MatVecExact(const void* w, size_t row_stride_bytes, int64_t rows, const void* act, int64_t n,
+                 float* out) {
   using Block = typename K::Block;
   const int64_t nb = n / K::kElems;
   const auto* y = static_cast<const typename K::Act*>(act);
   const auto* base = static_cast<const uint8_t*>(w);
-  auto row = [&](int64_t r) { return reinterpret_cast<const Block*>(base + static_cast<size_t>(r) * row_stride_bytes); };
+  auto row = [&](int64_t r) {
+    return reinterpret_cast<const Block*>(base + static_cast<size_t>(r) * row_stride_bytes);
+  };
   const K kernel;
   int64_t r = 0;
   for (; r + 8 <= rows; r += 8) {
@@ -199,7 +209,8 @@ float RowQ8_0(const BlockQ8_0* x, const BlockQ8_0* y, int64_t nb) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   auto term = [&](int64_t i, __m256 acc) {
     const __m256i isum = SignedSums(Load32(x[i].qs), y[i].qs);
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(HalfToFloat(x[i].d) * HalfToFloat(y[i].d)), acc);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum),
+                           _mm256_set1_ps(HalfToFloat(x[i].d) * HalfToFloat(y[i].d)), acc);
   };
   int64_t i = 0;
   for (; i + 2 <= nb; i += 2) {
@@ -210,11 +221,13 @@ float RowQ8_0(const BlockQ8_0* x, const BlockQ8_0* y, int64_t nb) {
   return HorizontalSum(_mm256_add_ps(acc0, acc1));
 }
 
-void MatVecQ8_0(const void* w, size_t row_stride_bytes, int64_t rows, const void* act, int64_t n, float* out) {
+void MatVecQ8_0(const void* w, size_t row_stride_bytes, int64_t rows, const void* act, int64_t n,
+                float* out) {
   const auto* base = static_cast<const uint8_t*>(w);
   for (int64_t r = 0; r < rows; ++r) {
-    out[r] = RowQ8_0(reinterpret_cast<const BlockQ8_0*>(base + static_cast<size_t>(r) * row_stride_bytes),
-                     static_cast<const BlockQ8_0*>(act), n / 32);
+    out[r] = RowQ8_0(
+        reinterpret_cast<const BlockQ8_0*>(base + static_cast<size_t>(r) * row_stride_bytes),
+        static_cast<const BlockQ8_0*>(act), n / 32);
   }
 }
 
