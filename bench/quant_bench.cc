@@ -6,6 +6,10 @@
 //   VecDot:     every row dotted with one activation row (already in the vec_dot type).
 //   Quantize:   reference quantizer speed (the converter's cost) in M elements/s, on a
 //               1M-element slice.
+//   Expert:     MatVec on expert-shaped matrices (768 x 2048 ... 2880 x 2880) for the decode
+//               types, AVX2 against the best set: streaming over 64 MiB of experts, the same
+//               with the activations quantized per call, and one cache-resident expert. A
+//               second table summarizes it (e.g. --benchmark_filter='BM_Memcpy|BM_Expert').
 // Each runs with the kernels DequantizeRow / VecDot pick (avx2 where the CPU has it) and with
 // the scalar reference forced. Single thread. After the usual Google Benchmark output a
 // markdown table summarizes it; `--benchmark_filter=` works as usual.
@@ -13,8 +17,10 @@
 //   quant_bench [--benchmark_min_time=0.2]
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <random>
 #include <string>
@@ -44,25 +50,34 @@ struct Matrix {
   std::vector<uint8_t> activations;  // one row, in the vec_dot type
 };
 
-// Built once per type (quantizing 64 MiB of k-quants takes a while).
-const Matrix& GetMatrix(DType type) {
-  static std::map<DType, Matrix>* cache = new std::map<DType, Matrix>();
-  auto it = cache->find(type);
+std::map<std::pair<DType, int64_t>, Matrix>& MatrixCache() {
+  static auto* cache = new std::map<std::pair<DType, int64_t>, Matrix>();
+  return *cache;
+}
+
+// Built once per type and width (quantizing 64 MiB of k-quants takes a while): ~64 MiB of rows
+// of `cols` elements. `only` drops every other width's matrices first (the expert rows use
+// many widths; each is needed by consecutive benchmarks only).
+const Matrix& GetMatrix(DType type, int64_t cols = kCols, bool only = false) {
+  std::map<std::pair<DType, int64_t>, Matrix>* cache = &MatrixCache();
+  if (only)
+    std::erase_if(*cache, [&](const auto& kv) { return kv.first != std::make_pair(type, cols); });
+  auto it = cache->find({type, cols});
   if (it != cache->end()) return it->second;
   Matrix m;
-  m.row_bytes = RowBytes(type, kCols);
+  m.row_bytes = RowBytes(type, cols);
   m.rows = static_cast<int64_t>(kTargetBytes / m.row_bytes);
   m.weights.resize(m.row_bytes * m.rows);
   std::mt19937 rng(42);
   std::normal_distribution<float> normal(0.0f, 0.02f);
   // Quantize a few distinct rows and tile them: the bytes are realistic, the build is quick.
   constexpr int64_t kDistinct = 64;
-  std::vector<float> row(kCols);
+  std::vector<float> row(static_cast<size_t>(cols));
   for (int64_t r = 0; r < kDistinct; ++r) {
     for (float& v : row) v = normal(rng);
     uint8_t* dst = m.weights.data() + r * m.row_bytes;
     if (HasQuantizer(type)) {
-      QuantizeRow(type, row.data(), dst, kCols);
+      QuantizeRow(type, row.data(), dst, cols);
       continue;
     }
     // Import-only types (the codebook i-quants): random codes under a plausible f16 scale,
@@ -86,18 +101,20 @@ const Matrix& GetMatrix(DType type) {
                 m.weights.data() + (r % kDistinct) * m.row_bytes, m.row_bytes);
   }
   const DType act_type = Traits(type).vec_dot_type;
-  m.activations.resize(RowBytes(act_type, kCols));
+  m.activations.resize(RowBytes(act_type, cols));
   for (float& v : row) v = normal(rng) * 50;
-  QuantizeActivations(act_type, row.data(), m.activations.data(), kCols);
-  return cache->emplace(type, std::move(m)).first->second;
+  QuantizeActivations(act_type, row.data(), m.activations.data(), cols);
+  return cache->emplace(std::make_pair(type, cols), std::move(m)).first->second;
 }
 
 // range(1): 0 the best kernel set, 1 the scalar reference, 2 the AVX2 set (to compare with
 // AVX-512 on CPUs that have both).
 constexpr std::string_view kIsaArg[] = {"avx512", "scalar", "avx2"};
-void SetIsa(const benchmark::State& state) { SetKernelIsaCap(kIsaArg[state.range(1)]); }
-std::string IsaLabel(const benchmark::State& state) {
-  return state.range(1) == 1 ? "/scalar" : state.range(1) == 2 ? "/avx2" : "/simd";
+void SetIsa(const benchmark::State& state, int arg = 1) {
+  SetKernelIsaCap(kIsaArg[state.range(arg)]);
+}
+std::string IsaLabel(const benchmark::State& state, int arg = 1) {
+  return state.range(arg) == 1 ? "/scalar" : state.range(arg) == 2 ? "/avx2" : "/simd";
 }
 
 void BM_Memcpy(benchmark::State& state) {
@@ -142,6 +159,74 @@ void BM_VecDot(benchmark::State& state) {
   state.SetLabel(std::string(DTypeName(type)) + IsaLabel(state));
 }
 
+// Expert-shaped matrices (rows x cols of one projection of one expert): Qwen3-30B-A3B
+// (768 x 2048), Qwen3-235B (1536 x 4096), DeepSeek-like FFN 512 (2048 x 512, the down
+// projection), gpt-oss (2880 x 2880; not for the k-quants, whose 256-element blocks do not
+// divide 2880).
+struct ExpertShape {
+  int64_t rows, cols;
+};
+constexpr ExpertShape kExpertShapes[] = {{768, 2048}, {1536, 4096}, {2048, 512}, {2880, 2880}};
+constexpr DType kExpertTypes[] = {DType::kQ8_0, DType::kQ6_K,   DType::kQ5_K,   DType::kQ4_K,
+                                  DType::kQ4_0, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4};
+// range(3): how the experts are read.
+enum ExpertMode : int64_t {
+  kStream = 0,      // one MatVec per expert over ~64 MiB of experts (each read once, from DRAM)
+  kStreamActQ = 1,  // the same, with the activations quantized from floats before each MatVec
+  kHot = 2,         // one expert again and again (from the caches: the kernel's compute limit)
+};
+
+void BM_Expert(benchmark::State& state) {
+  const auto type = static_cast<DType>(state.range(0));
+  const ExpertShape shape = kExpertShapes[state.range(1)];
+  const auto mode = static_cast<ExpertMode>(state.range(3));
+  const Matrix& m = GetMatrix(type, shape.cols, /*only=*/true);
+  const int64_t experts = m.rows / shape.rows;
+  const size_t expert_bytes = static_cast<size_t>(shape.rows) * m.row_bytes;
+  SetIsa(state, 2);
+  std::vector<float> out(static_cast<size_t>(shape.rows));
+  std::vector<float> x(static_cast<size_t>(shape.cols));
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& v : x) v = normal(rng);
+  std::vector<uint8_t> act(m.activations);
+  const DType act_type = Traits(type).vec_dot_type;
+  for (auto _ : state) {
+    for (int64_t e = 0; e < experts; ++e) {
+      if (mode == kStreamActQ) QuantizeActivations(act_type, x.data(), act.data(), shape.cols);
+      const uint8_t* w = m.weights.data() + (mode == kHot ? 0 : e * expert_bytes);
+      MatVec(type, w, m.row_bytes, shape.rows, act.data(), shape.cols, out.data());
+      benchmark::DoNotOptimize(out.data());
+    }
+    benchmark::ClobberMemory();
+  }
+  ForceScalarKernels(false);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * experts *
+                          static_cast<int64_t>(expert_bytes));
+  state.counters["expert_bytes"] = static_cast<double>(expert_bytes);
+  state.SetLabel(std::string(DTypeName(type)) + IsaLabel(state, 2));
+}
+
+// The per-call activation quantization (QuantizeActivations) at expert widths: range(0) the
+// activation type (Q8_0 or Q8_K), range(1) the width, range(2) the kernel set as in kIsaArg.
+void BM_QuantizeActivations(benchmark::State& state) {
+  const auto type = static_cast<DType>(state.range(0));
+  const int64_t n = state.range(1);
+  SetIsa(state, 2);
+  std::vector<float> x(static_cast<size_t>(n));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& v : x) v = normal(rng);
+  std::vector<uint8_t> out(RowBytes(type, n));
+  for (auto _ : state) {
+    QuantizeActivations(type, x.data(), out.data(), n);
+    benchmark::DoNotOptimize(out.data());
+  }
+  ForceScalarKernels(false);
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * n);
+  state.SetLabel(std::string(DTypeName(type)) + IsaLabel(state, 2));
+}
+
 void BM_Quantize(benchmark::State& state) {
   const auto type = static_cast<DType>(state.range(0));
   constexpr int64_t kElems = int64_t{1} << 20;
@@ -177,6 +262,21 @@ void VecDotArgs(benchmark::internal::Benchmark* b) {
   }
 }
 
+// Every type and shape, with the AVX2 set and (where the CPU has more) the best set.
+void ExpertArgs(benchmark::internal::Benchmark* b) {
+  const bool above_avx2 = SupportedIsas().size() > 2;
+  for (DType t : kExpertTypes) {
+    for (int64_t s = 0; s < static_cast<int64_t>(std::size(kExpertShapes)); ++s) {
+      if (kExpertShapes[s].cols % Traits(t).block_elems != 0) continue;
+      for (int isa : {2, 0}) {
+        if (isa == 0 && !above_avx2) continue;
+        for (int64_t mode : {kStream, kStreamActQ, kHot})
+          b->Args({static_cast<int64_t>(t), s, isa, mode});
+      }
+    }
+  }
+}
+
 void QuantizeArgs(benchmark::internal::Benchmark* b) {
   for (DType t : kTypes) {
     if (HasQuantizer(t)) b->Args({static_cast<int64_t>(t)});
@@ -187,6 +287,12 @@ BENCHMARK(BM_Memcpy)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Dequantize)->Apply(TypeArgs)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_VecDot)->Apply(VecDotArgs)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Quantize)->Apply(QuantizeArgs)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Expert)->Apply(ExpertArgs)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_QuantizeActivations)
+    ->ArgsProduct({{static_cast<int64_t>(DType::kQ8_0), static_cast<int64_t>(DType::kQ8_K)},
+                   {512, 2048, 4096},
+                   {1, 2}})
+    ->Unit(benchmark::kNanosecond);
 
 // Collects bytes_per_second per benchmark run while printing as usual.
 class TableReporter : public benchmark::ConsoleReporter {
@@ -199,6 +305,10 @@ class TableReporter : public benchmark::ConsoleReporter {
       if (it != run.counters.end()) rates_[run.benchmark_name()] = it->second.value / 1e9;
       it = run.counters.find("items_per_second");
       if (it != run.counters.end()) items_[run.benchmark_name()] = it->second.value / 1e6;
+      it = run.counters.find("expert_bytes");
+      if (it != run.counters.end() && rates_.count(run.benchmark_name())) {
+        us_[run.benchmark_name()] = it->second.value / (rates_[run.benchmark_name()] * 1e3);
+      }
     }
   }
 
@@ -242,7 +352,63 @@ class TableReporter : public benchmark::ConsoleReporter {
     }
   }
 
+  // Only when BM_Expert ran: GB/s per type and expert shape, AVX2 against the best set.
+  void PrintExpertTable() const {
+    if (std::none_of(rates_.begin(), rates_.end(),
+                     [](const auto& kv) { return kv.first.rfind("BM_Expert/", 0) == 0; })) {
+      return;
+    }
+    const auto memcpy_it = rates_.find("BM_Memcpy");
+    const double memcpy_rate = memcpy_it == rates_.end() ? 0 : memcpy_it->second;
+    auto cell = [&](const std::string& name, bool with_fraction) {
+      auto it = rates_.find(name);
+      if (it == rates_.end()) return std::string("-");
+      char buf[64];
+      if (with_fraction && memcpy_rate > 0) {
+        std::snprintf(buf, sizeof(buf), "%.2f (%.2f)", it->second, it->second / memcpy_rate);
+      } else {
+        std::snprintf(buf, sizeof(buf), "%.2f", it->second);
+      }
+      return std::string(buf);
+    };
+    auto us = [&](const std::string& name) {
+      auto it = us_.find(name);
+      if (it == us_.end()) return std::string("-");
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%.1f", it->second);
+      return std::string(buf);
+    };
+    std::printf(
+        "\nExpert matrices, GB/s of weights (fraction of memcpy's %.2f GB/s): stream = one MatVec "
+        "per "
+        "expert over 64 MiB of experts; +actq = activations quantized before each; hot = one "
+        "expert "
+        "again and again (cache-resident)\n\n",
+        memcpy_rate);
+    std::printf(
+        "| type | rows x cols | avx2 stream | %s stream | avx2 +actq | %s +actq | us/expert %s "
+        "stream | "
+        "avx2 hot | %s hot |\n|---|---|---|---|---|---|---|---|---|\n",
+        std::string(ActiveIsa()).c_str(), std::string(ActiveIsa()).c_str(),
+        std::string(ActiveIsa()).c_str(), std::string(ActiveIsa()).c_str());
+    for (DType t : kExpertTypes) {
+      for (size_t s = 0; s < std::size(kExpertShapes); ++s) {
+        const std::string base =
+            "BM_Expert/" + std::to_string(static_cast<uint32_t>(t)) + "/" + std::to_string(s) + "/";
+        if (rates_.find(base + "2/0") == rates_.end()) continue;
+        std::printf("| %s | %lld x %lld | %s | %s | %s | %s | %s | %s | %s |\n",
+                    std::string(DTypeName(t)).c_str(),
+                    static_cast<long long>(kExpertShapes[s].rows),
+                    static_cast<long long>(kExpertShapes[s].cols), cell(base + "2/0", true).c_str(),
+                    cell(base + "0/0", true).c_str(), cell(base + "2/1", false).c_str(),
+                    cell(base + "0/1", false).c_str(), us(base + "0/0").c_str(),
+                    cell(base + "2/2", false).c_str(), cell(base + "0/2", false).c_str());
+      }
+    }
+  }
+
  private:
+  std::map<std::string, double> us_;     // microseconds per expert
   std::map<std::string, double> rates_;  // GB/s
   std::map<std::string, double> items_;  // M items/s
 };
@@ -256,6 +422,7 @@ int main(int argc, char** argv) {
   colibri::quant::TableReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   reporter.PrintTable();
+  reporter.PrintExpertTable();
   benchmark::Shutdown();
   return 0;
 }

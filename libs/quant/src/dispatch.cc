@@ -2,6 +2,8 @@
 // lets tests and benchmarks cap the set in use (scalar, avx2, avx512).
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -9,6 +11,7 @@
 
 #include "colibri/quant/dtype.h"
 #include "kernels.h"
+#include "spdlog/spdlog.h"
 
 namespace colibri::quant::internal {
 namespace {
@@ -27,7 +30,24 @@ constexpr bool IdsMatch() {
 }
 static_assert(IdsMatch(), "kernels.h ids must equal the DType values");
 
-std::atomic<int> g_isa_cap{static_cast<int>(Isa::kAvx512)};
+// The cap the process starts with: COLIBRI_KERNEL_ISA when it names a set (to run a whole
+// binary on the AVX2 or scalar kernels), else no cap.
+int InitialIsaCap() {
+  static const int cap = [] {
+    const char* env = std::getenv(kIsaEnvVar);
+    Isa isa = Isa::kAvx512;
+    if (env != nullptr && *env != '\0' && !ParseIsa(env, &isa)) {
+      spdlog::warn("{}={} is not one of scalar, avx2, avx512: ignored", kIsaEnvVar, env);
+    }
+    return static_cast<int>(isa);
+  }();
+  return cap;
+}
+
+std::atomic<int>& IsaCapValue() {
+  static std::atomic<int> cap{InitialIsaCap()};
+  return cap;
+}
 
 bool CpuHasAvx2() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -52,11 +72,20 @@ bool CpuHasAvx512() {
 #endif
 }
 
+bool CpuHasAvx512Vnni() {
+#if defined(__x86_64__) || defined(__i386__)
+  return CpuHasAvx512() && __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
 struct Tables {
   KernelTable scalar;
   KernelTable avx2;
   KernelTable avx512;
   Isa best = Isa::kScalar;
+  bool vnni = false;
 
   Tables() {
     FillScalarDequantize(&scalar);
@@ -65,15 +94,19 @@ struct Tables {
     FillIQuantKernels(&scalar);
     FillLowBitIQuantKernels(&scalar);
     for (auto& f : scalar.mat_vec) f = nullptr;
+    scalar.quantize_q8_0_act = QuantizeQ8_0Activations;
+    scalar.quantize_q8_k = QuantizeQ8_K;
     avx2 = scalar;
     if (CpuHasAvx2()) {
       const bool dq = FillAvx2Dequantize(&avx2);
       const bool vd = FillAvx2VecDot(&avx2) && FillAvx2IQuantVecDot(&avx2) &&
-                      FillAvx2LowBitIQuantVecDot(&avx2) && FillAvx2LegacyVecDot(&avx2);
+                      FillAvx2LowBitIQuantVecDot(&avx2) && FillAvx2LegacyVecDot(&avx2) &&
+                      FillAvx2ActivationQuantizers(&avx2);
       if (dq || vd) best = Isa::kAvx2;
     }
     avx512 = avx2;
     if (best == Isa::kAvx2 && CpuHasAvx512() && FillAvx512VecDot(&avx512)) best = Isa::kAvx512;
+    if (best == Isa::kAvx512 && CpuHasAvx512Vnni()) vnni = FillAvx512VnniVecDot(&avx512);
   }
 };
 
@@ -88,8 +121,20 @@ const KernelTable& ScalarKernels() { return GetTables().scalar; }
 
 Isa BestIsa() { return GetTables().best; }
 
+bool HasAvx512Vnni() { return GetTables().vnni; }
+
+bool ParseIsa(const char* name, Isa* isa) {
+  for (int i = 0; i < 3; ++i) {
+    if (std::strcmp(name, kIsaNames[i]) == 0) {
+      *isa = static_cast<Isa>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
 Isa ActiveIsaLevel() {
-  const int cap = g_isa_cap.load(std::memory_order_relaxed);
+  const int cap = IsaCapValue().load(std::memory_order_relaxed);
   return static_cast<Isa>(std::min(cap, static_cast<int>(GetTables().best)));
 }
 
@@ -106,6 +151,8 @@ const KernelTable& ActiveKernels() {
   return t.scalar;
 }
 
-void SetIsaCap(Isa cap) { g_isa_cap.store(static_cast<int>(cap), std::memory_order_relaxed); }
+void SetIsaCap(Isa cap) { IsaCapValue().store(static_cast<int>(cap), std::memory_order_relaxed); }
+
+void ResetIsaCap() { IsaCapValue().store(InitialIsaCap(), std::memory_order_relaxed); }
 
 }  // namespace colibri::quant::internal

@@ -28,10 +28,16 @@ using VecDotFn = float (*)(const void* w, const void* act, int64_t n);
 using MatVecFn = void (*)(const void* w, size_t row_stride_bytes, int64_t rows, const void* act,
                           int64_t n, float* out);
 
+// Float activations to their vec_dot type (n a multiple of the block size).
+using QuantizeActFn = void (*)(const float* x, void* dst, int64_t n);
+
 struct KernelTable {
   DequantizeFn dequantize[kNumTypeIds];
   VecDotFn vec_dot[kNumTypeIds];
   MatVecFn mat_vec[kNumTypeIds];  // nullptr: vec_dot row by row
+  // QuantizeActivations' Q8_0 and Q8_K quantizers (byte-identical in every set).
+  QuantizeActFn quantize_q8_0_act;
+  QuantizeActFn quantize_q8_k;
 };
 
 // Kernel sets, from the portable one up; each includes the ones below it.
@@ -51,9 +57,15 @@ bool FillAvx2VecDot(KernelTable* table);
 bool FillAvx2IQuantVecDot(KernelTable* table);
 bool FillAvx2LowBitIQuantVecDot(KernelTable* table);
 bool FillAvx2LegacyVecDot(KernelTable* table);
+// The Q8_0 and Q8_K activation quantizers (quantize_act_avx2.cc): byte-identical to
+// quantize.cc's.
+bool FillAvx2ActivationQuantizers(KernelTable* table);
 // Same for the AVX-512 (F + BW + VL) kernels, applied on top of the AVX2 table
 // (vec_dot_avx512.cc).
 bool FillAvx512VecDot(KernelTable* table);
+// With AVX-512 VNNI as well (vec_dot_avx512_vnni.cc): Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS and
+// MXFP4, on top of the AVX-512 table where the CPU has VNNI.
+bool FillAvx512VnniVecDot(KernelTable* table);
 
 // legacy_quants.cc (Q4_0, Q4_1, Q5_0, Q5_1) and iquants.cc (IQ2_XXS, IQ4_NL, IQ4_XS, MXFP4):
 // their scalar dequantizers and dot products, into both tables' entries.
@@ -86,10 +98,20 @@ void QuantizeQ8_1Activations(const float* x, void* dst, int64_t n);
 
 // dispatch.cc: the scalar table; the table in use now (the best set the CPU has, capped by
 // SetIsaCap); which set that is; the best set this CPU supports; the cap (tests, benchmarks).
+// The cap starts at kIsaEnvVar's value when that names a set, else at kAvx512 (none);
+// ResetIsaCap returns to that start.
 const KernelTable& ScalarKernels();
 const KernelTable& ActiveKernels();
 Isa ActiveIsaLevel();
 Isa BestIsa();
 void SetIsaCap(Isa cap);
+void ResetIsaCap();
+// Whether the AVX-512 table holds the VNNI kernels (the CPU has AVX-512 VNNI).
+bool HasAvx512Vnni();
+
+inline constexpr char kIsaEnvVar[] = "COLIBRI_KERNEL_ISA";
+inline constexpr const char* kIsaNames[] = {"scalar", "avx2", "avx512"};
+// The set named `name` (kIsaNames); false for anything else.
+bool ParseIsa(const char* name, Isa* isa);
 
 }  // namespace colibri::quant::internal

@@ -2,6 +2,7 @@
 // values as blocks.h defines them, dot products equal to the dequantized rows' dot product,
 // and quantizers that round-trip.
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <random>
 #include <string_view>
@@ -31,6 +32,29 @@ std::vector<float> Dequant(DType t, const void* blocks, int64_t n) {
   DequantizeRowReference(t, blocks, ref.data(), n);
   EXPECT_EQ(y, ref);
   return y;
+}
+
+std::vector<uint8_t> ArbitraryRow(DType t, int64_t n, std::mt19937& rng) {
+  std::vector<uint8_t> row(RowBytes(t, n));
+  for (auto& b : row) b = static_cast<uint8_t>(rng());
+  const size_t bb = Traits(t).block_bytes;
+  for (size_t off = 0; off < row.size(); off += bb) {
+    const uint16_t h = F32ToF16(0.002f * static_cast<float>(1 + rng() % 50));
+    if (t == DType::kIQ1_M) {
+      SetIq1mSuperScale(reinterpret_cast<BlockIQ1_M*>(row.data() + off), h);
+    } else if (t == DType::kMXFP4) {
+      row[off] = static_cast<uint8_t>(118 + rng() % 16);
+    } else if (t == DType::kQ6_K) {
+      std::memcpy(row.data() + off + offsetof(BlockQ6_K, d), &h, 2);
+    } else {
+      std::memcpy(row.data() + off, &h, 2);
+      // Q4_1 / Q5_1 m, Q4_K / Q5_K dmin.
+      if (t == DType::kQ4_1 || t == DType::kQ5_1 || t == DType::kQ4_K || t == DType::kQ5_K) {
+        std::memcpy(row.data() + off + 2, &h, 2);
+      }
+    }
+  }
+  return row;
 }
 
 namespace {
@@ -200,25 +224,6 @@ TEST(NonKQuantsTest, VecDotEqualsTheDequantizedDotProduct) {
     }
     ForceScalarKernels(false);
   }
-}
-
-// Arbitrary block bytes (every bit pattern of the quants, signs and indices) under sane scales.
-std::vector<uint8_t> ArbitraryRow(DType t, int64_t n, std::mt19937& rng) {
-  std::vector<uint8_t> row(RowBytes(t, n));
-  for (auto& b : row) b = static_cast<uint8_t>(rng());
-  const size_t bb = Traits(t).block_bytes;
-  for (size_t off = 0; off < row.size(); off += bb) {
-    const uint16_t h = F32ToF16(0.002f * static_cast<float>(1 + rng() % 50));
-    if (t == DType::kIQ1_M) {
-      SetIq1mSuperScale(reinterpret_cast<BlockIQ1_M*>(row.data() + off), h);
-    } else if (t == DType::kMXFP4) {
-      row[off] = static_cast<uint8_t>(118 + rng() % 16);
-    } else {
-      std::memcpy(row.data() + off, &h, 2);
-      if (t == DType::kQ4_1 || t == DType::kQ5_1) std::memcpy(row.data() + off + 2, &h, 2);  // m
-    }
-  }
-  return row;
 }
 
 TEST(NonKQuantsTest, SimdDotProductsAreTheScalarBitsOnArbitraryBlocks) {

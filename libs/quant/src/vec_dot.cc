@@ -224,10 +224,10 @@ void QuantizeActivations(DType vec_dot_type, const float* x, void* dst, int64_t 
   assert(n % Traits(vec_dot_type).block_elems == 0);
   switch (vec_dot_type) {
     case DType::kQ8_0:
-      internal::QuantizeQ8_0Activations(x, dst, n);
+      internal::ActiveKernels().quantize_q8_0_act(x, dst, n);
       return;
     case DType::kQ8_K:
-      internal::QuantizeQ8_K(x, dst, n);
+      internal::ActiveKernels().quantize_q8_k(x, dst, n);
       return;
     case DType::kQ8_1:
       internal::QuantizeQ8_1Activations(x, dst, n);
@@ -277,30 +277,30 @@ float VecDotReference(DType weight_type, const void* w_row, const void* act, int
   return internal::ScalarKernels().vec_dot[static_cast<uint32_t>(weight_type)](w_row, act, n);
 }
 
-namespace {
-constexpr std::string_view kIsaNames[] = {"scalar", "avx2", "avx512"};
-}  // namespace
-
-std::string_view ActiveIsa() { return kIsaNames[static_cast<int>(internal::ActiveIsaLevel())]; }
+std::string_view ActiveIsa() {
+  return internal::kIsaNames[static_cast<int>(internal::ActiveIsaLevel())];
+}
 
 std::vector<std::string_view> SupportedIsas() {
   std::vector<std::string_view> out;
-  for (int i = 0; i <= static_cast<int>(internal::BestIsa()); ++i) out.push_back(kIsaNames[i]);
+  for (int i = 0; i <= static_cast<int>(internal::BestIsa()); ++i)
+    out.push_back(internal::kIsaNames[i]);
   return out;
 }
 
 bool SetKernelIsaCap(std::string_view isa) {
-  for (int i = 0; i < 3; ++i) {
-    if (isa == kIsaNames[i]) {
-      internal::SetIsaCap(static_cast<internal::Isa>(i));
-      return true;
-    }
-  }
-  return false;
+  internal::Isa level;
+  if (!internal::ParseIsa(std::string(isa).c_str(), &level)) return false;
+  internal::SetIsaCap(level);
+  return true;
 }
 
 void ForceScalarKernels(bool force) {
-  internal::SetIsaCap(force ? internal::Isa::kScalar : internal::Isa::kAvx512);
+  if (force) {
+    internal::SetIsaCap(internal::Isa::kScalar);
+  } else {
+    internal::ResetIsaCap();
+  }
 }
 
 }  // namespace colibri::quant

@@ -20,14 +20,6 @@
 namespace colibri::quant::internal {
 namespace {
 
-
-inline float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 // Pairwise int16 sums of unsigned(u) * signed(s) bytes, then weighted by `scale` (int16 per
 // lane) into 8 int32.
 inline __m256i DotScaled(__m256i u, __m256i s, __m256i scale) {

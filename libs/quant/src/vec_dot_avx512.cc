@@ -18,6 +18,7 @@
 
 #include <type_traits>
 
+#include "avx512_helpers.h"
 #include "colibri/quant/blocks.h"
 
 namespace colibri::quant::internal {
@@ -70,22 +71,6 @@ inline __m256i UnpackScalesMinsQ4_K(const uint8_t* scales) {
   return _mm256_cvtepu8_epi16(bytes);
 }
 
-// (GCC 12's _mm512_reduce_add_ps trips -Wmaybe-uninitialized inside its own header.)
-inline float HorizontalSum(__m512 v) {
-  const __m512 folded = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4e));  // 256-bit halves
-  const __m256 h = _mm512_castps512_ps256(folded);
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// vpermw indices broadcasting scale g to the low 16 int16 lanes and scale g' to the high 16.
-inline __m512i PairIndex(short g_lo, short g_hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(g_lo)), _mm256_set1_epi16(g_hi),
-                            1);
-}
-
 struct Q4KConsts {
   __m512i low4 = _mm512_set1_epi8(0x0f);
   __m512i idx[4] = {PairIndex(0, 2), PairIndex(1, 3), PairIndex(4, 6), PairIndex(5, 7)};
@@ -103,10 +88,9 @@ inline float RowQ45_K(const Block* x, const Q8KPacked& p, int64_t nb, const Q4KC
   __m512 acc = _mm512_setzero_ps();
   __m128 acc_min = _mm_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    // Rows of a tile are contiguous: ask for the bytes ~1 KiB ahead (this row's later blocks or
-    // the next row's first) so memory latency overlaps the arithmetic. Never faults.
-    _mm_prefetch(reinterpret_cast<const char*>(x + i) + kPrefetchBytes, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(x + i) + kPrefetchBytes + 64, _MM_HINT_T0);
+    // Rows of a tile are contiguous: prefetch ~1 KiB ahead.
+    PrefetchAhead(x + i, kPrefetchBytes);
+    PrefetchAhead(x + i, kPrefetchBytes + 64);
     const float yd = p.d[i];
     const float d = _cvtsh_ss(x[i].d) * yd;
     const float dmin = _cvtsh_ss(x[i].dmin) * yd;
@@ -143,9 +127,7 @@ inline float RowQ45_K(const Block* x, const Q8KPacked& p, int64_t nb, const Q4KC
     const __m512i isum = _mm512_add_epi32(_mm512_add_epi32(s0, s1), _mm512_add_epi32(s2, s3));
     acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(isum), acc);
   }
-  __m128 m = _mm_add_ps(acc_min, _mm_movehl_ps(acc_min, acc_min));
-  m = _mm_add_ss(m, _mm_movehdup_ps(m));
-  return HorizontalSum(acc) - _mm_cvtss_f32(m);
+  return HorizontalSum(acc) - HorizontalSum(acc_min);
 }
 
 template <typename Block>
@@ -227,10 +209,7 @@ float DotQ6_KAvx512(const void* w, const void* a, int64_t n) {
     }
     acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(isum), acc);
   }
-  __m128 b = _mm_add_ps(_mm256_castps256_ps128(acc_bias), _mm256_extractf128_ps(acc_bias, 1));
-  b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-  b = _mm_add_ss(b, _mm_movehdup_ps(b));
-  return HorizontalSum(acc) - _mm_cvtss_f32(b);
+  return HorizontalSum(acc) - HorizontalSum(acc_bias);
 }
 
 }  // namespace

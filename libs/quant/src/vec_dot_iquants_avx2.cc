@@ -18,32 +18,14 @@
 namespace colibri::quant::internal {
 namespace {
 
-// 16 bytes of nibbles -> 32 codebook values: element j (< 16) from the low nibble of byte j,
-// element j + 16 from its high nibble (the Q4_0 layout).
-__m256i Lookup(__m128i book, const uint8_t* qs) {
-  const __m128i m4 = _mm_set1_epi8(0x0f);
-  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i lo = _mm_shuffle_epi8(book, _mm_and_si128(q, m4));
-  const __m128i hi = _mm_shuffle_epi8(book, _mm_and_si128(_mm_srli_epi16(q, 4), m4));
-  return _mm256_set_m128i(hi, lo);
-}
-
-// 2^(e - 128), as iquants.cc's E8M0Half.
-float E8M0HalfAvx2(uint8_t e) {
-  const uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e) - 1) << 23;
-  float f;
-  memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
 float DotIQ4_NLAvx2(const void* w, const void* a, int64_t n) {
   const auto* x = static_cast<const BlockIQ4_NL*>(w);
   const auto* y = static_cast<const BlockQ8_0*>(a);
-  const __m128i book = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues));
+  const __m256i book = BroadcastTable(kIq4nlValues);
   float sum = 0;
   for (int64_t i = 0; i < n / 32; ++i) {
     const float d = HalfToFloat(y[i].d) * HalfToFloat(x[i].d);
-    sum += d * static_cast<float>(DotInt8(Lookup(book, x[i].qs), y[i].qs));
+    sum += d * static_cast<float>(DotInt8(LookupNibbles(book, x[i].qs), y[i].qs));
   }
   return sum;
 }
@@ -51,7 +33,7 @@ float DotIQ4_NLAvx2(const void* w, const void* a, int64_t n) {
 float DotIQ4_XSAvx2(const void* w, const void* a, int64_t n) {
   const auto* x = static_cast<const BlockIQ4_XS*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
-  const __m128i book = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues));
+  const __m256i book = BroadcastTable(kIq4nlValues);
   float sum = 0;
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const float d4d8 = HalfToFloat(x[i].d) * y[i].d;
@@ -59,7 +41,7 @@ float DotIQ4_XSAvx2(const void* w, const void* a, int64_t n) {
       const int low = (x[i].scales_l[g / 2] >> (4 * (g % 2))) & 0x0F;
       const int high = (x[i].scales_h >> (2 * g)) & 3;
       const int ls = (low | (high << 4)) - 32;
-      const int isum = DotInt8(Lookup(book, x[i].qs + 16 * g), y[i].qs + 32 * g);
+      const int isum = DotInt8(LookupNibbles(book, x[i].qs + 16 * g), y[i].qs + 32 * g);
       sum += d4d8 * static_cast<float>(ls) * static_cast<float>(isum);
     }
   }
@@ -69,11 +51,11 @@ float DotIQ4_XSAvx2(const void* w, const void* a, int64_t n) {
 float DotMXFP4Avx2(const void* w, const void* a, int64_t n) {
   const auto* x = static_cast<const BlockMXFP4*>(w);
   const auto* y = static_cast<const BlockQ8_0*>(a);
-  const __m128i book = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values));
+  const __m256i book = BroadcastTable(kMxfp4Values);
   float sum = 0;
   for (int64_t i = 0; i < n / 32; ++i) {
-    const float d = E8M0HalfAvx2(x[i].e) * HalfToFloat(y[i].d);
-    sum += d * static_cast<float>(DotInt8(Lookup(book, x[i].qs), y[i].qs));
+    const float d = E8M0HalfScale(x[i].e) * HalfToFloat(y[i].d);
+    sum += d * static_cast<float>(DotInt8(LookupNibbles(book, x[i].qs), y[i].qs));
   }
   return sum;
 }

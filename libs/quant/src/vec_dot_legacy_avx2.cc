@@ -18,20 +18,6 @@
 namespace colibri::quant::internal {
 namespace {
 
-// The 32 nibbles of a block, unsigned, in element order (low nibbles 0-15, high 16-31).
-__m256i Nibbles(const uint8_t* qs) {
-  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i m4 = _mm_set1_epi8(0x0f);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
-}
-
-// 0x10 in byte j where bit j of the little-endian qh is set, else 0.
-__m256i FifthBits(const uint8_t qh[4]) {
-  uint32_t bits;
-  memcpy(&bits, qh, sizeof(bits));
-  return _mm256_and_si256(BitsToByteMask(bits), _mm256_set1_epi8(0x10));
-}
-
 // Exact sum of 32 products of unsigned weights (<= 31) with int8 activations.
 int DotUnsigned(__m256i w, const int8_t* act) {
   return HorizontalSum(_mm256_madd_epi16(_mm256_maddubs_epi16(w, Load32(act)), _mm256_set1_epi16(1)));

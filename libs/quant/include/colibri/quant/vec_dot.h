@@ -6,12 +6,15 @@
 //
 // Kernels: the best set the CPU has is used (checked once at run time with
 // __builtin_cpu_supports; the library never needs the features to build or run): "avx512"
-// (AVX-512 F/BW/VL on top of AVX2) > "avx2" (AVX2/FMA/F16C) > the portable "scalar" set. The
-// AVX2 k-quant dot products return exactly the scalar reference's bits (exact integer block
-// sums, the reference's float tail); the AVX-512 ones accumulate the per-block float terms in
-// vector lanes, and Q8_0 and the float types do so in every SIMD set, so those differ from the
-// reference by float summation order only. One set always gives the same bits for the same
-// inputs, and MatVec gives the same bits as VecDot row by row.
+// (AVX-512 F/BW/VL on top of AVX2; with VNNI also Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS, MXFP4) > "avx2"
+// (AVX2/FMA/F16C) > the portable "scalar" set; the environment variable COLIBRI_KERNEL_ISA
+// (scalar, avx2, avx512) caps the set a process starts with. The AVX2 k-quant dot products and
+// every SIMD legacy / i-quant / MXFP4 one return exactly the scalar reference's bits (exact
+// integer block sums, the reference's float tail in its order); the AVX-512 k-quant ones
+// accumulate the per-block float terms in vector lanes, and Q8_0 and the float types do so in
+// every SIMD set, so those differ from the reference by float summation order only. One set
+// always gives the same bits for the same inputs, and MatVec gives the same bits as VecDot row
+// by row.
 //
 // Activations given to VecDot must come from QuantizeActivations (int8 quants in -127..127).
 // Rows and activations are aligned as quantize.h requires.
@@ -55,7 +58,8 @@ std::vector<std::string_view> SupportedIsas();
 // benchmarks; takes effect for calls that start after it returns.
 bool SetKernelIsaCap(std::string_view isa);
 
-// Forces the scalar kernels (true) or restores automatic selection (false).
+// Forces the scalar kernels (true) or restores automatic selection (false: the best set, capped
+// by COLIBRI_KERNEL_ISA when that is set).
 void ForceScalarKernels(bool force);
 
 }  // namespace colibri::quant
