@@ -483,6 +483,15 @@ class Oracle(unittest.TestCase):
 DEEPSEEK = os.path.join(testlib.ORACLE, 'deepseek2')
 
 
+def kl_rows(ref, ours):
+    """KL(ref || ours) of each row's softmax, as check_engine.py computes it."""
+    def log_softmax(x):
+        x = x - x.max(axis=1, keepdims=True)
+        return x - np.log(np.exp(x).sum(axis=1, keepdims=True))
+    lr, lo = log_softmax(np.asarray(ref, dtype=np.float64)), log_softmax(np.asarray(ours, dtype=np.float64))
+    return (np.exp(lr) * (lr - lo)).sum(axis=1)
+
+
 @unittest.skipUnless(os.path.isdir(DEEPSEEK), f'DeepSeek oracle not found at {DEEPSEEK}')
 class OracleDeepseek(Oracle):
     """The deepseek2 oracle cases (MLA with the latent KV cache, YaRN, sigmoid routing with the
@@ -508,23 +517,67 @@ class OracleDeepseek(Oracle):
             model = testlib.convert(src, os.path.join(self.dir, f'm{i}'), 'f32')
             self.check(model, DEEPSEEK, name)
 
+    def quantized_vs_reference(self, model, src, name, p, dtype):
+        """The engine's teacher-forced logits of `model` (src imported as `dtype`) against the F32
+        oracle and against the float64 reference on the same stored weights (quantized_ref.py):
+        (KL per row vs the oracle, rows whose expert choice the rounding flips in the reference,
+        per-row max |ours - reference|, ours, the oracle's logits)."""
+        import moe_ref
+        import quantized_ref
+        with open(os.path.join(DEEPSEEK, f'{name}.{p}.json')) as f:
+            j = json.load(f)
+        seq = j['prompt_ids'] + j['greedy_ids']
+        out = os.path.join(self.dir, f'{name}.{p}.{dtype}.npy')
+        testlib.cli_run(model, seq, 0, out)
+        ours, ref = np.load(out).astype(np.float64), np.load(os.path.join(DEEPSEEK, j['logits_file']))
+        f32 = moe_ref.load_model(src)
+        f32_routes = quantized_ref.record_routes(f32)
+        f32.forward(seq, f32.new_cache())
+        rounded = quantized_ref.quantize_model(moe_ref.load_model(src), dtype=dtype)
+        rounded_routes = quantized_ref.record_routes(rounded)
+        rounded_logits = rounded.forward(seq, rounded.new_cache())
+        flipped = np.zeros(len(seq), dtype=bool)
+        for a, b in zip(f32_routes, rounded_routes):
+            flipped |= (a != b).any(axis=1)
+        self.assertGreaterEqual((ours.argmax(1) == rounded_logits.argmax(1)).mean(), 0.95)
+        return kl_rows(ref, ours), flipped, np.abs(ours - rounded_logits).max(axis=1), ours, ref
+
     def test_quantized(self):
-        """Re-quantized on import (q8_0; q4_k_m falls back to q8_0/f16 on these 24..64-wide rows):
-        close to the F32 oracle. Measured: top-1 0.86-0.93, median row max |dlogit| 0.37-0.56,
-        mean KL 0.04-0.27 -- check_engine.py's quantized rule (KL <= 0.03, calibrated on files
-        llama.cpp quantized) is not met by these random micro models yet."""
+        """Re-quantized on import, judged by check_engine.py's quantized rules (median row max
+        |dlogit| <= 0.4, top-1 >= 0.85, mean KL <= 0.03). f16 passes them on every prompt but
+        one (deepseek-micro p1: one row whose expert choice f16 rounding flips, the float64
+        reference on the f16 weights flips it too). q8_0 cannot pass them on these tiny random
+        models: the float64 reference itself, run on the q8_0 weights with GGML's activation
+        rounding (tests/reference/quantized_ref.py), has mean KL 0.08-0.29. The KL comes from
+        the rows whose expert choice flips (F32 choice gaps down to 4e-4, group gaps to 5e-4):
+        ~90% of it; the other rows stay under 0.03. So beyond the rule, this asserts that the
+        engine computes the rounded model (top-1 against the reference on the same weights; the
+        logits only as close as float32 rounding-boundary flips allow, which these models
+        amplify) and that the rule's misses are those flips (docs/ARCHITECTURE.md, "Quantized
+        imports of the deepseek2 oracle models")."""
         for name, src in (('deepseek-micro-f32', os.path.join(DEEPSEEK, 'deepseek-micro-f32.gguf')),
                           ('deepseek-grouped-micro-f32', os.path.join(DEEPSEEK, 'deepseek-grouped-micro-f32'))):
-            model = testlib.convert(src, os.path.join(self.dir, f'{name}-q8_0'), 'q8_0')
-            for p in ('p16', 'p64'):
-                with open(os.path.join(DEEPSEEK, f'{name}.{p}.json')) as f:
-                    j = json.load(f)
-                out = os.path.join(self.dir, f'{name}.{p}.q8.npy')
-                testlib.cli_run(model, j['prompt_ids'] + j['greedy_ids'], 0, out)
-                ours, ref = np.load(out), np.load(os.path.join(DEEPSEEK, j['logits_file']))
-                with self.subTest(model=name, prompt=p):
-                    self.assertGreaterEqual((ours.argmax(1) == ref.argmax(1)).mean(), 0.85)
-                    self.assertLess(np.median(np.abs(ours - ref).max(1)), 0.6)
+            f16 = testlib.convert(src, os.path.join(self.dir, f'{name}-f16'), 'f16')
+            if name == 'deepseek-grouped-micro-f32':
+                self.check_quantized(f16, DEEPSEEK, name, 'f16')
+            q8 = testlib.convert(src, os.path.join(self.dir, f'{name}-q8_0'), 'q8_0')
+            for dtype, model, prompts in (('f16', f16, ('p1', 'p16', 'p64')), ('q8_0', q8, ('p16', 'p64'))):
+                for p in prompts:
+                    with self.subTest(model=name, dtype=dtype, prompt=p):
+                        kl, flipped, diff, ours, ref = self.quantized_vs_reference(model, src, name, p, dtype)
+                        self.assertGreaterEqual((ours.argmax(1) == ref.argmax(1)).mean(), 0.85)
+                        self.assertLess(np.median(np.abs(ours - ref).max(1)), 0.6)
+                        self.assertLess(diff[0], 1e-4)
+                        self.assertLess(np.median(diff), 0.02 if dtype == 'f16' else 0.2)
+                        if dtype == 'f16' and not flipped.any():
+                            self.assertLessEqual(kl.mean(), 0.03)
+                        else:
+                            self.assertGreater(flipped.sum(), 0)
+                            self.assertGreater(kl[flipped].sum() / kl.sum(), 0.8)
+                            self.assertLessEqual(kl[~flipped].mean(), 0.03)
+                    print(f'\n{name} {dtype} {p}: mean KL {kl.mean():.4f}, {flipped.sum()}/{len(kl)} rows with a '
+                          f'routing flip carry {kl[flipped].sum() / kl.sum():.0%}, the others {kl[~flipped].mean():.4f}; '
+                          f'vs the rounded reference median row max {np.median(diff):.2e}')
 
     def test_fp8_huggingface(self):
         """DeepSeek-V3 / R1 / Kimi K2 as published: the layers' linear weights FP8 e4m3 with

@@ -395,5 +395,38 @@ class GeneratorTests(unittest.TestCase):
             moe_ref.load_model(self.tmp)
 
 
+class QuantizedRefTests(unittest.TestCase):
+    """quantized_ref's rounding is GGML's: weight codes round halves away from zero, activation
+    codes (GGML's SIMD quantizer) to even; the scale is stored as F16; F16 fallback for rows that
+    are not whole 32-blocks."""
+
+    def test_q8_0_rounding(self):
+        import quantized_ref
+        x = np.zeros(32)
+        x[0], x[1], x[2], x[3] = 127.0, 2.5, -2.5, 3.5        # d = 1 exactly
+        np.testing.assert_array_equal(quantized_ref.q8_0(x)[:4], [127, 3, -3, 4])
+        np.testing.assert_array_equal(quantized_ref.q8_0_activations(x)[:4], [127, 2, -2, 4])
+        y = np.full(32, 0.1)                                   # d = 0.1/127 rounded to F16
+        d = float(np.float16(np.float32(0.1) / np.float32(127)))
+        np.testing.assert_array_equal(quantized_ref.q8_0(y), np.full(32, 127 * d))
+
+    @unittest.skipUnless(HAVE_ORACLE, NO_ORACLE)
+    def test_quantize_model_fallback_and_absorbed_form(self):
+        import quantized_ref
+        path = os.path.join(ORACLE, "deepseek2", "deepseek-micro-f32.gguf")
+        L = quantized_ref.quantize_model(moe_ref.load_model(path)).layers[1]
+        self.assertEqual(L["wq_b"].kind, "f16")                # 48-wide rows
+        self.assertEqual(L["wq_a"].kind, "q8_0")
+        self.assertEqual(L["k_b"].kind, "f16")                 # [kv_lora, nope 24]
+        self.assertEqual(L["v_b"].kind, "q8_0")                # [v, kv_lora 32]
+        self.assertIsInstance(L["router"], np.ndarray)         # routers stay F32
+        # The absorbed form on unrounded k_b / v_b computes the decompressed reference's numbers.
+        f32 = moe_ref.load_model(path)
+        absorbed = quantized_ref.quantize_model(moe_ref.load_model(path), keys=())
+        tokens = [1, 275, 290, 300, 13]
+        np.testing.assert_allclose(absorbed.forward(tokens, absorbed.new_cache()), f32.forward(tokens, f32.new_cache()),
+                                   rtol=0, atol=1e-10)
+
+
 if __name__ == "__main__":
     unittest.main()
