@@ -22,6 +22,7 @@
 
 #include "CLI/CLI.hpp"
 #include "bench_measure.h"
+#include "colibri/backend/host_ops.h"
 #include "colibri/core/logging.h"
 #include "colibri/core/thread_pool.h"
 #include "colibri/model/container.h"
@@ -146,9 +147,15 @@ int main(int argc, char** argv) {
   // processes on a shared machine (the bandwidth figure is a best-of-5 for the same reason).
   std::vector<double> arrivals;
   uint64_t fetched_at_first = 0, fetched_at_warmup = 0;
+  // Parallel regions (each a synchronisation of the worker threads) of the decode steps.
+  const auto* host = dynamic_cast<const colibri::backend::HostOps*>(&(*node)->backend());
+  uint64_t regions_at_first = 0;
   auto on_token = [&](const colibri::engine::SampledToken&) {
     arrivals.push_back(Now());
-    if (arrivals.size() == 1) fetched_at_first = (*node)->cache_stats().bytes_fetched;
+    if (arrivals.size() == 1) {
+      fetched_at_first = (*node)->cache_stats().bytes_fetched;
+      regions_at_first = host ? host->parallel_regions() : 0;
+    }
     if (static_cast<int>(arrivals.size()) == warmup + 1) fetched_at_warmup = (*node)->cache_stats().bytes_fetched;
     return true;
   };
@@ -162,6 +169,10 @@ int main(int argc, char** argv) {
   auto r = (*node)->engine().Generate(req, on_token);
   if (!r.ok()) return Fail(std::string(r.status().message()));
   const auto stats = (*node)->cache_stats();
+  const double regions_per_layer =
+      host ? static_cast<double>(host->parallel_regions() - regions_at_first) /
+                 static_cast<double>((static_cast<int64_t>(arrivals.size()) - 1) * layers)
+           : 0.0;
   // The limit uses the better of two bandwidth readings taken around the run (a shared machine's
   // bandwidth drifts): the ratio errs low, never high.
   const double bw = std::max(bw_before, colibri::bench::ReadBandwidth(1ull << 30, threads));
@@ -188,6 +199,7 @@ int main(int argc, char** argv) {
                              {"limit_tok_s", limit},
                              {"prefill_tokens", n_prompt},
                              {"prefill_tok_s", prefill_tps},
+                             {"regions_per_layer", regions_per_layer},
                              {"hits", stats.hits - stats_before.hits},
                              {"misses", stats.misses - stats_before.misses}};
   if (mode == "cold") {
@@ -221,6 +233,7 @@ int main(int argc, char** argv) {
     std::printf("| decode | %.2f tok/s (%.0f%% of the limit) |\n", decode_tps, 100.0 * decode_tps / limit);
     std::printf("| decode (median token) | %.2f tok/s (%.0f%%) |\n", median_tps, 100.0 * median_tps / limit);
     std::printf("| prefill (%d-token prompt) | %.1f tok/s |\n", n_prompt, prefill_tps);
+    std::printf("| parallel regions per layer and decoded token | %.1f |\n", regions_per_layer);
     if (mode == "quarter") {
       std::printf("| disk bandwidth (blocks, O_DIRECT) | %.2f GB/s |\n", disk_bw / 1e9);
       std::printf("| expert bytes read per token | %.1f MB |\n", out["fetched_bytes_per_token"].get<double>() / 1e6);

@@ -99,8 +99,8 @@ def main():
     for m in modes:
         if m == "resident":
             print("Fully resident (decode: median token after a 512-token prefill):\n")
-            print("| shape | decode tok/s | / limit | prefill tok/s (512) |")
-            print("|---|---|---|---|")
+            print("| shape | decode tok/s | / limit | prefill tok/s (512) | parallel regions / layer / token |")
+            print("|---|---|---|---|---|")
         elif m == "busy":
             print("One busy core (`yes > /dev/null` beside it):\n")
             print("| shape | decode tok/s | / limit | / quiet | prefill tok/s | / quiet |")
@@ -119,7 +119,8 @@ def main():
             dec = r["decode_median_tok_s"] if m in ("resident", "busy") else r["decode_tok_s"]
             quiet = results.get((s, "resident"))
             if m == "resident":
-                print(f"| {name} | {dec:.1f} | {dec / r['limit_tok_s']:.0%} | {r['prefill_tok_s']:.1f} |")
+                regions = f"{r['regions_per_layer']:.1f}" if "regions_per_layer" in r else "-"
+                print(f"| {name} | {dec:.1f} | {dec / r['limit_tok_s']:.0%} | {r['prefill_tok_s']:.1f} | {regions} |")
             elif m == "busy":
                 q = f"{dec / quiet['decode_median_tok_s']:.0%}" if quiet else "-"
                 qp = f"{r['prefill_tok_s'] / quiet['prefill_tok_s']:.0%}" if quiet else "-"
