@@ -15,16 +15,15 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "bench_measure.h"
 #include "colibri/backend/cpu_backend.h"
 #include "colibri/core/logging.h"
 #include "colibri/core/thread_pool.h"
@@ -123,35 +122,13 @@ struct DiskFlags {
 int Disk(const DiskFlags& f) {
   auto container = colibri::model::Container::Open(f.dir);
   if (!container.ok()) return Fail(std::string(container.status().message()));
-  auto disk = es::DiskSource::Open(container->get(), {.direct_io = true});
-  if (!disk.ok()) return Fail(std::string(disk.status().message()));
-  const auto& m = (*container)->manifest();
-  const uint64_t block = m.experts[0].padded_size;
-  const int64_t n = std::max<int64_t>(f.threads, static_cast<int64_t>(f.gib * (1ull << 30) / block));
-  std::vector<es::ExpertId> order;
-  std::mt19937 rng(3);
-  for (int64_t i = 0; i < n; ++i) {
-    order.push_back({static_cast<int32_t>(rng() % m.config.n_layers), static_cast<int32_t>(rng() % m.config.n_experts)});
-  }
-  std::atomic<int64_t> next{0};
-  std::atomic<bool> failed{false};
-  const auto t0 = Clock::now();
-  std::vector<std::thread> threads;
-  for (int t = 0; t < f.threads; ++t) {
-    threads.emplace_back([&] {
-      for (int64_t i = next++; i < n; i = next++) {
-        if (!(*disk)->Fetch(order[static_cast<size_t>(i)], es::Priority::kDemand).ok()) failed = true;
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  const double s = Seconds(Clock::now() - t0);
-  if (failed) return Fail("a read failed");
+  auto r = colibri::bench::ReadExpertBlocks(**container, f.threads, f.gib);
+  if (!r.ok()) return Fail(std::string(r.status().message()));
   Json out{{"threads", f.threads},
-           {"direct_io_files", (*disk)->direct_io_files()},
-           {"bytes", (*disk)->bytes_read()},
-           {"seconds", s},
-           {"bandwidth_bytes_per_second", static_cast<double>((*disk)->bytes_read()) / s}};
+           {"direct_io_files", r->direct_io_files},
+           {"bytes", r->bytes},
+           {"seconds", r->seconds},
+           {"bandwidth_bytes_per_second", r->bandwidth()}};
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }

@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
   const colibri::model::ModelConfig c = colibri::bench::MixtralConfig({.layers = layers});  // Mixtral 8x7B's shape
   const int64_t vocab = c.vocab_size;
   const double gen_start = Now();
-  if (auto st = colibri::bench::WriteRandomModel(dir, "gpu-bench", c, *dt, DType::kQ6_K, rng); !st.ok()) {
+  if (auto st = colibri::bench::WriteRandomModel(dir, "gpu-bench", c, *dt, *dt, DType::kQ6_K, rng); !st.ok()) {
     return Fail("model", st);
   }
   std::printf("\nsynthetic model: %lld layers of Mixtral's shape, %s, written in %.0f s\n", static_cast<long long>(layers),

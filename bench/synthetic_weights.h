@@ -34,9 +34,11 @@ struct MixtralShape {
 // The model config of `shape`: head_dim hidden / heads, context 4096, eos token 2.
 model::ModelConfig MixtralConfig(const MixtralShape& shape);
 
-// Writes a model of `config` into `dir` (replacing it): matrices in `type` except the output
-// projection in `output_type` and the routers in f32; norms all ones. Rows come from `rng`.
+// Writes a model of `config` into `dir` (replacing it): expert matrices in `expert_type`, the
+// embedding and attention in `dense_type`, the output projection in `output_type` and the routers
+// in f32; norms all ones. Rows come from `rng`.
 absl::Status WriteRandomModel(const std::string& dir, const std::string& name, const model::ModelConfig& config,
-                              quant::DType type, quant::DType output_type, std::mt19937_64& rng);
+                              quant::DType expert_type, quant::DType dense_type, quant::DType output_type,
+                              std::mt19937_64& rng);
 
 }  // namespace colibri::bench

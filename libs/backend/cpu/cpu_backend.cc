@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <span>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "colibri/backend/host_ops.h"
 #include "colibri/core/file_util.h"
 #include "colibri/core/thread_pool.h"
 #include "colibri/quant/quantize.h"
@@ -27,6 +30,22 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void ScaleF32(float
   for (int64_t i = 0; i < n; ++i) y[i] *= a;
 }
 
+// The gated activations of the FFN: gate[i] = silu(gate[i]) * up[i], or gpt-oss's clamped SwiGLU.
+void SiluMulF32(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void ClampedSwiGluF32(float* gate, const float* up, int64_t n, float alpha, float limit) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], limit);
+    const float u = std::clamp(up[i], -limit, limit);
+    gate[i] = (u + 1.0f) * g / (1.0f + std::exp(-alpha * g));
+  }
+}
+
 class HostBuffer final : public Buffer {
  public:
   HostBuffer(AlignedBytes bytes, size_t size) : bytes_(std::move(bytes)), size_(size) {}
@@ -43,7 +62,7 @@ class PassedFence final : public Fence {
   absl::Status Wait() override { return absl::OkStatus(); }
 };
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public Backend, public HostOps {
  public:
   explicit CpuBackend(int threads) : pool_(threads) {}
 
@@ -73,41 +92,18 @@ class CpuBackend final : public Backend {
   }
 
   void MatMul(const WeightRef& w, const float* x, int64_t n, float* y, bool accumulate) override {
-    const quant::DType act_type = quant::Traits(w.dtype).vec_dot_type;
-    const size_t act_row_bytes = quant::RowBytes(act_type, w.cols);
-    const size_t w_row_bytes = quant::RowBytes(w.dtype, w.cols);
-    if (act_scratch_.size() < act_row_bytes * static_cast<size_t>(n)) {
-      act_scratch_.resize(act_row_bytes * static_cast<size_t>(n));
+    MatMulShared(&w, &y, 1, x, n, accumulate);
+  }
+
+  void MatMuls(std::span<const WeightRef> ws, const float* x, int64_t n, std::span<float* const> ys) override {
+    const bool shared = std::all_of(ws.begin(), ws.end(), [&](const WeightRef& w) {
+      return w.cols == ws[0].cols && quant::Traits(w.dtype).vec_dot_type == quant::Traits(ws[0].dtype).vec_dot_type;
+    });
+    if (shared) {
+      MatMulShared(ws.data(), ys.data(), ws.size(), x, n, /*accumulate=*/false);
+      return;
     }
-    uint8_t* act = act_scratch_.data();
-    pool_.ParallelFor(n, 4, [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t) {
-        quant::QuantizeActivations(act_type, x + t * w.cols, act + static_cast<size_t>(t) * act_row_bytes, w.cols);
-      }
-    });
-    const auto* wdata = static_cast<const uint8_t*>(w.data);
-    const int64_t rows = w.rows;
-    // Each task takes a range of rows, in tiles small enough to stay in L2 while every token
-    // is dotted with them: decode (n small) streams each weight byte from memory once;
-    // prefill reuses the tile across tokens. quant::MatVec runs the kernel set's fastest
-    // multi-row kernel (the AVX-512 Q4_K one reorders the activations once per call).
-    constexpr int64_t kRowTile = 64;
-    pool_.ParallelFor(rows, 8, [&](int64_t r0, int64_t r1) {
-      float tile_out[kRowTile];
-      for (int64_t a = r0; a < r1; a += kRowTile) {
-        const int64_t b = std::min(r1, a + kRowTile);
-        for (int64_t t = 0; t < n; ++t) {
-          quant::MatVec(w.dtype, wdata + static_cast<size_t>(a) * w_row_bytes, w_row_bytes, b - a,
-                        act + static_cast<size_t>(t) * act_row_bytes, w.cols, tile_out);
-          float* out = y + t * rows + a;
-          if (accumulate) {
-            for (int64_t r = 0; r < b - a; ++r) out[r] += tile_out[r];
-          } else {
-            std::memcpy(out, tile_out, sizeof(float) * static_cast<size_t>(b - a));
-          }
-        }
-      }
-    });
+    for (size_t i = 0; i < ws.size(); ++i) MatMulShared(&ws[i], &ys[i], 1, x, n, /*accumulate=*/false);
   }
 
   void AddBias(float* x, const float* bias, int64_t n, int64_t dim) override {
@@ -166,7 +162,7 @@ class CpuBackend final : public Backend {
     // the SIMD F32 dot product; the running max and sum are rescaled once per block. A sink
     // starts the running softmax as one more logit with a zero value row.
     constexpr int64_t kKeyBlock = 64;
-    pool_.ParallelFor(a.n * a.n_heads, 1, [&](int64_t b, int64_t e) {
+    Parallel(a.n * a.n_heads, 1, [&](int64_t b, int64_t e) {
       std::vector<float> acc(static_cast<size_t>(a.head_dim));
       float scores[kKeyBlock];
       for (int64_t task = b; task < e; ++task) {
@@ -214,19 +210,10 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void SiluMul(float* gate, const float* up, int64_t n) override {
-    for (int64_t i = 0; i < n; ++i) {
-      const float g = gate[i];
-      gate[i] = g / (1.0f + std::exp(-g)) * up[i];
-    }
-  }
+  void SiluMul(float* gate, const float* up, int64_t n) override { SiluMulF32(gate, up, n); }
 
   void ClampedSwiGlu(float* gate, const float* up, int64_t n, float alpha, float limit) override {
-    for (int64_t i = 0; i < n; ++i) {
-      const float g = std::min(gate[i], limit);
-      const float u = std::clamp(up[i], -limit, limit);
-      gate[i] = (u + 1.0f) * g / (1.0f + std::exp(-alpha * g));
-    }
+    ClampedSwiGluF32(gate, up, n, alpha, limit);
   }
 
   void Add(float* x, const float* y, int64_t n) override {
@@ -261,10 +248,204 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Fence> RecordFence() override { return std::make_unique<PassedFence>(); }
   MemoryInfo memory_info() const override { return {}; }
 
+  void ApplyExperts(const GroupedExpertsArgs& a) override;
+  uint64_t parallel_regions() const override { return regions_; }
+
  private:
+  // pool_.ParallelFor, counting the calls that run on more than one thread.
+  void Parallel(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+    if (pool_.size() > 1 && n > std::max<int64_t>(1, grain)) regions_++;
+    pool_.ParallelFor(n, grain, fn);
+  }
+  // y_i = x · W_iᵀ for `count` weights of one width and activation type: x is quantized once and
+  // the rows of all of them are split over the threads in one parallel region.
+  void MatMulShared(const WeightRef* ws, float* const* ys, size_t count, const float* x, int64_t n, bool accumulate);
+  // x quantized to `type` (kept across the groups of one layer: see input_prepared).
+  const uint8_t* QuantizedInput(const GroupedExpertsArgs& a, quant::DType type);
+
   ThreadPool pool_;
   std::vector<uint8_t> act_scratch_;
+  uint64_t regions_ = 0;
+  // ApplyExperts: the layer input in up to two vec-dot types, and the experts' gated FFN
+  // activations in their down matrices' vec-dot types.
+  struct InputCopy {
+    quant::DType type = quant::DType::kF32;
+    bool valid = false;
+    std::vector<uint8_t> bytes;
+  };
+  InputCopy inputs_[2];
+  std::vector<uint8_t> ffn_act_;
 };
+
+void CpuBackend::MatMulShared(const WeightRef* ws, float* const* ys, size_t count, const float* x, int64_t n,
+                              bool accumulate) {
+  const int64_t cols = ws[0].cols;
+  const quant::DType act_type = quant::Traits(ws[0].dtype).vec_dot_type;
+  const size_t act_row_bytes = quant::RowBytes(act_type, cols);
+  if (act_scratch_.size() < act_row_bytes * static_cast<size_t>(n)) {
+    act_scratch_.resize(act_row_bytes * static_cast<size_t>(n));
+  }
+  uint8_t* act = act_scratch_.data();
+  Parallel(n, 4, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      quant::QuantizeActivations(act_type, x + t * cols, act + static_cast<size_t>(t) * act_row_bytes, cols);
+    }
+  });
+  int64_t total = 0;
+  for (size_t k = 0; k < count; ++k) total += ws[k].rows;
+  // Each task takes a range of rows (of the weights one after another), in tiles small enough to
+  // stay in L2 while every token is dotted with them: decode (n small) streams each weight byte
+  // from memory once; prefill reuses the tile across tokens. quant::MatVec runs the kernel set's
+  // fastest multi-row kernel (the AVX-512 Q4_K one reorders the activations once per call).
+  constexpr int64_t kRowTile = 64;
+  Parallel(total, 8, [&](int64_t g0, int64_t g1) {
+    float tile_out[kRowTile];
+    int64_t offset = 0;
+    for (size_t k = 0; k < count; offset += ws[k].rows, ++k) {
+      const WeightRef& w = ws[k];
+      const int64_t r0 = std::max<int64_t>(g0 - offset, 0), r1 = std::min<int64_t>(g1 - offset, w.rows);
+      const auto* wdata = static_cast<const uint8_t*>(w.data);
+      const size_t w_row_bytes = quant::RowBytes(w.dtype, cols);
+      for (int64_t a = r0; a < r1; a += kRowTile) {
+        const int64_t b = std::min(r1, a + kRowTile);
+        for (int64_t t = 0; t < n; ++t) {
+          quant::MatVec(w.dtype, wdata + static_cast<size_t>(a) * w_row_bytes, w_row_bytes, b - a,
+                        act + static_cast<size_t>(t) * act_row_bytes, cols, tile_out);
+          float* out = ys[k] + t * w.rows + a;
+          if (accumulate) {
+            for (int64_t r = 0; r < b - a; ++r) out[r] += tile_out[r];
+          } else {
+            std::memcpy(out, tile_out, sizeof(float) * static_cast<size_t>(b - a));
+          }
+        }
+      }
+    }
+  });
+}
+
+const uint8_t* CpuBackend::QuantizedInput(const GroupedExpertsArgs& a, quant::DType type) {
+  InputCopy* slot = nullptr;
+  for (InputCopy& c : inputs_) {
+    if (c.valid && c.type == type) return c.bytes.data();
+    if (!c.valid && slot == nullptr) slot = &c;
+  }
+  if (slot == nullptr) slot = &inputs_[1];  // a third type in one layer: not seen in practice
+  const size_t row_bytes = quant::RowBytes(type, a.hidden);
+  slot->bytes.resize(row_bytes * static_cast<size_t>(a.n));
+  slot->type = type;
+  slot->valid = true;
+  uint8_t* dst = slot->bytes.data();
+  auto quantize = [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      quant::QuantizeActivations(type, a.x + t * a.hidden, dst + static_cast<size_t>(t) * row_bytes, a.hidden);
+    }
+  };
+  // A decode step's few rows take microseconds: a parallel region would cost more.
+  if (a.n <= 16) {
+    quantize(0, a.n);
+  } else {
+    Parallel(a.n, 16, quantize);
+  }
+  return dst;
+}
+
+void CpuBackend::ApplyExperts(const GroupedExpertsArgs& a) {
+  if (a.experts.empty()) return;
+  if (!a.input_prepared) {
+    for (InputCopy& c : inputs_) c.valid = false;
+  }
+  const int64_t G = static_cast<int64_t>(a.experts.size()), H = a.hidden, F = a.ffn;
+  // Where each expert's gated activations go: rows of F in its down matrix's vec-dot type.
+  std::vector<size_t> act_offset(static_cast<size_t>(G) + 1, 0);
+  std::vector<const uint8_t*> gate_in(static_cast<size_t>(G)), up_in(static_cast<size_t>(G));
+  for (int64_t e = 0; e < G; ++e) {
+    const GroupedExpert& x = a.experts[static_cast<size_t>(e)];
+    const quant::DType down_act = quant::Traits(x.down.dtype).vec_dot_type;
+    act_offset[static_cast<size_t>(e) + 1] =
+        act_offset[static_cast<size_t>(e)] + quant::RowBytes(down_act, F) * static_cast<size_t>(x.m);
+    gate_in[static_cast<size_t>(e)] = QuantizedInput(a, quant::Traits(x.gate.dtype).vec_dot_type);
+    up_in[static_cast<size_t>(e)] = QuantizedInput(a, quant::Traits(x.up.dtype).vec_dot_type);
+  }
+  if (ffn_act_.size() < act_offset.back()) ffn_act_.resize(act_offset.back());
+
+  // Gate and up: a task is a tile of kFfnTile FFN rows of one expert, for every row of x routed
+  // to it (sub-tiles of kSubTile weight rows stay in L2 while every row is dotted with them).
+  // The tile is a whole number of vec-dot blocks (256 = one Q8_K block, eight Q8_0 blocks), so
+  // the task quantizes its slice of the activations for down itself.
+  constexpr int64_t kFfnTile = 256, kSubTile = 64;
+  const int64_t tiles = (F + kFfnTile - 1) / kFfnTile;
+  Parallel(G * tiles, 1, [&](int64_t t0, int64_t t1) {
+    thread_local std::vector<float> g, u;
+    for (int64_t task = t0; task < t1; ++task) {
+      const GroupedExpert& x = a.experts[static_cast<size_t>(task / tiles)];
+      const int64_t f0 = (task % tiles) * kFfnTile, len = std::min(F, f0 + kFfnTile) - f0;
+      if (x.m == 0) continue;
+      g.resize(static_cast<size_t>(x.m * kFfnTile));
+      u.resize(static_cast<size_t>(x.m * kFfnTile));
+      const size_t gate_row = quant::RowBytes(x.gate.dtype, H), up_row = quant::RowBytes(x.up.dtype, H);
+      const quant::DType gate_act = quant::Traits(x.gate.dtype).vec_dot_type;
+      const quant::DType up_act = quant::Traits(x.up.dtype).vec_dot_type;
+      const size_t gate_act_row = quant::RowBytes(gate_act, H), up_act_row = quant::RowBytes(up_act, H);
+      const uint8_t* gin = gate_in[static_cast<size_t>(task / tiles)];
+      const uint8_t* uin = up_in[static_cast<size_t>(task / tiles)];
+      for (int64_t s0 = 0; s0 < len; s0 += kSubTile) {
+        const int64_t sl = std::min(len, s0 + kSubTile) - s0;
+        const auto* gw = static_cast<const uint8_t*>(x.gate.data) + static_cast<size_t>(f0 + s0) * gate_row;
+        const auto* uw = static_cast<const uint8_t*>(x.up.data) + static_cast<size_t>(f0 + s0) * up_row;
+        for (int64_t i = 0; i < x.m; ++i) {
+          const size_t r = static_cast<size_t>(x.rows[i]);
+          quant::MatVec(x.gate.dtype, gw, gate_row, sl, gin + r * gate_act_row, H, g.data() + i * kFfnTile + s0);
+          quant::MatVec(x.up.dtype, uw, up_row, sl, uin + r * up_act_row, H, u.data() + i * kFfnTile + s0);
+        }
+      }
+      const quant::DType down_act = quant::Traits(x.down.dtype).vec_dot_type;
+      const size_t act_row = quant::RowBytes(down_act, F);
+      const size_t slice = quant::RowBytes(down_act, f0);  // bytes of the blocks before f0
+      uint8_t* out = ffn_act_.data() + act_offset[static_cast<size_t>(task / tiles)];
+      for (int64_t i = 0; i < x.m; ++i) {
+        float* gi = g.data() + i * kFfnTile;
+        float* ui = u.data() + i * kFfnTile;
+        for (int64_t j = 0; j < len; ++j) {
+          if (x.gate_bias) gi[j] += x.gate_bias[f0 + j];
+          if (x.up_bias) ui[j] += x.up_bias[f0 + j];
+        }
+        if (a.swiglu_limit > 0) {
+          ClampedSwiGluF32(gi, ui, len, a.swiglu_alpha, a.swiglu_limit);
+        } else {
+          SiluMulF32(gi, ui, len);
+        }
+        quant::QuantizeActivations(down_act, gi, out + static_cast<size_t>(i) * act_row + slice, len);
+      }
+    }
+  });
+
+  // Down: a task is a tile of hidden rows for every expert in order, so each output element
+  // takes its experts' contributions in the order the op-by-op path adds them.
+  constexpr int64_t kHiddenTile = 64;
+  Parallel((H + kHiddenTile - 1) / kHiddenTile, 1, [&](int64_t t0, int64_t t1) {
+    float tile[kHiddenTile];
+    for (int64_t task = t0; task < t1; ++task) {
+      const int64_t h0 = task * kHiddenTile, hl = std::min(H, h0 + kHiddenTile) - h0;
+      for (int64_t e = 0; e < G; ++e) {
+        const GroupedExpert& x = a.experts[static_cast<size_t>(e)];
+        const size_t w_row = quant::RowBytes(x.down.dtype, F);
+        const size_t act_row = quant::RowBytes(quant::Traits(x.down.dtype).vec_dot_type, F);
+        const auto* w = static_cast<const uint8_t*>(x.down.data) + static_cast<size_t>(h0) * w_row;
+        const uint8_t* act = ffn_act_.data() + act_offset[static_cast<size_t>(e)];
+        for (int64_t i = 0; i < x.m; ++i) {
+          quant::MatVec(x.down.dtype, w, w_row, hl, act + static_cast<size_t>(i) * act_row, F, tile);
+          float* o = a.out + static_cast<int64_t>(x.rows[i]) * H + h0;
+          const float scale = x.scales[i];
+          for (int64_t r = 0; r < hl; ++r) {
+            float v = tile[r];
+            if (x.down_bias) v += x.down_bias[h0 + r];
+            o[r] += scale * v;
+          }
+        }
+      }
+    }
+  });
+}
 
 }  // namespace
 

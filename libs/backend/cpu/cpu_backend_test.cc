@@ -7,8 +7,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <span>
+#include <tuple>
 #include <vector>
 
+#include "colibri/backend/host_ops.h"
 #include "colibri/backend/test_data.h"
 #include "colibri/quant/dtype.h"
 #include "colibri/quant/quantize.h"
@@ -582,6 +585,140 @@ TEST_P(CpuBackendTest, ScatterAddRows) {
   for (size_t i = 0; i < dst.size(); ++i) EXPECT_DOUBLE_EQ(dst[i], want[i]) << i;
   EXPECT_EQ(dst, std::vector<float>({21, 41, 6, 0, 3, 3, 4.5f, 5}));
 }
+
+// MatMuls gives MatMul's bits for each matrix, in one parallel region when the matrices share
+// their width and activation type (q, k, v), and also when they do not.
+TEST_P(CpuBackendTest, MatMulsMatchesMatMulForEachMatrix) {
+  auto* host = dynamic_cast<HostOps*>(be_.get());
+  ASSERT_NE(host, nullptr);
+  const int64_t cols = 512;
+  for (int64_t n : {1, 6}) {
+    for (DType third : {DType::kQ6_K, DType::kQ8_0}) {  // Q8_K activations like Q4_K, or not
+      SCOPED_TRACE(::testing::Message() << "n " << n << " third " << quant::DTypeName(third));
+      const std::vector<Weight> ws = {MakeWeight(DType::kQ4_K, 200, cols, 1), MakeWeight(DType::kQ4_K, 72, cols, 2),
+                                      MakeWeight(third, 40, cols, 3)};
+      const std::vector<float> x = RandomNormal(static_cast<size_t>(n * cols), 4);
+      std::vector<std::vector<float>> want(3), got(3);
+      std::vector<WeightRef> refs;
+      std::vector<float*> outs;
+      for (size_t i = 0; i < ws.size(); ++i) {
+        refs.push_back({ws[i].dtype, ws[i].rows, ws[i].cols, ws[i].bytes.data()});
+        want[i].resize(static_cast<size_t>(n * ws[i].rows));
+        got[i].assign(want[i].size(), -1.0f);
+        be_->MatMul(refs[i], x.data(), n, want[i].data());
+        outs.push_back(got[i].data());
+      }
+      const uint64_t regions = host->parallel_regions();
+      host->MatMuls(refs, x.data(), n, outs);
+      for (size_t i = 0; i < ws.size(); ++i) EXPECT_EQ(got[i], want[i]) << "matrix " << i;
+      if (GetParam() > 1 && n == 1) {
+        EXPECT_EQ(host->parallel_regions() - regions, third == DType::kQ6_K ? 1u : 3u);
+      }
+    }
+  }
+}
+
+// One MoE layer's experts, for the grouped op against the op-by-op path.
+struct GroupedCase {
+  DType gate_up, down;
+  int64_t hidden, ffn;
+  bool biases;
+  float swiglu_limit;
+};
+
+class GroupedExpertsTest : public ::testing::TestWithParam<std::tuple<int, GroupedCase>> {};
+
+// ApplyExperts gives the bits of GatherRows, MatMul (gate, up), SiluMul / ClampedSwiGlu,
+// AddBias, MatMul (down) and ScatterAddRows applied expert by expert, over two groups (the
+// second one reusing the quantized input, as experts that land late do) and with an expert
+// that has no rows.
+TEST_P(GroupedExpertsTest, MatchesTheOpByOpPathBitForBit) {
+  const auto [threads, tc] = GetParam();
+  auto be = CreateCpuBackend({.threads = threads});
+  auto* host = dynamic_cast<HostOps*>(be.get());
+  ASSERT_NE(host, nullptr);
+  const int64_t n = 7, H = tc.hidden, F = tc.ffn, E = 4;
+  const std::vector<float> x = RandomNormal(static_cast<size_t>(n * H), 5);
+  std::vector<Weight> gate, up, down;
+  std::vector<std::vector<float>> gate_bias, up_bias, down_bias;
+  for (int64_t e = 0; e < E; ++e) {
+    gate.push_back(MakeWeight(tc.gate_up, F, H, 100 + static_cast<uint32_t>(e)));
+    up.push_back(MakeWeight(tc.gate_up, F, H, 200 + static_cast<uint32_t>(e)));
+    down.push_back(MakeWeight(tc.down, H, F, 300 + static_cast<uint32_t>(e)));
+    gate_bias.push_back(RandomNormal(static_cast<size_t>(F), 400 + static_cast<uint32_t>(e), 0.5f));
+    up_bias.push_back(RandomNormal(static_cast<size_t>(F), 500 + static_cast<uint32_t>(e), 0.5f));
+    down_bias.push_back(RandomNormal(static_cast<size_t>(H), 600 + static_cast<uint32_t>(e), 0.5f));
+  }
+  // Expert e applies to these rows with these weights; expert 2 has none.
+  const std::vector<std::vector<int32_t>> rows = {{0, 2, 3, 6}, {1, 2, 4, 5, 6}, {}, {0, 1, 3}};
+  std::vector<std::vector<float>> scales;
+  for (int64_t e = 0; e < E; ++e) scales.push_back(RandomNormal(rows[static_cast<size_t>(e)].size(), 700 + static_cast<uint32_t>(e)));
+  auto ref = [](const Weight& w) { return WeightRef{w.dtype, w.rows, w.cols, w.bytes.data()}; };
+  constexpr float kAlpha = 1.702f;
+
+  std::vector<float> want = RandomNormal(static_cast<size_t>(n * H), 9);
+  std::vector<float> got = want;
+  std::vector<float> rows_in(static_cast<size_t>(n * H)), g(static_cast<size_t>(n * F)), u(static_cast<size_t>(n * F));
+  std::vector<float> rows_out(static_cast<size_t>(n * H));
+  for (int64_t e = 0; e < E; ++e) {
+    const auto& r = rows[static_cast<size_t>(e)];
+    const int64_t m = static_cast<int64_t>(r.size());
+    if (m == 0) continue;
+    be->GatherRows(x.data(), r.data(), m, H, rows_in.data());
+    be->MatMul(ref(gate[static_cast<size_t>(e)]), rows_in.data(), m, g.data());
+    be->MatMul(ref(up[static_cast<size_t>(e)]), rows_in.data(), m, u.data());
+    if (tc.biases) {
+      be->AddBias(g.data(), gate_bias[static_cast<size_t>(e)].data(), m, F);
+      be->AddBias(u.data(), up_bias[static_cast<size_t>(e)].data(), m, F);
+    }
+    if (tc.swiglu_limit > 0) {
+      be->ClampedSwiGlu(g.data(), u.data(), m * F, kAlpha, tc.swiglu_limit);
+    } else {
+      be->SiluMul(g.data(), u.data(), m * F);
+    }
+    be->MatMul(ref(down[static_cast<size_t>(e)]), g.data(), m, rows_out.data());
+    if (tc.biases) be->AddBias(rows_out.data(), down_bias[static_cast<size_t>(e)].data(), m, H);
+    be->ScatterAddRows(rows_out.data(), r.data(), scales[static_cast<size_t>(e)].data(), m, H, want.data());
+  }
+
+  std::vector<GroupedExpert> experts;
+  for (int64_t e = 0; e < E; ++e) {
+    const size_t i = static_cast<size_t>(e);
+    experts.push_back({ref(gate[i]), ref(up[i]), ref(down[i]), tc.biases ? gate_bias[i].data() : nullptr,
+                       tc.biases ? up_bias[i].data() : nullptr, tc.biases ? down_bias[i].data() : nullptr,
+                       rows[i].data(), scales[i].data(), static_cast<int64_t>(rows[i].size())});
+  }
+  GroupedExpertsArgs args;
+  args.x = x.data();
+  args.n = n;
+  args.hidden = H;
+  args.ffn = F;
+  args.out = got.data();
+  args.swiglu_alpha = kAlpha;
+  args.swiglu_limit = tc.swiglu_limit;
+  args.experts = std::span<const GroupedExpert>(experts.data(), 3);  // the first group
+  host->ApplyExperts(args);
+  args.experts = std::span<const GroupedExpert>(experts.data() + 3, 1);  // one that landed late
+  args.input_prepared = true;
+  host->ApplyExperts(args);
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "element " << i;
+  if (threads > 1) {
+    EXPECT_GE(host->parallel_regions(), 4u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, GroupedExpertsTest,
+    ::testing::Combine(::testing::Values(1, 3),
+                       ::testing::Values(GroupedCase{DType::kQ4_K, DType::kQ6_K, 512, 768, false, 0},
+                                         GroupedCase{DType::kQ8_0, DType::kQ8_0, 256, 544, false, 0},
+                                         GroupedCase{DType::kMXFP4, DType::kMXFP4, 320, 320, true, 7.0f},
+                                         GroupedCase{DType::kF32, DType::kF16, 64, 96, true, 0})),
+    [](const auto& info) {
+      const GroupedCase& c = std::get<1>(info.param);
+      return "t" + std::to_string(std::get<0>(info.param)) + "_" + std::string(quant::DTypeName(c.gate_up)) + "_" +
+             std::string(quant::DTypeName(c.down)) + (c.swiglu_limit > 0 ? "_clamped" : "");
+    });
 
 }  // namespace
 }  // namespace colibri::backend

@@ -1,11 +1,13 @@
 #include "colibri/engine/model.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "colibri/backend/host_ops.h"
 #include "colibri/core/status.h"
 #include "colibri/quant/dtype.h"
 #include "lookahead.h"
@@ -17,6 +19,18 @@ namespace {
 
 // gpt-oss's SwiGLU: x · sigmoid(1.702 x), the sigmoid approximation of GELU.
 constexpr float kGptOssSwiGluAlpha = 1.702f;
+
+// ys[i] = x · ws[i]ᵀ for matrices that read the same input: one parallel op on a host backend
+// (x quantized once), a MatMul each elsewhere.
+template <size_t N>
+void MatMulsOf(backend::Backend& be, const std::array<backend::WeightRef, N>& ws, const float* x, int64_t n,
+               const std::array<float*, N>& ys) {
+  if (auto* host = dynamic_cast<backend::HostOps*>(&be)) {
+    host->MatMuls(ws, x, n, ys);
+    return;
+  }
+  for (size_t i = 0; i < N; ++i) be.MatMul(ws[i], x, n, ys[i]);
+}
 
 }  // namespace
 
@@ -389,9 +403,7 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
       MlaAttention(l, lw, runs, n);
       be.MatMul(lw.o, w.attn->f32(), n, x, /*accumulate=*/true);
     } else {
-      be.MatMul(lw.q, h, n, w.q->f32());
-      be.MatMul(lw.k, h, n, w.k->f32());
-      be.MatMul(lw.v, h, n, w.v->f32());
+      MatMulsOf<3>(be, {lw.q, lw.k, lw.v}, h, n, {w.q->f32(), w.k->f32(), w.v->f32()});
       if (lw.q_bias) {
         be.AddBias(w.q->f32(), lw.q_bias, n, qd);
         be.AddBias(w.k->f32(), lw.k_bias, n, kvd);
@@ -505,8 +517,7 @@ void Model::SwiGlu(const WeightRef& gate, const WeightRef& up, const WeightRef& 
                    float* out) {
   Workspace& w = *ws_;
   backend::Backend& be = *backend_;
-  be.MatMul(gate, w.h->f32(), n, w.gate->f32());
-  be.MatMul(up, w.h->f32(), n, w.up->f32());
+  MatMulsOf<2>(be, {gate, up}, w.h->f32(), n, {w.gate->f32(), w.up->f32()});
   be.SiluMul(w.gate->f32(), w.up->f32(), n * ffn);
   be.MatMul(down, w.gate->f32(), n, out);
 }
@@ -580,37 +591,79 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
     unique.push_back(e);
   }
   if (lookahead_) lookahead_->OnRouted(layer, unique);
-  // Every block of the layer is requested at once and each expert is applied as soon as its
-  // block arrives (sources call back on this thread, in arrival order).
+  // Every block of the layer is requested at once and the experts are applied as their blocks
+  // arrive (sources call back on this thread, in arrival order): the blocks that are there
+  // together go as one group, on a host backend in one grouped op (backend/host_ops.h),
+  // elsewhere expert by expert. Output rows take the experts' contributions in arrival order
+  // either way.
   absl::Status apply_status;
-  // Time blocked on blocks = the whole FetchMany minus the time spent applying them.
+  backend::HostOps* host = dynamic_cast<backend::HostOps*>(backend_);
+  bool input_prepared = false;
+  std::vector<backend::GroupedExpert> grouped;
+  // Time blocked on blocks = the whole FetchGroups minus the time spent applying them.
   using Clock = std::chrono::steady_clock;
   const auto fetch_start = Clock::now();
   Clock::duration applying{0};
-  absl::Status fetched = experts_->FetchMany(ids, [&](size_t i, Lease lease) {
-    if (!apply_status.ok()) return;
-    const auto apply_start = Clock::now();
-    const auto& [rows, scales] = by_expert[ids[i].expert];
-    const int64_t m = static_cast<int64_t>(rows.size());
-    const model::ExpertBlock& blk = manifest_.Expert(layer, ids[i].expert);
-    // A device tier's block is already in backend memory (Block::device): its parts are used in
-    // place. Host blocks are imported (a copy per use on non-zero-copy backends).
-    const bool on_device = lease->device != nullptr;
-    const model::ExpertWeights ew = model::ExpertWeightsOf(blk, on_device ? lease->device : lease->data());
-    be.GatherRows(w.h->f32(), rows.data(), m, H, w.rows_in->f32());
-    if (absl::Status st = ApplyExpert(ew, on_device, m); !st.ok()) {
-      apply_status = st;
-      return;
-    }
-    be.ScatterAddRows(w.rows_out->f32(), rows.data(), scales.data(), m, H, moe);
-    // The lease may be released now: on the CPU the kernels have finished; queued kernels on
-    // other backends keep reading `storage` (freed in op order) or the device tier's slot
-    // (reused only behind a fence recorded when the lease is dropped).
+  auto count = [&](int64_t m) {
     if (stats) {
       stats->experts_applied++;
       stats->expert_rows += m;
     }
     counters_.experts_applied++;
+  };
+  absl::Status fetched = experts_->FetchGroups(ids, [&](std::span<std::pair<size_t, Lease>> group) {
+    if (!apply_status.ok()) return;
+    const auto apply_start = Clock::now();
+    const bool on_host = host != nullptr && std::all_of(group.begin(), group.end(), [](const auto& g) {
+                           return g.second->device == nullptr;
+                         });
+    if (on_host) {
+      auto ref = [](const model::TensorView& t) { return WeightRef{t.dtype, t.rows, t.cols, t.data}; };
+      auto bias = [&](const model::TensorView& t) {
+        return c.expert_bias ? reinterpret_cast<const float*>(t.data) : nullptr;
+      };
+      grouped.clear();
+      for (const auto& [i, lease] : group) {
+        const auto& [rows, scales] = by_expert[ids[i].expert];
+        const model::ExpertWeights ew = model::ExpertWeightsOf(manifest_.Expert(layer, ids[i].expert), lease->data());
+        grouped.push_back({ref(ew.gate), ref(ew.up), ref(ew.down), bias(ew.gate_bias), bias(ew.up_bias),
+                           bias(ew.down_bias), rows.data(), scales.data(), static_cast<int64_t>(rows.size())});
+        count(static_cast<int64_t>(rows.size()));
+      }
+      backend::GroupedExpertsArgs args;
+      args.x = w.h->f32();
+      args.n = n;
+      args.hidden = H;
+      args.ffn = c.expert_ffn;
+      args.experts = grouped;
+      args.out = moe;
+      args.swiglu_alpha = kGptOssSwiGluAlpha;
+      args.swiglu_limit = static_cast<float>(c.swiglu_limit);
+      args.input_prepared = input_prepared;
+      host->ApplyExperts(args);
+      input_prepared = true;
+      applying += Clock::now() - apply_start;
+      return;
+    }
+    for (const auto& [i, lease] : group) {
+      const auto& [rows, scales] = by_expert[ids[i].expert];
+      const int64_t m = static_cast<int64_t>(rows.size());
+      const model::ExpertBlock& blk = manifest_.Expert(layer, ids[i].expert);
+      // A device tier's block is already in backend memory (Block::device): its parts are used
+      // in place. Host blocks are imported (a copy per use on non-zero-copy backends).
+      const bool on_device = lease->device != nullptr;
+      const model::ExpertWeights ew = model::ExpertWeightsOf(blk, on_device ? lease->device : lease->data());
+      be.GatherRows(w.h->f32(), rows.data(), m, H, w.rows_in->f32());
+      if (absl::Status st = ApplyExpert(ew, on_device, m); !st.ok()) {
+        apply_status = st;
+        return;
+      }
+      be.ScatterAddRows(w.rows_out->f32(), rows.data(), scales.data(), m, H, moe);
+      // The lease may be released now: on the CPU the kernels have finished; queued kernels on
+      // other backends keep reading `storage` (freed in op order) or the device tier's slot
+      // (reused only behind a fence recorded when the lease is dropped).
+      count(m);
+    }
     applying += Clock::now() - apply_start;
   });
   const auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - fetch_start - applying);

@@ -355,6 +355,13 @@ absl::StatusOr<Lease> CacheTier::Fetch(ExpertId id, Priority) {
 }
 
 absl::Status CacheTier::FetchMany(std::span<const ExpertId> ids, const std::function<void(size_t, Lease)>& on_ready) {
+  return FetchGroups(ids, [&](std::span<std::pair<size_t, Lease>> group) {
+    for (auto& [i, lease] : group) on_ready(i, std::move(lease));
+  });
+}
+
+absl::Status CacheTier::FetchGroups(std::span<const ExpertId> ids,
+                                    const std::function<void(std::span<std::pair<size_t, Lease>>)>& on_group) {
   State& s = *s_;
   auto done = std::make_shared<Completion>();
   std::vector<std::pair<size_t, Lease>> hits;
@@ -418,12 +425,14 @@ absl::Status CacheTier::FetchMany(std::span<const ExpertId> ids, const std::func
     s.policy->OnRequestEnd();
   }
   if (!promote.empty()) next_->Promote(promote);
-  for (auto& [i, lease] : hits) on_ready(i, std::move(lease));
+  if (!hits.empty()) on_group(hits);
   hits.clear();
 
   absl::Status first_error;
   std::unique_lock<std::mutex> lock(s.mu);
   size_t next_mine = 0;
+  std::vector<std::pair<size_t, absl::StatusOr<Lease>>> landed;
+  std::vector<std::pair<size_t, Lease>> group;
   while (waiting > 0) {
     if (done->ready.empty()) {
       if (next_mine < mine.size()) {
@@ -435,16 +444,23 @@ absl::Status CacheTier::FetchMany(std::span<const ExpertId> ids, const std::func
       }
       continue;
     }
-    auto [i, result] = std::move(done->ready.front());
-    done->ready.pop_front();
-    waiting--;
-    lock.unlock();
-    if (!result.ok()) {
-      if (first_error.ok()) first_error = result.status();
-    } else if (first_error.ok()) {
-      on_ready(i, std::move(*result));
+    // Everything that has landed goes over as one group (up to the first failed read).
+    while (!done->ready.empty()) {
+      landed.push_back(std::move(done->ready.front()));
+      done->ready.pop_front();
+      waiting--;
     }
-    result = absl::CancelledError("");  // drops the lease unlocked
+    lock.unlock();
+    for (auto& [i, result] : landed) {
+      if (!result.ok()) {
+        if (first_error.ok()) first_error = result.status();
+      } else if (first_error.ok()) {
+        group.emplace_back(i, std::move(*result));
+      }
+    }
+    if (!group.empty()) on_group(group);
+    group.clear();  // drops the leases unlocked
+    landed.clear();
     lock.lock();
     // Reads this call owns must still run (others may be waiting on them).
     if (!first_error.ok() && next_mine >= mine.size()) break;

@@ -583,5 +583,70 @@ TEST(CacheTier, FetchManyReportsUpstreamErrors) {
   EXPECT_EQ(cache.Stats().bytes_reserved, 0u);
 }
 
+TEST(CacheTier, FetchGroupsHandsTheHitsOverTogetherThenWhatLandsTogether) {
+  FakeSource fake(1000);
+  CacheTierOptions options;
+  options.capacity_bytes = 10000;
+  options.io_threads = 2;
+  CacheTier cache(&fake, options);
+  ASSERT_TRUE(cache.Fetch(kA, Priority::kDemand).ok());
+  ASSERT_TRUE(cache.Fetch(kC, Priority::kDemand).ok());
+  // D's read waits until B and E have been handed over: it lands alone, in the last group.
+  fake.Gate(kD);
+  const std::vector<ExpertId> ids = {kA, kB, kC, kD, kE};
+  std::vector<std::vector<size_t>> groups;
+  std::set<size_t> misses_seen;
+  absl::Status s = cache.FetchGroups(ids, [&](std::span<std::pair<size_t, Lease>> group) {
+    groups.emplace_back();
+    for (auto& [i, lease] : group) {
+      ExpectBlockOf(lease, ids[i], 1000);
+      groups.back().push_back(i);
+      if (i == 1 || i == 4) misses_seen.insert(i);
+    }
+    if (misses_seen.size() == 2) {
+      misses_seen.insert(3);  // open D once only
+      fake.Open(kD);
+    }
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_GE(groups.size(), 3u);
+  EXPECT_EQ(groups.front(), std::vector<size_t>({0, 2}));
+  EXPECT_EQ(groups.back(), std::vector<size_t>({3}));
+  std::multiset<size_t> middle;
+  for (size_t g = 1; g + 1 < groups.size(); ++g) {
+    EXPECT_FALSE(groups[g].empty());
+    middle.insert(groups[g].begin(), groups[g].end());
+  }
+  EXPECT_EQ(middle, std::multiset<size_t>({1, 4}));
+
+  // Everything resident: one group, in request order.
+  groups.clear();
+  ASSERT_TRUE(cache
+                  .FetchGroups(ids,
+                               [&](std::span<std::pair<size_t, Lease>> group) {
+                                 groups.emplace_back();
+                                 for (auto& [i, lease] : group) groups.back().push_back(i);
+                               })
+                  .ok());
+  EXPECT_EQ(groups, std::vector<std::vector<size_t>>({{0, 1, 2, 3, 4}}));
+}
+
+TEST(ExpertSource, FetchGroupsDefaultsToOneBlockPerGroupInArrivalOrder) {
+  FakeSource fake(1000);
+  const std::vector<ExpertId> ids = {kA, kB, kC};
+  std::vector<std::vector<size_t>> groups;
+  ASSERT_TRUE(fake.FetchGroups(ids,
+                               [&](std::span<std::pair<size_t, Lease>> group) {
+                                 groups.emplace_back();
+                                 for (auto& [i, lease] : group) {
+                                   ExpectBlockOf(lease, ids[i], 1000);
+                                   groups.back().push_back(i);
+                                 }
+                               })
+                  .ok());
+  // The fake delivers its batch in reverse order.
+  EXPECT_EQ(groups, std::vector<std::vector<size_t>>({{2}, {1}, {0}}));
+}
+
 }  // namespace
 }  // namespace colibri::expert_source

@@ -127,6 +127,9 @@ class CacheTier final : public ExpertSource {
   absl::StatusOr<Lease> Fetch(ExpertId id, Priority priority) override;
   // Hits are handed out first, then the misses as their reads land.
   absl::Status FetchMany(std::span<const ExpertId> ids, const std::function<void(size_t, Lease)>& on_ready) override;
+  // The hits as one group, then every batch of reads found landed at one wake-up.
+  absl::Status FetchGroups(std::span<const ExpertId> ids,
+                           const std::function<void(std::span<std::pair<size_t, Lease>>)>& on_group) override;
   void Prefetch(std::span<const ExpertId> ids) override;
   // Queues background reads in this order (see Warming above). Ignored with io_threads == 0.
   void Warm(std::span<const ExpertId> ids);

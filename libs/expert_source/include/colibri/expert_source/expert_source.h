@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "colibri/core/file_util.h"
@@ -74,6 +75,12 @@ class ExpertSource {
   // every callback ran, or with the first error (later callbacks are then skipped).
   virtual absl::Status FetchMany(std::span<const ExpertId> ids,
                                  const std::function<void(size_t, Lease)>& on_ready);
+  // FetchMany, handing over at once every block that is available together: on_group(ready)
+  // gets (index, lease) pairs in arrival order, on the calling thread, one group at a time,
+  // each index exactly once over all groups. The default hands over one block per group; a
+  // cache hands its hits over as one group, then each batch of reads that landed together.
+  virtual absl::Status FetchGroups(std::span<const ExpertId> ids,
+                                   const std::function<void(std::span<std::pair<size_t, Lease>>)>& on_group);
 
   // Advisory: start loading these at prefetch priority.
   virtual void Prefetch(std::span<const ExpertId> ids) {}
