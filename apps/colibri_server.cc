@@ -18,7 +18,7 @@
 #include "cache_flags.h"
 #include "compute_metrics.h"
 #include "compute_node.h"
-#include "compute_client.h"
+#include "in_process_compute.h"
 #include "http_api.h"
 #include "router_core.h"
 #include "router_service.h"

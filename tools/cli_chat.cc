@@ -24,7 +24,7 @@
 #include "cli_node.h"
 #include "colibri/core/status.h"
 #include "colibri/core/units.h"
-#include "compute_client.h"
+#include "in_process_compute.h"
 #include "nlohmann/json.hpp"
 #include "router_core.h"
 

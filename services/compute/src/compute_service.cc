@@ -3,34 +3,10 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "colibri/generation/proto.h"
 #include "colibri/rpc/status.h"
 
 namespace colibri::compute {
-
-engine::SamplingParams SamplingFromProto(const v1::SamplingParams& p) {
-  engine::SamplingParams s;
-  s.temperature = p.temperature();
-  // proto3's 0 means unset; anything else (NaN, negatives) is kept for ValidateSamplingParams.
-  s.top_p = p.top_p() == 0 ? 1.0f : p.top_p();
-  s.top_k = p.top_k();
-  s.min_p = p.min_p();
-  s.seed = p.has_seed() ? p.seed() : std::random_device{}();
-  s.repetition_penalty = p.repetition_penalty() == 0 ? 1.0f : p.repetition_penalty();
-  s.presence_penalty = p.presence_penalty();
-  s.frequency_penalty = p.frequency_penalty();
-  s.top_logprobs = p.top_logprobs();
-  s.logprobs = p.logprobs();
-  return s;
-}
-
-v1::FinishReason FinishToProto(engine::FinishReason f) {
-  switch (f) {
-    case engine::FinishReason::kStop: return v1::FINISH_REASON_STOP;
-    case engine::FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
-    case engine::FinishReason::kCancelled: return v1::FINISH_REASON_CANCELLED;
-  }
-  return v1::FINISH_REASON_UNSPECIFIED;
-}
 
 ComputeService::ComputeService(ComputeNode* node, ComputeMetrics* metrics, int max_pending_requests)
     : node_(node), metrics_(metrics), pending_(max_pending_requests), executor_(max_pending_requests + 1) {
@@ -49,13 +25,8 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* ComputeService::Generate(grpc::C
   if (!ticket) return Reject(absl::ResourceExhaustedError("compute: too many requests waiting"));
   metrics_->pending_requests->Increment();
   engine::GenerationRequest r;
-  r.prompt.assign(req->prompt_tokens().begin(), req->prompt_tokens().end());
-  r.sampling = SamplingFromProto(req->sampling());
-  r.max_tokens = req->stop().max_tokens() > 0 ? req->stop().max_tokens() : node_->manifest().config.context_length;
-  r.stop_tokens.assign(req->stop().stop_token_ids().begin(), req->stop().stop_token_ids().end());
-  r.ignore_eos = req->stop().ignore_eos();
-  r.min_tokens = req->stop().min_tokens();
-  r.session_id = req->session_id();
+  static_cast<generation::Request&>(r) =
+      generation::RequestFromProto(*req, node_->manifest().config.context_length);
   const auto deadline = ctx->deadline();
   using Writer = rpc::QueuedWriteReactor<v1::GenerateResponse>;
   return new Writer(&executor_, [this, r = std::move(r), deadline, ticket](Writer* out) mutable {
@@ -104,7 +75,7 @@ grpc::Status ComputeService::Run(const engine::GenerationRequest& r, std::chrono
                : grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
   }
   v1::GenerateResponse last;
-  last.set_finish_reason(FinishToProto(result->finish));
+  last.set_finish_reason(generation::FinishToProto(result->finish));
   last.mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(result->prompt_tokens));
   last.mutable_usage()->set_completion_tokens(static_cast<uint32_t>(result->tokens.size()));
   last.mutable_usage()->set_cached_prompt_tokens(static_cast<uint32_t>(result->cached_prompt_tokens));

@@ -16,9 +16,6 @@
 
 namespace colibri::compute {
 
-engine::SamplingParams SamplingFromProto(const v1::SamplingParams& p);
-v1::FinishReason FinishToProto(engine::FinishReason f);
-
 class ComputeService final : public v1::Compute::CallbackService {
  public:
   ComputeService(ComputeNode* node, ComputeMetrics* metrics, int max_pending_requests);

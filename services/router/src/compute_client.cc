@@ -2,53 +2,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "colibri/rpc/status.h"
-#include "compute_node.h"
+#include "colibri/generation/proto.h"
 #include "grpcpp/grpcpp.h"
 
 namespace colibri::router {
 namespace {
-
-class InProcessComputeClient final : public ComputeClient {
- public:
-  explicit InProcessComputeClient(compute::ComputeNode* node) : node_(node) {}
-
-  absl::StatusOr<ModelInfo> Info() override {
-    const auto& m = node_->manifest();
-    return ModelInfo{m.name, std::string(model::ArchitectureName(m.config.architecture)), m.config.vocab_size,
-                     m.config.context_length};
-  }
-
-  absl::StatusOr<ComputeResult> Generate(const ComputeRequest& request,
-                                         const std::function<bool(const engine::SampledToken&)>& on_token) override {
-    engine::GenerationRequest r;
-    r.prompt = request.prompt;
-    r.sampling = request.sampling;
-    r.max_tokens = request.max_tokens;
-    r.stop_tokens = request.stop_tokens;
-    r.ignore_eos = request.ignore_eos;
-    r.min_tokens = request.min_tokens;
-    r.session_id = request.session_id;
-    r.cancel = request.cancel;
-    auto result = node_->engine().Generate(r, [&](const engine::SampledToken& t) {
-      if (std::chrono::system_clock::now() > request.deadline) return false;
-      return on_token(t);
-    });
-    if (!result.ok()) return result.status();
-    if (result->finish == engine::FinishReason::kCancelled && std::chrono::system_clock::now() > request.deadline) {
-      return absl::DeadlineExceededError("request deadline exceeded during generation");
-    }
-    return ComputeResult{result->finish, result->prompt_tokens, static_cast<int64_t>(result->tokens.size()),
-                         result->cached_prompt_tokens,
-                         compute::TopExperts(result->expert_counts, node_->model().config())};
-  }
-
-  absl::StatusOr<size_t> Prefetch(const std::vector<expert_source::ExpertId>& experts) override {
-    return node_->PrefetchHint(experts);
-  }
-
- private:
-  compute::ComputeNode* node_;
-};
 
 class GrpcComputeClient final : public ComputeClient {
  public:
@@ -65,25 +23,8 @@ class GrpcComputeClient final : public ComputeClient {
   }
 
   absl::StatusOr<ComputeResult> Generate(const ComputeRequest& request,
-                                         const std::function<bool(const engine::SampledToken&)>& on_token) override {
-    v1::GenerateRequest req;
-    for (int32_t t : request.prompt) req.add_prompt_tokens(static_cast<uint32_t>(t));
-    auto* s = req.mutable_sampling();
-    s->set_temperature(request.sampling.temperature);
-    s->set_top_p(request.sampling.top_p);
-    s->set_top_k(request.sampling.top_k);
-    s->set_min_p(request.sampling.min_p);
-    s->set_seed(request.sampling.seed);
-    s->set_repetition_penalty(request.sampling.repetition_penalty);
-    s->set_presence_penalty(request.sampling.presence_penalty);
-    s->set_frequency_penalty(request.sampling.frequency_penalty);
-    s->set_top_logprobs(request.sampling.top_logprobs);
-    s->set_logprobs(request.sampling.logprobs);
-    req.mutable_stop()->set_max_tokens(static_cast<uint32_t>(request.max_tokens));
-    for (int32_t t : request.stop_tokens) req.mutable_stop()->add_stop_token_ids(static_cast<uint32_t>(t));
-    req.mutable_stop()->set_ignore_eos(request.ignore_eos);
-    req.mutable_stop()->set_min_tokens(static_cast<uint32_t>(request.min_tokens));
-    req.set_session_id(request.session_id);
+                                         const std::function<bool(const generation::SampledToken&)>& on_token) override {
+    const v1::GenerateRequest req = generation::RequestToProto(request);
     grpc::ClientContext ctx;
     if (request.deadline != std::chrono::system_clock::time_point::max()) ctx.set_deadline(request.deadline);
     // The client leaving cancels the call, so compute stops even before the first token.
@@ -94,7 +35,7 @@ class GrpcComputeClient final : public ComputeClient {
     bool cancelled = false;
     while (reader->Read(&resp)) {
       for (const auto& ev : resp.tokens()) {
-        engine::SampledToken t;
+        generation::SampledToken t;
         t.id = static_cast<int32_t>(ev.token_id());
         t.logprob = ev.logprob();
         for (const auto& tl : ev.top_logprobs()) t.top.emplace_back(static_cast<int32_t>(tl.token_id()), tl.logprob());
@@ -105,9 +46,7 @@ class GrpcComputeClient final : public ComputeClient {
         }
       }
       if (resp.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
-        result.finish = resp.finish_reason() == v1::FINISH_REASON_STOP ? engine::FinishReason::kStop
-                        : resp.finish_reason() == v1::FINISH_REASON_LENGTH ? engine::FinishReason::kLength
-                                                                           : engine::FinishReason::kCancelled;
+        result.finish = generation::FinishFromProto(resp.finish_reason());
         result.prompt_tokens = resp.usage().prompt_tokens();
         result.cached_prompt_tokens = resp.usage().cached_prompt_tokens();
         for (const auto& ec : resp.expert_counts()) {
@@ -119,7 +58,7 @@ class GrpcComputeClient final : public ComputeClient {
     grpc::Status st = reader->Finish();
     on_cancel.Reset();
     if (cancelled || IsCancelled(request.cancel)) {
-      result.finish = engine::FinishReason::kCancelled;
+      result.finish = generation::FinishReason::kCancelled;
       result.prompt_tokens = static_cast<int64_t>(request.prompt.size());
       return result;
     }
@@ -154,10 +93,6 @@ class GrpcComputeClient final : public ComputeClient {
 };
 
 }  // namespace
-
-std::unique_ptr<ComputeClient> MakeInProcessComputeClient(compute::ComputeNode* node) {
-  return std::make_unique<InProcessComputeClient>(node);
-}
 
 absl::StatusOr<std::unique_ptr<ComputeClient>> MakeGrpcComputeClient(const std::string& target,
                                                                       const auth::Transport& transport) {

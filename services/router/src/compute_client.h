@@ -1,5 +1,5 @@
-// How the router reaches compute: in-process (colibri-server) or over gRPC (cluster mode).
-// Both run the same engine; only the transport differs. Thread-safe.
+// How the router reaches compute: in-process (colibri-server; apps/in_process_compute.h) or over
+// gRPC (cluster mode). Both run the same engine; only the transport differs. Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -10,30 +10,19 @@
 
 #include "absl/status/statusor.h"
 #include "colibri/auth/transport.h"
-#include "colibri/engine/engine.h"
+#include "colibri/core/cancel.h"
+#include "colibri/expert_source/expert_id.h"
+#include "colibri/generation/request.h"
 #include "colibri/v1/compute.grpc.pb.h"
-#include "expert_heat.h"
-
-namespace colibri::compute {
-class ComputeNode;
-}
 
 namespace colibri::router {
 
-struct ComputeRequest {
-  std::vector<int32_t> prompt;
-  engine::SamplingParams sampling;
-  int64_t max_tokens = 256;
-  std::vector<int32_t> stop_tokens;
-  bool ignore_eos = false;
-  int64_t min_tokens = 0;  // EOS and stop tokens masked until this many (engine.h)
-  std::string session_id;  // optional: prefer this conversation's pooled KV
-  std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
-  CancelToken cancel;      // optional: the client left; stops the work wherever it is (queue, prefill)
-};
+// What the router asks a compute node for (generation/request.h): one definition for the
+// in-process client, the gRPC one and the engine.
+using ComputeRequest = generation::Request;
 
 struct ComputeResult {
-  engine::FinishReason finish = engine::FinishReason::kLength;
+  generation::FinishReason finish = generation::FinishReason::kLength;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_prompt_tokens = 0;  // prompt tokens whose KV was reused
@@ -53,12 +42,13 @@ class ComputeClient {
   virtual absl::StatusOr<ModelInfo> Info() = 0;
   // Streams tokens to on_token (return false to cancel: the result then says kCancelled).
   virtual absl::StatusOr<ComputeResult> Generate(const ComputeRequest& request,
-                                                 const std::function<bool(const engine::SampledToken&)>& on_token) = 0;
+                                                 const std::function<bool(const generation::SampledToken&)>& on_token) = 0;
   // Advisory: warm these experts in compute's caches. Returns how many compute accepted.
   virtual absl::StatusOr<size_t> Prefetch(const std::vector<expert_source::ExpertId>& experts) = 0;
 };
 
-std::unique_ptr<ComputeClient> MakeInProcessComputeClient(compute::ComputeNode* node);
+// The in-process client (colibri-server, colibri-cli chat) is wired in apps/: the router does
+// not link compute.
 // `target`: host:port or unix:/path of a colibri-compute service, reached through `transport`
 // (mutual TLS, or plaintext where allowed). InvalidArgument for a malformed target or plaintext
 // to a non-loopback one without --insecure.

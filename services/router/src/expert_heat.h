@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "colibri/expert_source/expert_source.h"
+#include "colibri/expert_source/expert_id.h"
 
 namespace colibri::router {
 

@@ -51,11 +51,11 @@ bool JsonContentType(const httplib::Request& req) {
   return ct == "application/json";
 }
 
-const char* FinishName(engine::FinishReason f) {
-  return f == engine::FinishReason::kLength ? "length" : "stop";
+const char* FinishName(generation::FinishReason f) {
+  return f == generation::FinishReason::kLength ? "length" : "stop";
 }
 
-json LogprobsJson(const tokenizer::Tokenizer& tok, const std::vector<engine::SampledToken>& tokens) {
+json LogprobsJson(const tokenizer::Tokenizer& tok, const std::vector<generation::SampledToken>& tokens) {
   json content = json::array();
   for (const auto& t : tokens) {
     json top = json::array();
@@ -98,7 +98,7 @@ std::string RouteErrorBody(const std::string& path, int http, const std::string&
 }
 
 const char* AnthropicStopReason(const TextResult& t) {
-  if (t.finish == engine::FinishReason::kLength) return "max_tokens";
+  if (t.finish == generation::FinishReason::kLength) return "max_tokens";
   return t.stop_string.empty() ? "end_turn" : "stop_sequence";
 }
 
@@ -192,7 +192,7 @@ class Handler {
     const int client_fd = CurrentConnectionSocket();
     if (!r->stream) {
       ClientWatch watch(client_fd, r->params.cancel);
-      std::vector<engine::SampledToken> tokens;
+      std::vector<generation::SampledToken> tokens;
       auto result = RunBlocking(*r, &tokens);
       if (!result.ok()) return Error(res, endpoint, result.status(), true);
       if (IsCancelled(r->params.cancel)) return ClientGone(res, endpoint);
@@ -312,7 +312,7 @@ class Handler {
   // for templates whose models write them inline (chat_output.h); a call sets finish_reason
   // "tool_calls". Harmony's markers are special tokens: its text is the tokens decoded with them.
   json AssistantMessage(const OpenAiRequest& r, const TextResult& result,
-                        const std::vector<engine::SampledToken>& tokens, json* choice) const {
+                        const std::vector<generation::SampledToken>& tokens, json* choice) const {
     if (format_ == tokenizer::ChatOutputFormat::kPlain) return {{"role", "assistant"}, {"content", result.text}};
     tokenizer::AssistantOutput out = Split(r, result, tokens);
     json message = {{"role", "assistant"}, {"content", out.content}};
@@ -328,7 +328,7 @@ class Handler {
   // A whole answer split into content, reasoning and tool calls by the template's format
   // (harmony's text is the tokens decoded with their special tokens).
   tokenizer::AssistantOutput Split(const OpenAiRequest& r, const TextResult& result,
-                                   const std::vector<engine::SampledToken>& tokens) const {
+                                   const std::vector<generation::SampledToken>& tokens) const {
     std::string text = result.text;
     if (tokenizer::DecodesSpecialTokens(format_)) {
       std::vector<int32_t> ids;
@@ -373,7 +373,7 @@ class Handler {
 
   // Runs a request to its end; `tokens` (optional) collects what was sampled. Counts tokens and
   // time on success.
-  absl::StatusOr<TextResult> RunBlocking(const OpenAiRequest& r, std::vector<engine::SampledToken>* tokens) {
+  absl::StatusOr<TextResult> RunBlocking(const OpenAiRequest& r, std::vector<generation::SampledToken>* tokens) {
     const auto t0 = std::chrono::steady_clock::now();
     metrics_->active_requests->Increment();
     auto result = core_->Run(r.params, [&](const Delta& d) {
@@ -390,7 +390,7 @@ class Handler {
 
   void Blocking(httplib::Response& res, const std::string& endpoint, const OpenAiRequest& r, const std::string& id,
                 int64_t created) {
-    std::vector<engine::SampledToken> tokens;
+    std::vector<generation::SampledToken> tokens;
     auto result = RunBlocking(r, &tokens);
     if (!result.ok()) return Error(res, endpoint, result.status());
     if (IsCancelled(r.params.cancel)) return ClientGone(res, endpoint);

@@ -55,7 +55,7 @@ class HttpApiChatTest : public ::testing::Test {
     ASSERT_TRUE(ids.ok()) << ids.status();
     ASSERT_EQ((*tok)->Decode(*ids, false), answer);
     core_ = std::make_unique<RouterCore>("tiny-moe", std::move(*tok),
-                                         std::make_unique<FakeCompute>(*ids, &log_, engine::FinishReason::kStop), 4096);
+                                         std::make_unique<FakeCompute>(*ids, &log_, generation::FinishReason::kStop), 4096);
     metrics_ = std::make_unique<RouterMetrics>(std::make_shared<prometheus::Registry>());
     HttpOptions options;
     options.port = 0;

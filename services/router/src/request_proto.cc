@@ -1,20 +1,17 @@
 #include "request_proto.h"
 
-#include "compute_service.h"
+#include "colibri/generation/proto.h"
 
 namespace colibri::router {
 
 TextRequest TextRequestFromProto(const v1::SamplingParams& sampling, const v1::StopConditions& stop,
                                  std::chrono::system_clock::time_point deadline) {
   TextRequest tr;
-  tr.sampling = compute::SamplingFromProto(sampling);
+  tr.sampling = generation::SamplingFromProto(sampling);
   tr.max_tokens = stop.max_tokens() > 0 ? stop.max_tokens() : 256;
   tr.stop_strings.assign(stop.stop_strings().begin(), stop.stop_strings().end());
   tr.stop_tokens.reserve(static_cast<size_t>(stop.stop_token_ids_size()));
-  for (uint32_t t : stop.stop_token_ids()) {
-    // Ids past int32 become -1, which ValidateTextRequest refuses (never a silent wrap).
-    tr.stop_tokens.push_back(t > static_cast<uint32_t>(INT32_MAX) ? -1 : static_cast<int32_t>(t));
-  }
+  for (uint32_t t : stop.stop_token_ids()) tr.stop_tokens.push_back(generation::TokenFromWire(t));
   tr.ignore_eos = stop.ignore_eos();
   tr.min_tokens = stop.min_tokens();
   tr.deadline = deadline;

@@ -103,7 +103,7 @@ absl::StatusOr<std::vector<int32_t>> RouterCore::EncodeText(const std::string& t
 }
 
 absl::Status ValidateTextRequest(const TextRequest& request, int64_t vocab_size) {
-  RETURN_IF_ERROR(engine::ValidateSamplingParams(request.sampling));
+  RETURN_IF_ERROR(generation::ValidateSamplingParams(request.sampling));
   if (request.max_tokens < 1 || request.max_tokens > kMaxTokensLimit) {
     return absl::InvalidArgumentError(absl::StrCat("'max_tokens': must be between 1 and ", kMaxTokensLimit));
   }
@@ -140,16 +140,9 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
     return absl::InvalidArgumentError(absl::StrCat("This model's maximum context length is ", context_length_,
                                                    " tokens, but the prompt has ", n_prompt, " tokens"));
   }
-  ComputeRequest cr;
-  cr.prompt = request.prompt;
-  cr.sampling = request.sampling;
+  ComputeRequest cr = request;  // the compute part of the request, then clamped to the context
   cr.max_tokens = std::min(request.max_tokens, context_length_ - n_prompt);
-  cr.stop_tokens = request.stop_tokens;
-  cr.ignore_eos = request.ignore_eos;
   cr.min_tokens = std::min(request.min_tokens, cr.max_tokens);
-  cr.deadline = request.deadline;
-  cr.session_id = request.session_id;
-  cr.cancel = request.cancel;
   // The conversation's node first; on to the next while a node is unreachable and nothing has
   // been streamed yet.
   const uint64_t key = request.affinity_key != 0 ? request.affinity_key
@@ -184,7 +177,7 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
   };
   bool streamed = false;  // a token reached this request: no failover from here on
   int64_t tokens_out = 0;
-  auto on_token = [&](const engine::SampledToken& t) -> bool {
+  auto on_token = [&](const generation::SampledToken& t) -> bool {
     streamed = true;
     delta.tokens.push_back(t);
     std::string text = decoder.Push(t.id);
@@ -226,12 +219,12 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
   heat_.Record(request.session_id, cres.expert_counts);
   result.finish = cres.finish;
   if (stopped_by_string) {
-    result.finish = engine::FinishReason::kStop;
+    result.finish = generation::FinishReason::kStop;
   } else if (!cancelled_by_client) {
     std::string rest = stops.Flush() + decoder.Flush();
     if (!rest.empty() || !delta.tokens.empty()) emit(rest);
   }
-  if (cancelled_by_client) result.finish = engine::FinishReason::kCancelled;
+  if (cancelled_by_client) result.finish = generation::FinishReason::kCancelled;
   return result;
 }
 

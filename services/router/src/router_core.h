@@ -15,21 +15,16 @@
 #include "colibri/tokenizer/tokenizer.h"
 #include "compute_client.h"
 #include "compute_pool.h"
+#include "expert_heat.h"
 
 namespace colibri::router {
 
-struct TextRequest {
-  std::vector<int32_t> prompt;
-  engine::SamplingParams sampling;
-  int64_t max_tokens = 256;
+// A request as the APIs give it to the router: what compute gets (generation::Request; its
+// min_tokens also holds off stop strings, and session_id is scoped by the key, ScopedSessionId)
+// plus what the router itself acts on.
+struct TextRequest : generation::Request {
   std::vector<std::string> stop_strings;
-  std::vector<int32_t> stop_tokens;
-  bool ignore_eos = false;
-  int64_t min_tokens = 0;  // EOS, stop tokens and stop strings held off until this many tokens
-  std::string session_id;  // optional: prefer this conversation's pooled KV on compute
   uint64_t affinity_key = 0;  // which compute node (compute_pool.h); 0: from session_id / prompt
-  std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
-  CancelToken cancel;  // optional: set when the client goes away (connection closed, call cancelled)
 };
 
 // A client's session id as compute sees it: scoped by the API key identity that sent it
@@ -46,17 +41,17 @@ inline constexpr size_t kMaxStopTokens = 64;
 inline constexpr int64_t kMaxTokensLimit = int64_t{1} << 24;
 
 // Validates what every transport's request carries before it runs: sampling parameters
-// (engine::ValidateSamplingParams), max_tokens, stop strings and stop token ids (against
+// (generation::ValidateSamplingParams), max_tokens, stop strings and stop token ids (against
 // `vocab_size`). InvalidArgument naming the field by its OpenAI name.
 absl::Status ValidateTextRequest(const TextRequest& request, int64_t vocab_size);
 
 struct Delta {
   std::string text;                          // new text (complete UTF-8 characters only)
-  std::vector<engine::SampledToken> tokens;  // tokens sampled since the previous delta
+  std::vector<generation::SampledToken> tokens;  // tokens sampled since the previous delta
 };
 
 struct TextResult {
-  engine::FinishReason finish = engine::FinishReason::kLength;
+  generation::FinishReason finish = generation::FinishReason::kLength;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_prompt_tokens = 0;          // prompt tokens whose KV compute reused

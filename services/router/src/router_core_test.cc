@@ -57,7 +57,7 @@ class RouterCoreTest : public ::testing::Test {
 
   // A core whose compute streams `script`; `context` tokens of context.
   std::unique_ptr<RouterCore> Core(std::vector<int32_t> script, int64_t context = 64,
-                                   engine::FinishReason finish = engine::FinishReason::kLength) {
+                                   generation::FinishReason finish = generation::FinishReason::kLength) {
     auto compute = std::make_unique<FakeCompute>(std::move(script), &log_, finish);
     fake_ = compute.get();
     return std::make_unique<RouterCore>("tiny-moe", std::move(own_tok_), std::move(compute), context);
@@ -118,7 +118,7 @@ TEST_F(RouterCoreTest, DeltasConcatenateToTheDecodedText) {
   EXPECT_EQ(Concat(deltas), text);
   EXPECT_EQ(r->text, text);
   EXPECT_EQ(tok_->Decode(script, true), text);
-  EXPECT_EQ(r->finish, engine::FinishReason::kLength);
+  EXPECT_EQ(r->finish, generation::FinishReason::kLength);
   EXPECT_EQ(r->prompt_tokens, 4);
   EXPECT_EQ(r->completion_tokens, static_cast<int64_t>(script.size()));
   // Every sampled token is reported once, in order, with what compute sent.
@@ -161,11 +161,11 @@ TEST_F(RouterCoreTest, DeltasNeverSplitACharacter) {
 }
 
 TEST_F(RouterCoreTest, FinishReasonComesFromCompute) {
-  auto core = Core(Ids("the river"), 64, engine::FinishReason::kStop);  // e.g. compute saw EOS
+  auto core = Core(Ids("the river"), 64, generation::FinishReason::kStop);  // e.g. compute saw EOS
   std::vector<Delta> deltas;
   auto r = Run(*core, Request(), &deltas);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->finish, engine::FinishReason::kStop);
+  EXPECT_EQ(r->finish, generation::FinishReason::kStop);
   EXPECT_EQ(r->text, "the river");
 }
 
@@ -181,7 +181,7 @@ TEST_F(RouterCoreTest, StopStringAcrossTokenBoundariesCutsExactly) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->text, "the riv");
   EXPECT_EQ(Concat(deltas), "the riv");
-  EXPECT_EQ(r->finish, engine::FinishReason::kStop);
+  EXPECT_EQ(r->finish, generation::FinishReason::kStop);
   // Compute was told to stop at the token that completed the stop string, and not asked again.
   ASSERT_FALSE(log_.on_token_returned.empty());
   EXPECT_FALSE(log_.on_token_returned.back());
@@ -201,22 +201,22 @@ TEST_F(RouterCoreTest, StopStringCases) {
   struct Case {
     std::vector<std::string> stops;
     std::string want;
-    engine::FinishReason finish;
+    generation::FinishReason finish;
   };
   const Case cases[] = {
       // A partial match ("old m" of "old man") is held back, then released when it fails.
-      {{"old mill"}, "the old man and the ", engine::FinishReason::kStop},
+      {{"old mill"}, "the old man and the ", generation::FinishReason::kStop},
       // The earliest of several stop strings wins, whatever their order in the list.
-      {{"river", "and"}, "the old man ", engine::FinishReason::kStop},
-      {{"and", "river"}, "the old man ", engine::FinishReason::kStop},
+      {{"river", "and"}, "the old man ", generation::FinishReason::kStop},
+      {{"and", "river"}, "the old man ", generation::FinishReason::kStop},
       // Starting and ending inside words.
-      {{"ld m"}, "the o", engine::FinishReason::kStop},
-      {{"ive"}, "the old man and the old mill by the r", engine::FinishReason::kStop},
+      {{"ld m"}, "the o", generation::FinishReason::kStop},
+      {{"ive"}, "the old man and the old mill by the r", generation::FinishReason::kStop},
       // At the very start: nothing is emitted.
-      {{"the old"}, "", engine::FinishReason::kStop},
+      {{"the old"}, "", generation::FinishReason::kStop},
       // Never completed: everything comes out at the end, including a held partial match.
-      {{"riverbank"}, text, engine::FinishReason::kLength},
-      {{"zzz"}, text, engine::FinishReason::kLength},
+      {{"riverbank"}, text, generation::FinishReason::kLength},
+      {{"zzz"}, text, generation::FinishReason::kLength},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.stops[0]);
@@ -232,7 +232,7 @@ TEST_F(RouterCoreTest, StopStringCases) {
     EXPECT_EQ(r->text, c.want);
     EXPECT_EQ(Concat(deltas), c.want);
     EXPECT_EQ(r->finish, c.finish);
-    if (c.finish == engine::FinishReason::kStop) {  // the one that cut the text
+    if (c.finish == generation::FinishReason::kStop) {  // the one that cut the text
       EXPECT_EQ(c.want + r->stop_string, text.substr(0, c.want.size() + r->stop_string.size()));
     } else {
       EXPECT_EQ(r->stop_string, "");
@@ -256,7 +256,7 @@ TEST_F(RouterCoreTest, MinTokensHoldsOffStopStringsAndReachesCompute) {
   auto r = Run(*core, req, &deltas);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->text, "the old man and the ");
-  EXPECT_EQ(r->finish, engine::FinishReason::kStop);
+  EXPECT_EQ(r->finish, generation::FinishReason::kStop);
   ASSERT_EQ(log_.requests.size(), 1u);
   EXPECT_EQ(log_.requests[0].min_tokens, req.min_tokens);
   EXPECT_TRUE(log_.requests[0].ignore_eos);
@@ -284,7 +284,7 @@ TEST_F(RouterCoreTest, StopStringWithMultiByteCharacters) {
   auto r = Run(*core, req, &deltas);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->text, "le café ");
-  EXPECT_EQ(r->finish, engine::FinishReason::kStop);
+  EXPECT_EQ(r->finish, generation::FinishReason::kStop);
 }
 
 TEST_F(RouterCoreTest, OnDeltaReturningFalseCancels) {
@@ -294,7 +294,7 @@ TEST_F(RouterCoreTest, OnDeltaReturningFalseCancels) {
   std::vector<Delta> deltas;
   auto r = Run(*core, Request(), &deltas, /*cancel_after=*/3);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->finish, engine::FinishReason::kCancelled);
+  EXPECT_EQ(r->finish, generation::FinishReason::kCancelled);
   ASSERT_EQ(deltas.size(), 3u);
   // The fake saw on_token return false at the third token and streamed nothing more.
   EXPECT_EQ(log_.on_token_returned, std::vector<bool>({true, true, false}));
@@ -311,7 +311,7 @@ TEST_F(RouterCoreTest, OnDeltaReturningFalseCancelsWithStopStrings) {
   std::vector<Delta> deltas;
   auto r = Run(*core, req, &deltas, /*cancel_after=*/2);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->finish, engine::FinishReason::kCancelled);
+  EXPECT_EQ(r->finish, generation::FinishReason::kCancelled);
   EXPECT_EQ(deltas.size(), 2u);
   ASSERT_FALSE(log_.on_token_returned.empty());
   EXPECT_FALSE(log_.on_token_returned.back());
@@ -349,7 +349,7 @@ TEST_F(RouterCoreTest, MaxTokensIsClampedToTheRoomLeft) {
   ASSERT_EQ(log_.requests.size(), 1u);
   EXPECT_EQ(log_.requests[0].max_tokens, 1);
   EXPECT_EQ(r->completion_tokens, 1);
-  EXPECT_EQ(r->finish, engine::FinishReason::kLength);
+  EXPECT_EQ(r->finish, generation::FinishReason::kLength);
 }
 
 TEST_F(RouterCoreTest, EmptyPromptIsRefused) {
@@ -589,7 +589,7 @@ TEST_F(RouterCoreTest, SessionTurnCancelledOrConcurrentLeavesItUnchanged) {
     return ++seen < 2;
   });
   ASSERT_TRUE(cancelled.ok());
-  EXPECT_EQ(cancelled->finish, engine::FinishReason::kCancelled);
+  EXPECT_EQ(cancelled->finish, generation::FinishReason::kCancelled);
   EXPECT_EQ(concurrent.code(), absl::StatusCode::kFailedPrecondition);
   auto view = sessions.Get(s->id);
   ASSERT_TRUE(view.ok());

@@ -4,7 +4,7 @@
 #include "colibri/auth/grpc_auth.h"
 #include "colibri/rpc/queued_write_reactor.h"
 #include "colibri/rpc/status.h"
-#include "compute_service.h"
+#include "colibri/generation/proto.h"
 #include "request_proto.h"
 
 namespace colibri::router {
@@ -52,11 +52,11 @@ grpc::Status RouterService::StreamRun(
     metrics_->CountRequest(endpoint, rpc::HttpStatus(result.status()));
     return rpc::ToGrpc(result.status());
   }
-  if (result->finish == engine::FinishReason::kCancelled) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+  if (result->finish == generation::FinishReason::kCancelled) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
   metrics_->prompt_tokens->Increment(static_cast<double>(result->prompt_tokens));
   metrics_->completion_tokens->Increment(static_cast<double>(result->completion_tokens));
   v1::RouterGenerateResponse last;
-  last.set_finish_reason(compute::FinishToProto(result->finish));
+  last.set_finish_reason(generation::FinishToProto(result->finish));
   last.mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(result->prompt_tokens));
   last.mutable_usage()->set_completion_tokens(static_cast<uint32_t>(result->completion_tokens));
   last.mutable_usage()->set_cached_prompt_tokens(static_cast<uint32_t>(result->cached_prompt_tokens));

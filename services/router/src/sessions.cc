@@ -142,7 +142,7 @@ absl::StatusOr<TextResult> SessionManager::Send(const std::string& id, tokenizer
   if (it == sessions_.end()) return result;  // deleted while answering: nothing to keep
   Session* s = it->second.get();
   s->busy = false;
-  if (result.ok() && result->finish != engine::FinishReason::kCancelled) {
+  if (result.ok() && result->finish != generation::FinishReason::kCancelled) {
     s->messages.push_back(std::move(message));
     s->messages.push_back({"assistant", result->text});
     s->turns++;

@@ -37,27 +37,16 @@
 
 namespace colibri::engine {
 
-enum class FinishReason { kStop, kLength, kCancelled };
+using generation::FinishReason;
 
-struct GenerationRequest {
-  std::vector<int32_t> prompt;
-  SamplingParams sampling;
-  int64_t max_tokens = 256;         // 0: score the prompt only
-  std::vector<int32_t> stop_tokens; // in addition to the model's EOS ids unless ignore_eos
-  bool ignore_eos = false;
-  // Until this many tokens are generated, EOS and the stop tokens are masked out of sampling
-  // (vLLM's and llama-server's min_tokens); at most max_tokens.
-  int64_t min_tokens = 0;
+// generation::Request (prompt, sampling, stop conditions, session, cancel) plus what only the
+// engine's own callers ask for. The deadline is not the engine's: callers stop at it by
+// cancelling or returning false from on_token.
+struct GenerationRequest : generation::Request {
   // Record the logits of every fed position (prompt and generated, teacher forcing): row i is
   // the distribution after token seq[i]. The last generated token is fed too, so the result
   // has prompt + generated rows. Such requests neither reuse nor leave pooled KV.
   bool record_logits = false;
-  // Optional: prefer the pooled KV of this session (any pooled prefix still matches).
-  std::string session_id;
-  // Optional: the client's cancel signal (its connection closed, its call cancelled). Checked at
-  // admission and before every step, so a request cancelled while queued or in a long prefill
-  // does no more work; it finishes as kCancelled with the tokens it had.
-  CancelToken cancel;
 };
 
 struct GenerationResult {

@@ -12,34 +12,14 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "colibri/generation/request.h"
 
 namespace colibri::engine {
 
-struct SamplingParams {
-  float temperature = 0.0f;
-  float top_p = 1.0f;              // <= 0 or >= 1: disabled
-  int32_t top_k = 0;               // <= 0: disabled
-  float min_p = 0.0f;              // <= 0: disabled
-  uint64_t seed = 0;
-  float repetition_penalty = 1.0f; // <= 0 or 1: disabled (divides positive logits, multiplies negative)
-  float presence_penalty = 0.0f;   // subtracted once per token id present in the history
-  float frequency_penalty = 0.0f;  // subtracted per occurrence in the history
-  int32_t top_logprobs = 0;        // report this many alternatives (0..20)
-  bool logprobs = false;           // report the sampled token's logprob
-};
-
-struct SampledToken {
-  int32_t id = 0;
-  float logprob = 0.0f;                            // when logprobs requested
-  std::vector<std::pair<int32_t, float>> top;      // top_logprobs alternatives, best first
-};
-
-// Checks every parameter against its accepted range (finite, and OpenAI's ranges: temperature
-// 0..2, top_p and min_p 0..1, top_k 0..2^20, repetition_penalty 0.01..10, presence and frequency
-// penalties -2..2, top_logprobs 0..20). The one check for every transport (HTTP, the Router and
-// Compute gRPC APIs, the CLI): the engine runs it on every request, the router before it
-// forwards one. InvalidArgument naming the field by its API name, e.g. "'top_p': must be ...".
-absl::Status ValidateSamplingParams(const SamplingParams& params);
+// The request's parts are defined once for every layer (colibri/generation/request.h).
+using generation::SampledToken;
+using generation::SamplingParams;
+using generation::ValidateSamplingParams;
 
 class Sampler {
  public:

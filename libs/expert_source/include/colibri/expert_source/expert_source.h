@@ -21,15 +21,9 @@
 
 #include "absl/status/statusor.h"
 #include "colibri/core/file_util.h"
+#include "colibri/expert_source/expert_id.h"
 
 namespace colibri::expert_source {
-
-struct ExpertId {
-  int32_t layer = 0;
-  int32_t expert = 0;
-  bool operator==(const ExpertId&) const = default;
-  uint64_t Key() const { return (static_cast<uint64_t>(layer) << 32) | static_cast<uint32_t>(expert); }
-};
 
 enum class Priority { kDemand, kPrefetch };
 
@@ -39,13 +33,6 @@ struct RoutingHint {
   ExpertId id;
   float probability = 0;
   uint32_t selected = 0;
-};
-
-// One expert and how many rows of a request were routed to it (compute's routing report to the
-// router, which learns prefetch hints from it).
-struct ExpertUse {
-  ExpertId id;
-  uint32_t count = 0;
 };
 
 // The bytes of one expert block, immutable once published. They live in `bytes` (owned), or

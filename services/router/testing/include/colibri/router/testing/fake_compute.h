@@ -21,7 +21,7 @@ class FakeCompute final : public ComputeClient {
     std::vector<std::vector<expert_source::ExpertId>> prefetches;
   };
 
-  FakeCompute(std::vector<int32_t> script, Log* log, engine::FinishReason finish = engine::FinishReason::kLength)
+  FakeCompute(std::vector<int32_t> script, Log* log, generation::FinishReason finish = generation::FinishReason::kLength)
       : script_(std::move(script)), log_(log), finish_(finish) {}
 
   absl::StatusOr<ModelInfo> Info() override {
@@ -30,7 +30,7 @@ class FakeCompute final : public ComputeClient {
   }
 
   absl::StatusOr<ComputeResult> Generate(const ComputeRequest& request,
-                                         const std::function<bool(const engine::SampledToken&)>& on_token) override {
+                                         const std::function<bool(const generation::SampledToken&)>& on_token) override {
     log_->requests.push_back(request);
     if (!error_.ok() && !fail_after_script_) return error_;
     ComputeResult r;
@@ -41,14 +41,14 @@ class FakeCompute final : public ComputeClient {
         if (fail_after_script_) return error_;
         return r;  // kLength
       }
-      engine::SampledToken t;
+      generation::SampledToken t;
       t.id = id;
       t.logprob = -0.5f;
       ++r.completion_tokens;
       const bool keep = on_token(t);
       log_->on_token_returned.push_back(keep);
       if (!keep) {
-        r.finish = engine::FinishReason::kCancelled;
+        r.finish = generation::FinishReason::kCancelled;
         return r;
       }
     }
@@ -73,7 +73,7 @@ class FakeCompute final : public ComputeClient {
  private:
   std::vector<int32_t> script_;
   Log* log_;
-  engine::FinishReason finish_;
+  generation::FinishReason finish_;
 };
 
 }  // namespace colibri::router::testing
