@@ -11,6 +11,7 @@
 
 #include "colibri/backend/cpu_backend.h"
 #include "colibri/engine/engine.h"
+#include "colibri/engine/resident_experts.h"
 #include "colibri/engine/test_model.h"
 
 namespace colibri::engine {
@@ -202,6 +203,17 @@ class SpeculativeEngineTest : public testing::TestWithParam<Variant> {
     return res.ok() ? *res : GenerationResult{};
   }
 
+  // Greedy decoding with speculation: the tokens of plain decoding, and some verify passes.
+  GenerationResult ExpectPlainTokens(SpeculativeMode mode, Model* draft_model, const std::vector<int32_t>& prompt,
+                                     int64_t n) {
+    const GenerationResult plain = Run(SpeculativeMode::kOff, nullptr, prompt, n);
+    EXPECT_EQ(plain.verify_passes, 0);
+    GenerationResult spec = Run(mode, draft_model, prompt, n);
+    EXPECT_EQ(spec.tokens, plain.tokens);
+    EXPECT_GT(spec.verify_passes, 0);
+    return spec;
+  }
+
   std::unique_ptr<TestModelDir> dir_;
   std::unique_ptr<backend::Backend> backend_;
   Loaded target_, drafter_;
@@ -237,11 +249,8 @@ TEST_P(SpeculativeEngineTest, RejectedDraftsAreRolledBackExactly) {
   ASSERT_TRUE(opened.ok());
   auto other = Model::Load(*opened->container, backend_.get(), opened->disk.get());
   ASSERT_TRUE(other.ok()) << other.status();
-  const std::vector<int32_t> prompt = {3, 14, 15, 9, 2, 6, 5, 35, 8, 9, 7, 9};
-  const GenerationResult plain = Run(SpeculativeMode::kOff, nullptr, prompt, 32);
-  const GenerationResult spec = Run(SpeculativeMode::kDraft, other->get(), prompt, 32);
-  EXPECT_EQ(spec.tokens, plain.tokens);
-  EXPECT_GT(spec.verify_passes, 0);
+  const GenerationResult spec =
+      ExpectPlainTokens(SpeculativeMode::kDraft, other->get(), {3, 14, 15, 9, 2, 6, 5, 35, 8, 9, 7, 9}, 32);
   EXPECT_LT(spec.accepted_draft_tokens, spec.draft_tokens);
 }
 
@@ -284,6 +293,35 @@ TEST_P(SpeculativeEngineTest, SamplingKeepsTheDistributionOverSeeds) {
   EXPECT_GT(plain_hits, kSeeds / 20);
   EXPECT_LT(plain_hits, kSeeds * 3 / 4);
   EXPECT_NEAR(static_cast<double>(spec_hits) / kSeeds, static_cast<double>(plain_hits) / kSeeds, 0.15);
+}
+
+TEST_P(SpeculativeEngineTest, SelfDrafterOnALowBitResidentCopyOfTheExperts) {
+  // q4_0 copies of the q8_0 experts (the test model's rows of 32 and 64 elements are too short
+  // for q2_k's 256-element blocks: refused), with the target's dense weights.
+  EXPECT_EQ(ResidentExperts::Load(*target_.opened.container, quant::DType::kQ2_K).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResidentExperts::Load(*target_.opened.container, quant::DType::kIQ2_XXS).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto low = ResidentExperts::Load(*target_.opened.container, quant::DType::kQ4_0);
+  ASSERT_TRUE(low.ok()) << low.status();
+  EXPECT_LT((*low)->bytes(), target_.opened.container->manifest().experts.size() *
+                                 target_.opened.container->manifest().experts[0].size);
+  EXPECT_EQ((*low)->manifest().experts[0].Part("gate")->dtype, quant::DType::kQ4_0);
+  auto drafter = target_.model->NewDrafter((*low)->manifest(), low->get());
+  ASSERT_TRUE(drafter.ok()) << drafter.status();
+  const std::vector<int32_t> prompt = {7, 1, 8, 2, 8, 1, 8, 2, 8, 4, 5, 9};
+  const GenerationResult self = ExpectPlainTokens(SpeculativeMode::kSelf, drafter->get(), prompt, 40);
+  // A 4-bit copy of 8-bit experts drafts mostly what the target says.
+  EXPECT_GT(self.accepted_draft_tokens * 2, self.draft_tokens);
+  // A resident copy as it is (the --draft-model path): the model over it is the target itself.
+  auto same = ResidentExperts::Load(*target_.opened.container, std::nullopt);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ((*same)->manifest().experts[0].checksum, target_.opened.container->manifest().experts[0].checksum);
+  auto over_ram = Model::Load(*target_.opened.container, backend_.get(), same->get());
+  ASSERT_TRUE(over_ram.ok()) << over_ram.status();
+  auto run = GreedyDecode(**over_ram, prompt, 8);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->tokens, std::vector<int32_t>(self.tokens.begin(), self.tokens.begin() + 9));
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, SpeculativeEngineTest,
