@@ -106,6 +106,15 @@ int Run(const NodeFlags& node_flags, const std::string& prompt_tokens, const std
   spdlog::info("prompt {} tokens in {:.3f} s; {} tokens in {:.3f} s ({:.2f} tok/s); expert cache {} hits / {} misses",
                result->prompt_tokens, result->prefill_seconds, result->tokens.size(), result->decode_seconds, tps,
                stats.hits, stats.misses);
+  if (result->verify_passes > 0) {
+    spdlog::info("speculative: {} verify passes, {} of {} drafted tokens accepted ({:.1f}%), {:.2f} tokens per pass; "
+                 "{:.0f} expert bytes read per token",
+                 result->verify_passes, result->accepted_draft_tokens, result->draft_tokens,
+                 100.0 * static_cast<double>(result->accepted_draft_tokens) / static_cast<double>(result->draft_tokens),
+                 static_cast<double>(result->accepted_draft_tokens + result->verify_passes) /
+                     static_cast<double>(result->verify_passes),
+                 static_cast<double>(stats.bytes_fetched) / static_cast<double>(std::max<size_t>(1, result->tokens.size())));
+  }
   return 0;
 }
 

@@ -57,7 +57,8 @@ absl::StatusOr<std::vector<uint8_t>> Requantize(const model::ExpertBlock& b, con
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ResidentExperts>> ResidentExperts::Load(const model::Container& container,
+absl::StatusOr<std::unique_ptr<ResidentExperts>> ResidentExperts::Load(const model::Manifest& manifest,
+                                                                       expert_source::ExpertSource* from,
                                                                        std::optional<quant::DType> dtype,
                                                                        int threads) {
   if (dtype && !quant::HasQuantizer(*dtype)) {
@@ -65,7 +66,7 @@ absl::StatusOr<std::unique_ptr<ResidentExperts>> ResidentExperts::Load(const mod
         absl::StrCat("draft experts: no quantizer makes ", std::string(quant::DTypeName(*dtype)), " (try q2_k, q3_k, q4_k)"));
   }
   std::unique_ptr<ResidentExperts> r(new ResidentExperts());
-  r->manifest_ = container.manifest();
+  r->manifest_ = manifest;
   const size_t n = r->manifest_.experts.size();
   r->blocks_.resize(n);
   std::atomic<size_t> next{0};
@@ -74,13 +75,17 @@ absl::StatusOr<std::unique_ptr<ResidentExperts>> ResidentExperts::Load(const mod
   auto work = [&] {
     for (size_t i = next++; i < n; i = next++) {
       model::ExpertBlock& b = r->manifest_.experts[i];
-      absl::StatusOr<AlignedBytes> raw = container.ReadExpertBlock(b.layer, b.expert);
+      absl::StatusOr<expert_source::Lease> raw =
+          from->Fetch({static_cast<int32_t>(b.layer), static_cast<int32_t>(b.expert)}, expert_source::Priority::kDemand);
+      if (raw.ok() && (*raw)->data() == nullptr) {
+        raw = absl::FailedPreconditionError("resident experts: the source hands out device blocks");
+      }
       absl::StatusOr<std::vector<uint8_t>> held;
       std::vector<model::TensorEntry> parts;
       if (raw.ok() && dtype) {
-        held = Requantize(b, raw->get(), *dtype, &parts);
+        held = Requantize(b, (*raw)->data(), *dtype, &parts);
       } else if (raw.ok()) {
-        held = std::vector<uint8_t>(raw->get(), raw->get() + b.size);
+        held = std::vector<uint8_t>((*raw)->data(), (*raw)->data() + b.size);
         parts = b.parts;
       } else {
         held = raw.status();

@@ -298,11 +298,14 @@ TEST_P(SpeculativeEngineTest, SamplingKeepsTheDistributionOverSeeds) {
 TEST_P(SpeculativeEngineTest, SelfDrafterOnALowBitResidentCopyOfTheExperts) {
   // q4_0 copies of the q8_0 experts (the test model's rows of 32 and 64 elements are too short
   // for q2_k's 256-element blocks: refused), with the target's dense weights.
-  EXPECT_EQ(ResidentExperts::Load(*target_.opened.container, quant::DType::kQ2_K).status().code(),
+  auto resident = [&](std::optional<quant::DType> dtype) {
+    return ResidentExperts::Load(target_.opened.container->manifest(), target_.opened.disk.get(), dtype);
+  };
+  EXPECT_EQ(resident(quant::DType::kQ2_K).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ResidentExperts::Load(*target_.opened.container, quant::DType::kIQ2_XXS).status().code(),
+  EXPECT_EQ(resident(quant::DType::kIQ2_XXS).status().code(),
             absl::StatusCode::kInvalidArgument);
-  auto low = ResidentExperts::Load(*target_.opened.container, quant::DType::kQ4_0);
+  auto low = resident(quant::DType::kQ4_0);
   ASSERT_TRUE(low.ok()) << low.status();
   EXPECT_LT((*low)->bytes(), target_.opened.container->manifest().experts.size() *
                                  target_.opened.container->manifest().experts[0].size);
@@ -314,7 +317,7 @@ TEST_P(SpeculativeEngineTest, SelfDrafterOnALowBitResidentCopyOfTheExperts) {
   // A 4-bit copy of 8-bit experts drafts mostly what the target says.
   EXPECT_GT(self.accepted_draft_tokens * 2, self.draft_tokens);
   // A resident copy as it is (the --draft-model path): the model over it is the target itself.
-  auto same = ResidentExperts::Load(*target_.opened.container, std::nullopt);
+  auto same = resident(std::nullopt);
   ASSERT_TRUE(same.ok()) << same.status();
   EXPECT_EQ((*same)->manifest().experts[0].checksum, target_.opened.container->manifest().experts[0].checksum);
   auto over_ram = Model::Load(*target_.opened.container, backend_.get(), same->get());

@@ -4,7 +4,8 @@
 // (--draft-experts q2_k: made at load from the target's blocks, with the target's dense weights,
 // Model::LoadDrafter), a separate draft model (--draft-model) on its blocks as they are.
 //
-// The blocks are read once from the container (checksums verified) and immutable afterwards;
+// The blocks are read once from a source (the model directory or the expert stores, below any
+// cache: checksums verified there) and immutable afterwards;
 // manifest() describes them as held here (parts' types, offsets and sizes, the blocks' sizes and
 // checksums), which is what a Model over this source must interpret them with.
 // Thread-safe (read-only after Load).
@@ -24,10 +25,12 @@ namespace colibri::engine {
 
 class ResidentExperts final : public expert_source::ExpertSource {
  public:
-  // Reads every expert block of `container` with `threads` threads; with `dtype`, re-quantizes
-  // each gate, up and down matrix to it (biases stay f32). InvalidArgument when `dtype` has no
-  // quantizer or a matrix's rows are not a whole number of its blocks.
-  static absl::StatusOr<std::unique_ptr<ResidentExperts>> Load(const model::Container& container,
+  // Reads every expert block `manifest` lists from `from` (host blocks) with `threads` threads;
+  // with `dtype`, re-quantizes each gate, up and down matrix to it (biases stay f32).
+  // InvalidArgument when `dtype` has no quantizer or a matrix's rows are not a whole number of
+  // its blocks; the source's errors as they are.
+  static absl::StatusOr<std::unique_ptr<ResidentExperts>> Load(const model::Manifest& manifest,
+                                                               expert_source::ExpertSource* from,
                                                                std::optional<quant::DType> dtype, int threads = 4);
 
   const model::Manifest& manifest() const { return manifest_; }
