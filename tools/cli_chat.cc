@@ -247,14 +247,17 @@ std::string TurnLine(const Turn& t) {
   std::string line = absl::StrFormat("[%d tokens, %.2f tok/s, TTFT %.3f s", t.tokens, tps, t.ttft);
   line += t.hit_rate >= 0 ? absl::StrFormat(", hit rate %.1f%%", 100 * t.hit_rate) : ", hit rate -";
   line += t.rss_bytes ? ", RSS " + colibri::FormatSize(t.rss_bytes) : ", RSS -";
+  line += "]";
+  // Expert reads and speculative decoding, in a bracket of their own.
+  std::string more;
   if (t.bytes_read >= 0 && t.tokens > 0) {
-    line += ", " + colibri::FormatSize(static_cast<uint64_t>(t.bytes_read / static_cast<double>(t.tokens))) + " read/token";
+    more = colibri::FormatSize(static_cast<uint64_t>(t.bytes_read / static_cast<double>(t.tokens))) + " read/token";
   }
   if (t.verify_passes > 0 && t.draft_tokens > 0) {
-    line += absl::StrFormat(", drafts %.0f%% accepted, %.2f tokens/pass", 100 * t.accepted_tokens / t.draft_tokens,
-                            (t.accepted_tokens + t.verify_passes) / t.verify_passes);
+    more += absl::StrFormat("%sdrafts %.0f%% accepted, %.2f tokens/pass", more.empty() ? "" : ", ",
+                            100 * t.accepted_tokens / t.draft_tokens, (t.accepted_tokens + t.verify_passes) / t.verify_passes);
   }
-  return line + "]";
+  return more.empty() ? line : line + " [" + more + "]";
 }
 
 int Chat(const ChatFlags& f) {

@@ -85,6 +85,17 @@ double PassCosts::Seconds(int rows) const {
   return rows >= 1 && rows <= max_rows() ? seconds_[static_cast<size_t>(rows)] : 0;
 }
 
+double SpeculationController::PassSeconds(int rows, const PassCosts& costs) {
+  // Unmeasured: the largest measured pass below it (a pass never costs less than a narrower
+  // one). Optimistic on purpose: a size that looks best gets tried, and then it is measured; on
+  // a disk-bound model a wide pass may cost little more than a narrow one (the union of the
+  // rows' experts saturates), which extrapolating from narrow passes would never find.
+  for (int r = rows; r >= 1; --r) {
+    if (costs.Seconds(r) > 0) return costs.Seconds(r);
+  }
+  return 0;
+}
+
 double SpeculationController::Gain(int k, const PassCosts& costs) const {
   const double t1 = costs.Seconds(1);
   if (k == 0) return 1.0;
@@ -92,17 +103,16 @@ double SpeculationController::Gain(int k, const PassCosts& costs) const {
   const double a = acceptance();
   double tokens = 0, ak = 1;
   for (int i = 0; i <= k; ++i, ak *= a) tokens += ak;
-  // An unmeasured pass size is assumed to cost a plain step (optimistic: it gets measured).
-  const double tk = costs.Seconds(k + 1) > 0 ? costs.Seconds(k + 1) : t1;
-  return tokens * t1 / (tk + k * draft_seconds_per_token_);
+  return tokens * t1 / (PassSeconds(k + 1, costs) + k * draft_seconds_per_token_);
 }
 
 int SpeculationController::DraftLength(const PassCosts& costs) {
   if (!adaptive_) return draft_max_;
   if (costs.Seconds(1) <= 0) return 0;  // a plain step first: the cost everything is compared to
+  const int longest = std::min(draft_max_, costs.max_rows() - 1);
   int best = 0;
   double best_gain = kMinGain;
-  for (int k = 1; k <= std::min(draft_max_, costs.max_rows() - 1); ++k) {
+  for (int k = 1; k <= longest; ++k) {
     const double g = Gain(k, costs);
     if (g > best_gain) {
       best = k;

@@ -120,20 +120,26 @@ TEST(SpeculationControllerTest, DraftsWhenItPaysAndStopsWhenItDoesNot) {
   SpeculationController c(4, /*adaptive=*/true);
   EXPECT_EQ(c.DraftLength(costs), 0);  // no plain step measured yet
   costs.Record(1, 0.010);
-  // Unmeasured pass sizes are assumed cheap: it tries the longest draft.
+  // Unmeasured pass sizes are assumed to cost what the widest measured one does: the longest
+  // draft is tried first (disk-bound, a wide pass may cost little more than a narrow one).
+  EXPECT_DOUBLE_EQ(SpeculationController::PassSeconds(5, costs), 0.010);
   EXPECT_EQ(c.DraftLength(costs), 4);
-  // Disk-bound: a 5-row pass costs 1.6 plain steps, and 90% of drafts are accepted.
-  for (int i = 2; i <= 5; ++i) costs.Record(i, 0.010 * (1 + 0.15 * (i - 1)));
+  // Disk-bound: passes cost 1 + 0.15 per extra row, and every draft is accepted.
+  for (int rows = 2; rows <= 5; ++rows) costs.Record(rows, 0.010 * (1 + 0.15 * (rows - 1)));
   for (int i = 0; i < 20; ++i) c.Observe(4, 4, 0.0);
   EXPECT_GT(c.acceptance(), 0.9);
   EXPECT_EQ(c.DraftLength(costs), 4);
   EXPECT_GT(c.Gain(4, costs), 2.0);
-  // Nothing accepted: no draft length pays; it stays off, probing one token every 32 steps.
+  // Nothing accepted: no draft length pays; it stays off, probing one token every 64 steps.
   for (int i = 0; i < 40; ++i) c.Observe(4, 0, 0.0);
   EXPECT_LT(c.acceptance(), 0.1);
   int probes = 0;
-  for (int i = 0; i < 64; ++i) probes += c.DraftLength(costs);
+  for (int i = 0; i < 128; ++i) probes += c.DraftLength(costs);
   EXPECT_EQ(probes, 2);
+  // Slow drafting (a draft model's tokens cost a plain step each) does not pay even when right.
+  SpeculationController slow(4, true);
+  for (int i = 0; i < 20; ++i) slow.Observe(4, 4, 4 * 0.010);
+  EXPECT_LT(slow.Gain(4, costs), SpeculationController::kMinGain);
   // Compute-bound passes (5 rows cost 5 steps) never pay, even with every draft accepted.
   PassCosts linear(5);
   for (int i = 1; i <= 5; ++i) linear.Record(i, 0.010 * i);

@@ -81,15 +81,16 @@ class PassCosts {
 };
 
 // The draft length of one sequence. Acceptance is estimated as a per-token rate a (accepted
-// drafts over accepted drafts plus rejections, exponentially decayed); k drafts then yield
-// (1 - a^(k+1)) / (1 - a) tokens per pass at the cost of a (k+1)-row pass plus k drafted
-// tokens, against one token per single-row pass. Adaptive: the k with the best ratio, 0 when
-// none beats plain decoding by kMinGain (re-probed with one token every kProbeInterval plain
-// steps); fixed: always draft_max.
+// drafts over accepted drafts plus rejections, exponentially decayed; prior 1/2); k drafts then
+// yield (1 - a^(k+1)) / (1 - a) tokens per pass at the cost of a (k+1)-row pass plus k drafted
+// tokens, against one token per single-row pass. Adaptive: the k with the best ratio (a pass size
+// not measured yet is assumed to cost what the widest measured narrower one does, so it gets
+// tried once), 0 when none beats plain decoding by kMinGain (re-probed with one token every
+// kProbeInterval plain steps); fixed: always draft_max.
 class SpeculationController {
  public:
   static constexpr double kMinGain = 1.05;
-  static constexpr int kProbeInterval = 32;
+  static constexpr int kProbeInterval = 64;
 
   SpeculationController(int draft_max, bool adaptive) : draft_max_(draft_max), adaptive_(adaptive) {}
   // Tokens to draft for the next pass (0: a plain step).
@@ -97,13 +98,15 @@ class SpeculationController {
   // A verify pass: `drafted` tokens proposed, the first `accepted` kept; drafting took `seconds`.
   void Observe(int drafted, int accepted, double draft_seconds);
   double acceptance() const { return accepted_ / std::max(1e-9, accepted_ + rejected_); }
-  // The expected speed-up of drafting k tokens (1 for k = 0); 0 while a needed cost is unmeasured.
+  // The expected speed-up of drafting k tokens (1 for k = 0; 0 before a plain step is measured).
   double Gain(int k, const PassCosts& costs) const;
+  // Seconds of a pass of `rows` rows: measured, else the widest measured narrower pass's.
+  static double PassSeconds(int rows, const PassCosts& costs);
 
  private:
   int draft_max_;
   bool adaptive_;
-  double accepted_ = 1.0, rejected_ = 1.0;  // decayed counts; the prior is a = 0.5
+  double accepted_ = 1.0, rejected_ = 1.0;  // decayed counts; the prior is a = 1/2
   double draft_seconds_per_token_ = 0;
   int plain_steps_ = 0;
 };
