@@ -193,7 +193,7 @@ class SpeculativeEngineTest : public testing::TestWithParam<Variant> {
   };
 
   GenerationResult Run(SpeculativeMode mode, Model* draft_model, std::vector<int32_t> prompt, int64_t n,
-                       SamplingParams sampling = {}) {
+                       SamplingParams sampling = {}, std::vector<int32_t> stops = {}, int64_t min_tokens = 0) {
     EngineOptions eo;
     eo.speculative = mode;
     eo.draft_max = 4;
@@ -204,6 +204,8 @@ class SpeculativeEngineTest : public testing::TestWithParam<Variant> {
     r.max_tokens = n;
     r.ignore_eos = true;
     r.sampling = sampling;
+    r.stop_tokens = std::move(stops);
+    r.min_tokens = min_tokens;
     auto res = e.Generate(r, [](const SampledToken&) { return true; });
     EXPECT_TRUE(res.ok()) << res.status();
     return res.ok() ? *res : GenerationResult{};
@@ -331,6 +333,23 @@ TEST_P(SpeculativeEngineTest, SelfDrafterOnALowBitResidentCopyOfTheExperts) {
   auto run = GreedyDecode(**over_ram, prompt, 8);
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(run->tokens, std::vector<int32_t>(self.tokens.begin(), self.tokens.begin() + 9));
+}
+
+TEST_P(SpeculativeEngineTest, StopTokensAndMinTokensEndWhereThePlainRunEnds) {
+  // A stop token met inside an accepted draft ends the request there, as it would without
+  // speculation; min_tokens masks it row by row within a verify pass.
+  const std::vector<int32_t> prompt = {1, 5, 9, 2, 7, 3, 1, 5, 9, 2, 7, 3, 1, 5};
+  const GenerationResult free_run = Run(SpeculativeMode::kOff, nullptr, prompt, 24);
+  ASSERT_EQ(free_run.tokens.size(), 24u);
+  const std::vector<int32_t> stops = {free_run.tokens[6]};
+  for (int64_t min_tokens : {int64_t{0}, int64_t{9}}) {
+    SCOPED_TRACE(testing::Message() << "min_tokens " << min_tokens);
+    const GenerationResult plain = Run(SpeculativeMode::kOff, nullptr, prompt, 24, {}, stops, min_tokens);
+    const GenerationResult spec = Run(SpeculativeMode::kDraft, drafter_.model.get(), prompt, 24, {}, stops, min_tokens);
+    EXPECT_EQ(spec.tokens, plain.tokens);
+    EXPECT_EQ(spec.finish, plain.finish);
+    EXPECT_GT(spec.verify_passes, 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, SpeculativeEngineTest,
