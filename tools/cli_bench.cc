@@ -44,6 +44,7 @@ struct Sample {
   double seconds = 0;
   int64_t tokens = 0;
   uint64_t lookups = 0, hits = 0, bytes_read = 0;
+  int64_t verify_passes = 0, draft_tokens = 0, accepted_draft_tokens = 0;  // speculative decoding
 };
 
 struct Row {
@@ -70,6 +71,9 @@ struct Row {
       t.lookups += x.lookups;
       t.hits += x.hits;
       t.bytes_read += x.bytes_read;
+      t.verify_passes += x.verify_passes;
+      t.draft_tokens += x.draft_tokens;
+      t.accepted_draft_tokens += x.accepted_draft_tokens;
     }
     return t;
   }
@@ -117,6 +121,9 @@ Sample RunOnce(ComputeNode& node, bool prompt_test, int64_t n, uint64_t seed) {
   s.lookups = after.lookups() - before.lookups();
   s.hits = after.hits - before.hits;
   s.bytes_read = after.bytes_fetched - before.bytes_fetched;
+  s.verify_passes = r->verify_passes;
+  s.draft_tokens = r->draft_tokens;
+  s.accepted_draft_tokens = r->accepted_draft_tokens;
   if (s.seconds <= 0) Fail(1, "a run took no measurable time");
   return s;
 }
@@ -162,7 +169,11 @@ Json RowJson(const Row& r) {
               {"samples_tokens_per_second", reps},
               {"expert_hit_rate", t.lookups ? static_cast<double>(t.hits) / t.lookups : 0.0},
               {"expert_bytes_per_token", static_cast<double>(t.bytes_read) / t.tokens},
-              {"disk_bytes_per_second", t.bytes_read / t.seconds}};
+              {"disk_bytes_per_second", t.bytes_read / t.seconds},
+              {"verify_passes", t.verify_passes},
+              {"draft_acceptance", t.draft_tokens ? static_cast<double>(t.accepted_draft_tokens) / t.draft_tokens : 0.0},
+              {"tokens_per_verify_pass",
+               t.verify_passes ? static_cast<double>(t.accepted_draft_tokens + t.verify_passes) / t.verify_passes : 0.0}};
 }
 
 void PrintMarkdown(const std::vector<Row>& rows, const ComputeNode& node, const BenchFlags& f) {
@@ -182,6 +193,15 @@ void PrintMarkdown(const std::vector<Row>& rows, const ComputeNode& node, const 
   }
   std::printf("\n%d repetitions each; cold: expert cache emptied and page cache dropped before each\n",
               f.repetitions);
+  for (const Row& r : rows) {
+    const Sample t = r.Sum();
+    if (t.verify_passes == 0) continue;
+    std::printf("speculative (--speculative %s), %s %s: %.1f%% of %ld drafted tokens accepted, %.2f tokens per pass\n",
+                f.node.cache.speculative.c_str(), r.mode.c_str(), r.test.c_str(),
+                100.0 * static_cast<double>(t.accepted_draft_tokens) / static_cast<double>(t.draft_tokens),
+                static_cast<long>(t.draft_tokens),
+                static_cast<double>(t.accepted_draft_tokens + t.verify_passes) / static_cast<double>(t.verify_passes));
+  }
 }
 
 int Bench(const BenchFlags& f) {

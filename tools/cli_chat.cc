@@ -47,6 +47,9 @@ struct Turn {
   double ttft = 0, decode_seconds = 0;
   double hit_rate = -1;    // -1: unknown
   uint64_t rss_bytes = 0;  // 0: unknown
+  // Speculative decoding in this turn: verify passes, drafted and accepted tokens (0: none).
+  double verify_passes = 0, draft_tokens = 0, accepted_tokens = 0;
+  double bytes_read = -1;  // expert bytes read below the cache (-1: unknown)
   std::string text;
 };
 
@@ -84,6 +87,10 @@ class LocalBackend : public ChatBackend {
     req.sampling.temperature = f_.temperature;
     req.sampling.seed = f_.seed ? f_.seed : std::random_device{}();
     const auto before = node_->cache_stats();
+    const auto& ec = node_->engine().counters();
+    const double passes0 = static_cast<double>(ec.verify_passes.load());
+    const double drafted0 = static_cast<double>(ec.draft_tokens.load());
+    const double accepted0 = static_cast<double>(ec.accepted_draft_tokens.load());
     const auto t0 = Clock::now();
     Clock::time_point first;
     bool any = false;
@@ -106,6 +113,10 @@ class LocalBackend : public ChatBackend {
     const uint64_t lookups = after.lookups() - before.lookups();
     t.hit_rate = lookups ? static_cast<double>(after.hits - before.hits) / lookups : -1;
     t.rss_bytes = SelfRss();
+    t.verify_passes = static_cast<double>(ec.verify_passes.load()) - passes0;
+    t.draft_tokens = static_cast<double>(ec.draft_tokens.load()) - drafted0;
+    t.accepted_tokens = static_cast<double>(ec.accepted_draft_tokens.load()) - accepted0;
+    t.bytes_read = static_cast<double>(after.bytes_fetched - before.bytes_fetched);
     return t;
   }
 
@@ -236,7 +247,17 @@ std::string TurnLine(const Turn& t) {
   std::string line = absl::StrFormat("[%d tokens, %.2f tok/s, TTFT %.3f s", t.tokens, tps, t.ttft);
   line += t.hit_rate >= 0 ? absl::StrFormat(", hit rate %.1f%%", 100 * t.hit_rate) : ", hit rate -";
   line += t.rss_bytes ? ", RSS " + colibri::FormatSize(t.rss_bytes) : ", RSS -";
-  return line + "]";
+  line += "]";
+  // Expert reads and speculative decoding, in a bracket of their own.
+  std::string more;
+  if (t.bytes_read >= 0 && t.tokens > 0) {
+    more = colibri::FormatSize(static_cast<uint64_t>(t.bytes_read / static_cast<double>(t.tokens))) + " read/token";
+  }
+  if (t.verify_passes > 0 && t.draft_tokens > 0) {
+    more += absl::StrFormat("%sdrafts %.0f%% accepted, %.2f tokens/pass", more.empty() ? "" : ", ",
+                            100 * t.accepted_tokens / t.draft_tokens, (t.accepted_tokens + t.verify_passes) / t.verify_passes);
+  }
+  return more.empty() ? line : line + " [" + more + "]";
 }
 
 int Chat(const ChatFlags& f) {

@@ -103,9 +103,19 @@ int Run(const NodeFlags& node_flags, const std::string& prompt_tokens, const std
   }
   const auto stats = (*node)->cache_stats();
   const double tps = result->decode_seconds > 0 ? static_cast<double>(result->tokens.size()) / result->decode_seconds : 0;
-  spdlog::info("prompt {} tokens in {:.3f} s; {} tokens in {:.3f} s ({:.2f} tok/s); expert cache {} hits / {} misses",
+  spdlog::info("prompt {} tokens in {:.3f} s; {} tokens in {:.3f} s ({:.2f} tok/s); expert cache {} hits / {} misses, "
+               "{} expert bytes read",
                result->prompt_tokens, result->prefill_seconds, result->tokens.size(), result->decode_seconds, tps,
-               stats.hits, stats.misses);
+               stats.hits, stats.misses, stats.bytes_fetched);
+  if (result->verify_passes > 0) {
+    spdlog::info("speculative: {} verify passes, {} of {} drafted tokens accepted ({:.1f}%), {:.2f} tokens per pass; "
+                 "{:.0f} expert bytes read per generated token",
+                 result->verify_passes, result->accepted_draft_tokens, result->draft_tokens,
+                 100.0 * static_cast<double>(result->accepted_draft_tokens) / static_cast<double>(result->draft_tokens),
+                 static_cast<double>(result->accepted_draft_tokens + result->verify_passes) /
+                     static_cast<double>(result->verify_passes),
+                 static_cast<double>(stats.bytes_fetched) / static_cast<double>(std::max<size_t>(1, result->tokens.size())));
+  }
   return 0;
 }
 

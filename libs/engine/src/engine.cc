@@ -41,6 +41,11 @@ struct Engine::Sequence {
   std::vector<int32_t> history;       // prompt + generated, for the penalties
   Sampler sampler;
   Clock::time_point admitted, first_token;
+  // Speculative decoding: the drafter (nullptr: none), its controller, this step's drafts.
+  std::unique_ptr<Drafter> drafter;
+  SpeculationController controller{0, false};
+  std::vector<int32_t> draft;
+  double draft_seconds = 0;
 
   // Channel to the caller (guarded by mu).
   std::mutex mu;
@@ -52,7 +57,8 @@ struct Engine::Sequence {
   std::atomic<bool> cancelled{false};
 };
 
-Engine::Engine(Model* model, EngineOptions options) : model_(model), options_(options) {
+Engine::Engine(Model* model, EngineOptions options)
+    : model_(model), options_(options), pass_costs_(std::max(1, options.draft_max) + 1) {
   scheduler_ = std::thread([this] { SchedulerLoop(); });
 }
 
@@ -336,6 +342,8 @@ void Engine::Admit() {
       continue;
     }
     seq->result.prompt_tokens = static_cast<int64_t>(seq->req.prompt.size());
+    seq->drafter = NewDrafter(seq->req);
+    seq->controller = SpeculationController(options_.draft_max, options_.speculative == SpeculativeMode::kAuto);
     active_.push_back(std::move(seq));
     EnforceKvLimitLocked();
   }
@@ -360,6 +368,122 @@ void Engine::Finish(Sequence* seq, absl::Status status) {
   seq->cv.notify_all();
 }
 
+std::unique_ptr<Drafter> Engine::NewDrafter(const GenerationRequest& request) const {
+  if (request.record_logits || options_.draft_max < 1) return nullptr;
+  switch (options_.speculative) {
+    case SpeculativeMode::kOff:
+      return nullptr;
+    case SpeculativeMode::kNgram:
+      return std::make_unique<NgramDrafter>();
+    case SpeculativeMode::kSelf:
+    case SpeculativeMode::kDraft:
+      if (options_.draft_model == nullptr) return nullptr;
+      return std::make_unique<ModelDrafter>(options_.draft_model);
+    case SpeculativeMode::kAuto:
+      if (options_.draft_model != nullptr) return std::make_unique<ModelDrafter>(options_.draft_model);
+      return std::make_unique<NgramDrafter>();
+  }
+  return nullptr;
+}
+
+void Engine::DraftFor(Sequence* s, int64_t room) {
+  s->draft.clear();
+  // At most the tokens left to generate after this pass's own one.
+  const int64_t left = s->budget - static_cast<int64_t>(s->result.tokens.size()) - 1;
+  const int64_t k = std::min<int64_t>({s->controller.DraftLength(pass_costs_), room, left});
+  if (k <= 0) return;
+  const auto start = Clock::now();
+  absl::StatusOr<std::vector<int32_t>> d = s->drafter->Draft(s->history, static_cast<int>(k));
+  s->draft_seconds = Seconds(start, Clock::now());
+  if (!d.ok()) {
+    // The request goes on without speculation (once per request, not per token).
+    spdlog::warn("drafting failed, decoding on without speculation: {}", std::string(d.status().message()));
+    s->drafter.reset();
+    return;
+  }
+  const int32_t V = static_cast<int32_t>(model_->config().vocab_size);
+  for (int32_t t : *d) {
+    if (t < 0 || t >= V || static_cast<int64_t>(s->draft.size()) >= k) break;
+    s->draft.push_back(t);
+  }
+}
+
+void Engine::Emit(Sequence* s, SampledToken tok) {
+  if (s->result.tokens.empty()) {
+    s->first_token = Clock::now();
+    s->result.prefill_seconds = Seconds(s->admitted, s->first_token);
+  }
+  const int32_t id = tok.id;
+  s->result.tokens.push_back(id);
+  counters_.generated_tokens++;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    s->out.push_back(std::move(tok));
+    s->cv.notify_all();
+  }
+  const bool stop = std::find(s->stops.begin(), s->stops.end(), id) != s->stops.end();
+  const bool full = static_cast<int64_t>(s->result.tokens.size()) >= s->budget;
+  if (stop || full) {
+    const FinishReason reason = stop ? FinishReason::kStop : FinishReason::kLength;
+    if (s->req.record_logits) {
+      s->pending = id;  // feed it once more for its logits row, then finish
+      s->final_feed = true;
+      s->final_reason = reason;
+    } else {
+      s->result.finish = reason;
+      Finish(s, absl::OkStatus());
+    }
+  } else {
+    s->pending = id;
+  }
+}
+
+void Engine::SampleRows(Sequence* s, const float* rows, int64_t n_rows, int64_t drafted) {
+  const int64_t V = model_->config().vocab_size;
+  const int64_t generated = static_cast<int64_t>(s->result.tokens.size());
+  // Row i is the distribution after the pass's token i (the pending one, then the drafts):
+  // the drafts are taken while the target agrees, then its own token ends the pass.
+  std::vector<SampledToken> toks;
+  int64_t accepted = 0;
+  for (int64_t i = n_rows - 1 - drafted; i < n_rows; ++i) {
+    std::vector<float> row(rows + i * V, rows + (i + 1) * V);
+    const int64_t n_out = generated + static_cast<int64_t>(toks.size());
+    if (n_out < s->req.min_tokens) {
+      for (int32_t id : s->stops) {
+        if (id >= 0 && id < V) row[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
+      }
+    }
+    const int64_t d = static_cast<int64_t>(toks.size());  // the draft this row verifies
+    bool ok = false;
+    toks.push_back(d < drafted ? s->sampler.SampleDraft(row, s->history, s->draft[static_cast<size_t>(d)], &ok)
+                               : s->sampler.Sample(row, s->history));
+    s->history.push_back(toks.back().id);
+    const bool stop = std::find(s->stops.begin(), s->stops.end(), toks.back().id) != s->stops.end();
+    accepted += ok;
+    if (!ok || stop || n_out + 1 >= s->budget) break;
+  }
+  if (drafted > 0) {
+    // The pass fed the pending token and every draft; only those before the last token taken
+    // stay (the last one is fed by the next pass, as in plain decoding).
+    const int64_t unused = drafted + 1 - static_cast<int64_t>(toks.size());
+    const int64_t keep = static_cast<int64_t>(s->fed.size()) - unused;
+    s->fed.resize(static_cast<size_t>(keep));
+    if (s->cache->Truncate(keep) != keep) {
+      Finish(s, absl::InternalError(absl::StrCat("speculative decoding: KV rollback to ", keep, " positions failed")));
+      return;
+    }
+    s->controller.Observe(static_cast<int>(drafted), static_cast<int>(accepted), s->draft_seconds);
+    s->result.verify_passes++;
+    s->result.draft_tokens += drafted;
+    s->result.accepted_draft_tokens += accepted;
+    counters_.verify_passes++;
+    counters_.draft_tokens += static_cast<uint64_t>(drafted);
+    counters_.accepted_draft_tokens += static_cast<uint64_t>(accepted);
+    counters_.verify_pass_tokens += toks.size();
+  }
+  for (SampledToken& t : toks) Emit(s, std::move(t));
+}
+
 void Engine::Step() {
   const auto& c = model_->config();
   struct Span {
@@ -380,11 +504,29 @@ void Engine::Step() {
     }
   }
   std::erase_if(active_, [](const auto& s) { return s->done; });
+  // Speculation in auto mode only for a sequence decoding alone: in a batch the other rows
+  // already share the experts' reads, and the passes' costs are measured on a lone sequence.
+  int64_t decoding = 0;
+  bool prefilling = false;
+  for (auto& s : active_) {
+    prefilling |= s->prompt_fed < s->req.prompt.size();
+    decoding += s->prompt_fed >= s->req.prompt.size() && s->pending >= 0;
+  }
+  const bool alone = decoding == 1 && !prefilling;
   for (auto& s : active_) {
     if (s->prompt_fed < s->req.prompt.size() || s->pending < 0 || room <= 0) continue;
-    batch.push_back(BatchItem{s->cache.get(), s->pending, static_cast<int32_t>(s->cache->n_past()), true});
-    spans.push_back({s.get(), 1, 1, false});
-    room--;
+    s->draft.clear();
+    if (s->drafter && !s->final_feed && (alone || options_.speculative != SpeculativeMode::kAuto)) {
+      DraftFor(s.get(), std::min<int64_t>(room - 1, options_.draft_max));
+    }
+    const auto pos = static_cast<int32_t>(s->cache->n_past());
+    batch.push_back(BatchItem{s->cache.get(), s->pending, pos, true});
+    for (size_t i = 0; i < s->draft.size(); ++i) {
+      batch.push_back(BatchItem{s->cache.get(), s->draft[i], pos + 1 + static_cast<int32_t>(i), true});
+    }
+    const auto rows = 1 + static_cast<int64_t>(s->draft.size());
+    spans.push_back({s.get(), rows, rows, false});
+    room -= rows;
   }
   for (auto& s : active_) {
     const int64_t remaining = static_cast<int64_t>(s->req.prompt.size() - s->prompt_fed);
@@ -407,7 +549,9 @@ void Engine::Step() {
   }
   std::vector<float> logits;
   ForwardStats stats;
+  const auto forward_start = Clock::now();
   absl::Status st = model_->Forward(batch, &logits, &stats);
+  if (alone && st.ok()) pass_costs_.Record(static_cast<int>(batch.size()), Seconds(forward_start, Clock::now()));
   counters_.steps++;
   counters_.batched_rows += batch.size();
   if (!st.ok()) {
@@ -460,41 +604,8 @@ void Engine::Step() {
         continue;
       }
     }
-    // Sample the next token from this sequence's last logits row.
-    std::vector<float> last(rows + (sp.logit_rows - 1) * V, rows + sp.logit_rows * V);
-    if (static_cast<int64_t>(s->result.tokens.size()) < s->req.min_tokens) {
-      for (int32_t id : s->stops) {
-        if (id >= 0 && id < V) last[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
-      }
-    }
-    SampledToken tok = s->sampler.Sample(last, s->history);
-    if (s->result.tokens.empty()) {
-      s->first_token = Clock::now();
-      s->result.prefill_seconds = Seconds(s->admitted, s->first_token);
-    }
-    s->result.tokens.push_back(tok.id);
-    s->history.push_back(tok.id);
-    counters_.generated_tokens++;
-    {
-      std::lock_guard<std::mutex> lock(s->mu);
-      s->out.push_back(tok);
-      s->cv.notify_all();
-    }
-    const bool stop = std::find(s->stops.begin(), s->stops.end(), tok.id) != s->stops.end();
-    const bool full = static_cast<int64_t>(s->result.tokens.size()) >= s->budget;
-    if (stop || full) {
-      const FinishReason reason = stop ? FinishReason::kStop : FinishReason::kLength;
-      if (s->req.record_logits) {
-        s->pending = tok.id;  // feed it once more for its logits row, then finish
-        s->final_feed = true;
-        s->final_reason = reason;
-      } else {
-        s->result.finish = reason;
-        Finish(s, absl::OkStatus());
-      }
-    } else {
-      s->pending = tok.id;
-    }
+    // The prompt's last row, or a decode span's rows (its pending token's, then its drafts').
+    SampleRows(s, rows, sp.logit_rows, sp.prefill ? 0 : sp.rows_in_batch - 1);
   }
   std::lock_guard<std::mutex> lock(mu_);
   std::erase_if(active_, [](const auto& s) { return s->done; });

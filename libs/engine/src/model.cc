@@ -66,6 +66,40 @@ int64_t KvCache::Truncate(int64_t n) {
   return n_past_;
 }
 
+namespace {
+
+// Every expert block must have the shapes the config implies.
+absl::Status CheckExpertShapes(const model::Manifest& manifest, const model::ModelConfig& c) {
+  for (const auto& blk : manifest.experts) {
+    auto check = [&](const char* part, int64_t rows, int64_t cols) -> absl::Status {
+      const model::TensorEntry* p = blk.Part(part);
+      if (p->rows() != rows || p->cols() != cols) {
+        return absl::FailedPreconditionError(absl::StrCat("expert (layer ", blk.layer, ", id ", blk.expert, ") part '",
+                                                          part, "' has the wrong shape"));
+      }
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(check("gate", c.expert_ffn, c.hidden_size));
+    RETURN_IF_ERROR(check("up", c.expert_ffn, c.hidden_size));
+    RETURN_IF_ERROR(check("down", c.hidden_size, c.expert_ffn));
+    if (c.expert_bias) {
+      for (const char* part : {"gate_bias", "up_bias", "down_bias"}) {
+        const model::TensorEntry* p = blk.Part(part);
+        if (p == nullptr || p->dtype != quant::DType::kF32) {
+          return absl::FailedPreconditionError(absl::StrCat("expert (layer ", blk.layer, ", id ", blk.expert,
+                                                            ") has no f32 part '", part, "' (the config has expert biases)"));
+        }
+      }
+      RETURN_IF_ERROR(check("gate_bias", 1, c.expert_ffn));
+      RETURN_IF_ERROR(check("up_bias", 1, c.expert_ffn));
+      RETURN_IF_ERROR(check("down_bias", 1, c.hidden_size));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& container, backend::Backend* backend,
                                                    expert_source::ExpertSource* experts, const ModelOptions& options) {
   auto m = std::unique_ptr<Model>(new Model());
@@ -202,32 +236,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& conta
     }
     m->layers_.push_back(w);
   }
-  // Every expert block must have the shapes the config implies.
-  for (const auto& blk : m->manifest_.experts) {
-    auto check = [&](const char* part, int64_t rows, int64_t cols) -> absl::Status {
-      const model::TensorEntry* p = blk.Part(part);
-      if (p->rows() != rows || p->cols() != cols) {
-        return absl::FailedPreconditionError(absl::StrCat("expert (layer ", blk.layer, ", id ", blk.expert, ") part '",
-                                                          part, "' has the wrong shape"));
-      }
-      return absl::OkStatus();
-    };
-    RETURN_IF_ERROR(check("gate", c.expert_ffn, c.hidden_size));
-    RETURN_IF_ERROR(check("up", c.expert_ffn, c.hidden_size));
-    RETURN_IF_ERROR(check("down", c.hidden_size, c.expert_ffn));
-    if (c.expert_bias) {
-      for (const char* part : {"gate_bias", "up_bias", "down_bias"}) {
-        const model::TensorEntry* p = blk.Part(part);
-        if (p == nullptr || p->dtype != quant::DType::kF32) {
-          return absl::FailedPreconditionError(absl::StrCat("expert (layer ", blk.layer, ", id ", blk.expert,
-                                                            ") has no f32 part '", part, "' (the config has expert biases)"));
-        }
-      }
-      RETURN_IF_ERROR(check("gate_bias", 1, c.expert_ffn));
-      RETURN_IF_ERROR(check("up_bias", 1, c.expert_ffn));
-      RETURN_IF_ERROR(check("down_bias", 1, c.hidden_size));
-    }
-  }
+  RETURN_IF_ERROR(CheckExpertShapes(m->manifest_, c));
   m->ws_ = std::make_unique<Workspace>();
   if (options.prefetch_layers > 0) {
     std::vector<Lookahead::LayerGate> gates;
@@ -239,6 +248,27 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& conta
 }
 
 Model::~Model() = default;
+
+absl::StatusOr<std::unique_ptr<Model>> Model::NewDrafter(const model::Manifest& experts_manifest,
+                                                         expert_source::ExpertSource* experts) const {
+  if (experts_manifest.experts.size() != manifest_.experts.size()) {
+    return absl::FailedPreconditionError(absl::StrCat("drafter experts: ", experts_manifest.experts.size(),
+                                                      " blocks, the model has ", manifest_.experts.size()));
+  }
+  RETURN_IF_ERROR(CheckExpertShapes(experts_manifest, config_));
+  auto m = std::unique_ptr<Model>(new Model());
+  m->config_ = config_;
+  m->rope_ = rope_;
+  m->manifest_ = experts_manifest;
+  m->backend_ = backend_;
+  m->experts_ = experts;
+  m->token_embd_ = token_embd_;
+  m->output_ = output_;
+  m->output_norm_ = output_norm_;
+  m->layers_ = layers_;
+  m->ws_ = std::make_unique<Workspace>();
+  return m;
+}
 
 std::unique_ptr<KvCache> Model::NewCache() const {
   auto cache = std::make_unique<KvCache>();

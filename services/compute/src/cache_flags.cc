@@ -74,6 +74,15 @@ void AddCacheFlags(CLI::App* app, CacheFlags* f) {
       ->capture_default_str();
   app->add_option("--max-queued", f->max_queued, "Requests waiting for a batch slot; more get 429")
       ->capture_default_str();
+  app->add_option("--speculative", f->speculative,
+                  "Speculative decoding: off, auto (drafts per sequence when measured to pay), ngram (prompt lookup), "
+                  "self (--draft-experts) or draft (--draft-model)")
+      ->capture_default_str();
+  app->add_option("--draft-max", f->draft_max, "Drafted tokens verified per pass, at most (1..16)")->capture_default_str();
+  app->add_option("--draft-experts", f->draft_experts,
+                  "Self-speculation: a copy of the experts quantized to this type at load (e.g. q2_k), held in RAM");
+  app->add_option("--draft-model", f->draft_model,
+                  "Speculation with a second colibri model (same vocabulary), held in RAM");
 }
 
 namespace {
@@ -143,6 +152,14 @@ absl::Status ApplyCacheFlags(const CacheFlags& f, ComputeNodeOptions* o) {
     return absl::InvalidArgumentError("--prefill-chunk must be between 1 and 65536");
   }
   o->prefill_chunk = f.prefill_chunk;
+  if (auto m = engine::ParseSpeculativeMode(f.speculative); !m.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--speculative: ", m.status().message()));
+  }
+  if (f.draft_max < 1 || f.draft_max > 16) return absl::InvalidArgumentError("--draft-max must be between 1 and 16");
+  o->speculative = f.speculative;
+  o->draft_max = f.draft_max;
+  o->draft_experts = f.draft_experts;
+  o->draft_model_dir = f.draft_model;
   return absl::OkStatus();
 }
 

@@ -24,6 +24,10 @@
 //   --warm-start auto|off     read experts into the cache in the background at start-up (auto:
 //                             all of them when they fit, else the hottest by routing heat)
 //   --trace-out FILE          routing trace: one JSON line per token and layer
+//   --speculative MODE        off | auto | ngram | self | draft (speculative decoding; off)
+//   --draft-max N             drafted tokens per verify pass, at most (4)
+//   --draft-experts TYPE      self drafter: the experts quantized to TYPE (q2_k) held in RAM
+//   --draft-model DIR         draft drafter: a second colibri model, same vocabulary, in RAM
 #pragma once
 
 #include <string>
@@ -54,6 +58,10 @@ struct CacheFlags {
   int max_batch = 16;    // sequences decoded together (continuous batching)
   int max_queued = 256;  // requests waiting for a batch slot
   int64_t prefill_chunk = 512;  // prompt tokens per sequence per forward step
+  std::string speculative = "off";
+  int draft_max = 4;
+  std::string draft_experts;
+  std::string draft_model;
 };
 
 void AddCacheFlags(CLI::App* app, CacheFlags* flags);

@@ -108,6 +108,19 @@ ComputeMetrics::ComputeMetrics(std::shared_ptr<prometheus::Registry> r) : regist
                                        "Expert stall per token forwarded, since start");
   fetched_bytes_per_token_ = MakeGauge(*registry, "colibri_compute_expert_fetched_bytes_per_token",
                                        "Expert bytes read below the cache per token forwarded, since start");
+  fetched_bytes_per_generated_token_ =
+      MakeGauge(*registry, "colibri_compute_expert_fetched_bytes_per_generated_token",
+                "Expert bytes read below the cache per generated token (per accepted token with speculation), since start");
+  verify_passes_ = MakeCounter(*registry, "colibri_compute_speculative_verify_passes_total",
+                               "Speculative decoding: forward passes that verified drafted tokens");
+  draft_tokens_ = MakeCounter(*registry, "colibri_compute_speculative_draft_tokens_total",
+                              "Speculative decoding: tokens drafted and verified");
+  accepted_draft_tokens_ = MakeCounter(*registry, "colibri_compute_speculative_accepted_tokens_total",
+                                       "Speculative decoding: drafted tokens the model accepted");
+  draft_acceptance_ratio_ = MakeGauge(*registry, "colibri_compute_speculative_acceptance_ratio",
+                                      "Speculative decoding: accepted over drafted tokens, since start");
+  tokens_per_verify_pass_ = MakeGauge(*registry, "colibri_compute_speculative_tokens_per_pass",
+                                      "Speculative decoding: tokens produced per verify pass, since start");
   dense_bytes_ = MakeGauge(*registry, "colibri_compute_dense_bytes", "Bytes of resident dense weights");
   kv_cache_bytes_ = MakeGauge(*registry, "colibri_compute_kv_cache_bytes", "Bytes of KV caches (active and pooled)");
   kv_restored_tokens_ = MakeCounter(*registry, "colibri_compute_kv_restored_tokens_total",
@@ -215,6 +228,15 @@ void ComputeMetrics::Refresh(ComputeNode& node) {
   SyncCounter(requests_, c.requests.load());
   SyncCounter(prompt_tokens_, c.prompt_tokens.load());
   SyncCounter(generated_tokens_, c.generated_tokens.load());
+  fetched_bytes_per_generated_token_->Set(
+      Ratio(static_cast<double>(stats.bytes_fetched), static_cast<double>(c.generated_tokens.load())));
+  SyncCounter(verify_passes_, c.verify_passes.load());
+  SyncCounter(draft_tokens_, c.draft_tokens.load());
+  SyncCounter(accepted_draft_tokens_, c.accepted_draft_tokens.load());
+  draft_acceptance_ratio_->Set(
+      Ratio(static_cast<double>(c.accepted_draft_tokens.load()), static_cast<double>(c.draft_tokens.load())));
+  tokens_per_verify_pass_->Set(
+      Ratio(static_cast<double>(c.verify_pass_tokens.load()), static_cast<double>(c.verify_passes.load())));
   SyncCounter(requests_cancelled_, c.cancelled.load());
   SyncCounter(store_failovers_, node.store_failovers());
   for (const auto& st : node.store_states()) {

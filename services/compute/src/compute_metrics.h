@@ -71,6 +71,13 @@ class ComputeMetrics {
   prometheus::Counter* stall_seconds_;
   prometheus::Gauge* stall_seconds_per_token_;
   prometheus::Gauge* fetched_bytes_per_token_;
+  prometheus::Gauge* fetched_bytes_per_generated_token_;
+  // Speculative decoding.
+  prometheus::Counter* verify_passes_;
+  prometheus::Counter* draft_tokens_;
+  prometheus::Counter* accepted_draft_tokens_;
+  prometheus::Gauge* draft_acceptance_ratio_;
+  prometheus::Gauge* tokens_per_verify_pass_;
   prometheus::Gauge* dense_bytes_;
   prometheus::Gauge* kv_cache_bytes_;
   // KV offload / persistence (kv_store.h) and the router's prefetch hints.

@@ -1,11 +1,13 @@
 #include "compute_node.h"
 
 #include <chrono>
+#include <thread>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "colibri/backend/cpu_backend.h"
 #include "colibri/backend/cuda_backend.h"
 #include "colibri/core/checksum.h"
@@ -55,6 +57,48 @@ absl::Status CheckDeviceMemory(const backend::Backend& be, const model::Manifest
 }
 
 }  // namespace
+
+absl::Status ComputeNode::LoadDrafter(const ComputeNodeOptions& o) {
+  ASSIGN_OR_RETURN(const engine::SpeculativeMode mode, engine::ParseSpeculativeMode(o.speculative));
+  if (!o.draft_experts.empty() && !o.draft_model_dir.empty()) {
+    return absl::InvalidArgumentError("--draft-experts and --draft-model exclude each other");
+  }
+  if (mode == engine::SpeculativeMode::kSelf && o.draft_experts.empty()) {
+    return absl::InvalidArgumentError("--speculative self needs --draft-experts (e.g. q2_k)");
+  }
+  if (mode == engine::SpeculativeMode::kDraft && o.draft_model_dir.empty()) {
+    return absl::InvalidArgumentError("--speculative draft needs --draft-model DIR");
+  }
+  if (mode == engine::SpeculativeMode::kOff || mode == engine::SpeculativeMode::kNgram) return absl::OkStatus();
+  const model::Manifest& m = container_->manifest();
+  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const auto start = std::chrono::steady_clock::now();
+  if (!o.draft_experts.empty()) {
+    auto dtype = quant::ParseDType(o.draft_experts);
+    if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat("--draft-experts: ", dtype.status().message()));
+    ASSIGN_OR_RETURN(draft_experts_, engine::ResidentExperts::Load(m, origin_.get(), *dtype, threads));
+    ASSIGN_OR_RETURN(draft_model_, model_->NewDrafter(draft_experts_->manifest(), draft_experts_.get()));
+  } else if (!o.draft_model_dir.empty()) {
+    ASSIGN_OR_RETURN(draft_container_, model::Container::Open(o.draft_model_dir));
+    const model::ModelConfig& dc = draft_container_->manifest().config;
+    if (dc.vocab_size != m.config.vocab_size || dc.eos_token_ids != m.config.eos_token_ids) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--draft-model ", o.draft_model_dir, ": vocabulary of ", dc.vocab_size, " tokens (EOS ",
+          absl::StrJoin(dc.eos_token_ids, ","), "), the model has ", m.config.vocab_size, " (EOS ",
+          absl::StrJoin(m.config.eos_token_ids, ","), "): a draft model must share the tokenizer"));
+    }
+    ASSIGN_OR_RETURN(draft_disk_, expert_source::DiskSource::Open(draft_container_.get()));
+    ASSIGN_OR_RETURN(draft_experts_,
+                     engine::ResidentExperts::Load(draft_container_->manifest(), draft_disk_.get(), std::nullopt, threads));
+    ASSIGN_OR_RETURN(draft_model_, engine::Model::Load(*draft_container_, backend_.get(), draft_experts_.get()));
+  } else {
+    return absl::OkStatus();  // auto without a drafter model: n-gram drafting
+  }
+  spdlog::info("speculative decoding ({}): drafter experts {} in RAM{}, loaded in {:.2f} s", o.speculative,
+               FormatSize(draft_experts_->bytes()), o.draft_experts.empty() ? "" : " (" + o.draft_experts + ")",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(const ComputeNodeOptions& requested) {
   ComputeNodeOptions options = requested;
@@ -129,6 +173,10 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(const ComputeNo
     ASSIGN_OR_RETURN(node->kv_store_, engine::KvStore::Open(std::move(ko)));
     eo.kv_store = node->kv_store_.get();
   }
+  RETURN_IF_ERROR(node->LoadDrafter(options));
+  ASSIGN_OR_RETURN(eo.speculative, engine::ParseSpeculativeMode(options.speculative));
+  eo.draft_max = options.draft_max;
+  eo.draft_model = node->draft_model_.get();
   node->engine_ = std::make_unique<engine::Engine>(node->model_.get(), eo);
 #ifdef __GLIBC__
   // Start-up built and dropped JSON trees of the manifest (the parse, the fingerprints): glibc

@@ -16,6 +16,7 @@
 #include "colibri/backend/backend.h"
 #include "colibri/engine/engine.h"
 #include "colibri/engine/kv_store.h"
+#include "colibri/engine/resident_experts.h"
 #include "colibri/expert_source/cache_tier.h"
 #include "colibri/expert_source/disk_source.h"
 #include "colibri/model/container.h"
@@ -66,6 +67,14 @@ struct ComputeNodeOptions {
   std::string backend = "cpu";     // --backend cpu | cuda
   int device = 0;                  // --device: CUDA device index
   int64_t prefill_chunk = 512;
+  // Speculative decoding (colibri/engine/speculative.h): --speculative off|auto|ngram|self|draft,
+  // --draft-max, and the drafter models: --draft-experts TYPE (self: a copy of the experts
+  // quantized to TYPE at load and held in RAM, with the dense weights) or --draft-model DIR
+  // (draft: a second colibri model with the same vocabulary, its experts held in RAM).
+  std::string speculative = "off";
+  int draft_max = 4;
+  std::string draft_experts;
+  std::string draft_model_dir;
 };
 
 using expert_source::ExpertUse;
@@ -91,6 +100,8 @@ class ComputeNode {
   expert_source::CacheTier::ClearResult ClearCache() { return cache_->Clear(); }
   ExpertCache& expert_cache() { return *cache_; }
   const engine::Model& model() const { return *model_; }
+  // The drafter's experts held in RAM (self or draft speculation), or nullptr.
+  const engine::ResidentExperts* draft_experts() const { return draft_experts_.get(); }
   const backend::Backend& backend() const { return *backend_; }
   // The local disk source (nullptr when experts come from stores).
   const expert_source::DiskSource* disk() const { return disk_; }
@@ -119,11 +130,20 @@ class ComputeNode {
   expert_source::DiskSource* disk_ = nullptr;             // origin_, when it is the disk
   std::unique_ptr<ExpertCache> cache_;
   std::unique_ptr<engine::Model> model_;
+  // Speculative decoding's drafter: a draft model's directory and its disk (--draft-model), the
+  // experts it runs on, in RAM, and the model (which shares model_'s weights for self-drafting).
+  std::unique_ptr<model::Container> draft_container_;
+  std::unique_ptr<expert_source::DiskSource> draft_disk_;
+  std::unique_ptr<engine::ResidentExperts> draft_experts_;
+  std::unique_ptr<engine::Model> draft_model_;
   std::unique_ptr<engine::KvStore> kv_store_;  // outlives engine_ (which persists into it)
   std::unique_ptr<engine::Engine> engine_;
   std::atomic<uint64_t> prefetch_hints_{0};  // expert prefetches started from router hints
   ComputeNodeOptions options_;
   AutoSettingsReport auto_settings_;
+
+  // Loads the drafter the speculation options ask for (none for off, ngram, and auto without one).
+  absl::Status LoadDrafter(const ComputeNodeOptions& options);
 };
 
 }  // namespace colibri::compute

@@ -14,6 +14,10 @@
 // when a later prompt continues them. At destruction the whole pool is written to the store
 // (and persisted when it has a directory), so a restarted node resumes conversations warm.
 //
+// Speculative decoding (speculative.h): with EngineOptions::speculative, a decoding sequence
+// may add drafted tokens to its row; the pass verifies them and the sequence keeps the accepted
+// ones. Greedy output is the same as without; sampled output has the same distribution.
+//
 // Generate() blocks the calling thread; tokens are handed to on_token on that same thread, so a
 // slow consumer (a network client) never stalls the batch. Thread-safe.
 #pragma once
@@ -34,6 +38,7 @@
 #include "colibri/core/cancel.h"
 #include "colibri/engine/model.h"
 #include "colibri/engine/sampler.h"
+#include "colibri/engine/speculative.h"
 
 namespace colibri::engine {
 
@@ -60,6 +65,11 @@ struct GenerationResult {
   // Rows of this request (prompt and generated tokens it computed) routed to each expert:
   // [layer * n_experts + expert]. What the router's prefetch hints learn from.
   std::vector<uint32_t> expert_counts;
+  // Speculative decoding: verify passes (a decode row with drafted tokens), tokens drafted in
+  // them and of those accepted.
+  int64_t verify_passes = 0;
+  int64_t draft_tokens = 0;
+  int64_t accepted_draft_tokens = 0;
 };
 
 // Bytes of KV cache one more token takes in the engine (K and V, F32) in the layers that keep
@@ -80,6 +90,13 @@ struct EngineOptions {
   uint64_t kv_cache_limit = 0;     // bytes of KV (active + pooled); 0: unlimited
   int kv_pool_entries = 64;        // finished sequences kept for reuse
   KvStore* kv_store = nullptr;     // where evicted caches go (not owned; outlives the engine)
+  // Speculative decoding. auto: per sequence, when it decodes alone (no other sequence in the
+  // batch, no prefill), drafting as far as the controller finds it pays; ngram/self/draft: every
+  // decoding sequence drafts up to draft_max tokens with that drafter. self and draft draft with
+  // draft_model (auto too when it is set; else auto uses the n-gram drafter).
+  SpeculativeMode speculative = SpeculativeMode::kOff;
+  int draft_max = 4;               // drafted tokens per pass, at most
+  Model* draft_model = nullptr;    // not owned; outlives the engine; same vocabulary as the model
 };
 
 struct EngineCounters {
@@ -94,6 +111,12 @@ struct EngineCounters {
   std::atomic<uint64_t> active{0};
   std::atomic<uint64_t> kv_restored_tokens{0};  // prompt tokens whose KV came from the KvStore
   std::atomic<uint64_t> cancelled{0};           // requests that finished cancelled
+  // Speculative decoding: verify passes, tokens drafted and accepted, tokens those passes
+  // produced (accepted drafts and the target's own next token).
+  std::atomic<uint64_t> verify_passes{0};
+  std::atomic<uint64_t> draft_tokens{0};
+  std::atomic<uint64_t> accepted_draft_tokens{0};
+  std::atomic<uint64_t> verify_pass_tokens{0};
 };
 
 class Engine {
@@ -130,6 +153,16 @@ class Engine {
   void Step();
   void Admit();
   void Finish(Sequence* seq, absl::Status status);
+  // The drafter a new sequence gets (nullptr: it does not speculate).
+  std::unique_ptr<Drafter> NewDrafter(const GenerationRequest& request) const;
+  // Drafts for a decoding sequence (speculative decoding) into seq->draft, at most `room` tokens.
+  void DraftFor(Sequence* seq, int64_t room);
+  // Samples a span's last 1 + drafted logits rows (the last fed token's, then each drafted
+  // token's: seq->draft), keeps the accepted drafts, rolls the KV back over the rest and hands
+  // out the tokens.
+  void SampleRows(Sequence* seq, const float* rows, int64_t n_rows, int64_t drafted);
+  // Hands a sampled token to the caller; finishes the sequence on a stop token or its budget.
+  void Emit(Sequence* seq, SampledToken tok);
   // Holds `lock` (mu_) on entry and return, but releases it while a KvStore cache is read (from
   // disk) and restored, so Generate, ClearKvPool and evictions never wait for a disk.
   std::unique_ptr<KvCache> TakeCache(Sequence* seq, std::unique_lock<std::mutex>& lock);
@@ -150,6 +183,7 @@ class Engine {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Sequence>> queue_;
   std::vector<std::shared_ptr<Sequence>> active_;  // scheduler thread only
+  PassCosts pass_costs_;                            // scheduler thread only
   std::list<PoolEntry> pool_;                       // front = most recently used
   bool stop_ = false;
   std::thread scheduler_;

@@ -120,6 +120,13 @@ class Model {
                                                      const ModelOptions& options = {});
   ~Model();
 
+  // A second model for self-speculative drafting: this model's dense weights (shared, not
+  // copied: this model must outlive it) over another expert source whose blocks
+  // `experts_manifest` describes (ResidentExperts' low-bit copy of this model's experts).
+  // FailedPrecondition when that manifest's experts do not fit this model's config.
+  absl::StatusOr<std::unique_ptr<Model>> NewDrafter(const model::Manifest& experts_manifest,
+                                                    expert_source::ExpertSource* experts) const;
+
   const model::ModelConfig& config() const { return config_; }
   const model::Manifest& manifest() const { return manifest_; }
   uint64_t dense_bytes() const { return dense_size_; }

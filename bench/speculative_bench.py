@@ -1,0 +1,106 @@
+#!/usr/bin/python3
+"""Speculative decoding per drafter, disk-bound and fully cached, measured in one run.
+
+    bench/speculative_bench.py [--preset demo] [--layers 8] [--quantize q8_0] [--tokens 96]
+
+A Mixtral-shaped generated model (gen_tiny_model.py), colibri-cli run per configuration: the expert
+cache holding 1/4 of the experts (O_DIRECT reads: disk-bound) and holding all of them; per drafter
+(--speculative off, ngram, self with --draft-experts q2_k and q8_0, auto with and without the
+self drafter), each run --repeats times in turn, the median tok/s reported:
+decode tok/s, speed-up over off, acceptance, tokens per verify pass, expert bytes read per
+generated token. The disk-bound limit of plain decoding is the raw O_DIRECT read rate of the
+experts file (dd) over off's bytes per token. Prints a markdown table and the load average.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'tests'))
+import testlib  # noqa: E402
+
+RATE = re.compile(r'tokens in [\d.]+ s \(([\d.]+) tok/s\).*?(\d+) expert bytes read')
+SPEC = re.compile(r'speculative: (\d+) verify passes, (\d+) of (\d+) drafted tokens accepted')
+
+DRAFTERS = (
+    ('off', ('--speculative', 'off')),
+    ('ngram', ('--speculative', 'ngram')),
+    ('self (q2_k experts)', ('--speculative', 'self', '--draft-experts', 'q2_k')),
+    ('self (q8_0 experts)', ('--speculative', 'self', '--draft-experts', 'q8_0')),
+    ('auto (n-gram)', ('--speculative', 'auto')),
+    ('auto (self, q2_k)', ('--speculative', 'auto', '--draft-experts', 'q2_k')),
+    ('auto (self, q8_0)', ('--speculative', 'auto', '--draft-experts', 'q8_0')),
+)
+
+
+def raw_read_rate(path):
+    """Bytes/s of an O_DIRECT sequential read of `path` (dd), or 0 when dd cannot tell."""
+    p = subprocess.run(['dd', f'if={path}', 'of=/dev/null', 'bs=4M', 'iflag=direct'], capture_output=True, text=True)
+    m = re.search(r'(\d+) bytes .* copied, ([\d.]+) s', p.stderr)
+    return int(m.group(1)) / float(m.group(2)) if m and float(m.group(2)) > 0 else 0
+
+
+def run(model, prompt, tokens, cache, draft_max, extra):
+    p = testlib.run([testlib.binary('colibri-cli'), 'run', '--model', model, '--prompt-tokens',
+                     ','.join(map(str, prompt)), '--max-tokens', str(tokens), '--temperature', '0', '--ignore-eos',
+                     '--expert-cache-size', str(cache), '--warm-start', 'off', '--threads', '2',
+                     '--draft-max', str(draft_max), *extra])
+    out = p.stdout + p.stderr
+    rate, read = RATE.search(out).groups()
+    spec = SPEC.search(out)
+    passes, accepted, drafted = (int(x) for x in spec.groups()) if spec else (0, 0, 0)
+    return {'tok_s': float(rate), 'read': int(read) / tokens, 'passes': passes, 'accepted': accepted,
+            'drafted': drafted, 'ids': json.loads(p.stdout.strip().splitlines()[-1])}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--preset', default='demo')
+    ap.add_argument('--layers', type=int, default=8)
+    ap.add_argument('--quantize', default='q8_0')
+    ap.add_argument('--tokens', type=int, default=96)
+    ap.add_argument('--draft-max', type=int, default=4)
+    ap.add_argument('--repeats', type=int, default=2)
+    a = ap.parse_args()
+    d = testlib.tempdir('colibri-speculative-bench-')
+    try:
+        hf = testlib.gen_model(os.path.join(d, 'hf'), 'mixtral', a.preset, 'f32', extra=('--layers', str(a.layers)))
+        model = testlib.convert(hf, os.path.join(d, 'bench'), a.quantize)
+        manifest = json.load(open(os.path.join(model, 'manifest.json')))
+        blocks = manifest['experts']['blocks']
+        expert_bytes = sum(b['padded_size'] for b in blocks)
+        files = sorted({b['file'] for b in blocks})
+        disk = raw_read_rate(os.path.join(model, files[0]))
+        prompt = [1] + list(range(300, 315)) + list(range(300, 308))
+        print(f'model: mixtral {a.preset}, {a.layers} layers, {a.quantize}, {len(blocks)} expert blocks, '
+              f'{expert_bytes / 2**20:.1f} MiB of experts; {a.tokens} greedy tokens, draft max {a.draft_max}, '
+              f'2 threads; raw O_DIRECT read {disk / 1e9:.2f} GB/s; load average {os.getloadavg()[0]:.1f}\n')
+        print('| expert cache | drafter | tok/s | vs off | acceptance | tokens/pass | expert bytes read/token |'
+              ' same tokens |')
+        print('|---|---|---|---|---|---|---|---|')
+        for label, cache in (('1/4 of experts (disk-bound)', expert_bytes // 4), ('all experts', expert_bytes * 2)):
+            runs = {name: [] for name, _ in DRAFTERS}
+            for _ in range(a.repeats):  # in turn, so that load changes hit every drafter alike
+                for name, extra in DRAFTERS:
+                    runs[name].append(run(model, prompt, a.tokens, cache, a.draft_max, extra))
+            base = None
+            for name, _ in DRAFTERS:
+                rs = sorted(runs[name], key=lambda r: r['tok_s'])
+                r = rs[len(rs) // 2]
+                base = base or r
+                acc = f'{100 * r["accepted"] / r["drafted"]:.0f}%' if r['drafted'] else '-'
+                tpp = f'{(r["accepted"] + r["passes"]) / r["passes"]:.2f}' if r['passes'] else '-'
+                print(f'| {label} | {name} | {r["tok_s"]:.1f} | {r["tok_s"] / base["tok_s"]:.2f}x | {acc} | {tpp} | '
+                      f'{r["read"] / 1024:.0f} KiB | {"yes" if r["ids"] == base["ids"] else "NO"} |')
+            if label.startswith('1/4') and base['read'] > 0 and disk > 0:
+                print(f'| {label} | disk-bound limit of off (raw read / bytes per token) | {disk / base["read"]:.1f} |'
+                      ' | | | | |')
+        print(f'\nload average after: {os.getloadavg()[0]:.1f}')
+    finally:
+        testlib.rmtree(d)
+
+
+if __name__ == '__main__':
+    main()

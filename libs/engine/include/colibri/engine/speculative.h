@@ -1,0 +1,114 @@
+// Speculative decoding: a Drafter guesses the next tokens of a sequence cheaply; the engine
+// verifies the pending token and k drafted ones in ONE forward pass of k + 1 rows of that
+// sequence (each MoE layer fetches the union of their experts once, so one disk read serves
+// several tokens), accepts the longest drafted prefix the target agrees with
+// (Sampler::SampleDraft: greedy identical to plain decoding, sampling by rejection so the
+// target's distribution is kept) plus the target's own next token, and rolls the KV cache
+// back over the rejected positions (KvCache::Truncate; exact, sliding-window rings included,
+// as a verify pass grows the rings by its rows).
+//
+// A SpeculationController per sequence chooses k from the measured acceptance rate and the
+// measured cost of passes (PassCosts: seconds of a forward pass by its rows, disk waits
+// included), and turns drafting off when no k pays.
+//
+// Drafters and controllers belong to one sequence and run on the engine's scheduler thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "colibri/engine/model.h"
+
+namespace colibri::engine {
+
+// --speculative: off; auto (the controller decides, per sequence, whether and how far to draft;
+// the n-gram drafter, or the self drafter when one is loaded); ngram, self, draft (that drafter,
+// always drafting draft_max tokens when it has a guess: for measuring each drafter).
+enum class SpeculativeMode { kOff, kAuto, kNgram, kSelf, kDraft };
+absl::StatusOr<SpeculativeMode> ParseSpeculativeMode(std::string_view name);
+std::string_view SpeculativeModeName(SpeculativeMode mode);
+
+// Proposes tokens one per position (a point mass: what SampleDraft's acceptance rule assumes).
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  // Up to max_tokens tokens expected to follow `context` (the sequence so far: prompt and
+  // generated tokens, the last one not yet fed to the target). Fewer, or none, without a guess.
+  virtual absl::StatusOr<std::vector<int32_t>> Draft(std::span<const int32_t> context, int max_tokens) = 0;
+};
+
+// Prompt lookup (no model): the latest earlier occurrence of the context's last n tokens, n from
+// max_ngram down to min_ngram, and the tokens that followed it. Strong on code, edits, quotes.
+class NgramDrafter : public Drafter {
+ public:
+  explicit NgramDrafter(int min_ngram = 1, int max_ngram = 4) : min_ngram_(min_ngram), max_ngram_(max_ngram) {}
+  absl::StatusOr<std::vector<int32_t>> Draft(std::span<const int32_t> context, int max_tokens) override;
+
+ private:
+  int min_ngram_, max_ngram_;
+};
+
+// Greedy drafting with a second model (a small model with the target's vocabulary, or the
+// target's dense weights over a low-bit resident copy of its experts). Keeps its own KV cache of
+// the context and feeds only what changed since the last call (after a rejection, from the
+// common prefix on). `model` is not owned and is used from one thread at a time.
+class ModelDrafter : public Drafter {
+ public:
+  explicit ModelDrafter(Model* model) : model_(model), cache_(model->NewCache()) {}
+  absl::StatusOr<std::vector<int32_t>> Draft(std::span<const int32_t> context, int max_tokens) override;
+
+ private:
+  Model* model_;
+  std::unique_ptr<KvCache> cache_;
+  std::vector<int32_t> fed_;  // tokens whose KV is in cache_
+};
+
+// Seconds of a forward pass by its rows (1..max_rows), an exponential moving average of the
+// passes of one decoding sequence (the cost of a verify pass against a plain step). Engine-wide.
+class PassCosts {
+ public:
+  explicit PassCosts(int max_rows) : seconds_(static_cast<size_t>(max_rows) + 1, 0.0) {}
+  void Record(int rows, double seconds);
+  double Seconds(int rows) const;  // 0: not measured yet
+  int max_rows() const { return static_cast<int>(seconds_.size()) - 1; }
+
+ private:
+  std::vector<double> seconds_;
+};
+
+// The draft length of one sequence. Acceptance is estimated as a per-token rate a (accepted
+// drafts over accepted drafts plus rejections, exponentially decayed; prior 1/2); k drafts then
+// yield (1 - a^(k+1)) / (1 - a) tokens per pass at the cost of a (k+1)-row pass plus k drafted
+// tokens, against one token per single-row pass. Adaptive: the k with the best ratio (a pass size
+// not measured yet is assumed to cost what the widest measured narrower one does, so it gets
+// tried once), 0 when none beats plain decoding by kMinGain (re-probed with one token every
+// kProbeInterval plain steps); fixed: always draft_max.
+class SpeculationController {
+ public:
+  static constexpr double kMinGain = 1.05;
+  static constexpr int kProbeInterval = 64;
+
+  SpeculationController(int draft_max, bool adaptive) : draft_max_(draft_max), adaptive_(adaptive) {}
+  // Tokens to draft for the next pass (0: a plain step).
+  int DraftLength(const PassCosts& costs);
+  // A verify pass: `drafted` tokens proposed, the first `accepted` kept; drafting took `seconds`.
+  void Observe(int drafted, int accepted, double draft_seconds);
+  double acceptance() const { return accepted_ / std::max(1e-9, accepted_ + rejected_); }
+  // The expected speed-up of drafting k tokens (1 for k = 0; 0 before a plain step is measured).
+  double Gain(int k, const PassCosts& costs) const;
+  // Seconds of a pass of `rows` rows: measured, else the widest measured narrower pass's.
+  static double PassSeconds(int rows, const PassCosts& costs);
+
+ private:
+  int draft_max_;
+  bool adaptive_;
+  double accepted_ = 1.0, rejected_ = 1.0;  // decayed counts; the prior is a = 1/2
+  double draft_seconds_per_token_ = 0;
+  int plain_steps_ = 0;
+};
+
+}  // namespace colibri::engine

@@ -1,0 +1,141 @@
+#include "colibri/engine/speculative.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "colibri/core/status.h"
+#include "colibri/engine/sampler.h"
+
+namespace colibri::engine {
+
+absl::StatusOr<SpeculativeMode> ParseSpeculativeMode(std::string_view name) {
+  for (SpeculativeMode m : {SpeculativeMode::kOff, SpeculativeMode::kAuto, SpeculativeMode::kNgram,
+                            SpeculativeMode::kSelf, SpeculativeMode::kDraft}) {
+    if (SpeculativeModeName(m) == name) return m;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("speculative mode '", std::string(name), "': expected auto, off, ngram, self or draft"));
+}
+
+std::string_view SpeculativeModeName(SpeculativeMode mode) {
+  switch (mode) {
+    case SpeculativeMode::kOff: return "off";
+    case SpeculativeMode::kAuto: return "auto";
+    case SpeculativeMode::kNgram: return "ngram";
+    case SpeculativeMode::kSelf: return "self";
+    case SpeculativeMode::kDraft: return "draft";
+  }
+  return "off";
+}
+
+absl::StatusOr<std::vector<int32_t>> NgramDrafter::Draft(std::span<const int32_t> context, int max_tokens) {
+  std::vector<int32_t> out;
+  const int64_t L = static_cast<int64_t>(context.size());
+  if (max_tokens <= 0) return out;
+  for (int64_t n = std::min<int64_t>(max_ngram_, L - 1); n >= min_ngram_; --n) {
+    const std::span<const int32_t> tail = context.subspan(static_cast<size_t>(L - n));
+    // The latest earlier occurrence (it may overlap the tail: a repeating pattern continues).
+    for (int64_t i = L - n - 1; i >= 0; --i) {
+      if (!std::equal(tail.begin(), tail.end(), context.begin() + i)) continue;
+      const int64_t from = i + n, to = std::min(L, from + max_tokens);
+      out.assign(context.begin() + from, context.begin() + to);
+      return out;
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<int32_t>> ModelDrafter::Draft(std::span<const int32_t> context, int max_tokens) {
+  std::vector<int32_t> out;
+  const int64_t room = model_->config().context_length - static_cast<int64_t>(context.size());
+  max_tokens = static_cast<int>(std::min<int64_t>(max_tokens, room));
+  if (max_tokens <= 0 || context.empty()) return out;
+  size_t n = 0;
+  while (n < fed_.size() && n < context.size() && fed_[n] == context[n]) ++n;
+  if (n == context.size()) --n;  // the last token is fed again for its logits
+  n = static_cast<size_t>(cache_->Truncate(static_cast<int64_t>(n)));
+  fed_.resize(n);
+  std::vector<BatchItem> batch;
+  for (size_t i = n; i < context.size(); ++i) {
+    batch.push_back({cache_.get(), context[i], static_cast<int32_t>(i), i + 1 == context.size()});
+  }
+  std::vector<float> logits;
+  for (;;) {
+    logits.clear();
+    if (absl::Status st = model_->Forward(batch, &logits); !st.ok()) {
+      cache_->Truncate(0);  // whatever the failed pass left is not trusted
+      fed_.clear();
+      return st;
+    }
+    for (const BatchItem& b : batch) fed_.push_back(b.token);
+    out.push_back(ArgMax(logits));
+    if (static_cast<int>(out.size()) >= max_tokens) return out;
+    batch = {{cache_.get(), out.back(), static_cast<int32_t>(cache_->n_past()), true}};
+  }
+}
+
+void PassCosts::Record(int rows, double seconds) {
+  if (rows < 1 || rows > max_rows()) return;
+  double& s = seconds_[static_cast<size_t>(rows)];
+  s = s == 0 ? seconds : 0.8 * s + 0.2 * seconds;
+}
+
+double PassCosts::Seconds(int rows) const {
+  return rows >= 1 && rows <= max_rows() ? seconds_[static_cast<size_t>(rows)] : 0;
+}
+
+double SpeculationController::PassSeconds(int rows, const PassCosts& costs) {
+  // Unmeasured: the largest measured pass below it (a pass never costs less than a narrower
+  // one). Optimistic on purpose: a size that looks best gets tried, and then it is measured; on
+  // a disk-bound model a wide pass may cost little more than a narrow one (the union of the
+  // rows' experts saturates), which extrapolating from narrow passes would never find.
+  for (int r = rows; r >= 1; --r) {
+    if (costs.Seconds(r) > 0) return costs.Seconds(r);
+  }
+  return 0;
+}
+
+double SpeculationController::Gain(int k, const PassCosts& costs) const {
+  const double t1 = costs.Seconds(1);
+  if (k == 0) return 1.0;
+  if (t1 <= 0) return 0.0;
+  const double a = acceptance();
+  double tokens = 0, ak = 1;
+  for (int i = 0; i <= k; ++i, ak *= a) tokens += ak;
+  return tokens * t1 / (PassSeconds(k + 1, costs) + k * draft_seconds_per_token_);
+}
+
+int SpeculationController::DraftLength(const PassCosts& costs) {
+  if (!adaptive_) return draft_max_;
+  if (costs.Seconds(1) <= 0) return 0;  // a plain step first: the cost everything is compared to
+  const int longest = std::min(draft_max_, costs.max_rows() - 1);
+  int best = 0;
+  double best_gain = kMinGain;
+  for (int k = 1; k <= longest; ++k) {
+    const double g = Gain(k, costs);
+    if (g > best_gain) {
+      best = k;
+      best_gain = g;
+    }
+  }
+  if (best > 0) {
+    plain_steps_ = 0;
+    return best;
+  }
+  // Off: probe with one drafted token now and then, as acceptance depends on the text.
+  if (++plain_steps_ < kProbeInterval || draft_max_ < 1) return 0;
+  plain_steps_ = 0;
+  return 1;
+}
+
+void SpeculationController::Observe(int drafted, int accepted, double draft_seconds) {
+  if (drafted <= 0) return;
+  constexpr double kDecay = 0.9;
+  accepted_ = kDecay * accepted_ + accepted;
+  rejected_ = kDecay * rejected_ + (accepted < drafted ? 1 : 0);
+  const double per_token = draft_seconds / drafted;
+  draft_seconds_per_token_ = draft_seconds_per_token_ == 0 ? per_token : 0.8 * draft_seconds_per_token_ + 0.2 * per_token;
+}
+
+}  // namespace colibri::engine
