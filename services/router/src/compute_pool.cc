@@ -63,4 +63,33 @@ void ComputePool::MarkDown(size_t i) {
 
 void ComputePool::MarkUp(size_t i) { nodes_[i]->down_until_ns = 0; }
 
+absl::StatusOr<ComputeResult> ComputePool::Generate(
+    uint64_t key, const ComputeRequest& request, const std::vector<expert_source::ExpertId>& hints,
+    const std::function<bool(const generation::SampledToken&)>& on_token) {
+  std::vector<size_t> order = Order(key);
+  if (!hints.empty()) {
+    // Advisory: a failed hint never fails the request.
+    absl::StatusOr<size_t> hinted = node(order[0]).Prefetch(hints);
+    if (!hinted.ok() && hinted.status().code() == absl::StatusCode::kUnavailable) {
+      MarkDown(order[0]);
+      order = Order(key);
+    }
+  }
+  bool streamed = false;  // a token reached the caller: no failover from here on
+  auto tracked = [&](const generation::SampledToken& t) {
+    streamed = true;
+    return on_token(t);
+  };
+  for (size_t attempt = 0;; ++attempt) {
+    absl::StatusOr<ComputeResult> generated = node(order[attempt]).Generate(request, tracked);
+    if (generated.ok()) {
+      MarkUp(order[attempt]);
+      return generated;
+    }
+    const bool unavailable = generated.status().code() == absl::StatusCode::kUnavailable;
+    if (unavailable) MarkDown(order[attempt]);
+    if (!unavailable || streamed || attempt + 1 >= order.size()) return generated;
+  }
+}
+
 }  // namespace colibri::router

@@ -45,6 +45,14 @@ class ComputePool {
   void MarkDown(size_t i);
   void MarkUp(size_t i);
 
+  // Runs `request` on the nodes in Order(key): `hints` (may be empty) go to the first as an
+  // advisory Prefetch (a node UNAVAILABLE to it is marked down and skipped); a node answering
+  // UNAVAILABLE before any token reached on_token is marked down and the next one tried; the
+  // node that answers is marked up. The last node's error otherwise.
+  absl::StatusOr<ComputeResult> Generate(uint64_t key, const ComputeRequest& request,
+                                         const std::vector<expert_source::ExpertId>& hints,
+                                         const std::function<bool(const generation::SampledToken&)>& on_token);
+
  private:
   struct Node {
     std::unique_ptr<ComputeClient> client;

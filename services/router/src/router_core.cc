@@ -143,25 +143,12 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
   ComputeRequest cr = request;  // the compute part of the request, then clamped to the context
   cr.max_tokens = std::min(request.max_tokens, context_length_ - n_prompt);
   cr.min_tokens = std::min(request.min_tokens, cr.max_tokens);
-  // The conversation's node first; on to the next while a node is unreachable and nothing has
-  // been streamed yet.
+  // The conversation's node (ComputePool: affinity, hints, failover before the first token).
   const uint64_t key = request.affinity_key != 0 ? request.affinity_key
                                                  : ComputePool::Key(request.session_id, request.prompt);
-  std::vector<size_t> order = computes_->Order(key);
-  if (hint_experts_ > 0 && !request.session_id.empty()) {
-    const auto hints = heat_.Hints(request.session_id, hint_experts_);
-    // Advisory: a failed hint never fails the request; an unreachable node is marked down so the
-    // request goes straight to the next one.
-    if (!hints.empty()) {
-      absl::StatusOr<size_t> hinted = computes_->node(order[0]).Prefetch(hints);
-      if (!hinted.ok() && hinted.status().code() == absl::StatusCode::kUnavailable) {
-        computes_->MarkDown(order[0]);
-        order = computes_->Order(key);
-      }
-    }
-  }
-  size_t attempt = 0;
-  ComputeClient* compute = &computes_->node(order[0]);
+  const std::vector<expert_source::ExpertId> hints =
+      hint_experts_ > 0 && !request.session_id.empty() ? heat_.Hints(request.session_id, hint_experts_)
+                                                       : std::vector<expert_source::ExpertId>();
 
   tokenizer::StreamDecoder decoder(tok_.get());
   StopStringMatcher stops(request.stop_strings);
@@ -175,10 +162,8 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
     delta.tokens.clear();
     return keep;
   };
-  bool streamed = false;  // a token reached this request: no failover from here on
   int64_t tokens_out = 0;
   auto on_token = [&](const generation::SampledToken& t) -> bool {
-    streamed = true;
     delta.tokens.push_back(t);
     std::string text = decoder.Push(t.id);
     // As vLLM: stop strings count only once min_tokens tokens are out (until then the text
@@ -200,18 +185,8 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std
     }
     return true;
   };
-  absl::StatusOr<ComputeResult> generated = compute->Generate(cr, on_token);
-  while (!generated.ok() && generated.status().code() == absl::StatusCode::kUnavailable && !streamed &&
-         attempt + 1 < order.size()) {
-    computes_->MarkDown(order[attempt]);
-    compute = &computes_->node(order[++attempt]);
-    generated = compute->Generate(cr, on_token);
-  }
-  if (!generated.ok()) {
-    if (generated.status().code() == absl::StatusCode::kUnavailable) computes_->MarkDown(order[attempt]);
-    return generated.status();
-  }
-  computes_->MarkUp(order[attempt]);
+  absl::StatusOr<ComputeResult> generated = computes_->Generate(key, cr, hints, on_token);
+  if (!generated.ok()) return generated.status();
   ComputeResult cres = std::move(*generated);
   result.prompt_tokens = cres.prompt_tokens > 0 ? cres.prompt_tokens : n_prompt;
   result.completion_tokens = cres.completion_tokens;

@@ -852,3 +852,61 @@ TEST(ComputePoolTest, ChatKeyIsTheSameInEveryTurn) {
 
 }  // namespace
 }  // namespace colibri::router
+
+namespace colibri::router {
+namespace {
+
+// ComputePool on its own: the first node down before a token → the next one answers and the
+// first is ranked last from then on; an error other than UNAVAILABLE, or one after a token was
+// streamed, is returned as is, without trying another node.
+TEST(ComputePoolTest, FailsOverOnlyWhileNothingWasStreamed) {
+  FakeCompute::Log log_a, log_b;
+  auto a = std::make_unique<FakeCompute>(std::vector<int32_t>{5, 6}, &log_a);
+  auto b = std::make_unique<FakeCompute>(std::vector<int32_t>{7, 8}, &log_b);
+  FakeCompute *fa = a.get(), *fb = b.get();
+  std::vector<std::unique_ptr<ComputeClient>> nodes;
+  nodes.push_back(std::move(a));
+  nodes.push_back(std::move(b));
+  ComputePool pool(std::move(nodes));
+  // A key whose first choice is node 0.
+  uint64_t key = 1;
+  while (pool.Order(key)[0] != 0) ++key;
+  ComputeRequest req;
+  req.prompt = {1, 2};
+  req.max_tokens = 8;
+  std::vector<int32_t> got;
+  auto collect = [&](const generation::SampledToken& t) {
+    got.push_back(t.id);
+    return true;
+  };
+  fa->error_ = absl::UnavailableError("node 0 down");
+  auto r = pool.Generate(key, req, {}, collect);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(got, (std::vector<int32_t>{7, 8}));
+  EXPECT_EQ(log_a.requests.size(), 1u);
+  EXPECT_EQ(log_b.requests.size(), 1u);
+  EXPECT_EQ(pool.Order(key)[0], 1u);  // node 0 is skipped while marked down
+  // Node 1 dies after streaming a token: no failover (the caller has part of an answer).
+  fa->error_ = absl::OkStatus();
+  fb->error_ = absl::UnavailableError("died mid-stream");
+  fb->fail_after_script_ = true;
+  got.clear();
+  r = pool.Generate(key, req, {}, collect);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(got, (std::vector<int32_t>{7, 8}));
+  EXPECT_EQ(log_a.requests.size(), 1u);
+  // Not UNAVAILABLE: returned without trying the other node (a fresh pool: both are down now).
+  FakeCompute::Log log_c, log_d;
+  std::vector<std::unique_ptr<ComputeClient>> fresh;
+  fresh.push_back(std::make_unique<FakeCompute>(std::vector<int32_t>{5}, &log_c));
+  fresh.push_back(std::make_unique<FakeCompute>(std::vector<int32_t>{7}, &log_d));
+  static_cast<FakeCompute*>(fresh[0].get())->error_ = absl::InvalidArgumentError("bad request");
+  ComputePool pool2(std::move(fresh));
+  r = pool2.Generate(key, req, {}, collect);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(log_c.requests.size(), 1u);
+  EXPECT_EQ(log_d.requests.size(), 0u);
+}
+
+}  // namespace
+}  // namespace colibri::router
