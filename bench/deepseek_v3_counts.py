@@ -58,6 +58,19 @@ def fp8(w):
     return dc.fp8_e4m3_encode(w / scale), scale.astype(np.float32)
 
 
+def attention_tensors(t, p, linear, h=H, nh=NH, nope=NOPE, rope=ROPE, v=V, q_lora=Q_LORA, kv_lora=KV_LORA):
+    """One layer's norms (ones) and latent-attention projections into t under prefix p;
+    linear(name, rows, cols) adds a weight (and its scales) to t."""
+    for norm, n in (('input_layernorm', h), ('post_attention_layernorm', h), ('self_attn.q_a_layernorm', q_lora),
+                    ('self_attn.kv_a_layernorm', kv_lora)):
+        t[p + norm + '.weight'] = np.ones(n, dtype=np.float32)
+    linear('self_attn.q_a_proj', q_lora, h)
+    linear('self_attn.q_b_proj', nh * (nope + rope), q_lora)
+    linear('self_attn.kv_a_proj_with_mqa', kv_lora + rope, h)
+    linear('self_attn.kv_b_proj', nh * (nope + v), kv_lora)
+    linear('self_attn.o_proj', h, nh * v)
+
+
 def layer_tensors(i, rng):
     """Layer i's tensors ({name: array}); uint8 arrays are FP8 codes."""
     p, t = f'model.layers.{i}.', {}
@@ -66,14 +79,7 @@ def layer_tensors(i, rng):
         codes, scale = fp8(rng.standard_normal((rows, cols)) / np.sqrt(cols))
         t[p + name + '.weight'], t[p + name + '.weight_scale_inv'] = codes, scale.reshape(1, 1)
 
-    for norm, n in (('input_layernorm', H), ('post_attention_layernorm', H), ('self_attn.q_a_layernorm', Q_LORA),
-                    ('self_attn.kv_a_layernorm', KV_LORA)):
-        t[p + norm + '.weight'] = np.ones(n, dtype=np.float32)
-    linear('self_attn.q_a_proj', Q_LORA, H)
-    linear('self_attn.q_b_proj', NH * (NOPE + ROPE), Q_LORA)
-    linear('self_attn.kv_a_proj_with_mqa', KV_LORA + ROPE, H)
-    linear('self_attn.kv_b_proj', NH * (NOPE + V), KV_LORA)
-    linear('self_attn.o_proj', H, NH * V)
+    attention_tensors(t, p, linear)
     if i < DENSE:
         linear('mlp.gate_proj', DENSE_FFN, H)
         linear('mlp.up_proj', DENSE_FFN, H)

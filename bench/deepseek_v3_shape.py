@@ -13,7 +13,7 @@ the bytes moved), imported with colibri-convert (default q4_k_m: Q4_K experts).
 
 Prints: the model's sizes; KV bytes per token, latent vs decompressed (this model and V3's 61
 layers); decode under the cap (colibri-cli bench, cold) against the disk-bound limit (the measured
-O_DIRECT random-read rate over the expert bytes missed per token); decode after a prompt of each
+random O_DIRECT block-read rate, testlib.disk_read_rate, over the expert bytes missed per token); decode after a prompt of each
 --contexts length (colibri-cli run). One run; load noted.
 """
 import argparse
@@ -29,7 +29,9 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, 'tests'))
 sys.path.insert(0, os.path.join(ROOT, 'tests', 'golden'))
+sys.path.insert(0, os.path.join(ROOT, 'bench'))
 import deepseek_convert as dc  # noqa: E402
+import deepseek_v3_counts as counts  # noqa: E402
 import testlib  # noqa: E402
 
 H, NH, NOPE, ROPE, V, Q_LORA, KV_LORA, FFN, VOCAB = 7168, 128, 128, 64, 128, 1536, 512, 2048, 512
@@ -65,14 +67,7 @@ def layer_tensors(i, experts, rng):
     def linear(name, rows, cols):
         t[p + name + '.weight'], t[p + name + '.weight_scale_inv'] = fp8_linear(rng, rows, cols)
 
-    for norm, n in (('input_layernorm', H), ('post_attention_layernorm', H), ('self_attn.q_a_layernorm', Q_LORA),
-                    ('self_attn.kv_a_layernorm', KV_LORA)):
-        t[p + norm + '.weight'] = np.ones(n, dtype=np.float32)
-    linear('self_attn.q_a_proj', Q_LORA, H)
-    linear('self_attn.q_b_proj', NH * (NOPE + ROPE), Q_LORA)
-    linear('self_attn.kv_a_proj_with_mqa', KV_LORA + ROPE, H)
-    linear('self_attn.kv_b_proj', NH * (NOPE + V), KV_LORA)
-    linear('self_attn.o_proj', H, NH * V)
+    counts.attention_tensors(t, p, linear, H, NH, NOPE, ROPE, V, Q_LORA, KV_LORA)
     # Router scores spread enough that different tokens pick different experts.
     t[p + 'mlp.gate.weight'] = (rng.standard_normal((experts, H)) * 4 / np.sqrt(H)).astype(np.float32)
     t[p + 'mlp.gate.e_score_correction_bias'] = (rng.standard_normal(experts) * 0.01).astype(np.float32)
@@ -109,27 +104,6 @@ def write_checkpoint(out, layers, experts):
         json.dump({'metadata': {}, 'weight_map': weight_map}, f)
 
 
-def dir_bytes(d):
-    return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs)
-
-
-def direct_read_rate(path, block, reads=24):
-    """GB/s of O_DIRECT reads of `block` bytes at random aligned offsets of `path` (what a miss costs)."""
-    size = os.path.getsize(path)
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-    try:
-        import mmap
-        buf = mmap.mmap(-1, block)
-        rng = np.random.default_rng(1)
-        t0 = time.time()
-        for _ in range(reads):
-            off = int(rng.integers(0, max(1, (size - block) // 4096))) * 4096
-            os.preadv(fd, [buf], off)
-        return reads * block / (time.time() - t0) / 1e9
-    finally:
-        os.close(fd)
-
-
 RUN_LOG = re.compile(r'prompt (\d+) tokens in ([\d.]+) s; (\d+) tokens in ([\d.]+) s \(([\d.]+) tok/s\); '
                      r'expert cache (\d+) hits / (\d+) misses, (\d+) expert bytes read')
 
@@ -161,7 +135,7 @@ def main():
         blocks = m['experts']['blocks']
         block_bytes = max(b['size'] for b in blocks)
         experts_bytes = sum(b['size'] for b in blocks)
-        print(f'{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; checkpoint {dir_bytes(hf) / 1e9:.2f} GB FP8 '
+        print(f'{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; checkpoint {counts.dir_bytes(hf) / 1e9:.2f} GB FP8 '
               f'(generated {gen_s:.0f} s), imported ({a.quantize}) in {convert_s:.0f} s: {len(blocks)} expert blocks of '
               f'{block_bytes / 2**20:.1f} MiB, {experts_bytes / 2**30:.2f} GiB of experts, dense '
               f'{m["dense"]["size"] / 2**20:.0f} MiB\n')
@@ -171,7 +145,7 @@ def main():
         print(f'| latent (kv_lora + rope = {KV_LORA + ROPE}) | {lat} | {61 * lat / 2**10:.0f} KiB |')
         print(f'| decompressed K and V ({NH} x ({NOPE + ROPE} + {V})) | {dec} | {61 * dec / 2**20:.2f} MiB |')
         print(f'| ratio | {dec / lat:.0f}x | |\n')
-        rate = direct_read_rate(os.path.join(model, blocks[0]['file']), block_bytes)
+        rate = testlib.disk_read_rate(model) / 1e9
         cache = int(experts_bytes * a.cache_share)
         p = testlib.run([testlib.binary('colibri-cli'), 'bench', '--model', model, '--threads', '2',
                          '--expert-cache-size', str(cache), '--warm-start', 'off', '-p', '64', '-n', str(a.tokens),
@@ -180,7 +154,7 @@ def main():
         tg = r[f'tg{a.tokens}']
         missed = tg['expert_bytes_per_token']
         limit = rate * 1e9 / missed if missed > 0 else float('inf')
-        print(f'O_DIRECT random {block_bytes / 2**20:.1f} MiB reads: {rate:.2f} GB/s\n')
+        print(f'O_DIRECT random reads of whole expert blocks (colibri-cli plan): {rate:.2f} GB/s\n')
         print(f'| cache {a.cache_share:.0%} of the experts ({cache / 2**20:.0f} MiB), cold | tok/s | hit rate | '
               f'expert bytes read / token | disk-bound limit | fraction |')
         print('|---|---|---|---|---|---|')

@@ -8,14 +8,13 @@ cache holding 1/4 of the experts (O_DIRECT reads: disk-bound) and holding all of
 (--speculative off, ngram, self with --draft-experts q2_k and q8_0, auto with and without the
 self drafter), each run --repeats times in turn, the median tok/s reported:
 decode tok/s, speed-up over off, acceptance, tokens per verify pass, expert bytes read per
-generated token. The disk-bound limit of plain decoding is the raw O_DIRECT read rate of the
-experts file (dd) over off's bytes per token. Prints a markdown table and the load average.
+generated token. The disk-bound limit of plain decoding is the disk's random O_DIRECT block read
+rate (testlib.disk_read_rate: colibri-cli plan's probe) over off's bytes per token. Prints a markdown table and the load average.
 """
 import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'tests'))
@@ -33,13 +32,6 @@ DRAFTERS = (
     ('auto (self, q2_k)', ('--speculative', 'auto', '--draft-experts', 'q2_k')),
     ('auto (self, q8_0)', ('--speculative', 'auto', '--draft-experts', 'q8_0')),
 )
-
-
-def raw_read_rate(path):
-    """Bytes/s of an O_DIRECT sequential read of `path` (dd), or 0 when dd cannot tell."""
-    p = subprocess.run(['dd', f'if={path}', 'of=/dev/null', 'bs=4M', 'iflag=direct'], capture_output=True, text=True)
-    m = re.search(r'(\d+) bytes .* copied, ([\d.]+) s', p.stderr)
-    return int(m.group(1)) / float(m.group(2)) if m and float(m.group(2)) > 0 else 0
 
 
 def run(model, prompt, tokens, cache, draft_max, extra):
@@ -71,12 +63,11 @@ def main():
         manifest = json.load(open(os.path.join(model, 'manifest.json')))
         blocks = manifest['experts']['blocks']
         expert_bytes = sum(b['padded_size'] for b in blocks)
-        files = sorted({b['file'] for b in blocks})
-        disk = raw_read_rate(os.path.join(model, files[0]))
+        disk = testlib.disk_read_rate(model)
         prompt = [1] + list(range(300, 315)) + list(range(300, 308))
         print(f'model: mixtral {a.preset}, {a.layers} layers, {a.quantize}, {len(blocks)} expert blocks, '
               f'{expert_bytes / 2**20:.1f} MiB of experts; {a.tokens} greedy tokens, draft max {a.draft_max}, '
-              f'2 threads; raw O_DIRECT read {disk / 1e9:.2f} GB/s; load average {os.getloadavg()[0]:.1f}\n')
+              f'2 threads; O_DIRECT random block reads {disk / 1e9:.2f} GB/s; load average {os.getloadavg()[0]:.1f}\n')
         print('| expert cache | drafter | tok/s | vs off | acceptance | tokens/pass | expert bytes read/token |'
               ' same tokens |')
         print('|---|---|---|---|---|---|---|---|')
@@ -95,7 +86,7 @@ def main():
                 print(f'| {label} | {name} | {r["tok_s"]:.1f} | {r["tok_s"] / base["tok_s"]:.2f}x | {acc} | {tpp} | '
                       f'{r["read"] / 1024:.0f} KiB | {"yes" if r["ids"] == base["ids"] else "NO"} |')
             if label.startswith('1/4') and base['read'] > 0 and disk > 0:
-                print(f'| {label} | disk-bound limit of off (raw read / bytes per token) | {disk / base["read"]:.1f} |'
+                print(f'| {label} | disk-bound limit of off (disk read rate / bytes per token) | {disk / base["read"]:.1f} |'
                       ' | | | | |')
         print(f'\nload average after: {os.getloadavg()[0]:.1f}')
     finally:

@@ -54,6 +54,14 @@ def micro_model(workdir, name='demo'):
     return convert(hf, os.path.join(workdir, name), 'f32')
 
 
+def disk_read_rate(model, seconds=1.0):
+    """Bytes/s of random O_DIRECT reads of whole expert blocks of `model` (colibri-cli plan's disk
+    probe: what a cache miss costs), for benchmarks' disk-bound limits."""
+    p = run([binary('colibri-cli'), 'plan', '--model', model, '--json', '--measure-seconds', str(seconds)])
+    disks = json.loads(p.stdout)['machine']['disks']
+    return disks[0]['read_bytes_per_second'] if disks else 0.0
+
+
 def cli_run(model, tokens, max_tokens, logits_out=None, extra=()):
     """colibri-cli run with greedy decoding; returns the generated ids."""
     cmd = [binary('colibri-cli'), 'run', '--model', model, '--prompt-tokens', ','.join(map(str, tokens)),
