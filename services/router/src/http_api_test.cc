@@ -65,17 +65,15 @@ class HttpApiChatTest : public ::testing::Test {
     api_ = std::move(*api);
   }
 
-  json Post(json body) {
+  // POSTs `body` to `path`: the parsed answer, or for "stream": true the SSE events' JSON
+  // payloads in order ([DONE] left out).
+  json PostJson(const std::string& path, const json& body) {
     httplib::Client client("127.0.0.1", api_->port());
-    body["model"] = "tiny-moe";
-    body["messages"] = json::array({{{"role", "user"}, {"content", "What is the weather in Paris?"}}});
-    body["max_tokens"] = 1000;
-    auto res = client.Post("/v1/chat/completions", body.dump(), "application/json");
+    auto res = client.Post(path, body.dump(), "application/json");
     EXPECT_TRUE(res) << "no response";
     if (!res) return json();
     EXPECT_EQ(res->status, 200) << res->body;
     if (!body.value("stream", false)) return json::parse(res->body);
-    // The SSE events' JSON payloads, in order.
     json events = json::array();
     size_t at = 0;
     while ((at = res->body.find("data: ", at)) != std::string::npos) {
@@ -87,26 +85,22 @@ class HttpApiChatTest : public ::testing::Test {
     return events;
   }
 
+  static json Question() {
+    return json::array({{{"role", "user"}, {"content", "What is the weather in Paris?"}}});
+  }
+
+  // POST /v1/chat/completions with `body`'s extra fields.
+  json Post(json body) {
+    body["model"] = "tiny-moe";
+    body["messages"] = Question();
+    body["max_tokens"] = 1000;
+    return PostJson("/v1/chat/completions", body);
+  }
+
   // POST /v1/messages: the message (not streamed) or the events' payloads (streamed).
   json PostMessages(bool stream) {
-    httplib::Client client("127.0.0.1", api_->port());
-    json body = {{"model", "tiny-moe"},
-                 {"max_tokens", 1000},
-                 {"stream", stream},
-                 {"messages", json::array({{{"role", "user"}, {"content", "What is the weather in Paris?"}}})}};
-    auto res = client.Post("/v1/messages", body.dump(), "application/json");
-    EXPECT_TRUE(res) << "no response";
-    if (!res) return json();
-    EXPECT_EQ(res->status, 200) << res->body;
-    if (!stream) return json::parse(res->body);
-    json events = json::array();
-    size_t at = 0;
-    while ((at = res->body.find("data: ", at)) != std::string::npos) {
-      const size_t end = res->body.find("\n\n", at);
-      events.push_back(json::parse(res->body.substr(at + 6, end - at - 6)));
-      at = end;
-    }
-    return events;
+    return PostJson("/v1/messages",
+                    {{"model", "tiny-moe"}, {"max_tokens", 1000}, {"stream", stream}, {"messages", Question()}});
   }
 
   // Anthropic events folded into the message's content blocks and stop reason, as the SDK
