@@ -179,27 +179,9 @@ size_t StableLength(std::string_view text, ChatOutputFormat format) {
       }
       return n;
     }
-    case ChatOutputFormat::kHarmony: {
-      const size_t msg = text.rfind("<|message|>");
-      if (msg == std::string_view::npos) return 0;  // the first header is still being written
-      size_t n = BeforePartialMarker(text, kHarmonyMarkers);
-      // The last message's header starts after the previous message's end (or at its <|start|>).
-      const std::string_view before = text.substr(0, msg);
-      size_t header = 0;
-      for (std::string_view end : {"<|end|>", "<|return|>", "<|call|>"}) {
-        const size_t at = before.rfind(end);
-        if (at != std::string_view::npos) header = std::max(header, at + end.size());
-      }
-      const size_t start = before.rfind("<|start|>");
-      if (start != std::string_view::npos) header = std::max(header, start);
-      const std::string_view body = text.substr(msg);
-      const bool open = std::none_of(kHarmonyMarkers.begin(), kHarmonyMarkers.end(), [&](std::string_view m) {
-        return m != "<|message|>" && m != "<|channel|>" && m != "<|constrain|>" &&
-               body.find(m) != std::string_view::npos;
-      });
-      if (open && before.substr(header).find("to=functions.") != std::string_view::npos) n = std::min(n, header);
-      return n;
-    }
+    case ChatOutputFormat::kHarmony:
+      if (text.find("<|message|>") == std::string_view::npos) return 0;  // the first header is still being written
+      return std::min(BeforePartialMarker(text, kHarmonyMarkers), UnfinishedHarmonyCall(text));
   }
   return text.size();
 }

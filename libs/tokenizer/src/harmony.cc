@@ -84,4 +84,21 @@ HarmonyOutput ParseHarmony(std::string_view text) {
   return out;
 }
 
+size_t UnfinishedHarmonyCall(std::string_view text) {
+  const size_t msg = text.rfind(kMessage);
+  if (msg == std::string_view::npos) return std::string_view::npos;
+  const std::string_view body = text.substr(msg + kMessage.size());
+  for (std::string_view end : kBodyEnds) {
+    if (body.find(end) != std::string_view::npos) return std::string_view::npos;  // terminated
+  }
+  // The header starts after the previous message's terminator, or at its own <|start|>.
+  const std::string_view before = text.substr(0, msg);
+  size_t header = 0;
+  for (std::string_view end : kBodyEnds) {
+    const size_t at = before.rfind(end);
+    if (at != std::string_view::npos) header = std::max(header, end == kStart ? at : at + end.size());
+  }
+  return before.substr(header).find("to=functions.") != std::string_view::npos ? header : std::string_view::npos;
+}
+
 }  // namespace colibri::tokenizer

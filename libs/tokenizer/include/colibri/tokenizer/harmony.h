@@ -34,4 +34,8 @@ bool IsHarmonyTemplate(std::string_view chat_template);
 // keeps what it has.
 HarmonyOutput ParseHarmony(std::string_view text);
 
+// Where the header of a tool call still being written begins (its last message is addressed to
+// functions.* and not terminated yet), or npos: text from there may not be shown as content.
+size_t UnfinishedHarmonyCall(std::string_view text);
+
 }  // namespace colibri::tokenizer
