@@ -44,19 +44,23 @@ double ReadBandwidth(size_t bytes, int threads) {
   return best;
 }
 
-absl::StatusOr<DiskReadResult> ReadExpertBlocks(const model::Container& container, int threads, double gib) {
+absl::StatusOr<DiskReadResult> ReadExpertBlocks(const model::Container& container, int threads,
+                                                double gib) {
   namespace es = expert_source;
   auto disk = es::DiskSource::Open(&container, {.direct_io = true});
   if (!disk.ok()) return disk.status();
   const auto& m = container.manifest();
-  if (m.experts.empty()) return absl::InvalidArgumentError("the model has no expert blocks to read");
+  if (m.experts.empty())
+    return absl::InvalidArgumentError("the model has no expert blocks to read");
   threads = std::max(1, threads);
   const uint64_t block = m.experts[0].padded_size;
-  const int64_t n = std::max<int64_t>(threads, static_cast<int64_t>(gib * (1ull << 30) / static_cast<double>(block)));
+  const int64_t n = std::max<int64_t>(
+      threads, static_cast<int64_t>(gib * (1ull << 30) / static_cast<double>(block)));
   std::vector<es::ExpertId> order;
   std::mt19937 rng(3);
   for (int64_t i = 0; i < n; ++i) {
-    order.push_back({static_cast<int32_t>(rng() % m.config.n_layers), static_cast<int32_t>(rng() % m.config.n_experts)});
+    order.push_back({static_cast<int32_t>(rng() % m.config.n_layers),
+                     static_cast<int32_t>(rng() % m.config.n_experts)});
   }
   std::atomic<int64_t> next{0};
   std::atomic<bool> failed{false};
@@ -65,12 +69,14 @@ absl::StatusOr<DiskReadResult> ReadExpertBlocks(const model::Container& containe
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&] {
       for (int64_t i = next++; i < n; i = next++) {
-        if (!(*disk)->Fetch(order[static_cast<size_t>(i)], es::Priority::kDemand).ok()) failed = true;
+        if (!(*disk)->Fetch(order[static_cast<size_t>(i)], es::Priority::kDemand).ok())
+          failed = true;
       }
     });
   }
   for (auto& t : workers) t.join();
-  if (failed) return absl::DataLossError("an expert block read failed in " + container.dir().string());
+  if (failed)
+    return absl::DataLossError("an expert block read failed in " + container.dir().string());
   return DiskReadResult{(*disk)->bytes_read(), Now() - t0, (*disk)->direct_io_files()};
 }
 

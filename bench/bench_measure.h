@@ -22,6 +22,7 @@ struct DiskReadResult {
 
 // Reads about `gib` GiB of the container's expert blocks in random order with O_DIRECT,
 // `threads` reads at once (what an expert cache's reader threads do on misses).
-absl::StatusOr<DiskReadResult> ReadExpertBlocks(const model::Container& container, int threads, double gib);
+absl::StatusOr<DiskReadResult> ReadExpertBlocks(const model::Container& container, int threads,
+                                                double gib);
 
 }  // namespace colibri::bench

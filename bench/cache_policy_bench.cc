@@ -29,10 +29,10 @@ namespace es = colibri::expert_source;
 
 struct Locality {
   std::string name;
-  double pop = 0;      // spread of the fixed per-expert popularity logits
-  double topic = 0;    // spread of the topic logits
-  int segment = 0;     // mean tokens per topic
-  double rho = 0;      // token-to-token correlation of the per-token logits
+  double pop = 0;    // spread of the fixed per-expert popularity logits
+  double topic = 0;  // spread of the topic logits
+  int segment = 0;   // mean tokens per topic
+  double rho = 0;    // token-to-token correlation of the per-token logits
 };
 
 struct Shape {
@@ -59,7 +59,8 @@ es::Trace Synthesize(const Shape& s, const Locality& loc, int tokens, uint64_t s
   const double keep = std::sqrt(1 - loc.rho * loc.rho);
   std::vector<std::pair<double, int>> logits(static_cast<size_t>(E));
   for (int tok = 0; tok < tokens; ++tok) {
-    if (loc.segment > 0 && u(rng) < 1.0 / loc.segment) current_topic = static_cast<int>(rng() % kTopics);
+    if (loc.segment > 0 && u(rng) < 1.0 / loc.segment)
+      current_topic = static_cast<int>(rng() % kTopics);
     for (int l = 0; l < L; ++l) {
       es::TraceRecord r;
       r.step = tok;
@@ -77,7 +78,8 @@ es::Trace Synthesize(const Shape& s, const Locality& loc, int tokens, uint64_t s
       r.probs.resize(static_cast<size_t>(E));
       for (int e = 0; e < E; ++e) sum += std::exp(logits[static_cast<size_t>(e)].first - mx);
       for (int e = 0; e < E; ++e) {
-        r.probs[static_cast<size_t>(e)] = static_cast<float>(std::exp(logits[static_cast<size_t>(e)].first - mx) / sum);
+        r.probs[static_cast<size_t>(e)] =
+            static_cast<float>(std::exp(logits[static_cast<size_t>(e)].first - mx) / sum);
       }
       std::partial_sort(logits.begin(), logits.begin() + K, logits.end(),
                         [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -95,14 +97,17 @@ double g_fast_weight = -1, g_slow_weight = -1, g_picked_weight = -1;  // overrid
 double g_window = -1, g_margin = -1;
 
 constexpr es::CachePolicyKind kKinds[] = {es::CachePolicyKind::kLru, es::CachePolicyKind::kLfu,
-                                          es::CachePolicyKind::kRouting, es::CachePolicyKind::kAdaptive};
+                                          es::CachePolicyKind::kRouting,
+                                          es::CachePolicyKind::kAdaptive};
 
 // One row per cache size: every policy, Belady, the default policy with the budget split per
 // layer, and (when the trace carries predictions) the default policy with lookahead prefetch.
-void Report(const es::Trace& t, const std::string& label, const std::vector<double>& sizes, int prefetch_depth) {
+void Report(const es::Trace& t, const std::string& label, const std::vector<double>& sizes,
+            int prefetch_depth) {
   const auto accesses = es::TraceAccesses(t);
   const int L = t.header.n_layers, E = t.header.n_experts, K = t.header.top_k;
-  const int depth = std::min(prefetch_depth < 0 ? t.header.lookahead_layers : prefetch_depth, t.header.lookahead_layers);
+  const int depth = std::min(prefetch_depth < 0 ? t.header.lookahead_layers : prefetch_depth,
+                             t.header.lookahead_layers);
   for (double pct : sizes) {
     const uint64_t blocks = static_cast<uint64_t>(pct / 100.0 * L * E + 0.5);
     auto params = es::DefaultPolicyParams(blocks, L, E, K);
@@ -114,22 +119,30 @@ void Report(const es::Trace& t, const std::string& label, const std::vector<doub
     const double belady = es::ReplayBelady(accesses, blocks).hit_rate();
     double rate[4];
     int i = 0;
-    for (auto kind : kKinds) rate[i++] = es::ReplayWithPolicy(accesses, blocks, kind, params).hit_rate();
-    const double per_layer = es::ReplayPerLayer(accesses, L, blocks, es::kDefaultCachePolicy, E, K).hit_rate();
+    for (auto kind : kKinds)
+      rate[i++] = es::ReplayWithPolicy(accesses, blocks, kind, params).hit_rate();
+    const double per_layer =
+        es::ReplayPerLayer(accesses, L, blocks, es::kDefaultCachePolicy, E, K).hit_rate();
     std::string prefetch = "- | - | -";
     if (depth > 0) {
-      const auto p = es::ReplayWithPrefetch(accesses, blocks, es::kDefaultCachePolicy, params, depth, t.header.block_bytes);
+      const auto p = es::ReplayWithPrefetch(accesses, blocks, es::kDefaultCachePolicy, params,
+                                            depth, t.header.block_bytes);
       char buf[160];
       std::snprintf(buf, sizeof(buf), "%.1f%% (%d) | %.1f%% | %.2f", 100 * p.coverage(), depth,
-                    p.prefetch_reads ? 100.0 * static_cast<double>(p.prefetch_wasted) / static_cast<double>(p.prefetch_reads) : 0.0,
-                    static_cast<double>(p.wasted_bytes) / (1 << 20) / (static_cast<double>(p.lookups) / (L * K)));
+                    p.prefetch_reads ? 100.0 * static_cast<double>(p.prefetch_wasted) /
+                                           static_cast<double>(p.prefetch_reads)
+                                     : 0.0,
+                    static_cast<double>(p.wasted_bytes) / (1 << 20) /
+                        (static_cast<double>(p.lookups) / (L * K)));
       prefetch = buf;
     }
     const double best_classic = std::max(rate[0], rate[1]);
-    std::printf("| %s | %d x %d, top-%d | %.0f%% | %.1f%% | %.1f%% | %.1f%% | **%.1f%%** | %+.1f | %.1f%% | %.0f%% | %.1f%% | %s |\n",
-                label.c_str(), L, E, K, pct, 100 * rate[0], 100 * rate[1], 100 * rate[2], 100 * rate[3],
-                100 * (rate[3] - best_classic), 100 * belady, belady > 0 ? 100 * rate[3] / belady : 0.0,
-                100 * per_layer, prefetch.c_str());
+    std::printf(
+        "| %s | %d x %d, top-%d | %.0f%% | %.1f%% | %.1f%% | %.1f%% | **%.1f%%** | %+.1f | %.1f%% "
+        "| %.0f%% | %.1f%% | %s |\n",
+        label.c_str(), L, E, K, pct, 100 * rate[0], 100 * rate[1], 100 * rate[2], 100 * rate[3],
+        100 * (rate[3] - best_classic), 100 * belady, belady > 0 ? 100 * rate[3] / belady : 0.0,
+        100 * per_layer, prefetch.c_str());
     std::fflush(stdout);
   }
 }
@@ -139,11 +152,12 @@ void PrintStats(const es::Trace& t) {
   const size_t L = s.repeat_first.size();
   auto at = [&](const std::vector<double>& v, size_t l) { return 100 * v[std::min(l, L - 1)]; };
   std::fprintf(stderr,
-               "%s: repeat first choice %.1f%% / %.1f%% / %.1f%% (layers 0, mid, last), any of top-k %.1f%% / %.1f%% / "
+               "%s: repeat first choice %.1f%% / %.1f%% / %.1f%% (layers 0, mid, last), any of "
+               "top-k %.1f%% / %.1f%% / "
                "%.1f%%, top expert share %.1f%% (layer 0), depth-1 prediction precision %.1f%%\n",
-               t.header.model.c_str(), at(s.repeat_first, 0), at(s.repeat_first, L / 2), at(s.repeat_first, L - 1),
-               at(s.repeat_any, 0), at(s.repeat_any, L / 2), at(s.repeat_any, L - 1), at(s.top_expert_share, 0),
-               100 * s.lookahead_precision);
+               t.header.model.c_str(), at(s.repeat_first, 0), at(s.repeat_first, L / 2),
+               at(s.repeat_first, L - 1), at(s.repeat_any, 0), at(s.repeat_any, L / 2),
+               at(s.repeat_any, L - 1), at(s.top_expert_share, 0), 100 * s.lookahead_precision);
 }
 
 }  // namespace
@@ -158,29 +172,37 @@ int main(int argc, char** argv) {
   for (const auto& m : es::SyntheticRouterPresets()) presets.push_back(m.name);
   bool partial = false;
   // Overrides of the presets' router statistics (calibration).
-  double o_pop = -1, o_prompt = -1, o_rho0 = -1, o_rho1 = -1, o_rho2 = -1, o_cross = -1, o_noise = -1;
+  double o_pop = -1, o_prompt = -1, o_rho0 = -1, o_rho1 = -1, o_rho2 = -1, o_cross = -1,
+         o_noise = -1;
   CLI::App app{"cache_policy_bench: cache policies vs Belady on routing traces"};
   app.add_option("--tokens", tokens, "Tokens per synthetic trace");
   app.add_option("--seed", seed);
   app.add_option("--trace", traces, "Recorded routing traces to replay as well");
   app.add_option("--sizes", sizes_text, "Cache sizes in percent of the experts");
-  app.add_option("--fast-weight", g_fast_weight, "Override the routing policy's recency weight (tuning)");
-  app.add_option("--slow-weight", g_slow_weight, "Override the routing policy's frequency weight (tuning)");
-  app.add_option("--adaptive-window", g_window, "Override the adaptive policy's window (cache turnovers)");
+  app.add_option("--fast-weight", g_fast_weight,
+                 "Override the routing policy's recency weight (tuning)");
+  app.add_option("--slow-weight", g_slow_weight,
+                 "Override the routing policy's frequency weight (tuning)");
+  app.add_option("--adaptive-window", g_window,
+                 "Override the adaptive policy's window (cache turnovers)");
   app.add_option("--adaptive-margin", g_margin, "Override the adaptive policy's switching margin");
-  app.add_option("--picked-weight", g_picked_weight, "Override the routing policy's picked weight (tuning)");
+  app.add_option("--picked-weight", g_picked_weight,
+                 "Override the routing policy's picked weight (tuning)");
   bool synthetic = false;
   app.add_option("--synthetic", synthetic, "Run the old hand-made locality traces too");
-  app.add_option("--presets", presets, "Synthetic routers with published statistics (synthetic_routing.h)");
+  app.add_option("--presets", presets,
+                 "Synthetic routers with published statistics (synthetic_routing.h)");
   app.add_option("--popularity", o_pop, "Override: fixed expert logit spread");
   app.add_option("--prompt", o_prompt, "Override: per-prompt logit spread");
   app.add_option("--rho-first", o_rho0, "Override: persistence at layer 0");
   app.add_option("--rho-mid", o_rho1, "Override: persistence at the middle layer");
   app.add_option("--rho-last", o_rho2, "Override: persistence at the last layer");
   app.add_option("--cross-layer", o_cross, "Override: cross-layer correlation");
-  app.add_option("--lookahead-noise", o_noise, "Override: depth-1 prediction noise (depth 2: 1.5x)");
+  app.add_option("--lookahead-noise", o_noise,
+                 "Override: depth-1 prediction noise (depth 2: 1.5x)");
   app.add_flag("--partial-probs", partial, "Presets record only the chosen experts' gate weights");
-  app.add_option("--prefetch-layers", prefetch_depth, "Lookahead depth for the prefetch columns (-1: the trace's)");
+  app.add_option("--prefetch-layers", prefetch_depth,
+                 "Lookahead depth for the prefetch columns (-1: the trace's)");
   CLI11_PARSE(app, argc, argv);
   std::vector<double> sizes;
   for (auto part : absl::StrSplit(sizes_text, ',')) {
@@ -192,9 +214,12 @@ int main(int argc, char** argv) {
                                             {"temporal", 0.5, 0, 0, 0.9},
                                             {"topics", 0.5, 1.5, 200, 0.5}};
   const std::vector<Shape> shapes = {{"mixtral", 32, 8, 2}, {"olmoe", 16, 64, 8}};
-  std::printf("| trace | layers x experts | cache | lru | lfu | routing | adaptive | adaptive - max(lru, lfu) | Belady | "
-              "adaptive / Belady | adaptive, per-layer budget | prefetch coverage (depth) | wasted prefetch reads | "
-              "wasted MiB / token |\n");
+  std::printf(
+      "| trace | layers x experts | cache | lru | lfu | routing | adaptive | adaptive - max(lru, "
+      "lfu) | Belady | "
+      "adaptive / Belady | adaptive, per-layer budget | prefetch coverage (depth) | wasted "
+      "prefetch reads | "
+      "wasted MiB / token |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& name : presets) {
     auto m = es::SyntheticRouterPreset(name);
@@ -216,7 +241,8 @@ int main(int argc, char** argv) {
       return 2;
     }
     PrintStats(*t);
-    Report(*t, "synthetic: " + name + (partial ? " (gate weights only)" : ""), sizes, prefetch_depth);
+    Report(*t, "synthetic: " + name + (partial ? " (gate weights only)" : ""), sizes,
+           prefetch_depth);
   }
   for (const auto& shape : synthetic ? shapes : std::vector<Shape>{}) {
     for (const auto& loc : localities) {

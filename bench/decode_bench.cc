@@ -49,15 +49,17 @@ bool SameShape(const std::string& dir, const colibri::model::ModelConfig& c) {
   auto container = colibri::model::Container::Open(dir);
   if (!container.ok()) return false;
   const auto& h = (*container)->manifest().config;
-  return h.n_layers == c.n_layers && h.hidden_size == c.hidden_size && h.expert_ffn == c.expert_ffn &&
-         h.n_experts == c.n_experts && h.top_k == c.top_k && h.n_heads == c.n_heads && h.n_kv_heads == c.n_kv_heads;
+  return h.n_layers == c.n_layers && h.hidden_size == c.hidden_size &&
+         h.expert_ffn == c.expert_ffn && h.n_experts == c.n_experts && h.top_k == c.top_k &&
+         h.n_heads == c.n_heads && h.n_kv_heads == c.n_kv_heads;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   colibri::InitLogging("warn");
-  int64_t layers = 16, hidden = 2048, ffn = 5632, vocab = 32000, experts = 8, top_k = 2, heads = 16, kv_heads = 4;
+  int64_t layers = 16, hidden = 2048, ffn = 5632, vocab = 32000, experts = 8, top_k = 2, heads = 16,
+          kv_heads = 4;
   int threads = 0, tokens = 32, prompt = 512, warmup = 8, io_threads = 4;
   bool reuse = false, keep = false, json = false;
   std::string quant = "q4_k", dense_quant, mode = "resident";
@@ -72,7 +74,8 @@ int main(int argc, char** argv) {
   app.add_option("--kv-heads", kv_heads);
   app.add_option("--vocab", vocab);
   app.add_option("--quant", quant, "expert matrices");
-  app.add_option("--dense-quant", dense_quant, "embedding, attention and output (default: --quant)");
+  app.add_option("--dense-quant", dense_quant,
+                 "embedding, attention and output (default: --quant)");
   app.add_option("--mode", mode)->check(CLI::IsMember({"resident", "cold", "quarter"}));
   app.add_option("--threads", threads);
   app.add_option("--io-threads", io_threads, "cache reader threads (cold, quarter)");
@@ -94,14 +97,20 @@ int main(int argc, char** argv) {
     return Fail("need --tokens >= 2, --prompt >= 1, and in quarter mode --tokens >= --warmup + 2");
   }
 
-  const colibri::model::ModelConfig c = colibri::bench::MixtralConfig(
-      {.layers = layers, .hidden = hidden, .ffn = ffn, .vocab = vocab, .experts = experts, .top_k = top_k,
-       .heads = heads, .kv_heads = kv_heads});
+  const colibri::model::ModelConfig c = colibri::bench::MixtralConfig({.layers = layers,
+                                                                       .hidden = hidden,
+                                                                       .ffn = ffn,
+                                                                       .vocab = vocab,
+                                                                       .experts = experts,
+                                                                       .top_k = top_k,
+                                                                       .heads = heads,
+                                                                       .kv_heads = kv_heads});
   double write_seconds = 0;
   if (!reuse || !SameShape(dir, c)) {
     std::mt19937_64 rng(1);
     const double t0 = Now();
-    if (auto st = colibri::bench::WriteRandomModel(dir, "bench", c, *dt, *dense_dt, *dense_dt, rng); !st.ok()) {
+    if (auto st = colibri::bench::WriteRandomModel(dir, "bench", c, *dt, *dense_dt, *dense_dt, rng);
+        !st.ok()) {
       return Fail("cannot write the synthetic model to " + dir + ": " + std::string(st.message()));
     }
     write_seconds = Now() - t0;
@@ -114,14 +123,16 @@ int main(int argc, char** argv) {
   // Bytes of weights one decoded token touches: every dense matrix except the embedding table
   // (one row), and top_k expert blocks per layer.
   double touched = 0;
-  for (const auto& t : m.dense) touched += t.name == "token_embd" ? static_cast<double>(t.size) / vocab : t.size;
+  for (const auto& t : m.dense)
+    touched += t.name == "token_embd" ? static_cast<double>(t.size) / vocab : t.size;
   const double block_bytes = static_cast<double>(m.experts[0].size);
   touched += static_cast<double>(layers * top_k) * block_bytes;
 
   // The disk's bandwidth for expert blocks, read the way the cache reads misses.
   double disk_bw = 0;
   if (mode == "quarter") {
-    auto r = colibri::bench::ReadExpertBlocks(**container, io_threads, std::min(1.0, expert_bytes / 2 / (1 << 30)));
+    auto r = colibri::bench::ReadExpertBlocks(**container, io_threads,
+                                              std::min(1.0, expert_bytes / 2 / (1 << 30)));
     if (!r.ok()) return Fail(std::string(r.status().message()));
     disk_bw = r->bandwidth();
   }
@@ -135,11 +146,13 @@ int main(int argc, char** argv) {
   opt.cache.io_threads = io_threads;
   opt.kv_cache_limit = 0;
   // A cache of the whole model, or of a quarter of its expert bytes.
-  opt.expert_cache_bytes = static_cast<uint64_t>(mode == "quarter" ? expert_bytes / 4 : expert_bytes * 1.05 + (64 << 20));
+  opt.expert_cache_bytes = static_cast<uint64_t>(
+      mode == "quarter" ? expert_bytes / 4 : expert_bytes * 1.05 + (64 << 20));
   auto node = colibri::compute::ComputeNode::Create(opt);
   if (!node.ok()) return Fail(std::string(node.status().message()));
   if (mode == "resident") {
-    if (auto n = (*node)->PreloadExperts(); !n.ok() || *n != layers * experts) return Fail("preload failed");
+    if (auto n = (*node)->PreloadExperts(); !n.ok() || *n != layers * experts)
+      return Fail("preload failed");
   }
   const double bw_before = colibri::bench::ReadBandwidth(1ull << 30, threads);
 
@@ -156,12 +169,14 @@ int main(int argc, char** argv) {
       fetched_at_first = (*node)->cache_stats().bytes_fetched;
       regions_at_first = host ? host->parallel_regions() : 0;
     }
-    if (static_cast<int>(arrivals.size()) == warmup + 1) fetched_at_warmup = (*node)->cache_stats().bytes_fetched;
+    if (static_cast<int>(arrivals.size()) == warmup + 1)
+      fetched_at_warmup = (*node)->cache_stats().bytes_fetched;
     return true;
   };
   colibri::engine::GenerationRequest req;
   const int n_prompt = mode == "cold" ? 1 : prompt;
-  for (int i = 0; i < n_prompt; ++i) req.prompt.push_back(3 + (i * 104729) % (static_cast<int>(vocab) - 3));
+  for (int i = 0; i < n_prompt; ++i)
+    req.prompt.push_back(3 + (i * 104729) % (static_cast<int>(vocab) - 3));
   req.max_tokens = tokens;
   req.ignore_eos = true;
   const auto stats_before = (*node)->cache_stats();
@@ -209,34 +224,41 @@ int main(int argc, char** argv) {
     const int measured = static_cast<int>(arrivals.size()) - 1 - warmup;
     decode_tps = measured / (arrivals.back() - arrivals[static_cast<size_t>(warmup)]);
     const double fetched = static_cast<double>(stats.bytes_fetched - fetched_at_warmup) / measured;
-    const double prefill_fetched = static_cast<double>(fetched_at_first - stats_before.bytes_fetched);
+    const double prefill_fetched =
+        static_cast<double>(fetched_at_first - stats_before.bytes_fetched);
     out["disk_bytes_per_second"] = disk_bw;
     out["fetched_bytes_per_token"] = fetched;
     out["disk_limit_tok_s"] = fetched > 0 ? disk_bw / fetched : 0.0;
     out["prefill_fetched_bytes"] = prefill_fetched;
-    out["prefill_disk_limit_tok_s"] = prefill_fetched > 0 ? n_prompt * disk_bw / prefill_fetched : 0.0;
+    out["prefill_disk_limit_tok_s"] =
+        prefill_fetched > 0 ? n_prompt * disk_bw / prefill_fetched : 0.0;
   }
   out["decode_tok_s"] = decode_tps;
   out["decode_median_tok_s"] = median_tps;
   if (json) {
     std::printf("%s\n", out.dump().c_str());
   } else {
-    std::printf("model: %lld layers, hidden %lld, expert ffn %lld, %lld experts top-%lld, %s experts, %s dense; "
-                "%.2f GiB; %d threads; mode %s\n\n",
-                static_cast<long long>(layers), static_cast<long long>(hidden), static_cast<long long>(ffn),
-                static_cast<long long>(experts), static_cast<long long>(top_k), quant.c_str(), dense_quant.c_str(),
-                model_bytes / (1 << 30), threads, mode.c_str());
+    std::printf(
+        "model: %lld layers, hidden %lld, expert ffn %lld, %lld experts top-%lld, %s experts, %s "
+        "dense; "
+        "%.2f GiB; %d threads; mode %s\n\n",
+        static_cast<long long>(layers), static_cast<long long>(hidden), static_cast<long long>(ffn),
+        static_cast<long long>(experts), static_cast<long long>(top_k), quant.c_str(),
+        dense_quant.c_str(), model_bytes / (1 << 30), threads, mode.c_str());
     std::printf("| measure | value |\n|---|---|\n");
     std::printf("| memory read bandwidth | %.2f GB/s |\n", bw / 1e9);
     std::printf("| weights touched per decoded token | %.1f MB |\n", touched / 1e6);
     std::printf("| bandwidth limit | %.2f tok/s |\n", limit);
-    std::printf("| decode | %.2f tok/s (%.0f%% of the limit) |\n", decode_tps, 100.0 * decode_tps / limit);
-    std::printf("| decode (median token) | %.2f tok/s (%.0f%%) |\n", median_tps, 100.0 * median_tps / limit);
+    std::printf("| decode | %.2f tok/s (%.0f%% of the limit) |\n", decode_tps,
+                100.0 * decode_tps / limit);
+    std::printf("| decode (median token) | %.2f tok/s (%.0f%%) |\n", median_tps,
+                100.0 * median_tps / limit);
     std::printf("| prefill (%d-token prompt) | %.1f tok/s |\n", n_prompt, prefill_tps);
     std::printf("| parallel regions per layer and decoded token | %.1f |\n", regions_per_layer);
     if (mode == "quarter") {
       std::printf("| disk bandwidth (blocks, O_DIRECT) | %.2f GB/s |\n", disk_bw / 1e9);
-      std::printf("| expert bytes read per token | %.1f MB |\n", out["fetched_bytes_per_token"].get<double>() / 1e6);
+      std::printf("| expert bytes read per token | %.1f MB |\n",
+                  out["fetched_bytes_per_token"].get<double>() / 1e6);
       std::printf("| disk-bound limit | %.2f tok/s |\n", out["disk_limit_tok_s"].get<double>());
     }
   }

@@ -99,7 +99,8 @@ int Build(const BuildFlags& f) {
   o.residual_scale = 0.5f;
   o.embedding_shared = 0.6f;
   const auto t0 = Clock::now();
-  if (auto st = colibri::model::WriteSyntheticModel(f.dir, o); !st.ok()) return Fail(std::string(st.message()));
+  if (auto st = colibri::model::WriteSyntheticModel(f.dir, o); !st.ok())
+    return Fail(std::string(st.message()));
   auto container = colibri::model::Container::Open(f.dir);
   if (!container.ok()) return Fail(std::string(container.status().message()));
   const auto& m = (*container)->manifest();
@@ -154,7 +155,8 @@ int RunDecode(const RunFlags& f) {
   auto container = colibri::model::Container::Open(f.dir);
   if (!container.ok()) return Fail(std::string(container.status().message()));
   const auto& m = (*container)->manifest();
-  auto backend = colibri::backend::CreateCpuBackend({.threads = f.threads > 0 ? f.threads : colibri::PhysicalCoreCount()});
+  auto backend = colibri::backend::CreateCpuBackend(
+      {.threads = f.threads > 0 ? f.threads : colibri::PhysicalCoreCount()});
   std::unique_ptr<es::ExpertSource> origin;
   es::DiskSource* disk = nullptr;
   std::unique_ptr<colibri::compute::ExpertCache> cache;
@@ -180,7 +182,8 @@ int RunDecode(const RunFlags& f) {
     cc.routing_heat = "none";  // every run starts cold: no heat learned by an earlier run
     cc.learned_pin_fraction = f.learned_pins;
     cc.trace_out = f.trace_out;
-    auto c = colibri::compute::ExpertCache::Create(origin.get(), **container, *bytes, cc, backend.get());
+    auto c =
+        colibri::compute::ExpertCache::Create(origin.get(), **container, *bytes, cc, backend.get());
     if (!c.ok()) return Fail(std::string(c.status().message()));
     cache = std::move(*c);
     front = cache->front();
@@ -210,11 +213,13 @@ int RunDecode(const RunFlags& f) {
       if (cache) stats_at_warmup = cache->ram().Stats();
       t_warm = Clock::now();
     }
-    colibri::engine::BatchItem item{kv.get(), static_cast<int32_t>(3 + rng() % (m.config.vocab_size - 3)),
+    colibri::engine::BatchItem item{kv.get(),
+                                    static_cast<int32_t>(3 + rng() % (m.config.vocab_size - 3)),
                                     static_cast<int32_t>(t), true};
     logits.clear();
     const auto t0 = Clock::now();
-    if (auto st = (*model)->Forward(std::span<const colibri::engine::BatchItem>(&item, 1), &logits); !st.ok()) {
+    if (auto st = (*model)->Forward(std::span<const colibri::engine::BatchItem>(&item, 1), &logits);
+        !st.ok()) {
       return Fail(std::string(st.message()));
     }
     per_token.push_back(Seconds(Clock::now() - t0));
@@ -227,7 +232,8 @@ int RunDecode(const RunFlags& f) {
            {"tok_s", n / measured},
            {"ms_per_token", 1e3 * measured / n},
            {"storage_bytes_per_token", read / n},
-           {"stall_ms_per_token", 1e-6 * static_cast<double>(counters.expert_wait_ns.load() - wait_at_warmup) / n},
+           {"stall_ms_per_token",
+            1e-6 * static_cast<double>(counters.expert_wait_ns.load() - wait_at_warmup) / n},
            {"peak_rss_bytes", PeakRssBytes()},
            {"dense_bytes", (*model)->dense_bytes()}};
   if (cache) {
@@ -237,27 +243,36 @@ int RunDecode(const RunFlags& f) {
     out["cache_size"] = f.cache_size;
     out["policy"] = f.policy;
     out["prefetch_layers"] = f.prefetch_layers;
-    out["hit_rate"] = lookups > 0 ? static_cast<double>(s.hits - stats_at_warmup.hits) / lookups : 0.0;
-    out["coverage"] = lookups > 0 ? static_cast<double>(s.hits + s.in_flight_hits - stats_at_warmup.hits -
-                                                        stats_at_warmup.in_flight_hits) / lookups
-                                  : 0.0;
-    out["prefetch_precision"] = reads > 0 ? static_cast<double>(s.prefetch_used - stats_at_warmup.prefetch_used) / reads : 0.0;
+    out["hit_rate"] =
+        lookups > 0 ? static_cast<double>(s.hits - stats_at_warmup.hits) / lookups : 0.0;
+    out["coverage"] = lookups > 0
+                          ? static_cast<double>(s.hits + s.in_flight_hits - stats_at_warmup.hits -
+                                                stats_at_warmup.in_flight_hits) /
+                                lookups
+                          : 0.0;
+    out["prefetch_precision"] =
+        reads > 0 ? static_cast<double>(s.prefetch_used - stats_at_warmup.prefetch_used) / reads
+                  : 0.0;
     // Every demanded block that was not resident had to come from the disk (by a demand read,
     // or by a prefetch that was then used): the bytes this run's routing and cache needed.
     const double block = static_cast<double>(m.experts[0].padded_size);
-    out["needed_bytes_per_token"] = static_cast<double>(s.misses + s.in_flight_hits - stats_at_warmup.misses -
-                                                        stats_at_warmup.in_flight_hits) * block / n;
+    out["needed_bytes_per_token"] =
+        static_cast<double>(s.misses + s.in_flight_hits - stats_at_warmup.misses -
+                            stats_at_warmup.in_flight_hits) *
+        block / n;
     out["prefetch_aborted"] = s.prefetch_aborted - stats_at_warmup.prefetch_aborted;
     out["prefetch_wasted_bytes_per_token"] =
         static_cast<double>(s.prefetch_wasted_bytes - stats_at_warmup.prefetch_wasted_bytes) / n;
-    out["prediction_precision"] = counters.prefetch_predicted.load() > 0
-                                      ? static_cast<double>(counters.prefetch_predicted_routed.load()) /
-                                            static_cast<double>(counters.prefetch_predicted.load())
-                                      : 0.0;
-    out["prediction_recall"] = counters.prefetch_routed.load() > 0
-                                   ? static_cast<double>(counters.prefetch_predicted_routed.load()) /
-                                         static_cast<double>(counters.prefetch_routed.load())
-                                   : 0.0;
+    out["prediction_precision"] =
+        counters.prefetch_predicted.load() > 0
+            ? static_cast<double>(counters.prefetch_predicted_routed.load()) /
+                  static_cast<double>(counters.prefetch_predicted.load())
+            : 0.0;
+    out["prediction_recall"] =
+        counters.prefetch_routed.load() > 0
+            ? static_cast<double>(counters.prefetch_predicted_routed.load()) /
+                  static_cast<double>(counters.prefetch_routed.load())
+            : 0.0;
     out["disk_read_seconds"] = disk ? disk->read_seconds() : 0.0;
     out["direct_io_files"] = disk ? disk->direct_io_files() : 0;
     out["cache_peak_bytes"] = s.capacity_bytes;
@@ -271,7 +286,9 @@ int RunDecode(const RunFlags& f) {
 
 int main(int argc, char** argv) {
   colibri::InitLogging("warn");
-  CLI::App app{"expert_cache_bench: decode with experts streamed from disk (see bench/expert_cache_bench.py)"};
+  CLI::App app{
+      "expert_cache_bench: decode with experts streamed from disk (see "
+      "bench/expert_cache_bench.py)"};
   app.require_subcommand(1);
   BuildFlags bf;
   auto* build = app.add_subcommand("build", "Write the synthetic model");
@@ -283,7 +300,8 @@ int main(int argc, char** argv) {
   build->add_option("--top-k", bf.top_k);
   build->add_option("--quant", bf.quant);
   DiskFlags df;
-  auto* disk = app.add_subcommand("disk", "Disk bandwidth for expert blocks (O_DIRECT, random order)");
+  auto* disk =
+      app.add_subcommand("disk", "Disk bandwidth for expert blocks (O_DIRECT, random order)");
   disk->add_option("--dir", df.dir)->required();
   disk->add_option("--threads", df.threads);
   disk->add_option("--gib", df.gib);

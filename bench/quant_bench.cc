@@ -37,11 +37,11 @@ namespace {
 constexpr int64_t kCols = 4096;
 constexpr size_t kTargetBytes = size_t{64} << 20;
 
-constexpr DType kTypes[] = {DType::kF32,   DType::kF16,    DType::kBF16,   DType::kQ8_0,   DType::kQ6_K,
-                            DType::kQ5_K,  DType::kQ4_K,   DType::kQ3_K,   DType::kQ2_K,   DType::kQ5_1,
-                            DType::kQ5_0,  DType::kQ4_1,   DType::kQ4_0,   DType::kIQ4_XS, DType::kIQ4_NL,
-                            DType::kMXFP4, DType::kIQ3_S,  DType::kIQ3_XXS, DType::kIQ2_S,  DType::kIQ2_XS,
-                            DType::kIQ2_XXS, DType::kIQ1_M, DType::kIQ1_S};
+constexpr DType kTypes[] = {
+    DType::kF32,   DType::kF16,    DType::kBF16,    DType::kQ8_0,  DType::kQ6_K,  DType::kQ5_K,
+    DType::kQ4_K,  DType::kQ3_K,   DType::kQ2_K,    DType::kQ5_1,  DType::kQ5_0,  DType::kQ4_1,
+    DType::kQ4_0,  DType::kIQ4_XS, DType::kIQ4_NL,  DType::kMXFP4, DType::kIQ3_S, DType::kIQ3_XXS,
+    DType::kIQ2_S, DType::kIQ2_XS, DType::kIQ2_XXS, DType::kIQ1_M, DType::kIQ1_S};
 
 struct Matrix {
   int64_t rows = 0;
@@ -334,7 +334,8 @@ class TableReporter : public benchmark::ConsoleReporter {
         " memcpy of 64 MiB: %s GB/s\n\n",
         std::string(ActiveIsa()).c_str(), rate("BM_Memcpy", rates_).c_str());
     std::printf(
-        "| type | bits/weight | dequantize simd | dequantize scalar | vec_dot simd | vec_dot avx2 | "
+        "| type | bits/weight | dequantize simd | dequantize scalar | vec_dot simd | vec_dot avx2 "
+        "| "
         "vec_dot scalar | vec_dot simd / memcpy | quantize (ref), Melem/s |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|\n");
     for (DType t : kTypes) {

@@ -55,7 +55,9 @@ struct Args {
   bool keep = false;
 };
 
-double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double Seconds(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 double GBps(uint64_t bytes, double secs) { return static_cast<double>(bytes) / secs / 1e9; }
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -107,13 +109,15 @@ void WriteModel(const fs::path& dir, const Args& a) {
   Check((*w)->Finish(), "finish model");
 }
 
-std::vector<fs::path> Import(const fs::path& base, const fs::path& model, int n_disks, uint64_t stripe) {
+std::vector<fs::path> Import(const fs::path& base, const fs::path& model, int n_disks,
+                             uint64_t stripe) {
   std::vector<fs::path> disks;
   fs::remove_all(base);
   for (int i = 0; i < n_disks; ++i) disks.push_back(base / ("disk" + std::to_string(i)));
   colibri::store::ImportOptions o;
   o.stripe_size = stripe;
-  Check(colibri::store::ImportModel(model, colibri::store::StoreLocation{disks, {}}, o).status(), "import");
+  Check(colibri::store::ImportModel(model, colibri::store::StoreLocation{disks, {}}, o).status(),
+        "import");
   return disks;
 }
 
@@ -182,7 +186,8 @@ struct Server {
   int port = 0;
 };
 
-std::unique_ptr<Server> Serve(const std::vector<fs::path>& disks, const std::string& unix_path, bool direct = true) {
+std::unique_ptr<Server> Serve(const std::vector<fs::path>& disks, const std::string& unix_path,
+                              bool direct = true) {
   auto s = std::make_unique<Server>();
   colibri::store::BlockStoreOptions bo{disks};
   bo.io.direct_io = direct;
@@ -190,8 +195,8 @@ std::unique_ptr<Server> Serve(const std::vector<fs::path>& disks, const std::str
   Check(store.status(), "open store");
   s->store = std::move(*store);
   s->metrics = std::make_unique<colibri::store::StoreMetrics>(s->registry);
-  s->service = std::make_unique<colibri::store::ExpertStoreService>(s->store.get(), colibri::store::StoreOptions{},
-                                                                    s->metrics.get());
+  s->service = std::make_unique<colibri::store::ExpertStoreService>(
+      s->store.get(), colibri::store::StoreOptions{}, s->metrics.get());
   grpc::ServerBuilder b;
   b.AddListeningPort("unix:" + unix_path, grpc::InsecureServerCredentials());
   b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &s->port);
@@ -206,18 +211,22 @@ int main(int argc, char** argv) {
   colibri::InitLogging("warn");
   Args a;
   CLI::App app{"store_bench: expert delivery from the store vs raw O_DIRECT reads"};
-  app.add_option("--dir", a.dir, "Scratch directory (on the disk to measure)")->capture_default_str();
+  app.add_option("--dir", a.dir, "Scratch directory (on the disk to measure)")
+      ->capture_default_str();
   app.add_option("--layers", a.layers)->capture_default_str();
   app.add_option("--experts", a.experts)->capture_default_str();
   app.add_option("--passes", a.passes)->capture_default_str();
-  app.add_option("--ffn", a.ffn, "Expert FFN width (f16, hidden 1024): 1408 = 8.25 MiB experts")->capture_default_str();
+  app.add_option("--ffn", a.ffn, "Expert FFN width (f16, hidden 1024): 1408 = 8.25 MiB experts")
+      ->capture_default_str();
   bool sweep_only = false, reverse = false;
   std::string only;
   app.add_option("--only", only, "Profiling: run one path repeatedly (inproc | shm) and exit");
   app.add_flag("--reverse", reverse, "Measure the paths in reverse order (order effects)");
   app.add_flag("--sweep-only", sweep_only, "Only the stripe-size sweep");
-  app.add_option("--batch", a.batch, "Experts per FetchMany (a layer's union)")->capture_default_str();
-  app.add_option("--disk-rate", a.disk_rate, "Bandwidth cap of each emulated disk")->capture_default_str();
+  app.add_option("--batch", a.batch, "Experts per FetchMany (a layer's union)")
+      ->capture_default_str();
+  app.add_option("--disk-rate", a.disk_rate, "Bandwidth cap of each emulated disk")
+      ->capture_default_str();
   app.add_flag("--keep", a.keep, "Keep the scratch directory");
   CLI11_PARSE(app, argc, argv);
   const uint64_t rate = *colibri::ParseSize(a.disk_rate);
@@ -231,15 +240,18 @@ int main(int argc, char** argv) {
   const auto& man = (*container)->manifest();
   const uint64_t block = man.experts[0].padded_size;
   const uint64_t total = man.TotalExpertBytes();
-  std::printf("model: %d layers x %d experts of %s (%s of experts); batch %d; %d passes (median); %d cores\n\n",
-              a.layers, a.experts, colibri::FormatSize(block).c_str(), colibri::FormatSize(total).c_str(), a.batch,
-              a.passes, static_cast<int>(std::thread::hardware_concurrency()));
+  std::printf(
+      "model: %d layers x %d experts of %s (%s of experts); batch %d; %d passes (median); %d "
+      "cores\n\n",
+      a.layers, a.experts, colibri::FormatSize(block).c_str(), colibri::FormatSize(total).c_str(),
+      a.batch, a.passes, static_cast<int>(std::thread::hardware_concurrency()));
 
   // 1. Paths, one real disk, default stripe.
   for (bool direct : {true, false}) {
     if (sweep_only) break;
     const auto disks = Import(root / "paths", model, 1, colibri::store::kDefaultStripeSize);
-    if (!direct) RawRead({colibri::store::StripeFilePath(disks[0], "bench")}, 1, false);  // make the file hot
+    if (!direct)
+      RawRead({colibri::store::StripeFilePath(disks[0], "bench")}, 1, false);  // make the file hot
     const std::vector<fs::path> files = {colibri::store::StripeFilePath(disks[0], "bench")};
     const std::string sock = (root / "store.sock").string();
     auto server = Serve(disks, sock, direct);
@@ -261,10 +273,11 @@ int main(int argc, char** argv) {
       ExpertSource* src;
       std::vector<double> gbps, ratio;
     };
-    std::vector<Row> rows = {{"in-process (StripedSource, io_uring O_DIRECT)", in_process->get(), {}, {}},
-                             {"unix socket + shared memory", shm.get(), {}, {}},
-                             {"unix socket, chunks on the stream", uds.get(), {}, {}},
-                             {"TCP loopback, chunks on the stream", tcp.get(), {}, {}}};
+    std::vector<Row> rows = {
+        {"in-process (StripedSource, io_uring O_DIRECT)", in_process->get(), {}, {}},
+        {"unix socket + shared memory", shm.get(), {}, {}},
+        {"unix socket, chunks on the stream", uds.get(), {}, {}},
+        {"TCP loopback, chunks on the stream", tcp.get(), {}, {}}};
     if (!only.empty()) {
       ExpertSource* src = only == "shm" ? static_cast<ExpertSource*>(shm.get()) : in_process->get();
       Deliver(src, a, a.batch, 0, block);
@@ -273,7 +286,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (reverse) std::reverse(rows.begin(), rows.end());
-    for (auto& r : rows) Deliver(r.src, a, a.batch, 0, block);  // warm up: streams, shared memory, buffers
+    for (auto& r : rows)
+      Deliver(r.src, a, a.batch, 0, block);  // warm up: streams, shared memory, buffers
     // The disk's rate drifts (a shared virtual disk here): each path is compared with raw reads
     // measured right before and after it.
     std::vector<double> raws;
@@ -294,16 +308,24 @@ int main(int argc, char** argv) {
       std::printf("### Delivered into compute: 1 disk, O_DIRECT (stripe %s)\n\n",
                   colibri::FormatSize(colibri::store::kDefaultStripeSize).c_str());
       std::printf(
-          "raw O_DIRECT sequential read of the same file (4 MiB reads, 1 or 8 in flight, best): median %.2f GB/s, "
+          "raw O_DIRECT sequential read of the same file (4 MiB reads, 1 or 8 in flight, best): "
+          "median %.2f GB/s, "
           "range %.2f-%.2f over %zu runs interleaved with the paths\n\n",
-          raw, *std::min_element(raws.begin(), raws.end()), *std::max_element(raws.begin(), raws.end()), raws.size());
+          raw, *std::min_element(raws.begin(), raws.end()),
+          *std::max_element(raws.begin(), raws.end()), raws.size());
     } else {
-      std::printf("### Transport ceilings: the store reading a hot file through the page cache (no disk limit)\n\n");
-      std::printf("raw buffered read of the same hot file: median %.2f GB/s, range %.2f-%.2f\n\n", raw,
-                  *std::min_element(raws.begin(), raws.end()), *std::max_element(raws.begin(), raws.end()));
+      std::printf(
+          "### Transport ceilings: the store reading a hot file through the page cache (no disk "
+          "limit)\n\n");
+      std::printf("raw buffered read of the same hot file: median %.2f GB/s, range %.2f-%.2f\n\n",
+                  raw, *std::min_element(raws.begin(), raws.end()),
+                  *std::max_element(raws.begin(), raws.end()));
     }
-    std::printf("| path | GB/s (median) | of raw read (vs the raw reads beside it, median) |\n|---|---|---|\n");
-    for (const auto& r : rows) std::printf("| %s | %.2f | %.0f%% |\n", r.path, Median(r.gbps), 100 * Median(r.ratio));
+    std::printf(
+        "| path | GB/s (median) | of raw read (vs the raw reads beside it, median) "
+        "|\n|---|---|---|\n");
+    for (const auto& r : rows)
+      std::printf("| %s | %.2f | %.0f%% |\n", r.path, Median(r.gbps), 100 * Median(r.ratio));
     std::printf("\n");
     in_process->reset();
     shm.reset();
@@ -319,7 +341,8 @@ int main(int argc, char** argv) {
                 colibri::FormatSize(rate).c_str());
     std::printf("| disks | cap total GB/s | delivered GB/s | of cap |\n|---|---|---|---|\n");
     for (int n : {1, 2, 4}) {
-      const auto disks = Import(root / ("scale" + std::to_string(n)), model, n, colibri::store::kDefaultStripeSize);
+      const auto disks = Import(root / ("scale" + std::to_string(n)), model, n,
+                                colibri::store::kDefaultStripeSize);
       colibri::store::FaultInjector faults;
       for (int d = 0; d < n; ++d) faults.SetDiskBandwidth(static_cast<uint32_t>(d), rate);
       colibri::store::BlockStoreOptions bo{disks};
@@ -338,14 +361,15 @@ int main(int argc, char** argv) {
   // 3. Stripe size: 4 emulated disks with decode-like batches of 1 and 2 experts (latency-bound),
   // and 1 real disk with full batches.
   {
-    std::printf("### Stripe size, %s experts (in-process; 4 emulated disks at %s/s; 1 real disk)\n\n",
-                colibri::FormatSize(block).c_str(), colibri::FormatSize(rate).c_str());
+    std::printf(
+        "### Stripe size, %s experts (in-process; 4 emulated disks at %s/s; 1 real disk)\n\n",
+        colibri::FormatSize(block).c_str(), colibri::FormatSize(rate).c_str());
     std::printf(
         "| stripe | 4 capped disks, batch 1 | 4 capped disks, batch 2 | 1 real disk, batch %d |\n"
         "|---|---|---|---|\n",
         a.batch);
-    for (uint64_t stripe :
-         {64ull << 10, 128ull << 10, 256ull << 10, 512ull << 10, 1ull << 20, 2ull << 20, 4ull << 20}) {
+    for (uint64_t stripe : {64ull << 10, 128ull << 10, 256ull << 10, 512ull << 10, 1ull << 20,
+                            2ull << 20, 4ull << 20}) {
       double capped1, capped2, real;
       {
         const auto disks = Import(root / "sweep4", model, 4, stripe);
@@ -364,7 +388,8 @@ int main(int argc, char** argv) {
         auto src = colibri::store::StripedSource::Create(store->get(), "bench");
         real = Deliver(src->get(), a, a.batch, a.passes, block);
       }
-      std::printf("| %s | %.2f | %.2f | %.2f |\n", colibri::FormatSize(stripe).c_str(), capped1, capped2, real);
+      std::printf("| %s | %.2f | %.2f | %.2f |\n", colibri::FormatSize(stripe).c_str(), capped1,
+                  capped2, real);
       std::fflush(stdout);
     }
     fs::remove_all(root / "sweep4");

@@ -23,7 +23,8 @@ std::vector<uint8_t> RandomRows(DType type, int64_t rows, int64_t cols, std::mt1
   }
   std::vector<uint8_t> out(row_bytes * static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(out.data() + static_cast<size_t>(r) * row_bytes, pool.data() + (rng() % kPool) * row_bytes, row_bytes);
+    std::memcpy(out.data() + static_cast<size_t>(r) * row_bytes,
+                pool.data() + (rng() % kPool) * row_bytes, row_bytes);
   }
   return out;
 }
@@ -44,8 +45,9 @@ model::ModelConfig MixtralConfig(const MixtralShape& shape) {
   return c;
 }
 
-absl::Status WriteRandomModel(const std::string& dir, const std::string& name, const model::ModelConfig& config,
-                              DType expert_type, DType dense_type, DType output_type, std::mt19937_64& rng) {
+absl::Status WriteRandomModel(const std::string& dir, const std::string& name,
+                              const model::ModelConfig& config, DType expert_type, DType dense_type,
+                              DType output_type, std::mt19937_64& rng) {
   auto w = model::ContainerWriter::Create(dir, name, config, {.overwrite = true});
   if (!w.ok()) return w.status();
   auto& wr = **w;
@@ -56,7 +58,8 @@ absl::Status WriteRandomModel(const std::string& dir, const std::string& name, c
   const int64_t hidden = config.hidden_size, ffn = config.expert_ffn;
   const int64_t kv_dim = config.n_kv_heads * config.head_dim;
   std::vector<float> ones(static_cast<size_t>(hidden), 1.0f);
-  std::span<const uint8_t> ones_bytes(reinterpret_cast<const uint8_t*>(ones.data()), ones.size() * 4);
+  std::span<const uint8_t> ones_bytes(reinterpret_cast<const uint8_t*>(ones.data()),
+                                      ones.size() * 4);
   bool ok = dense("token_embd", dense_type, config.vocab_size, hidden).ok() &&
             dense("output", output_type, config.vocab_size, hidden).ok() &&
             wr.AddDense("output_norm", DType::kF32, {hidden}, ones_bytes).ok();
@@ -64,15 +67,19 @@ absl::Status WriteRandomModel(const std::string& dir, const std::string& name, c
     const std::string b = "blk." + std::to_string(l) + ".";
     ok = wr.AddDense(b + "attn_norm", DType::kF32, {hidden}, ones_bytes).ok() &&
          wr.AddDense(b + "ffn_norm", DType::kF32, {hidden}, ones_bytes).ok() &&
-         dense(b + "attn_q", dense_type, hidden, hidden).ok() && dense(b + "attn_k", dense_type, kv_dim, hidden).ok() &&
+         dense(b + "attn_q", dense_type, hidden, hidden).ok() &&
+         dense(b + "attn_k", dense_type, kv_dim, hidden).ok() &&
          dense(b + "attn_v", dense_type, kv_dim, hidden).ok() &&
          dense(b + "attn_output", dense_type, hidden, hidden).ok() &&
          dense(b + "ffn_gate_inp", DType::kF32, config.n_experts, hidden).ok();
     for (int64_t e = 0; e < config.n_experts && ok; ++e) {
-      auto g = RandomRows(expert_type, ffn, hidden, rng), u = RandomRows(expert_type, ffn, hidden, rng);
+      auto g = RandomRows(expert_type, ffn, hidden, rng),
+           u = RandomRows(expert_type, ffn, hidden, rng);
       auto d = RandomRows(expert_type, hidden, ffn, rng);
-      ok = wr.AddExpert(l, e, {{"gate", expert_type, {ffn, hidden}, g}, {"up", expert_type, {ffn, hidden}, u},
-                               {"down", expert_type, {hidden, ffn}, d}})
+      ok = wr.AddExpert(l, e,
+                        {{"gate", expert_type, {ffn, hidden}, g},
+                         {"up", expert_type, {ffn, hidden}, u},
+                         {"down", expert_type, {hidden, ffn}, d}})
                .ok();
     }
   }

@@ -17,7 +17,8 @@ namespace colibri::bench {
 // Rows of `type` that decode to N(0, 1/cols) values, as trained weights are scaled: a pool of
 // 64 rows is quantized once per shape and rows are drawn from it, so building a multi-GB model
 // does not wait on the k-quant search.
-std::vector<uint8_t> RandomRows(quant::DType type, int64_t rows, int64_t cols, std::mt19937_64& rng);
+std::vector<uint8_t> RandomRows(quant::DType type, int64_t rows, int64_t cols,
+                                std::mt19937_64& rng);
 
 // Defaults: Mixtral 8x7B.
 struct MixtralShape {
@@ -37,8 +38,9 @@ model::ModelConfig MixtralConfig(const MixtralShape& shape);
 // Writes a model of `config` into `dir` (replacing it): expert matrices in `expert_type`, the
 // embedding and attention in `dense_type`, the output projection in `output_type` and the routers
 // in f32; norms all ones. Rows come from `rng`.
-absl::Status WriteRandomModel(const std::string& dir, const std::string& name, const model::ModelConfig& config,
-                              quant::DType expert_type, quant::DType dense_type, quant::DType output_type,
+absl::Status WriteRandomModel(const std::string& dir, const std::string& name,
+                              const model::ModelConfig& config, quant::DType expert_type,
+                              quant::DType dense_type, quant::DType output_type,
                               std::mt19937_64& rng);
 
 }  // namespace colibri::bench

@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git curl ca-certificates
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format-14
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   librocksdb-dev prometheus-cpp-dev liburing-dev libxxhash-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libpcre2-dev libutf8proc-dev

@@ -160,47 +160,60 @@ Json RowJson(const Row& r) {
   const Sample t = r.Sum();
   Json reps = Json::array();
   for (const auto& s : r.samples) reps.push_back(s.tokens / s.seconds);
-  return Json{{"mode", r.mode},
-              {"test", r.test},
-              {"n_tokens", r.n},
-              {"repetitions", r.samples.size()},
-              {"tokens_per_second", r.Mean()},
-              {"tokens_per_second_sd", r.Sd()},
-              {"samples_tokens_per_second", reps},
-              {"expert_hit_rate", t.lookups ? static_cast<double>(t.hits) / t.lookups : 0.0},
-              {"expert_bytes_per_token", static_cast<double>(t.bytes_read) / t.tokens},
-              {"disk_bytes_per_second", t.bytes_read / t.seconds},
-              {"verify_passes", t.verify_passes},
-              {"draft_acceptance", t.draft_tokens ? static_cast<double>(t.accepted_draft_tokens) / t.draft_tokens : 0.0},
-              {"tokens_per_verify_pass",
-               t.verify_passes ? static_cast<double>(t.accepted_draft_tokens + t.verify_passes) / t.verify_passes : 0.0}};
+  return Json{
+      {"mode", r.mode},
+      {"test", r.test},
+      {"n_tokens", r.n},
+      {"repetitions", r.samples.size()},
+      {"tokens_per_second", r.Mean()},
+      {"tokens_per_second_sd", r.Sd()},
+      {"samples_tokens_per_second", reps},
+      {"expert_hit_rate", t.lookups ? static_cast<double>(t.hits) / t.lookups : 0.0},
+      {"expert_bytes_per_token", static_cast<double>(t.bytes_read) / t.tokens},
+      {"disk_bytes_per_second", t.bytes_read / t.seconds},
+      {"verify_passes", t.verify_passes},
+      {"draft_acceptance",
+       t.draft_tokens ? static_cast<double>(t.accepted_draft_tokens) / t.draft_tokens : 0.0},
+      {"tokens_per_verify_pass",
+       t.verify_passes
+           ? static_cast<double>(t.accepted_draft_tokens + t.verify_passes) / t.verify_passes
+           : 0.0}};
 }
 
 void PrintMarkdown(const std::vector<Row>& rows, const ComputeNode& node, const BenchFlags& f) {
   const auto& m = node.manifest();
-  std::printf("model: %s (%d layers, %d experts, top-%d; dense %s, experts %s), expert cache %s, backend %s\n\n",
-              m.name.c_str(), static_cast<int>(m.config.n_layers), static_cast<int>(m.config.n_experts),
-              static_cast<int>(m.config.top_k), colibri::FormatSize(m.dense_size).c_str(),
-              colibri::FormatSize(m.TotalExpertBytes()).c_str(), f.node.cache.expert_cache_size.c_str(), f.node.cache.backend.c_str());
+  std::printf(
+      "model: %s (%d layers, %d experts, top-%d; dense %s, experts %s), expert cache %s, backend "
+      "%s\n\n",
+      m.name.c_str(), static_cast<int>(m.config.n_layers), static_cast<int>(m.config.n_experts),
+      static_cast<int>(m.config.top_k), colibri::FormatSize(m.dense_size).c_str(),
+      colibri::FormatSize(m.TotalExpertBytes()).c_str(), f.node.cache.expert_cache_size.c_str(),
+      f.node.cache.backend.c_str());
   std::printf("| mode | test | t/s | hit rate | expert bytes/token | disk GB/s |\n");
   std::printf("| ---- | ---: | --: | -------: | -----------------: | --------: |\n");
   for (const Row& r : rows) {
     const Json j = RowJson(r);
-    std::printf("| %s | %s | %.2f ± %.2f | %.1f%% | %s | %.3f |\n", r.mode.c_str(), r.test.c_str(), r.Mean(), r.Sd(),
-                100.0 * j["expert_hit_rate"].get<double>(),
-                colibri::FormatSize(static_cast<uint64_t>(j["expert_bytes_per_token"].get<double>())).c_str(),
-                j["disk_bytes_per_second"].get<double>() / 1e9);
+    std::printf(
+        "| %s | %s | %.2f ± %.2f | %.1f%% | %s | %.3f |\n", r.mode.c_str(), r.test.c_str(),
+        r.Mean(), r.Sd(), 100.0 * j["expert_hit_rate"].get<double>(),
+        colibri::FormatSize(static_cast<uint64_t>(j["expert_bytes_per_token"].get<double>()))
+            .c_str(),
+        j["disk_bytes_per_second"].get<double>() / 1e9);
   }
-  std::printf("\n%d repetitions each; cold: expert cache emptied and page cache dropped before each\n",
-              f.repetitions);
+  std::printf(
+      "\n%d repetitions each; cold: expert cache emptied and page cache dropped before each\n",
+      f.repetitions);
   for (const Row& r : rows) {
     const Sample t = r.Sum();
     if (t.verify_passes == 0) continue;
-    std::printf("speculative (--speculative %s), %s %s: %.1f%% of %ld drafted tokens accepted, %.2f tokens per pass\n",
-                f.node.cache.speculative.c_str(), r.mode.c_str(), r.test.c_str(),
-                100.0 * static_cast<double>(t.accepted_draft_tokens) / static_cast<double>(t.draft_tokens),
-                static_cast<long>(t.draft_tokens),
-                static_cast<double>(t.accepted_draft_tokens + t.verify_passes) / static_cast<double>(t.verify_passes));
+    std::printf(
+        "speculative (--speculative %s), %s %s: %.1f%% of %ld drafted tokens accepted, %.2f tokens "
+        "per pass\n",
+        f.node.cache.speculative.c_str(), r.mode.c_str(), r.test.c_str(),
+        100.0 * static_cast<double>(t.accepted_draft_tokens) / static_cast<double>(t.draft_tokens),
+        static_cast<long>(t.draft_tokens),
+        static_cast<double>(t.accepted_draft_tokens + t.verify_passes) /
+            static_cast<double>(t.verify_passes));
   }
 }
 
@@ -215,14 +228,18 @@ int Bench(const BenchFlags& f) {
   auto node = &created;
   const int64_t context = (*node)->manifest().config.context_length;
   for (int64_t n : f.prompt_sizes) {
-    if (n < 1 || n >= context) Fail(2, absl::StrFormat("-p %d: must be between 1 and %d (the context)", n, context - 1));
+    if (n < 1 || n >= context)
+      Fail(2, absl::StrFormat("-p %d: must be between 1 and %d (the context)", n, context - 1));
   }
   for (int64_t n : f.gen_sizes) {
-    if (n < 1 || n + 1 >= context) Fail(2, absl::StrFormat("-n %d: must be between 1 and %d", n, context - 2));
+    if (n < 1 || n + 1 >= context)
+      Fail(2, absl::StrFormat("-n %d: must be between 1 and %d", n, context - 2));
   }
   const std::vector<Row> rows = RunBench(**node, f);
   if (f.output == "json") {
-    Json out = {{"model", (*node)->manifest().name}, {"expert_cache", f.node.cache.expert_cache_size}, {"results", Json::array()}};
+    Json out = {{"model", (*node)->manifest().name},
+                {"expert_cache", f.node.cache.expert_cache_size},
+                {"results", Json::array()}};
     for (const Row& r : rows) out["results"].push_back(RowJson(r));
     std::cout << out.dump(2) << std::endl;
   } else {
@@ -235,12 +252,20 @@ int Bench(const BenchFlags& f) {
 
 void AddBenchCommand(CLI::App& app) {
   auto f = std::make_shared<BenchFlags>();
-  auto* cmd = app.add_subcommand("bench", "Prompt and generation throughput (llama-bench style), cold and warm");
+  auto* cmd = app.add_subcommand(
+      "bench", "Prompt and generation throughput (llama-bench style), cold and warm");
   AddNodeFlags(cmd, &f->node);
-  cmd->add_option("-p,--n-prompt", f->prompt_sizes, "Prompt sizes (comma-separated)")->delimiter(',')->capture_default_str();
-  cmd->add_option("-n,--n-gen", f->gen_sizes, "Generation lengths (comma-separated)")->delimiter(',')->capture_default_str();
-  cmd->add_option("-r,--repetitions", f->repetitions, "Repetitions of each test")->capture_default_str();
-  cmd->add_option("--mode", f->modes, "cold, warm or both (comma-separated)")->delimiter(',')->capture_default_str();
+  cmd->add_option("-p,--n-prompt", f->prompt_sizes, "Prompt sizes (comma-separated)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("-n,--n-gen", f->gen_sizes, "Generation lengths (comma-separated)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("-r,--repetitions", f->repetitions, "Repetitions of each test")
+      ->capture_default_str();
+  cmd->add_option("--mode", f->modes, "cold, warm or both (comma-separated)")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("-o,--output", f->output, "md (a table) or json")->capture_default_str();
   cmd->add_option("--seed", f->seed, "Seed of the random prompts")->capture_default_str();
   cmd->callback([f] { throw CLI::RuntimeError(Bench(*f)); });

@@ -63,16 +63,20 @@ std::string BaseUrl(const std::string& server) {
   return s.find("://") == std::string::npos ? "http://" + s : s;
 }
 
-Json CallServer(const ServerFlags& f, const std::string& method, const std::string& path, const std::string& body) {
+Json CallServer(const ServerFlags& f, const std::string& method, const std::string& path,
+                const std::string& body) {
   httplib::Client cli(BaseUrl(f.server));
   cli.set_connection_timeout(10);
   cli.set_read_timeout(120);
-  auto res = method == "POST" ? cli.Post(path, AuthHeaders(f), body, "application/json") : cli.Get(path, AuthHeaders(f));
-  if (!res) Fail(1, "cannot reach " + BaseUrl(f.server) + path + ": " + httplib::to_string(res.error()));
+  auto res = method == "POST" ? cli.Post(path, AuthHeaders(f), body, "application/json")
+                              : cli.Get(path, AuthHeaders(f));
+  if (!res)
+    Fail(1, "cannot reach " + BaseUrl(f.server) + path + ": " + httplib::to_string(res.error()));
   Json j = Json::parse(res->body, nullptr, false);
   if (res->status != 200) {
     std::string msg = res->body;
-    if (!j.is_discarded() && j.contains("error") && j["error"].contains("message")) msg = j["error"]["message"];
+    if (!j.is_discarded() && j.contains("error") && j["error"].contains("message"))
+      msg = j["error"]["message"];
     Fail(1, BaseUrl(f.server) + path + " answered " + std::to_string(res->status) + ": " + msg);
   }
   if (j.is_discarded()) Fail(1, BaseUrl(f.server) + path + " did not answer JSON");
@@ -86,33 +90,42 @@ std::string Pct(double x) {
 }
 
 void PrintStats(const Json& s) {
-  std::printf("model %s, policy %s\n\n", s.value("model", "").c_str(), s.value("policy", "").c_str());
-  std::printf("| tier | capacity | cached | pinned | lookups | hit rate | coverage | evictions | read below |\n");
+  std::printf("model %s, policy %s\n\n", s.value("model", "").c_str(),
+              s.value("policy", "").c_str());
+  std::printf(
+      "| tier | capacity | cached | pinned | lookups | hit rate | coverage | evictions | read "
+      "below |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& t : s["tiers"]) {
     std::printf("| %s | %s | %s | %s | %llu | %s | %s | %llu | %s |\n", t.value("tier", "").c_str(),
                 colibri::FormatSize(t.value("capacity_bytes", uint64_t{0})).c_str(),
                 colibri::FormatSize(t.value("bytes_cached", uint64_t{0})).c_str(),
                 colibri::FormatSize(t.value("bytes_pinned", uint64_t{0})).c_str(),
-                static_cast<unsigned long long>(t.value("lookups", uint64_t{0})), Pct(t.value("hit_rate", 0.0)).c_str(),
-                Pct(t.value("coverage", 0.0)).c_str(), static_cast<unsigned long long>(t.value("evictions", uint64_t{0})),
+                static_cast<unsigned long long>(t.value("lookups", uint64_t{0})),
+                Pct(t.value("hit_rate", 0.0)).c_str(), Pct(t.value("coverage", 0.0)).c_str(),
+                static_cast<unsigned long long>(t.value("evictions", uint64_t{0})),
                 colibri::FormatSize(t.value("bytes_fetched", uint64_t{0})).c_str());
   }
-  if (!s.value("vram_note", "").empty()) std::printf("\nvram: %s\n", s.value("vram_note", "").c_str());
+  if (!s.value("vram_note", "").empty())
+    std::printf("\nvram: %s\n", s.value("vram_note", "").c_str());
   const Json& p = s["prefetch"];
-  std::printf("\nprefetch: %d layers; precision %s (used %llu of %llu reads), coverage %s, wasted %s, "
-              "cancelled %llu, dropped %llu; router predictions: precision %s, recall %s\n",
-              p.value("layers", 0), Pct(p.value("precision", 0.0)).c_str(),
-              static_cast<unsigned long long>(p.value("used", uint64_t{0})),
-              static_cast<unsigned long long>(p.value("reads", uint64_t{0})), Pct(p.value("coverage", 0.0)).c_str(),
-              colibri::FormatSize(p.value("wasted_bytes", uint64_t{0})).c_str(),
-              static_cast<unsigned long long>(p.value("cancelled", uint64_t{0})),
-              static_cast<unsigned long long>(p.value("dropped", uint64_t{0})),
-              Pct(p.value("prediction_precision", 0.0)).c_str(), Pct(p.value("prediction_recall", 0.0)).c_str());
-  std::printf("tokens %llu: %s of experts read per token, stall %.3f ms per token (%.3f s in all)\n",
-              static_cast<unsigned long long>(s.value("tokens", uint64_t{0})),
-              colibri::FormatSize(static_cast<uint64_t>(s.value("expert_bytes_per_token", 0.0))).c_str(),
-              s.value("stall_ms_per_token", 0.0), s.value("stall_seconds", 0.0));
+  std::printf(
+      "\nprefetch: %d layers; precision %s (used %llu of %llu reads), coverage %s, wasted %s, "
+      "cancelled %llu, dropped %llu; router predictions: precision %s, recall %s\n",
+      p.value("layers", 0), Pct(p.value("precision", 0.0)).c_str(),
+      static_cast<unsigned long long>(p.value("used", uint64_t{0})),
+      static_cast<unsigned long long>(p.value("reads", uint64_t{0})),
+      Pct(p.value("coverage", 0.0)).c_str(),
+      colibri::FormatSize(p.value("wasted_bytes", uint64_t{0})).c_str(),
+      static_cast<unsigned long long>(p.value("cancelled", uint64_t{0})),
+      static_cast<unsigned long long>(p.value("dropped", uint64_t{0})),
+      Pct(p.value("prediction_precision", 0.0)).c_str(),
+      Pct(p.value("prediction_recall", 0.0)).c_str());
+  std::printf(
+      "tokens %llu: %s of experts read per token, stall %.3f ms per token (%.3f s in all)\n",
+      static_cast<unsigned long long>(s.value("tokens", uint64_t{0})),
+      colibri::FormatSize(static_cast<uint64_t>(s.value("expert_bytes_per_token", 0.0))).c_str(),
+      s.value("stall_ms_per_token", 0.0), s.value("stall_seconds", 0.0));
   const Json& m = s["memory"];
   std::printf("memory: dense %s, kv caches %s, experts %s of %s\n",
               colibri::FormatSize(m.value("dense_bytes", uint64_t{0})).c_str(),
@@ -150,7 +163,8 @@ uint64_t CapacityBlocks(const std::string& text, const es::TraceHeader& h) {
   }
   auto bytes = colibri::ParseSize(text);
   if (!bytes.ok()) Fail(2, "--cache-size: " + std::string(bytes.status().message()));
-  if (h.block_bytes == 0) Fail(2, "--cache-size in bytes needs a trace that records block_bytes; give blocks or P%");
+  if (h.block_bytes == 0)
+    Fail(2, "--cache-size in bytes needs a trace that records block_bytes; give blocks or P%");
   return *bytes / h.block_bytes;
 }
 
@@ -176,7 +190,9 @@ void RunReplay(const ReplayFlags& f) {
            {"belady_hit_rate", belady.hit_rate()}};
   const es::TraceHeader& h = trace->header;
   const auto params = es::DefaultPolicyParams(blocks, h.n_layers, h.n_experts, h.top_k);
-  auto of_belady = [&](double rate) { return belady.hit_rate() > 0 ? rate / belady.hit_rate() : 0.0; };
+  auto of_belady = [&](double rate) {
+    return belady.hit_rate() > 0 ? rate / belady.hit_rate() : 0.0;
+  };
   Json rows = Json::array();
   for (auto kind : kinds) {
     const es::ReplayResult r = es::ReplayWithPolicy(accesses, blocks, kind, params);
@@ -185,7 +201,8 @@ void RunReplay(const ReplayFlags& f) {
                         {"hit_rate", r.hit_rate()},
                         {"of_belady", of_belady(r.hit_rate())}});
     if (f.per_layer) {
-      const es::ReplayResult p = es::ReplayPerLayer(accesses, h.n_layers, blocks, kind, h.n_experts, h.top_k);
+      const es::ReplayResult p =
+          es::ReplayPerLayer(accesses, h.n_layers, blocks, kind, h.n_experts, h.top_k);
       rows.push_back(Json{{"policy", std::string(es::CachePolicyName(kind)) + ", per-layer budget"},
                           {"hits", p.hits},
                           {"hit_rate", p.hit_rate()},
@@ -199,8 +216,8 @@ void RunReplay(const ReplayFlags& f) {
   }
   const int depth = f.prefetch_layers < 0 ? h.lookahead_layers : f.prefetch_layers;
   if (depth > 0) {
-    const es::PrefetchReplayResult p =
-        es::ReplayWithPrefetch(accesses, blocks, es::kDefaultCachePolicy, params, depth, h.block_bytes);
+    const es::PrefetchReplayResult p = es::ReplayWithPrefetch(
+        accesses, blocks, es::kDefaultCachePolicy, params, depth, h.block_bytes);
     out["prefetch"] = Json{{"policy", std::string(es::kDefaultCachePolicyName)},
                            {"layers", depth},
                            {"coverage", p.coverage()},
@@ -215,27 +232,31 @@ void RunReplay(const ReplayFlags& f) {
     std::printf("%s\n", out.dump(2).c_str());
     Exit(0);
   }
-  std::printf("trace %s: model %s, %llu lookups, cache of %llu blocks (%.1f%% of %d x %d experts)\n\n",
-              f.trace.c_str(), trace->header.model.c_str(), static_cast<unsigned long long>(belady.lookups),
-              static_cast<unsigned long long>(blocks),
-              100.0 * static_cast<double>(blocks) / (trace->header.n_layers * trace->header.n_experts),
-              trace->header.n_layers, trace->header.n_experts);
+  std::printf(
+      "trace %s: model %s, %llu lookups, cache of %llu blocks (%.1f%% of %d x %d experts)\n\n",
+      f.trace.c_str(), trace->header.model.c_str(), static_cast<unsigned long long>(belady.lookups),
+      static_cast<unsigned long long>(blocks),
+      100.0 * static_cast<double>(blocks) / (trace->header.n_layers * trace->header.n_experts),
+      trace->header.n_layers, trace->header.n_experts);
   std::printf("| policy | hit rate | of Belady |\n|---|---|---|\n");
   for (const auto& r : rows) {
-    std::printf("| %s | %s | %s |\n", r["policy"].get<std::string>().c_str(), Pct(r["hit_rate"]).c_str(),
-                Pct(r["of_belady"]).c_str());
+    std::printf("| %s | %s | %s |\n", r["policy"].get<std::string>().c_str(),
+                Pct(r["hit_rate"]).c_str(), Pct(r["of_belady"]).c_str());
   }
   std::printf("| belady (offline optimum) | %s | 100.0%% |\n", Pct(belady.hit_rate()).c_str());
   if (out.contains("prefetch")) {
     const Json& p = out["prefetch"];
     const uint64_t reads = p["prefetch_reads"].get<uint64_t>();
-    std::printf("\nprefetch %d layers ahead (%s): coverage %s (Belady's demand hit rate %s), %llu of %llu "
-                "prefetch reads wasted (%s), %llu dropped\n",
-                depth, std::string(es::kDefaultCachePolicyName).c_str(), Pct(p["coverage"]).c_str(),
-                Pct(belady.hit_rate()).c_str(), static_cast<unsigned long long>(p["prefetch_wasted"].get<uint64_t>()),
-                static_cast<unsigned long long>(reads),
-                h.block_bytes ? colibri::FormatSize(p["wasted_bytes"].get<uint64_t>()).c_str() : "no block size in trace",
-                static_cast<unsigned long long>(p["prefetch_dropped"].get<uint64_t>()));
+    std::printf(
+        "\nprefetch %d layers ahead (%s): coverage %s (Belady's demand hit rate %s), %llu of %llu "
+        "prefetch reads wasted (%s), %llu dropped\n",
+        depth, std::string(es::kDefaultCachePolicyName).c_str(), Pct(p["coverage"]).c_str(),
+        Pct(belady.hit_rate()).c_str(),
+        static_cast<unsigned long long>(p["prefetch_wasted"].get<uint64_t>()),
+        static_cast<unsigned long long>(reads),
+        h.block_bytes ? colibri::FormatSize(p["wasted_bytes"].get<uint64_t>()).c_str()
+                      : "no block size in trace",
+        static_cast<unsigned long long>(p["prefetch_dropped"].get<uint64_t>()));
   }
   Exit(0);
 }
@@ -245,10 +266,13 @@ void RunReplay(const ReplayFlags& f) {
 void AddCacheCommands(CLI::App& app) {
   auto cache = app.add_subcommand("cache", "Operate on a running server's expert cache");
   cache->require_subcommand(1);
-  auto clear = cache->add_subcommand("clear", "Drop every unleased expert block (POST /admin/cache/clear)");
+  auto clear =
+      cache->add_subcommand("clear", "Drop every unleased expert block (POST /admin/cache/clear)");
   auto clear_flags = std::make_shared<ServerFlags>();
   auto model = std::make_shared<std::string>();
-  clear->add_option("--server", clear_flags->server, "http://host:port of colibri-server or colibri-compute's metrics")
+  clear
+      ->add_option("--server", clear_flags->server,
+                   "http://host:port of colibri-server or colibri-compute's metrics")
       ->required();
   clear->add_option("--model", *model, "Model name the server must be serving")->required();
   clear->add_option("--api-key", clear_flags->api_key, "Bearer key, if the server needs one");
@@ -262,7 +286,9 @@ void AddCacheCommands(CLI::App& app) {
   auto stats = app.add_subcommand("stats", "Expert cache and prefetch numbers of a running server");
   auto stats_flags = std::make_shared<ServerFlags>();
   auto json = std::make_shared<bool>(false);
-  stats->add_option("--server", stats_flags->server, "http://host:port of colibri-server or colibri-compute's metrics")
+  stats
+      ->add_option("--server", stats_flags->server,
+                   "http://host:port of colibri-server or colibri-compute's metrics")
       ->required();
   stats->add_option("--api-key", stats_flags->api_key, "Bearer key, if the server needs one");
   stats->add_flag("--json", *json, "Print the JSON as served");
@@ -276,26 +302,35 @@ void AddCacheCommands(CLI::App& app) {
     Exit(0);
   });
 
-  auto replay = app.add_subcommand("trace-replay", "Hit rate of cache policies vs Belady's optimum on a routing trace");
+  auto replay = app.add_subcommand(
+      "trace-replay", "Hit rate of cache policies vs Belady's optimum on a routing trace");
   auto rf = std::make_shared<ReplayFlags>();
-  replay->add_option("--trace", rf->trace, "Routing trace (--trace-out of run / server / compute)")->required();
-  replay->add_option("--cache-size", rf->cache_size, "Capacity: N blocks, P% of the experts, or a size like 8G")
+  replay->add_option("--trace", rf->trace, "Routing trace (--trace-out of run / server / compute)")
       ->required();
-  replay->add_option("--policy", rf->policy, "adaptive, lru, lfu, routing or all")->capture_default_str();
-  replay->add_option("--prefetch-layers", rf->prefetch_layers,
-                     "Lookahead prefetch depth to simulate (-1: the trace's; 0: none)")
+  replay
+      ->add_option("--cache-size", rf->cache_size,
+                   "Capacity: N blocks, P% of the experts, or a size like 8G")
+      ->required();
+  replay->add_option("--policy", rf->policy, "adaptive, lru, lfu, routing or all")
       ->capture_default_str();
-  replay->add_flag("--per-layer", rf->per_layer, "Also replay with the budget split evenly per layer");
+  replay
+      ->add_option("--prefetch-layers", rf->prefetch_layers,
+                   "Lookahead prefetch depth to simulate (-1: the trace's; 0: none)")
+      ->capture_default_str();
+  replay->add_flag("--per-layer", rf->per_layer,
+                   "Also replay with the budget split evenly per layer");
   replay->add_flag("--json", rf->json, "Print JSON");
   replay->callback([rf] { RunReplay(*rf); });
 
-  auto gen = app.add_subcommand("trace-gen", "Write a synthetic decode routing trace with real routers' statistics");
+  auto gen = app.add_subcommand(
+      "trace-gen", "Write a synthetic decode routing trace with real routers' statistics");
   auto model_name = std::make_shared<std::string>("mixtral-8x7b");
   auto out_path = std::make_shared<std::string>();
   auto seed = std::make_shared<uint64_t>(1);
   auto prompts = std::make_shared<int>(0);
   auto partial = std::make_shared<bool>(false);
-  gen->add_option("--model", *model_name, "mixtral-8x7b, deepseek-v2-lite or qwen1.5-moe")->capture_default_str();
+  gen->add_option("--model", *model_name, "mixtral-8x7b, deepseek-v2-lite or qwen1.5-moe")
+      ->capture_default_str();
   gen->add_option("--out", *out_path, "Trace file to write")->required();
   gen->add_option("--seed", *seed, "Random seed (same seed, same trace)")->capture_default_str();
   gen->add_option("--prompts", *prompts, "Prompts decoded one after another (0: the preset's)");
@@ -314,14 +349,17 @@ void AddCacheCommands(CLI::App& app) {
     if (auto st = (*w)->Flush(); !st.ok()) Fail(1, std::string(st.message()));
     const es::RoutingStats s = es::MeasureRouting(*t);
     const size_t L = s.repeat_first.size();
-    std::printf("%s: %llu records (%d layers x %d experts, top-%d, seed %llu) -> %s\n", m->name.c_str(),
-                static_cast<unsigned long long>(t->records.size()), m->n_layers, m->n_experts, m->top_k,
-                static_cast<unsigned long long>(*seed), out_path->c_str());
-    std::printf("same first choice as the previous token: %s / %s / %s (layers 0, %zu, %zu); top-k overlap: %s / %s / "
-                "%s; depth-1 lookahead precision %s\n",
-                Pct(s.repeat_first[0]).c_str(), Pct(s.repeat_first[L / 2]).c_str(), Pct(s.repeat_first[L - 1]).c_str(),
-                L / 2, L - 1, Pct(s.repeat_any[0]).c_str(), Pct(s.repeat_any[L / 2]).c_str(),
-                Pct(s.repeat_any[L - 1]).c_str(), Pct(s.lookahead_precision).c_str());
+    std::printf("%s: %llu records (%d layers x %d experts, top-%d, seed %llu) -> %s\n",
+                m->name.c_str(), static_cast<unsigned long long>(t->records.size()), m->n_layers,
+                m->n_experts, m->top_k, static_cast<unsigned long long>(*seed), out_path->c_str());
+    std::printf(
+        "same first choice as the previous token: %s / %s / %s (layers 0, %zu, %zu); top-k "
+        "overlap: %s / %s / "
+        "%s; depth-1 lookahead precision %s\n",
+        Pct(s.repeat_first[0]).c_str(), Pct(s.repeat_first[L / 2]).c_str(),
+        Pct(s.repeat_first[L - 1]).c_str(), L / 2, L - 1, Pct(s.repeat_any[0]).c_str(),
+        Pct(s.repeat_any[L / 2]).c_str(), Pct(s.repeat_any[L - 1]).c_str(),
+        Pct(s.lookahead_precision).c_str());
     Exit(0);
   });
 }

@@ -70,12 +70,13 @@ class ChatBackend {
 
 class LocalBackend : public ChatBackend {
  public:
-  static absl::StatusOr<std::unique_ptr<LocalBackend>> Create(const ChatFlags& f,
-                                                              std::unique_ptr<colibri::compute::ComputeNode> node) {
+  static absl::StatusOr<std::unique_ptr<LocalBackend>> Create(
+      const ChatFlags& f, std::unique_ptr<colibri::compute::ComputeNode> node) {
     auto b = std::unique_ptr<LocalBackend>(new LocalBackend(f));
     b->node_ = std::move(node);
     ASSIGN_OR_RETURN(b->core_, colibri::router::MakeRouterCore(
-                                   f.node.model_dir, colibri::router::MakeInProcessComputeClient(b->node_.get())));
+                                   f.node.model_dir,
+                                   colibri::router::MakeInProcessComputeClient(b->node_.get())));
     return b;
   }
 
@@ -133,10 +134,13 @@ double MetricSum(const std::string& text, const std::string& name, const std::st
   size_t pos = 0;
   while ((pos = text.find(name, pos)) != std::string::npos) {
     const size_t eol = text.find('\n', pos);
-    const std::string line = text.substr(pos, eol == std::string::npos ? std::string::npos : eol - pos);
+    const std::string line =
+        text.substr(pos, eol == std::string::npos ? std::string::npos : eol - pos);
     const bool start = pos == 0 || text[pos - 1] == '\n';
     pos += name.size();
-    if (!start || line.size() <= name.size() || (line[name.size()] != ' ' && line[name.size()] != '{')) continue;
+    if (!start || line.size() <= name.size() ||
+        (line[name.size()] != ' ' && line[name.size()] != '{'))
+      continue;
     if (!labels.empty() && line.find(labels) == std::string::npos) continue;
     total = (total < 0 ? 0 : total) + std::atof(line.substr(line.rfind(' ') + 1).c_str());
   }
@@ -159,7 +163,8 @@ class RemoteBackend : public ChatBackend {
                  {"stream", true},
                  {"stream_options", {{"include_usage", true}}}};
     if (f_.seed) body["seed"] = f_.seed;
-    for (const auto& m : messages) body["messages"].push_back({{"role", m.role}, {"content", m.content}});
+    for (const auto& m : messages)
+      body["messages"].push_back({{"role", m.role}, {"content", m.content}});
     const auto cache_before = CacheCounters();
     const auto t0 = Clock::now();
     Clock::time_point first;
@@ -176,7 +181,8 @@ class RemoteBackend : public ChatBackend {
         Json j = Json::parse(event.substr(6), nullptr, false);
         if (j.is_discarded()) continue;
         if (j.contains("error")) error = j["error"].value("message", "error");
-        if (j.contains("usage") && j["usage"].is_object()) t.tokens = j["usage"].value("completion_tokens", 0);
+        if (j.contains("usage") && j["usage"].is_object())
+          t.tokens = j["usage"].value("completion_tokens", 0);
         if (!j.contains("choices") || j["choices"].empty()) continue;
         const Json& delta = j["choices"][0]["delta"];
         if (delta.contains("content") && delta["content"].is_string()) {
@@ -211,10 +217,14 @@ class RemoteBackend : public ChatBackend {
       return on_data(data, n);
     };
     auto res = client_.send(req);
-    if (!res) return absl::UnavailableError("cannot reach " + f_.url + ": " + httplib::to_string(res.error()));
+    if (!res)
+      return absl::UnavailableError("cannot reach " + f_.url + ": " +
+                                    httplib::to_string(res.error()));
     if (status != 200) {
       Json j = Json::parse(error_body, nullptr, false);
-      std::string msg = !j.is_discarded() && j.contains("error") ? j["error"].value("message", error_body) : error_body;
+      std::string msg = !j.is_discarded() && j.contains("error")
+                            ? j["error"].value("message", error_body)
+                            : error_body;
       return absl::UnknownError(absl::StrFormat("%s answered %d: %s", f_.url, status, msg));
     }
     if (!error.empty()) return absl::UnknownError(error);
@@ -223,7 +233,8 @@ class RemoteBackend : public ChatBackend {
     t.decode_seconds = any ? std::chrono::duration<double>(end - first).count() : 0;
     const auto cache_after = CacheCounters();
     if (cache_before.first >= 0 && cache_after.first > cache_before.first) {
-      t.hit_rate = (cache_after.second - cache_before.second) / (cache_after.first - cache_before.first);
+      t.hit_rate =
+          (cache_after.second - cache_before.second) / (cache_after.first - cache_before.first);
     }
     return t;
   }
@@ -234,7 +245,8 @@ class RemoteBackend : public ChatBackend {
     auto res = client_.Get("/metrics", headers_);
     if (!res || res->status != 200) return {-1, -1};
     const std::string name = "colibri_compute_expert_cache_lookups_total";
-    return {MetricSum(res->body, name, "tier=\"ram\""), MetricSum(res->body, name, "result=\"hit\",tier=\"ram\"")};
+    return {MetricSum(res->body, name, "tier=\"ram\""),
+            MetricSum(res->body, name, "result=\"hit\",tier=\"ram\"")};
   }
 
   ChatFlags f_;
@@ -251,17 +263,21 @@ std::string TurnLine(const Turn& t) {
   // Expert reads and speculative decoding, in a bracket of their own.
   std::string more;
   if (t.bytes_read >= 0 && t.tokens > 0) {
-    more = colibri::FormatSize(static_cast<uint64_t>(t.bytes_read / static_cast<double>(t.tokens))) + " read/token";
+    more =
+        colibri::FormatSize(static_cast<uint64_t>(t.bytes_read / static_cast<double>(t.tokens))) +
+        " read/token";
   }
   if (t.verify_passes > 0 && t.draft_tokens > 0) {
     more += absl::StrFormat("%sdrafts %.0f%% accepted, %.2f tokens/pass", more.empty() ? "" : ", ",
-                            100 * t.accepted_tokens / t.draft_tokens, (t.accepted_tokens + t.verify_passes) / t.verify_passes);
+                            100 * t.accepted_tokens / t.draft_tokens,
+                            (t.accepted_tokens + t.verify_passes) / t.verify_passes);
   }
   return more.empty() ? line : line + " [" + more + "]";
 }
 
 int Chat(const ChatFlags& f) {
-  if (f.url.empty() == f.node.model_dir.empty()) Fail(2, "chat: give --model DIR or --url URL (one of them)");
+  if (f.url.empty() == f.node.model_dir.empty())
+    Fail(2, "chat: give --model DIR or --url URL (one of them)");
   std::unique_ptr<ChatBackend> backend;
   if (f.url.empty()) {
     std::unique_ptr<colibri::compute::ComputeNode> node;
@@ -281,7 +297,8 @@ int Chat(const ChatFlags& f) {
   int turns = 0;
   int64_t tokens = 0, decoded = 0;  // decoded: tokens after each turn's first (tok/s as per turn)
   double decode_seconds = 0, ttft = 0;
-  std::printf("colibri chat (%s). /reset, /stats, /quit\n", f.url.empty() ? f.node.model_dir.c_str() : f.url.c_str());
+  std::printf("colibri chat (%s). /reset, /stats, /quit\n",
+              f.url.empty() ? f.node.model_dir.c_str() : f.url.c_str());
   std::string line;
   for (;;) {
     std::printf("> ");
@@ -294,9 +311,10 @@ int Chat(const ChatFlags& f) {
       continue;
     }
     if (line == "/stats") {
-      std::printf("[%d turns, %ld tokens, %.2f tok/s mean, TTFT %.3f s mean, %zu messages in history]\n", turns,
-                  static_cast<long>(tokens), decode_seconds > 0 ? decoded / decode_seconds : 0.0, turns ? ttft / turns : 0.0,
-                  history.size());
+      std::printf(
+          "[%d turns, %ld tokens, %.2f tok/s mean, TTFT %.3f s mean, %zu messages in history]\n",
+          turns, static_cast<long>(tokens), decode_seconds > 0 ? decoded / decode_seconds : 0.0,
+          turns ? ttft / turns : 0.0, history.size());
       continue;
     }
     if (line[0] == '/') {
@@ -329,9 +347,11 @@ int Chat(const ChatFlags& f) {
 
 void AddChatCommand(CLI::App& app) {
   auto f = std::make_shared<ChatFlags>();
-  auto* cmd = app.add_subcommand("chat", "Interactive chat in the terminal (a model here, or a server's API)");
+  auto* cmd = app.add_subcommand(
+      "chat", "Interactive chat in the terminal (a model here, or a server's API)");
   AddNodeFlags(cmd, &f->node, /*model_required=*/false);
-  cmd->add_option("--url", f->url, "A running colibri-server or router (http://host:port) instead of --model");
+  cmd->add_option("--url", f->url,
+                  "A running colibri-server or router (http://host:port) instead of --model");
   cmd->add_option("--api-key", f->api_key, "Bearer key for --url, if the server needs one");
   cmd->add_option("--system", f->system, "System prompt");
   cmd->add_option("--max-tokens", f->max_tokens, "Most tokens per reply")->capture_default_str();

@@ -2,7 +2,6 @@
 
 #include <cstdio>
 
-
 void Fail(int code, const std::string& what) {
   std::fprintf(stderr, "error: %s\n", what.c_str());
   throw CLI::RuntimeError(code);

@@ -53,8 +53,9 @@ struct Measurement {
   std::vector<int32_t> tokens;
 };
 
-absl::StatusOr<Measurement> Measure(const colibri::compute::ComputeNodeOptions& base, const Knobs& k,
-                                    const std::vector<int32_t>& prompt, const TuneFlags& f) {
+absl::StatusOr<Measurement> Measure(const colibri::compute::ComputeNodeOptions& base,
+                                    const Knobs& k, const std::vector<int32_t>& prompt,
+                                    const TuneFlags& f) {
   colibri::compute::ComputeNodeOptions o = base;
   o.cache.prefetch_layers = k.prefetch_layers;
   o.cache.io_threads = k.io_threads;
@@ -71,13 +72,18 @@ absl::StatusOr<Measurement> Measure(const colibri::compute::ComputeNodeOptions& 
   std::vector<double> tps;
   for (int r = 0; r <= f.repeats; ++r) {  // run 0 warms the page cache of dense weights and code
     if (f.state == "cold") node->ClearCache();
-    ASSIGN_OR_RETURN(auto result, node->engine().Generate(req, [](const colibri::engine::SampledToken&) { return true; }));
+    ASSIGN_OR_RETURN(
+        auto result,
+        node->engine().Generate(req, [](const colibri::engine::SampledToken&) { return true; }));
     if (r == 0) {
       m.tokens = result.tokens;
       continue;
     }
-    if (result.tokens != m.tokens) return absl::InternalError("greedy tokens differ between repetitions of one setting");
-    tps.push_back(result.decode_seconds > 0 ? static_cast<double>(result.tokens.size()) / result.decode_seconds : 0);
+    if (result.tokens != m.tokens)
+      return absl::InternalError("greedy tokens differ between repetitions of one setting");
+    tps.push_back(result.decode_seconds > 0
+                      ? static_cast<double>(result.tokens.size()) / result.decode_seconds
+                      : 0);
   }
   m.mean = std::accumulate(tps.begin(), tps.end(), 0.0) / static_cast<double>(tps.size());
   double var = 0;
@@ -87,8 +93,8 @@ absl::StatusOr<Measurement> Measure(const colibri::compute::ComputeNodeOptions& 
 }
 
 std::string Describe(const Knobs& k) {
-  return absl::StrCat("prefetch_layers=", k.prefetch_layers, " io_threads=", k.io_threads, " cache_policy=", k.policy,
-                      " learned_pins=", k.learned_pins);
+  return absl::StrCat("prefetch_layers=", k.prefetch_layers, " io_threads=", k.io_threads,
+                      " cache_policy=", k.policy, " learned_pins=", k.learned_pins);
 }
 
 int RunTune(const TuneFlags& f) {
@@ -143,11 +149,16 @@ int RunTune(const TuneFlags& f) {
   }
   Measurement best_m = *baseline;
   const std::vector<int32_t> reference = baseline->tokens;
-  auto record = [&](const Knobs& k, const Measurement& m, bool identical, bool kept, const std::string& note) {
-    measurements.push_back({{"setting", Describe(k)}, {"tokens_per_second", m.mean}, {"sd", m.sd},
-                            {"tokens_identical", identical}, {"kept", kept}, {"note", note}});
-    std::cout << absl::StrCat(kept ? "keep " : "     ", Describe(k), ": ", m.mean, " tok/s (sd ", m.sd, ")",
-                              note.empty() ? "" : absl::StrCat(" - ", note))
+  auto record = [&](const Knobs& k, const Measurement& m, bool identical, bool kept,
+                    const std::string& note) {
+    measurements.push_back({{"setting", Describe(k)},
+                            {"tokens_per_second", m.mean},
+                            {"sd", m.sd},
+                            {"tokens_identical", identical},
+                            {"kept", kept},
+                            {"note", note}});
+    std::cout << absl::StrCat(kept ? "keep " : "     ", Describe(k), ": ", m.mean, " tok/s (sd ",
+                              m.sd, ")", note.empty() ? "" : absl::StrCat(" - ", note))
               << std::endl;
   };
   record(best, best_m, true, true, "baseline (plan)");
@@ -159,7 +170,8 @@ int RunTune(const TuneFlags& f) {
       if (Describe(k) == Describe(best)) continue;
       auto m = Measure(base, k, prompt, f);
       if (!m.ok()) {
-        measurements.push_back({{"setting", Describe(k)}, {"error", std::string(m.status().message())}});
+        measurements.push_back(
+            {{"setting", Describe(k)}, {"error", std::string(m.status().message())}});
         continue;
       }
       const bool identical = m->tokens == reference;
@@ -168,7 +180,8 @@ int RunTune(const TuneFlags& f) {
       const bool keep = identical && faster;
       record(k, *m, identical, keep,
              !identical ? "greedy tokens differ: refused"
-                        : faster ? "" : absl::StrCat("not faster beyond noise (", noise, " tok/s)"));
+             : faster   ? ""
+                        : absl::StrCat("not faster beyond noise (", noise, " tok/s)"));
       if (keep) {
         best = k;
         best_m = *m;
@@ -177,7 +190,8 @@ int RunTune(const TuneFlags& f) {
   };
   try_knob([](Knobs& k, int v) { k.prefetch_layers = v; }, std::vector<int>{0, 1, 2, 3});
   try_knob([](Knobs& k, int v) { k.io_threads = v; }, std::vector<int>{1, 2, 4, 8, 16});
-  try_knob([](Knobs& k, const std::string& v) { k.policy = v; }, std::vector<std::string>{"adaptive", "lru", "lfu", "routing"});
+  try_knob([](Knobs& k, const std::string& v) { k.policy = v; },
+           std::vector<std::string>{"adaptive", "lru", "lfu", "routing"});
   try_knob([](Knobs& k, double v) { k.learned_pins = v; }, std::vector<double>{0.0, 0.25, 0.5});
   spdlog::set_level(level);
 
@@ -190,14 +204,15 @@ int RunTune(const TuneFlags& f) {
   profile.fingerprint = colibri::plan::CurrentFingerprint(manifest, *machine);
   profile.settings = {best.prefetch_layers, best.io_threads, best.policy, best.learned_pins};
   profile.measurements = measurements;
-  const std::filesystem::path out =
-      f.out.empty() ? colibri::plan::DefaultTuneProfilePath(f.model_dir) : std::filesystem::path(f.out);
+  const std::filesystem::path out = f.out.empty()
+                                        ? colibri::plan::DefaultTuneProfilePath(f.model_dir)
+                                        : std::filesystem::path(f.out);
   if (auto st = colibri::plan::WriteTuneProfile(out, profile); !st.ok()) {
     spdlog::error("{}", std::string(st.message()));
     return 1;
   }
-  std::cout << absl::StrCat("best: ", Describe(best), ": ", best_m.mean, " tok/s (baseline ", baseline->mean,
-                            "); profile written to ", out.string())
+  std::cout << absl::StrCat("best: ", Describe(best), ": ", best_m.mean, " tok/s (baseline ",
+                            baseline->mean, "); profile written to ", out.string())
             << std::endl;
   return 0;
 }
@@ -208,16 +223,24 @@ void AddTuneCommand(CLI::App& app) {
   auto shared = std::make_shared<TuneFlags>();
   TuneFlags& f = *shared;
   auto* tune = app.add_subcommand(
-      "tune", "Measure prefetch depth, reader threads, cache policy and pin share on this machine; keep what is "
-              "faster beyond noise with identical greedy tokens; save a profile colibri-server applies");
+      "tune",
+      "Measure prefetch depth, reader threads, cache policy and pin share on this machine; keep "
+      "what is "
+      "faster beyond noise with identical greedy tokens; save a profile colibri-server applies");
   tune->add_option("--model", f.model_dir, "Model directory")->required();
-  tune->add_option("--prompt-tokens", f.prompt_tokens, "Prompt as comma-separated ids (default: ids 1..16)");
+  tune->add_option("--prompt-tokens", f.prompt_tokens,
+                   "Prompt as comma-separated ids (default: ids 1..16)");
   tune->add_option("--max-tokens", f.max_tokens, "Tokens generated per run")->capture_default_str();
-  tune->add_option("--repeats", f.repeats, "Measured runs per candidate (after one warm-up run)")->capture_default_str();
-  tune->add_option("--state", f.state, "cold: expert cache cleared before each run; warm: kept")->capture_default_str();
-  tune->add_option("--min-gain", f.min_gain, "Smallest relative speed-up kept")->capture_default_str();
-  tune->add_option("--threads", f.threads, "Compute threads (0: physical cores)")->capture_default_str();
-  tune->add_option("--out", f.out, "Profile file (default <model>/tune_profile.json, where the server looks)");
+  tune->add_option("--repeats", f.repeats, "Measured runs per candidate (after one warm-up run)")
+      ->capture_default_str();
+  tune->add_option("--state", f.state, "cold: expert cache cleared before each run; warm: kept")
+      ->capture_default_str();
+  tune->add_option("--min-gain", f.min_gain, "Smallest relative speed-up kept")
+      ->capture_default_str();
+  tune->add_option("--threads", f.threads, "Compute threads (0: physical cores)")
+      ->capture_default_str();
+  tune->add_option("--out", f.out,
+                   "Profile file (default <model>/tune_profile.json, where the server looks)");
   colibri::compute::AddCacheFlags(tune, &f.cache);
   tune->callback([shared] { throw CLI::RuntimeError(RunTune(*shared)); });
 }

@@ -7,14 +7,14 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "colibri/core/logging.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "cache_flags.h"
+#include "cli_node.h"
+#include "colibri/core/logging.h"
 #include "colibri/core/units.h"
 #include "colibri/model/container.h"
 #include "colibri/tokenizer/tokenizer.h"
-#include "cache_flags.h"
-#include "cli_node.h"
 #include "compute_node.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -35,8 +35,8 @@ namespace {
 
 // Writes a float32 C-order .npy file of shape [rows, cols].
 bool WriteNpy(const std::string& path, const std::vector<float>& data, int64_t rows, int64_t cols) {
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
-                       std::to_string(cols) + "), }";
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
+                       std::to_string(rows) + ", " + std::to_string(cols) + "), }";
   const size_t unpadded = 10 + header.size() + 1;
   header.append((64 - unpadded % 64) % 64, ' ');
   header.push_back('\n');
@@ -46,12 +46,14 @@ bool WriteNpy(const std::string& path, const std::vector<float>& data, int64_t r
   const uint16_t len = static_cast<uint16_t>(header.size());
   out.write(reinterpret_cast<const char*>(&len), 2);
   out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size() * sizeof(float)));
+  out.write(reinterpret_cast<const char*>(data.data()),
+            static_cast<std::streamsize>(data.size() * sizeof(float)));
   return static_cast<bool>(out);
 }
 
-int Run(const NodeFlags& node_flags, const std::string& prompt_tokens, const std::string& prompt_text,
-        int64_t max_tokens, const colibri::engine::SamplingParams& sampling, bool ignore_eos,
+int Run(const NodeFlags& node_flags, const std::string& prompt_tokens,
+        const std::string& prompt_text, int64_t max_tokens,
+        const colibri::engine::SamplingParams& sampling, bool ignore_eos,
         const std::string& logits_out) {
   const std::string& model_dir = node_flags.model_dir;
   std::unique_ptr<colibri::compute::ComputeNode> created;
@@ -86,7 +88,8 @@ int Run(const NodeFlags& node_flags, const std::string& prompt_tokens, const std
   req.max_tokens = max_tokens;
   req.ignore_eos = ignore_eos;
   req.record_logits = !logits_out.empty();
-  auto result = (*node)->engine().Generate(req, [](const colibri::engine::SampledToken&) { return true; });
+  auto result =
+      (*node)->engine().Generate(req, [](const colibri::engine::SampledToken&) { return true; });
   if (!result.ok()) {
     spdlog::error("{}", std::string(result.status().message()));
     return 1;
@@ -96,25 +99,34 @@ int Run(const NodeFlags& node_flags, const std::string& prompt_tokens, const std
   if (tok) std::cerr << tok->Decode(result->tokens, true) << std::endl;
   if (!logits_out.empty()) {
     const int64_t vocab = (*node)->manifest().config.vocab_size;
-    if (!WriteNpy(logits_out, result->logits, static_cast<int64_t>(result->logits.size()) / vocab, vocab)) {
+    if (!WriteNpy(logits_out, result->logits, static_cast<int64_t>(result->logits.size()) / vocab,
+                  vocab)) {
       spdlog::error("cannot write '{}'", logits_out);
       return 1;
     }
   }
   const auto stats = (*node)->cache_stats();
-  const double tps = result->decode_seconds > 0 ? static_cast<double>(result->tokens.size()) / result->decode_seconds : 0;
-  spdlog::info("prompt {} tokens in {:.3f} s; {} tokens in {:.3f} s ({:.2f} tok/s); expert cache {} hits / {} misses, "
-               "{} expert bytes read",
-               result->prompt_tokens, result->prefill_seconds, result->tokens.size(), result->decode_seconds, tps,
-               stats.hits, stats.misses, stats.bytes_fetched);
+  const double tps = result->decode_seconds > 0
+                         ? static_cast<double>(result->tokens.size()) / result->decode_seconds
+                         : 0;
+  spdlog::info(
+      "prompt {} tokens in {:.3f} s; {} tokens in {:.3f} s ({:.2f} tok/s); expert cache {} hits / "
+      "{} misses, "
+      "{} expert bytes read",
+      result->prompt_tokens, result->prefill_seconds, result->tokens.size(), result->decode_seconds,
+      tps, stats.hits, stats.misses, stats.bytes_fetched);
   if (result->verify_passes > 0) {
-    spdlog::info("speculative: {} verify passes, {} of {} drafted tokens accepted ({:.1f}%), {:.2f} tokens per pass; "
-                 "{:.0f} expert bytes read per generated token",
-                 result->verify_passes, result->accepted_draft_tokens, result->draft_tokens,
-                 100.0 * static_cast<double>(result->accepted_draft_tokens) / static_cast<double>(result->draft_tokens),
-                 static_cast<double>(result->accepted_draft_tokens + result->verify_passes) /
-                     static_cast<double>(result->verify_passes),
-                 static_cast<double>(stats.bytes_fetched) / static_cast<double>(std::max<size_t>(1, result->tokens.size())));
+    spdlog::info(
+        "speculative: {} verify passes, {} of {} drafted tokens accepted ({:.1f}%), {:.2f} tokens "
+        "per pass; "
+        "{:.0f} expert bytes read per generated token",
+        result->verify_passes, result->accepted_draft_tokens, result->draft_tokens,
+        100.0 * static_cast<double>(result->accepted_draft_tokens) /
+            static_cast<double>(result->draft_tokens),
+        static_cast<double>(result->accepted_draft_tokens + result->verify_passes) /
+            static_cast<double>(result->verify_passes),
+        static_cast<double>(stats.bytes_fetched) /
+            static_cast<double>(std::max<size_t>(1, result->tokens.size())));
   }
   return 0;
 }
@@ -150,8 +162,8 @@ int Verify(const std::string& model_dir) {
     std::cout << bad << " bad item(s) in '" << model_dir << "'" << std::endl;
     return 1;
   }
-  std::cout << "OK " << m.dense.size() << " dense tensors, " << m.experts.size() << " expert blocks and "
-            << m.extra.size() << " extra tensors verified" << std::endl;
+  std::cout << "OK " << m.dense.size() << " dense tensors, " << m.experts.size()
+            << " expert blocks and " << m.extra.size() << " extra tensors verified" << std::endl;
   return 0;
 }
 
@@ -172,7 +184,8 @@ int Inspect(const std::string& model_dir) {
   // Kept tensors the engine does not load (e.g. the NextN layer), by name.
   nlohmann::json extra = nlohmann::json::object();
   for (const auto& t : m.extra) {
-    extra[t.name] = {{"dtype", std::string(colibri::quant::DTypeName(t.dtype))}, {"shape", t.shape}};
+    extra[t.name] = {{"dtype", std::string(colibri::quant::DTypeName(t.dtype))},
+                     {"shape", t.shape}};
   }
   nlohmann::json out = {{"name", m.name},
                         {"config", colibri::model::ConfigToJson(m.config)},
@@ -206,11 +219,15 @@ int main(int argc, char** argv) {
   bool ignore_eos = false;
   colibri::engine::SamplingParams sampling;
   NodeFlags run_node;
-  auto* run = app.add_subcommand("run", "Generate from a prompt; prints the generated token ids as JSON");
+  auto* run =
+      app.add_subcommand("run", "Generate from a prompt; prints the generated token ids as JSON");
   AddNodeFlags(run, &run_node);
-  auto* pt = run->add_option("--prompt-tokens", prompt_tokens, "Prompt as comma-separated token ids");
-  run->add_option("--prompt", prompt_text, "Prompt text (tokenized with the model's tokenizer)")->excludes(pt);
-  run->add_option("--max-tokens", max_tokens, "Tokens to generate (0: score the prompt only)")->capture_default_str();
+  auto* pt =
+      run->add_option("--prompt-tokens", prompt_tokens, "Prompt as comma-separated token ids");
+  run->add_option("--prompt", prompt_text, "Prompt text (tokenized with the model's tokenizer)")
+      ->excludes(pt);
+  run->add_option("--max-tokens", max_tokens, "Tokens to generate (0: score the prompt only)")
+      ->capture_default_str();
   run->add_option("--temperature", sampling.temperature, "0 = greedy")->capture_default_str();
   run->add_option("--top-p", sampling.top_p)->capture_default_str();
   run->add_option("--top-k", sampling.top_k)->capture_default_str();
@@ -219,7 +236,8 @@ int main(int argc, char** argv) {
   run->add_flag("--ignore-eos", ignore_eos, "Do not stop at the end-of-sequence token");
   run->add_option("--logits-out", logits_out, "Write float32 [positions, vocab] logits (.npy)");
 
-  auto* verify = app.add_subcommand("verify", "Check every checksum of a model directory; names bad blocks");
+  auto* verify =
+      app.add_subcommand("verify", "Check every checksum of a model directory; names bad blocks");
   verify->add_option("--model", model_dir, "Model directory")->required();
   auto* inspect = app.add_subcommand("inspect", "Print a model's manifest summary as JSON");
   inspect->add_option("--model", model_dir, "Model directory")->required();

@@ -100,7 +100,8 @@ int CheckHttp(const std::string& target, const std::string& path, double timeout
   client.set_read_timeout(t);
   auto res = client.Get(path);
   if (!res) {
-    std::printf("http://%s%s: no answer (%s)\n", target.c_str(), path.c_str(), httplib::to_string(res.error()).c_str());
+    std::printf("http://%s%s: no answer (%s)\n", target.c_str(), path.c_str(),
+                httplib::to_string(res.error()).c_str());
     return 2;
   }
   std::printf("http://%s%s: %d\n", target.c_str(), path.c_str(), res->status);
@@ -116,7 +117,8 @@ int main(int argc, char** argv) {
   double timeout_s = 3;
   auto* grpc_cmd = app.add_subcommand("grpc", "grpc.health.v1.Health/Check; healthy when SERVING");
   grpc_cmd->add_option("target", target, "host:port")->required();
-  grpc_cmd->add_option("--service", service, "Service name to check (default: the server as a whole)");
+  grpc_cmd->add_option("--service", service,
+                       "Service name to check (default: the server as a whole)");
   grpc_cmd->add_option("--timeout", timeout_s, "Seconds")->capture_default_str();
   colibri::auth::TlsFiles tls;
   colibri::auth::AddTlsFlags(grpc_cmd, &tls);

@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <functional>
-
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,29 +22,35 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
 #include "src/cache_admin.h"
-#include "src/store_admin.h"
-#include "src/store_discovery.h"
 #include "src/cache_flags.h"
 #include "src/compute_metrics.h"
 #include "src/compute_service.h"
+#include "src/store_admin.h"
+#include "src/store_discovery.h"
 
 int main(int argc, char** argv) {
   colibri::BlockShutdownSignals();
   colibri::InitLogging();
-  std::string model_dir, listen = "127.0.0.1:50052", metrics_host = "127.0.0.1", port_file, metrics_port_file;
+  std::string model_dir, listen = "127.0.0.1:50052", metrics_host = "127.0.0.1", port_file,
+                         metrics_port_file;
   std::vector<std::string> stores;
   int metrics_port = 9102, threads = 0, max_pending = 64;
   CLI::App app{"colibri-compute: runs the model, streaming experts from expert stores"};
-  app.add_option("--model", model_dir, "Model directory (manifest and dense weights)")->required()->check(CLI::ExistingDirectory);
-  app.add_option("--store", stores,
-                 "Expert store address host:port or unix:/path (repeatable: reads spread over the holders; "
-                 "default: read experts from --model)");
+  app.add_option("--model", model_dir, "Model directory (manifest and dense weights)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  app.add_option(
+      "--store", stores,
+      "Expert store address host:port or unix:/path (repeatable: reads spread over the holders; "
+      "default: read experts from --model)");
   std::vector<std::string> store_dns;
-  app.add_option("--store-dns", store_dns,
-                 "Expert stores by DNS name host:port (repeatable): every address the name resolves to is a "
-                 "store, re-resolved every --store-dns-interval so new replicas join without a restart");
+  app.add_option(
+      "--store-dns", store_dns,
+      "Expert stores by DNS name host:port (repeatable): every address the name resolves to is a "
+      "store, re-resolved every --store-dns-interval so new replicas join without a restart");
   double store_dns_interval = 5, store_wait = 300;
-  app.add_option("--store-dns-interval", store_dns_interval, "Seconds between --store-dns resolutions")
+  app.add_option("--store-dns-interval", store_dns_interval,
+                 "Seconds between --store-dns resolutions")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--store-wait", store_wait,
@@ -53,19 +58,27 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 86400.0));
   std::string store_shm = "auto", client_name;
-  app.add_option("--store-shm-size", store_shm,
-                 "Shared-memory region per unix: store (auto: cache size + two layers in flight; 0: off)")
+  app.add_option(
+         "--store-shm-size", store_shm,
+         "Shared-memory region per unix: store (auto: cache size + two layers in flight; 0: off)")
       ->capture_default_str();
-  app.add_option("--client-name", client_name, "This node's name in the stores' metrics (default: host name)");
-  app.add_option("--threads", threads, "Compute threads (0: physical cores)")->capture_default_str();
+  app.add_option("--client-name", client_name,
+                 "This node's name in the stores' metrics (default: host name)");
+  app.add_option("--threads", threads, "Compute threads (0: physical cores)")
+      ->capture_default_str();
   app.add_option("--listen", listen, "gRPC address (port 0 picks one)")->capture_default_str();
-  app.add_option("--metrics-port", metrics_port, "Prometheus /metrics port (0 picks one, -1 disables)")->capture_default_str();
-  app.add_option("--metrics-host", metrics_host,
-                 "Bind address of the metrics port (/metrics, /health, /admin/...; 0.0.0.0: every interface)")
+  app.add_option("--metrics-port", metrics_port,
+                 "Prometheus /metrics port (0 picks one, -1 disables)")
       ->capture_default_str();
-  app.add_option("--max-pending-requests", max_pending, "Requests allowed to wait for the engine")->capture_default_str();
+  app.add_option("--metrics-host", metrics_host,
+                 "Bind address of the metrics port (/metrics, /health, /admin/...; 0.0.0.0: every "
+                 "interface)")
+      ->capture_default_str();
+  app.add_option("--max-pending-requests", max_pending, "Requests allowed to wait for the engine")
+      ->capture_default_str();
   app.add_option("--port-file", port_file, "Write the bound gRPC port to this file");
-  app.add_option("--metrics-port-file", metrics_port_file, "Write the bound metrics port to this file");
+  app.add_option("--metrics-port-file", metrics_port_file,
+                 "Write the bound metrics port to this file");
   colibri::compute::CacheFlags cache_flags;
   colibri::compute::AddCacheFlags(&app, &cache_flags);
   colibri::auth::KeyFlags key_flags;
@@ -75,7 +88,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   auto security = colibri::auth::LoadSecurity(key_flags, tls_files);
-  auto credentials = security.ok() ? security->ListenerCredentials(listen, nullptr) : security.status();
+  auto credentials =
+      security.ok() ? security->ListenerCredentials(listen, nullptr) : security.status();
   if (!credentials.ok()) {
     spdlog::error("{}", std::string(credentials.status().message()));
     return 2;
@@ -118,21 +132,27 @@ int main(int argc, char** argv) {
   std::function<void(const std::string&)> add_store = [](const std::string&) {};
   if (!dns_names.empty()) {
     discovery = std::make_unique<colibri::compute::StoreDiscovery>(
-        dns_names, colibri::compute::ResolveHost, [&add_store](const std::string& t) { add_store(t); });
+        dns_names, colibri::compute::ResolveHost,
+        [&add_store](const std::string& t) { add_store(t); });
   }
-  const auto wait_until = std::chrono::steady_clock::now() + std::chrono::duration<double>(store_wait);
-  absl::StatusOr<std::unique_ptr<colibri::compute::ComputeNode>> node = absl::UnavailableError("not started");
+  const auto wait_until =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(store_wait);
+  absl::StatusOr<std::unique_ptr<colibri::compute::ComputeNode>> node =
+      absl::UnavailableError("not started");
   while (true) {
     if (discovery) {
       discovery->Poll();
       options.stores = stores;
       for (const auto& t : discovery->Current()) options.stores.push_back(t);
     }
-    if (!options.stores.empty() || dns_names.empty()) node = colibri::compute::ComputeNode::Create(options);
-    const bool retry = discovery && (options.stores.empty() || node.status().code() == absl::StatusCode::kUnavailable);
+    if (!options.stores.empty() || dns_names.empty())
+      node = colibri::compute::ComputeNode::Create(options);
+    const bool retry = discovery && (options.stores.empty() ||
+                                     node.status().code() == absl::StatusCode::kUnavailable);
     if (!retry || std::chrono::steady_clock::now() >= wait_until) break;
     spdlog::info("waiting for expert stores ({}): {}", fmt::join(store_dns, ", "),
-                 options.stores.empty() ? std::string("no address yet") : std::string(node.status().message()));
+                 options.stores.empty() ? std::string("no address yet")
+                                        : std::string(node.status().message()));
     // Sleep 2 s, ending early on SIGINT/SIGTERM (blocked in every thread, so wait for them here).
     sigset_t set;
     sigemptyset(&set);
@@ -158,7 +178,8 @@ int main(int argc, char** argv) {
     // Stores that resolved at start are in the node already; later answers are added to it.
     discovery->MarkKnown(options.stores);
     add_store = [n = node->get()](const std::string& t) {
-      if (auto st = n->AddStore(t); !st.ok()) spdlog::error("adding store {}: {}", t, std::string(st.message()));
+      if (auto st = n->AddStore(t); !st.ok())
+        spdlog::error("adding store {}: {}", t, std::string(st.message()));
     };
     discovery->Start(std::chrono::milliseconds(static_cast<int64_t>(store_dns_interval * 1000)));
   }
@@ -180,11 +201,12 @@ int main(int argc, char** argv) {
     std::vector<colibri::metrics::HttpRoute> admin_routes;
     if (colibri::auth::AdminRoutesAllowed("the metrics port", metrics_host, security->has_keys())) {
       admin_routes = colibri::compute::AdminRoutes(node->get());
-      for (auto& r : colibri::compute::StoreAdminRoutes(node->get())) admin_routes.push_back(std::move(r));
+      for (auto& r : colibri::compute::StoreAdminRoutes(node->get()))
+        admin_routes.push_back(std::move(r));
     }
-    auto ms = colibri::metrics::MetricsServer::Start(metrics_host, metrics_port, registry,
-                                                     [&] { metrics.Refresh(**node); }, admin_routes,
-                                                     security->http());
+    auto ms = colibri::metrics::MetricsServer::Start(
+        metrics_host, metrics_port, registry, [&] { metrics.Refresh(**node); }, admin_routes,
+        security->http());
     if (!ms.ok()) {
       spdlog::error("{}", std::string(ms.status().message()));
       return 1;
@@ -206,8 +228,9 @@ int main(int argc, char** argv) {
     origin.clear();
     for (const auto& s : options.stores) origin += (origin.empty() ? "" : ", ") + s;
   }
-  spdlog::info("colibri-compute serving model '{}' on port {} (experts from {}, cache {})", (*node)->model_name(),
-               port, origin, colibri::FormatSize((*node)->options().expert_cache_bytes));
+  spdlog::info("colibri-compute serving model '{}' on port {} (experts from {}, cache {})",
+               (*node)->model_name(), port, origin,
+               colibri::FormatSize((*node)->options().expert_cache_bytes));
   int sig = colibri::WaitForShutdownSignal();
   spdlog::info("signal {}: shutting down", sig);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));

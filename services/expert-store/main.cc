@@ -19,8 +19,8 @@
 #include "absl/strings/str_split.h"
 #include "colibri/auth/flags.h"
 #include "colibri/core/logging.h"
-#include "colibri/core/progress.h"
 #include "colibri/core/port_file.h"
+#include "colibri/core/progress.h"
 #include "colibri/core/signals.h"
 #include "colibri/core/units.h"
 #include "colibri/metrics/metrics.h"
@@ -82,7 +82,8 @@ int Serve(const ServeConfig& cfg) {
     return 2;
   }
   if (cfg.models.empty() && cfg.disks.empty()) {
-    spdlog::error("nothing to serve: give the store's disks (--disk DIR, repeatable) and/or --model DIR");
+    spdlog::error(
+        "nothing to serve: give the store's disks (--disk DIR, repeatable) and/or --model DIR");
     return 2;
   }
   colibri::store::FaultInjector faults;
@@ -124,8 +125,8 @@ int Serve(const ServeConfig& cfg) {
   options.max_queued = static_cast<size_t>(std::max(1, cfg.max_queued));
   options.max_streams = static_cast<size_t>(std::max(1, cfg.max_streams));
   options.max_streams_per_client = static_cast<size_t>(std::max(1, cfg.max_streams_per_client));
-  options.idle_stream_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, cfg.idle_stream_timeout_s) * 1000));
+  options.idle_stream_timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(std::max(0.0, cfg.idle_stream_timeout_s) * 1000));
   options.allow_shm = !cfg.no_shm;
   colibri::store::ExpertStoreService service(store->get(), options, &metrics);
 
@@ -148,12 +149,13 @@ int Serve(const ServeConfig& cfg) {
   }
   std::unique_ptr<colibri::metrics::MetricsServer> metrics_server;
   if (cfg.metrics_port >= 0) {
-    auto ms = colibri::metrics::MetricsServer::Start(cfg.metrics_listen_host, cfg.metrics_port, registry,
-                                                     [&] { metrics.Refresh(**store); }, {},
-                                                     security->http());
+    auto ms = colibri::metrics::MetricsServer::Start(
+        cfg.metrics_listen_host, cfg.metrics_port, registry, [&] { metrics.Refresh(**store); }, {},
+        security->http());
     if (!ms.ok()) return Fail(ms.status());
     metrics_server = std::move(*ms);
-    if (auto st = colibri::WritePortFile(cfg.metrics_port_file, metrics_server->port()); !st.ok()) return Fail(st);
+    if (auto st = colibri::WritePortFile(cfg.metrics_port_file, metrics_server->port()); !st.ok())
+      return Fail(st);
   }
   // The port file announces readiness (0 when listening on unix sockets only).
   if (auto st = colibri::WritePortFile(cfg.port_file, tcp_port); !st.ok()) return Fail(st);
@@ -163,11 +165,13 @@ int Serve(const ServeConfig& cfg) {
                bo.io.direct_io ? "O_DIRECT" : "buffered");
   for (const auto& m : (*store)->models()) {
     spdlog::info("serving model '{}' ({}, {} of {} layers, {} of experts)", m->name(), m->origin(),
-                 m->last_layer() - m->first_layer() + 1, m->n_layers(), colibri::FormatSize(m->total_expert_bytes()));
+                 m->last_layer() - m->first_layer() + 1, m->n_layers(),
+                 colibri::FormatSize(m->total_expert_bytes()));
   }
-  for (size_t i = 0; i < cfg.listen.size(); ++i) spdlog::info("listening on {} (port {})", cfg.listen[i], ports[i]);
-  spdlog::info("colibri-expert-store ready (read cache {}, metrics on {})", colibri::FormatSize(*cache),
-               metrics_server ? metrics_server->port() : -1);
+  for (size_t i = 0; i < cfg.listen.size(); ++i)
+    spdlog::info("listening on {} (port {})", cfg.listen[i], ports[i]);
+  spdlog::info("colibri-expert-store ready (read cache {}, metrics on {})",
+               colibri::FormatSize(*cache), metrics_server ? metrics_server->port() : -1);
   int sig = colibri::WaitForShutdownSignal();
   spdlog::info("signal {}: shutting down", sig);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -177,8 +181,8 @@ int Serve(const ServeConfig& cfg) {
   return 0;
 }
 
-int Import(const std::string& model, const colibri::store::StoreLocation& loc, const std::string& stripe,
-           const std::string& name, const std::string& layers) {
+int Import(const std::string& model, const colibri::store::StoreLocation& loc,
+           const std::string& stripe, const std::string& name, const std::string& layers) {
   colibri::store::ImportOptions o;
   auto s = colibri::ParseSize(stripe);
   if (!s.ok()) return Fail(s.status());
@@ -186,7 +190,8 @@ int Import(const std::string& model, const colibri::store::StoreLocation& loc, c
   o.name = name;
   if (!layers.empty()) {
     std::pair<std::string, std::string> ab = absl::StrSplit(layers, absl::MaxSplits('-', 1));
-    if (!absl::SimpleAtoi(ab.first, &o.first_layer) || !absl::SimpleAtoi(ab.second, &o.last_layer)) {
+    if (!absl::SimpleAtoi(ab.first, &o.first_layer) ||
+        !absl::SimpleAtoi(ab.second, &o.last_layer)) {
       spdlog::error("--layers must be FIRST-LAST, e.g. 0-15");
       return 2;
     }
@@ -199,25 +204,29 @@ int Import(const std::string& model, const colibri::store::StoreLocation& loc, c
   if (!r.ok()) return Fail(r.status());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info(
-      "imported '{}': {} blocks ({} resumed from an interrupted import), {} written over {} disk(s) in {:.2f} s",
-      r->name, r->blocks_total, r->blocks_resumed, colibri::FormatSize(r->bytes_written), loc.disks.size(), secs);
+      "imported '{}': {} blocks ({} resumed from an interrupted import), {} written over {} "
+      "disk(s) in {:.2f} s",
+      r->name, r->blocks_total, r->blocks_resumed, colibri::FormatSize(r->bytes_written),
+      loc.disks.size(), secs);
   return 0;
 }
 
 int List(const colibri::store::StoreLocation& loc) {
   auto models = colibri::store::ListModels(loc);
   if (!models.ok()) return Fail(models.status());
-  std::printf("%-24s %-10s %-13s %-12s %-8s %-8s %s\n", "MODEL", "STATE", "BLOCKS", "BYTES", "STRIPE", "LAYERS",
-              "SOURCE");
+  std::printf("%-24s %-10s %-13s %-12s %-8s %-8s %s\n", "MODEL", "STATE", "BLOCKS", "BYTES",
+              "STRIPE", "LAYERS", "SOURCE");
   for (const auto& m : *models) {
     const auto& r = m.record;
-    std::printf(
-        "%-24s %-10s %-13s %-12s %-8s %-8s %s\n", r.name.c_str(), colibri::store::ModelStateName(r.state),
-        (std::to_string(m.blocks_committed) + "/" + std::to_string(r.blocks_total)).c_str(),
-        colibri::FormatSize(r.total_expert_bytes).c_str(), colibri::FormatSize(r.stripe_size).c_str(),
-        (r.full_copy() ? std::string("all") : std::to_string(r.first_layer) + "-" + std::to_string(r.last_layer))
-            .c_str(),
-        r.source_dir.c_str());
+    std::printf("%-24s %-10s %-13s %-12s %-8s %-8s %s\n", r.name.c_str(),
+                colibri::store::ModelStateName(r.state),
+                (std::to_string(m.blocks_committed) + "/" + std::to_string(r.blocks_total)).c_str(),
+                colibri::FormatSize(r.total_expert_bytes).c_str(),
+                colibri::FormatSize(r.stripe_size).c_str(),
+                (r.full_copy() ? std::string("all")
+                               : std::to_string(r.first_layer) + "-" + std::to_string(r.last_layer))
+                    .c_str(),
+                r.source_dir.c_str());
   }
   return 0;
 }
@@ -228,58 +237,82 @@ int main(int argc, char** argv) {
   colibri::BlockShutdownSignals();
   colibri::InitLogging();
   ServeConfig cfg;
-  CLI::App app{"colibri-expert-store: serves expert blocks from striped disks over ExpertStore.Fetch"};
+  CLI::App app{
+      "colibri-expert-store: serves expert blocks from striped disks over ExpertStore.Fetch"};
   app.require_subcommand(0, 1);
   app.add_option("--disk", cfg.disks, "A disk root of the store (repeatable, any order)");
   app.add_option("--catalog", cfg.catalog, "The catalog directory (default: found on the disks)");
   app.add_option("--model", cfg.models, "Also serve this model directory as it is (repeatable)")
       ->check(CLI::ExistingDirectory);
-  app.add_option("--listen", cfg.listen, "Address: host:port (port 0 picks one) or unix:/path (repeatable)")
+  app.add_option("--listen", cfg.listen,
+                 "Address: host:port (port 0 picks one) or unix:/path (repeatable)")
       ->capture_default_str();
-  app.add_option("--metrics-port", cfg.metrics_port, "Prometheus /metrics port (0 picks one, -1 disables)")
+  app.add_option("--metrics-port", cfg.metrics_port,
+                 "Prometheus /metrics port (0 picks one, -1 disables)")
       ->capture_default_str();
-  app.add_option("--metrics-host", cfg.metrics_listen_host, "Bind address of the metrics port (0.0.0.0: every interface)")
+  app.add_option("--metrics-host", cfg.metrics_listen_host,
+                 "Bind address of the metrics port (0.0.0.0: every interface)")
       ->capture_default_str();
   colibri::auth::AddKeyFlags(&app, &cfg.keys);
   colibri::auth::AddTlsFlags(&app, &cfg.tls);
-  app.add_option("--read-cache-size", cfg.read_cache_size, "RAM cache of recently read blocks (0: none)")
+  app.add_option("--read-cache-size", cfg.read_cache_size,
+                 "RAM cache of recently read blocks (0: none)")
       ->capture_default_str();
-  app.add_option("--queue-depth", cfg.queue_depth, "Reads in flight per disk")->capture_default_str();
-  app.add_option("--chunk-size", cfg.chunk_size, "Bytes per streamed chunk (1M..4M)")->capture_default_str();
-  app.add_option("--max-reads-in-flight", cfg.max_reads_in_flight, "Block reads in progress per stream")
+  app.add_option("--queue-depth", cfg.queue_depth, "Reads in flight per disk")
       ->capture_default_str();
-  app.add_option("--max-buffered", cfg.max_buffered, "Read bytes waiting for the network per stream")
+  app.add_option("--chunk-size", cfg.chunk_size, "Bytes per streamed chunk (1M..4M)")
       ->capture_default_str();
-  app.add_option("--max-queued-requests", cfg.max_queued, "Requests queued per stream (RESOURCE_EXHAUSTED past it)")
+  app.add_option("--max-reads-in-flight", cfg.max_reads_in_flight,
+                 "Block reads in progress per stream")
       ->capture_default_str();
-  app.add_option("--max-streams", cfg.max_streams, "Open Fetch streams (RESOURCE_EXHAUSTED past it)")
+  app.add_option("--max-buffered", cfg.max_buffered,
+                 "Read bytes waiting for the network per stream")
+      ->capture_default_str();
+  app.add_option("--max-queued-requests", cfg.max_queued,
+                 "Requests queued per stream (RESOURCE_EXHAUSTED past it)")
+      ->capture_default_str();
+  app.add_option("--max-streams", cfg.max_streams,
+                 "Open Fetch streams (RESOURCE_EXHAUSTED past it)")
       ->capture_default_str();
   app.add_option("--max-streams-per-client", cfg.max_streams_per_client,
                  "Open Fetch streams from one peer host (RESOURCE_EXHAUSTED past it)")
       ->capture_default_str();
-  app.add_option("--idle-stream-timeout", cfg.idle_stream_timeout_s,
-                 "Seconds a Fetch stream may go without a request before the store ends it (0: never)")
+  app.add_option(
+         "--idle-stream-timeout", cfg.idle_stream_timeout_s,
+         "Seconds a Fetch stream may go without a request before the store ends it (0: never)")
       ->capture_default_str();
   app.add_flag("--no-shm", cfg.no_shm, "Refuse shared-memory delivery to co-located clients");
-  app.add_option("--port-file", cfg.port_file, "Write the bound TCP port (0: unix only) here once serving");
-  app.add_option("--metrics-port-file", cfg.metrics_port_file, "Write the bound metrics port to this file");
+  app.add_option("--port-file", cfg.port_file,
+                 "Write the bound TCP port (0: unix only) here once serving");
+  app.add_option("--metrics-port-file", cfg.metrics_port_file,
+                 "Write the bound metrics port to this file");
   auto* tuning = app.add_option_group("Testing and tuning");
-  tuning->add_option("--io-backend", cfg.io_backend, "auto | io_uring | threads")->capture_default_str();
-  tuning->add_flag("--no-direct-io", cfg.no_direct_io, "Read through the page cache instead of O_DIRECT");
-  tuning->add_option("--inject-fault", cfg.faults,
-                     "Fault injection for tests: kind=eio|short|eof|corrupt[,disk=N][,offset=A-B][,count=N] or "
-                     "kind=slow,disk=N,rate=100M (repeatable)");
-  tuning->add_option("--io-threads", cfg.io_threads, "Ignored (kept for old scripts; see --queue-depth)");
+  tuning->add_option("--io-backend", cfg.io_backend, "auto | io_uring | threads")
+      ->capture_default_str();
+  tuning->add_flag("--no-direct-io", cfg.no_direct_io,
+                   "Read through the page cache instead of O_DIRECT");
+  tuning->add_option(
+      "--inject-fault", cfg.faults,
+      "Fault injection for tests: kind=eio|short|eof|corrupt[,disk=N][,offset=A-B][,count=N] or "
+      "kind=slow,disk=N,rate=100M (repeatable)");
+  tuning->add_option("--io-threads", cfg.io_threads,
+                     "Ignored (kept for old scripts; see --queue-depth)");
 
   std::string imp_model, imp_name, imp_layers;
   std::string imp_stripe = std::to_string(colibri::store::kDefaultStripeSize / 1024) + "K";
   std::vector<std::string> sub_disks;
   std::string sub_catalog;
-  auto* imp = app.add_subcommand("import", "Stripe a converted model directory onto the disks (atomic, resumable)");
-  imp->add_option("--model", imp_model, "Converted model directory")->required()->check(CLI::ExistingDirectory);
-  imp->add_option("--disk", sub_disks, "A disk root (repeatable; the first import creates the store)")->required();
+  auto* imp = app.add_subcommand(
+      "import", "Stripe a converted model directory onto the disks (atomic, resumable)");
+  imp->add_option("--model", imp_model, "Converted model directory")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  imp->add_option("--disk", sub_disks,
+                  "A disk root (repeatable; the first import creates the store)")
+      ->required();
   imp->add_option("--catalog", sub_catalog, "Catalog directory (default: on the first disk)");
-  imp->add_option("--stripe-size", imp_stripe, "Stripe unit (multiple of 4K)")->capture_default_str();
+  imp->add_option("--stripe-size", imp_stripe, "Stripe unit (multiple of 4K)")
+      ->capture_default_str();
   imp->add_option("--name", imp_name, "Name in the store (default: the model's)");
   imp->add_option("--layers", imp_layers, "Hold only layers FIRST-LAST (a partial copy)");
   auto* lst = app.add_subcommand("list", "List the models on the disks");

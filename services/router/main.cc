@@ -4,6 +4,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_join.h"
 #include "colibri/auth/address.h"
 #include "colibri/auth/flags.h"
 #include "colibri/core/logging.h"
@@ -12,7 +13,6 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
-#include "absl/strings/str_join.h"
 #include "src/compute_client.h"
 #include "src/http_api.h"
 #include "src/router_core.h"
@@ -26,9 +26,12 @@ int main(int argc, char** argv) {
   colibri::router::HttpOptions http;
   size_t prefetch_hints = 64;
   CLI::App app{"colibri-router: OpenAI-compatible HTTP API and gRPC API"};
-  app.add_option("--model", model_dir, "Model directory (tokenizer files and manifest)")->required()->check(CLI::ExistingDirectory);
+  app.add_option("--model", model_dir, "Model directory (tokenizer files and manifest)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
   app.add_option("--compute", computes,
-                 "colibri-compute address host:port; several (repeated or comma-separated): each conversation "
+                 "colibri-compute address host:port; several (repeated or comma-separated): each "
+                 "conversation "
                  "sticks to one, failing over when it is unreachable")
       ->required()
       ->delimiter(',');
@@ -38,7 +41,8 @@ int main(int argc, char** argv) {
   app.add_option("--grpc-listen", grpc_listen, "Router gRPC address")->capture_default_str();
   app.add_option("--port-file", port_file, "Write the bound HTTP port to this file");
   app.add_option("--prefetch-hints", prefetch_hints,
-                 "Before a request of a known conversation (session_id / user), ask compute to warm up to N of "
+                 "Before a request of a known conversation (session_id / user), ask compute to "
+                 "warm up to N of "
                  "the experts its earlier turns used most (0: off)")
       ->capture_default_str();
   app.add_option("--grpc-port-file", grpc_port_file, "Write the bound gRPC port to this file");
@@ -49,8 +53,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   auto security = colibri::auth::LoadSecurity(key_flags, tls_files);
-  auto grpc_credentials = security.ok() ? security->ListenerCredentials(grpc_listen, "the Router gRPC API")
-                                        : security.status();
+  auto grpc_credentials = security.ok()
+                              ? security->ListenerCredentials(grpc_listen, "the Router gRPC API")
+                              : security.status();
   if (!grpc_credentials.ok()) {
     spdlog::error("{}", std::string(grpc_credentials.status().message()));
     return 2;
@@ -97,8 +102,8 @@ int main(int argc, char** argv) {
   }
   if (auto st = colibri::WritePortFile(grpc_port_file, grpc_port); !st.ok()) return 1;
   if (auto st = colibri::WritePortFile(port_file, (*api)->port()); !st.ok()) return 1;
-  spdlog::info("colibri-router: model '{}' via compute {}; HTTP on port {}, gRPC on port {}", (*core)->model_name(),
-               absl::StrJoin(computes, ","), (*api)->port(), grpc_port);
+  spdlog::info("colibri-router: model '{}' via compute {}; HTTP on port {}, gRPC on port {}",
+               (*core)->model_name(), absl::StrJoin(computes, ","), (*api)->port(), grpc_port);
   int sig = colibri::WaitForShutdownSignal();
   spdlog::info("signal {}: shutting down", sig);
   api->reset();

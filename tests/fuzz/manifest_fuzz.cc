@@ -7,7 +7,8 @@
 #include "colibri/model/manifest.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  auto j = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(data), size), nullptr, false);
+  auto j =
+      nlohmann::json::parse(std::string(reinterpret_cast<const char*>(data), size), nullptr, false);
   if (j.is_discarded()) return 0;
   auto m = colibri::model::ManifestFromJson(j);
   if (!m.ok()) return 0;

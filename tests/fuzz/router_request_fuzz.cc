@@ -12,13 +12,14 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   colibri::v1::RouterGenerateRequest req;
   if (!req.ParseFromArray(data, static_cast<int>(size))) return 0;
-  colibri::router::TextRequest tr =
-      colibri::router::TextRequestFromProto(req.sampling(), req.stop(), std::chrono::system_clock::time_point::max());
+  colibri::router::TextRequest tr = colibri::router::TextRequestFromProto(
+      req.sampling(), req.stop(), std::chrono::system_clock::time_point::max());
   if (req.has_chat()) (void)colibri::router::ChatFromProto(req.chat());
   constexpr int64_t kVocab = 32000;
   if (!colibri::router::ValidateTextRequest(tr, kVocab).ok()) return 0;
   const auto& s = tr.sampling;
-  for (float v : {s.temperature, s.top_p, s.min_p, s.repetition_penalty, s.presence_penalty, s.frequency_penalty}) {
+  for (float v : {s.temperature, s.top_p, s.min_p, s.repetition_penalty, s.presence_penalty,
+                  s.frequency_penalty}) {
     if (!std::isfinite(v)) __builtin_trap();
   }
   if (s.repetition_penalty <= 0 || s.top_logprobs < 0 || s.top_logprobs > 20) __builtin_trap();

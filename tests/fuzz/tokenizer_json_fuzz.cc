@@ -17,8 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto tok = colibri::tokenizer::LoadTokenizerFromJson(tokenizer_json, config);
   if (!tok.ok()) return 0;
   const auto& t = **tok;
-  for (std::string_view text : {std::string_view("Hello world! 123 <s> héllo\n\tthe end"),
-                                tokenizer_json.substr(0, 256)}) {
+  for (std::string_view text :
+       {std::string_view("Hello world! 123 <s> héllo\n\tthe end"), tokenizer_json.substr(0, 256)}) {
     for (bool add_special : {false, true}) {
       auto ids = t.Encode(text, add_special);
       if (!ids.ok()) continue;

@@ -32,8 +32,10 @@ absl::StatusOr<GreedyRun> Greedy(Model& model, int prompt_len, int steps) {
 class GpuEngineTest : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
-    if (!backend::CudaBuilt()) GTEST_SKIP() << "this build has no CUDA backend (-DCOLIBRI_CUDA=OFF)";
-    if (backend::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device: the gpu tests need an NVIDIA GPU";
+    if (!backend::CudaBuilt())
+      GTEST_SKIP() << "this build has no CUDA backend (-DCOLIBRI_CUDA=OFF)";
+    if (backend::CudaDeviceCount() == 0)
+      GTEST_SKIP() << "no CUDA device: the gpu tests need an NVIDIA GPU";
     model::SyntheticModelOptions o = SmallTestModelOptions("gpu", /*seed=*/7);
     o.config.hidden_size = 256;
     o.config.expert_ffn = 512;
@@ -61,12 +63,14 @@ class GpuEngineTest : public ::testing::TestWithParam<DType> {
     const size_t vocab = cpu.logits.size() / cpu.tokens.size();
     for (size_t s = 0; s < cpu.tokens.size(); ++s) {
       if (cpu.tokens[s] != gpu.tokens[s]) {
-        EXPECT_LT(cpu.margins[s], 1e-2) << "step " << s << ": cpu " << cpu.tokens[s] << ", gpu " << gpu.tokens[s];
+        EXPECT_LT(cpu.margins[s], 1e-2)
+            << "step " << s << ": cpu " << cpu.tokens[s] << ", gpu " << gpu.tokens[s];
         return;  // the sequences diverge from here
       }
       double diff = 0, scale = 0;
       for (size_t v = 0; v < vocab; ++v) {
-        diff = std::max(diff, std::fabs(double{cpu.logits[s * vocab + v]} - gpu.logits[s * vocab + v]));
+        diff = std::max(diff,
+                        std::fabs(double{cpu.logits[s * vocab + v]} - gpu.logits[s * vocab + v]));
         scale = std::max(scale, std::fabs(double{cpu.logits[s * vocab + v]}));
       }
       EXPECT_LE(diff, logit_tol * scale) << "step " << s;
@@ -74,7 +78,9 @@ class GpuEngineTest : public ::testing::TestWithParam<DType> {
   }
   double tolerance() const {
     // Prefill goes through F16 GEMMs for the quantized types (the CPU quantizes to Q8).
-    return GetParam() == DType::kF32 ? 1e-4 : GetParam() == DType::kF16 || GetParam() == DType::kBF16 ? 1e-3 : 3e-2;
+    return GetParam() == DType::kF32                                 ? 1e-4
+           : GetParam() == DType::kF16 || GetParam() == DType::kBF16 ? 1e-3
+                                                                     : 3e-2;
   }
 
   std::unique_ptr<TestModelDir> dir_;  // outlives container_ and disk_
@@ -84,8 +90,9 @@ class GpuEngineTest : public ::testing::TestWithParam<DType> {
 };
 
 INSTANTIATE_TEST_SUITE_P(Types, GpuEngineTest,
-                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ6_K,
-                                           DType::kQ5_K, DType::kQ4_K, DType::kQ3_K, DType::kQ2_K),
+                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
+                                           DType::kQ6_K, DType::kQ5_K, DType::kQ4_K, DType::kQ3_K,
+                                           DType::kQ2_K),
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(quant::DTypeName(info.param));
                          });
@@ -113,9 +120,10 @@ TEST_P(GpuEngineTest, VramTierSmallerThanTheExpertsGivesTheSameTokens) {
   uint64_t slot = 0;
   for (const auto& b : container_->manifest().experts) slot = std::max(slot, b.size);
   const uint64_t blocks = container_->manifest().experts.size();
-  auto tiers = StackVramTier(gpu_.get(), disk_.get(),
-                             /*ram_bytes=*/blocks * container_->manifest().experts[0].padded_size * 2,
-                             /*slots=*/blocks / 3, slot);
+  auto tiers =
+      StackVramTier(gpu_.get(), disk_.get(),
+                    /*ram_bytes=*/blocks * container_->manifest().experts[0].padded_size * 2,
+                    /*slots=*/blocks / 3, slot);
   ASSERT_TRUE(tiers.ok()) << tiers.status();
   expert_source::CacheTier& vram = *tiers->vram;
   auto gm = Model::Load(*container_, gpu_.get(), &vram, {.prefetch_layers = 1});

@@ -14,18 +14,21 @@ namespace colibri::auth {
 
 absl::StatusOr<HostPort> ParseHostPort(absl::string_view address) {
   auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("address '", address, "': ", why, " (expected host:port)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("address '", address, "': ", why, " (expected host:port)"));
   };
   HostPort out;
   absl::string_view port;
   if (absl::StartsWith(address, "[")) {
     const size_t close = address.find(']');
-    if (close == absl::string_view::npos || close + 1 >= address.size() || address[close + 1] != ':') {
+    if (close == absl::string_view::npos || close + 1 >= address.size() ||
+        address[close + 1] != ':') {
       return bad("an IPv6 address needs the form [addr]:port");
     }
     out.host = std::string(address.substr(1, close - 1));
     in6_addr a6{};
-    if (inet_pton(AF_INET6, out.host.c_str(), &a6) != 1) return bad("not an IPv6 address in the brackets");
+    if (inet_pton(AF_INET6, out.host.c_str(), &a6) != 1)
+      return bad("not an IPv6 address in the brackets");
     port = address.substr(close + 2);
   } else {
     const size_t colon = address.rfind(':');
@@ -76,18 +79,21 @@ absl::Status ValidateTarget(absl::string_view target) {
   if (absl::StartsWith(target, "unix:")) {
     const absl::string_view path = target.substr(5);
     if (path.empty() || path.front() != '/') {
-      return absl::InvalidArgumentError(absl::StrCat("target '", target, "': unix: needs an absolute path"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("target '", target, "': unix: needs an absolute path"));
     }
     for (char c : path) {
       if (absl::ascii_iscntrl(static_cast<unsigned char>(c))) {
-        return absl::InvalidArgumentError(absl::StrCat("target '", target, "': control character in the path"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("target '", target, "': control character in the path"));
       }
     }
     return absl::OkStatus();
   }
   auto hp = ParseHostPort(target);
   if (!hp.ok()) return hp.status();
-  if (hp->port == 0) return absl::InvalidArgumentError(absl::StrCat("target '", target, "': port 0"));
+  if (hp->port == 0)
+    return absl::InvalidArgumentError(absl::StrCat("target '", target, "': port 0"));
   return absl::OkStatus();
 }
 

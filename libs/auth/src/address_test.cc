@@ -14,8 +14,9 @@ TEST(ParseHostPort, Values) {
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(b->host, "::1");
   EXPECT_EQ(b->port, 0);
-  for (const char* bad : {"", "host", ":80", "host:", "host:65536", "host:-1", "host:8x", "host:+80", "ho st:80",
-                          "host:80/evil", "a;b:80", "[::1]80", "[zz]:80", "host:123456"}) {
+  for (const char* bad :
+       {"", "host", ":80", "host:", "host:65536", "host:-1", "host:8x", "host:+80", "ho st:80",
+        "host:80/evil", "a;b:80", "[::1]80", "[zz]:80", "host:123456"}) {
     EXPECT_EQ(ParseHostPort(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
 }

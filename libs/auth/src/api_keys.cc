@@ -29,19 +29,24 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
 std::optional<absl::string_view> BearerToken(absl::string_view authorization) {
   constexpr absl::string_view kScheme = "bearer ";
   if (authorization.size() <= kScheme.size()) return std::nullopt;
-  if (!absl::EqualsIgnoreCase(authorization.substr(0, kScheme.size()), kScheme)) return std::nullopt;
+  if (!absl::EqualsIgnoreCase(authorization.substr(0, kScheme.size()), kScheme))
+    return std::nullopt;
   absl::string_view token = absl::StripAsciiWhitespace(authorization.substr(kScheme.size()));
   if (token.empty()) return std::nullopt;
   return token;
 }
 
-absl::StatusOr<ApiKeys> ApiKeys::Load(const std::vector<std::string>& keys, const std::string& key_file) {
+absl::StatusOr<ApiKeys> ApiKeys::Load(const std::vector<std::string>& keys,
+                                      const std::string& key_file) {
   ApiKeys out;
   auto add = [&out](absl::string_view key, const std::string& where) -> absl::Status {
-    if (key.empty()) return absl::InvalidArgumentError(absl::StrCat(where, ": an API key is empty"));
+    if (key.empty())
+      return absl::InvalidArgumentError(absl::StrCat(where, ": an API key is empty"));
     for (char c : key) {
-      if (absl::ascii_isspace(static_cast<unsigned char>(c)) || absl::ascii_iscntrl(static_cast<unsigned char>(c))) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": an API key holds whitespace or a control character"));
+      if (absl::ascii_isspace(static_cast<unsigned char>(c)) ||
+          absl::ascii_iscntrl(static_cast<unsigned char>(c))) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": an API key holds whitespace or a control character"));
       }
     }
     for (const auto& k : out.keys_) {
@@ -57,17 +62,20 @@ absl::StatusOr<ApiKeys> ApiKeys::Load(const std::vector<std::string>& keys, cons
   }
   if (key_file.empty()) return out;
   std::ifstream in(key_file);
-  if (!in) return absl::NotFoundError(absl::StrCat("--api-key-file ", key_file, ": cannot be read"));
+  if (!in)
+    return absl::NotFoundError(absl::StrCat("--api-key-file ", key_file, ": cannot be read"));
   struct stat st {};
   if (::stat(key_file.c_str(), &st) == 0 && (st.st_mode & (S_IRGRP | S_IROTH)) != 0) {
-    spdlog::warn("--api-key-file {} is readable by other users (mode {:o}); chmod 600 it", key_file, st.st_mode & 0777);
+    spdlog::warn("--api-key-file {} is readable by other users (mode {:o}); chmod 600 it", key_file,
+                 st.st_mode & 0777);
   }
   const size_t before = out.keys_.size();
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
     absl::string_view key = absl::StripAsciiWhitespace(line);
     if (key.empty() || key.front() == '#') continue;
-    if (auto s = add(key, absl::StrCat("--api-key-file ", key_file, " line ", n)); !s.ok()) return s;
+    if (auto s = add(key, absl::StrCat("--api-key-file ", key_file, " line ", n)); !s.ok())
+      return s;
   }
   if (out.keys_.size() == before) {
     return absl::InvalidArgumentError(absl::StrCat("--api-key-file ", key_file, " holds no key"));

@@ -68,8 +68,9 @@ TEST(ApiKeys, RefusesBadKeys) {
 class KeyFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = (std::filesystem::temp_directory_path() / ("colibri_keys_" + std::to_string(::getpid()) + "_" +
-                                                       ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+    path_ = (std::filesystem::temp_directory_path() /
+             ("colibri_keys_" + std::to_string(::getpid()) + "_" +
+              ::testing::UnitTest::GetInstance()->current_test_info()->name()))
                 .string();
   }
   void TearDown() override { std::remove(path_.c_str()); }

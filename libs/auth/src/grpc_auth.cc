@@ -6,7 +6,8 @@ absl::StatusOr<std::string> Authenticate(const ApiKeys* keys, const grpc::Server
   if (keys == nullptr || keys->empty()) return std::string();
   const auto& md = ctx.client_metadata();
   auto it = md.find("authorization");
-  if (it == md.end()) return absl::UnauthenticatedError("missing 'authorization: Bearer <key>' metadata");
+  if (it == md.end())
+    return absl::UnauthenticatedError("missing 'authorization: Bearer <key>' metadata");
   return keys->Authenticate(absl::string_view(it->second.data(), it->second.size()));
 }
 

@@ -21,7 +21,8 @@ class EchoIdentity final : public grpc::CallbackGenericService {
         auto who = Authenticate(keys, *ctx);
         if (who.ok()) ctx->AddTrailingMetadata("identity", *who);
         Finish(who.ok() ? grpc::Status::OK
-                        : grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(who.status().message())));
+                        : grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                                       std::string(who.status().message())));
       }
       void OnDone() override { delete this; }
     };
@@ -42,8 +43,8 @@ class GrpcAuthTest : public ::testing::Test {
     b.RegisterCallbackGenericService(service_.get());
     server_ = b.BuildAndStart();
     ASSERT_NE(port, 0);
-    stub_ = std::make_unique<grpc::GenericStub>(
-        grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+    stub_ = std::make_unique<grpc::GenericStub>(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   }
   void TearDown() override {
     if (server_) server_->Shutdown();
@@ -62,7 +63,8 @@ class GrpcAuthTest : public ::testing::Test {
     grpc::Status st = done.get_future().get();
     std::string identity;
     auto it = ctx.GetServerTrailingMetadata().find("identity");
-    if (it != ctx.GetServerTrailingMetadata().end()) identity.assign(it->second.data(), it->second.size());
+    if (it != ctx.GetServerTrailingMetadata().end())
+      identity.assign(it->second.data(), it->second.size());
     return {st, identity};
   }
   std::unique_ptr<EchoIdentity> service_;

@@ -10,7 +10,8 @@ namespace {
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
   auto text = ReadFileToString(path);
-  if (!text.ok()) return absl::NotFoundError(absl::StrCat(flag, " ", path, ": ", text.status().message()));
+  if (!text.ok())
+    return absl::NotFoundError(absl::StrCat(flag, " ", path, ": ", text.status().message()));
   if (text->find("-----BEGIN ") == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": not a PEM file"));
   }
@@ -27,7 +28,8 @@ absl::StatusOr<std::shared_ptr<const Transport>> Transport::Create(const TlsFile
   if (given == 0) return std::shared_ptr<const Transport>(std::move(t));
   if (given != 3) {
     return absl::InvalidArgumentError(
-        "TLS needs all of --tls-cert, --tls-key and --tls-ca (mutual TLS: every peer is verified against the CA)");
+        "TLS needs all of --tls-cert, --tls-key and --tls-ca (mutual TLS: every peer is verified "
+        "against the CA)");
   }
   auto cert = ReadPem(files.cert, "--tls-cert");
   if (!cert.ok()) return cert.status();
@@ -41,21 +43,25 @@ absl::StatusOr<std::shared_ptr<const Transport>> Transport::Create(const TlsFile
   return std::shared_ptr<const Transport>(std::move(t));
 }
 
-std::shared_ptr<const Transport> Transport::Plaintext() { return std::shared_ptr<const Transport>(new Transport()); }
+std::shared_ptr<const Transport> Transport::Plaintext() {
+  return std::shared_ptr<const Transport>(new Transport());
+}
 
 absl::Status Transport::CheckPlaintext(const std::string& address, const char* role) const {
   if (IsLoopbackAddress(address)) return absl::OkStatus();
   if (insecure_) {
-    spdlog::warn("plaintext gRPC on {} ({}, --insecure): traffic and peers are not authenticated", address, role);
+    spdlog::warn("plaintext gRPC on {} ({}, --insecure): traffic and peers are not authenticated",
+                 address, role);
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("refusing to ", role, " ", address,
-                   " without TLS: it is not a loopback address. Give --tls-cert, --tls-key and --tls-ca "
-                   "(mutual TLS), or --insecure to use plaintext on a network you trust"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "refusing to ", role, " ", address,
+      " without TLS: it is not a loopback address. Give --tls-cert, --tls-key and --tls-ca "
+      "(mutual TLS), or --insecure to use plaintext on a network you trust"));
 }
 
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Transport::ServerCredentials(const std::string& listen) const {
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Transport::ServerCredentials(
+    const std::string& listen) const {
   if (IsUnixAddress(listen)) return grpc::InsecureServerCredentials();
   if (!IsLoopbackAddress(listen)) {
     if (auto hp = ParseHostPort(listen); !hp.ok()) return hp.status();
@@ -70,10 +76,11 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Transport::ServerCreden
   return grpc::SslServerCredentials(o);
 }
 
-absl::StatusOr<std::shared_ptr<grpc::Channel>> Transport::Channel(const std::string& target,
-                                                                  grpc::ChannelArguments args) const {
+absl::StatusOr<std::shared_ptr<grpc::Channel>> Transport::Channel(
+    const std::string& target, grpc::ChannelArguments args) const {
   if (auto st = ValidateTarget(target); !st.ok()) return st;
-  if (IsUnixAddress(target)) return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  if (IsUnixAddress(target))
+    return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
   if (!tls()) {
     if (auto st = CheckPlaintext(target, "connect to"); !st.ok()) return st;
     return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);

@@ -21,12 +21,16 @@ namespace {
 // y += a * x and y *= a over n floats: the attention's inner loops. GCC builds one copy per
 // target and picks the best for the CPU at load time (ifunc), so the generic build still gets
 // AVX-512 / AVX2 here.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void AxpyF32(float a, const float* __restrict x,
-                                                                          float* __restrict y, int64_t n) {
+__attribute__((target_clones("avx512f", "avx2", "default"))) void AxpyF32(float a,
+                                                                          const float* __restrict x,
+                                                                          float* __restrict y,
+                                                                          int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void ScaleF32(float a, float* __restrict y, int64_t n) {
+__attribute__((target_clones("avx512f", "avx2", "default"))) void ScaleF32(float a,
+                                                                           float* __restrict y,
+                                                                           int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] *= a;
 }
 
@@ -78,7 +82,8 @@ class CpuBackend final : public Backend, public HostOps {
   void Copy(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
   void Zero(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
   bool zero_copy() const override { return true; }
-  absl::StatusOr<WeightRef> ImportWeight(quant::DType dtype, int64_t rows, int64_t cols, const void* host_data,
+  absl::StatusOr<WeightRef> ImportWeight(quant::DType dtype, int64_t rows, int64_t cols,
+                                         const void* host_data,
                                          std::unique_ptr<Buffer>* storage) override {
     return WeightRef{dtype, rows, cols, host_data};
   }
@@ -86,7 +91,8 @@ class CpuBackend final : public Backend, public HostOps {
   void GetRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) override {
     const size_t row_bytes = quant::RowBytes(table.dtype, table.cols);
     for (int64_t i = 0; i < n; ++i) {
-      const auto* row = static_cast<const uint8_t*>(table.data) + static_cast<size_t>(ids[i]) * row_bytes;
+      const auto* row =
+          static_cast<const uint8_t*>(table.data) + static_cast<size_t>(ids[i]) * row_bytes;
       quant::DequantizeRow(table.dtype, row, out + i * table.cols, table.cols);
     }
   }
@@ -95,15 +101,18 @@ class CpuBackend final : public Backend, public HostOps {
     MatMulShared(&w, &y, 1, x, n, accumulate);
   }
 
-  void MatMuls(std::span<const WeightRef> ws, const float* x, int64_t n, std::span<float* const> ys) override {
+  void MatMuls(std::span<const WeightRef> ws, const float* x, int64_t n,
+               std::span<float* const> ys) override {
     const bool shared = std::all_of(ws.begin(), ws.end(), [&](const WeightRef& w) {
-      return w.cols == ws[0].cols && quant::Traits(w.dtype).vec_dot_type == quant::Traits(ws[0].dtype).vec_dot_type;
+      return w.cols == ws[0].cols &&
+             quant::Traits(w.dtype).vec_dot_type == quant::Traits(ws[0].dtype).vec_dot_type;
     });
     if (shared) {
       MatMulShared(ws.data(), ys.data(), ws.size(), x, n, /*accumulate=*/false);
       return;
     }
-    for (size_t i = 0; i < ws.size(); ++i) MatMulShared(&ws[i], &ys[i], 1, x, n, /*accumulate=*/false);
+    for (size_t i = 0; i < ws.size(); ++i)
+      MatMulShared(&ws[i], &ys[i], 1, x, n, /*accumulate=*/false);
   }
 
   void AddBias(float* x, const float* bias, int64_t n, int64_t dim) override {
@@ -112,7 +121,8 @@ class CpuBackend final : public Backend, public HostOps {
     }
   }
 
-  void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) override {
+  void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps,
+               float* y) override {
     for (int64_t i = 0; i < n; ++i) {
       const float* xi = x + i * dim;
       float* yi = y + i * dim;
@@ -145,11 +155,13 @@ class CpuBackend final : public Backend, public HostOps {
     }
   }
 
-  void StoreKv(const float* k, const float* v, const int32_t* positions, int64_t n, int64_t kv_dim, float* k_cache,
-               float* v_cache) override {
+  void StoreKv(const float* k, const float* v, const int32_t* positions, int64_t n, int64_t kv_dim,
+               float* k_cache, float* v_cache) override {
     for (int64_t i = 0; i < n; ++i) {
-      std::memcpy(k_cache + static_cast<int64_t>(positions[i]) * kv_dim, k + i * kv_dim, sizeof(float) * kv_dim);
-      std::memcpy(v_cache + static_cast<int64_t>(positions[i]) * kv_dim, v + i * kv_dim, sizeof(float) * kv_dim);
+      std::memcpy(k_cache + static_cast<int64_t>(positions[i]) * kv_dim, k + i * kv_dim,
+                  sizeof(float) * kv_dim);
+      std::memcpy(v_cache + static_cast<int64_t>(positions[i]) * kv_dim, v + i * kv_dim,
+                  sizeof(float) * kv_dim);
     }
   }
 
@@ -184,7 +196,8 @@ class CpuBackend final : public Backend, public HostOps {
           const int64_t row0 = a.ring > 0 ? j0 % a.ring : j0;
           // The block's keys are rows kv_dim apart: one F32 matrix-vector product scores them.
           quant::MatVec(quant::DType::kF32, a.k_cache + row0 * kv_dim + kvh * a.head_dim,
-                        static_cast<size_t>(kv_dim) * sizeof(float), j1 - j0, q, a.head_dim, scores);
+                        static_cast<size_t>(kv_dim) * sizeof(float), j1 - j0, q, a.head_dim,
+                        scores);
           float block_max = -std::numeric_limits<float>::infinity();
           for (int64_t j = 0; j < j1 - j0; ++j) {
             scores[j] *= a.scale;
@@ -220,17 +233,20 @@ class CpuBackend final : public Backend, public HostOps {
     for (int64_t i = 0; i < n; ++i) x[i] += y[i];
   }
 
-  void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* dst) override {
-    for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * dim, src + rows[i] * dim, sizeof(float) * dim);
+  void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t dim,
+                  float* dst) override {
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(dst + i * dim, src + rows[i] * dim, sizeof(float) * dim);
   }
 
-  void CopyStrided(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
-                   int64_t cols) override {
-    for (int64_t i = 0; i < rows; ++i) std::memcpy(dst + i * dst_stride, src + i * src_stride, sizeof(float) * cols);
+  void CopyStrided(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
+                   int64_t rows, int64_t cols) override {
+    for (int64_t i = 0; i < rows; ++i)
+      std::memcpy(dst + i * dst_stride, src + i * src_stride, sizeof(float) * cols);
   }
 
-  void ScatterAddRows(const float* src, const int32_t* rows, const float* scales, int64_t n, int64_t dim,
-                      float* dst) override {
+  void ScatterAddRows(const float* src, const int32_t* rows, const float* scales, int64_t n,
+                      int64_t dim, float* dst) override {
     for (int64_t i = 0; i < n; ++i) {
       float* d = dst + static_cast<int64_t>(rows[i]) * dim;
       const float* s = src + i * dim;
@@ -259,7 +275,8 @@ class CpuBackend final : public Backend, public HostOps {
   }
   // y_i = x · W_iᵀ for `count` weights of one width and activation type: x is quantized once and
   // the rows of all of them are split over the threads in one parallel region.
-  void MatMulShared(const WeightRef* ws, float* const* ys, size_t count, const float* x, int64_t n, bool accumulate);
+  void MatMulShared(const WeightRef* ws, float* const* ys, size_t count, const float* x, int64_t n,
+                    bool accumulate);
   // x quantized to `type` (kept across the groups of one layer: see input_prepared).
   const uint8_t* QuantizedInput(const GroupedExpertsArgs& a, quant::DType type);
 
@@ -277,8 +294,8 @@ class CpuBackend final : public Backend, public HostOps {
   std::vector<uint8_t> ffn_act_;
 };
 
-void CpuBackend::MatMulShared(const WeightRef* ws, float* const* ys, size_t count, const float* x, int64_t n,
-                              bool accumulate) {
+void CpuBackend::MatMulShared(const WeightRef* ws, float* const* ys, size_t count, const float* x,
+                              int64_t n, bool accumulate) {
   const int64_t cols = ws[0].cols;
   const quant::DType act_type = quant::Traits(ws[0].dtype).vec_dot_type;
   const size_t act_row_bytes = quant::RowBytes(act_type, cols);
@@ -288,7 +305,8 @@ void CpuBackend::MatMulShared(const WeightRef* ws, float* const* ys, size_t coun
   uint8_t* act = act_scratch_.data();
   Parallel(n, 4, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
-      quant::QuantizeActivations(act_type, x + t * cols, act + static_cast<size_t>(t) * act_row_bytes, cols);
+      quant::QuantizeActivations(act_type, x + t * cols,
+                                 act + static_cast<size_t>(t) * act_row_bytes, cols);
     }
   });
   int64_t total = 0;
@@ -303,7 +321,8 @@ void CpuBackend::MatMulShared(const WeightRef* ws, float* const* ys, size_t coun
     int64_t offset = 0;
     for (size_t k = 0; k < count; offset += ws[k].rows, ++k) {
       const WeightRef& w = ws[k];
-      const int64_t r0 = std::max<int64_t>(g0 - offset, 0), r1 = std::min<int64_t>(g1 - offset, w.rows);
+      const int64_t r0 = std::max<int64_t>(g0 - offset, 0),
+                    r1 = std::min<int64_t>(g1 - offset, w.rows);
       const auto* wdata = static_cast<const uint8_t*>(w.data);
       const size_t w_row_bytes = quant::RowBytes(w.dtype, cols);
       for (int64_t a = r0; a < r1; a += kRowTile) {
@@ -337,7 +356,8 @@ const uint8_t* CpuBackend::QuantizedInput(const GroupedExpertsArgs& a, quant::DT
   uint8_t* dst = slot->bytes.data();
   auto quantize = [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
-      quant::QuantizeActivations(type, a.x + t * a.hidden, dst + static_cast<size_t>(t) * row_bytes, a.hidden);
+      quant::QuantizeActivations(type, a.x + t * a.hidden, dst + static_cast<size_t>(t) * row_bytes,
+                                 a.hidden);
     }
   };
   // A decode step's few rows take microseconds: a parallel region would cost more.
@@ -362,7 +382,8 @@ void CpuBackend::ApplyExperts(const GroupedExpertsArgs& a) {
     const GroupedExpert& x = a.experts[static_cast<size_t>(e)];
     const quant::DType down_act = quant::Traits(x.down.dtype).vec_dot_type;
     act_offset[static_cast<size_t>(e) + 1] =
-        act_offset[static_cast<size_t>(e)] + quant::RowBytes(down_act, F) * static_cast<size_t>(x.m);
+        act_offset[static_cast<size_t>(e)] +
+        quant::RowBytes(down_act, F) * static_cast<size_t>(x.m);
     gate_in[static_cast<size_t>(e)] = QuantizedInput(a, quant::Traits(x.gate.dtype).vec_dot_type);
     up_in[static_cast<size_t>(e)] = QuantizedInput(a, quant::Traits(x.up.dtype).vec_dot_type);
   }
@@ -382,20 +403,26 @@ void CpuBackend::ApplyExperts(const GroupedExpertsArgs& a) {
       if (x.m == 0) continue;
       g.resize(static_cast<size_t>(x.m * kFfnTile));
       u.resize(static_cast<size_t>(x.m * kFfnTile));
-      const size_t gate_row = quant::RowBytes(x.gate.dtype, H), up_row = quant::RowBytes(x.up.dtype, H);
+      const size_t gate_row = quant::RowBytes(x.gate.dtype, H),
+                   up_row = quant::RowBytes(x.up.dtype, H);
       const quant::DType gate_act = quant::Traits(x.gate.dtype).vec_dot_type;
       const quant::DType up_act = quant::Traits(x.up.dtype).vec_dot_type;
-      const size_t gate_act_row = quant::RowBytes(gate_act, H), up_act_row = quant::RowBytes(up_act, H);
+      const size_t gate_act_row = quant::RowBytes(gate_act, H),
+                   up_act_row = quant::RowBytes(up_act, H);
       const uint8_t* gin = gate_in[static_cast<size_t>(task / tiles)];
       const uint8_t* uin = up_in[static_cast<size_t>(task / tiles)];
       for (int64_t s0 = 0; s0 < len; s0 += kSubTile) {
         const int64_t sl = std::min(len, s0 + kSubTile) - s0;
-        const auto* gw = static_cast<const uint8_t*>(x.gate.data) + static_cast<size_t>(f0 + s0) * gate_row;
-        const auto* uw = static_cast<const uint8_t*>(x.up.data) + static_cast<size_t>(f0 + s0) * up_row;
+        const auto* gw =
+            static_cast<const uint8_t*>(x.gate.data) + static_cast<size_t>(f0 + s0) * gate_row;
+        const auto* uw =
+            static_cast<const uint8_t*>(x.up.data) + static_cast<size_t>(f0 + s0) * up_row;
         for (int64_t i = 0; i < x.m; ++i) {
           const size_t r = static_cast<size_t>(x.rows[i]);
-          quant::MatVec(x.gate.dtype, gw, gate_row, sl, gin + r * gate_act_row, H, g.data() + i * kFfnTile + s0);
-          quant::MatVec(x.up.dtype, uw, up_row, sl, uin + r * up_act_row, H, u.data() + i * kFfnTile + s0);
+          quant::MatVec(x.gate.dtype, gw, gate_row, sl, gin + r * gate_act_row, H,
+                        g.data() + i * kFfnTile + s0);
+          quant::MatVec(x.up.dtype, uw, up_row, sl, uin + r * up_act_row, H,
+                        u.data() + i * kFfnTile + s0);
         }
       }
       const quant::DType down_act = quant::Traits(x.down.dtype).vec_dot_type;
@@ -414,7 +441,8 @@ void CpuBackend::ApplyExperts(const GroupedExpertsArgs& a) {
         } else {
           SiluMulF32(gi, ui, len);
         }
-        quant::QuantizeActivations(down_act, gi, out + static_cast<size_t>(i) * act_row + slice, len);
+        quant::QuantizeActivations(down_act, gi, out + static_cast<size_t>(i) * act_row + slice,
+                                   len);
       }
     }
   });
@@ -433,7 +461,8 @@ void CpuBackend::ApplyExperts(const GroupedExpertsArgs& a) {
         const auto* w = static_cast<const uint8_t*>(x.down.data) + static_cast<size_t>(h0) * w_row;
         const uint8_t* act = ffn_act_.data() + act_offset[static_cast<size_t>(e)];
         for (int64_t i = 0; i < x.m; ++i) {
-          quant::MatVec(x.down.dtype, w, w_row, hl, act + static_cast<size_t>(i) * act_row, F, tile);
+          quant::MatVec(x.down.dtype, w, w_row, hl, act + static_cast<size_t>(i) * act_row, F,
+                        tile);
           float* o = a.out + static_cast<int64_t>(x.rows[i]) * H + h0;
           const float scale = x.scales[i];
           for (int64_t r = 0; r < hl; ++r) {

@@ -48,7 +48,9 @@ std::vector<double> ActivationErrorBound(DType weight_type, const float* x, int6
   const DType at = quant::Traits(weight_type).vec_dot_type;
   std::vector<double> bound(static_cast<size_t>(n));
   if (at == DType::kF32 || at == DType::kF16 || at == DType::kBF16) {
-    const double rel = at == DType::kF32 ? 0.0 : at == DType::kF16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+    const double rel = at == DType::kF32   ? 0.0
+                       : at == DType::kF16 ? std::ldexp(1.0, -11)
+                                           : std::ldexp(1.0, -8);
     for (int64_t i = 0; i < n; ++i) bound[static_cast<size_t>(i)] = std::fabs(x[i]) * rel;
     return bound;
   }
@@ -56,7 +58,8 @@ std::vector<double> ActivationErrorBound(DType weight_type, const float* x, int6
   for (int64_t b = 0; b < n; b += block) {
     double amax = 0;
     for (int64_t i = b; i < b + block; ++i) amax = std::max(amax, std::fabs(double{x[i]}));
-    for (int64_t i = b; i < b + block; ++i) bound[static_cast<size_t>(i)] = amax * (0.5 / 127 + 1.0 / 1024);
+    for (int64_t i = b; i < b + block; ++i)
+      bound[static_cast<size_t>(i)] = amax * (0.5 / 127 + 1.0 / 1024);
   }
   return bound;
 }
@@ -68,7 +71,9 @@ class CpuBackendTest : public ::testing::TestWithParam<int> {
 };
 
 INSTANTIATE_TEST_SUITE_P(Threads, CpuBackendTest, ::testing::Values(1, 3),
-                         [](const ::testing::TestParamInfo<int>& info) { return "t" + std::to_string(info.param); });
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "t" + std::to_string(info.param);
+                         });
 
 TEST_P(CpuBackendTest, MemoryOps) {
   EXPECT_EQ(be_->name(), "cpu");
@@ -114,9 +119,11 @@ TEST_P(CpuBackendTest, MatMulEveryWeightTypeMatchesDequantizedWeights) {
     quant::ForceScalarKernels(scalar);
     for (DType t : types) {
       for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{70}}) {  // 70 > the 64-token tile
-        SCOPED_TRACE(testing::Message() << quant::DTypeName(t) << " n=" << n << (scalar ? " scalar" : " simd"));
+        SCOPED_TRACE(testing::Message()
+                     << quant::DTypeName(t) << " n=" << n << (scalar ? " scalar" : " simd"));
         const Weight w = MakeWeight(t, rows, cols, 17 + static_cast<uint32_t>(t));
-        std::vector<float> x = RandomNormal(static_cast<size_t>(n * cols), 99 + static_cast<uint32_t>(n));
+        std::vector<float> x =
+            RandomNormal(static_cast<size_t>(n * cols), 99 + static_cast<uint32_t>(n));
         x[5] = 6.0f;  // an outlier: its block's quantization step grows
         std::vector<float> y(static_cast<size_t>(n * rows), std::nanf(""));
         std::unique_ptr<Buffer> storage;
@@ -134,7 +141,9 @@ TEST_P(CpuBackendTest, MatMulEveryWeightTypeMatchesDequantizedWeights) {
           std::vector<float> xq(static_cast<size_t>(cols));
           quant::DequantizeRowReference(at, act.data(), xq.data(), cols);
           for (int64_t k = 0; k < cols; ++k) {
-            ASSERT_LE(std::fabs(double{xq[static_cast<size_t>(k)]} - xi[k]), err[static_cast<size_t>(k)] + 1e-7) << k;
+            ASSERT_LE(std::fabs(double{xq[static_cast<size_t>(k)]} - xi[k]),
+                      err[static_cast<size_t>(k)] + 1e-7)
+                << k;
           }
           for (int64_t r = 0; r < rows; ++r) {
             const float* wr = w.dequantized.data() + r * cols;
@@ -145,16 +154,18 @@ TEST_P(CpuBackendTest, MatMulEveryWeightTypeMatchesDequantizedWeights) {
               tol += std::fabs(double{wr[k]}) * err[static_cast<size_t>(k)];
               magnitude += std::fabs(double{wr[k]} * xi[k]);
             }
-            const double rounding = 2e-6 * magnitude + 1e-6;  // float accumulation inside the kernels
+            const double rounding =
+                2e-6 * magnitude + 1e-6;  // float accumulation inside the kernels
             const double got = y[static_cast<size_t>(i * rows + r)];
             // Within the activation-quantization bound of dequantized W times float x...
             if (!(std::fabs(got - exact) <= tol + rounding) && bad++ < 5) {
-              ADD_FAILURE() << "y[" << i << ", " << r << "] = " << got << ", want " << exact << " +- " << tol;
+              ADD_FAILURE() << "y[" << i << ", " << r << "] = " << got << ", want " << exact
+                            << " +- " << tol;
             }
             // ...and, tightly, equal to dequantized W times the quantized activations.
             if (!(std::fabs(got - exact_q) <= rounding) && bad++ < 5) {
-              ADD_FAILURE() << "y[" << i << ", " << r << "] = " << got << ", want " << exact_q << " +- " << rounding
-                            << " (quantized activations)";
+              ADD_FAILURE() << "y[" << i << ", " << r << "] = " << got << ", want " << exact_q
+                            << " +- " << rounding << " (quantized activations)";
             }
           }
         }
@@ -196,13 +207,15 @@ TEST_P(CpuBackendTest, MatMulAccumulateAddsToOutput) {
 }
 
 TEST_P(CpuBackendTest, GetRowsDequantizesTheRequestedRows) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+  for (DType t :
+       {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
     SCOPED_TRACE(quant::DTypeName(t));
     const int64_t rows = 10, cols = 256;
     const Weight w = MakeWeight(t, rows, cols, 11);
     const std::vector<int32_t> ids = {3, 0, 9, 3};
     std::vector<float> out(ids.size() * static_cast<size_t>(cols), std::nanf(""));
-    be_->GetRows(WeightRef{t, rows, cols, w.bytes.data()}, ids.data(), static_cast<int64_t>(ids.size()), out.data());
+    be_->GetRows(WeightRef{t, rows, cols, w.bytes.data()}, ids.data(),
+                 static_cast<int64_t>(ids.size()), out.data());
     for (size_t i = 0; i < ids.size(); ++i) {
       for (int64_t k = 0; k < cols; ++k) {
         ASSERT_EQ(out[i * static_cast<size_t>(cols) + static_cast<size_t>(k)],
@@ -242,12 +255,14 @@ TEST_P(CpuBackendTest, RmsNorm) {
 // Unscaled inverse frequencies of `n_rot` rotated dims.
 std::vector<double> Freqs(double theta, int64_t n_rot) {
   std::vector<double> f(static_cast<size_t>(n_rot / 2));
-  for (size_t i = 0; i < f.size(); ++i) f[i] = std::pow(theta, -2.0 * static_cast<double>(i) / n_rot);
+  for (size_t i = 0; i < f.size(); ++i)
+    f[i] = std::pow(theta, -2.0 * static_cast<double>(i) / n_rot);
   return f;
 }
 
 // Reference rotation of one head in double.
-void RopeRef(std::vector<double>* head, int64_t head_dim, double pos, double theta, RopeStyle style) {
+void RopeRef(std::vector<double>* head, int64_t head_dim, double pos, double theta,
+             RopeStyle style) {
   const int64_t half = head_dim / 2;
   for (int64_t i = 0; i < half; ++i) {
     const double angle = pos * std::pow(theta, -2.0 * i / head_dim);
@@ -264,12 +279,14 @@ TEST_P(CpuBackendTest, RopeBothStylesMatchReference) {
   const std::vector<int32_t> positions = {0, 1, 7, 1000};
   for (RopeStyle style : {RopeStyle::kHalfSplit, RopeStyle::kInterleaved}) {
     for (float theta : {10000.0f, 1e6f}) {
-      SCOPED_TRACE(testing::Message() << (style == RopeStyle::kHalfSplit ? "half-split" : "interleaved")
-                                      << " theta " << theta);
+      SCOPED_TRACE(testing::Message()
+                   << (style == RopeStyle::kHalfSplit ? "half-split" : "interleaved") << " theta "
+                   << theta);
       const std::vector<float> x0 = RandomNormal(static_cast<size_t>(n * n_heads * head_dim), 31);
       std::vector<float> x = x0;
       const std::vector<double> freqs = Freqs(theta, head_dim);
-      be_->Rope(x.data(), n, n_heads, head_dim, positions.data(), {head_dim, 0, style, freqs.data(), 1.0f});
+      be_->Rope(x.data(), n, n_heads, head_dim, positions.data(),
+                {head_dim, 0, style, freqs.data(), 1.0f});
       for (int64_t t = 0; t < n; ++t) {
         for (int64_t h = 0; h < n_heads; ++h) {
           const size_t base = static_cast<size_t>((t * n_heads + h) * head_dim);
@@ -299,7 +316,8 @@ TEST_P(CpuBackendTest, RopeRotatesTheRightPairs) {
       const std::vector<double> freqs = Freqs(10000.0, head_dim);
       be_->Rope(x.data(), 1, 1, head_dim, &pos, {head_dim, 0, style, freqs.data(), 1.0f});
       const int64_t i = style == RopeStyle::kHalfSplit ? j % half : j / 2;  // frequency index
-      const int64_t partner = style == RopeStyle::kHalfSplit ? (j < half ? j + half : j - half) : (j ^ 1);
+      const int64_t partner =
+          style == RopeStyle::kHalfSplit ? (j < half ? j + half : j - half) : (j ^ 1);
       const bool first = style == RopeStyle::kHalfSplit ? j < half : j % 2 == 0;
       const double angle = pos * std::pow(10000.0, -2.0 * static_cast<double>(i) / head_dim);
       for (int64_t d = 0; d < head_dim; ++d) {
@@ -307,7 +325,8 @@ TEST_P(CpuBackendTest, RopeRotatesTheRightPairs) {
         if (d == j) want = std::cos(angle);
         if (d == partner) want = first ? std::sin(angle) : -std::sin(angle);
         EXPECT_NEAR(x[static_cast<size_t>(d)], want, 1e-6)
-            << (style == RopeStyle::kHalfSplit ? "half-split" : "interleaved") << " j " << j << " d " << d;
+            << (style == RopeStyle::kHalfSplit ? "half-split" : "interleaved") << " j " << j
+            << " d " << d;
       }
     }
   }
@@ -323,16 +342,19 @@ TEST_P(CpuBackendTest, RopePartialAtAnOffsetWithAFactor) {
   for (RopeStyle style : {RopeStyle::kHalfSplit, RopeStyle::kInterleaved}) {
     const std::vector<float> x0 = RandomNormal(static_cast<size_t>(2 * n_heads * head_dim), 11);
     std::vector<float> x = x0;
-    be_->Rope(x.data(), 2, n_heads, head_dim, positions.data(), {n_rot, offset, style, freqs.data(), mscale});
+    be_->Rope(x.data(), 2, n_heads, head_dim, positions.data(),
+              {n_rot, offset, style, freqs.data(), mscale});
     for (int64_t t = 0; t < 2; ++t) {
       for (int64_t h = 0; h < n_heads; ++h) {
         const size_t base = static_cast<size_t>((t * n_heads + h) * head_dim);
-        for (int64_t d = 0; d < offset; ++d) EXPECT_EQ(x[base + static_cast<size_t>(d)], x0[base + static_cast<size_t>(d)]);
+        for (int64_t d = 0; d < offset; ++d)
+          EXPECT_EQ(x[base + static_cast<size_t>(d)], x0[base + static_cast<size_t>(d)]);
         std::vector<double> want(x0.begin() + static_cast<ptrdiff_t>(base + offset),
                                  x0.begin() + static_cast<ptrdiff_t>(base + offset + n_rot));
         RopeRef(&want, n_rot, positions[static_cast<size_t>(t)], 10000.0, style);
         for (int64_t d = 0; d < n_rot; ++d) {
-          EXPECT_NEAR(x[base + static_cast<size_t>(offset + d)], want[static_cast<size_t>(d)] * mscale, 4e-6)
+          EXPECT_NEAR(x[base + static_cast<size_t>(offset + d)],
+                      want[static_cast<size_t>(d)] * mscale, 4e-6)
               << "t " << t << " h " << h << " d " << d;
         }
       }
@@ -343,8 +365,9 @@ TEST_P(CpuBackendTest, RopePartialAtAnOffsetWithAFactor) {
 // Naive causal attention in double over explicit K/V rows (position j in row j), optionally with
 // a sliding window and per-head sink logits.
 std::vector<double> AttentionRef(const std::vector<float>& q, const std::vector<float>& k_cache,
-                                 const std::vector<float>& v_cache, const std::vector<int32_t>& positions,
-                                 int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, double scale,
+                                 const std::vector<float>& v_cache,
+                                 const std::vector<int32_t>& positions, int64_t n_heads,
+                                 int64_t n_kv_heads, int64_t head_dim, double scale,
                                  int64_t window = 0, const std::vector<float>& sinks = {}) {
   const int64_t n = static_cast<int64_t>(positions.size());
   const int64_t q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
@@ -370,7 +393,8 @@ std::vector<double> AttentionRef(const std::vector<float>& q, const std::vector<
       for (int64_t d = 0; d < head_dim; ++d) {
         double acc = 0;
         for (int64_t j = first; j <= last; ++j) {
-          acc += s[static_cast<size_t>(j)] * v_cache[static_cast<size_t>(j * kv_dim + kvh * head_dim + d)];
+          acc += s[static_cast<size_t>(j)] *
+                 v_cache[static_cast<size_t>(j * kv_dim + kvh * head_dim + d)];
         }
         out[static_cast<size_t>(t * q_dim + h * head_dim + d)] = acc / z;
       }
@@ -399,8 +423,10 @@ TEST_P(CpuBackendTest, StoreKvAndCausalGqaAttention) {
     const std::vector<float> q = RandomNormal(static_cast<size_t>(n * q_dim), seed++, 2.0f);
     be_->StoreKv(k.data(), v.data(), positions.data(), n, kv_dim, k_cache.data(), v_cache.data());
     for (int64_t i = 0; i < n; ++i) {
-      std::copy_n(k.begin() + i * kv_dim, kv_dim, k_ref.begin() + positions[static_cast<size_t>(i)] * kv_dim);
-      std::copy_n(v.begin() + i * kv_dim, kv_dim, v_ref.begin() + positions[static_cast<size_t>(i)] * kv_dim);
+      std::copy_n(k.begin() + i * kv_dim, kv_dim,
+                  k_ref.begin() + positions[static_cast<size_t>(i)] * kv_dim);
+      std::copy_n(v.begin() + i * kv_dim, kv_dim,
+                  v_ref.begin() + positions[static_cast<size_t>(i)] * kv_dim);
     }
     for (size_t i = 0; i < k_cache.size(); ++i) {
       if (std::isnan(k_ref[i])) {
@@ -438,11 +464,12 @@ TEST_P(CpuBackendTest, AttentionAtPositionZeroReturnsV) {
   be_->StoreKv(k.data(), v.data(), &pos, 1, 4, k_cache.data(), v_cache.data());
   const std::vector<float> q = RandomNormal(16, 4, 10.0f);
   std::vector<float> out(16);
-  AttentionArgs args{q.data(), k_cache.data(), v_cache.data(), &pos, 1, n_heads, n_kv_heads, head_dim, 0.5f,
-                     out.data()};
+  AttentionArgs args{q.data(), k_cache.data(), v_cache.data(), &pos, 1,
+                     n_heads,  n_kv_heads,     head_dim,       0.5f, out.data()};
   be_->Attention(args);
   for (int64_t h = 0; h < n_heads; ++h) {
-    for (int64_t d = 0; d < head_dim; ++d) EXPECT_FLOAT_EQ(out[static_cast<size_t>(h * head_dim + d)], v[static_cast<size_t>(d)]);
+    for (int64_t d = 0; d < head_dim; ++d)
+      EXPECT_FLOAT_EQ(out[static_cast<size_t>(h * head_dim + d)], v[static_cast<size_t>(d)]);
   }
 }
 
@@ -455,10 +482,11 @@ TEST_P(CpuBackendTest, AttentionWithLargeScoresStaysFinite) {
   const std::vector<float> q = {10, 10, 10, 10, -10, 5, 10, 0};
   const std::vector<int32_t> positions = {static_cast<int32_t>(len - 1)};
   std::vector<float> out(8);
-  AttentionArgs args{q.data(), k_cache.data(), v_cache.data(), positions.data(), 1, n_heads, n_kv_heads, head_dim,
-                     1.0f, out.data()};
+  AttentionArgs args{q.data(),   k_cache.data(), v_cache.data(), positions.data(), 1, n_heads,
+                     n_kv_heads, head_dim,       1.0f,           out.data()};
   be_->Attention(args);
-  const std::vector<double> want = AttentionRef(q, k_cache, v_cache, positions, n_heads, n_kv_heads, head_dim, 1.0);
+  const std::vector<double> want =
+      AttentionRef(q, k_cache, v_cache, positions, n_heads, n_kv_heads, head_dim, 1.0);
   for (size_t i = 0; i < out.size(); ++i) {
     ASSERT_TRUE(std::isfinite(out[i]));
     EXPECT_NEAR(out[i], want[i], 1e-5);
@@ -487,12 +515,15 @@ TEST_P(CpuBackendTest, WindowedAttentionWithSinksOverRingCaches) {
       const int64_t rows = ring > 0 ? ring : len;
       std::vector<float> kc(static_cast<size_t>(rows * kv_dim), std::nanf("")), vc = kc;
       std::vector<int32_t> slots;
-      for (int32_t j = ring > 0 ? std::max<int32_t>(0, p + 1 - static_cast<int32_t>(ring)) : 0; j <= p; ++j) {
+      for (int32_t j = ring > 0 ? std::max<int32_t>(0, p + 1 - static_cast<int32_t>(ring)) : 0;
+           j <= p; ++j) {
         slots.push_back(ring > 0 ? static_cast<int32_t>(j % ring) : j);
-        be_->StoreKv(k.data() + j * kv_dim, v.data() + j * kv_dim, &slots.back(), 1, kv_dim, kc.data(), vc.data());
+        be_->StoreKv(k.data() + j * kv_dim, v.data() + j * kv_dim, &slots.back(), 1, kv_dim,
+                     kc.data(), vc.data());
       }
-      AttentionArgs a{q.data() + i * q_dim, kc.data(), vc.data(), &p, 1, n_heads, n_kv_heads, head_dim, scale,
-                      out.data() + i * q_dim};
+      AttentionArgs a{
+          q.data() + i * q_dim,  kc.data(), vc.data(), &p, 1, n_heads, n_kv_heads, head_dim, scale,
+          out.data() + i * q_dim};
       a.window = window;
       a.ring = ring;
       a.sinks = sinks.data();
@@ -503,8 +534,10 @@ TEST_P(CpuBackendTest, WindowedAttentionWithSinksOverRingCaches) {
     for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], want[i], 1e-5) << i;
   }
   // The sink takes weight from the values: with sink 9, head 3's outputs shrink towards 0.
-  const std::vector<double> no_sink = AttentionRef(q, k, v, positions, n_heads, n_kv_heads, head_dim, scale, window);
-  const std::vector<double> sunk = AttentionRef(q, k, v, positions, n_heads, n_kv_heads, head_dim, scale, window, sinks);
+  const std::vector<double> no_sink =
+      AttentionRef(q, k, v, positions, n_heads, n_kv_heads, head_dim, scale, window);
+  const std::vector<double> sunk =
+      AttentionRef(q, k, v, positions, n_heads, n_kv_heads, head_dim, scale, window, sinks);
   double with = 0, without = 0;
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t d = 0; d < head_dim; ++d) {
@@ -528,7 +561,8 @@ TEST_P(CpuBackendTest, ClampedSwiGlu) {
     return w;
   }();
   be_->ClampedSwiGlu(gate.data(), up.data(), static_cast<int64_t>(gate.size()), 1.702f, 7.0f);
-  for (size_t i = 0; i < gate.size(); ++i) EXPECT_NEAR(gate[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << i;
+  for (size_t i = 0; i < gate.size(); ++i)
+    EXPECT_NEAR(gate[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << i;
   EXPECT_NEAR(gate[8], 8.0 * 7.0 / (1 + std::exp(-1.702 * 7.0)), 1e-4);  // both clamps bite
 }
 
@@ -579,7 +613,8 @@ TEST_P(CpuBackendTest, ScatterAddRows) {
   std::vector<double> want = {1, 1, 2, 2, 3, 3, 4, 4};
   for (size_t i = 0; i < rows.size(); ++i) {
     for (int64_t j = 0; j < dim; ++j) {
-      want[static_cast<size_t>(rows[i] * dim + j)] += double{scales[i]} * src[i * dim + static_cast<size_t>(j)];
+      want[static_cast<size_t>(rows[i] * dim + j)] +=
+          double{scales[i]} * src[i * dim + static_cast<size_t>(j)];
     }
   }
   for (size_t i = 0; i < dst.size(); ++i) EXPECT_DOUBLE_EQ(dst[i], want[i]) << i;
@@ -595,7 +630,8 @@ TEST_P(CpuBackendTest, MatMulsMatchesMatMulForEachMatrix) {
   for (int64_t n : {1, 6}) {
     for (DType third : {DType::kQ6_K, DType::kQ8_0}) {  // Q8_K activations like Q4_K, or not
       SCOPED_TRACE(::testing::Message() << "n " << n << " third " << quant::DTypeName(third));
-      const std::vector<Weight> ws = {MakeWeight(DType::kQ4_K, 200, cols, 1), MakeWeight(DType::kQ4_K, 72, cols, 2),
+      const std::vector<Weight> ws = {MakeWeight(DType::kQ4_K, 200, cols, 1),
+                                      MakeWeight(DType::kQ4_K, 72, cols, 2),
                                       MakeWeight(third, 40, cols, 3)};
       const std::vector<float> x = RandomNormal(static_cast<size_t>(n * cols), 4);
       std::vector<std::vector<float>> want(3), got(3);
@@ -652,13 +688,16 @@ TEST_P(GroupedExpertsTest, MatchesTheOpByOpPathBitForBit) {
   // Expert e applies to these rows with these weights; expert 2 has none.
   const std::vector<std::vector<int32_t>> rows = {{0, 2, 3, 6}, {1, 2, 4, 5, 6}, {}, {0, 1, 3}};
   std::vector<std::vector<float>> scales;
-  for (int64_t e = 0; e < E; ++e) scales.push_back(RandomNormal(rows[static_cast<size_t>(e)].size(), 700 + static_cast<uint32_t>(e)));
+  for (int64_t e = 0; e < E; ++e)
+    scales.push_back(
+        RandomNormal(rows[static_cast<size_t>(e)].size(), 700 + static_cast<uint32_t>(e)));
   auto ref = [](const Weight& w) { return WeightRef{w.dtype, w.rows, w.cols, w.bytes.data()}; };
   constexpr float kAlpha = 1.702f;
 
   std::vector<float> want = RandomNormal(static_cast<size_t>(n * H), 9);
   std::vector<float> got = want;
-  std::vector<float> rows_in(static_cast<size_t>(n * H)), g(static_cast<size_t>(n * F)), u(static_cast<size_t>(n * F));
+  std::vector<float> rows_in(static_cast<size_t>(n * H)), g(static_cast<size_t>(n * F)),
+      u(static_cast<size_t>(n * F));
   std::vector<float> rows_out(static_cast<size_t>(n * H));
   for (int64_t e = 0; e < E; ++e) {
     const auto& r = rows[static_cast<size_t>(e)];
@@ -678,15 +717,17 @@ TEST_P(GroupedExpertsTest, MatchesTheOpByOpPathBitForBit) {
     }
     be->MatMul(ref(down[static_cast<size_t>(e)]), g.data(), m, rows_out.data());
     if (tc.biases) be->AddBias(rows_out.data(), down_bias[static_cast<size_t>(e)].data(), m, H);
-    be->ScatterAddRows(rows_out.data(), r.data(), scales[static_cast<size_t>(e)].data(), m, H, want.data());
+    be->ScatterAddRows(rows_out.data(), r.data(), scales[static_cast<size_t>(e)].data(), m, H,
+                       want.data());
   }
 
   std::vector<GroupedExpert> experts;
   for (int64_t e = 0; e < E; ++e) {
     const size_t i = static_cast<size_t>(e);
-    experts.push_back({ref(gate[i]), ref(up[i]), ref(down[i]), tc.biases ? gate_bias[i].data() : nullptr,
-                       tc.biases ? up_bias[i].data() : nullptr, tc.biases ? down_bias[i].data() : nullptr,
-                       rows[i].data(), scales[i].data(), static_cast<int64_t>(rows[i].size())});
+    experts.push_back(
+        {ref(gate[i]), ref(up[i]), ref(down[i]), tc.biases ? gate_bias[i].data() : nullptr,
+         tc.biases ? up_bias[i].data() : nullptr, tc.biases ? down_bias[i].data() : nullptr,
+         rows[i].data(), scales[i].data(), static_cast<int64_t>(rows[i].size())});
   }
   GroupedExpertsArgs args;
   args.x = x.data();
@@ -709,14 +750,16 @@ TEST_P(GroupedExpertsTest, MatchesTheOpByOpPathBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(
     Types, GroupedExpertsTest,
-    ::testing::Combine(::testing::Values(1, 3),
-                       ::testing::Values(GroupedCase{DType::kQ4_K, DType::kQ6_K, 512, 768, false, 0},
-                                         GroupedCase{DType::kQ8_0, DType::kQ8_0, 256, 544, false, 0},
-                                         GroupedCase{DType::kMXFP4, DType::kMXFP4, 320, 320, true, 7.0f},
-                                         GroupedCase{DType::kF32, DType::kF16, 64, 96, true, 0})),
+    ::testing::Combine(
+        ::testing::Values(1, 3),
+        ::testing::Values(GroupedCase{DType::kQ4_K, DType::kQ6_K, 512, 768, false, 0},
+                          GroupedCase{DType::kQ8_0, DType::kQ8_0, 256, 544, false, 0},
+                          GroupedCase{DType::kMXFP4, DType::kMXFP4, 320, 320, true, 7.0f},
+                          GroupedCase{DType::kF32, DType::kF16, 64, 96, true, 0})),
     [](const auto& info) {
       const GroupedCase& c = std::get<1>(info.param);
-      return "t" + std::to_string(std::get<0>(info.param)) + "_" + std::string(quant::DTypeName(c.gate_up)) + "_" +
+      return "t" + std::to_string(std::get<0>(info.param)) + "_" +
+             std::string(quant::DTypeName(c.gate_up)) + "_" +
              std::string(quant::DTypeName(c.down)) + (c.swiglu_limit > 0 ? "_clamped" : "");
     });
 

@@ -14,9 +14,10 @@ namespace {
 constexpr int kAttnWarps = 4;
 constexpr int kDimsPerLane = kMaxHeadDim / kWarp;
 
-__global__ void __launch_bounds__(kAttnWarps * kWarp)
-    AttentionKernel(const float* __restrict__ q, const float* __restrict__ k_cache, const float* __restrict__ v_cache,
-                    const int32_t* __restrict__ positions, AttentionShape shape, float* __restrict__ out) {
+__global__ void __launch_bounds__(kAttnWarps* kWarp)
+    AttentionKernel(const float* __restrict__ q, const float* __restrict__ k_cache,
+                    const float* __restrict__ v_cache, const int32_t* __restrict__ positions,
+                    AttentionShape shape, float* __restrict__ out) {
   const int64_t n_heads = shape.n_heads, n_kv_heads = shape.n_kv_heads, head_dim = shape.head_dim;
   const float scale = shape.scale;
   __shared__ float s_m[kAttnWarps], s_l[kAttnWarps];
@@ -37,7 +38,8 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp)
   float m = -FLT_MAX, l = 0.0f;
   bool any = false;
   const int64_t last = positions[t];
-  const int64_t first = shape.window > 0 ? max(static_cast<int64_t>(0), last + 1 - shape.window) : 0;
+  const int64_t first =
+      shape.window > 0 ? max(static_cast<int64_t>(0), last + 1 - shape.window) : 0;
   for (int64_t j = first + warp; j <= last; j += kAttnWarps) {
     const int64_t row = shape.ring > 0 ? j % shape.ring : j;
     const float* kj = k_cache + row * kv_dim + kvh * head_dim;
@@ -94,15 +96,18 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp)
 
 }  // namespace
 
-cudaError_t Attention(const float* q, const float* k_cache, const float* v_cache, const int32_t* positions, int64_t n,
-                      const AttentionShape& shape, float* out, cudaStream_t stream) {
+cudaError_t Attention(const float* q, const float* k_cache, const float* v_cache,
+                      const int32_t* positions, int64_t n, const AttentionShape& shape, float* out,
+                      cudaStream_t stream) {
   if (n <= 0 || shape.n_heads <= 0) return cudaSuccess;
-  if (shape.head_dim > kMaxHeadDim || shape.n_kv_heads <= 0 || shape.n_heads % shape.n_kv_heads != 0 ||
-      shape.n_heads > 65535 || shape.window < 0 || shape.ring < 0) {
+  if (shape.head_dim > kMaxHeadDim || shape.n_kv_heads <= 0 ||
+      shape.n_heads % shape.n_kv_heads != 0 || shape.n_heads > 65535 || shape.window < 0 ||
+      shape.ring < 0) {
     return cudaErrorInvalidValue;
   }
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(shape.n_heads));
-  AttentionKernel<<<grid, kAttnWarps * kWarp, 0, stream>>>(q, k_cache, v_cache, positions, shape, out);
+  AttentionKernel<<<grid, kAttnWarps * kWarp, 0, stream>>>(q, k_cache, v_cache, positions, shape,
+                                                           out);
   return cudaGetLastError();
 }
 

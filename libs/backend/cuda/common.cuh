@@ -31,25 +31,29 @@ using quant::BlockIQ3_XXS;
 using quant::BlockIQ4_NL;
 using quant::BlockIQ4_XS;
 using quant::BlockMXFP4;
-using quant::BlockQ4_0;
-using quant::BlockQ4_1;
-using quant::BlockQ5_0;
-using quant::BlockQ5_1;
-using quant::BlockQ8_1;
 using quant::BlockQ2_K;
 using quant::BlockQ3_K;
+using quant::BlockQ4_0;
+using quant::BlockQ4_1;
 using quant::BlockQ4_K;
+using quant::BlockQ5_0;
+using quant::BlockQ5_1;
 using quant::BlockQ5_K;
 using quant::BlockQ6_K;
 using quant::BlockQ8_0;
+using quant::BlockQ8_1;
 using quant::BlockQ8_K;
 using quant::DType;
 
 inline constexpr int kWarp = 32;
 
 __device__ __forceinline__ float HalfBits(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-__device__ __forceinline__ float Bf16Bits(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
-__device__ __forceinline__ uint16_t ToHalfBits(float f) { return __half_as_ushort(__float2half_rn(f)); }
+__device__ __forceinline__ float Bf16Bits(uint16_t h) {
+  return __uint_as_float(static_cast<uint32_t>(h) << 16);
+}
+__device__ __forceinline__ uint16_t ToHalfBits(float f) {
+  return __half_as_ushort(__float2half_rn(f));
+}
 __device__ __forceinline__ uint16_t ToBf16Bits(float f) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 }
@@ -69,7 +73,9 @@ __device__ __forceinline__ float WarpMax(float v) {
 __device__ __forceinline__ int64_t GlobalThread() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
-__device__ __forceinline__ int64_t GlobalStride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+__device__ __forceinline__ int64_t GlobalStride() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
 
 inline unsigned GridFor(int64_t n, int threads) {
   int64_t blocks = (n + threads - 1) / threads;
@@ -104,14 +110,18 @@ __device__ __forceinline__ uint32_t Load32(const uint8_t* p) {
   return p[0] | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
          (static_cast<uint32_t>(p[3]) << 24);
 }
-__device__ __forceinline__ int GridByte(uint64_t point, int j) { return static_cast<int>((point >> (8 * j)) & 0xFF); }
+__device__ __forceinline__ int GridByte(uint64_t point, int j) {
+  return static_cast<int>((point >> (8 * j)) & 0xFF);
+}
 __device__ __forceinline__ int GridInt8(uint64_t point, int j) {
   return static_cast<int>(static_cast<int8_t>((point >> (8 * j)) & 0xFF));
 }
 __device__ __forceinline__ int SignOf(uint32_t bits, int j) { return (bits >> j) & 1 ? -1 : 1; }
 
 // Nibble of element l of a 16-byte Q4_0-layout array.
-__device__ __forceinline__ int Nibble(const uint8_t* qs, int l) { return l < 16 ? qs[l] & 0xF : qs[l - 16] >> 4; }
+__device__ __forceinline__ int Nibble(const uint8_t* qs, int l) {
+  return l < 16 ? qs[l] & 0xF : qs[l - 16] >> 4;
+}
 // The 5-bit quant of element l of a Q5_0 / Q5_1 block.
 __device__ __forceinline__ int Q5Quant(const uint8_t* qs, const uint8_t* qh, int l) {
   return Nibble(qs, l) | (((Load32(qh) >> l) & 1) << 4);
@@ -127,35 +137,43 @@ __device__ __forceinline__ int Iq4xsScale(const BlockIQ4_XS& b, int g) {
 }
 
 // IQ2_XXS group g: grid magnitude times sign of element l; the group's scale field.
-__device__ __forceinline__ int Iq2xxsWeight(const BlockIQ2_XXS& b, int g, int l, const DeviceCodebooks& books) {
+__device__ __forceinline__ int Iq2xxsWeight(const BlockIQ2_XXS& b, int g, int l,
+                                            const DeviceCodebooks& books) {
   const uint32_t a = b.qs[4 * g] | (static_cast<uint32_t>(b.qs[4 * g + 1]) << 16);
   const uint32_t s = b.qs[4 * g + 2] | (static_cast<uint32_t>(b.qs[4 * g + 3]) << 16);
   const uint64_t point = books.iq2xxs[(a >> (8 * (l / 8))) & 0xFF];
   return GridByte(point, l % 8) * SignOf(books.signs[(s >> (7 * (l / 8))) & 127], l % 8);
 }
-__device__ __forceinline__ int Iq2xxsScale(const BlockIQ2_XXS& b, int g) { return b.qs[4 * g + 3] >> 12; }
+__device__ __forceinline__ int Iq2xxsScale(const BlockIQ2_XXS& b, int g) {
+  return b.qs[4 * g + 3] >> 12;
+}
 
-__device__ __forceinline__ int Iq2xsWeight(const BlockIQ2_XS& b, int g, int l, const DeviceCodebooks& books) {
+__device__ __forceinline__ int Iq2xsWeight(const BlockIQ2_XS& b, int g, int l,
+                                           const DeviceCodebooks& books) {
   const uint16_t q = b.qs[4 * g + l / 8];
   return GridByte(books.iq2xs[q & 511], l % 8) * SignOf(books.signs[q >> 9], l % 8);
 }
 
-__device__ __forceinline__ int Iq2sWeight(const BlockIQ2_S& b, int g, int l, const DeviceCodebooks& books) {
+__device__ __forceinline__ int Iq2sWeight(const BlockIQ2_S& b, int g, int l,
+                                          const DeviceCodebooks& books) {
   const int k = l / 8;
-  const uint32_t index = b.qs[4 * g + k] | ((static_cast<uint32_t>(b.qh[g]) << (8 - 2 * k)) & 0x300);
+  const uint32_t index =
+      b.qs[4 * g + k] | ((static_cast<uint32_t>(b.qh[g]) << (8 - 2 * k)) & 0x300);
   return GridByte(books.iq2s[index], l % 8) * SignOf(b.qs[quant::kQK_K / 8 + 4 * g + k], l % 8);
 }
 
 __device__ __forceinline__ uint32_t Iq3xxsAux(const BlockIQ3_XXS& b, int g) {
   return Load32(b.qs + quant::kQK_K / 4 + 4 * g);
 }
-__device__ __forceinline__ int Iq3xxsWeight(const BlockIQ3_XXS& b, int g, int l, const DeviceCodebooks& books) {
+__device__ __forceinline__ int Iq3xxsWeight(const BlockIQ3_XXS& b, int g, int l,
+                                            const DeviceCodebooks& books) {
   const uint32_t aux = Iq3xxsAux(b, g);
   const uint32_t point = books.iq3xxs[b.qs[8 * g + l / 4]];
   return GridByte(point, l % 4) * SignOf(books.signs[(aux >> (7 * (l / 8))) & 127], l % 8);
 }
 
-__device__ __forceinline__ int Iq3sWeight(const BlockIQ3_S& b, int g, int l, const DeviceCodebooks& books) {
+__device__ __forceinline__ int Iq3sWeight(const BlockIQ3_S& b, int g, int l,
+                                          const DeviceCodebooks& books) {
   const int k = 8 * g + l / 4;
   const uint32_t point = books.iq3s[b.qs[k] | (((b.qh[k / 8] >> (k % 8)) & 1) << 8)];
   return GridByte(point, l % 4) * SignOf(b.signs[4 * g + l / 8], l % 8);
@@ -164,7 +182,8 @@ __device__ __forceinline__ int Iq3sScale(const BlockIQ3_S& b, int g) {
   return 2 * ((b.scales[g / 2] >> (4 * (g % 2))) & 0xF) + 1;
 }
 
-__device__ __forceinline__ int Iq1sWeight(const BlockIQ1_S& b, int g, int l, const DeviceCodebooks& books) {
+__device__ __forceinline__ int Iq1sWeight(const BlockIQ1_S& b, int g, int l,
+                                          const DeviceCodebooks& books) {
   const int k = l / 8;
   return GridInt8(books.iq1s[b.qs[4 * g + k] | (((b.qh[g] >> (3 * k)) & 7) << 8)], l % 8);
 }
@@ -173,15 +192,17 @@ __device__ __forceinline__ uint16_t Iq1mScaleWord(const BlockIQ1_M& b, int k) {
   return static_cast<uint16_t>(b.scales[2 * k] | (b.scales[2 * k + 1] << 8));
 }
 __device__ __forceinline__ float Iq1mSuperScale(const BlockIQ1_M& b) {
-  const uint16_t bits = static_cast<uint16_t>((Iq1mScaleWord(b, 0) >> 12) | ((Iq1mScaleWord(b, 1) >> 8) & 0x00F0) |
-                                              ((Iq1mScaleWord(b, 2) >> 4) & 0x0F00) | (Iq1mScaleWord(b, 3) & 0xF000));
+  const uint16_t bits =
+      static_cast<uint16_t>((Iq1mScaleWord(b, 0) >> 12) | ((Iq1mScaleWord(b, 1) >> 8) & 0x00F0) |
+                            ((Iq1mScaleWord(b, 2) >> 4) & 0x0F00) | (Iq1mScaleWord(b, 3) & 0xF000));
   return HalfBits(bits);
 }
 // 2s + 1 for half `half` (0, 1) of group g.
 __device__ __forceinline__ int Iq1mScale(const BlockIQ1_M& b, int g, int half) {
   return 2 * ((Iq1mScaleWord(b, g / 2) >> (6 * (g % 2) + 3 * half)) & 7) + 1;
 }
-__device__ __forceinline__ int Iq1mWeight(const BlockIQ1_M& b, int g, int l, const DeviceCodebooks& books) {
+__device__ __forceinline__ int Iq1mWeight(const BlockIQ1_M& b, int g, int l,
+                                          const DeviceCodebooks& books) {
   const int k = l / 8;
   const uint32_t qh = b.qh[2 * g + k / 2];
   return GridInt8(books.iq1s[b.qs[4 * g + k] | (((qh >> (4 * (k % 2))) & 7) << 8)], l % 8);
@@ -215,13 +236,15 @@ __device__ __forceinline__ size_t DeviceBlockBytes(DType type) {
 }
 
 // Element e of a 256-element block of the codebook types, as the CPU dequantizes it.
-__device__ __forceinline__ float IQuantElement(DType type, const uint8_t* blk, int e, const DeviceCodebooks& books) {
+__device__ __forceinline__ float IQuantElement(DType type, const uint8_t* blk, int e,
+                                               const DeviceCodebooks& books) {
   const int g = e / 32, l = e % 32;
   constexpr float kDelta = 0.125f;
   switch (type) {
     case DType::kIQ2_XXS: {
       const auto& b = *reinterpret_cast<const BlockIQ2_XXS*>(blk);
-      const float db = __fmul_rn(__fmul_rn(HalfBits(b.d), 0.5f + static_cast<float>(Iq2xxsScale(b, g))), 0.25f);
+      const float db =
+          __fmul_rn(__fmul_rn(HalfBits(b.d), 0.5f + static_cast<float>(Iq2xxsScale(b, g))), 0.25f);
       return __fmul_rn(db, static_cast<float>(Iq2xxsWeight(b, g, l, books)));
     }
     case DType::kIQ2_XS: {
@@ -238,7 +261,8 @@ __device__ __forceinline__ float IQuantElement(DType type, const uint8_t* blk, i
     }
     case DType::kIQ3_XXS: {
       const auto& b = *reinterpret_cast<const BlockIQ3_XXS*>(blk);
-      const float db = __fmul_rn(__fmul_rn(HalfBits(b.d), 0.5f + static_cast<float>(Iq3xxsAux(b, g) >> 28)), 0.5f);
+      const float db = __fmul_rn(
+          __fmul_rn(HalfBits(b.d), 0.5f + static_cast<float>(Iq3xxsAux(b, g) >> 28)), 0.5f);
       return __fmul_rn(db, static_cast<float>(Iq3xxsWeight(b, g, l, books)));
     }
     case DType::kIQ3_S: {
@@ -255,20 +279,21 @@ __device__ __forceinline__ float IQuantElement(DType type, const uint8_t* blk, i
     case DType::kIQ1_M: {
       const auto& b = *reinterpret_cast<const BlockIQ1_M*>(blk);
       const float dl = __fmul_rn(Iq1mSuperScale(b), static_cast<float>(Iq1mScale(b, g, l / 16)));
-      return __fmul_rn(dl, static_cast<float>(Iq1mWeight(b, g, l, books)) + kDelta * Iq1mShiftSign(b, g, l));
+      return __fmul_rn(
+          dl, static_cast<float>(Iq1mWeight(b, g, l, books)) + kDelta * Iq1mShiftSign(b, g, l));
     }
     case DType::kIQ4_XS: {
       const auto& b = *reinterpret_cast<const BlockIQ4_XS*>(blk);
       const float dl = __fmul_rn(HalfBits(b.d), static_cast<float>(Iq4xsScale(b, g)));
       return __fmul_rn(dl, static_cast<float>(books.iq4nl[Nibble(b.qs + 16 * g, l)]));
     }
-    default:
-      return 0.0f;
+    default: return 0.0f;
   }
 }
 
 // Element l of a 32-element block of the legacy formats, IQ4_NL or MXFP4.
-__device__ __forceinline__ float SmallBlockElement(DType type, const uint8_t* blk, int l, const DeviceCodebooks& books) {
+__device__ __forceinline__ float SmallBlockElement(DType type, const uint8_t* blk, int l,
+                                                   const DeviceCodebooks& books) {
   switch (type) {
     case DType::kQ4_0: {
       const auto& b = *reinterpret_cast<const BlockQ4_0*>(blk);
@@ -276,7 +301,8 @@ __device__ __forceinline__ float SmallBlockElement(DType type, const uint8_t* bl
     }
     case DType::kQ4_1: {
       const auto& b = *reinterpret_cast<const BlockQ4_1*>(blk);
-      return __fadd_rn(__fmul_rn(static_cast<float>(Nibble(b.qs, l)), HalfBits(b.d)), HalfBits(b.m));
+      return __fadd_rn(__fmul_rn(static_cast<float>(Nibble(b.qs, l)), HalfBits(b.d)),
+                       HalfBits(b.m));
     }
     case DType::kQ5_0: {
       const auto& b = *reinterpret_cast<const BlockQ5_0*>(blk);
@@ -284,7 +310,8 @@ __device__ __forceinline__ float SmallBlockElement(DType type, const uint8_t* bl
     }
     case DType::kQ5_1: {
       const auto& b = *reinterpret_cast<const BlockQ5_1*>(blk);
-      return __fadd_rn(__fmul_rn(static_cast<float>(Q5Quant(b.qs, b.qh, l)), HalfBits(b.d)), HalfBits(b.m));
+      return __fadd_rn(__fmul_rn(static_cast<float>(Q5Quant(b.qs, b.qh, l)), HalfBits(b.d)),
+                       HalfBits(b.m));
     }
     case DType::kQ8_1: {
       const auto& b = *reinterpret_cast<const BlockQ8_1*>(blk);
@@ -298,8 +325,7 @@ __device__ __forceinline__ float SmallBlockElement(DType type, const uint8_t* bl
       const auto& b = *reinterpret_cast<const BlockMXFP4*>(blk);
       return __fmul_rn(static_cast<float>(books.mxfp4[Nibble(b.qs, l)]), E8M0Half(b.e));
     }
-    default:
-      return 0.0f;
+    default: return 0.0f;
   }
 }
 
@@ -307,12 +333,9 @@ __device__ __forceinline__ float SmallBlockElement(DType type, const uint8_t* bl
 __device__ __forceinline__ float DequantElement(DType type, const uint8_t* row, int64_t i,
                                                 const DeviceCodebooks& books) {
   switch (type) {
-    case DType::kF32:
-      return reinterpret_cast<const float*>(row)[i];
-    case DType::kF16:
-      return HalfBits(reinterpret_cast<const uint16_t*>(row)[i]);
-    case DType::kBF16:
-      return Bf16Bits(reinterpret_cast<const uint16_t*>(row)[i]);
+    case DType::kF32: return reinterpret_cast<const float*>(row)[i];
+    case DType::kF16: return HalfBits(reinterpret_cast<const uint16_t*>(row)[i]);
+    case DType::kBF16: return Bf16Bits(reinterpret_cast<const uint16_t*>(row)[i]);
     case DType::kQ8_0: {
       const auto& b = reinterpret_cast<const BlockQ8_0*>(row)[i / quant::kQK8_0];
       return HalfBits(b.d) * static_cast<float>(b.qs[i % quant::kQK8_0]);
@@ -350,7 +373,8 @@ __device__ __forceinline__ float DequantElement(DType type, const uint8_t* row, 
       const int e = static_cast<int>(i % quant::kQK_K), g = e / 32;
       int sc, m;
       ScaleMinK4(g, b.scales, &sc, &m);
-      const int q = ((b.qs[32 * (g / 2) + e % 32] >> (4 * (g % 2))) & 0xF) | (((b.qh[e % 32] >> g) & 1) << 4);
+      const int q =
+          ((b.qs[32 * (g / 2) + e % 32] >> (4 * (g % 2))) & 0xF) | (((b.qh[e % 32] >> g) & 1) << 4);
       return HalfBits(b.d) * static_cast<float>(sc) * static_cast<float>(q) -
              HalfBits(b.dmin) * static_cast<float>(m);
     }
@@ -360,7 +384,8 @@ __device__ __forceinline__ float DequantElement(DType type, const uint8_t* row, 
       const int half = e / 128, quarter = (e % 128) / 32, off = e % 32;
       const int low = (b.ql[64 * half + 32 * (quarter % 2) + off] >> (4 * (quarter / 2))) & 0xF;
       const int high = (b.qh[32 * half + off] >> (2 * quarter)) & 3;
-      return HalfBits(b.d) * static_cast<float>(b.scales[e / 16]) * static_cast<float>((low | (high << 4)) - 32);
+      return HalfBits(b.d) * static_cast<float>(b.scales[e / 16]) *
+             static_cast<float>((low | (high << 4)) - 32);
     }
     case DType::kQ4_0:
     case DType::kQ4_1:
@@ -379,7 +404,8 @@ __device__ __forceinline__ float DequantElement(DType type, const uint8_t* row, 
     case DType::kIQ3_XXS:
     case DType::kIQ3_S:
     case DType::kIQ4_XS:
-      return IQuantElement(type, row + static_cast<size_t>(i / quant::kQK_K) * DeviceBlockBytes(type),
+      return IQuantElement(type,
+                           row + static_cast<size_t>(i / quant::kQK_K) * DeviceBlockBytes(type),
                            static_cast<int>(i % quant::kQK_K), books);
   }
   return 0.0f;
@@ -387,7 +413,8 @@ __device__ __forceinline__ float DequantElement(DType type, const uint8_t* row, 
 
 // The float tail of the k-quant dot products (vec_dot.cc KBlockSum), uncontracted.
 __device__ __forceinline__ float KBlockSum(float d, float dmin, int isum, int imin) {
-  return __fsub_rn(__fmul_rn(d, static_cast<float>(isum)), __fmul_rn(dmin, static_cast<float>(imin)));
+  return __fsub_rn(__fmul_rn(d, static_cast<float>(isum)),
+                   __fmul_rn(dmin, static_cast<float>(imin)));
 }
 
 // Dot product of part p (elements 32p..32p+31) of a weight block with the matching Q8_K
@@ -412,7 +439,8 @@ __device__ __forceinline__ int2 HalfSums(const int8_t* a, Value value) {
 }
 
 template <>
-__device__ __forceinline__ float PartDotK<DType::kQ2_K>(const uint8_t* wb, const BlockQ8_K& y, int p) {
+__device__ __forceinline__ float PartDotK<DType::kQ2_K>(const uint8_t* wb, const BlockQ8_K& y,
+                                                        int p) {
   const auto& x = *reinterpret_cast<const BlockQ2_K*>(wb);
   const uint8_t* q = x.qs + 32 * (p / 4);
   const int shift = 2 * (p % 4);
@@ -424,7 +452,8 @@ __device__ __forceinline__ float PartDotK<DType::kQ2_K>(const uint8_t* wb, const
 }
 
 template <>
-__device__ __forceinline__ float PartDotK<DType::kQ3_K>(const uint8_t* wb, const BlockQ8_K& y, int p) {
+__device__ __forceinline__ float PartDotK<DType::kQ3_K>(const uint8_t* wb, const BlockQ8_K& y,
+                                                        int p) {
   const auto& x = *reinterpret_cast<const BlockQ3_K*>(wb);
   const uint8_t* q = x.qs + 32 * (p / 4);
   const int shift = 2 * (p % 4);
@@ -452,21 +481,25 @@ __device__ __forceinline__ float PartDotK4or5(const uint8_t* wb, const BlockQ8_K
     gsum += v * a[l];
   }
   const int imin = m * (y.bsums[2 * g] + y.bsums[2 * g + 1]);
-  return KBlockSum(__fmul_rn(HalfBits(x.d), y.d), __fmul_rn(HalfBits(x.dmin), y.d), sc * gsum, imin);
+  return KBlockSum(__fmul_rn(HalfBits(x.d), y.d), __fmul_rn(HalfBits(x.dmin), y.d), sc * gsum,
+                   imin);
 }
 
 template <>
-__device__ __forceinline__ float PartDotK<DType::kQ4_K>(const uint8_t* wb, const BlockQ8_K& y, int g) {
+__device__ __forceinline__ float PartDotK<DType::kQ4_K>(const uint8_t* wb, const BlockQ8_K& y,
+                                                        int g) {
   return PartDotK4or5<BlockQ4_K>(wb, y, g);
 }
 
 template <>
-__device__ __forceinline__ float PartDotK<DType::kQ5_K>(const uint8_t* wb, const BlockQ8_K& y, int g) {
+__device__ __forceinline__ float PartDotK<DType::kQ5_K>(const uint8_t* wb, const BlockQ8_K& y,
+                                                        int g) {
   return PartDotK4or5<BlockQ5_K>(wb, y, g);
 }
 
 template <>
-__device__ __forceinline__ float PartDotK<DType::kQ6_K>(const uint8_t* wb, const BlockQ8_K& y, int p) {
+__device__ __forceinline__ float PartDotK<DType::kQ6_K>(const uint8_t* wb, const BlockQ8_K& y,
+                                                        int p) {
   const auto& x = *reinterpret_cast<const BlockQ6_K*>(wb);
   const int half = p / 4, quarter = p % 4;
   const uint8_t* ql = x.ql + 64 * half + 32 * (quarter % 2);
@@ -480,7 +513,8 @@ __device__ __forceinline__ float PartDotK<DType::kQ6_K>(const uint8_t* wb, const
 }
 
 template <>
-__device__ __forceinline__ float PartDotK<DType::kQ8_K>(const uint8_t* wb, const BlockQ8_K& y, int p) {
+__device__ __forceinline__ float PartDotK<DType::kQ8_K>(const uint8_t* wb, const BlockQ8_K& y,
+                                                        int p) {
   const auto& x = *reinterpret_cast<const BlockQ8_K*>(wb);
   const int8_t* w = x.qs + 32 * p;
   const int8_t* a = y.qs + 32 * p;

@@ -15,11 +15,13 @@ std::string CudaBuildArchitectures() { return ""; }
 
 absl::StatusOr<CudaDeviceInfo> GetCudaDeviceInfo(int device) {
   return absl::FailedPreconditionError(
-      absl::StrCat("CUDA device ", device, ": this build has no CUDA backend (configure with -DCOLIBRI_CUDA=ON)"));
+      absl::StrCat("CUDA device ", device,
+                   ": this build has no CUDA backend (configure with -DCOLIBRI_CUDA=ON)"));
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions&) {
-  return absl::FailedPreconditionError("this build has no CUDA backend (configure with -DCOLIBRI_CUDA=ON)");
+  return absl::FailedPreconditionError(
+      "this build has no CUDA backend (configure with -DCOLIBRI_CUDA=ON)");
 }
 
 }  // namespace colibri::backend

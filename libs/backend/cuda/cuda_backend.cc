@@ -23,14 +23,17 @@ namespace {
 
 using quant::DType;
 
-std::string CudaText(cudaError_t e) { return absl::StrCat(cudaGetErrorName(e), ": ", cudaGetErrorString(e)); }
+std::string CudaText(cudaError_t e) {
+  return absl::StrCat(cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+}
 
 absl::Status CudaStatus(cudaError_t e, std::string_view what) {
   if (e == cudaSuccess) return absl::OkStatus();
   (void)cudaGetLastError();  // clears the error when it is not sticky
   const std::string msg = absl::StrCat("CUDA ", std::string(what), ": ", CudaText(e));
   if (e == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(msg);
-  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) return absl::UnavailableError(msg);
+  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
+    return absl::UnavailableError(msg);
   return absl::InternalError(msg);
 }
 
@@ -52,7 +55,9 @@ class PinnedStager {
   // `stream`: the stream to copy on; nullptr: a new stream owned by the stager.
   absl::Status Init(cudaStream_t stream) {
     if (stream == nullptr) {
-      if (auto st = CudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream create"); !st.ok()) {
+      if (auto st = CudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+                               "stream create");
+          !st.ok()) {
         return st;
       }
       own_stream_ = true;
@@ -60,11 +65,13 @@ class PinnedStager {
       stream_ = stream;
     }
     for (int i = 0; i < 2; ++i) {
-      if (auto st = CudaStatus(cudaHostAlloc(&buffers_[i], kChunk, cudaHostAllocDefault), "pinned staging alloc");
+      if (auto st = CudaStatus(cudaHostAlloc(&buffers_[i], kChunk, cudaHostAllocDefault),
+                               "pinned staging alloc");
           !st.ok()) {
         return st;
       }
-      if (auto st = CudaStatus(cudaEventCreateWithFlags(&events_[i], cudaEventDisableTiming), "event create");
+      if (auto st = CudaStatus(cudaEventCreateWithFlags(&events_[i], cudaEventDisableTiming),
+                               "event create");
           !st.ok()) {
         return st;
       }
@@ -83,7 +90,8 @@ class PinnedStager {
       next_ ^= 1;
       if (cudaError_t e = cudaEventSynchronize(events_[b]); e != cudaSuccess) return e;
       std::memcpy(buffers_[b], s + off, len);
-      if (cudaError_t e = cudaMemcpyAsync(d + off, buffers_[b], len, cudaMemcpyHostToDevice, stream_);
+      if (cudaError_t e =
+              cudaMemcpyAsync(d + off, buffers_[b], len, cudaMemcpyHostToDevice, stream_);
           e != cudaSuccess) {
         return e;
       }
@@ -123,7 +131,8 @@ class CudaBackend;
 
 class CudaBuffer final : public Buffer {
  public:
-  CudaBuffer(CudaBackend* backend, void* data, size_t size) : backend_(backend), data_(data), size_(size) {}
+  CudaBuffer(CudaBackend* backend, void* data, size_t size)
+      : backend_(backend), data_(data), size_(size) {}
   ~CudaBuffer() override;
   void* data() override { return data_; }
   size_t size() const override { return size_; }
@@ -142,7 +151,8 @@ struct Scratch {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(const CudaBackendOptions& options) : options_(options), device_(options.device) {}
+  explicit CudaBackend(const CudaBackendOptions& options)
+      : options_(options), device_(options.device) {}
 
   ~CudaBackend() override {
     (void)cudaSetDevice(device_);
@@ -165,24 +175,36 @@ class CudaBackend final : public Backend {
   }
 
   absl::Status Init() {
-    if (auto st = CudaStatus(cudaSetDevice(device_), absl::StrCat("set device ", device_)); !st.ok()) return st;
+    if (auto st = CudaStatus(cudaSetDevice(device_), absl::StrCat("set device ", device_));
+        !st.ok())
+      return st;
     cudaDeviceProp prop{};
-    if (auto st = CudaStatus(cudaGetDeviceProperties(&prop, device_), "device properties"); !st.ok()) return st;
+    if (auto st = CudaStatus(cudaGetDeviceProperties(&prop, device_), "device properties");
+        !st.ok())
+      return st;
     device_name_ = prop.name;
     auto init = [](cudaError_t e, std::string_view what) { return CudaStatus(e, what); };
-    if (auto st = init(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream create"); !st.ok()) return st;
-    if (auto st = init(cudaStreamCreateWithFlags(&import_stream_, cudaStreamNonBlocking), "stream create"); !st.ok()) {
+    if (auto st = init(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream create");
+        !st.ok())
+      return st;
+    if (auto st = init(cudaStreamCreateWithFlags(&import_stream_, cudaStreamNonBlocking),
+                       "stream create");
+        !st.ok()) {
       return st;
     }
-    if (auto st = init(cudaEventCreateWithFlags(&import_done_, cudaEventDisableTiming), "event create"); !st.ok()) {
+    if (auto st =
+            init(cudaEventCreateWithFlags(&import_done_, cudaEventDisableTiming), "event create");
+        !st.ok()) {
       return st;
     }
     // Freed blocks stay in the device's pool: per-expert imports reuse them without going back
     // to the driver.
     cudaMemPool_t pool;
-    if (auto st = init(cudaDeviceGetDefaultMemPool(&pool, device_), "memory pool"); !st.ok()) return st;
+    if (auto st = init(cudaDeviceGetDefaultMemPool(&pool, device_), "memory pool"); !st.ok())
+      return st;
     uint64_t keep = std::numeric_limits<uint64_t>::max();
-    if (auto st = init(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "memory pool");
+    if (auto st = init(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
+                       "memory pool");
         !st.ok()) {
       return st;
     }
@@ -193,7 +215,9 @@ class CudaBackend final : public Backend {
     if (cublasStatus_t s = cublasSetStream(cublas_, stream_); s != CUBLAS_STATUS_SUCCESS) {
       return absl::InternalError(absl::StrCat("cuBLAS set stream: ", cublasGetStatusString(s)));
     }
-    if (auto st = init(cuda::UploadCodebooks(&codebooks_storage_, &books_), "codebook upload"); !st.ok()) return st;
+    if (auto st = init(cuda::UploadCodebooks(&codebooks_storage_, &books_), "codebook upload");
+        !st.ok())
+      return st;
     import_stager_ = std::make_unique<PinnedStager>();
     if (auto st = import_stager_->Init(import_stream_); !st.ok()) return st;
     return GrowRing(kRingBytes);
@@ -207,10 +231,11 @@ class CudaBackend final : public Backend {
     const size_t n = std::max<size_t>(bytes, 1);
     if (cudaError_t e = cudaMallocAsync(&p, n, stream_); e != cudaSuccess) {
       (void)cudaGetLastError();
-      return absl::Status(e == cudaErrorMemoryAllocation ? absl::StatusCode::kResourceExhausted
-                                                         : absl::StatusCode::kInternal,
-                          absl::StrCat("CUDA device ", device_, " (", device_name_, "): cannot allocate ",
-                                       FormatSize(bytes), ": ", CudaText(e), FreeText()));
+      return absl::Status(
+          e == cudaErrorMemoryAllocation ? absl::StatusCode::kResourceExhausted
+                                         : absl::StatusCode::kInternal,
+          absl::StrCat("CUDA device ", device_, " (", device_name_, "): cannot allocate ",
+                       FormatSize(bytes), ": ", CudaText(e), FreeText()));
     }
     Record(cudaMemsetAsync(p, 0, n, stream_), "memset");
     return std::unique_ptr<Buffer>(new CudaBuffer(this, p, bytes));
@@ -246,7 +271,8 @@ class CudaBackend final : public Backend {
   }
   bool zero_copy() const override { return false; }
 
-  absl::StatusOr<WeightRef> ImportWeight(DType dtype, int64_t rows, int64_t cols, const void* host_data,
+  absl::StatusOr<WeightRef> ImportWeight(DType dtype, int64_t rows, int64_t cols,
+                                         const void* host_data,
                                          std::unique_ptr<Buffer>* storage) override {
     auto row_bytes = quant::CheckedRowBytes(dtype, cols);
     if (!row_bytes.ok()) return row_bytes.status();
@@ -255,13 +281,15 @@ class CudaBackend final : public Backend {
     void* p = nullptr;
     // Allocated on the import stream so the copy need not wait for queued ops; the compute
     // stream waits for the copy; the buffer is freed on the compute stream after its last use.
-    if (cudaError_t e = cudaMallocAsync(&p, std::max<size_t>(bytes, 1), import_stream_); e != cudaSuccess) {
+    if (cudaError_t e = cudaMallocAsync(&p, std::max<size_t>(bytes, 1), import_stream_);
+        e != cudaSuccess) {
       (void)cudaGetLastError();
-      return absl::Status(e == cudaErrorMemoryAllocation ? absl::StatusCode::kResourceExhausted
-                                                         : absl::StatusCode::kInternal,
-                          absl::StrCat("CUDA device ", device_, ": cannot allocate ", FormatSize(bytes),
-                                       " for a ", std::string(quant::DTypeName(dtype)), " weight [", rows, ", ", cols,
-                                       "]: ", CudaText(e), FreeText()));
+      return absl::Status(
+          e == cudaErrorMemoryAllocation ? absl::StatusCode::kResourceExhausted
+                                         : absl::StatusCode::kInternal,
+          absl::StrCat("CUDA device ", device_, ": cannot allocate ", FormatSize(bytes), " for a ",
+                       std::string(quant::DTypeName(dtype)), " weight [", rows, ", ", cols,
+                       "]: ", CudaText(e), FreeText()));
     }
     auto buffer = std::make_unique<CudaBuffer>(this, p, bytes);
     absl::Status st = CudaStatus(import_stager_->Copy(p, host_data, bytes), "weight upload");
@@ -280,7 +308,8 @@ class CudaBackend final : public Backend {
     if (failed() || n <= 0) return;
     const auto* d_ids = Stage(ids, n);
     if (d_ids == nullptr) return;
-    Record(cuda::GetRows(table.dtype, table.data, table.cols, d_ids, n, out, books_, stream_), "get rows");
+    Record(cuda::GetRows(table.dtype, table.data, table.cols, d_ids, n, out, books_, stream_),
+           "get rows");
   }
 
   void MatMul(const WeightRef& w, const float* x, int64_t n, float* y, bool accumulate) override {
@@ -297,14 +326,16 @@ class CudaBackend final : public Backend {
       Record(cuda::QuantizeActivations(act_type, x, n, w.cols, a, stream_), "quantize activations");
       act = a;
     }
-    Record(cuda::MatVec(w.dtype, w.data, w.rows, w.cols, act, n, y, accumulate, books_, stream_), "matvec");
+    Record(cuda::MatVec(w.dtype, w.data, w.rows, w.cols, act, n, y, accumulate, books_, stream_),
+           "matvec");
   }
 
   void AddBias(float* x, const float* bias, int64_t n, int64_t dim) override {
     if (failed()) return;
     Record(cuda::AddBias(x, bias, n, dim, stream_), "add bias");
   }
-  void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) override {
+  void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps,
+               float* y) override {
     if (failed()) return;
     Record(cuda::RmsNorm(x, weight, n, dim, eps, y, stream_), "rms norm");
   }
@@ -315,12 +346,12 @@ class CudaBackend final : public Backend {
     if (d_pos == nullptr) return;
     const auto* d_freq = Stage(p.inv_freq, p.n_rot / 2);
     if (d_freq == nullptr) return;
-    Record(cuda::Rope(x, n, n_heads, head_dim, d_pos, d_freq, p.n_rot, p.offset, p.style == RopeStyle::kInterleaved,
-                      p.mscale, stream_),
+    Record(cuda::Rope(x, n, n_heads, head_dim, d_pos, d_freq, p.n_rot, p.offset,
+                      p.style == RopeStyle::kInterleaved, p.mscale, stream_),
            "rope");
   }
-  void StoreKv(const float* k, const float* v, const int32_t* positions, int64_t n, int64_t kv_dim, float* k_cache,
-               float* v_cache) override {
+  void StoreKv(const float* k, const float* v, const int32_t* positions, int64_t n, int64_t kv_dim,
+               float* k_cache, float* v_cache) override {
     if (failed() || n <= 0) return;
     const auto* d_pos = Stage(positions, n);
     if (d_pos == nullptr) return;
@@ -329,14 +360,16 @@ class CudaBackend final : public Backend {
   void Attention(const AttentionArgs& a) override {
     if (failed() || a.n <= 0) return;
     if (a.head_dim > cuda::kMaxHeadDim) {
-      Record(absl::InvalidArgumentError(absl::StrCat("CUDA attention: head_dim ", a.head_dim, " is above ",
-                                                     cuda::kMaxHeadDim)));
+      Record(absl::InvalidArgumentError(
+          absl::StrCat("CUDA attention: head_dim ", a.head_dim, " is above ", cuda::kMaxHeadDim)));
       return;
     }
     const auto* d_pos = Stage(a.positions, a.n);
     if (d_pos == nullptr) return;
-    const cuda::AttentionShape shape{a.n_heads, a.n_kv_heads, a.head_dim, a.scale, a.window, a.ring, a.sinks};
-    Record(cuda::Attention(a.q, a.k_cache, a.v_cache, d_pos, a.n, shape, a.out, stream_), "attention");
+    const cuda::AttentionShape shape{a.n_heads, a.n_kv_heads, a.head_dim, a.scale,
+                                     a.window,  a.ring,       a.sinks};
+    Record(cuda::Attention(a.q, a.k_cache, a.v_cache, d_pos, a.n, shape, a.out, stream_),
+           "attention");
   }
   void SiluMul(float* gate, const float* up, int64_t n) override {
     if (failed()) return;
@@ -350,22 +383,24 @@ class CudaBackend final : public Backend {
     if (failed()) return;
     Record(cuda::Add(x, y, n, stream_), "add");
   }
-  void CopyStrided(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
-                   int64_t cols) override {
+  void CopyStrided(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
+                   int64_t rows, int64_t cols) override {
     if (failed() || rows <= 0 || cols <= 0) return;
     Record(cudaMemcpy2DAsync(dst, static_cast<size_t>(dst_stride) * sizeof(float), src,
-                             static_cast<size_t>(src_stride) * sizeof(float), static_cast<size_t>(cols) * sizeof(float),
-                             static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, stream_),
+                             static_cast<size_t>(src_stride) * sizeof(float),
+                             static_cast<size_t>(cols) * sizeof(float), static_cast<size_t>(rows),
+                             cudaMemcpyDeviceToDevice, stream_),
            "copy strided");
   }
-  void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* dst) override {
+  void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t dim,
+                  float* dst) override {
     if (failed() || n <= 0) return;
     const auto* d_rows = Stage(rows, n);
     if (d_rows == nullptr) return;
     Record(cuda::GatherRows(src, d_rows, n, dim, dst, stream_), "gather rows");
   }
-  void ScatterAddRows(const float* src, const int32_t* rows, const float* scales, int64_t n, int64_t dim,
-                      float* dst) override {
+  void ScatterAddRows(const float* src, const int32_t* rows, const float* scales, int64_t n,
+                      int64_t dim, float* dst) override {
     if (failed() || n <= 0) return;
     const auto* d_rows = Stage(rows, n);
     const auto* d_scales = Stage(scales, n);
@@ -399,12 +434,15 @@ class CudaBackend final : public Backend {
       if (auto st = stager->Init(nullptr); !st.ok()) return st;
     }
     cudaPointerAttributes attr{};
-    const bool pinned = cudaPointerGetAttributes(&attr, host_src) == cudaSuccess && attr.type == cudaMemoryTypeHost;
+    const bool pinned =
+        cudaPointerGetAttributes(&attr, host_src) == cudaSuccess && attr.type == cudaMemoryTypeHost;
     (void)cudaGetLastError();
-    cudaError_t e = pinned ? cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stager->stream())
-                           : stager->Copy(dst, host_src, bytes);
+    cudaError_t e =
+        pinned ? cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stager->stream())
+               : stager->Copy(dst, host_src, bytes);
     if (e == cudaSuccess) e = cudaStreamSynchronize(stager->stream());
-    absl::Status st = CudaStatus(e, absl::StrCat("transfer of ", FormatSize(bytes), " to the device"));
+    absl::Status st =
+        CudaStatus(e, absl::StrCat("transfer of ", FormatSize(bytes), " to the device"));
     std::lock_guard<std::mutex> lock(stager_mu_);
     transfer_stagers_.push_back(std::move(stager));
     return st;
@@ -451,7 +489,8 @@ class CudaBackend final : public Backend {
   std::string FreeText() const {
     const MemoryInfo m = memory_info();
     if (m.total_bytes == 0) return "";
-    return absl::StrCat(" (", FormatSize(m.free_bytes), " free of ", FormatSize(m.total_bytes), ")");
+    return absl::StrCat(" (", FormatSize(m.free_bytes), " free of ", FormatSize(m.total_bytes),
+                        ")");
   }
 
   void* Ensure(Scratch* s, size_t bytes) {
@@ -479,7 +518,9 @@ class CudaBackend final : public Backend {
       ring_host_ = nullptr;
       ring_device_ = nullptr;
     }
-    if (auto st = CudaStatus(cudaHostAlloc(&ring_host_, bytes, cudaHostAllocDefault), "argument ring"); !st.ok()) {
+    if (auto st =
+            CudaStatus(cudaHostAlloc(&ring_host_, bytes, cudaHostAllocDefault), "argument ring");
+        !st.ok()) {
       ring_host_ = nullptr;
       return st;
     }
@@ -510,7 +551,8 @@ class CudaBackend final : public Backend {
     auto* d = static_cast<uint8_t*>(ring_device_) + ring_used_;
     ring_used_ += need;
     std::memcpy(h, host, bytes);
-    if (cudaError_t e = cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, stream_); e != cudaSuccess) {
+    if (cudaError_t e = cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, stream_);
+        e != cudaSuccess) {
       Record(e, "argument upload");
       return nullptr;
     }
@@ -519,7 +561,8 @@ class CudaBackend final : public Backend {
 
   void Blas(cublasStatus_t s, std::string_view what) {
     if (s != CUBLAS_STATUS_SUCCESS) {
-      Record(absl::InternalError(absl::StrCat("cuBLAS ", std::string(what), ": ", cublasGetStatusString(s))));
+      Record(absl::InternalError(
+          absl::StrCat("cuBLAS ", std::string(what), ": ", cublasGetStatusString(s))));
     }
   }
 
@@ -527,10 +570,12 @@ class CudaBackend final : public Backend {
   // transposed with leading dimension cols).
   void Gemm(const WeightRef& w, const float* x, int64_t n, float* y, bool accumulate) {
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    const int m_rows = static_cast<int>(w.rows), k = static_cast<int>(w.cols), nn = static_cast<int>(n);
+    const int m_rows = static_cast<int>(w.rows), k = static_cast<int>(w.cols),
+              nn = static_cast<int>(n);
     if (w.dtype == DType::kF32) {
-      Blas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m_rows, nn, k, &alpha, w.data, CUDA_R_32F, k, x,
-                        CUDA_R_32F, k, &beta, y, CUDA_R_32F, m_rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      Blas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m_rows, nn, k, &alpha, w.data,
+                        CUDA_R_32F, k, x, CUDA_R_32F, k, &beta, y, CUDA_R_32F, m_rows,
+                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
            "sgemm");
       return;
     }
@@ -541,22 +586,26 @@ class CudaBackend final : public Backend {
     if (xh == nullptr) return;
     Record(cuda::ConvertF32(x, n * w.cols, half_type, xh, stream_), "convert activations");
     if (w.dtype == DType::kF16 || w.dtype == DType::kBF16) {
-      Blas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m_rows, nn, k, &alpha, w.data, cuda_type, k, xh, cuda_type,
-                        k, &beta, y, CUDA_R_32F, m_rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      Blas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m_rows, nn, k, &alpha, w.data, cuda_type,
+                        k, xh, cuda_type, k, &beta, y, CUDA_R_32F, m_rows, CUBLAS_COMPUTE_32F,
+                        CUBLAS_GEMM_DEFAULT),
            "gemm");
       return;
     }
     // Quantized: dequantize row chunks to F16 and multiply each.
     const size_t row_bytes16 = static_cast<size_t>(w.cols) * 2;
     const int64_t chunk = std::max<int64_t>(
-        1, std::min<int64_t>(w.rows, static_cast<int64_t>(options_.gemm_scratch_bytes / row_bytes16)));
+        1,
+        std::min<int64_t>(w.rows, static_cast<int64_t>(options_.gemm_scratch_bytes / row_bytes16)));
     void* wh = Ensure(&w16_, static_cast<size_t>(chunk) * row_bytes16);
     if (wh == nullptr) return;
     for (int64_t r0 = 0; r0 < w.rows && !failed(); r0 += chunk) {
       const int64_t m = std::min(chunk, w.rows - r0);
-      Record(cuda::DequantizeRows(w.dtype, w.data, w.cols, r0, m, DType::kF16, wh, books_, stream_), "dequantize");
-      Blas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), nn, k, &alpha, wh, CUDA_R_16F, k, xh,
-                        CUDA_R_16F, k, &beta, y + r0, CUDA_R_32F, m_rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      Record(cuda::DequantizeRows(w.dtype, w.data, w.cols, r0, m, DType::kF16, wh, books_, stream_),
+             "dequantize");
+      Blas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), nn, k, &alpha, wh,
+                        CUDA_R_16F, k, xh, CUDA_R_16F, k, &beta, y + r0, CUDA_R_32F, m_rows,
+                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
            "gemm");
     }
   }
@@ -609,10 +658,12 @@ std::string CudaBuildArchitectures() { return COLIBRI_CUDA_ARCHITECTURES; }
 
 absl::StatusOr<CudaDeviceInfo> GetCudaDeviceInfo(int device) {
   if (device < 0 || device >= CudaDeviceCount()) {
-    return absl::UnavailableError(absl::StrCat("no CUDA device ", device, " (", CudaDeviceCount(), " found)"));
+    return absl::UnavailableError(
+        absl::StrCat("no CUDA device ", device, " (", CudaDeviceCount(), " found)"));
   }
   cudaDeviceProp prop{};
-  if (auto st = CudaStatus(cudaGetDeviceProperties(&prop, device), "device properties"); !st.ok()) return st;
+  if (auto st = CudaStatus(cudaGetDeviceProperties(&prop, device), "device properties"); !st.ok())
+    return st;
   CudaDeviceInfo info;
   info.name = prop.name;
   info.compute_capability = prop.major * 10 + prop.minor;
@@ -626,7 +677,8 @@ absl::StatusOr<CudaDeviceInfo> GetCudaDeviceInfo(int device) {
   (void)cudaGetLastError();
   if (auto st = CudaStatus(cudaSetDevice(device), "set device"); !st.ok()) return st;
   size_t free_bytes = 0, total_bytes = 0;
-  if (auto st = CudaStatus(cudaMemGetInfo(&free_bytes, &total_bytes), "memory info"); !st.ok()) return st;
+  if (auto st = CudaStatus(cudaMemGetInfo(&free_bytes, &total_bytes), "memory info"); !st.ok())
+    return st;
   info.free_bytes = free_bytes;
   info.total_bytes = total_bytes;
   return info;
@@ -635,15 +687,18 @@ absl::StatusOr<CudaDeviceInfo> GetCudaDeviceInfo(int device) {
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options) {
   const int count = CudaDeviceCount();
   if (options.device < 0 || options.device >= count) {
-    return absl::UnavailableError(absl::StrCat("CUDA backend: no device ", options.device, " (", count,
-                                               " CUDA devices found; is the NVIDIA driver loaded?)"));
+    return absl::UnavailableError(
+        absl::StrCat("CUDA backend: no device ", options.device, " (", count,
+                     " CUDA devices found; is the NVIDIA driver loaded?)"));
   }
   if (options.gemm_min_rows < 1 || options.gemm_scratch_bytes < (1u << 20)) {
-    return absl::InvalidArgumentError("CUDA backend: gemm_min_rows must be >= 1 and gemm_scratch_bytes >= 1M");
+    return absl::InvalidArgumentError(
+        "CUDA backend: gemm_min_rows must be >= 1 and gemm_scratch_bytes >= 1M");
   }
   auto backend = std::make_unique<CudaBackend>(options);
   if (auto st = backend->Init(); !st.ok()) {
-    return absl::Status(st.code(), absl::StrCat("CUDA backend on device ", options.device, ": ", st.message()));
+    return absl::Status(
+        st.code(), absl::StrCat("CUDA backend on device ", options.device, ": ", st.message()));
   }
   return std::unique_ptr<Backend>(std::move(backend));
 }

@@ -37,7 +37,8 @@ class CudaParityTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!CudaBuilt()) GTEST_SKIP() << "this build has no CUDA backend (-DCOLIBRI_CUDA=OFF)";
-    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device: the gpu tests need an NVIDIA GPU and driver";
+    if (CudaDeviceCount() == 0)
+      GTEST_SKIP() << "no CUDA device: the gpu tests need an NVIDIA GPU and driver";
     auto gpu = CreateCudaBackend({});
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     gpu_ = std::move(*gpu);
@@ -106,25 +107,29 @@ struct MatMulCase {
 };
 
 TEST_F(CudaParityTest, MatMulEveryWeightTypeMatvecAndGemm) {
-  const MatMulCase cases[] = {{DType::kF32, 1e-5, 1e-5},  {DType::kF16, 1e-5, 1e-4},  {DType::kBF16, 1e-5, 1e-4},
-                              {DType::kQ8_0, 1e-5, 2e-2}, {DType::kQ2_K, 1e-5, 2e-2}, {DType::kQ3_K, 1e-5, 2e-2},
-                              {DType::kQ4_K, 1e-5, 2e-2}, {DType::kQ5_K, 1e-5, 2e-2}, {DType::kQ6_K, 1e-5, 2e-2},
-                              {DType::kQ8_K, 1e-5, 2e-2}, {DType::kQ4_0, 1e-5, 2e-2}, {DType::kQ4_1, 1e-5, 2e-2},
-                              {DType::kQ5_0, 1e-5, 2e-2}, {DType::kQ5_1, 1e-5, 2e-2}, {DType::kIQ4_NL, 1e-5, 2e-2},
-                              {DType::kIQ4_XS, 1e-5, 2e-2}, {DType::kMXFP4, 1e-5, 2e-2}, {DType::kIQ1_S, 1e-5, 2e-2},
-                              {DType::kIQ1_M, 1e-5, 2e-2}, {DType::kIQ2_XXS, 1e-5, 2e-2}, {DType::kIQ2_XS, 1e-5, 2e-2},
-                              {DType::kIQ2_S, 1e-5, 2e-2}, {DType::kIQ3_XXS, 1e-5, 2e-2}, {DType::kIQ3_S, 1e-5, 2e-2}};
+  const MatMulCase cases[] = {
+      {DType::kF32, 1e-5, 1e-5},    {DType::kF16, 1e-5, 1e-4},     {DType::kBF16, 1e-5, 1e-4},
+      {DType::kQ8_0, 1e-5, 2e-2},   {DType::kQ2_K, 1e-5, 2e-2},    {DType::kQ3_K, 1e-5, 2e-2},
+      {DType::kQ4_K, 1e-5, 2e-2},   {DType::kQ5_K, 1e-5, 2e-2},    {DType::kQ6_K, 1e-5, 2e-2},
+      {DType::kQ8_K, 1e-5, 2e-2},   {DType::kQ4_0, 1e-5, 2e-2},    {DType::kQ4_1, 1e-5, 2e-2},
+      {DType::kQ5_0, 1e-5, 2e-2},   {DType::kQ5_1, 1e-5, 2e-2},    {DType::kIQ4_NL, 1e-5, 2e-2},
+      {DType::kIQ4_XS, 1e-5, 2e-2}, {DType::kMXFP4, 1e-5, 2e-2},   {DType::kIQ1_S, 1e-5, 2e-2},
+      {DType::kIQ1_M, 1e-5, 2e-2},  {DType::kIQ2_XXS, 1e-5, 2e-2}, {DType::kIQ2_XS, 1e-5, 2e-2},
+      {DType::kIQ2_S, 1e-5, 2e-2},  {DType::kIQ3_XXS, 1e-5, 2e-2}, {DType::kIQ3_S, 1e-5, 2e-2}};
   const int64_t rows = 67, cols = 1024;
   for (const MatMulCase& c : cases) {
-    const std::vector<uint8_t> w = RandomQuantizedRows(c.type, rows, cols, 5 + static_cast<uint32_t>(c.type));
+    const std::vector<uint8_t> w =
+        RandomQuantizedRows(c.type, rows, cols, 5 + static_cast<uint32_t>(c.type));
     std::unique_ptr<Buffer> cpu_storage, gpu_storage;
     auto cw = cpu_->ImportWeight(c.type, rows, cols, w.data(), &cpu_storage);
     auto gw = gpu_->ImportWeight(c.type, rows, cols, w.data(), &gpu_storage);
     ASSERT_TRUE(cw.ok() && gw.ok()) << gw.status();
     for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{9}, int64_t{15}, int64_t{40}}) {
       for (bool accumulate : {false, true}) {
-        SCOPED_TRACE(absl::StrCat(std::string(quant::DTypeName(c.type)), " n=", n, accumulate ? " accumulate" : ""));
-        std::vector<float> x = RandomNormal(static_cast<size_t>(n * cols), 31 + static_cast<uint32_t>(n));
+        SCOPED_TRACE(absl::StrCat(std::string(quant::DTypeName(c.type)), " n=", n,
+                                  accumulate ? " accumulate" : ""));
+        std::vector<float> x =
+            RandomNormal(static_cast<size_t>(n * cols), 31 + static_cast<uint32_t>(n));
         x[7] = 5.0f;
         std::vector<float> y0 = RandomNormal(static_cast<size_t>(n * rows), 3);
         std::vector<float> y_cpu = y0;
@@ -140,11 +145,12 @@ TEST_F(CudaParityTest, MatMulEveryWeightTypeMatvecAndGemm) {
 }
 
 TEST_F(CudaParityTest, GetRowsEveryType) {
-  const DType types[] = {DType::kF32,    DType::kF16,    DType::kBF16,   DType::kQ8_0,   DType::kQ2_K,
-                         DType::kQ3_K,   DType::kQ4_K,   DType::kQ5_K,   DType::kQ6_K,   DType::kQ8_K,
-                         DType::kQ4_0,   DType::kQ4_1,   DType::kQ5_0,   DType::kQ5_1,   DType::kIQ4_NL,
-                         DType::kIQ4_XS, DType::kMXFP4,  DType::kIQ1_S,  DType::kIQ1_M,  DType::kIQ2_XXS,
-                         DType::kIQ2_XS, DType::kIQ2_S,  DType::kIQ3_XXS, DType::kIQ3_S};
+  const DType types[] = {DType::kF32,    DType::kF16,   DType::kBF16,    DType::kQ8_0,
+                         DType::kQ2_K,   DType::kQ3_K,  DType::kQ4_K,    DType::kQ5_K,
+                         DType::kQ6_K,   DType::kQ8_K,  DType::kQ4_0,    DType::kQ4_1,
+                         DType::kQ5_0,   DType::kQ5_1,  DType::kIQ4_NL,  DType::kIQ4_XS,
+                         DType::kMXFP4,  DType::kIQ1_S, DType::kIQ1_M,   DType::kIQ2_XXS,
+                         DType::kIQ2_XS, DType::kIQ2_S, DType::kIQ3_XXS, DType::kIQ3_S};
   const int64_t rows = 20, cols = 512;
   const std::vector<int32_t> ids = {3, 0, 19, 3, 7};
   for (DType t : types) {
@@ -164,7 +170,8 @@ TEST_F(CudaParityTest, GetRowsEveryType) {
 
 TEST_F(CudaParityTest, RmsNormBiasSiluAddGatherScatter) {
   const int64_t n = 5, dim = 384;
-  const std::vector<float> x = RandomNormal(n * dim, 1), w = RandomNormal(dim, 2), b = RandomNormal(dim, 3), u = RandomNormal(n * dim, 4);
+  const std::vector<float> x = RandomNormal(n * dim, 1), w = RandomNormal(dim, 2),
+                           b = RandomNormal(dim, 3), u = RandomNormal(n * dim, 4);
   // RMSNorm, also in place.
   std::vector<float> ref(x.size());
   cpu_->RmsNorm(x.data(), w.data(), n, dim, 1e-5f, ref.data());
@@ -206,7 +213,8 @@ TEST_F(CudaParityTest, RopeBothStylesAndStoreKv) {
   };
   for (const Case& rc : {Case{head_dim, 0, 1.0f}, Case{16, 40, 1.25f}}) {
     std::vector<double> inv_freq(static_cast<size_t>(rc.n_rot / 2));
-    for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(1e6, -2.0 * static_cast<double>(i) / rc.n_rot);
+    for (size_t i = 0; i < inv_freq.size(); ++i)
+      inv_freq[i] = std::pow(1e6, -2.0 * static_cast<double>(i) / rc.n_rot);
     for (RopeStyle style : {RopeStyle::kHalfSplit, RopeStyle::kInterleaved}) {
       const backend::RopeParams rope{rc.n_rot, rc.offset, style, inv_freq.data(), rc.mscale};
       std::vector<float> x = RandomNormal(n * heads * head_dim, 9);
@@ -221,7 +229,8 @@ TEST_F(CudaParityTest, RopeBothStylesAndStoreKv) {
   const std::vector<float> k = RandomNormal(3 * kv_dim, 5), v = RandomNormal(3 * kv_dim, 6);
   std::vector<float> kc(cap * kv_dim), vc(cap * kv_dim);
   cpu_->StoreKv(k.data(), v.data(), at.data(), 3, kv_dim, kc.data(), vc.data());
-  auto dk = Dev(k), dv = Dev(v), dkc = Dev(std::vector<float>(kc.size())), dvc = Dev(std::vector<float>(vc.size()));
+  auto dk = Dev(k), dv = Dev(v), dkc = Dev(std::vector<float>(kc.size())),
+       dvc = Dev(std::vector<float>(vc.size()));
   gpu_->StoreKv(dk->f32(), dv->f32(), at.data(), 3, kv_dim, dkc->f32(), dvc->f32());
   EXPECT_EQ(Host(*dkc, kc.size()), kc);
   EXPECT_EQ(Host(*dvc, vc.size()), vc);
@@ -231,15 +240,19 @@ TEST_F(CudaParityTest, AttentionDecodeAndPrefill) {
   struct Shape {
     int64_t heads, kv_heads, head_dim, context;
   };
-  for (const Shape& s : {Shape{4, 2, 64, 1}, Shape{8, 2, 128, 300}, Shape{4, 4, 256, 70}, Shape{6, 3, 80, 1500}}) {
-    SCOPED_TRACE(absl::StrCat("heads ", s.heads, "/", s.kv_heads, " dim ", s.head_dim, " context ", s.context));
+  for (const Shape& s :
+       {Shape{4, 2, 64, 1}, Shape{8, 2, 128, 300}, Shape{4, 4, 256, 70}, Shape{6, 3, 80, 1500}}) {
+    SCOPED_TRACE(absl::StrCat("heads ", s.heads, "/", s.kv_heads, " dim ", s.head_dim, " context ",
+                              s.context));
     const int64_t kv_dim = s.kv_heads * s.head_dim, q_dim = s.heads * s.head_dim;
-    const std::vector<float> kc = RandomNormal(s.context * kv_dim, 11), vc = RandomNormal(s.context * kv_dim, 12);
+    const std::vector<float> kc = RandomNormal(s.context * kv_dim, 11),
+                             vc = RandomNormal(s.context * kv_dim, 12);
     auto dkc = Dev(kc), dvc = Dev(vc);
     // Decode (one row at the last position) and prefill (every position, causal).
     for (int64_t n : {int64_t{1}, std::min<int64_t>(s.context, 33)}) {
       std::vector<int32_t> pos(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(s.context - n + i);
+      for (int64_t i = 0; i < n; ++i)
+        pos[static_cast<size_t>(i)] = static_cast<int32_t>(s.context - n + i);
       const std::vector<float> q = RandomNormal(n * q_dim, 13 + static_cast<uint32_t>(n));
       std::vector<float> ref(q.size());
       AttentionArgs a;
@@ -269,7 +282,8 @@ TEST_F(CudaParityTest, AttentionDecodeAndPrefill) {
 TEST_F(CudaParityTest, WindowedAttentionWithSinksOverRings) {
   const int64_t heads = 8, kv_heads = 2, head_dim = 64, ring = 23, window = 16;
   const int64_t kv_dim = kv_heads * head_dim, q_dim = heads * head_dim;
-  const std::vector<float> kc = RandomNormal(ring * kv_dim, 21), vc = RandomNormal(ring * kv_dim, 22);
+  const std::vector<float> kc = RandomNormal(ring * kv_dim, 21),
+                           vc = RandomNormal(ring * kv_dim, 22);
   const std::vector<float> sinks = RandomNormal(heads, 23, 3.0f);
   auto dkc = Dev(kc), dvc = Dev(vc), dsinks = Dev(sinks);
   // Positions 90..96: their windows wrap around the ring.
@@ -278,7 +292,8 @@ TEST_F(CudaParityTest, WindowedAttentionWithSinksOverRings) {
   for (int64_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(90 + i);
   const std::vector<float> q = RandomNormal(n * q_dim, 24);
   std::vector<float> ref(q.size());
-  AttentionArgs a{q.data(), kc.data(), vc.data(), pos.data(), n, heads, kv_heads, head_dim, 0.125f, ref.data()};
+  AttentionArgs a{q.data(), kc.data(), vc.data(), pos.data(), n,
+                  heads,    kv_heads,  head_dim,  0.125f,     ref.data()};
   a.window = window;
   a.ring = ring;
   a.sinks = sinks.data();
@@ -329,7 +344,8 @@ TEST_F(CudaParityTest, RoutingDecisionsIdentical) {
           std::vector<int32_t> idx(static_cast<size_t>(experts));
           std::iota(idx.begin(), idx.end(), 0);
           std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
-            const float la = l[static_cast<size_t>(r * experts + a)], lb = l[static_cast<size_t>(r * experts + b)];
+            const float la = l[static_cast<size_t>(r * experts + a)],
+                        lb = l[static_cast<size_t>(r * experts + b)];
             return la > lb || (la == lb && a < b);
           });
           idx.resize(static_cast<size_t>(k));

@@ -19,9 +19,9 @@ __device__ __forceinline__ float LoadFloat(const void* p, int64_t i) {
 }
 
 template <DType kType>
-__global__ void __launch_bounds__(kMatVecWarps * kWarp)
-    MatVecFloat(const void* __restrict__ w, int64_t rows, int64_t cols, const void* __restrict__ act, int n,
-                float* __restrict__ y, bool accumulate) {
+__global__ void __launch_bounds__(kMatVecWarps* kWarp)
+    MatVecFloat(const void* __restrict__ w, int64_t rows, int64_t cols,
+                const void* __restrict__ act, int n, float* __restrict__ y, bool accumulate) {
   const MatVecTile tile = ThisMatVecTile(n);
   if (tile.row >= rows) return;
   float acc[kMatVecTokens] = {};
@@ -29,7 +29,8 @@ __global__ void __launch_bounds__(kMatVecWarps * kWarp)
     const float wv = LoadFloat<kType>(w, tile.row * cols + i);
 #pragma unroll
     for (int t = 0; t < kMatVecTokens; ++t) {
-      if (t < tile.nt) acc[t] += wv * LoadFloat<kType>(act, static_cast<int64_t>(tile.t0 + t) * cols + i);
+      if (t < tile.nt)
+        acc[t] += wv * LoadFloat<kType>(act, static_cast<int64_t>(tile.t0 + t) * cols + i);
     }
   }
   WriteRow(acc, tile, rows, y, accumulate);
@@ -44,29 +45,26 @@ cudaError_t LaunchFloat(const MatVecCall& call) {
 
 }  // namespace
 
-cudaError_t MatVec(DType w_type, const void* w, int64_t rows, int64_t cols, const void* act, int64_t n, float* y,
-                   bool accumulate, const DeviceCodebooks& books, cudaStream_t stream) {
+cudaError_t MatVec(DType w_type, const void* w, int64_t rows, int64_t cols, const void* act,
+                   int64_t n, float* y, bool accumulate, const DeviceCodebooks& books,
+                   cudaStream_t stream) {
   if (rows <= 0 || n <= 0) return cudaSuccess;
   const MatVecCall call{w, rows, cols, act, n, y, accumulate, books, stream};
   switch (w_type) {
-    case DType::kF32:
-      return LaunchFloat<DType::kF32>(call);
-    case DType::kF16:
-      return LaunchFloat<DType::kF16>(call);
-    case DType::kBF16:
-      return LaunchFloat<DType::kBF16>(call);
+    case DType::kF32: return LaunchFloat<DType::kF32>(call);
+    case DType::kF16: return LaunchFloat<DType::kF16>(call);
+    case DType::kBF16: return LaunchFloat<DType::kBF16>(call);
     case DType::kQ8_0:
       return LaunchMatVecBlocks<DType::kQ8_0, BlockQ8_0, BlockQ8_0, 1>(call, quant::kQK8_0);
     case DType::kQ8_K:
-      return LaunchMatVecBlocks<DType::kQ8_K, BlockQ8_K, BlockQ8_K, quant::kQK_K / 32>(call, quant::kQK_K);
+      return LaunchMatVecBlocks<DType::kQ8_K, BlockQ8_K, BlockQ8_K, quant::kQK_K / 32>(
+          call, quant::kQK_K);
     case DType::kQ2_K:
     case DType::kQ3_K:
     case DType::kQ4_K:
     case DType::kQ5_K:
-    case DType::kQ6_K:
-      return MatVecKQuant(w_type, call);
-    default:
-      return MatVecIQuant(w_type, call);
+    case DType::kQ6_K: return MatVecKQuant(w_type, call);
+    default: return MatVecIQuant(w_type, call);
   }
 }
 

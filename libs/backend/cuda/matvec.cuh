@@ -52,8 +52,8 @@ __device__ __forceinline__ MatVecTile ThisMatVecTile(int n) {
 }
 
 // Sums of the tile's row, reduced over the warp and written by lane 0.
-__device__ __forceinline__ void WriteRow(float (&acc)[kMatVecTokens], const MatVecTile& tile, int64_t rows, float* y,
-                                         bool accumulate) {
+__device__ __forceinline__ void WriteRow(float (&acc)[kMatVecTokens], const MatVecTile& tile,
+                                         int64_t rows, float* y, bool accumulate) {
 #pragma unroll
   for (int t = 0; t < kMatVecTokens; ++t) {
     const float v = WarpSum(acc[t]);
@@ -67,22 +67,24 @@ __device__ __forceinline__ void WriteRow(float (&acc)[kMatVecTokens], const MatV
 // Part p of a legacy / codebook / MXFP4 weight block dotted with its activation block (defined
 // and instantiated in matvec_iquants.cu only).
 template <DType kType, typename ActBlock>
-__device__ float PartDotI(const uint8_t* wb, const ActBlock& y, int p, const DeviceCodebooks& books);
+__device__ float PartDotI(const uint8_t* wb, const ActBlock& y, int p,
+                          const DeviceCodebooks& books);
 
 // Whether kType's part dot product is PartDotI (otherwise BlockDotQ8_0 or PartDotK).
 __host__ __device__ constexpr bool UsesPartDotI(DType t) {
-  return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 || t == DType::kIQ4_NL ||
-         t == DType::kIQ4_XS || t == DType::kMXFP4 || t == DType::kIQ1_S || t == DType::kIQ1_M ||
-         t == DType::kIQ2_XXS || t == DType::kIQ2_XS || t == DType::kIQ2_S || t == DType::kIQ3_XXS ||
-         t == DType::kIQ3_S;
+  return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 ||
+         t == DType::kIQ4_NL || t == DType::kIQ4_XS || t == DType::kMXFP4 || t == DType::kIQ1_S ||
+         t == DType::kIQ1_M || t == DType::kIQ2_XXS || t == DType::kIQ2_XS || t == DType::kIQ2_S ||
+         t == DType::kIQ3_XXS || t == DType::kIQ3_S;
 }
 
 // Block-quantized weights with a 32-element part per lane step. kParts parts per block;
 // ActBlock is the activation block type (BlockQ8_K, BlockQ8_0 or BlockQ8_1).
 template <DType kType, typename WBlock, typename ActBlock, int kParts>
-__global__ void __launch_bounds__(kMatVecWarps * kWarp)
-    MatVecBlocks(const uint8_t* __restrict__ w, int64_t rows, int64_t nblocks, const uint8_t* __restrict__ act, int n,
-                 float* __restrict__ y, bool accumulate, const DeviceCodebooks books) {
+__global__ void __launch_bounds__(kMatVecWarps* kWarp)
+    MatVecBlocks(const uint8_t* __restrict__ w, int64_t rows, int64_t nblocks,
+                 const uint8_t* __restrict__ act, int n, float* __restrict__ y, bool accumulate,
+                 const DeviceCodebooks books) {
   const MatVecTile tile = ThisMatVecTile(n);
   if (tile.row >= rows) return;
   const auto* wr = reinterpret_cast<const WBlock*>(w) + tile.row * nblocks;
@@ -113,9 +115,11 @@ __global__ void __launch_bounds__(kMatVecWarps * kWarp)
 // Launches MatVecBlocks for weights of `block_elems` elements per block.
 template <DType kType, typename WBlock, typename ActBlock, int kParts>
 cudaError_t LaunchMatVecBlocks(const MatVecCall& call, int64_t block_elems) {
-  MatVecBlocks<kType, WBlock, ActBlock, kParts><<<MatVecGrid(call), kMatVecWarps * kWarp, 0, call.stream>>>(
-      static_cast<const uint8_t*>(call.w), call.rows, call.cols / block_elems, static_cast<const uint8_t*>(call.act),
-      static_cast<int>(call.n), call.y, call.accumulate, call.books);
+  MatVecBlocks<kType, WBlock, ActBlock, kParts>
+      <<<MatVecGrid(call), kMatVecWarps * kWarp, 0, call.stream>>>(
+          static_cast<const uint8_t*>(call.w), call.rows, call.cols / block_elems,
+          static_cast<const uint8_t*>(call.act), static_cast<int>(call.n), call.y, call.accumulate,
+          call.books);
   return cudaGetLastError();
 }
 

@@ -25,7 +25,7 @@ __device__ __forceinline__ int PartSum(const int8_t* a, Weight w) {
 
 template <>
 __device__ float PartDotI<DType::kQ4_0, BlockQ8_0>(const uint8_t* wb, const BlockQ8_0& y, int,
-                                                    const DeviceCodebooks&) {
+                                                   const DeviceCodebooks&) {
   const auto& x = *reinterpret_cast<const BlockQ4_0*>(wb);
   const int isum = PartSum(y.qs, [&](int l) { return Nibble(x.qs, l) - 8; });
   return __fmul_rn(static_cast<float>(isum), __fmul_rn(HalfBits(x.d), HalfBits(y.d)));
@@ -33,7 +33,7 @@ __device__ float PartDotI<DType::kQ4_0, BlockQ8_0>(const uint8_t* wb, const Bloc
 
 template <>
 __device__ float PartDotI<DType::kQ5_0, BlockQ8_0>(const uint8_t* wb, const BlockQ8_0& y, int,
-                                                    const DeviceCodebooks&) {
+                                                   const DeviceCodebooks&) {
   const auto& x = *reinterpret_cast<const BlockQ5_0*>(wb);
   const int isum = PartSum(y.qs, [&](int l) { return Q5Quant(x.qs, x.qh, l) - 16; });
   return __fmul_rn(__fmul_rn(HalfBits(x.d), HalfBits(y.d)), static_cast<float>(isum));
@@ -47,31 +47,33 @@ __device__ __forceinline__ float MinTail(uint16_t d, uint16_t m, const BlockQ8_1
 
 template <>
 __device__ float PartDotI<DType::kQ4_1, BlockQ8_1>(const uint8_t* wb, const BlockQ8_1& y, int,
-                                                    const DeviceCodebooks&) {
+                                                   const DeviceCodebooks&) {
   const auto& x = *reinterpret_cast<const BlockQ4_1*>(wb);
   return MinTail(x.d, x.m, y, PartSum(y.qs, [&](int l) { return Nibble(x.qs, l); }));
 }
 
 template <>
 __device__ float PartDotI<DType::kQ5_1, BlockQ8_1>(const uint8_t* wb, const BlockQ8_1& y, int,
-                                                    const DeviceCodebooks&) {
+                                                   const DeviceCodebooks&) {
   const auto& x = *reinterpret_cast<const BlockQ5_1*>(wb);
   return MinTail(x.d, x.m, y, PartSum(y.qs, [&](int l) { return Q5Quant(x.qs, x.qh, l); }));
 }
 
 template <>
 __device__ float PartDotI<DType::kIQ4_NL, BlockQ8_0>(const uint8_t* wb, const BlockQ8_0& y, int,
-                                                      const DeviceCodebooks& books) {
+                                                     const DeviceCodebooks& books) {
   const auto& x = *reinterpret_cast<const BlockIQ4_NL*>(wb);
-  const int isum = PartSum(y.qs, [&](int l) { return static_cast<int>(books.iq4nl[Nibble(x.qs, l)]); });
+  const int isum =
+      PartSum(y.qs, [&](int l) { return static_cast<int>(books.iq4nl[Nibble(x.qs, l)]); });
   return __fmul_rn(__fmul_rn(HalfBits(y.d), HalfBits(x.d)), static_cast<float>(isum));
 }
 
 template <>
 __device__ float PartDotI<DType::kMXFP4, BlockQ8_0>(const uint8_t* wb, const BlockQ8_0& y, int,
-                                                     const DeviceCodebooks& books) {
+                                                    const DeviceCodebooks& books) {
   const auto& x = *reinterpret_cast<const BlockMXFP4*>(wb);
-  const int isum = PartSum(y.qs, [&](int l) { return static_cast<int>(books.mxfp4[Nibble(x.qs, l)]); });
+  const int isum =
+      PartSum(y.qs, [&](int l) { return static_cast<int>(books.mxfp4[Nibble(x.qs, l)]); });
   return __fmul_rn(__fmul_rn(E8M0Half(x.e), HalfBits(y.d)), static_cast<float>(isum));
 }
 
@@ -79,10 +81,11 @@ __device__ float PartDotI<DType::kMXFP4, BlockQ8_0>(const uint8_t* wb, const Blo
 
 template <>
 __device__ float PartDotI<DType::kIQ4_XS, BlockQ8_K>(const uint8_t* wb, const BlockQ8_K& y, int g,
-                                                      const DeviceCodebooks& books) {
+                                                     const DeviceCodebooks& books) {
   const auto& x = *reinterpret_cast<const BlockIQ4_XS*>(wb);
-  const int isum =
-      PartSum(y.qs + 32 * g, [&](int l) { return static_cast<int>(books.iq4nl[Nibble(x.qs + 16 * g, l)]); });
+  const int isum = PartSum(y.qs + 32 * g, [&](int l) {
+    return static_cast<int>(books.iq4nl[Nibble(x.qs + 16 * g, l)]);
+  });
   return __fmul_rn(__fmul_rn(__fmul_rn(HalfBits(x.d), y.d), static_cast<float>(Iq4xsScale(x, g))),
                    static_cast<float>(isum));
 }
@@ -94,7 +97,7 @@ __device__ __forceinline__ float ScaledPart(float factor, uint16_t d, float dy, 
 
 template <>
 __device__ float PartDotI<DType::kIQ2_XXS, BlockQ8_K>(const uint8_t* wb, const BlockQ8_K& y, int g,
-                                                       const DeviceCodebooks& books) {
+                                                      const DeviceCodebooks& books) {
   const auto& x = *reinterpret_cast<const BlockIQ2_XXS*>(wb);
   const int s = PartSum(y.qs + 32 * g, [&](int l) { return Iq2xxsWeight(x, g, l, books); });
   return ScaledPart(0.125f, x.d, y.d, s * (2 * Iq2xxsScale(x, g) + 1));
@@ -102,7 +105,7 @@ __device__ float PartDotI<DType::kIQ2_XXS, BlockQ8_K>(const uint8_t* wb, const B
 
 template <>
 __device__ float PartDotI<DType::kIQ2_XS, BlockQ8_K>(const uint8_t* wb, const BlockQ8_K& y, int g,
-                                                      const DeviceCodebooks& books) {
+                                                     const DeviceCodebooks& books) {
   const auto& x = *reinterpret_cast<const BlockIQ2_XS*>(wb);
   const int2 h = HalfSums(y.qs + 32 * g, [&](int l) { return Iq2xsWeight(x, g, l, books); });
   const int isum = h.x * (2 * (x.scales[g] & 0xF) + 1) + h.y * (2 * (x.scales[g] >> 4) + 1);
@@ -111,7 +114,7 @@ __device__ float PartDotI<DType::kIQ2_XS, BlockQ8_K>(const uint8_t* wb, const Bl
 
 template <>
 __device__ float PartDotI<DType::kIQ2_S, BlockQ8_K>(const uint8_t* wb, const BlockQ8_K& y, int g,
-                                                     const DeviceCodebooks& books) {
+                                                    const DeviceCodebooks& books) {
   const auto& x = *reinterpret_cast<const BlockIQ2_S*>(wb);
   const int2 h = HalfSums(y.qs + 32 * g, [&](int l) { return Iq2sWeight(x, g, l, books); });
   const int isum = h.x * (2 * (x.scales[g] & 0xF) + 1) + h.y * (2 * (x.scales[g] >> 4) + 1);
@@ -120,7 +123,7 @@ __device__ float PartDotI<DType::kIQ2_S, BlockQ8_K>(const uint8_t* wb, const Blo
 
 template <>
 __device__ float PartDotI<DType::kIQ3_XXS, BlockQ8_K>(const uint8_t* wb, const BlockQ8_K& y, int g,
-                                                       const DeviceCodebooks& books) {
+                                                      const DeviceCodebooks& books) {
   const auto& x = *reinterpret_cast<const BlockIQ3_XXS*>(wb);
   const int s = PartSum(y.qs + 32 * g, [&](int l) { return Iq3xxsWeight(x, g, l, books); });
   return ScaledPart(0.25f, x.d, y.d, s * (2 * static_cast<int>(Iq3xxsAux(x, g) >> 28) + 1));
@@ -128,7 +131,7 @@ __device__ float PartDotI<DType::kIQ3_XXS, BlockQ8_K>(const uint8_t* wb, const B
 
 template <>
 __device__ float PartDotI<DType::kIQ3_S, BlockQ8_K>(const uint8_t* wb, const BlockQ8_K& y, int g,
-                                                     const DeviceCodebooks& books) {
+                                                    const DeviceCodebooks& books) {
   const auto& x = *reinterpret_cast<const BlockIQ3_S*>(wb);
   const int s = PartSum(y.qs + 32 * g, [&](int l) { return Iq3sWeight(x, g, l, books); });
   return ScaledPart(1.0f, x.d, y.d, s * Iq3sScale(x, g));
@@ -136,26 +139,28 @@ __device__ float PartDotI<DType::kIQ3_S, BlockQ8_K>(const uint8_t* wb, const Blo
 
 template <>
 __device__ float PartDotI<DType::kIQ1_S, BlockQ8_K>(const uint8_t* wb, const BlockQ8_K& y, int g,
-                                                     const DeviceCodebooks& books) {
+                                                    const DeviceCodebooks& books) {
   const auto& x = *reinterpret_cast<const BlockIQ1_S*>(wb);
   const int ls = 2 * ((x.qh[g] >> 12) & 7) + 1;
   const int delta = x.qh[g] & 0x8000 ? -1 : 1;
   const int lsum = PartSum(y.qs + 32 * g, [&](int l) { return Iq1sWeight(x, g, l, books); });
   const int shift = ls * delta * (y.bsums[2 * g] + y.bsums[2 * g + 1]);
-  return __fmul_rn(__fmul_rn(HalfBits(x.d), y.d),
-                   __fadd_rn(static_cast<float>(ls * lsum), __fmul_rn(kIq1Delta, static_cast<float>(shift))));
+  return __fmul_rn(
+      __fmul_rn(HalfBits(x.d), y.d),
+      __fadd_rn(static_cast<float>(ls * lsum), __fmul_rn(kIq1Delta, static_cast<float>(shift))));
 }
 
 template <>
 __device__ float PartDotI<DType::kIQ1_M, BlockQ8_K>(const uint8_t* wb, const BlockQ8_K& y, int g,
-                                                     const DeviceCodebooks& books) {
+                                                    const DeviceCodebooks& books) {
   const auto& x = *reinterpret_cast<const BlockIQ1_M*>(wb);
   const int2 grid = HalfSums(y.qs + 32 * g, [&](int l) { return Iq1mWeight(x, g, l, books); });
   const int2 shift = HalfSums(y.qs + 32 * g, [&](int l) { return Iq1mShiftSign(x, g, l); });
   const int ls1 = Iq1mScale(x, g, 0), ls2 = Iq1mScale(x, g, 1);
   const int sumi1 = grid.x * ls1 + grid.y * ls2, sumi2 = shift.x * ls1 + shift.y * ls2;
-  return __fmul_rn(__fmul_rn(Iq1mSuperScale(x), y.d),
-                   __fadd_rn(static_cast<float>(sumi1), __fmul_rn(kIq1Delta, static_cast<float>(sumi2))));
+  return __fmul_rn(
+      __fmul_rn(Iq1mSuperScale(x), y.d),
+      __fadd_rn(static_cast<float>(sumi1), __fmul_rn(kIq1Delta, static_cast<float>(sumi2))));
 }
 
 namespace {

@@ -12,7 +12,8 @@ namespace {
 
 // One warp per Q8_0 block: scale absmax/127, q = round-half-even(x * 127/absmax), as GGML's x86
 // SIMD path (and the CPU backend) computes it.
-__global__ void QuantizeQ8_0Kernel(const float* __restrict__ x, int64_t nblocks, BlockQ8_0* __restrict__ out) {
+__global__ void QuantizeQ8_0Kernel(const float* __restrict__ x, int64_t nblocks,
+                                   BlockQ8_0* __restrict__ out) {
   const int64_t b = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   if (b >= nblocks) return;
   const int lane = threadIdx.x % kWarp;
@@ -26,7 +27,8 @@ __global__ void QuantizeQ8_0Kernel(const float* __restrict__ x, int64_t nblocks,
 
 // Q8_1 (for Q4_1 / Q5_1 weights): the Q8_0 quants plus s = f16(d * sum of the quants), d
 // unrounded, as quant::QuantizeActivations.
-__global__ void QuantizeQ8_1Kernel(const float* __restrict__ x, int64_t nblocks, BlockQ8_1* __restrict__ out) {
+__global__ void QuantizeQ8_1Kernel(const float* __restrict__ x, int64_t nblocks,
+                                   BlockQ8_1* __restrict__ out) {
   const int64_t b = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   if (b >= nblocks) return;
   const int lane = threadIdx.x % kWarp;
@@ -99,13 +101,15 @@ __global__ void QuantizeQ8_KKernel(const float* __restrict__ x, BlockQ8_K* __res
   if (i == 0) y.d = 1.0f / iscale;
 }
 
-__global__ void ConvertKernel(const float* __restrict__ x, int64_t n, bool bf16, uint16_t* __restrict__ out) {
-  for (int64_t i = GlobalThread(); i < n; i += GlobalStride()) out[i] = bf16 ? ToBf16Bits(x[i]) : ToHalfBits(x[i]);
+__global__ void ConvertKernel(const float* __restrict__ x, int64_t n, bool bf16,
+                              uint16_t* __restrict__ out) {
+  for (int64_t i = GlobalThread(); i < n; i += GlobalStride())
+    out[i] = bf16 ? ToBf16Bits(x[i]) : ToHalfBits(x[i]);
 }
 
-__global__ void GetRowsKernel(DType type, const uint8_t* __restrict__ table, size_t row_bytes, int64_t cols,
-                              const int32_t* __restrict__ ids, int64_t n, float* __restrict__ out,
-                              const DeviceCodebooks books) {
+__global__ void GetRowsKernel(DType type, const uint8_t* __restrict__ table, size_t row_bytes,
+                              int64_t cols, const int32_t* __restrict__ ids, int64_t n,
+                              float* __restrict__ out, const DeviceCodebooks books) {
   const int64_t total = n * cols;
   for (int64_t k = GlobalThread(); k < total; k += GlobalStride()) {
     const int64_t r = k / cols, i = k % cols;
@@ -113,9 +117,9 @@ __global__ void GetRowsKernel(DType type, const uint8_t* __restrict__ table, siz
   }
 }
 
-__global__ void DequantizeKernel(DType type, const uint8_t* __restrict__ w, size_t row_bytes, int64_t cols,
-                                 int64_t row0, int64_t n_rows, bool to_f16, void* __restrict__ out,
-                                 const DeviceCodebooks books) {
+__global__ void DequantizeKernel(DType type, const uint8_t* __restrict__ w, size_t row_bytes,
+                                 int64_t cols, int64_t row0, int64_t n_rows, bool to_f16,
+                                 void* __restrict__ out, const DeviceCodebooks books) {
   const int64_t total = n_rows * cols;
   for (int64_t k = GlobalThread(); k < total; k += GlobalStride()) {
     const int64_t r = k / cols, i = k % cols;
@@ -153,12 +157,11 @@ cudaError_t QuantizeActivations(DType act_type, const float* x, int64_t n, int64
           x, static_cast<BlockQ8_K*>(dst));
       break;
     case DType::kF16:
-    case DType::kBF16:
-      return ConvertF32(x, elems, act_type, dst, stream);
+    case DType::kBF16: return ConvertF32(x, elems, act_type, dst, stream);
     case DType::kF32:
-      return cudaMemcpyAsync(dst, x, static_cast<size_t>(elems) * sizeof(float), cudaMemcpyDeviceToDevice, stream);
-    default:
-      return cudaErrorInvalidValue;
+      return cudaMemcpyAsync(dst, x, static_cast<size_t>(elems) * sizeof(float),
+                             cudaMemcpyDeviceToDevice, stream);
+    default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
@@ -166,20 +169,23 @@ cudaError_t QuantizeActivations(DType act_type, const float* x, int64_t n, int64
 cudaError_t ConvertF32(const float* x, int64_t n, DType out_type, void* out, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   if (out_type != DType::kF16 && out_type != DType::kBF16) return cudaErrorInvalidValue;
-  ConvertKernel<<<GridFor(n, 256), 256, 0, stream>>>(x, n, out_type == DType::kBF16, static_cast<uint16_t*>(out));
+  ConvertKernel<<<GridFor(n, 256), 256, 0, stream>>>(x, n, out_type == DType::kBF16,
+                                                     static_cast<uint16_t*>(out));
   return cudaGetLastError();
 }
 
-cudaError_t GetRows(DType type, const void* table, int64_t cols, const int32_t* ids, int64_t n, float* out,
-                    const DeviceCodebooks& books, cudaStream_t stream) {
+cudaError_t GetRows(DType type, const void* table, int64_t cols, const int32_t* ids, int64_t n,
+                    float* out, const DeviceCodebooks& books, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  GetRowsKernel<<<GridFor(n * cols, 256), 256, 0, stream>>>(type, static_cast<const uint8_t*>(table),
-                                                            quant::RowBytes(type, cols), cols, ids, n, out, books);
+  GetRowsKernel<<<GridFor(n * cols, 256), 256, 0, stream>>>(
+      type, static_cast<const uint8_t*>(table), quant::RowBytes(type, cols), cols, ids, n, out,
+      books);
   return cudaGetLastError();
 }
 
-cudaError_t DequantizeRows(DType type, const void* w, int64_t cols, int64_t row0, int64_t n_rows, DType out_type,
-                           void* out, const DeviceCodebooks& books, cudaStream_t stream) {
+cudaError_t DequantizeRows(DType type, const void* w, int64_t cols, int64_t row0, int64_t n_rows,
+                           DType out_type, void* out, const DeviceCodebooks& books,
+                           cudaStream_t stream) {
   if (n_rows <= 0) return cudaSuccess;
   if (out_type != DType::kF16 && out_type != DType::kF32) return cudaErrorInvalidValue;
   DequantizeKernel<<<GridFor(n_rows * cols, 256), 256, 0, stream>>>(
@@ -194,10 +200,14 @@ cudaError_t UploadCodebooks(void** storage, DeviceCodebooks* books) {
     const void* src;
     size_t bytes;
   };
-  const Part parts[] = {{quant::kIq2xxsGrid.v, sizeof(quant::kIq2xxsGrid.v)}, {quant::kIq2xsGrid.v, sizeof(quant::kIq2xsGrid.v)},
-                        {quant::kIq2sGrid.v, sizeof(quant::kIq2sGrid.v)},     {quant::kIq3xxsGrid.v, sizeof(quant::kIq3xxsGrid.v)},
-                        {quant::kIq3sGrid.v, sizeof(quant::kIq3sGrid.v)},     {quant::kIq1sGrid.v, sizeof(quant::kIq1sGrid.v)},
-                        {quant::kIq2xsSigns.v, sizeof(quant::kIq2xsSigns.v)}, {quant::kIq4nlValues, sizeof(quant::kIq4nlValues)},
+  const Part parts[] = {{quant::kIq2xxsGrid.v, sizeof(quant::kIq2xxsGrid.v)},
+                        {quant::kIq2xsGrid.v, sizeof(quant::kIq2xsGrid.v)},
+                        {quant::kIq2sGrid.v, sizeof(quant::kIq2sGrid.v)},
+                        {quant::kIq3xxsGrid.v, sizeof(quant::kIq3xxsGrid.v)},
+                        {quant::kIq3sGrid.v, sizeof(quant::kIq3sGrid.v)},
+                        {quant::kIq1sGrid.v, sizeof(quant::kIq1sGrid.v)},
+                        {quant::kIq2xsSigns.v, sizeof(quant::kIq2xsSigns.v)},
+                        {quant::kIq4nlValues, sizeof(quant::kIq4nlValues)},
                         {quant::kMxfp4Values, sizeof(quant::kMxfp4Values)}};
   size_t total = 0;
   for (const Part& p : parts) total += p.bytes;

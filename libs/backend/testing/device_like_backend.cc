@@ -32,7 +32,8 @@ class PassedFence final : public Fence {
 }  // namespace
 
 DeviceLikeBackend::DeviceLikeBackend(uint64_t memory_cap, int threads)
-    : cap_(memory_cap), cpu_(CreateCpuBackend({.threads = threads})),
+    : cap_(memory_cap),
+      cpu_(CreateCpuBackend({.threads = threads})),
       counters_(std::make_shared<DeviceLikeCounters>()) {}
 
 DeviceLikeBackend::~DeviceLikeBackend() = default;
@@ -43,8 +44,9 @@ absl::StatusOr<std::unique_ptr<Buffer>> DeviceLikeBackend::Allocate(size_t bytes
   if (cap_ > 0 && now > cap_) {
     counters_->bytes_allocated -= bytes;
     counters_->failed_allocations++;
-    return absl::ResourceExhaustedError(absl::StrCat("device-like backend: cannot allocate ", FormatSize(bytes), " (",
-                                                     FormatSize(now - bytes), " of ", FormatSize(cap_), " in use)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("device-like backend: cannot allocate ", FormatSize(bytes), " (",
+                     FormatSize(now - bytes), " of ", FormatSize(cap_), " in use)"));
   }
   auto mem = AllocateAligned(std::max<size_t>(bytes, 1), 256);
   if (!mem.ok()) {
@@ -58,13 +60,20 @@ absl::StatusOr<std::unique_ptr<Buffer>> DeviceLikeBackend::Allocate(size_t bytes
   return std::unique_ptr<Buffer>(new CountedBuffer(std::move(*mem), bytes, counters_));
 }
 
-void DeviceLikeBackend::Upload(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
-void DeviceLikeBackend::Download(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
-void DeviceLikeBackend::Copy(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
+void DeviceLikeBackend::Upload(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+void DeviceLikeBackend::Download(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+void DeviceLikeBackend::Copy(void* dst, const void* src, size_t bytes) {
+  std::memmove(dst, src, bytes);
+}
 void DeviceLikeBackend::Zero(void* dst, size_t bytes) { std::memset(dst, 0, bytes); }
 
-absl::StatusOr<WeightRef> DeviceLikeBackend::ImportWeight(quant::DType dtype, int64_t rows, int64_t cols,
-                                                          const void* host_data, std::unique_ptr<Buffer>* storage) {
+absl::StatusOr<WeightRef> DeviceLikeBackend::ImportWeight(quant::DType dtype, int64_t rows,
+                                                          int64_t cols, const void* host_data,
+                                                          std::unique_ptr<Buffer>* storage) {
   auto row_bytes = quant::CheckedRowBytes(dtype, cols);
   if (!row_bytes.ok()) return row_bytes.status();
   const size_t bytes = *row_bytes * static_cast<size_t>(rows);
@@ -81,36 +90,44 @@ absl::StatusOr<WeightRef> DeviceLikeBackend::ImportWeight(quant::DType dtype, in
 void DeviceLikeBackend::GetRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) {
   cpu_->GetRows(table, ids, n, out);
 }
-void DeviceLikeBackend::MatMul(const WeightRef& w, const float* x, int64_t n, float* y, bool accumulate) {
+void DeviceLikeBackend::MatMul(const WeightRef& w, const float* x, int64_t n, float* y,
+                               bool accumulate) {
   cpu_->MatMul(w, x, n, y, accumulate);
 }
-void DeviceLikeBackend::AddBias(float* x, const float* bias, int64_t n, int64_t dim) { cpu_->AddBias(x, bias, n, dim); }
-void DeviceLikeBackend::RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) {
+void DeviceLikeBackend::AddBias(float* x, const float* bias, int64_t n, int64_t dim) {
+  cpu_->AddBias(x, bias, n, dim);
+}
+void DeviceLikeBackend::RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim,
+                                float eps, float* y) {
   cpu_->RmsNorm(x, weight, n, dim, eps, y);
 }
-void DeviceLikeBackend::Rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions,
-                             const RopeParams& rope) {
+void DeviceLikeBackend::Rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim,
+                             const int32_t* positions, const RopeParams& rope) {
   cpu_->Rope(x, n, n_heads, head_dim, positions, rope);
 }
-void DeviceLikeBackend::StoreKv(const float* k, const float* v, const int32_t* positions, int64_t n, int64_t kv_dim,
-                                float* k_cache, float* v_cache) {
+void DeviceLikeBackend::StoreKv(const float* k, const float* v, const int32_t* positions, int64_t n,
+                                int64_t kv_dim, float* k_cache, float* v_cache) {
   cpu_->StoreKv(k, v, positions, n, kv_dim, k_cache, v_cache);
 }
 void DeviceLikeBackend::Attention(const AttentionArgs& args) { cpu_->Attention(args); }
-void DeviceLikeBackend::SiluMul(float* gate, const float* up, int64_t n) { cpu_->SiluMul(gate, up, n); }
-void DeviceLikeBackend::ClampedSwiGlu(float* gate, const float* up, int64_t n, float alpha, float limit) {
+void DeviceLikeBackend::SiluMul(float* gate, const float* up, int64_t n) {
+  cpu_->SiluMul(gate, up, n);
+}
+void DeviceLikeBackend::ClampedSwiGlu(float* gate, const float* up, int64_t n, float alpha,
+                                      float limit) {
   cpu_->ClampedSwiGlu(gate, up, n, alpha, limit);
 }
 void DeviceLikeBackend::Add(float* x, const float* y, int64_t n) { cpu_->Add(x, y, n); }
-void DeviceLikeBackend::GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* dst) {
+void DeviceLikeBackend::GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t dim,
+                                   float* dst) {
   cpu_->GatherRows(src, rows, n, dim, dst);
 }
-void DeviceLikeBackend::CopyStrided(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
-                                    int64_t rows, int64_t cols) {
+void DeviceLikeBackend::CopyStrided(float* dst, int64_t dst_stride, const float* src,
+                                    int64_t src_stride, int64_t rows, int64_t cols) {
   cpu_->CopyStrided(dst, dst_stride, src, src_stride, rows, cols);
 }
-void DeviceLikeBackend::ScatterAddRows(const float* src, const int32_t* rows, const float* scales, int64_t n,
-                                       int64_t dim, float* dst) {
+void DeviceLikeBackend::ScatterAddRows(const float* src, const int32_t* rows, const float* scales,
+                                       int64_t n, int64_t dim, float* dst) {
   cpu_->ScatterAddRows(src, rows, scales, n, dim, dst);
 }
 

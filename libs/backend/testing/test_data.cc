@@ -41,13 +41,15 @@ std::vector<uint8_t> RandomCodes(quant::DType type, int64_t rows, int64_t cols, 
 
 }  // namespace
 
-std::vector<uint8_t> RandomQuantizedRows(quant::DType type, int64_t rows, int64_t cols, uint32_t seed) {
+std::vector<uint8_t> RandomQuantizedRows(quant::DType type, int64_t rows, int64_t cols,
+                                         uint32_t seed) {
   if (!quant::HasQuantizer(type)) return RandomCodes(type, rows, cols, seed);
   const std::vector<float> f = RandomNormal(static_cast<size_t>(rows * cols), seed, 0.05f);
   const size_t row_bytes = quant::RowBytes(type, cols);
   std::vector<uint8_t> out(row_bytes * static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
-    quant::QuantizeRow(type, f.data() + r * cols, out.data() + static_cast<size_t>(r) * row_bytes, cols);
+    quant::QuantizeRow(type, f.data() + r * cols, out.data() + static_cast<size_t>(r) * row_bytes,
+                       cols);
   }
   return out;
 }

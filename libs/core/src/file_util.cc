@@ -60,7 +60,8 @@ absl::Status SyncDirectory(const std::filesystem::path& dir) {
   return absl::OkStatus();
 }
 
-absl::Status WriteFileAtomic(const std::filesystem::path& path, std::string_view data, unsigned mode) {
+absl::Status WriteFileAtomic(const std::filesystem::path& path, std::string_view data,
+                             unsigned mode) {
   std::filesystem::path tmp = path;
   tmp += ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, static_cast<mode_t>(mode));

@@ -1,7 +1,6 @@
 #include "colibri/core/file_util.h"
 
 #include <gtest/gtest.h>
-
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,7 +28,8 @@ TEST(FileUtil, AtomicWriteThenReadAndMap) {
 
 TEST(FileUtil, AtomicWriteUsesTheModeAndLeavesNoTempFileWhenItFails) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("colibri_file_util_fail_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("colibri_file_util_fail_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   ASSERT_TRUE(WriteFileAtomic(dir / "private.bin", "secret", 0600).ok());

@@ -8,7 +8,8 @@ namespace colibri {
 namespace {
 
 std::string Nested(int levels, char open, char close) {
-  return std::string(static_cast<size_t>(levels), open) + std::string(static_cast<size_t>(levels), close);
+  return std::string(static_cast<size_t>(levels), open) +
+         std::string(static_cast<size_t>(levels), close);
 }
 
 TEST(ParseJsonTest, AcceptsUpToTheLimit) {
@@ -37,7 +38,8 @@ TEST(ParseJsonTest, HugeNestingIsRefusedWithoutRecursion) {
   for (int i = 0; i < 80000; ++i) objects += "{\"a\":";
   objects += "1" + std::string(80000, '}');
   EXPECT_EQ(ParseJson(objects, "x").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseJson(std::string(400000, '['), "x").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseJson(std::string(400000, '['), "x").status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ParseJsonTest, DeepValueInsideAShallowOneIsRefused) {

@@ -32,11 +32,12 @@ std::string ProgressMeter::Line(std::string_view label, uint64_t done, uint64_t 
     absl::StrAppend(&out, " [", std::string(static_cast<size_t>(filled), '#'),
                     std::string(static_cast<size_t>(width - filled), '.'), "]");
   }
-  absl::StrAppend(&out, absl::StrFormat(" %3d%% ", static_cast<int>(fraction * 100)), FormatSize(done), " / ",
-                  FormatSize(total));
+  absl::StrAppend(&out, absl::StrFormat(" %3d%% ", static_cast<int>(fraction * 100)),
+                  FormatSize(done), " / ", FormatSize(total));
   if (rate > 0) {
     absl::StrAppend(&out, "  ", FormatSize(static_cast<uint64_t>(rate)), "/s");
-    if (done < total) absl::StrAppend(&out, "  ETA ", Duration(static_cast<double>(total - done) / rate));
+    if (done < total)
+      absl::StrAppend(&out, "  ETA ", Duration(static_cast<double>(total - done) / rate));
   }
   if (!what.empty()) absl::StrAppend(&out, "  ", std::string(what));
   return out;

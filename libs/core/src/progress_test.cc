@@ -10,12 +10,17 @@ namespace colibri {
 namespace {
 
 TEST(ProgressMeter, LineHasBytesRateAndEta) {
-  const std::string l = ProgressMeter::Line("convert", 1ull << 30, 4ull << 30, 512.0 * (1 << 20), "layer 3", true);
-  EXPECT_EQ(l, "convert [######..................]  25% 1.00 GiB / 4.00 GiB  512.00 MiB/s  ETA 6s  layer 3");
-  EXPECT_EQ(ProgressMeter::Line("import", 10, 10, 100, "", false), "import 100% 10 B / 10 B  100 B/s");
+  const std::string l =
+      ProgressMeter::Line("convert", 1ull << 30, 4ull << 30, 512.0 * (1 << 20), "layer 3", true);
+  EXPECT_EQ(
+      l,
+      "convert [######..................]  25% 1.00 GiB / 4.00 GiB  512.00 MiB/s  ETA 6s  layer 3");
+  EXPECT_EQ(ProgressMeter::Line("import", 10, 10, 100, "", false),
+            "import 100% 10 B / 10 B  100 B/s");
   // Past the total (an estimate that was low) is shown as done; no rate, no ETA.
   EXPECT_EQ(ProgressMeter::Line("x", 20, 10, 0, "", false), "x 100% 10 B / 10 B");
-  EXPECT_NE(ProgressMeter::Line("x", 0, 7200ull << 20, 1 << 20, "", false).find("ETA 2h00m"), std::string::npos);
+  EXPECT_NE(ProgressMeter::Line("x", 0, 7200ull << 20, 1 << 20, "", false).find("ETA 2h00m"),
+            std::string::npos);
 }
 
 TEST(ProgressMeter, PlainLinesAreThrottledAndFinished) {

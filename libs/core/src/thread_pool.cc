@@ -55,7 +55,8 @@ constexpr std::chrono::microseconds kSpin{100};
 void ThreadPool::WorkerLoop() {
   for (;;) {
     std::function<void()> task;
-    SpinUntil([this] { return queued_.load(std::memory_order_acquire) > 0 || stopping_.load(); }, kSpin);
+    SpinUntil([this] { return queued_.load(std::memory_order_acquire) > 0 || stopping_.load(); },
+              kSpin);
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return stop_ || !tasks_.empty(); });
@@ -112,7 +113,8 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     const std::function<void(int64_t, int64_t)>* fn = nullptr;
     int64_t n = 0, chunks = 0;
     void Work() {
-      for (int64_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) (*fn)(n * c / chunks, n * (c + 1) / chunks);
+      for (int64_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1))
+        (*fn)(n * c / chunks, n * (c + 1) / chunks);
     }
   };
   auto call = std::make_shared<Call>();

@@ -41,13 +41,15 @@ TEST(ThreadPool, CountPhysicalCoresPairsSocketAndCore) {
   for (int socket = 0; socket < 2; ++socket) {
     for (int thread = 0; thread < 2; ++thread) {
       for (int core = 0; core < 2; ++core) {
-        text += "processor\t: " + std::to_string(cpu++) + "\nphysical id\t: " + std::to_string(socket) +
+        text += "processor\t: " + std::to_string(cpu++) +
+                "\nphysical id\t: " + std::to_string(socket) +
                 "\ncore id\t\t: " + std::to_string(core) + "\n\n";
       }
     }
   }
   EXPECT_EQ(CountPhysicalCores(text), 4);
-  EXPECT_EQ(CountPhysicalCores("processor : 0\nmodel name : x\n"), 0);  // no core ids: caller falls back
+  EXPECT_EQ(CountPhysicalCores("processor : 0\nmodel name : x\n"),
+            0);  // no core ids: caller falls back
   EXPECT_EQ(CountPhysicalCores(""), 0);
 }
 

@@ -23,10 +23,14 @@ constexpr int32_t kPrompt[] = {5, 17, 3, 60, 22, 9, 41};
 
 class DeviceTierEngineTest : public TestModelSuite<DeviceTierEngineTest> {
  protected:
-  static void SetUpTestSuite() { WriteModel("device_tier_engine", SmallTestModelOptions("device-tier", /*seed=*/23)); }
+  static void SetUpTestSuite() {
+    WriteModel("device_tier_engine", SmallTestModelOptions("device-tier", /*seed=*/23));
+  }
   uint64_t largest_block() const {
     uint64_t largest = 0;
-    for (const auto& b : container_->manifest().experts) largest = std::max(largest, disk_->BlockSize({static_cast<int32_t>(b.layer), static_cast<int32_t>(b.expert)}));
+    for (const auto& b : container_->manifest().experts)
+      largest = std::max(largest, disk_->BlockSize({static_cast<int32_t>(b.layer),
+                                                    static_cast<int32_t>(b.expert)}));
     return largest;
   }
 
@@ -54,7 +58,8 @@ TEST_F(DeviceTierEngineTest, ImportPerUseGivesTheCpuTokens) {
   EXPECT_EQ(run->tokens, ref.tokens);
   EXPECT_EQ(run->logits, ref.logits);
   // Without a VRAM tier every applied expert is imported (three matrices).
-  EXPECT_EQ(be.counters().imports.load() - dense_imports, 3 * (*model)->counters().experts_applied.load());
+  EXPECT_EQ(be.counters().imports.load() - dense_imports,
+            3 * (*model)->counters().experts_applied.load());
 }
 
 TEST_F(DeviceTierEngineTest, VramTierSmallerThanTheExpertsGivesTheCpuTokens) {
@@ -64,7 +69,8 @@ TEST_F(DeviceTierEngineTest, VramTierSmallerThanTheExpertsGivesTheCpuTokens) {
     for (int prefetch : {0, 1}) {
       SCOPED_TRACE(testing::Message() << slots << " slots, prefetch " << prefetch);
       backend::DeviceLikeBackend be;
-      auto tiers = StackVramTier(&be, disk_.get(), /*ram_bytes=*/total_blocks * largest_block(), slots, largest_block());
+      auto tiers = StackVramTier(&be, disk_.get(), /*ram_bytes=*/total_blocks * largest_block(),
+                                 slots, largest_block());
       ASSERT_TRUE(tiers.ok()) << tiers.status();
       expert_source::DeviceTierMemory& mem = *tiers->memory;
       expert_source::CacheTier& vram = *tiers->vram;

@@ -5,15 +5,17 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "spdlog/spdlog.h"
 #include "colibri/core/status.h"
+#include "spdlog/spdlog.h"
 
 namespace colibri::engine {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   size_t n = 0;
@@ -30,15 +32,15 @@ struct Engine::Sequence {
   // Scheduler-side state.
   GenerationRequest req;
   std::vector<int32_t> stops;
-  int64_t budget = 0;                 // tokens to generate
-  uint64_t kv_reserve = 0;            // bytes of KV this request may grow to
+  int64_t budget = 0;       // tokens to generate
+  uint64_t kv_reserve = 0;  // bytes of KV this request may grow to
   std::unique_ptr<KvCache> cache;
-  std::vector<int32_t> fed;           // tokens whose KV is in `cache`
-  size_t prompt_fed = 0;              // prompt tokens in `fed`
-  int32_t pending = -1;               // sampled, not yet fed
-  bool final_feed = false;            // feeding the last token only for its logits
+  std::vector<int32_t> fed;  // tokens whose KV is in `cache`
+  size_t prompt_fed = 0;     // prompt tokens in `fed`
+  int32_t pending = -1;      // sampled, not yet fed
+  bool final_feed = false;   // feeding the last token only for its logits
   FinishReason final_reason = FinishReason::kLength;
-  std::vector<int32_t> history;       // prompt + generated, for the penalties
+  std::vector<int32_t> history;  // prompt + generated, for the penalties
   Sampler sampler;
   Clock::time_point admitted, first_token;
   // Speculative decoding: the drafter (nullptr: none), its controller, this step's drafts.
@@ -85,8 +87,9 @@ void Engine::EvictLocked(PoolEntry entry) {
   if (options_.kv_store == nullptr || !entry.cache || entry.tokens.empty()) return;
   const size_t n = std::min(entry.tokens.size(), static_cast<size_t>(entry.cache->n_past()));
   entry.tokens.resize(n);
-  absl::StatusOr<KvSnapshot> s = model_->SnapshotKv(*entry.cache, std::move(entry.tokens),
-                                                    std::move(entry.session_id), options_.kv_store->snapshot_dtype());
+  absl::StatusOr<KvSnapshot> s =
+      model_->SnapshotKv(*entry.cache, std::move(entry.tokens), std::move(entry.session_id),
+                         options_.kv_store->snapshot_dtype());
   if (!s.ok()) {
     spdlog::warn("KV cache dropped instead of offloaded: {}", std::string(s.status().message()));
     return;
@@ -112,7 +115,8 @@ uint64_t KvBytesPerToken(const model::ModelConfig& c) {
 uint64_t KvRingBytes(const model::ModelConfig& c, int64_t batch_rows) {
   const int64_t sliding = SlidingLayers(c);
   if (sliding == 0) return 0;
-  const int64_t rows = std::min(c.sliding_window - 1 + std::max<int64_t>(batch_rows, 1), c.context_length);
+  const int64_t rows =
+      std::min(c.sliding_window - 1 + std::max<int64_t>(batch_rows, 1), c.context_length);
   return static_cast<uint64_t>(sliding) * static_cast<uint64_t>(rows) * KvRowBytes(c);
 }
 
@@ -144,37 +148,39 @@ void Engine::EnforceKvLimitLocked() {
   for (const auto& s : active_) reserved += s->kv_reserve;
   uint64_t pooled = 0;
   for (const auto& e : pool_) pooled += e.cache->bytes();
-  while (!pool_.empty() &&
-         (reserved + pooled > options_.kv_cache_limit || static_cast<int>(pool_.size()) > options_.kv_pool_entries)) {
+  while (!pool_.empty() && (reserved + pooled > options_.kv_cache_limit ||
+                            static_cast<int>(pool_.size()) > options_.kv_pool_entries)) {
     pooled -= pool_.back().cache->bytes();
     EvictLocked(std::move(pool_.back()));
     pool_.pop_back();
   }
 }
 
-absl::StatusOr<GenerationResult> Engine::Generate(const GenerationRequest& request,
-                                                  const std::function<bool(const SampledToken&)>& on_token) {
+absl::StatusOr<GenerationResult> Engine::Generate(
+    const GenerationRequest& request, const std::function<bool(const SampledToken&)>& on_token) {
   const auto& c = model_->config();
   const int64_t n_prompt = static_cast<int64_t>(request.prompt.size());
   if (n_prompt == 0) return absl::InvalidArgumentError("prompt is empty");
   for (int32_t t : request.prompt) {
     if (t < 0 || t >= c.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("prompt token ", t, " is outside the vocabulary (size ",
-                                                     c.vocab_size, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("prompt token ", t, " is outside the vocabulary (size ", c.vocab_size, ")"));
     }
   }
   if (n_prompt >= c.context_length) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt of ", n_prompt, " tokens does not fit the context length ",
-                                                   c.context_length));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt of ", n_prompt, " tokens does not fit the context length ", c.context_length));
   }
   if (request.max_tokens < 0) return absl::InvalidArgumentError("max_tokens must be >= 0");
   if (request.min_tokens < 0 || request.min_tokens > request.max_tokens) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("min_tokens ", request.min_tokens, " must be between 0 and max_tokens (", request.max_tokens, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("min_tokens ", request.min_tokens,
+                                                   " must be between 0 and max_tokens (",
+                                                   request.max_tokens, ")"));
   }
   RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
   auto seq = std::make_shared<Sequence>(request);
-  seq->budget = std::min(request.max_tokens, c.context_length - n_prompt - (request.record_logits ? 1 : 0));
+  seq->budget =
+      std::min(request.max_tokens, c.context_length - n_prompt - (request.record_logits ? 1 : 0));
   seq->stops = request.stop_tokens;
   if (!request.ignore_eos) {
     for (int64_t e : c.eos_token_ids) seq->stops.push_back(static_cast<int32_t>(e));
@@ -184,14 +190,15 @@ absl::StatusOr<GenerationResult> Engine::Generate(const GenerationRequest& reque
   seq->kv_reserve = kv_per_token * static_cast<uint64_t>(n_prompt + seq->budget + 1) +
                     KvRingBytes(c, options_.prefill_chunk);
   if (options_.kv_cache_limit > 0 && seq->kv_reserve > options_.kv_cache_limit) {
-    return absl::ResourceExhaustedError(absl::StrCat("request needs up to ", seq->kv_reserve,
-                                                     " bytes of KV cache, more than --kv-cache-limit ",
-                                                     options_.kv_cache_limit));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("request needs up to ", seq->kv_reserve,
+                     " bytes of KV cache, more than --kv-cache-limit ", options_.kv_cache_limit));
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (static_cast<int>(queue_.size()) >= options_.max_queued) {
-      return absl::ResourceExhaustedError(absl::StrCat("engine queue is full (", options_.max_queued, " requests)"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("engine queue is full (", options_.max_queued, " requests)"));
     }
     queue_.push_back(seq);
     counters_.queued = queue_.size();
@@ -248,7 +255,8 @@ void Engine::SchedulerLoop() {
   }
 }
 
-std::list<Engine::PoolEntry>::iterator Engine::BestPoolEntryLocked(const Sequence& seq, size_t* len) {
+std::list<Engine::PoolEntry>::iterator Engine::BestPoolEntryLocked(const Sequence& seq,
+                                                                   size_t* len) {
   auto best = pool_.end();
   size_t best_len = 0;
   for (auto it = pool_.begin(); it != pool_.end(); ++it) {
@@ -264,7 +272,8 @@ std::list<Engine::PoolEntry>::iterator Engine::BestPoolEntryLocked(const Sequenc
 }
 
 std::unique_ptr<KvCache> Engine::RestoreFromStore(Sequence* seq, size_t longer_than) {
-  std::optional<KvSnapshot> snap = options_.kv_store->TakeBest(seq->req.prompt, seq->req.session_id, longer_than);
+  std::optional<KvSnapshot> snap =
+      options_.kv_store->TakeBest(seq->req.prompt, seq->req.session_id, longer_than);
   if (!snap) return nullptr;
   size_t n = std::min(CommonPrefix(snap->tokens, seq->req.prompt), seq->req.prompt.size() - 1);
   absl::StatusOr<std::unique_ptr<KvCache>> restored = model_->RestoreKv(*snap);
@@ -305,7 +314,8 @@ std::unique_ptr<KvCache> Engine::TakeCache(Sequence* seq, std::unique_lock<std::
   std::unique_ptr<KvCache> cache = std::move(best->cache);
   pool_.erase(best);
   best_len = static_cast<size_t>(cache->Truncate(static_cast<int64_t>(best_len)));
-  seq->fed.assign(seq->req.prompt.begin(), seq->req.prompt.begin() + static_cast<ptrdiff_t>(best_len));
+  seq->fed.assign(seq->req.prompt.begin(),
+                  seq->req.prompt.begin() + static_cast<ptrdiff_t>(best_len));
   seq->prompt_fed = best_len;
   seq->result.cached_prompt_tokens = static_cast<int64_t>(best_len);
   return cache;
@@ -335,15 +345,16 @@ void Engine::Admit() {
     queue_.pop_front();
     seq->cache = TakeCache(seq.get(), lock);
     seq->admitted = Clock::now();
-    if (absl::Status st = model_->ReserveKv(seq->cache.get(),
-                                            static_cast<int64_t>(seq->req.prompt.size()) + seq->budget + 1);
+    if (absl::Status st = model_->ReserveKv(
+            seq->cache.get(), static_cast<int64_t>(seq->req.prompt.size()) + seq->budget + 1);
         !st.ok()) {
       Finish(seq.get(), st);
       continue;
     }
     seq->result.prompt_tokens = static_cast<int64_t>(seq->req.prompt.size());
     seq->drafter = NewDrafter(seq->req);
-    seq->controller = SpeculationController(options_.draft_max, options_.speculative == SpeculativeMode::kAuto);
+    seq->controller =
+        SpeculationController(options_.draft_max, options_.speculative == SpeculativeMode::kAuto);
     active_.push_back(std::move(seq));
     EnforceKvLimitLocked();
   }
@@ -353,8 +364,10 @@ void Engine::Admit() {
 
 void Engine::Finish(Sequence* seq, absl::Status status) {
   const auto now = Clock::now();
-  seq->result.decode_seconds = seq->first_token.time_since_epoch().count() ? Seconds(seq->first_token, now) : 0;
-  if (!seq->first_token.time_since_epoch().count()) seq->result.prefill_seconds = Seconds(seq->admitted, now);
+  seq->result.decode_seconds =
+      seq->first_token.time_since_epoch().count() ? Seconds(seq->first_token, now) : 0;
+  if (!seq->first_token.time_since_epoch().count())
+    seq->result.prefill_seconds = Seconds(seq->admitted, now);
   // A cleanly finished request leaves its KV for the next turn.
   if (status.ok() && !seq->req.record_logits && seq->cache && seq->cache->n_past() > 0) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -371,16 +384,15 @@ void Engine::Finish(Sequence* seq, absl::Status status) {
 std::unique_ptr<Drafter> Engine::NewDrafter(const GenerationRequest& request) const {
   if (request.record_logits || options_.draft_max < 1) return nullptr;
   switch (options_.speculative) {
-    case SpeculativeMode::kOff:
-      return nullptr;
-    case SpeculativeMode::kNgram:
-      return std::make_unique<NgramDrafter>();
+    case SpeculativeMode::kOff: return nullptr;
+    case SpeculativeMode::kNgram: return std::make_unique<NgramDrafter>();
     case SpeculativeMode::kSelf:
     case SpeculativeMode::kDraft:
       if (options_.draft_model == nullptr) return nullptr;
       return std::make_unique<ModelDrafter>(options_.draft_model);
     case SpeculativeMode::kAuto:
-      if (options_.draft_model != nullptr) return std::make_unique<ModelDrafter>(options_.draft_model);
+      if (options_.draft_model != nullptr)
+        return std::make_unique<ModelDrafter>(options_.draft_model);
       return std::make_unique<NgramDrafter>();
   }
   return nullptr;
@@ -397,7 +409,8 @@ void Engine::DraftFor(Sequence* s, int64_t room) {
   s->draft_seconds = Seconds(start, Clock::now());
   if (!d.ok()) {
     // The request goes on without speculation (once per request, not per token).
-    spdlog::warn("drafting failed, decoding on without speculation: {}", std::string(d.status().message()));
+    spdlog::warn("drafting failed, decoding on without speculation: {}",
+                 std::string(d.status().message()));
     s->drafter.reset();
     return;
   }
@@ -450,13 +463,15 @@ void Engine::SampleRows(Sequence* s, const float* rows, int64_t n_rows, int64_t 
     const int64_t n_out = generated + static_cast<int64_t>(toks.size());
     if (n_out < s->req.min_tokens) {
       for (int32_t id : s->stops) {
-        if (id >= 0 && id < V) row[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
+        if (id >= 0 && id < V)
+          row[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
       }
     }
     const int64_t d = static_cast<int64_t>(toks.size());  // the draft this row verifies
     bool ok = false;
-    toks.push_back(d < drafted ? s->sampler.SampleDraft(row, s->history, s->draft[static_cast<size_t>(d)], &ok)
-                               : s->sampler.Sample(row, s->history));
+    toks.push_back(
+        d < drafted ? s->sampler.SampleDraft(row, s->history, s->draft[static_cast<size_t>(d)], &ok)
+                    : s->sampler.Sample(row, s->history));
     s->history.push_back(toks.back().id);
     const bool stop = std::find(s->stops.begin(), s->stops.end(), toks.back().id) != s->stops.end();
     accepted += ok;
@@ -469,7 +484,8 @@ void Engine::SampleRows(Sequence* s, const float* rows, int64_t n_rows, int64_t 
     const int64_t keep = static_cast<int64_t>(s->fed.size()) - unused;
     s->fed.resize(static_cast<size_t>(keep));
     if (s->cache->Truncate(keep) != keep) {
-      Finish(s, absl::InternalError(absl::StrCat("speculative decoding: KV rollback to ", keep, " positions failed")));
+      Finish(s, absl::InternalError(absl::StrCat("speculative decoding: KV rollback to ", keep,
+                                                 " positions failed")));
       return;
     }
     s->controller.Observe(static_cast<int>(drafted), static_cast<int>(accepted), s->draft_seconds);
@@ -488,8 +504,8 @@ void Engine::Step() {
   const auto& c = model_->config();
   struct Span {
     Sequence* seq;
-    int64_t rows_in_batch;   // items of this sequence in the batch
-    int64_t logit_rows;      // logits rows it produces
+    int64_t rows_in_batch;  // items of this sequence in the batch
+    int64_t logit_rows;     // logits rows it produces
     bool prefill;
   };
   std::vector<BatchItem> batch;
@@ -522,7 +538,8 @@ void Engine::Step() {
     const auto pos = static_cast<int32_t>(s->cache->n_past());
     batch.push_back(BatchItem{s->cache.get(), s->pending, pos, true});
     for (size_t i = 0; i < s->draft.size(); ++i) {
-      batch.push_back(BatchItem{s->cache.get(), s->draft[i], pos + 1 + static_cast<int32_t>(i), true});
+      batch.push_back(
+          BatchItem{s->cache.get(), s->draft[i], pos + 1 + static_cast<int32_t>(i), true});
     }
     const auto rows = 1 + static_cast<int64_t>(s->draft.size());
     spans.push_back({s.get(), rows, rows, false});
@@ -537,7 +554,8 @@ void Engine::Step() {
       const size_t idx = s->prompt_fed + static_cast<size_t>(i);
       const bool want = s->req.record_logits || idx + 1 == s->req.prompt.size();
       logit_rows += want;
-      batch.push_back(BatchItem{s->cache.get(), s->req.prompt[idx], static_cast<int32_t>(s->cache->n_past() + i), want});
+      batch.push_back(BatchItem{s->cache.get(), s->req.prompt[idx],
+                                static_cast<int32_t>(s->cache->n_past() + i), want});
     }
     spans.push_back({s.get(), n, logit_rows, true});
     room -= n;
@@ -551,7 +569,8 @@ void Engine::Step() {
   ForwardStats stats;
   const auto forward_start = Clock::now();
   absl::Status st = model_->Forward(batch, &logits, &stats);
-  if (alone && st.ok()) pass_costs_.Record(static_cast<int>(batch.size()), Seconds(forward_start, Clock::now()));
+  if (alone && st.ok())
+    pass_costs_.Record(static_cast<int>(batch.size()), Seconds(forward_start, Clock::now()));
   counters_.steps++;
   counters_.batched_rows += batch.size();
   if (!st.ok()) {
@@ -569,7 +588,8 @@ void Engine::Step() {
       if (counts.empty()) counts.assign(L * E, 0);
       for (size_t l = 0; l < L; ++l) {
         if (!c.IsMoeLayer(static_cast<int64_t>(l))) continue;  // dense layers route nothing
-        const int32_t* r = stats.routed.data() + static_cast<size_t>(c.MoeLayerRank(static_cast<int64_t>(l))) * nb * K;
+        const int32_t* r = stats.routed.data() +
+                           static_cast<size_t>(c.MoeLayerRank(static_cast<int64_t>(l))) * nb * K;
         for (size_t i = first; i < first + static_cast<size_t>(sp.rows_in_batch); ++i) {
           for (size_t k = 0; k < K; ++k) counts[l * E + static_cast<size_t>(r[i * K + k])]++;
         }
@@ -582,8 +602,10 @@ void Engine::Step() {
   for (const Span& sp : spans) {
     Sequence* s = sp.seq;
     const float* rows = logits.data() + row * static_cast<size_t>(V);
-    if (s->req.record_logits) s->result.logits.insert(s->result.logits.end(), rows, rows + sp.logit_rows * V);
-    for (int64_t i = 0; i < sp.rows_in_batch; ++i) s->fed.push_back(batch[item + static_cast<size_t>(i)].token);
+    if (s->req.record_logits)
+      s->result.logits.insert(s->result.logits.end(), rows, rows + sp.logit_rows * V);
+    for (int64_t i = 0; i < sp.rows_in_batch; ++i)
+      s->fed.push_back(batch[item + static_cast<size_t>(i)].token);
     item += static_cast<size_t>(sp.rows_in_batch);
     row += static_cast<size_t>(sp.logit_rows);
     if (sp.prefill) {

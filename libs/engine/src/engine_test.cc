@@ -56,7 +56,8 @@ class EngineTest : public ::testing::Test {
     ASSERT_TRUE(wr.AddDense("output_norm", quant::DType::kF32, {32}, bytes(ones)).ok());
     for (int l = 0; l < 2; ++l) {
       const std::string b = "blk." + std::to_string(l) + ".";
-      auto q = rows(32, 32, 1), k = rows(16, 32, 1), v = rows(16, 32, 1), o = rows(32, 32, 1), r = rows(4, 32, 2);
+      auto q = rows(32, 32, 1), k = rows(16, 32, 1), v = rows(16, 32, 1), o = rows(32, 32, 1),
+           r = rows(4, 32, 2);
       ASSERT_TRUE(wr.AddDense(b + "attn_norm", quant::DType::kF32, {32}, bytes(ones)).ok());
       ASSERT_TRUE(wr.AddDense(b + "ffn_norm", quant::DType::kF32, {32}, bytes(ones)).ok());
       ASSERT_TRUE(wr.AddDense(b + "attn_q", quant::DType::kF32, {32, 32}, bytes(q)).ok());
@@ -87,7 +88,9 @@ class EngineTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  std::unique_ptr<Engine> NewEngine(EngineOptions o = {}) { return std::make_unique<Engine>(model_.get(), o); }
+  std::unique_ptr<Engine> NewEngine(EngineOptions o = {}) {
+    return std::make_unique<Engine>(model_.get(), o);
+  }
 
   static GenerationRequest Greedy(std::vector<int32_t> prompt, int64_t n) {
     GenerationRequest r;
@@ -229,7 +232,8 @@ TEST_F(EngineTest, RequestCancelledWhileQueuedDoesNoWork) {
 class SlowSource : public expert_source::ExpertSource {
  public:
   explicit SlowSource(expert_source::ExpertSource* inner) : inner_(inner) {}
-  absl::StatusOr<expert_source::Lease> Fetch(expert_source::ExpertId id, expert_source::Priority p) override {
+  absl::StatusOr<expert_source::Lease> Fetch(expert_source::ExpertId id,
+                                             expert_source::Priority p) override {
     std::this_thread::sleep_for(std::chrono::microseconds(500));
     return inner_->Fetch(id, p);
   }
@@ -298,7 +302,8 @@ TEST_F(EngineTest, BadRequestsAndLimits) {
   auto e = NewEngine({.kv_cache_limit = 1000});
   EXPECT_EQ(Run(*e, Greedy({}, 1)).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Run(*e, Greedy({1, 99}, 1)).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Run(*e, Greedy(std::vector<int32_t>(300, 1), 1)).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Run(*e, Greedy(std::vector<int32_t>(300, 1), 1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Run(*e, Greedy({1, 2, 3}, 4)).status().code(), absl::StatusCode::kResourceExhausted);
 }
 
@@ -496,7 +501,8 @@ TEST_F(EngineTest, ExpertCountsCoverEveryComputedRow) {
   const uint64_t rows = 7 + 4;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     uint64_t sum = 0;
-    for (int64_t x = 0; x < c.n_experts; ++x) sum += r->expert_counts[static_cast<size_t>(l * c.n_experts + x)];
+    for (int64_t x = 0; x < c.n_experts; ++x)
+      sum += r->expert_counts[static_cast<size_t>(l * c.n_experts + x)];
     EXPECT_EQ(sum, rows * static_cast<uint64_t>(c.top_k)) << "layer " << l;
   }
   // Batched with another request, a sequence's counts are its own.
@@ -506,7 +512,8 @@ TEST_F(EngineTest, ExpertCountsCoverEveryComputedRow) {
   ASSERT_TRUE(again.ok());
   uint64_t total = 0;
   for (uint32_t v : again->expert_counts) total += v;
-  EXPECT_EQ(total, (static_cast<uint64_t>(7 - again->cached_prompt_tokens) + 4) * c.top_k * c.n_layers);
+  EXPECT_EQ(total,
+            (static_cast<uint64_t>(7 - again->cached_prompt_tokens) + 4) * c.top_k * c.n_layers);
 }
 
 }  // namespace

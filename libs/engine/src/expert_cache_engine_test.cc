@@ -9,7 +9,6 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-
 #include "colibri/backend/cpu_backend.h"
 #include "colibri/engine/model.h"
 #include "colibri/engine/test_model.h"
@@ -36,7 +35,8 @@ class RecordingSource final : public expert_source::ExpertSource {
     }
     return next_->Fetch(id, p);
   }
-  absl::Status FetchMany(std::span<const ExpertId> ids, const std::function<void(size_t, Lease)>& on_ready) override {
+  absl::Status FetchMany(std::span<const ExpertId> ids,
+                         const std::function<void(size_t, Lease)>& on_ready) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
       batches_.emplace_back(ids.begin(), ids.end());
@@ -75,7 +75,9 @@ class RecordingSource final : public expert_source::ExpertSource {
 
 class ExpertCacheEngineTest : public TestModelSuite<ExpertCacheEngineTest> {
  protected:
-  static void SetUpTestSuite() { WriteModel("expert_cache_engine", SmallTestModelOptions("lookahead", /*seed=*/11)); }
+  static void SetUpTestSuite() {
+    WriteModel("expert_cache_engine", SmallTestModelOptions("lookahead", /*seed=*/11));
+  }
   void SetUp() override {
     TestModelSuite::SetUp();
     backend_ = backend::CreateCpuBackend({.threads = 2});
@@ -102,20 +104,23 @@ TEST_F(ExpertCacheEngineTest, PrefetchNeverChangesTokensOrLogits) {
     for (uint64_t blocks : {uint64_t{3}, total_blocks / 2, total_blocks}) {
       for (int prefetch_layers : {0, 1, 3}) {
         for (int io_threads : {0, 3}) {
-          SCOPED_TRACE(absl::StrCat(std::string(expert_source::CachePolicyName(policy)), " cache ", blocks, " blocks, prefetch ",
-                                    prefetch_layers, ", io threads ", io_threads));
+          SCOPED_TRACE(absl::StrCat(std::string(expert_source::CachePolicyName(policy)), " cache ",
+                                    blocks, " blocks, prefetch ", prefetch_layers, ", io threads ",
+                                    io_threads));
           expert_source::CacheTierOptions o;
           o.capacity_bytes = blocks * block_bytes();
           o.policy = policy;
           o.io_threads = io_threads;
           expert_source::CacheTier tier(disk_.get(), o);
-          auto model = Model::Load(*container_, backend_.get(), &tier, {.prefetch_layers = prefetch_layers});
+          auto model =
+              Model::Load(*container_, backend_.get(), &tier, {.prefetch_layers = prefetch_layers});
           ASSERT_TRUE(model.ok());
           auto run = GreedyDecode(**model, kPrompt, kSteps);
           ASSERT_TRUE(run.ok()) << run.status();
           EXPECT_EQ(run->tokens, ref->tokens);
           ASSERT_EQ(run->logits.size(), ref->logits.size());
-          for (size_t i = 0; i < run->logits.size(); ++i) ASSERT_EQ(run->logits[i], ref->logits[i]) << i;
+          for (size_t i = 0; i < run->logits.size(); ++i)
+            ASSERT_EQ(run->logits[i], ref->logits[i]) << i;
           const auto s = tier.Stats();
           EXPECT_LE(s.bytes_cached, o.capacity_bytes);
           if (prefetch_layers == 0 || io_threads == 0) {
@@ -146,7 +151,8 @@ TEST_F(ExpertCacheEngineTest, BatchReadsEachUniqueExpertOnce) {
   auto a = (*model)->NewCache();
   auto b = (*model)->NewCache();
   std::vector<BatchItem> pa = {{a.get(), 5, 0, false}, {a.get(), 17, 1, false}};
-  std::vector<BatchItem> pb = {{b.get(), 40, 0, false}, {b.get(), 2, 1, false}, {b.get(), 33, 2, false}};
+  std::vector<BatchItem> pb = {
+      {b.get(), 40, 0, false}, {b.get(), 2, 1, false}, {b.get(), 33, 2, false}};
   ASSERT_TRUE((*model)->Forward(pa, nullptr).ok());
   ASSERT_TRUE((*model)->Forward(pb, nullptr).ok());
   tier.Clear();
@@ -156,13 +162,15 @@ TEST_F(ExpertCacheEngineTest, BatchReadsEachUniqueExpertOnce) {
   // ...then one decode step for both in one batch; one of them twice over (same token, same
   // position in a third sequence) so rows surely share experts.
   auto c = (*model)->NewCache();
-  std::vector<BatchItem> pc = {{c.get(), 40, 0, false}, {c.get(), 2, 1, false}, {c.get(), 33, 2, false}};
+  std::vector<BatchItem> pc = {
+      {c.get(), 40, 0, false}, {c.get(), 2, 1, false}, {c.get(), 33, 2, false}};
   ASSERT_TRUE((*model)->Forward(pc, nullptr).ok());
   tier.Clear();
   front.TakeBatches();
   front.TakeHints();
   rec.TakeFetches();
-  std::vector<BatchItem> step = {{a.get(), 7, 2, true}, {b.get(), 8, 3, true}, {c.get(), 8, 3, true}};
+  std::vector<BatchItem> step = {
+      {a.get(), 7, 2, true}, {b.get(), 8, 3, true}, {c.get(), 8, 3, true}};
   std::vector<float> logits;
   ForwardStats stats;
   const uint64_t misses_before = tier.Stats().misses;
@@ -177,7 +185,8 @@ TEST_F(ExpertCacheEngineTest, BatchReadsEachUniqueExpertOnce) {
     std::set<int32_t> requested, routed;
     for (const ExpertId& id : batches[static_cast<size_t>(l)]) {
       EXPECT_EQ(id.layer, l);
-      EXPECT_TRUE(requested.insert(id.expert).second) << "expert " << id.expert << " requested twice";
+      EXPECT_TRUE(requested.insert(id.expert).second)
+          << "expert " << id.expert << " requested twice";
     }
     for (const auto& h : hints[static_cast<size_t>(l)]) {
       row_choices += h.selected;
@@ -186,8 +195,8 @@ TEST_F(ExpertCacheEngineTest, BatchReadsEachUniqueExpertOnce) {
     EXPECT_EQ(requested, routed) << "layer " << l;  // exactly the union of the rows' choices
     unique += static_cast<int64_t>(requested.size());
   }
-  EXPECT_EQ(row_choices, 3 * L * 2);  // 3 rows x top-2 per layer
-  EXPECT_LT(unique, row_choices);     // rows shared experts...
+  EXPECT_EQ(row_choices, 3 * L * 2);         // 3 rows x top-2 per layer
+  EXPECT_LT(unique, row_choices);            // rows shared experts...
   EXPECT_EQ(stats.experts_applied, unique);  // ...and each shared one was applied once
   EXPECT_EQ(stats.expert_rows, row_choices);
   // Below the cache, every unique expert was read from disk exactly once.
@@ -200,12 +209,13 @@ TEST_F(ExpertCacheEngineTest, BatchReadsEachUniqueExpertOnce) {
 }
 
 TEST_F(ExpertCacheEngineTest, TraceHasOneLinePerTokenAndLayer) {
-  const fs::path path = fs::temp_directory_path() / ("colibri_engine_trace_" + std::to_string(::getpid()) + ".jsonl");
+  const fs::path path =
+      fs::temp_directory_path() / ("colibri_engine_trace_" + std::to_string(::getpid()) + ".jsonl");
   const auto& c = container_->manifest().config;
   {
     auto trace = expert_source::RoutingTraceWriter::Open(
-        path, {"lookahead", static_cast<int>(c.n_layers), static_cast<int>(c.n_experts), static_cast<int>(c.top_k),
-               block_bytes()});
+        path, {"lookahead", static_cast<int>(c.n_layers), static_cast<int>(c.n_experts),
+               static_cast<int>(c.top_k), block_bytes()});
     ASSERT_TRUE(trace.ok());
     RecordingSource rec(disk_.get());
     auto model = Model::Load(*container_, backend_.get(), &rec, {.trace = trace->get()});
@@ -222,7 +232,8 @@ TEST_F(ExpertCacheEngineTest, TraceHasOneLinePerTokenAndLayer) {
       ASSERT_EQ(r.experts.size(), static_cast<size_t>(c.top_k));
       ASSERT_EQ(r.probs.size(), static_cast<size_t>(c.n_experts));
       EXPECT_NEAR(r.weights[0] + r.weights[1], 1.0f, 1e-3);  // Mixtral renormalises
-      EXPECT_GE(r.probs[static_cast<size_t>(r.experts[0])], r.probs[static_cast<size_t>(r.experts[1])]);
+      EXPECT_GE(r.probs[static_cast<size_t>(r.experts[0])],
+                r.probs[static_cast<size_t>(r.experts[1])]);
     }
     // The last decode step: one row per layer, positions after the prompt.
     const auto& last = t->records.back();

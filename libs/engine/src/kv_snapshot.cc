@@ -29,7 +29,8 @@ void DownloadSides(backend::Backend& be, const KvCache::LayerBuffers& b, int64_t
     be.Download(latent.data(), b.k, latent.size() * sizeof(float));
     for (int64_t t = 0; t < n; ++t) {
       for (int side = 0; side < 2; ++side) {
-        std::memcpy(sides[side].data() + t * kv_dim, latent.data() + (t * 2 + side) * kv_dim, kv_dim * sizeof(float));
+        std::memcpy(sides[side].data() + t * kv_dim, latent.data() + (t * 2 + side) * kv_dim,
+                    kv_dim * sizeof(float));
       }
     }
     return;
@@ -44,7 +45,8 @@ void UploadSides(backend::Backend& be, const KvCache::LayerBuffers& b, int64_t n
     std::vector<float> latent(static_cast<size_t>(n * 2 * kv_dim));
     for (int64_t t = 0; t < n; ++t) {
       for (int side = 0; side < 2; ++side) {
-        std::memcpy(latent.data() + (t * 2 + side) * kv_dim, sides[side].data() + t * kv_dim, kv_dim * sizeof(float));
+        std::memcpy(latent.data() + (t * 2 + side) * kv_dim, sides[side].data() + t * kv_dim,
+                    kv_dim * sizeof(float));
       }
     }
     be.Upload(b.k, latent.data(), latent.size() * sizeof(float));
@@ -61,18 +63,21 @@ absl::StatusOr<KvSnapshot> Model::SnapshotKv(const KvCache& cache, std::vector<i
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t kv_dim = KvSnapshotDim(config_);
   if (n > cache.n_past_) {
-    return absl::InvalidArgumentError(absl::StrCat("KV snapshot of ", n, " positions from a cache holding ",
-                                                   cache.n_past_));
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV snapshot of ", n, " positions from a cache holding ", cache.n_past_));
   }
   if (dtype != quant::DType::kF32 && !(dtype == quant::DType::kQ8_0 && kv_dim % 32 == 0)) {
-    return absl::InvalidArgumentError("KV snapshots are F32, or Q8_0 when kv_dim is a multiple of 32");
+    return absl::InvalidArgumentError(
+        "KV snapshots are F32, or Q8_0 when kv_dim is a multiple of 32");
   }
   // Sliding layers hold only their ring: the snapshot keeps the window before position n (what
   // the next token attends to); older rows of those layers are written as zeros, never read.
   const int64_t held_from = std::max(cache.ring_lo_, cache.n_past_ - cache.ring_);
   if (cache.window_ > 0 && held_from > std::max<int64_t>(0, n - cache.window_ + 1)) {
-    return absl::FailedPreconditionError(absl::StrCat("KV snapshot of ", n, " positions: the sliding layers hold "
-                                                      "positions from ", held_from, " only"));
+    return absl::FailedPreconditionError(absl::StrCat("KV snapshot of ", n,
+                                                      " positions: the sliding layers hold "
+                                                      "positions from ",
+                                                      held_from, " only"));
   }
   KvSnapshot s;
   s.tokens = std::move(tokens);
@@ -87,7 +92,8 @@ absl::StatusOr<KvSnapshot> Model::SnapshotKv(const KvCache& cache, std::vector<i
     if (cache.Sliding(static_cast<size_t>(l))) {
       for (int side = 0; side < 2; ++side) {
         sides[side].resize(static_cast<size_t>(n * kv_dim));
-        DownloadRing(cache, *(side == 0 ? cache.k_ : cache.v_)[static_cast<size_t>(l)], n, sides[side].data());
+        DownloadRing(cache, *(side == 0 ? cache.k_ : cache.v_)[static_cast<size_t>(l)], n,
+                     sides[side].data());
       }
     } else {
       DownloadSides(*backend_, cache.Buffers(l), n, kv_dim, sides);
@@ -97,7 +103,8 @@ absl::StatusOr<KvSnapshot> Model::SnapshotKv(const KvCache& cache, std::vector<i
         std::memcpy(s.Row(l, side, 0), sides[side].data(), sides[side].size() * sizeof(float));
         continue;
       }
-      for (int64_t t = 0; t < n; ++t) quant::QuantizeRow(dtype, sides[side].data() + t * kv_dim, s.Row(l, side, t), kv_dim);
+      for (int64_t t = 0; t < n; ++t)
+        quant::QuantizeRow(dtype, sides[side].data() + t * kv_dim, s.Row(l, side, t), kv_dim);
     }
   }
   return s;
@@ -107,10 +114,11 @@ absl::StatusOr<std::unique_ptr<KvCache>> Model::RestoreKv(const KvSnapshot& s) {
   const int64_t kv_dim = KvSnapshotDim(config_);
   const int64_t n = static_cast<int64_t>(s.tokens.size());
   if (s.n_layers != config_.n_layers || s.kv_dim != kv_dim ||
-      s.rows.size() != static_cast<size_t>(s.n_layers) * 2 * static_cast<size_t>(n) * s.RowBytes()) {
-    return absl::FailedPreconditionError(absl::StrCat("KV snapshot of shape (", s.n_layers, " layers, kv_dim ",
-                                                      s.kv_dim, ") does not fit this model (", config_.n_layers,
-                                                      ", ", kv_dim, ")"));
+      s.rows.size() !=
+          static_cast<size_t>(s.n_layers) * 2 * static_cast<size_t>(n) * s.RowBytes()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("KV snapshot of shape (", s.n_layers, " layers, kv_dim ", s.kv_dim,
+                     ") does not fit this model (", config_.n_layers, ", ", kv_dim, ")"));
   }
   auto cache = NewCache();
   RETURN_IF_ERROR(EnsureCapacity(cache.get(), n, 1));
@@ -131,7 +139,8 @@ absl::StatusOr<std::unique_ptr<KvCache>> Model::RestoreKv(const KvSnapshot& s) {
       for (int side = 0; side < 2; ++side) {
         float* ring = (side == 0 ? cache->k_ : cache->v_)[static_cast<size_t>(l)]->f32();
         for (int64_t t = std::max<int64_t>(0, n - cache->ring_); t < n; ++t) {
-          backend_->Upload(ring + (t % cache->ring_) * kv_dim, sides[side].data() + t * kv_dim, sizeof(float) * kv_dim);
+          backend_->Upload(ring + (t % cache->ring_) * kv_dim, sides[side].data() + t * kv_dim,
+                           sizeof(float) * kv_dim);
         }
       }
     } else {
@@ -148,7 +157,8 @@ void Model::DownloadRing(const KvCache& cache, backend::Buffer& ring, int64_t n,
   const int64_t held_from = std::max(cache.ring_lo_, cache.n_past_ - cache.ring_);
   std::fill(dst, dst + n * kv_dim, 0.0f);
   for (int64_t t = std::max<int64_t>(0, held_from); t < n; ++t) {
-    backend_->Download(dst + t * kv_dim, ring.f32() + (t % cache.ring_) * kv_dim, sizeof(float) * kv_dim);
+    backend_->Download(dst + t * kv_dim, ring.f32() + (t % cache.ring_) * kv_dim,
+                       sizeof(float) * kv_dim);
   }
 }
 

@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "colibri/core/checksum.h"
 #include "colibri/core/file_util.h"
-#include "spdlog/spdlog.h"
 #include "colibri/core/status.h"
+#include "spdlog/spdlog.h"
 
 namespace colibri::engine {
 namespace {
@@ -44,32 +44,35 @@ size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b
 absl::Status ParsePrefix(std::string_view bytes, uint64_t file_size, const std::string& fingerprint,
                          const std::string& what, KvSnapshot* s, size_t* data_offset) {
   Header h;
-  if (bytes.size() < sizeof(h)) return absl::DataLossError(absl::StrCat(what, ": truncated header"));
+  if (bytes.size() < sizeof(h))
+    return absl::DataLossError(absl::StrCat(what, ": truncated header"));
   std::memcpy(&h, bytes.data(), sizeof(h));
   if (std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0) {
     return absl::DataLossError(absl::StrCat(what, ": not a colibri KV cache file"));
   }
   if (h.version != kVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(what, ": KV file version ", h.version, ", expected ", kVersion));
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": KV file version ", h.version, ", expected ", kVersion));
   }
   const auto dtype = static_cast<quant::DType>(h.dtype);
   if (dtype != quant::DType::kF32 && dtype != quant::DType::kQ8_0) {
     return absl::DataLossError(absl::StrCat(what, ": unsupported row type ", h.dtype));
   }
-  if (h.n_layers <= 0 || h.n_layers > 4096 || h.kv_dim <= 0 || h.kv_dim > (1 << 20) || h.n_tokens <= 0 ||
-      h.n_tokens > (int64_t{1} << 24) || h.fingerprint_len > 4096 || h.session_len > 4096 ||
-      (dtype == quant::DType::kQ8_0 && h.kv_dim % 32 != 0)) {
+  if (h.n_layers <= 0 || h.n_layers > 4096 || h.kv_dim <= 0 || h.kv_dim > (1 << 20) ||
+      h.n_tokens <= 0 || h.n_tokens > (int64_t{1} << 24) || h.fingerprint_len > 4096 ||
+      h.session_len > 4096 || (dtype == quant::DType::kQ8_0 && h.kv_dim % 32 != 0)) {
     return absl::DataLossError(absl::StrCat(what, ": implausible header"));
   }
   s->dtype = dtype;
   s->n_layers = h.n_layers;
   s->kv_dim = h.kv_dim;
   const uint64_t tokens_bytes = static_cast<uint64_t>(h.n_tokens) * sizeof(int32_t);
-  const uint64_t rows_bytes = static_cast<uint64_t>(h.n_layers) * 2 * static_cast<uint64_t>(h.n_tokens) *
-                              quant::RowBytes(dtype, h.kv_dim);
+  const uint64_t rows_bytes = static_cast<uint64_t>(h.n_layers) * 2 *
+                              static_cast<uint64_t>(h.n_tokens) * quant::RowBytes(dtype, h.kv_dim);
   const uint64_t prefix = sizeof(h) + uint64_t{h.fingerprint_len} + h.session_len + tokens_bytes;
   if (prefix + rows_bytes + sizeof(uint64_t) != file_size) {
-    return absl::DataLossError(absl::StrCat(what, ": size ", file_size, " does not match its header (expected ",
+    return absl::DataLossError(absl::StrCat(what, ": size ", file_size,
+                                            " does not match its header (expected ",
                                             prefix + rows_bytes + sizeof(uint64_t), ")"));
   }
   if (bytes.size() < prefix) return absl::DataLossError(absl::StrCat(what, ": truncated"));
@@ -79,7 +82,8 @@ absl::Status ParsePrefix(std::string_view bytes, uint64_t file_size, const std::
   }
   s->session_id.assign(bytes.substr(sizeof(h) + h.fingerprint_len, h.session_len));
   s->tokens.resize(static_cast<size_t>(h.n_tokens));
-  std::memcpy(s->tokens.data(), bytes.data() + sizeof(h) + h.fingerprint_len + h.session_len, tokens_bytes);
+  std::memcpy(s->tokens.data(), bytes.data() + sizeof(h) + h.fingerprint_len + h.session_len,
+              tokens_bytes);
   *data_offset = static_cast<size_t>(prefix);
   return absl::OkStatus();
 }
@@ -99,7 +103,8 @@ std::string KvStore::Encode(const KvSnapshot& s, const std::string& fingerprint)
   h.fingerprint_len = static_cast<uint32_t>(fingerprint.size());
   h.session_len = static_cast<uint32_t>(s.session_id.size());
   std::string out;
-  out.reserve(sizeof(h) + fingerprint.size() + s.session_id.size() + s.tokens.size() * 4 + s.rows.size() + 8);
+  out.reserve(sizeof(h) + fingerprint.size() + s.session_id.size() + s.tokens.size() * 4 +
+              s.rows.size() + 8);
   out.append(reinterpret_cast<const char*>(&h), sizeof(h));
   out.append(fingerprint);
   out.append(s.session_id);
@@ -121,7 +126,8 @@ absl::StatusOr<KvSnapshot> KvStore::Decode(std::string_view bytes, const std::st
   if (Checksum64(bytes.data(), body) != stored) {
     return absl::DataLossError(absl::StrCat(what, ": checksum mismatch"));
   }
-  s.rows.assign(bytes.begin() + static_cast<ptrdiff_t>(offset), bytes.begin() + static_cast<ptrdiff_t>(body));
+  s.rows.assign(bytes.begin() + static_cast<ptrdiff_t>(offset),
+                bytes.begin() + static_cast<ptrdiff_t>(body));
   return s;
 }
 
@@ -166,8 +172,8 @@ void KvStore::WriterLoop() {
       continue;
     }
     std::shared_ptr<KvSnapshot> snap = it->ram;  // readers only from here on (TakeBest copies)
-    const std::string name = absl::StrCat(ChecksumHex(Checksum64(snap->tokens.data(), snap->tokens.size() * 4)),
-                                          "-", id, ".kv");
+    const std::string name = absl::StrCat(
+        ChecksumHex(Checksum64(snap->tokens.data(), snap->tokens.size() * 4)), "-", id, ".kv");
     writing_++;
     lock.unlock();
     const std::string encoded = Encode(*snap, options_.model_fingerprint);
@@ -212,11 +218,16 @@ quant::DType KvStore::snapshot_dtype() const {
 absl::Status KvStore::Index() {
   const fs::path& dir = options_.dir;
   std::error_code ec;
-  if (fs::create_directories(dir, ec)) fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("KV persistence directory ", dir.string(), ": ", ec.message()));
+  if (fs::create_directories(dir, ec))
+    fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  if (ec)
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV persistence directory ", dir.string(), ": ", ec.message()));
   fs::directory_iterator iter(dir, ec);
   std::vector<std::pair<fs::file_time_type, Entry>> found;
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("KV persistence directory ", dir.string(), ": ", ec.message()));
+  if (ec)
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV persistence directory ", dir.string(), ": ", ec.message()));
   for (; iter != fs::directory_iterator(); iter.increment(ec)) {
     if (ec) {
       spdlog::warn("KV persistence directory {}: {}", dir.string(), ec.message());
@@ -228,7 +239,8 @@ absl::Status KvStore::Index() {
     const std::string name = p.filename().string();
     if (p.extension() != ".kv" || !regular) {
       // An interrupted write of ours ("<hash>.kv.<pid>.tmp"); nothing else is touched.
-      if (regular && name.find(".kv.") != std::string::npos && p.extension() == ".tmp") fs::remove(p, file_ec);
+      if (regular && name.find(".kv.") != std::string::npos && p.extension() == ".tmp")
+        fs::remove(p, file_ec);
       continue;
     }
     std::ifstream in(p, std::ios::binary);
@@ -239,8 +251,9 @@ absl::Status KvStore::Index() {
     Header h{};
     if (head.size() >= sizeof(h)) {
       std::memcpy(&h, head.data(), sizeof(h));
-      const uint64_t need = sizeof(h) + uint64_t{h.fingerprint_len} + h.session_len +
-                            static_cast<uint64_t>(std::max<int64_t>(0, std::min<int64_t>(h.n_tokens, 1 << 24))) * 4;
+      const uint64_t need =
+          sizeof(h) + uint64_t{h.fingerprint_len} + h.session_len +
+          static_cast<uint64_t>(std::max<int64_t>(0, std::min<int64_t>(h.n_tokens, 1 << 24))) * 4;
       if (need > head.size() && need <= (uint64_t{64} << 20)) {
         in.clear();
         in.seekg(0);
@@ -252,12 +265,14 @@ absl::Status KvStore::Index() {
     KvSnapshot s;
     size_t offset = 0;
     const uint64_t size = fs::file_size(p, file_ec);
-    absl::Status st = file_ec ? absl::DataLossError(absl::StrCat(p.string(), ": ", file_ec.message()))
-                              : ParsePrefix(head, size, options_.model_fingerprint, p.string(), &s, &offset);
+    absl::Status st =
+        file_ec ? absl::DataLossError(absl::StrCat(p.string(), ": ", file_ec.message()))
+                : ParsePrefix(head, size, options_.model_fingerprint, p.string(), &s, &offset);
     if (st.ok() && (s.n_layers != options_.n_layers || s.kv_dim != options_.kv_dim)) {
       st = absl::FailedPreconditionError(absl::StrCat(p.string(), ": KV cache of another shape"));
     }
-    if (st.ok() && options_.context_length > 0 && static_cast<int64_t>(s.tokens.size()) > options_.context_length) {
+    if (st.ok() && options_.context_length > 0 &&
+        static_cast<int64_t>(s.tokens.size()) > options_.context_length) {
       st = absl::FailedPreconditionError(absl::StrCat(p.string(), ": ", s.tokens.size(),
                                                       " positions, more than the context length ",
                                                       options_.context_length));
@@ -268,23 +283,27 @@ absl::Status KvStore::Index() {
       continue;
     }
     const fs::file_time_type mtime = fs::last_write_time(p, file_ec);
-    found.emplace_back(mtime, Entry{std::move(s.tokens), std::move(s.session_id), nullptr, p, size, 0, false});
+    found.emplace_back(
+        mtime, Entry{std::move(s.tokens), std::move(s.session_id), nullptr, p, size, 0, false});
   }
   // Most recent first, as entries_ is kept: the disk limit then deletes the oldest files.
-  std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::stable_sort(found.begin(), found.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
   for (auto& [mtime, e] : found) {
     e.id = next_id_++;
     entries_.push_back(std::move(e));
     stats_.disk_entries++;
   }
   EnforceDiskLimitLocked();
-  if (!entries_.empty()) spdlog::info("KV store: {} cached conversations in {}", entries_.size(), dir.string());
+  if (!entries_.empty())
+    spdlog::info("KV store: {} cached conversations in {}", entries_.size(), dir.string());
   return absl::OkStatus();
 }
 
 absl::Status KvStore::WriteLocked(Entry* e) {
-  const std::string name = absl::StrCat(ChecksumHex(Checksum64(e->tokens.data(), e->tokens.size() * sizeof(int32_t))),
-                                        "-", e->id, ".kv");
+  const std::string name =
+      absl::StrCat(ChecksumHex(Checksum64(e->tokens.data(), e->tokens.size() * sizeof(int32_t))),
+                   "-", e->id, ".kv");
   const fs::path path = options_.dir / name;
   const std::string bytes = Encode(*e->ram, options_.model_fingerprint);
   RETURN_IF_ERROR(WriteFileAtomic(path, bytes, kFileMode));
@@ -313,7 +332,8 @@ void KvStore::EnforceDiskLimitLocked() {
 
 void KvStore::SpillLocked() {
   // Oldest RAM entries first, until the RAM entries not already on their way to disk fit.
-  for (auto it = entries_.rbegin(); it != entries_.rend() && ram_bytes_ > spilling_bytes_ + options_.ram_limit;) {
+  for (auto it = entries_.rbegin();
+       it != entries_.rend() && ram_bytes_ > spilling_bytes_ + options_.ram_limit;) {
     if (!it->ram || it->spilling) {
       ++it;
       continue;
@@ -366,7 +386,8 @@ void KvStore::Put(KvSnapshot snapshot) {
 }
 
 std::list<KvStore::Entry>::iterator KvStore::BestLocked(const std::vector<int32_t>& prompt,
-                                                        const std::string& session_id, size_t* len) {
+                                                        const std::string& session_id,
+                                                        size_t* len) {
   auto best = entries_.end();
   size_t best_len = 0;
   if (prompt.empty()) {
@@ -385,7 +406,8 @@ std::list<KvStore::Entry>::iterator KvStore::BestLocked(const std::vector<int32_
   return best_len == 0 ? entries_.end() : best;
 }
 
-size_t KvStore::BestPrefix(const std::vector<int32_t>& prompt, const std::string& session_id) const {
+size_t KvStore::BestPrefix(const std::vector<int32_t>& prompt,
+                           const std::string& session_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   size_t len = 0;
   const_cast<KvStore*>(this)->BestLocked(prompt, session_id, &len);
@@ -409,8 +431,8 @@ KvSnapshot KvSnapshot::Prefix(size_t n) const {
   return p;
 }
 
-std::optional<KvSnapshot> KvStore::TakeBest(const std::vector<int32_t>& prompt, const std::string& session_id,
-                                            size_t longer_than) {
+std::optional<KvSnapshot> KvStore::TakeBest(const std::vector<int32_t>& prompt,
+                                            const std::string& session_id, size_t longer_than) {
   std::unique_lock<std::mutex> lock(mu_);
   size_t len = 0;
   auto it = BestLocked(prompt, session_id, &len);
@@ -421,7 +443,9 @@ std::optional<KvSnapshot> KvStore::TakeBest(const std::vector<int32_t>& prompt, 
   const bool whole = len + 1 >= it->tokens.size();
   if (it->ram) {
     // The writer thread may be reading a spilling snapshot: copy it then, move it otherwise.
-    KvSnapshot s = !whole ? it->ram->Prefix(len) : it->spilling ? KvSnapshot(*it->ram) : std::move(*it->ram);
+    KvSnapshot s = !whole         ? it->ram->Prefix(len)
+                   : it->spilling ? KvSnapshot(*it->ram)
+                                  : std::move(*it->ram);
     if (whole) {
       const uint64_t ram_bytes = s.bytes();
       ram_bytes_ -= ram_bytes;
@@ -447,9 +471,11 @@ std::optional<KvSnapshot> KvStore::TakeBest(const std::vector<int32_t>& prompt, 
   lock.unlock();
   if (options_.before_disk_read) options_.before_disk_read(path);
   absl::StatusOr<std::string> bytes = ReadFileToString(path);
-  absl::StatusOr<KvSnapshot> s = bytes.ok() ? Decode(*bytes, options_.model_fingerprint, path.string())
-                                            : absl::StatusOr<KvSnapshot>(bytes.status());
-  if (s.ok() && (s->n_layers != options_.n_layers || s->kv_dim != options_.kv_dim || s->tokens != tokens)) {
+  absl::StatusOr<KvSnapshot> s = bytes.ok()
+                                     ? Decode(*bytes, options_.model_fingerprint, path.string())
+                                     : absl::StatusOr<KvSnapshot>(bytes.status());
+  if (s.ok() &&
+      (s->n_layers != options_.n_layers || s->kv_dim != options_.kv_dim || s->tokens != tokens)) {
     s = absl::DataLossError(absl::StrCat(path.string(), ": changed since it was indexed"));
   }
   if (s.ok() && !whole) s = s->Prefix(len);
@@ -459,7 +485,8 @@ std::optional<KvSnapshot> KvStore::TakeBest(const std::vector<int32_t>& prompt, 
   if (!s.ok()) {
     if (!whole) {
       it = FindLocked(id);
-      if (it == entries_.end() || it->path != path) return std::nullopt;  // deleted meanwhile: a plain miss
+      if (it == entries_.end() || it->path != path)
+        return std::nullopt;  // deleted meanwhile: a plain miss
       fs::remove(path, ec);
       stats_.disk_entries--;
       entries_.erase(it);

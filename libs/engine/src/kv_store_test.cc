@@ -1,7 +1,6 @@
 #include "colibri/engine/kv_store.h"
 
 #include <gtest/gtest.h>
-
 #include <sys/stat.h>
 
 #include <chrono>
@@ -60,7 +59,8 @@ TEST_F(KvStoreTest, EncodeDecodeRoundTripAndRejectsDamage) {
   EXPECT_EQ(back->session_id, "sess");
   EXPECT_EQ(back->dtype, quant::DType::kQ8_0);
   EXPECT_EQ(back->rows, s.rows);
-  EXPECT_EQ(KvStore::Decode(bytes, "other", "mem").status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(KvStore::Decode(bytes, "other", "mem").status().code(),
+            absl::StatusCode::kFailedPrecondition);
   std::string flipped = bytes;
   flipped[bytes.size() - 20] ^= 1;
   EXPECT_EQ(KvStore::Decode(flipped, "fp", "mem").status().code(), absl::StatusCode::kDataLoss);
@@ -102,7 +102,8 @@ TEST_F(KvStoreTest, ASharedStartGetsACopyAndTheConversationStays) {
     EXPECT_EQ(prefix->tokens, (std::vector<int32_t>{1, 2, 3}));
     for (int64_t l = 0; l < 2; ++l) {
       for (int side = 0; side < 2; ++side) {
-        EXPECT_EQ(std::memcmp(prefix->Row(l, side, 0), full.Row(l, side, 0), 3 * full.RowBytes()), 0);
+        EXPECT_EQ(std::memcmp(prefix->Row(l, side, 0), full.Row(l, side, 0), 3 * full.RowBytes()),
+                  0);
       }
     }
     EXPECT_EQ((*store)->stats().ram_entries + (*store)->stats().disk_entries, 1u) << disk;
@@ -257,7 +258,8 @@ TEST_F(KvStoreTest, AFullDiskDropsTheCacheAndLeavesNoTempFile) {
   EXPECT_EQ(st.dropped, 1u);
   EXPECT_EQ(st.ram_bytes, 0u);
   std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(o.dir)) names.push_back(entry.path().filename().string());
+  for (const auto& entry : fs::directory_iterator(o.dir))
+    names.push_back(entry.path().filename().string());
   ASSERT_EQ(names.size(), 1u);
   EXPECT_EQ(fs::path(names[0]).extension(), ".kv") << names[0];
   // PersistAll on the full disk reports the failure and also cleans up.

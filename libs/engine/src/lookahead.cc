@@ -6,8 +6,9 @@ namespace colibri::engine {
 
 using expert_source::ExpertId;
 
-Lookahead::Lookahead(backend::Backend* backend, expert_source::ExpertSource* experts, std::vector<LayerGate> gates,
-                     const model::ModelConfig& config, int depth, float min_weight, ModelCounters* counters)
+Lookahead::Lookahead(backend::Backend* backend, expert_source::ExpertSource* experts,
+                     std::vector<LayerGate> gates, const model::ModelConfig& config, int depth,
+                     float min_weight, ModelCounters* counters)
     : backend_(backend),
       experts_(experts),
       gates_(std::move(gates)),
@@ -45,14 +46,17 @@ absl::Status Lookahead::Predict(int layer, const float* x, int64_t n) {
     Route(host_logits_.data(), g.bias, n, route_, /*keep_probs=*/false, &routing_);
     const auto K = static_cast<size_t>(config_.top_k);
     for (int64_t t = 0; t < n; ++t) {
-      const auto begin = routing_.experts.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(t) * K);
-      row_predictions_[static_cast<size_t>(t)].emplace_back(begin, begin + static_cast<std::ptrdiff_t>(K));
+      const auto begin =
+          routing_.experts.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(t) * K);
+      row_predictions_[static_cast<size_t>(t)].emplace_back(begin,
+                                                            begin + static_cast<std::ptrdiff_t>(K));
     }
     auto& seen = predicted_[static_cast<size_t>(target)];
     for (size_t i = 0; i < routing_.experts.size(); ++i) {
       const int32_t e = routing_.experts[i];
       // Compared without the scaling factor (see ModelOptions::prefetch_min_weight).
-      if (seen[static_cast<size_t>(e)] || routing_.weights[i] < min_weight_ * route_.scale) continue;
+      if (seen[static_cast<size_t>(e)] || routing_.weights[i] < min_weight_ * route_.scale)
+        continue;
       seen[static_cast<size_t>(e)] = 1;
       ids.push_back(ExpertId{target, e});
     }

@@ -25,13 +25,14 @@ namespace colibri::engine {
 class Lookahead {
  public:
   struct LayerGate {
-    bool moe = true;                   // dense layers have no router and are skipped
-    const float* ffn_norm = nullptr;   // f32 [hidden]
-    backend::WeightRef router;         // [n_experts, hidden]
-    const float* bias = nullptr;       // host f32 [n_experts] router bias, or null (see Route)
+    bool moe = true;                  // dense layers have no router and are skipped
+    const float* ffn_norm = nullptr;  // f32 [hidden]
+    backend::WeightRef router;        // [n_experts, hidden]
+    const float* bias = nullptr;      // host f32 [n_experts] router bias, or null (see Route)
   };
-  Lookahead(backend::Backend* backend, expert_source::ExpertSource* experts, std::vector<LayerGate> gates,
-            const model::ModelConfig& config, int depth, float min_weight, ModelCounters* counters);
+  Lookahead(backend::Backend* backend, expert_source::ExpertSource* experts,
+            std::vector<LayerGate> gates, const model::ModelConfig& config, int depth,
+            float min_weight, ModelCounters* counters);
 
   // Forgets the previous forward pass's predictions.
   void BeginForward();

@@ -15,7 +15,8 @@
 
 namespace colibri::engine {
 
-void Model::MlaAttention(int64_t layer, const LayerWeights& lw, std::span<const Run> runs, int64_t n) {
+void Model::MlaAttention(int64_t layer, const LayerWeights& lw, std::span<const Run> runs,
+                         int64_t n) {
   const auto& c = config_;
   Workspace& w = *ws_;
   backend::Backend& be = *backend_;

@@ -11,8 +11,8 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
-#include <set>
 #include <numeric>
+#include <set>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -36,7 +36,9 @@ constexpr int kSteps = 16;
 
 class MlaEngineTest : public TestModelSuite<MlaEngineTest> {
  protected:
-  static void SetUpTestSuite() { WriteModel("mla_engine", SmallMlaTestModelOptions("mla", /*seed=*/31)); }
+  static void SetUpTestSuite() {
+    WriteModel("mla_engine", SmallMlaTestModelOptions("mla", /*seed=*/31));
+  }
   void SetUp() override {
     TestModelSuite::SetUp();
     backend_ = backend::CreateCpuBackend({.threads = 2});
@@ -44,7 +46,8 @@ class MlaEngineTest : public TestModelSuite<MlaEngineTest> {
   uint64_t largest_block() const {
     uint64_t largest = 0;
     for (const auto& b : container_->manifest().experts) {
-      largest = std::max(largest, disk_->BlockSize({static_cast<int32_t>(b.layer), static_cast<int32_t>(b.expert)}));
+      largest = std::max(largest, disk_->BlockSize({static_cast<int32_t>(b.layer),
+                                                    static_cast<int32_t>(b.expert)}));
     }
     return largest;
   }
@@ -64,7 +67,8 @@ TEST_F(MlaEngineTest, TheModelIsLatentAndGrouped) {
   ASSERT_TRUE(c.mla());
   EXPECT_EQ(c.architecture, model::Architecture::kDeepseek2);
   EXPECT_EQ(KvSnapshotDim(c), (c.kv_lora_rank + c.qk_rope_head_dim) / 2);  // the latent row, halved
-  EXPECT_EQ(container_->manifest().experts.size(), static_cast<size_t>(c.n_moe_layers() * c.n_experts));
+  EXPECT_EQ(container_->manifest().experts.size(),
+            static_cast<size_t>(c.n_moe_layers() * c.n_experts));
 }
 
 TEST_F(MlaEngineTest, RamCacheAndPrefetchNeverChangeTokensOrLogits) {
@@ -78,7 +82,8 @@ TEST_F(MlaEngineTest, RamCacheAndPrefetchNeverChangeTokensOrLogits) {
       o.capacity_bytes = blocks * largest_block();
       o.io_threads = 2;
       expert_source::CacheTier tier(disk_.get(), o);
-      auto model = Model::Load(*container_, backend_.get(), &tier, {.prefetch_layers = prefetch_layers});
+      auto model =
+          Model::Load(*container_, backend_.get(), &tier, {.prefetch_layers = prefetch_layers});
       ASSERT_TRUE(model.ok()) << model.status();
       auto run = GreedyDecode(**model, kPrompt, kSteps);
       ASSERT_TRUE(run.ok()) << run.status();
@@ -102,7 +107,8 @@ TEST_F(MlaEngineTest, VramTierOnTheDeviceLikeBackendGivesTheCpuTokens) {
   for (uint64_t slots : {uint64_t{3}, total_blocks}) {
     SCOPED_TRACE(testing::Message() << slots << " slots");
     backend::DeviceLikeBackend be;
-    auto tiers = StackVramTier(&be, disk_.get(), /*ram_bytes=*/8 * largest_block(), slots, largest_block());
+    auto tiers =
+        StackVramTier(&be, disk_.get(), /*ram_bytes=*/8 * largest_block(), slots, largest_block());
     ASSERT_TRUE(tiers.ok()) << tiers.status();
     auto model = Model::Load(*container_, &be, tiers->vram.get(), {.prefetch_layers = 1});
     ASSERT_TRUE(model.ok()) << model.status();
@@ -157,7 +163,8 @@ TEST_F(MlaEngineTest, LatentKvPersistsAcrossARestart) {
   ASSERT_EQ(files.size(), 1u);
   // The latent: (kv_lora_rank + qk_rope_head_dim) floats per token and layer, not 2 x heads x
   // head_dim; the file holds the 12 positions computed (6 + 7 - 1) and a small header.
-  const uint64_t latent_bytes = static_cast<uint64_t>(c.n_layers) * (c.kv_lora_rank + c.qk_rope_head_dim) * 12 * 4;
+  const uint64_t latent_bytes =
+      static_cast<uint64_t>(c.n_layers) * (c.kv_lora_rank + c.qk_rope_head_dim) * 12 * 4;
   EXPECT_GE(fs::file_size(files[0]), latent_bytes);
   EXPECT_LT(fs::file_size(files[0]), latent_bytes + 4096);
 
@@ -172,7 +179,8 @@ TEST_F(MlaEngineTest, LatentKvPersistsAcrossARestart) {
     Engine warm_engine(model->get(), {.kv_store = store->get()});
     auto warm = RunToEnd(warm_engine, Greedy(turn2, 9, "conversation-1"));
     ASSERT_TRUE(warm.ok()) << warm.status();
-    EXPECT_EQ(warm->cached_prompt_tokens, 6 + 7 - 1);  // only the new tokens (and the last answer one) prefilled
+    EXPECT_EQ(warm->cached_prompt_tokens,
+              6 + 7 - 1);  // only the new tokens (and the last answer one) prefilled
     EXPECT_EQ(warm_engine.counters().kv_restored_tokens.load(), 12u);
     warm_tokens = warm->tokens;
   }
@@ -202,20 +210,24 @@ class MlaLookaheadTest : public TestModelSuite<MlaLookaheadTest> {
 
 TEST_F(MlaLookaheadTest, PredictionsUseTheRoutingsSelectionRule) {
   const model::ModelConfig& c = container_->manifest().config;
-  const fs::path path = fs::temp_directory_path() / absl::StrCat("colibri_mla_trace_", ::getpid(), ".jsonl");
+  const fs::path path =
+      fs::temp_directory_path() / absl::StrCat("colibri_mla_trace_", ::getpid(), ".jsonl");
   auto backend = backend::CreateCpuBackend({.threads = 2});
   {
     auto trace = expert_source::RoutingTraceWriter::Open(
-        path, {"mla", static_cast<int>(c.n_layers), static_cast<int>(c.n_experts), static_cast<int>(c.top_k),
-               container_->manifest().experts[0].padded_size, /*lookahead_layers=*/2});
+        path, {"mla", static_cast<int>(c.n_layers), static_cast<int>(c.n_experts),
+               static_cast<int>(c.top_k), container_->manifest().experts[0].padded_size,
+               /*lookahead_layers=*/2});
     ASSERT_TRUE(trace.ok()) << trace.status();
-    auto model = Model::Load(*container_, backend.get(), disk_.get(), {.prefetch_layers = 2, .trace = trace->get()});
+    auto model = Model::Load(*container_, backend.get(), disk_.get(),
+                             {.prefetch_layers = 2, .trace = trace->get()});
     ASSERT_TRUE(model.ok()) << model.status();
     ASSERT_TRUE(GreedyDecode(**model, kPrompt, 6).ok());
     ASSERT_TRUE((*trace)->Flush().ok());
     // Every routed expert of layers 2.. was predicted (layer 1 follows the dense layer 0, whose
     // predictions are counted too).
-    EXPECT_EQ((*model)->counters().prefetch_predicted_routed.load(), (*model)->counters().prefetch_routed.load());
+    EXPECT_EQ((*model)->counters().prefetch_predicted_routed.load(),
+              (*model)->counters().prefetch_routed.load());
   }
   auto t = expert_source::ReadTrace(path);
   fs::remove(path);
@@ -226,7 +238,8 @@ TEST_F(MlaLookaheadTest, PredictionsUseTheRoutingsSelectionRule) {
   int compared = 0, plain_top_k_differs = 0;
   for (const auto& r : t->records) {
     // Weights: the chosen sigmoid scores renormalised to 1, times routed_scaling_factor 2.5.
-    EXPECT_NEAR(std::accumulate(r.weights.begin(), r.weights.end(), 0.0f), 2.5f, 1e-3);  // the trace keeps 4 decimals
+    EXPECT_NEAR(std::accumulate(r.weights.begin(), r.weights.end(), 0.0f), 2.5f,
+                1e-3);  // the trace keeps 4 decimals
     // At most topk_groups groups hold the chosen experts.
     std::vector<int64_t> groups;
     for (int32_t e : r.experts) groups.push_back(e / per_group);
@@ -245,8 +258,8 @@ TEST_F(MlaLookaheadTest, PredictionsUseTheRoutingsSelectionRule) {
     for (size_t d = 0; d < r.lookahead.size(); ++d) {
       auto next = by_layer.find({r.step, r.item, r.layer + static_cast<int32_t>(d) + 1});
       if (next == by_layer.end()) continue;  // beyond the last layer
-      EXPECT_EQ(r.lookahead[d], next->second->experts) << "step " << r.step << " row " << r.item << " layer "
-                                                       << r.layer << " + " << d + 1;
+      EXPECT_EQ(r.lookahead[d], next->second->experts)
+          << "step " << r.step << " row " << r.item << " layer " << r.layer << " + " << d + 1;
       ++compared;
     }
   }
@@ -258,11 +271,13 @@ TEST_F(MlaLookaheadTest, PredictionsUseTheRoutingsSelectionRule) {
 class PrefetchRecorder final : public expert_source::ExpertSource {
  public:
   explicit PrefetchRecorder(expert_source::ExpertSource* next) : next_(next) {}
-  absl::StatusOr<expert_source::Lease> Fetch(expert_source::ExpertId id, expert_source::Priority p) override {
+  absl::StatusOr<expert_source::Lease> Fetch(expert_source::ExpertId id,
+                                             expert_source::Priority p) override {
     return next_->Fetch(id, p);
   }
-  absl::Status FetchMany(std::span<const expert_source::ExpertId> ids,
-                         const std::function<void(size_t, expert_source::Lease)>& on_ready) override {
+  absl::Status FetchMany(
+      std::span<const expert_source::ExpertId> ids,
+      const std::function<void(size_t, expert_source::Lease)>& on_ready) override {
     return next_->FetchMany(ids, on_ready);
   }
   void Prefetch(std::span<const expert_source::ExpertId> ids) override {
@@ -287,17 +302,20 @@ TEST_F(MlaLookaheadTest, PrefetchMinWeightIsAShareOfTheUnscaledWeights) {
   const model::ModelConfig& c = container_->manifest().config;
   constexpr float kMin = 0.33f;
   const float scale = static_cast<float>(c.routed_scaling_factor);
-  const fs::path path = fs::temp_directory_path() / absl::StrCat("colibri_mla_minw_", ::getpid(), ".jsonl");
+  const fs::path path =
+      fs::temp_directory_path() / absl::StrCat("colibri_mla_minw_", ::getpid(), ".jsonl");
   auto backend = backend::CreateCpuBackend({.threads = 2});
   PrefetchRecorder rec(disk_.get());
   std::vector<std::set<std::pair<int32_t, int32_t>>> prefetched;  // per forward pass
   {
     auto trace = expert_source::RoutingTraceWriter::Open(
-        path, {"mla", static_cast<int>(c.n_layers), static_cast<int>(c.n_experts), static_cast<int>(c.top_k),
-               container_->manifest().experts[0].padded_size, /*lookahead_layers=*/1});
+        path, {"mla", static_cast<int>(c.n_layers), static_cast<int>(c.n_experts),
+               static_cast<int>(c.top_k), container_->manifest().experts[0].padded_size,
+               /*lookahead_layers=*/1});
     ASSERT_TRUE(trace.ok()) << trace.status();
-    auto model = Model::Load(*container_, backend.get(), &rec,
-                             {.prefetch_layers = 1, .prefetch_min_weight = kMin, .trace = trace->get()});
+    auto model =
+        Model::Load(*container_, backend.get(), &rec,
+                    {.prefetch_layers = 1, .prefetch_min_weight = kMin, .trace = trace->get()});
     ASSERT_TRUE(model.ok()) << model.status();
     auto cache = (*model)->NewCache();
     std::vector<BatchItem> batch;
@@ -308,7 +326,8 @@ TEST_F(MlaLookaheadTest, PrefetchMinWeightIsAShareOfTheUnscaledWeights) {
       std::vector<float> logits;
       ASSERT_TRUE((*model)->Forward(batch, &logits).ok());
       prefetched.push_back(rec.Take());
-      const auto next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      const auto next =
+          static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       batch = {{cache.get(), next, static_cast<int32_t>(cache->n_past()), true}};
     }
     ASSERT_TRUE((*trace)->Flush().ok());
@@ -318,13 +337,17 @@ TEST_F(MlaLookaheadTest, PrefetchMinWeightIsAShareOfTheUnscaledWeights) {
   ASSERT_TRUE(t.ok()) << t.status();
   // What the rule gives from the routing of each pass (the predictions equal it on this model,
   // see PredictionsUseTheRoutingsSelectionRule), and what a threshold on the scaled weights would.
-  std::vector<std::set<std::pair<int32_t, int32_t>>> want(prefetched.size()), scaled_rule(prefetched.size());
+  std::vector<std::set<std::pair<int32_t, int32_t>>> want(prefetched.size()),
+      scaled_rule(prefetched.size());
   for (const auto& r : t->records) {
     ASSERT_LT(static_cast<size_t>(r.step), want.size());
     for (size_t k = 0; k < r.experts.size(); ++k) {
-      ASSERT_GT(std::abs(r.weights[k] - kMin * scale), 1e-3) << "a weight at the threshold: pick another";
-      if (r.weights[k] >= kMin * scale) want[static_cast<size_t>(r.step)].insert({r.layer, r.experts[k]});
-      if (r.weights[k] >= kMin) scaled_rule[static_cast<size_t>(r.step)].insert({r.layer, r.experts[k]});
+      ASSERT_GT(std::abs(r.weights[k] - kMin * scale), 1e-3)
+          << "a weight at the threshold: pick another";
+      if (r.weights[k] >= kMin * scale)
+        want[static_cast<size_t>(r.step)].insert({r.layer, r.experts[k]});
+      if (r.weights[k] >= kMin)
+        scaled_rule[static_cast<size_t>(r.step)].insert({r.layer, r.experts[k]});
     }
   }
   size_t n = 0;

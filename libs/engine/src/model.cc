@@ -23,8 +23,8 @@ constexpr float kGptOssSwiGluAlpha = 1.702f;
 // ys[i] = x · ws[i]ᵀ for matrices that read the same input: one parallel op on a host backend
 // (x quantized once), a MatMul each elsewhere.
 template <size_t N>
-void MatMulsOf(backend::Backend& be, const std::array<backend::WeightRef, N>& ws, const float* x, int64_t n,
-               const std::array<float*, N>& ys) {
+void MatMulsOf(backend::Backend& be, const std::array<backend::WeightRef, N>& ws, const float* x,
+               int64_t n, const std::array<float*, N>& ys) {
   if (auto* host = dynamic_cast<backend::HostOps*>(&be)) {
     host->MatMuls(ws, x, n, ys);
     return;
@@ -74,8 +74,9 @@ absl::Status CheckExpertShapes(const model::Manifest& manifest, const model::Mod
     auto check = [&](const char* part, int64_t rows, int64_t cols) -> absl::Status {
       const model::TensorEntry* p = blk.Part(part);
       if (p->rows() != rows || p->cols() != cols) {
-        return absl::FailedPreconditionError(absl::StrCat("expert (layer ", blk.layer, ", id ", blk.expert, ") part '",
-                                                          part, "' has the wrong shape"));
+        return absl::FailedPreconditionError(absl::StrCat("expert (layer ", blk.layer, ", id ",
+                                                          blk.expert, ") part '", part,
+                                                          "' has the wrong shape"));
       }
       return absl::OkStatus();
     };
@@ -86,8 +87,9 @@ absl::Status CheckExpertShapes(const model::Manifest& manifest, const model::Mod
       for (const char* part : {"gate_bias", "up_bias", "down_bias"}) {
         const model::TensorEntry* p = blk.Part(part);
         if (p == nullptr || p->dtype != quant::DType::kF32) {
-          return absl::FailedPreconditionError(absl::StrCat("expert (layer ", blk.layer, ", id ", blk.expert,
-                                                            ") has no f32 part '", part, "' (the config has expert biases)"));
+          return absl::FailedPreconditionError(absl::StrCat("expert (layer ", blk.layer, ", id ",
+                                                            blk.expert, ") has no f32 part '", part,
+                                                            "' (the config has expert biases)"));
         }
       }
       RETURN_IF_ERROR(check("gate_bias", 1, c.expert_ffn));
@@ -100,8 +102,10 @@ absl::Status CheckExpertShapes(const model::Manifest& manifest, const model::Mod
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& container, backend::Backend* backend,
-                                                   expert_source::ExpertSource* experts, const ModelOptions& options) {
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& container,
+                                                   backend::Backend* backend,
+                                                   expert_source::ExpertSource* experts,
+                                                   const ModelOptions& options) {
   auto m = std::unique_ptr<Model>(new Model());
   m->options_ = options;
   m->manifest_ = container.manifest();
@@ -113,14 +117,17 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& conta
   const auto& c = m->config_;
   m->rope_ = model::MakeRopeTable(c.rope_theta, c.rotary_dims(), c.rope_scaling);
 
-  auto weight = [&](const std::string& name, int64_t rows, int64_t cols) -> absl::StatusOr<WeightRef> {
+  auto weight = [&](const std::string& name, int64_t rows,
+                    int64_t cols) -> absl::StatusOr<WeightRef> {
     ASSIGN_OR_RETURN(model::TensorView t, m->dense_.Get(m->manifest_, name));
     if (t.rows != rows || t.cols != cols) {
-      return absl::FailedPreconditionError(absl::StrCat("tensor '", name, "' is [", t.rows, ", ", t.cols,
-                                                        "], the config needs [", rows, ", ", cols, "]"));
+      return absl::FailedPreconditionError(absl::StrCat("tensor '", name, "' is [", t.rows, ", ",
+                                                        t.cols, "], the config needs [", rows, ", ",
+                                                        cols, "]"));
     }
     std::unique_ptr<Buffer> storage;
-    ASSIGN_OR_RETURN(WeightRef ref, backend->ImportWeight(t.dtype, t.rows, t.cols, t.data, &storage));
+    ASSIGN_OR_RETURN(WeightRef ref,
+                     backend->ImportWeight(t.dtype, t.rows, t.cols, t.data, &storage));
     if (storage) m->weight_storage_.push_back(std::move(storage));
     return ref;
   };
@@ -136,8 +143,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& conta
   auto host_vec = [&](const std::string& name, int64_t n) -> absl::StatusOr<const float*> {
     ASSIGN_OR_RETURN(model::TensorView t, m->dense_.Get(m->manifest_, name));
     if (t.rows != 1 || t.cols != n) {
-      return absl::FailedPreconditionError(absl::StrCat("tensor '", name, "' is [", t.rows, ", ", t.cols,
-                                                        "], the config needs [1, ", n, "]"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tensor '", name, "' is [", t.rows, ", ", t.cols, "], the config needs [1, ", n, "]"));
     }
     if (t.dtype != quant::DType::kF32) {
       return absl::FailedPreconditionError(absl::StrCat("tensor '", name, "' must be f32"));
@@ -150,14 +157,16 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& conta
                        int64_t cols) -> absl::StatusOr<WeightRef> {
     ASSIGN_OR_RETURN(model::TensorView t, m->dense_.Get(m->manifest_, name));
     if (t.rows != n_heads * rows || t.cols != cols) {
-      return absl::FailedPreconditionError(absl::StrCat("tensor '", name, "' is [", t.rows, ", ", t.cols,
-                                                        "], the config needs [", n_heads * rows, ", ", cols, "]"));
+      return absl::FailedPreconditionError(absl::StrCat("tensor '", name, "' is [", t.rows, ", ",
+                                                        t.cols, "], the config needs [",
+                                                        n_heads * rows, ", ", cols, "]"));
     }
     const size_t row_bytes = quant::RowBytes(t.dtype, cols);
     std::unique_ptr<Buffer> storage;
-    ASSIGN_OR_RETURN(WeightRef ref, backend->ImportWeight(t.dtype, rows, cols,
-                                                          t.data + static_cast<size_t>(head * rows) * row_bytes,
-                                                          &storage));
+    ASSIGN_OR_RETURN(
+        WeightRef ref,
+        backend->ImportWeight(t.dtype, rows, cols,
+                              t.data + static_cast<size_t>(head * rows) * row_bytes, &storage));
     if (storage) m->weight_storage_.push_back(std::move(storage));
     return ref;
   };
@@ -223,13 +232,16 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& conta
     ASSIGN_OR_RETURN(w.router, weight(b + "ffn_gate_inp", c.n_experts, c.hidden_size));
     if (c.router_bias) {
       // Selection bias (DeepSeek/GLM: exp_probs_b), or gpt-oss's bias added to the logits.
-      ASSIGN_OR_RETURN(w.router_bias,
-                       host_vec(b + (c.softmax_after_topk ? "ffn_gate_inp_bias" : "ffn_exp_probs_b"), c.n_experts));
+      ASSIGN_OR_RETURN(w.router_bias, host_vec(b + (c.softmax_after_topk ? "ffn_gate_inp_bias"
+                                                                         : "ffn_exp_probs_b"),
+                                               c.n_experts));
     }
     if (c.shared_expert_ffn > 0) {
-      ASSIGN_OR_RETURN(w.shexp_gate, weight(b + "ffn_gate_shexp", c.shared_expert_ffn, c.hidden_size));
+      ASSIGN_OR_RETURN(w.shexp_gate,
+                       weight(b + "ffn_gate_shexp", c.shared_expert_ffn, c.hidden_size));
       ASSIGN_OR_RETURN(w.shexp_up, weight(b + "ffn_up_shexp", c.shared_expert_ffn, c.hidden_size));
-      ASSIGN_OR_RETURN(w.shexp_down, weight(b + "ffn_down_shexp", c.hidden_size, c.shared_expert_ffn));
+      ASSIGN_OR_RETURN(w.shexp_down,
+                       weight(b + "ffn_down_shexp", c.hidden_size, c.shared_expert_ffn));
       if (c.shared_expert_gated) {
         ASSIGN_OR_RETURN(w.shexp_router, weight(b + "ffn_gate_inp_shexp", 1, c.hidden_size));
       }
@@ -240,20 +252,23 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& conta
   m->ws_ = std::make_unique<Workspace>();
   if (options.prefetch_layers > 0) {
     std::vector<Lookahead::LayerGate> gates;
-    for (const LayerWeights& w : m->layers_) gates.push_back({w.moe, w.ffn_norm, w.router, w.router_bias});
+    for (const LayerWeights& w : m->layers_)
+      gates.push_back({w.moe, w.ffn_norm, w.router, w.router_bias});
     m->lookahead_ = std::make_unique<Lookahead>(backend, experts, std::move(gates), m->config_,
-                                                options.prefetch_layers, options.prefetch_min_weight, &m->counters_);
+                                                options.prefetch_layers,
+                                                options.prefetch_min_weight, &m->counters_);
   }
   return m;
 }
 
 Model::~Model() = default;
 
-absl::StatusOr<std::unique_ptr<Model>> Model::NewDrafter(const model::Manifest& experts_manifest,
-                                                         expert_source::ExpertSource* experts) const {
+absl::StatusOr<std::unique_ptr<Model>> Model::NewDrafter(
+    const model::Manifest& experts_manifest, expert_source::ExpertSource* experts) const {
   if (experts_manifest.experts.size() != manifest_.experts.size()) {
-    return absl::FailedPreconditionError(absl::StrCat("drafter experts: ", experts_manifest.experts.size(),
-                                                      " blocks, the model has ", manifest_.experts.size()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("drafter experts: ", experts_manifest.experts.size(),
+                     " blocks, the model has ", manifest_.experts.size()));
   }
   RETURN_IF_ERROR(CheckExpertShapes(experts_manifest, config_));
   auto m = std::unique_ptr<Model>(new Model());
@@ -288,12 +303,13 @@ std::unique_ptr<KvCache> Model::NewCache() const {
 
 absl::Status Model::EnsureCapacity(KvCache* cache, int64_t positions, int64_t batch_rows) {
   if (positions > config_.context_length) {
-    return absl::InvalidArgumentError(absl::StrCat("sequence of ", positions, " tokens exceeds the context length ",
-                                                   config_.context_length));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence of ", positions, " tokens exceeds the context length ", config_.context_length));
   }
   if (cache->window_ > 0) {
     // A batch of m rows at positions a..a+m-1 reads back to a - window + 1 while writing a+m-1.
-    const int64_t ring = std::min(cache->window_ - 1 + std::max<int64_t>(batch_rows, 1), config_.context_length);
+    const int64_t ring =
+        std::min(cache->window_ - 1 + std::max<int64_t>(batch_rows, 1), config_.context_length);
     if (ring > cache->ring_) RETURN_IF_ERROR(GrowRings(cache, ring));
   }
   if (positions <= cache->capacity_) return absl::OkStatus();
@@ -323,8 +339,8 @@ absl::Status Model::GrowRings(KvCache* cache, int64_t rows) {
       ASSIGN_OR_RETURN(auto grown, backend_->Allocate(static_cast<size_t>(rows) * row_bytes));
       // The positions the old ring holds move to their rows in the new one.
       for (int64_t p = cache->ring_lo_; buf && p < cache->n_past_; ++p) {
-        backend_->Copy(grown->f32() + (p % rows) * cache->kv_dim_, buf->f32() + (p % cache->ring_) * cache->kv_dim_,
-                       row_bytes);
+        backend_->Copy(grown->f32() + (p % rows) * cache->kv_dim_,
+                       buf->f32() + (p % cache->ring_) * cache->kv_dim_, row_bytes);
       }
       buf = std::move(grown);
     }
@@ -373,14 +389,15 @@ absl::Status Model::EnsureWorkspace(int64_t n) {
   return absl::OkStatus();
 }
 
-absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>* logits, ForwardStats* stats) {
+absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>* logits,
+                            ForwardStats* stats) {
   const int64_t n = static_cast<int64_t>(batch.size());
   if (n == 0) return absl::OkStatus();
   const auto& c = config_;
   for (const auto& item : batch) {
     if (item.token < 0 || item.token >= c.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("token id ", item.token, " is outside the vocabulary (size ",
-                                                     c.vocab_size, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token id ", item.token, " is outside the vocabulary (size ", c.vocab_size, ")"));
     }
   }
   // Runs of items that share a KV cache.
@@ -389,13 +406,15 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
     const BatchItem& item = batch[static_cast<size_t>(i)];
     if (runs.empty() || runs.back().cache != item.cache) {
       for (const Run& r : runs) {
-        if (r.cache == item.cache) return absl::InvalidArgumentError("batch items of one sequence must be contiguous");
+        if (r.cache == item.cache)
+          return absl::InvalidArgumentError("batch items of one sequence must be contiguous");
       }
       runs.push_back({item.cache, i, i});
     }
     const Run& r = runs.back();
     if (item.position != r.cache->n_past_ + (i - r.begin)) {
-      return absl::InvalidArgumentError(absl::StrCat("batch item ", i, " has position ", item.position, ", expected ",
+      return absl::InvalidArgumentError(absl::StrCat("batch item ", i, " has position ",
+                                                     item.position, ", expected ",
                                                      r.cache->n_past_ + (i - r.begin)));
     }
     runs.back().end = i + 1;
@@ -412,7 +431,8 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
     w.positions[static_cast<size_t>(i)] = batch[static_cast<size_t>(i)].position;
     tokens[static_cast<size_t>(i)] = batch[static_cast<size_t>(i)].token;
     const int64_t ring = batch[static_cast<size_t>(i)].cache->ring_;
-    w.ring_rows[static_cast<size_t>(i)] = ring > 0 ? static_cast<int32_t>(batch[static_cast<size_t>(i)].position % ring) : 0;
+    w.ring_rows[static_cast<size_t>(i)] =
+        ring > 0 ? static_cast<int32_t>(batch[static_cast<size_t>(i)].position % ring) : 0;
   }
   backend::Backend& be = *backend_;
   const int64_t H = c.hidden_size, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
@@ -487,7 +507,8 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
   }
   for (const Run& r : runs) {
     r.cache->n_past_ += r.end - r.begin;
-    if (r.cache->ring_ > 0) r.cache->ring_lo_ = std::max(r.cache->ring_lo_, r.cache->n_past_ - r.cache->ring_);
+    if (r.cache->ring_ > 0)
+      r.cache->ring_lo_ = std::max(r.cache->ring_lo_, r.cache->n_past_ - r.cache->ring_);
   }
 
   // Logits for the rows that want them.
@@ -502,17 +523,21 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
   be.MatMul(output_, w.rows_in->f32(), m, w.tmp->f32());
   const size_t old = logits->size();
   logits->resize(old + static_cast<size_t>(m * c.vocab_size));
-  be.Download(logits->data() + old, w.tmp->f32(), static_cast<size_t>(m * c.vocab_size) * sizeof(float));
+  be.Download(logits->data() + old, w.tmp->f32(),
+              static_cast<size_t>(m * c.vocab_size) * sizeof(float));
   return be.Synchronize();
 }
 
 void Model::ReportRouting(int layer, const Routing& r) {
   const int64_t n = r.n, E = r.n_experts, K = r.top_k;
   std::vector<expert_source::RoutingHint> hints(static_cast<size_t>(E));
-  for (int64_t e = 0; e < E; ++e) hints[static_cast<size_t>(e)].id = ExpertId{layer, static_cast<int32_t>(e)};
+  for (int64_t e = 0; e < E; ++e)
+    hints[static_cast<size_t>(e)].id = ExpertId{layer, static_cast<int32_t>(e)};
   for (int64_t t = 0; t < n; ++t) {
-    for (int64_t e = 0; e < E; ++e) hints[static_cast<size_t>(e)].probability += r.probs[static_cast<size_t>(t * E + e)];
-    for (int64_t k = 0; k < K; ++k) hints[static_cast<size_t>(r.experts[static_cast<size_t>(t * K + k)])].selected++;
+    for (int64_t e = 0; e < E; ++e)
+      hints[static_cast<size_t>(e)].probability += r.probs[static_cast<size_t>(t * E + e)];
+    for (int64_t k = 0; k < K; ++k)
+      hints[static_cast<size_t>(r.experts[static_cast<size_t>(t * K + k)])].selected++;
   }
   for (auto& h : hints) h.probability /= static_cast<float>(n);
   experts_->Hint(hints);
@@ -538,13 +563,14 @@ void Model::ReportRouting(int layer, const Routing& r) {
 
 backend::RopeParams Model::RopeAt(int64_t offset) const {
   return backend::RopeParams{config_.rotary_dims(), offset,
-                             config_.rope_style == model::RopeStyle::kHalfSplit ? backend::RopeStyle::kHalfSplit
-                                                                                : backend::RopeStyle::kInterleaved,
+                             config_.rope_style == model::RopeStyle::kHalfSplit
+                                 ? backend::RopeStyle::kHalfSplit
+                                 : backend::RopeStyle::kInterleaved,
                              rope_.inv_freq.data(), static_cast<float>(rope_.mscale)};
 }
 
-void Model::SwiGlu(const WeightRef& gate, const WeightRef& up, const WeightRef& down, int64_t ffn, int64_t n,
-                   float* out) {
+void Model::SwiGlu(const WeightRef& gate, const WeightRef& up, const WeightRef& down, int64_t ffn,
+                   int64_t n, float* out) {
   Workspace& w = *ws_;
   backend::Backend& be = *backend_;
   MatMulsOf<2>(be, {gate, up}, w.h->f32(), n, {w.gate->f32(), w.up->f32()});
@@ -601,7 +627,8 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
 
   // Routing on the host (routing.h). Rows are grouped by expert ("batch union").
   Routing routing;
-  Route(router.data(), lw.router_bias, n, RouteParams::FromConfig(c), /*keep_probs=*/true, &routing);
+  Route(router.data(), lw.router_bias, n, RouteParams::FromConfig(c), /*keep_probs=*/true,
+        &routing);
   std::map<int32_t, std::pair<std::vector<int32_t>, std::vector<float>>> by_expert;
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t k = 0; k < K; ++k) {
@@ -611,7 +638,8 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
     }
   }
   ReportRouting(layer, routing);
-  if (stats) stats->routed.insert(stats->routed.end(), routing.experts.begin(), routing.experts.end());
+  if (stats)
+    stats->routed.insert(stats->routed.end(), routing.experts.begin(), routing.experts.end());
   float* moe = w.moe->f32();
   be.Zero(moe, static_cast<size_t>(n * H) * sizeof(float));
   std::vector<ExpertId> ids;
@@ -644,20 +672,24 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
   absl::Status fetched = experts_->FetchGroups(ids, [&](std::span<std::pair<size_t, Lease>> group) {
     if (!apply_status.ok()) return;
     const auto apply_start = Clock::now();
-    const bool on_host = host != nullptr && std::all_of(group.begin(), group.end(), [](const auto& g) {
-                           return g.second->device == nullptr;
-                         });
+    const bool on_host =
+        host != nullptr && std::all_of(group.begin(), group.end(),
+                                       [](const auto& g) { return g.second->device == nullptr; });
     if (on_host) {
-      auto ref = [](const model::TensorView& t) { return WeightRef{t.dtype, t.rows, t.cols, t.data}; };
+      auto ref = [](const model::TensorView& t) {
+        return WeightRef{t.dtype, t.rows, t.cols, t.data};
+      };
       auto bias = [&](const model::TensorView& t) {
         return c.expert_bias ? reinterpret_cast<const float*>(t.data) : nullptr;
       };
       grouped.clear();
       for (const auto& [i, lease] : group) {
         const auto& [rows, scales] = by_expert[ids[i].expert];
-        const model::ExpertWeights ew = model::ExpertWeightsOf(manifest_.Expert(layer, ids[i].expert), lease->data());
-        grouped.push_back({ref(ew.gate), ref(ew.up), ref(ew.down), bias(ew.gate_bias), bias(ew.up_bias),
-                           bias(ew.down_bias), rows.data(), scales.data(), static_cast<int64_t>(rows.size())});
+        const model::ExpertWeights ew =
+            model::ExpertWeightsOf(manifest_.Expert(layer, ids[i].expert), lease->data());
+        grouped.push_back({ref(ew.gate), ref(ew.up), ref(ew.down), bias(ew.gate_bias),
+                           bias(ew.up_bias), bias(ew.down_bias), rows.data(), scales.data(),
+                           static_cast<int64_t>(rows.size())});
         count(static_cast<int64_t>(rows.size()));
       }
       backend::GroupedExpertsArgs args;
@@ -682,7 +714,8 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
       // A device tier's block is already in backend memory (Block::device): its parts are used
       // in place. Host blocks are imported (a copy per use on non-zero-copy backends).
       const bool on_device = lease->device != nullptr;
-      const model::ExpertWeights ew = model::ExpertWeightsOf(blk, on_device ? lease->device : lease->data());
+      const model::ExpertWeights ew =
+          model::ExpertWeightsOf(blk, on_device ? lease->device : lease->data());
       be.GatherRows(w.h->f32(), rows.data(), m, H, w.rows_in->f32());
       if (absl::Status st = ApplyExpert(ew, on_device, m); !st.ok()) {
         apply_status = st;
@@ -696,7 +729,8 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
     }
     applying += Clock::now() - apply_start;
   });
-  const auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - fetch_start - applying);
+  const auto wait =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - fetch_start - applying);
   counters_.expert_wait_ns += static_cast<uint64_t>(std::max<int64_t>(0, wait.count()));
   if (stats) stats->expert_wait_seconds += std::max(0.0, static_cast<double>(wait.count()) * 1e-9);
   RETURN_IF_ERROR(fetched);
@@ -712,7 +746,8 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
     std::vector<int32_t> all(static_cast<size_t>(n));
     for (int64_t t = 0; t < n; ++t) {
       all[static_cast<size_t>(t)] = static_cast<int32_t>(t);
-      gate_logit[static_cast<size_t>(t)] = 1.0f / (1.0f + std::exp(-gate_logit[static_cast<size_t>(t)]));
+      gate_logit[static_cast<size_t>(t)] =
+          1.0f / (1.0f + std::exp(-gate_logit[static_cast<size_t>(t)]));
     }
     be.ScatterAddRows(w.rows_out->f32(), all.data(), gate_logit.data(), n, H, moe);
   }

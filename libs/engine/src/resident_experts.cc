@@ -18,11 +18,14 @@ constexpr uint64_t kPartAlign = 256;
 
 uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-bool IsMatrix(const model::TensorEntry& p) { return p.name == "gate" || p.name == "up" || p.name == "down"; }
+bool IsMatrix(const model::TensorEntry& p) {
+  return p.name == "gate" || p.name == "up" || p.name == "down";
+}
 
 // Block `b` (its bytes at `data`) with its matrices in `dtype`: the new parts into `parts`.
-absl::StatusOr<std::vector<uint8_t>> Requantize(const model::ExpertBlock& b, const uint8_t* data, quant::DType dtype,
-                                               std::vector<model::TensorEntry>* parts) {
+absl::StatusOr<std::vector<uint8_t>> Requantize(const model::ExpertBlock& b, const uint8_t* data,
+                                                quant::DType dtype,
+                                                std::vector<model::TensorEntry>* parts) {
   std::vector<uint8_t> out;
   std::vector<float> row;
   for (model::TensorEntry p : b.parts) {
@@ -36,15 +39,16 @@ absl::StatusOr<std::vector<uint8_t>> Requantize(const model::ExpertBlock& b, con
       if (cols % quant::Traits(dtype).block_elems != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "expert (layer ", b.layer, ", id ", b.expert, ") part '", p.name, "': rows of ", cols,
-            " elements are not a whole number of ", std::string(quant::DTypeName(dtype)), " blocks (",
-            quant::Traits(dtype).block_elems, ")"));
+            " elements are not a whole number of ", std::string(quant::DTypeName(dtype)),
+            " blocks (", quant::Traits(dtype).block_elems, ")"));
       }
       const size_t in_row = quant::RowBytes(p.dtype, cols), out_row = quant::RowBytes(dtype, cols);
       out.resize(at + static_cast<size_t>(rows) * out_row);
       row.resize(static_cast<size_t>(cols));
       for (int64_t r = 0; r < rows; ++r) {
         quant::DequantizeRow(p.dtype, src + static_cast<size_t>(r) * in_row, row.data(), cols);
-        quant::QuantizeRow(dtype, row.data(), out.data() + at + static_cast<size_t>(r) * out_row, cols);
+        quant::QuantizeRow(dtype, row.data(), out.data() + at + static_cast<size_t>(r) * out_row,
+                           cols);
       }
       p.dtype = dtype;
       p.size = static_cast<uint64_t>(rows) * out_row;
@@ -57,13 +61,13 @@ absl::StatusOr<std::vector<uint8_t>> Requantize(const model::ExpertBlock& b, con
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ResidentExperts>> ResidentExperts::Load(const model::Manifest& manifest,
-                                                                       expert_source::ExpertSource* from,
-                                                                       std::optional<quant::DType> dtype,
-                                                                       int threads) {
+absl::StatusOr<std::unique_ptr<ResidentExperts>> ResidentExperts::Load(
+    const model::Manifest& manifest, expert_source::ExpertSource* from,
+    std::optional<quant::DType> dtype, int threads) {
   if (dtype && !quant::HasQuantizer(*dtype)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("draft experts: no quantizer makes ", std::string(quant::DTypeName(*dtype)), " (try q2_k, q3_k, q4_k)"));
+    return absl::InvalidArgumentError(absl::StrCat("draft experts: no quantizer makes ",
+                                                   std::string(quant::DTypeName(*dtype)),
+                                                   " (try q2_k, q3_k, q4_k)"));
   }
   std::unique_ptr<ResidentExperts> r(new ResidentExperts());
   r->manifest_ = manifest;
@@ -76,7 +80,8 @@ absl::StatusOr<std::unique_ptr<ResidentExperts>> ResidentExperts::Load(const mod
     for (size_t i = next++; i < n; i = next++) {
       model::ExpertBlock& b = r->manifest_.experts[i];
       absl::StatusOr<expert_source::Lease> raw =
-          from->Fetch({static_cast<int32_t>(b.layer), static_cast<int32_t>(b.expert)}, expert_source::Priority::kDemand);
+          from->Fetch({static_cast<int32_t>(b.layer), static_cast<int32_t>(b.expert)},
+                      expert_source::Priority::kDemand);
       if (raw.ok() && (*raw)->data() == nullptr) {
         raw = absl::FailedPreconditionError("resident experts: the source hands out device blocks");
       }
@@ -91,7 +96,8 @@ absl::StatusOr<std::unique_ptr<ResidentExperts>> ResidentExperts::Load(const mod
         held = raw.status();
       }
       absl::StatusOr<AlignedBytes> bytes =
-          held.ok() ? AllocateAligned(AlignUp(std::max<size_t>(held->size(), 1), 4096)) : held.status();
+          held.ok() ? AllocateAligned(AlignUp(std::max<size_t>(held->size(), 1), 4096))
+                    : held.status();
       if (!bytes.ok()) {
         std::lock_guard<std::mutex> lock(mu);
         if (first_error.ok()) first_error = bytes.status();
@@ -119,9 +125,11 @@ absl::StatusOr<std::unique_ptr<ResidentExperts>> ResidentExperts::Load(const mod
   return r;
 }
 
-absl::StatusOr<expert_source::Lease> ResidentExperts::Fetch(expert_source::ExpertId id, expert_source::Priority) {
+absl::StatusOr<expert_source::Lease> ResidentExperts::Fetch(expert_source::ExpertId id,
+                                                            expert_source::Priority) {
   if (!manifest_.HasExpert(id.layer, id.expert)) {
-    return absl::NotFoundError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") is not in the model"));
+    return absl::NotFoundError(
+        absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") is not in the model"));
   }
   return blocks_[manifest_.ExpertIndex(id.layer, id.expert)];
 }

@@ -21,8 +21,8 @@ RouteParams RouteParams::FromConfig(const model::ModelConfig& c) {
   return p;
 }
 
-void Route(const float* logits, const float* bias, int64_t n, const RouteParams& params, bool keep_probs,
-           Routing* out) {
+void Route(const float* logits, const float* bias, int64_t n, const RouteParams& params,
+           bool keep_probs, Routing* out) {
   const int64_t E = params.n_experts, K = params.top_k;
   out->n = n;
   out->n_experts = E;
@@ -36,7 +36,9 @@ void Route(const float* logits, const float* bias, int64_t n, const RouteParams&
   std::vector<float> scores(static_cast<size_t>(E));
   std::vector<std::pair<float, int32_t>> choice(static_cast<size_t>(E));  // (choice value, expert)
   std::vector<std::pair<float, int32_t>> groups(static_cast<size_t>(params.n_groups));
-  auto before = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  auto before = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
   // softmax_after_topk: the bias belongs to the logits (the router's output bias), not to the choice.
   const float* choice_bias = params.softmax_after_topk ? nullptr : bias;
   std::vector<float> biased(params.softmax_after_topk && bias ? static_cast<size_t>(E) : 0);
@@ -52,16 +54,19 @@ void Route(const float* logits, const float* bias, int64_t n, const RouteParams&
       double z = 0;
       for (int64_t e = 0; e < E; ++e) z += std::exp(static_cast<double>(r[e] - mx));
       for (int64_t e = 0; e < E; ++e) {
-        scores[static_cast<size_t>(e)] = static_cast<float>(std::exp(static_cast<double>(r[e] - mx)) / z);
+        scores[static_cast<size_t>(e)] =
+            static_cast<float>(std::exp(static_cast<double>(r[e] - mx)) / z);
       }
     } else {
       for (int64_t e = 0; e < E; ++e) {
-        scores[static_cast<size_t>(e)] = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(r[e]))));
+        scores[static_cast<size_t>(e)] =
+            static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(r[e]))));
       }
     }
     for (int64_t e = 0; e < E; ++e) {
       const float s = scores[static_cast<size_t>(e)];
-      choice[static_cast<size_t>(e)] = {choice_bias ? s + choice_bias[e] : s, static_cast<int32_t>(e)};
+      choice[static_cast<size_t>(e)] = {choice_bias ? s + choice_bias[e] : s,
+                                        static_cast<int32_t>(e)};
       if (keep_probs) out->probs[static_cast<size_t>(t * E + e)] = s;
     }
     if (grouped) {
@@ -76,7 +81,8 @@ void Route(const float* logits, const float* bias, int64_t n, const RouteParams&
             second = v;
           }
         }
-        const float value = params.group_scoring == model::GroupScoring::kMax ? best : best + second;
+        const float value =
+            params.group_scoring == model::GroupScoring::kMax ? best : best + second;
         groups[static_cast<size_t>(g)] = {value, static_cast<int32_t>(g)};
       }
       std::partial_sort(groups.begin(), groups.begin() + params.topk_groups, groups.end(), before);
@@ -91,16 +97,19 @@ void Route(const float* logits, const float* bias, int64_t n, const RouteParams&
     if (params.softmax_after_topk) {
       const float mx = r[choice[0].second];
       double z = 0;
-      for (int64_t k = 0; k < K; ++k) z += std::exp(static_cast<double>(r[choice[static_cast<size_t>(k)].second] - mx));
+      for (int64_t k = 0; k < K; ++k)
+        z += std::exp(static_cast<double>(r[choice[static_cast<size_t>(k)].second] - mx));
       for (int64_t k = 0; k < K; ++k) {
         const int32_t e = choice[static_cast<size_t>(k)].second;
         out->experts[static_cast<size_t>(t * K + k)] = e;
-        out->weights[static_cast<size_t>(t * K + k)] = static_cast<float>(std::exp(static_cast<double>(r[e] - mx)) / z);
+        out->weights[static_cast<size_t>(t * K + k)] =
+            static_cast<float>(std::exp(static_cast<double>(r[e] - mx)) / z);
       }
       continue;
     }
     double sum = 0;
-    for (int64_t k = 0; k < K; ++k) sum += scores[static_cast<size_t>(choice[static_cast<size_t>(k)].second)];
+    for (int64_t k = 0; k < K; ++k)
+      sum += scores[static_cast<size_t>(choice[static_cast<size_t>(k)].second)];
     for (int64_t k = 0; k < K; ++k) {
       const int32_t e = choice[static_cast<size_t>(k)].second;
       double w = scores[static_cast<size_t>(e)];

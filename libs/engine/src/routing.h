@@ -35,12 +35,12 @@ struct Routing {
   int64_t n = 0, n_experts = 0, top_k = 0;
   std::vector<int32_t> experts;  // [n, top_k], in descending choice value
   std::vector<float> weights;    // [n, top_k] gate weights applied to the expert outputs
-  std::vector<float> probs;      // [n, n_experts] scores (softmax or sigmoid; kept only when asked for)
+  std::vector<float> probs;  // [n, n_experts] scores (softmax or sigmoid; kept only when asked for)
 };
 
 // `logits` is [n, n_experts] row-major; `bias` is [n_experts] or null. With softmax_after_topk,
 // `probs` (when kept) is the softmax over all experts: the routing hint of experts not selected.
-void Route(const float* logits, const float* bias, int64_t n, const RouteParams& params, bool keep_probs,
-           Routing* out);
+void Route(const float* logits, const float* bias, int64_t n, const RouteParams& params,
+           bool keep_probs, Routing* out);
 
 }  // namespace colibri::engine

@@ -51,11 +51,14 @@ size_t Sampler::Candidates(std::span<const float> logits) {
   candidates_.reserve(n);
   for (size_t i = 0; i < n; ++i) candidates_.emplace_back(logits[i], static_cast<int32_t>(i));
   // Sort descending by logit, ties by id, so results do not depend on the sort's stability.
-  auto better = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  auto better = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
   size_t keep = n;
   if (p.top_k > 0 && static_cast<size_t>(p.top_k) < n) {
     keep = static_cast<size_t>(p.top_k);
-    std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(keep), candidates_.end(), better);
+    std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(keep),
+                      candidates_.end(), better);
   } else {
     std::sort(candidates_.begin(), candidates_.end(), better);
   }
@@ -63,7 +66,8 @@ size_t Sampler::Candidates(std::span<const float> logits) {
   // Probabilities at temperature 1 decide the top-p / min-p cut (as llama.cpp's chain).
   std::vector<double> probs(keep);
   double z = 0;
-  for (size_t i = 0; i < keep; ++i) z += probs[i] = std::exp(static_cast<double>(candidates_[i].first - candidates_[0].first));
+  for (size_t i = 0; i < keep; ++i)
+    z += probs[i] = std::exp(static_cast<double>(candidates_[i].first - candidates_[0].first));
   for (auto& q : probs) q /= z;
   if (p.top_p > 0 && p.top_p < 1) {
     double cum = 0;
@@ -86,7 +90,8 @@ size_t Sampler::Candidates(std::span<const float> logits) {
   // Temperature.
   weights_.resize(keep);
   for (size_t i = 0; i < keep; ++i) {
-    weights_[i] = std::exp(static_cast<double>(candidates_[i].first - candidates_[0].first) / p.temperature);
+    weights_[i] =
+        std::exp(static_cast<double>(candidates_[i].first - candidates_[0].first) / p.temperature);
   }
   return keep;
 }
@@ -114,11 +119,13 @@ SampledToken Sampler::Report(std::span<const float> logits, float log_z, int32_t
     const size_t k = std::min<size_t>(static_cast<size_t>(std::min(p.top_logprobs, 20)), n);
     std::vector<int32_t> idx(n);
     for (size_t i = 0; i < n; ++i) idx[i] = static_cast<int32_t>(i);
-    std::partial_sort(idx.begin(), idx.begin() + static_cast<ptrdiff_t>(k), idx.end(), [&](int32_t a, int32_t b) {
-      return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
-             (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
-    });
-    for (size_t i = 0; i < k; ++i) out.top.emplace_back(idx[i], logits[static_cast<size_t>(idx[i])] - log_z);
+    std::partial_sort(
+        idx.begin(), idx.begin() + static_cast<ptrdiff_t>(k), idx.end(), [&](int32_t a, int32_t b) {
+          return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
+                 (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+        });
+    for (size_t i = 0; i < k; ++i)
+      out.top.emplace_back(idx[i], logits[static_cast<size_t>(idx[i])] - log_z);
   }
   return out;
 }
@@ -132,8 +139,8 @@ SampledToken Sampler::Sample(std::span<float> logits, std::span<const int32_t> h
   return Report(logits, log_z, Draw(keep, total, -1));
 }
 
-SampledToken Sampler::SampleDraft(std::span<float> logits, std::span<const int32_t> history, int32_t draft,
-                                  bool* accepted) {
+SampledToken Sampler::SampleDraft(std::span<float> logits, std::span<const int32_t> history,
+                                  int32_t draft, bool* accepted) {
   const float log_z = Penalise(logits, history);
   if (params_.temperature <= 0) {
     const int32_t best = ArgMax(logits);

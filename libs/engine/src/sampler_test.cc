@@ -13,7 +13,8 @@ namespace colibri::engine {
 namespace {
 
 // softmax(logits / temperature) restricted to `keep` (all when empty), in double.
-std::vector<double> Softmax(const std::vector<float>& logits, double temperature, const std::set<int>& keep = {}) {
+std::vector<double> Softmax(const std::vector<float>& logits, double temperature,
+                            const std::set<int>& keep = {}) {
   std::vector<double> p(logits.size(), 0.0);
   double m = -INFINITY;
   for (size_t i = 0; i < logits.size(); ++i) {
@@ -21,7 +22,8 @@ std::vector<double> Softmax(const std::vector<float>& logits, double temperature
   }
   double z = 0;
   for (size_t i = 0; i < logits.size(); ++i) {
-    if (keep.empty() || keep.count(static_cast<int>(i))) z += p[i] = std::exp((logits[i] - m) / temperature);
+    if (keep.empty() || keep.count(static_cast<int>(i)))
+      z += p[i] = std::exp((logits[i] - m) / temperature);
   }
   for (double& v : p) v /= z;
   return p;
@@ -172,20 +174,20 @@ TEST(Sampler, TopKTiesKeepLowestIds) {
 }
 
 TEST(Sampler, TopPKeepsTheSmallestPrefixReachingP) {
-  const std::vector<double> probs = {0.05, 0.5, 0.15, 0.3};  // sorted: 1 (0.5), 3 (0.3), 2 (0.15), 0 (0.05)
+  const std::vector<double> probs = {0.05, 0.5, 0.15,
+                                     0.3};  // sorted: 1 (0.5), 3 (0.3), 2 (0.15), 0 (0.05)
   const std::vector<float> logits = LogitsOf(probs);
   struct Case {
     float top_p;
     std::set<int> keep;
   };
   const Case cases[] = {
-      {0.3f, {1}},           // 0.5 already reaches it
-      {0.45f, {1}},          // reached by the first alone
-      {0.75f, {1, 3}},       // 0.5 < 0.75 <= 0.8
-      {0.9f, {1, 3, 2}},     // 0.8 < 0.9 <= 0.95
-      {0.99f, {0, 1, 2, 3}},
-      {1.0f, {0, 1, 2, 3}},  // disabled
-      {0.0f, {0, 1, 2, 3}},  // disabled
+      {0.3f, {1}},                                  // 0.5 already reaches it
+      {0.45f, {1}},                                 // reached by the first alone
+      {0.75f, {1, 3}},                              // 0.5 < 0.75 <= 0.8
+      {0.9f, {1, 3, 2}},                            // 0.8 < 0.9 <= 0.95
+      {0.99f, {0, 1, 2, 3}}, {1.0f, {0, 1, 2, 3}},  // disabled
+      {0.0f, {0, 1, 2, 3}},                         // disabled
   };
   const int n = 30000;
   for (const auto& c : cases) {
@@ -226,11 +228,11 @@ TEST(Sampler, MinP) {
     std::set<int> keep;
   };
   const Case cases[] = {
-      {0.25f, {0, 1, 2}},    // threshold 0.125
-      {0.5f, {0, 1}},        // threshold 0.25
-      {0.7f, {0}},           // threshold 0.35
-      {0.05f, {0, 1, 2, 3}}, // threshold 0.025
-      {0.0f, {0, 1, 2, 3}},  // disabled
+      {0.25f, {0, 1, 2}},     // threshold 0.125
+      {0.5f, {0, 1}},         // threshold 0.25
+      {0.7f, {0}},            // threshold 0.35
+      {0.05f, {0, 1, 2, 3}},  // threshold 0.025
+      {0.0f, {0, 1, 2, 3}},   // disabled
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.min_p);
@@ -258,7 +260,7 @@ TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegative) {
   const std::vector<int32_t> history = {1, 3, 1, 99, -5};  // out-of-range ids are ignored
   s.Sample(logits, history);
   EXPECT_FLOAT_EQ(logits[0], 2.0f);
-  EXPECT_FLOAT_EQ(logits[1], 2.0f);   // 3 / 1.5, once however often it occurred
+  EXPECT_FLOAT_EQ(logits[1], 2.0f);  // 3 / 1.5, once however often it occurred
   EXPECT_FLOAT_EQ(logits[2], 1.0f);
   EXPECT_FLOAT_EQ(logits[3], -1.5f);  // -1 * 1.5
   EXPECT_FLOAT_EQ(logits[4], 0.0f);

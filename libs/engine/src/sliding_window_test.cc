@@ -33,7 +33,8 @@ class SlidingWindowTest : public TestModelSuite<SlidingWindowTest> {
   }
 
   // Feeds tokens[from, to) in chunks of `chunk`; returns the logits of every fed position.
-  std::vector<float> Feed(KvCache* cache, const std::vector<int32_t>& tokens, size_t from, size_t to, size_t chunk) {
+  std::vector<float> Feed(KvCache* cache, const std::vector<int32_t>& tokens, size_t from,
+                          size_t to, size_t chunk) {
     std::vector<float> logits;
     for (size_t b = from; b < to; b += chunk) {
       std::vector<BatchItem> batch;
@@ -48,13 +49,15 @@ class SlidingWindowTest : public TestModelSuite<SlidingWindowTest> {
   static double MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
     EXPECT_EQ(a.size(), b.size());
     double d = 0;
-    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::fabs(double{a[i]} - b[i]));
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+      d = std::max(d, std::fabs(double{a[i]} - b[i]));
     return d;
   }
 
   std::unique_ptr<backend::Backend> backend_;
   std::unique_ptr<Model> model_;
-  const std::vector<int32_t> tokens_ = {1, 5, 9, 2, 7, 3, 8, 4, 6, 10, 12, 11, 13, 2, 5, 9, 14, 3, 1, 7};
+  const std::vector<int32_t> tokens_ = {1,  5,  9,  2, 7, 3, 8,  4, 6, 10,
+                                        12, 11, 13, 2, 5, 9, 14, 3, 1, 7};
 };
 
 TEST_F(SlidingWindowTest, BatchingNeverChangesLogitsAndRingsStayBounded) {
@@ -70,14 +73,16 @@ TEST_F(SlidingWindowTest, BatchingNeverChangesLogitsAndRingsStayBounded) {
     // Decoding one token at a time wraps the ring many times; it never grows past its need.
     EXPECT_EQ(cache->ring_rows(), kWindow - 1 + static_cast<int64_t>(chunk));
     const int64_t kv_row = 2 * model_->config().n_kv_heads * model_->config().head_dim * 4;
-    EXPECT_EQ(cache->bytes(), static_cast<uint64_t>(kv_row * (2 * cache->ring_rows() + 2 * cache->capacity())));
+    EXPECT_EQ(cache->bytes(),
+              static_cast<uint64_t>(kv_row * (2 * cache->ring_rows() + 2 * cache->capacity())));
   }
 }
 
 TEST_F(SlidingWindowTest, TheWindowIsApplied) {
   // The same weights (same seed) without sliding layers: positions before the window fills see
   // the same history, bit for bit; later positions see less with the window, so they differ.
-  auto full_dir = TestModelDir::Write("sliding_window_test_full", SmallTestModelOptions("sliding", 77));
+  auto full_dir =
+      TestModelDir::Write("sliding_window_test_full", SmallTestModelOptions("sliding", 77));
   ASSERT_TRUE(full_dir.ok()) << full_dir.status();
   auto opened = (*full_dir)->Open();
   ASSERT_TRUE(opened.ok()) << opened.status();

@@ -14,8 +14,8 @@ absl::StatusOr<SpeculativeMode> ParseSpeculativeMode(std::string_view name) {
                             SpeculativeMode::kSelf, SpeculativeMode::kDraft}) {
     if (SpeculativeModeName(m) == name) return m;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("speculative mode '", std::string(name), "': expected auto, off, ngram, self or draft"));
+  return absl::InvalidArgumentError(absl::StrCat("speculative mode '", std::string(name),
+                                                 "': expected auto, off, ngram, self or draft"));
 }
 
 std::string_view SpeculativeModeName(SpeculativeMode mode) {
@@ -29,7 +29,8 @@ std::string_view SpeculativeModeName(SpeculativeMode mode) {
   return "off";
 }
 
-absl::StatusOr<std::vector<int32_t>> NgramDrafter::Draft(std::span<const int32_t> context, int max_tokens) {
+absl::StatusOr<std::vector<int32_t>> NgramDrafter::Draft(std::span<const int32_t> context,
+                                                         int max_tokens) {
   std::vector<int32_t> out;
   const int64_t L = static_cast<int64_t>(context.size());
   if (max_tokens <= 0) return out;
@@ -46,7 +47,8 @@ absl::StatusOr<std::vector<int32_t>> NgramDrafter::Draft(std::span<const int32_t
   return out;
 }
 
-absl::StatusOr<std::vector<int32_t>> ModelDrafter::Draft(std::span<const int32_t> context, int max_tokens) {
+absl::StatusOr<std::vector<int32_t>> ModelDrafter::Draft(std::span<const int32_t> context,
+                                                         int max_tokens) {
   std::vector<int32_t> out;
   const int64_t room = model_->config().context_length - static_cast<int64_t>(context.size());
   max_tokens = static_cast<int>(std::min<int64_t>(max_tokens, room));
@@ -135,7 +137,8 @@ void SpeculationController::Observe(int drafted, int accepted, double draft_seco
   accepted_ = kDecay * accepted_ + accepted;
   rejected_ = kDecay * rejected_ + (accepted < drafted ? 1 : 0);
   const double per_token = draft_seconds / drafted;
-  draft_seconds_per_token_ = draft_seconds_per_token_ == 0 ? per_token : 0.8 * draft_seconds_per_token_ + 0.2 * per_token;
+  draft_seconds_per_token_ =
+      draft_seconds_per_token_ == 0 ? per_token : 0.8 * draft_seconds_per_token_ + 0.2 * per_token;
 }
 
 }  // namespace colibri::engine

@@ -33,8 +33,8 @@ TEST(NgramDrafterTest, ProposesWhatFollowedTheLatestMatch) {
 }
 
 TEST(ParseSpeculativeModeTest, NamesRoundTripAndBadNamesAreRefused) {
-  for (auto m : {SpeculativeMode::kOff, SpeculativeMode::kAuto, SpeculativeMode::kNgram, SpeculativeMode::kSelf,
-                 SpeculativeMode::kDraft}) {
+  for (auto m : {SpeculativeMode::kOff, SpeculativeMode::kAuto, SpeculativeMode::kNgram,
+                 SpeculativeMode::kSelf, SpeculativeMode::kDraft}) {
     EXPECT_EQ(*ParseSpeculativeMode(SpeculativeModeName(m)), m);
   }
   EXPECT_EQ(ParseSpeculativeMode("mtp").status().code(), absl::StatusCode::kInvalidArgument);
@@ -87,7 +87,8 @@ TEST(SampleDraftTest, RejectionSamplingKeepsTheTargetDistribution) {
     for (size_t i = 0; i < p.size(); ++i) redraw[i] = (1 - p[static_cast<size_t>(draft)]) * p[i];
     redraw[static_cast<size_t>(draft)] += p[static_cast<size_t>(draft)];
     std::vector<int> expected_redraw(p.size());
-    for (size_t i = 0; i < p.size(); ++i) expected_redraw[i] = static_cast<int>(std::lround(redraw[i] * kN));
+    for (size_t i = 0; i < p.size(); ++i)
+      expected_redraw[i] = static_cast<int>(std::lround(redraw[i] * kN));
     EXPECT_GT(ChiSquare(expected_redraw, p, kN), 30.0);
   }
 }
@@ -192,8 +193,9 @@ class SpeculativeEngineTest : public testing::TestWithParam<Variant> {
     std::unique_ptr<Model> model;
   };
 
-  GenerationResult Run(SpeculativeMode mode, Model* draft_model, std::vector<int32_t> prompt, int64_t n,
-                       SamplingParams sampling = {}, std::vector<int32_t> stops = {}, int64_t min_tokens = 0) {
+  GenerationResult Run(SpeculativeMode mode, Model* draft_model, std::vector<int32_t> prompt,
+                       int64_t n, SamplingParams sampling = {}, std::vector<int32_t> stops = {},
+                       int64_t min_tokens = 0) {
     EngineOptions eo;
     eo.speculative = mode;
     eo.draft_max = 4;
@@ -212,8 +214,8 @@ class SpeculativeEngineTest : public testing::TestWithParam<Variant> {
   }
 
   // Greedy decoding with speculation: the tokens of plain decoding, and some verify passes.
-  GenerationResult ExpectPlainTokens(SpeculativeMode mode, Model* draft_model, const std::vector<int32_t>& prompt,
-                                     int64_t n) {
+  GenerationResult ExpectPlainTokens(SpeculativeMode mode, Model* draft_model,
+                                     const std::vector<int32_t>& prompt, int64_t n) {
     const GenerationResult plain = Run(SpeculativeMode::kOff, nullptr, prompt, n);
     EXPECT_EQ(plain.verify_passes, 0);
     GenerationResult spec = Run(mode, draft_model, prompt, n);
@@ -257,8 +259,8 @@ TEST_P(SpeculativeEngineTest, RejectedDraftsAreRolledBackExactly) {
   ASSERT_TRUE(opened.ok());
   auto other = Model::Load(*opened->container, backend_.get(), opened->disk.get());
   ASSERT_TRUE(other.ok()) << other.status();
-  const GenerationResult spec =
-      ExpectPlainTokens(SpeculativeMode::kDraft, other->get(), {3, 14, 15, 9, 2, 6, 5, 35, 8, 9, 7, 9}, 32);
+  const GenerationResult spec = ExpectPlainTokens(SpeculativeMode::kDraft, other->get(),
+                                                  {3, 14, 15, 9, 2, 6, 5, 35, 8, 9, 7, 9}, 32);
   EXPECT_LT(spec.accepted_draft_tokens, spec.draft_tokens);
 }
 
@@ -300,19 +302,19 @@ TEST_P(SpeculativeEngineTest, SamplingKeepsTheDistributionOverSeeds) {
   // 0.15 (about 3.7 standard errors of the difference at 300 seeds).
   EXPECT_GT(plain_hits, kSeeds / 20);
   EXPECT_LT(plain_hits, kSeeds * 3 / 4);
-  EXPECT_NEAR(static_cast<double>(spec_hits) / kSeeds, static_cast<double>(plain_hits) / kSeeds, 0.15);
+  EXPECT_NEAR(static_cast<double>(spec_hits) / kSeeds, static_cast<double>(plain_hits) / kSeeds,
+              0.15);
 }
 
 TEST_P(SpeculativeEngineTest, SelfDrafterOnALowBitResidentCopyOfTheExperts) {
   // q4_0 copies of the q8_0 experts (the test model's rows of 32 and 64 elements are too short
   // for q2_k's 256-element blocks: refused), with the target's dense weights.
   auto resident = [&](std::optional<quant::DType> dtype) {
-    return ResidentExperts::Load(target_.opened.container->manifest(), target_.opened.disk.get(), dtype);
+    return ResidentExperts::Load(target_.opened.container->manifest(), target_.opened.disk.get(),
+                                 dtype);
   };
-  EXPECT_EQ(resident(quant::DType::kQ2_K).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(resident(quant::DType::kIQ2_XXS).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(resident(quant::DType::kQ2_K).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(resident(quant::DType::kIQ2_XXS).status().code(), absl::StatusCode::kInvalidArgument);
   auto low = resident(quant::DType::kQ4_0);
   ASSERT_TRUE(low.ok()) << low.status();
   EXPECT_LT((*low)->bytes(), target_.opened.container->manifest().experts.size() *
@@ -321,13 +323,15 @@ TEST_P(SpeculativeEngineTest, SelfDrafterOnALowBitResidentCopyOfTheExperts) {
   auto drafter = target_.model->NewDrafter((*low)->manifest(), low->get());
   ASSERT_TRUE(drafter.ok()) << drafter.status();
   const std::vector<int32_t> prompt = {7, 1, 8, 2, 8, 1, 8, 2, 8, 4, 5, 9};
-  const GenerationResult self = ExpectPlainTokens(SpeculativeMode::kSelf, drafter->get(), prompt, 40);
+  const GenerationResult self =
+      ExpectPlainTokens(SpeculativeMode::kSelf, drafter->get(), prompt, 40);
   // A 4-bit copy of 8-bit experts drafts mostly what the target says.
   EXPECT_GT(self.accepted_draft_tokens * 2, self.draft_tokens);
   // A resident copy as it is (the --draft-model path): the model over it is the target itself.
   auto same = resident(std::nullopt);
   ASSERT_TRUE(same.ok()) << same.status();
-  EXPECT_EQ((*same)->manifest().experts[0].checksum, target_.opened.container->manifest().experts[0].checksum);
+  EXPECT_EQ((*same)->manifest().experts[0].checksum,
+            target_.opened.container->manifest().experts[0].checksum);
   auto over_ram = Model::Load(*target_.opened.container, backend_.get(), same->get());
   ASSERT_TRUE(over_ram.ok()) << over_ram.status();
   auto run = GreedyDecode(**over_ram, prompt, 8);
@@ -344,8 +348,10 @@ TEST_P(SpeculativeEngineTest, StopTokensAndMinTokensEndWhereThePlainRunEnds) {
   const std::vector<int32_t> stops = {free_run.tokens[6]};
   for (int64_t min_tokens : {int64_t{0}, int64_t{9}}) {
     SCOPED_TRACE(testing::Message() << "min_tokens " << min_tokens);
-    const GenerationResult plain = Run(SpeculativeMode::kOff, nullptr, prompt, 24, {}, stops, min_tokens);
-    const GenerationResult spec = Run(SpeculativeMode::kDraft, drafter_.model.get(), prompt, 24, {}, stops, min_tokens);
+    const GenerationResult plain =
+        Run(SpeculativeMode::kOff, nullptr, prompt, 24, {}, stops, min_tokens);
+    const GenerationResult spec =
+        Run(SpeculativeMode::kDraft, drafter_.model.get(), prompt, 24, {}, stops, min_tokens);
     EXPECT_EQ(spec.tokens, plain.tokens);
     EXPECT_EQ(spec.finish, plain.finish);
     EXPECT_GT(spec.verify_passes, 0);
@@ -353,9 +359,12 @@ TEST_P(SpeculativeEngineTest, StopTokensAndMinTokensEndWhereThePlainRunEnds) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, SpeculativeEngineTest,
-                         testing::Values(Variant{"mixtral", 21, false, 0}, Variant{"sliding", 77, true, 0},
+                         testing::Values(Variant{"mixtral", 21, false, 0},
+                                         Variant{"sliding", 77, true, 0},
                                          Variant{"shared_expert", 33, false, 64}),
-                         [](const testing::TestParamInfo<Variant>& i) { return std::string(i.param.name); });
+                         [](const testing::TestParamInfo<Variant>& i) {
+                           return std::string(i.param.name);
+                         });
 
 }  // namespace
 }  // namespace colibri::engine

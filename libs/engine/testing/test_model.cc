@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <functional>
 
-
 namespace colibri::engine {
 
 namespace fs = std::filesystem;
@@ -51,10 +50,10 @@ model::SyntheticModelOptions SmallMlaTestModelOptions(std::string name, uint64_t
   return o;
 }
 
-absl::StatusOr<std::unique_ptr<TestModelDir>> TestModelDir::Write(const std::string& dir_name,
-                                                                  const model::SyntheticModelOptions& options) {
-  std::unique_ptr<TestModelDir> dir(
-      new TestModelDir(fs::temp_directory_path() / ("colibri_" + dir_name + "_" + std::to_string(::getpid()))));
+absl::StatusOr<std::unique_ptr<TestModelDir>> TestModelDir::Write(
+    const std::string& dir_name, const model::SyntheticModelOptions& options) {
+  std::unique_ptr<TestModelDir> dir(new TestModelDir(
+      fs::temp_directory_path() / ("colibri_" + dir_name + "_" + std::to_string(::getpid()))));
   if (absl::Status st = model::WriteSyntheticModel(dir->path_, options); !st.ok()) return st;
   return dir;
 }
@@ -75,15 +74,17 @@ absl::StatusOr<OpenedTestModel> TestModelDir::Open() const {
   return opened;
 }
 
-absl::StatusOr<VramTierStack> StackVramTier(backend::Backend* backend, expert_source::ExpertSource* source,
-                                            uint64_t ram_bytes, uint64_t slots, uint64_t slot_bytes) {
+absl::StatusOr<VramTierStack> StackVramTier(backend::Backend* backend,
+                                            expert_source::ExpertSource* source, uint64_t ram_bytes,
+                                            uint64_t slots, uint64_t slot_bytes) {
   VramTierStack stack;
   expert_source::CacheTierOptions ro;
   ro.capacity_bytes = ram_bytes;
   ro.io_threads = 2;
   stack.ram = std::make_unique<expert_source::CacheTier>(source, ro);
   auto memory = expert_source::DeviceTierMemory::Create(
-      backend, {.budget_bytes = slots * ((slot_bytes + 255) / 256 * 256), .slot_bytes = slot_bytes});
+      backend,
+      {.budget_bytes = slots * ((slot_bytes + 255) / 256 * 256), .slot_bytes = slot_bytes});
   if (!memory.ok()) return memory.status();
   stack.memory = std::move(*memory);
   expert_source::CacheTierOptions vo;
@@ -109,7 +110,8 @@ absl::StatusOr<GreedyRun> GreedyDecode(Model& model, std::span<const int32_t> pr
     std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
     run.margins.push_back(sorted[0] - sorted[1]);
     run.logits.insert(run.logits.end(), logits.begin(), logits.end());
-    const auto next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    const auto next =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     run.tokens.push_back(next);
     batch = {{cache.get(), next, static_cast<int32_t>(cache->n_past()), true}};
   }

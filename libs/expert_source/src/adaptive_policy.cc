@@ -140,7 +140,8 @@ class AdaptivePolicy final : public CachePolicy {
       if (wins_[static_cast<size_t>(i)] > wins_[static_cast<size_t>(best)]) best = i;
     }
     // Hysteresis: switching costs misses while the real cache converges to the new rule's set.
-    if (wins_[static_cast<size_t>(best)] > (1 + p_.adaptive_margin) * wins_[static_cast<size_t>(leader_)] + 0.5) {
+    if (wins_[static_cast<size_t>(best)] >
+        (1 + p_.adaptive_margin) * wins_[static_cast<size_t>(leader_)] + 0.5) {
       leader_ = best;
     }
   }
@@ -202,7 +203,14 @@ class AdaptivePolicy final : public CachePolicy {
   }
 
  private:
-  enum Rule { kLruRule = 0, kLfuRule = 1, kReuseRule = 2, kCycleRule = 3, kRouterRule = 4, kRules = 5 };
+  enum Rule {
+    kLruRule = 0,
+    kLfuRule = 1,
+    kReuseRule = 2,
+    kCycleRule = 3,
+    kRouterRule = 4,
+    kRules = 5
+  };
 
   struct Expert {
     uint32_t since = kNever;  // visits of its layer since its last use
@@ -223,7 +231,9 @@ class AdaptivePolicy final : public CachePolicy {
     return experts_[key];
   }
   int Experts() const { return p_.n_experts > 0 ? p_.n_experts : std::max(experts_seen_, 1); }
-  int Layers() const { return p_.n_layers > 0 ? std::max(p_.n_layers, layers_seen_) : std::max(layers_seen_, 1); }
+  int Layers() const {
+    return p_.n_layers > 0 ? std::max(p_.n_layers, layers_seen_) : std::max(layers_seen_, 1);
+  }
   double BaseRate() const {
     const double k = p_.top_k > 0 ? p_.top_k : 1;
     return std::min(1.0, k / Experts());
@@ -238,7 +248,8 @@ class AdaptivePolicy final : public CachePolicy {
   }
 
   int CellOf(uint32_t since, float rate, float prob) const {
-    return (SinceBucket(since) * kRateBuckets + RateBucket(rate, BaseRate())) * kProbBuckets + ProbBucket(prob);
+    return (SinceBucket(since) * kRateBuckets + RateBucket(rate, BaseRate())) * kProbBuckets +
+           ProbBucket(prob);
   }
   // The state the block will have once the open visit closes, if it was used there.
   int CellNow(const Expert& x) const {
@@ -262,15 +273,14 @@ class AdaptivePolicy final : public CachePolicy {
 
   double Score(int rule, uint64_t key) const {
     switch (rule) {
-      case kLruRule:
-        return lru_->Priority(key);
-      case kLfuRule:
-        return lfu_->Priority(key);
-      default:
-        break;
+      case kLruRule: return lru_->Priority(key);
+      case kLfuRule: return lfu_->Priority(key);
+      default: break;
     }
     const int layer = static_cast<int>(key >> 32);
-    const double last = static_cast<size_t>(layer) < last_visit_.size() ? last_visit_[static_cast<size_t>(layer)] : 0;
+    const double last = static_cast<size_t>(layer) < last_visit_.size()
+                            ? last_visit_[static_cast<size_t>(layer)]
+                            : 0;
     if (rule == kRouterRule) {
       // The routing policy ranks by layer steps to the next use, seen from the layer it is at;
       // scores are taken when that is the block's own layer (its visit), so the time to the next
@@ -291,7 +301,8 @@ class AdaptivePolicy final : public CachePolicy {
     CloseVisit();
     open_layer_ = layer;
     ++visits_;
-    if (last_visit_.size() <= static_cast<size_t>(layer)) last_visit_.resize(static_cast<size_t>(layer) + 1, 0);
+    if (last_visit_.size() <= static_cast<size_t>(layer))
+      last_visit_.resize(static_cast<size_t>(layer) + 1, 0);
     last_visit_[static_cast<size_t>(layer)] = static_cast<double>(visits_);
   }
 
@@ -301,7 +312,8 @@ class AdaptivePolicy final : public CachePolicy {
     if (open_layer_ < 0) return;
     const int layer = open_layer_;
     open_layer_ = -1;
-    if (per_layer_.size() <= static_cast<size_t>(layer)) per_layer_.resize(static_cast<size_t>(layer) + 1);
+    if (per_layer_.size() <= static_cast<size_t>(layer))
+      per_layer_.resize(static_cast<size_t>(layer) + 1);
     auto& cells = per_layer_[static_cast<size_t>(layer)];
     const int E = Experts();
     for (int e = 0; e < E; ++e) {
@@ -310,7 +322,8 @@ class AdaptivePolicy final : public CachePolicy {
       const auto cell = static_cast<size_t>(CellOf(x.since, x.rate, x.prob));
       cells[cell].Add(x.used);
       global_[cell].Add(x.used);
-      x.since = x.used ? 0 : (x.since == kNever ? kNever : std::min<uint32_t>(x.since + 1, 1u << 20));
+      x.since =
+          x.used ? 0 : (x.since == kNever ? kNever : std::min<uint32_t>(x.since + 1, 1u << 20));
       x.rate += kRateWeight * ((x.used ? 1.0f : 0.0f) - x.rate);
       x.prob = x.visit_prob;
       x.visit_prob = -1;

@@ -45,7 +45,8 @@ class LruPolicy final : public CachePolicy {
 // lfu: decayed counts in the log domain (see LogAdd2).
 class LfuPolicy final : public CachePolicy {
  public:
-  explicit LfuPolicy(const CachePolicyParams& p) : half_life_(p.half_life > 0 ? p.half_life : 256) {}
+  explicit LfuPolicy(const CachePolicyParams& p)
+      : half_life_(p.half_life > 0 ? p.half_life : 256) {}
   CachePolicyKind kind() const override { return CachePolicyKind::kLfu; }
 
   void OnAccess(uint64_t key) override {
@@ -107,8 +108,9 @@ class RoutingPolicy final : public CachePolicy {
     layers_ = std::max(layers_, h.id.layer + 1);
     experts_ = std::max(experts_, h.id.expert + 1);
     const double k = p_.top_k > 0 ? p_.top_k : 1;
-    const double visit = p_.picked_weight * (h.selected > 0 ? 1.0 : 0.0) +
-                         (1.0 - p_.picked_weight) * std::min(1.0, k * static_cast<double>(h.probability));
+    const double visit =
+        p_.picked_weight * (h.selected > 0 ? 1.0 : 0.0) +
+        (1.0 - p_.picked_weight) * std::min(1.0, k * static_cast<double>(h.probability));
     State& s = At(h.id.Key());
     // Score both estimates on this pick before updating them (Brier loss, slowly averaged).
     const double picked = h.selected > 0 ? 1.0 : 0.0;
@@ -126,7 +128,8 @@ class RoutingPolicy final : public CachePolicy {
     const int layer = static_cast<int>(key >> 32);
     int d = ((layer - current_) % layers_ + layers_) % layers_;
     if (d == 0) d = layers_;  // the layer just computed comes round last
-    const double q = std::max(s == nullptr ? Prior() : (loss_fast_ < loss_slow_ ? s->fast : s->slow), 1e-4);
+    const double q =
+        std::max(s == nullptr ? Prior() : (loss_fast_ < loss_slow_ ? s->fast : s->slow), 1e-4);
     return -(d + layers_ * (1.0 / q - 1.0));
   }
 
@@ -158,14 +161,10 @@ class RoutingPolicy final : public CachePolicy {
 
 std::string_view CachePolicyName(CachePolicyKind kind) {
   switch (kind) {
-    case CachePolicyKind::kLru:
-      return "lru";
-    case CachePolicyKind::kLfu:
-      return "lfu";
-    case CachePolicyKind::kRouting:
-      return "routing";
-    case CachePolicyKind::kAdaptive:
-      return "adaptive";
+    case CachePolicyKind::kLru: return "lru";
+    case CachePolicyKind::kLfu: return "lfu";
+    case CachePolicyKind::kRouting: return "routing";
+    case CachePolicyKind::kAdaptive: return "adaptive";
   }
   return "?";
 }
@@ -179,7 +178,8 @@ absl::StatusOr<CachePolicyKind> ParseCachePolicy(std::string_view name) {
                                                  "' (expected adaptive, lru, lfu or routing)"));
 }
 
-CachePolicyParams DefaultPolicyParams(uint64_t capacity_blocks, int n_layers, int n_experts, int top_k) {
+CachePolicyParams DefaultPolicyParams(uint64_t capacity_blocks, int n_layers, int n_experts,
+                                      int top_k) {
   CachePolicyParams p;
   const double cap = static_cast<double>(std::max<uint64_t>(capacity_blocks, 1));
   const double per_token = static_cast<double>(std::max(1, n_layers * top_k));
@@ -192,16 +192,13 @@ CachePolicyParams DefaultPolicyParams(uint64_t capacity_blocks, int n_layers, in
   return p;
 }
 
-std::unique_ptr<CachePolicy> MakeCachePolicy(CachePolicyKind kind, const CachePolicyParams& params) {
+std::unique_ptr<CachePolicy> MakeCachePolicy(CachePolicyKind kind,
+                                             const CachePolicyParams& params) {
   switch (kind) {
-    case CachePolicyKind::kLru:
-      return std::make_unique<LruPolicy>();
-    case CachePolicyKind::kLfu:
-      return std::make_unique<LfuPolicy>(params);
-    case CachePolicyKind::kRouting:
-      return std::make_unique<RoutingPolicy>(params);
-    case CachePolicyKind::kAdaptive:
-      return MakeAdaptivePolicy(params);
+    case CachePolicyKind::kLru: return std::make_unique<LruPolicy>();
+    case CachePolicyKind::kLfu: return std::make_unique<LfuPolicy>(params);
+    case CachePolicyKind::kRouting: return std::make_unique<RoutingPolicy>(params);
+    case CachePolicyKind::kAdaptive: return MakeAdaptivePolicy(params);
   }
   return std::make_unique<LruPolicy>();
 }

@@ -13,13 +13,13 @@ namespace colibri::expert_source {
 struct CacheTier::Job {
   ExpertId id;
   uint64_t key = 0;
-  uint64_t size = 0;        // bytes reserved for it (the source's BlockSize)
-  bool prefetch = false;    // queued by Prefetch or SetPinned (no demand request at the time)
+  uint64_t size = 0;      // bytes reserved for it (the source's BlockSize)
+  bool prefetch = false;  // queued by Prefetch or SetPinned (no demand request at the time)
   bool pin = false;
-  bool warm = false;        // queued by Warm: reads only into free room
+  bool warm = false;  // queued by Warm: reads only into free room
   bool reading = false;
-  bool cancelled = false;   // Cancel named it while it was being read
-  bool used = false;        // a demand request joined it
+  bool cancelled = false;  // Cancel named it while it was being read
+  bool used = false;       // a demand request joined it
   std::vector<std::pair<std::shared_ptr<Completion>, size_t>> waiters;
 };
 
@@ -31,9 +31,9 @@ struct CacheTier::Completion {
 
 struct CacheTier::State {
   struct Entry {
-    Lease lease;              // the tier's copy
-    uint64_t size = 0;        // accounted bytes
-    int handouts = 0;         // live leases handed out
+    Lease lease;        // the tier's copy
+    uint64_t size = 0;  // accounted bytes
+    int handouts = 0;   // live leases handed out
     bool pinned = false;
     bool prefetched = false;  // read by a prefetch and not used by a demand request yet
     bool guarded = false;     // awaiting a predicted use: other prefetches may not evict it
@@ -129,7 +129,8 @@ struct CacheTier::State {
         const bool g = Guarded(e);
         if (g && !demand) continue;
         const double p = policy->Priority(it->first);
-        if (victim == entries.end() || (victim_guarded && !g) || (g == victim_guarded && p < victim_priority)) {
+        if (victim == entries.end() || (victim_guarded && !g) ||
+            (g == victim_guarded && p < victim_priority)) {
           victim = it;
           victim_guarded = g;
           victim_priority = p;
@@ -171,14 +172,15 @@ CacheTierOptions LruOptions(uint64_t capacity_bytes) {
 
 }  // namespace
 
-CacheTier::CacheTier(ExpertSource* next, uint64_t capacity_bytes) : CacheTier(next, LruOptions(capacity_bytes)) {}
+CacheTier::CacheTier(ExpertSource* next, uint64_t capacity_bytes)
+    : CacheTier(next, LruOptions(capacity_bytes)) {}
 
 CacheTier::CacheTier(ExpertSource* next, CacheTierOptions options)
     : next_(next), options_(std::move(options)), s_(std::make_shared<State>()) {
   s_->capacity = options_.capacity_bytes;
   s_->protect_ticks = options_.protect_ticks;
-  s_->max_prefetch_reads =
-      options_.max_prefetch_reads > 0 ? options_.max_prefetch_reads : std::max(1, options_.io_threads - 1);
+  s_->max_prefetch_reads = options_.max_prefetch_reads > 0 ? options_.max_prefetch_reads
+                                                           : std::max(1, options_.io_threads - 1);
   s_->policy = MakeCachePolicy(options_.policy, options_.policy_params);
   s_->stats.tier = options_.name;
   s_->stats.capacity_bytes = options_.capacity_bytes;
@@ -196,8 +198,9 @@ CacheTier::~CacheTier() {
     }
     for (auto& job : dropped) {
       for (auto& [done, i] : job->waiters) {
-        done->ready.emplace_back(i, absl::CancelledError(absl::StrCat("expert cache tier '", options_.name,
-                                                                      "' is shutting down")));
+        done->ready.emplace_back(
+            i, absl::CancelledError(
+                   absl::StrCat("expert cache tier '", options_.name, "' is shutting down")));
         done->cv.notify_all();
       }
       s_->in_flight.erase(job->key);
@@ -214,7 +217,8 @@ void CacheTier::WorkerLoop() {
   for (;;) {
     s.io_cv.wait(lock, [&] {
       return s.stop || !s.demand_q.empty() ||
-             ((!s.prefetch_q.empty() || !s.warm_q.empty()) && s.prefetch_reading < s.max_prefetch_reads);
+             ((!s.prefetch_q.empty() || !s.warm_q.empty()) &&
+              s.prefetch_reading < s.max_prefetch_reads);
     });
     if (s.stop) return;
     auto& q = !s.demand_q.empty() ? s.demand_q : !s.prefetch_q.empty() ? s.prefetch_q : s.warm_q;
@@ -229,8 +233,8 @@ void CacheTier::RunJobLocked(const std::shared_ptr<Job>& job, std::unique_lock<s
   job->reading = true;
   const bool demand = !job->waiters.empty();
   const uint64_t need = job->size;
-  absl::StatusOr<Lease> result =
-      absl::CancelledError(absl::StrCat("expert cache tier '", options_.name, "' is shutting down"));
+  absl::StatusOr<Lease> result = absl::CancelledError(
+      absl::StrCat("expert cache tier '", options_.name, "' is shutting down"));
   const bool warm = job->warm && !demand;
   bool reserved = warm ? s.ReserveFreeLocked(need) : s.ReserveLocked(need, demand);
   if (!reserved && warm) {
@@ -248,9 +252,9 @@ void CacheTier::RunJobLocked(const std::shared_ptr<Job>& job, std::unique_lock<s
   if (!reserved && demand) {
     if (need > s.capacity - std::min(s.capacity, s.stats.bytes_pinned)) {
       result = absl::ResourceExhaustedError(absl::StrCat(
-          "expert (layer ", job->id.layer, ", id ", job->id.expert, ") needs ", FormatSize(need), " but the '",
-          options_.name, "' expert cache has ", FormatSize(s.capacity), " of which ", FormatSize(s.stats.bytes_pinned),
-          " are pinned"));
+          "expert (layer ", job->id.layer, ", id ", job->id.expert, ") needs ", FormatSize(need),
+          " but the '", options_.name, "' expert cache has ", FormatSize(s.capacity), " of which ",
+          FormatSize(s.stats.bytes_pinned), " are pinned"));
     } else {
       s.stats.room_waits++;
       const auto deadline = std::chrono::steady_clock::now() + options_.room_wait;
@@ -262,8 +266,9 @@ void CacheTier::RunJobLocked(const std::shared_ptr<Job>& job, std::unique_lock<s
       }
       if (!reserved) {
         result = absl::ResourceExhaustedError(absl::StrCat(
-            "the '", options_.name, "' expert cache (", FormatSize(s.capacity), ") is full of leased blocks (",
-            FormatSize(s.stats.bytes_leased), " leased) and none was released within ", options_.room_wait.count(),
+            "the '", options_.name, "' expert cache (", FormatSize(s.capacity),
+            ") is full of leased blocks (", FormatSize(s.stats.bytes_leased),
+            " leased) and none was released within ", options_.room_wait.count(),
             " ms; expert (layer ", job->id.layer, ", id ", job->id.expert, ") cannot be read"));
       }
     }
@@ -349,23 +354,26 @@ std::shared_ptr<CacheTier::Job> CacheTier::NewJob(ExpertId id) const {
 
 absl::StatusOr<Lease> CacheTier::Fetch(ExpertId id, Priority) {
   Lease out;
-  absl::Status st = FetchMany(std::span<const ExpertId>(&id, 1), [&](size_t, Lease lease) { out = std::move(lease); });
+  absl::Status st = FetchMany(std::span<const ExpertId>(&id, 1),
+                              [&](size_t, Lease lease) { out = std::move(lease); });
   if (!st.ok()) return st;
   return out;
 }
 
-absl::Status CacheTier::FetchMany(std::span<const ExpertId> ids, const std::function<void(size_t, Lease)>& on_ready) {
+absl::Status CacheTier::FetchMany(std::span<const ExpertId> ids,
+                                  const std::function<void(size_t, Lease)>& on_ready) {
   return FetchGroups(ids, [&](std::span<std::pair<size_t, Lease>> group) {
     for (auto& [i, lease] : group) on_ready(i, std::move(lease));
   });
 }
 
-absl::Status CacheTier::FetchGroups(std::span<const ExpertId> ids,
-                                    const std::function<void(std::span<std::pair<size_t, Lease>>)>& on_group) {
+absl::Status CacheTier::FetchGroups(
+    std::span<const ExpertId> ids,
+    const std::function<void(std::span<std::pair<size_t, Lease>>)>& on_group) {
   State& s = *s_;
   auto done = std::make_shared<Completion>();
   std::vector<std::pair<size_t, Lease>> hits;
-  std::vector<ExpertId> promote;  // prefetch reads in progress that a demand now waits for
+  std::vector<ExpertId> promote;           // prefetch reads in progress that a demand now waits for
   std::vector<std::shared_ptr<Job>> mine;  // reads this call runs itself (io_threads == 0)
   size_t waiting = 0;
   {
@@ -562,8 +570,8 @@ absl::Status CacheTier::SetPinned(std::span<const ExpertId> ids) {
   for (const ExpertId& id : ids) {
     const uint64_t size = Charge(next_->BlockSize(id));
     if (size == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("pinned expert (layer ", id.layer, ", id ", id.expert, ") is not in the model"));
+      return absl::InvalidArgumentError(absl::StrCat("pinned expert (layer ", id.layer, ", id ",
+                                                     id.expert, ") is not in the model"));
     }
     total += size;
     largest = std::max(largest, size);
@@ -571,9 +579,10 @@ absl::Status CacheTier::SetPinned(std::span<const ExpertId> ids) {
   std::unique_lock<std::mutex> lock(s.mu);
   largest = std::max(largest, s.largest_block);
   if (!ids.empty() && total + 2 * largest > s.capacity) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        ids.size(), " pinned experts need ", FormatSize(total), ": the '", options_.name, "' expert cache of ",
-        FormatSize(s.capacity), " must keep two more blocks (", FormatSize(2 * largest), ") unpinned"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(ids.size(), " pinned experts need ", FormatSize(total), ": the '",
+                     options_.name, "' expert cache of ", FormatSize(s.capacity),
+                     " must keep two more blocks (", FormatSize(2 * largest), ") unpinned"));
   }
   s.pinned.clear();
   for (const ExpertId& id : ids) s.pinned.insert(id.Key());
@@ -613,9 +622,11 @@ std::vector<ExpertId> CacheTier::Pinned() const {
   std::lock_guard<std::mutex> lock(s_->mu);
   std::vector<ExpertId> out;
   for (uint64_t key : s_->pinned) {
-    out.push_back(ExpertId{static_cast<int32_t>(key >> 32), static_cast<int32_t>(key & 0xffffffffu)});
+    out.push_back(
+        ExpertId{static_cast<int32_t>(key >> 32), static_cast<int32_t>(key & 0xffffffffu)});
   }
-  std::sort(out.begin(), out.end(), [](const ExpertId& a, const ExpertId& b) { return a.Key() < b.Key(); });
+  std::sort(out.begin(), out.end(),
+            [](const ExpertId& a, const ExpertId& b) { return a.Key() < b.Key(); });
   return out;
 }
 

@@ -37,14 +37,16 @@ class FakeSource final : public ExpertSource {
     cv_.notify_all();
     cv_.wait(lock, [&] { return !gated_.count(id.Key()); });
     if (fail_once_.erase(id.Key())) {
-      return absl::UnavailableError(absl::StrCat("fake: expert (layer ", id.layer, ", id ", id.expert, ") failed"));
+      return absl::UnavailableError(
+          absl::StrCat("fake: expert (layer ", id.layer, ", id ", id.expert, ") failed"));
     }
     lock.unlock();
     return MakeLease(id);
   }
 
   // Delivers misses in reverse order, as a source whose reads complete out of order might.
-  absl::Status FetchMany(std::span<const ExpertId> ids, const std::function<void(size_t, Lease)>& on_ready) override {
+  absl::Status FetchMany(std::span<const ExpertId> ids,
+                         const std::function<void(size_t, Lease)>& on_ready) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
       batches_.emplace_back(ids.begin(), ids.end());
@@ -52,7 +54,8 @@ class FakeSource final : public ExpertSource {
     for (size_t k = ids.size(); k-- > 0;) {
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (fail_once_.erase(ids[k].Key())) return absl::UnavailableError("fake: batch read failed");
+        if (fail_once_.erase(ids[k].Key()))
+          return absl::UnavailableError("fake: batch read failed");
       }
       on_ready(k, MakeLease(ids[k]));
     }
@@ -346,7 +349,8 @@ TEST(CacheTier, DemandWaitingForRoomProceedsWhenALeaseIsDropped) {
   ASSERT_TRUE(a.ok() && b.ok());
   absl::StatusOr<Lease> c = absl::UnknownError("not run");
   std::thread t([&] { c = cache.Fetch(kC, Priority::kDemand); });
-  ASSERT_TRUE(WaitUntil([&] { return cache.Stats().room_waits >= 1; })) << "the fetch never waited for room";
+  ASSERT_TRUE(WaitUntil([&] { return cache.Stats().room_waits >= 1; }))
+      << "the fetch never waited for room";
   b->reset();  // the waiting read may now evict B
   t.join();
   ASSERT_TRUE(c.ok()) << c.status();
@@ -575,7 +579,8 @@ TEST(CacheTier, FetchManyReportsUpstreamErrors) {
   fake.FailOnce(kB);
   const std::vector<ExpertId> ids = {kB, kD};
   std::set<size_t> seen;
-  absl::Status s = cache.FetchMany(ids, [&](size_t i, Lease) { EXPECT_TRUE(seen.insert(i).second); });
+  absl::Status s =
+      cache.FetchMany(ids, [&](size_t i, Lease) { EXPECT_TRUE(seen.insert(i).second); });
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(seen.count(0), 0u);  // B never handed out

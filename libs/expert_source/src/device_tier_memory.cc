@@ -21,7 +21,8 @@ struct DeviceTierMemory::State {
   uint64_t slot_bytes = 0;
   std::mutex mu;
   std::condition_variable released;
-  std::deque<uint64_t> free;  // FIFO: the slot freed longest ago is the likeliest to be past its fence
+  std::deque<uint64_t>
+      free;  // FIFO: the slot freed longest ago is the likeliest to be past its fence
   std::vector<std::unique_ptr<backend::Fence>> fences;  // per slot: the last readers' fence
   DeviceTierStats stats;
 
@@ -38,15 +39,15 @@ struct DeviceTierMemory::State {
   }
 };
 
-absl::StatusOr<std::unique_ptr<DeviceTierMemory>> DeviceTierMemory::Create(backend::Backend* backend,
-                                                                          const DeviceTierMemoryOptions& options) {
+absl::StatusOr<std::unique_ptr<DeviceTierMemory>> DeviceTierMemory::Create(
+    backend::Backend* backend, const DeviceTierMemoryOptions& options) {
   const uint64_t slot = (options.slot_bytes + 255) / 256 * 256;
   if (slot == 0) return absl::InvalidArgumentError("device tier memory: the slot size is 0");
   const uint64_t slots = options.budget_bytes / slot;
   if (slots < 2) {
-    return absl::InvalidArgumentError(absl::StrCat("the ", options.name, " tier budget ",
-                                                   FormatSize(options.budget_bytes), " holds fewer than two expert blocks of ",
-                                                   FormatSize(slot)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ", options.name, " tier budget ", FormatSize(options.budget_bytes),
+                     " holds fewer than two expert blocks of ", FormatSize(slot)));
   }
   auto state = std::make_shared<State>();
   state->backend = backend;
@@ -55,9 +56,10 @@ absl::StatusOr<std::unique_ptr<DeviceTierMemory>> DeviceTierMemory::Create(backe
   if (!arena.ok()) {
     const backend::MemoryInfo mem = backend->memory_info();
     return absl::ResourceExhaustedError(absl::StrCat(
-        "the ", options.name, " tier (", FormatSize(slots * slot), ": ", slots, " experts of ", FormatSize(slot),
-        ") does not fit in ", std::string(backend->name()), " memory",
-        mem.total_bytes > 0 ? absl::StrCat(" (", FormatSize(mem.free_bytes), " free of ", FormatSize(mem.total_bytes), ")")
+        "the ", options.name, " tier (", FormatSize(slots * slot), ": ", slots, " experts of ",
+        FormatSize(slot), ") does not fit in ", std::string(backend->name()), " memory",
+        mem.total_bytes > 0 ? absl::StrCat(" (", FormatSize(mem.free_bytes), " free of ",
+                                           FormatSize(mem.total_bytes), ")")
                             : std::string(),
         ": ", arena.status().message()));
   }
@@ -66,23 +68,27 @@ absl::StatusOr<std::unique_ptr<DeviceTierMemory>> DeviceTierMemory::Create(backe
   for (uint64_t i = 0; i < slots; ++i) state->free.push_back(i);
   state->stats.slots = slots;
   state->stats.arena_bytes = slots * slot;
-  return std::unique_ptr<DeviceTierMemory>(new DeviceTierMemory(options.name, slot, slots, std::move(state)));
+  return std::unique_ptr<DeviceTierMemory>(
+      new DeviceTierMemory(options.name, slot, slots, std::move(state)));
 }
 
-DeviceTierMemory::DeviceTierMemory(std::string name, uint64_t slot_bytes, uint64_t slots, std::shared_ptr<State> state)
+DeviceTierMemory::DeviceTierMemory(std::string name, uint64_t slot_bytes, uint64_t slots,
+                                   std::shared_ptr<State> state)
     : name_(std::move(name)), slot_bytes_(slot_bytes), slots_(slots), s_(std::move(state)) {}
 
 DeviceTierMemory::~DeviceTierMemory() = default;
 
 absl::StatusOr<Lease> DeviceTierMemory::Adopt(const Lease& block) {
   if (block->size > slot_bytes_) {
-    return absl::InvalidArgumentError(absl::StrCat("expert (layer ", block->id.layer, ", id ", block->id.expert,
-                                                   ") of ", FormatSize(block->size), " is larger than the ", name_,
-                                                   " tier's slots of ", FormatSize(slot_bytes_)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("expert (layer ", block->id.layer, ", id ", block->id.expert, ") of ",
+                     FormatSize(block->size), " is larger than the ", name_, " tier's slots of ",
+                     FormatSize(slot_bytes_)));
   }
   if (block->device != nullptr || block->data() == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat("expert (layer ", block->id.layer, ", id ", block->id.expert,
-                                                      ") has no host bytes to copy into the ", name_, " tier"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("expert (layer ", block->id.layer, ", id ", block->id.expert,
+                     ") has no host bytes to copy into the ", name_, " tier"));
   }
   State& s = *s_;
   uint64_t slot;
@@ -94,8 +100,9 @@ absl::StatusOr<Lease> DeviceTierMemory::Adopt(const Lease& block) {
     // be on its way out on another thread (the tier's accounting drops a block as soon as its
     // handed-out leases are released). Wait for that release; never longer than kSlotWait.
     if (!s.released.wait_for(lock, kSlotWait, [&] { return !s.free.empty(); })) {
-      return absl::ResourceExhaustedError(absl::StrCat("the ", name_, " tier has no free slot of its ", slots_,
-                                                       " after ", kSlotWait.count(), " ms (all leased)"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the ", name_, " tier has no free slot of its ", slots_, " after ",
+                       kSlotWait.count(), " ms (all leased)"));
     }
     slot = s.free.front();
     s.free.pop_front();
@@ -121,10 +128,12 @@ absl::StatusOr<Lease> DeviceTierMemory::Adopt(const Lease& block) {
   const auto start = std::chrono::steady_clock::now();
   if (absl::Status st = s.backend->TransferIn(dst, block->data(), block->size); !st.ok()) {
     give_back();
-    return absl::Status(st.code(), absl::StrCat("expert (layer ", block->id.layer, ", id ", block->id.expert,
-                                                ") into the ", name_, " tier: ", st.message()));
+    return absl::Status(st.code(),
+                        absl::StrCat("expert (layer ", block->id.layer, ", id ", block->id.expert,
+                                     ") into the ", name_, " tier: ", st.message()));
   }
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::steady_clock::now() - start);
   {
     std::lock_guard<std::mutex> lock(s.mu);
     s.stats.uploads++;

@@ -61,7 +61,8 @@ TEST(DeviceTierMemoryTest, TierOverDeviceMemoryStaysWithinItsSlots) {
       ASSERT_NE((*lease)->device, nullptr);
       EXPECT_EQ((*lease)->data(), nullptr);
       EXPECT_EQ((*lease)->size, src.BlockSize(id));
-      EXPECT_EQ(DeviceBytes(be, *lease), std::vector<uint8_t>(src.BlockSize(id), RecordingSource::Fill(id)));
+      EXPECT_EQ(DeviceBytes(be, *lease),
+                std::vector<uint8_t>(src.BlockSize(id), RecordingSource::Fill(id)));
       const CacheStats s = tier.Stats();
       // Every block is charged one slot, whatever its size: at most four resident.
       EXPECT_LE(s.bytes_cached, o.capacity_bytes);
@@ -112,7 +113,8 @@ TEST(DeviceTierMemoryTest, LeasedBlocksKeepTheirSlotsAndAreReleasedBehindAFence)
   auto next = tier.Fetch(ExpertId{0, 3}, Priority::kDemand);
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_GT(be.counters().fences.load(), fences);  // the evicted block's slot was fenced
-  EXPECT_EQ(DeviceBytes(be, *next), std::vector<uint8_t>(1000, RecordingSource::Fill(ExpertId{0, 3})));
+  EXPECT_EQ(DeviceBytes(be, *next),
+            std::vector<uint8_t>(1000, RecordingSource::Fill(ExpertId{0, 3})));
 }
 
 TEST(DeviceTierMemoryTest, OutOfMemoryAndTooSmallBudgetsAreClearErrorsAtStart) {

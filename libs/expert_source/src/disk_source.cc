@@ -41,7 +41,8 @@ absl::StatusOr<std::unique_ptr<DiskSource>> DiskSource::Open(const model::Contai
     }
     src->fds_[b.file] = fds;
   }
-  if (options.read_parallelism > 1) src->helpers_ = std::make_unique<ThreadPool>(options.read_parallelism);
+  if (options.read_parallelism > 1)
+    src->helpers_ = std::make_unique<ThreadPool>(options.read_parallelism);
   return src;
 }
 
@@ -76,7 +77,8 @@ void DiskSource::Promote(std::span<const ExpertId> ids) {
   demand_done_.notify_all();
 }
 
-absl::StatusOr<uint64_t> DiskSource::ReadRange(const Fds& fds, uint8_t* dst, uint64_t offset, uint64_t len) {
+absl::StatusOr<uint64_t> DiskSource::ReadRange(const Fds& fds, uint8_t* dst, uint64_t offset,
+                                               uint64_t len) {
   int fd = fds.direct >= 0 ? fds.direct : fds.buffered;
   uint64_t done = 0;
   while (done < len) {
@@ -98,8 +100,8 @@ absl::StatusOr<uint64_t> DiskSource::ReadRange(const Fds& fds, uint8_t* dst, uin
 absl::StatusOr<Lease> DiskSource::Fetch(ExpertId id, Priority priority) {
   const auto& m = container_->manifest();
   if (!m.HasExpert(id.layer, id.expert)) {
-    return absl::NotFoundError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") is not in model '",
-                                            m.name, "'"));
+    return absl::NotFoundError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert,
+                                            ") is not in model '", m.name, "'"));
   }
   const model::ExpertBlock& b = m.Expert(id.layer, id.expert);
   auto block = std::make_shared<Block>();
@@ -149,12 +151,14 @@ absl::StatusOr<Lease> DiskSource::Fetch(ExpertId id, Priority priority) {
   };
   auto sh = std::make_shared<Shared>();
   uint8_t* base = block->bytes.get();
-  auto work = [this, sh, base, &fds, offset = b.offset, padded = b.padded_size, piece, pieces, cancel] {
+  auto work = [this, sh, base, &fds, offset = b.offset, padded = b.padded_size, piece, pieces,
+               cancel] {
     for (uint64_t i = sh->next++; i < pieces; i = sh->next++) {
       absl::Status st;
       if (cancel) {
         std::unique_lock<std::mutex> lock(mu_);
-        demand_done_.wait(lock, [&] { return demand_reads_ == 0 || cancel->cancelled || cancel->urgent; });
+        demand_done_.wait(
+            lock, [&] { return demand_reads_ == 0 || cancel->cancelled || cancel->urgent; });
       }
       bool stopped = cancel && cancel->cancelled && !cancel->urgent;
       if (!stopped) {
@@ -175,7 +179,8 @@ absl::StatusOr<Lease> DiskSource::Fetch(ExpertId id, Priority priority) {
   const auto t0 = std::chrono::steady_clock::now();
   // Demand reads only: a paused prefetch must never hold a helper a demand read needs.
   if (helpers_ && pieces > 1 && !cancel) {
-    const uint64_t extra = std::min<uint64_t>(pieces - 1, static_cast<uint64_t>(helpers_->size() - 1));
+    const uint64_t extra =
+        std::min<uint64_t>(pieces - 1, static_cast<uint64_t>(helpers_->size() - 1));
     for (uint64_t i = 0; i < extra; ++i) helpers_->Submit(work);
   }
   work();
@@ -184,28 +189,31 @@ absl::StatusOr<Lease> DiskSource::Fetch(ExpertId id, Priority priority) {
     sh->cv.wait(lock, [&] { return sh->finished == pieces; });
   }
   read_ns_ += static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
   bytes_read_ += sh->bytes.load();
   if (sh->cancelled) {
     cancelled_++;
-    return absl::CancelledError(absl::StrCat("prefetch of expert (layer ", id.layer, ", id ", id.expert,
-                                             ") cancelled"));
+    return absl::CancelledError(
+        absl::StrCat("prefetch of expert (layer ", id.layer, ", id ", id.expert, ") cancelled"));
   }
   if (!sh->status.ok()) {
-    return absl::Status(sh->status.code(),
-                        absl::StrCat("read expert (layer ", id.layer, ", id ", id.expert, ") from '",
-                                     container_->ExpertFilePath(b).string(), "': ", sh->status.message()));
+    return absl::Status(
+        sh->status.code(),
+        absl::StrCat("read expert (layer ", id.layer, ", id ", id.expert, ") from '",
+                     container_->ExpertFilePath(b).string(), "': ", sh->status.message()));
   }
   // Bytes past the end of the file were never read: the block is short.
   const uint64_t file_end = std::min(b.offset + b.padded_size, fds.size);
   if (file_end < b.offset + b.size) {
-    return absl::DataLossError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") in '",
-                                            container_->ExpertFilePath(b).string(), "': short read (",
-                                            file_end > b.offset ? file_end - b.offset : 0, " of ", b.size,
-                                            " bytes)"));
+    return absl::DataLossError(
+        absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") in '",
+                     container_->ExpertFilePath(b).string(), "': short read (",
+                     file_end > b.offset ? file_end - b.offset : 0, " of ", b.size, " bytes)"));
   }
   uint64_t got = Checksum64(block->bytes.get(), b.size);
-  if (got != b.checksum) return model::ExpertChecksumError(b, container_->ExpertFilePath(b).string(), got);
+  if (got != b.checksum)
+    return model::ExpertChecksumError(b, container_->ExpertFilePath(b).string(), got);
   return Lease(std::move(block));
 }
 

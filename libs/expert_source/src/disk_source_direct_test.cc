@@ -34,7 +34,8 @@ class DirectSourceTest : public ::testing::Test {
     for (const auto& b : container_->manifest().experts) {
       auto want = container_->ReadExpertBlock(b.layer, b.expert);
       ASSERT_TRUE(want.ok());
-      auto got = src.Fetch(ExpertId{static_cast<int32_t>(b.layer), static_cast<int32_t>(b.expert)}, priority);
+      auto got = src.Fetch(ExpertId{static_cast<int32_t>(b.layer), static_cast<int32_t>(b.expert)},
+                           priority);
       ASSERT_TRUE(got.ok()) << got.status();
       ASSERT_EQ((*got)->size, b.size);
       ASSERT_EQ(std::memcmp((*got)->data(), want->get(), b.size), 0) << b.layer << "," << b.expert;
@@ -65,7 +66,8 @@ TEST_F(DirectSourceTest, MmapSourceGivesTheSameBytesAndChecksThem) {
   ASSERT_TRUE(src.ok()) << src.status();
   ExpectSameBytes(**src, Priority::kDemand);
   EXPECT_EQ((*src)->BlockSize(ExpertId{0, 0}), container_->manifest().Expert(0, 0).padded_size);
-  EXPECT_EQ((*src)->Fetch(ExpertId{9, 0}, Priority::kDemand).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*src)->Fetch(ExpertId{9, 0}, Priority::kDemand).status().code(),
+            absl::StatusCode::kNotFound);
 
   // A corrupt block is DataLoss on its first fetch.
   const auto& b = container_->manifest().Expert(1, 2);

@@ -38,7 +38,8 @@ model::ModelConfig Config() {
 // Bytes of one part: distinct for every (layer, expert, part).
 std::vector<uint8_t> PartBytes(int64_t layer, int64_t expert, int part, size_t size) {
   std::vector<uint8_t> b(size);
-  for (size_t i = 0; i < size; ++i) b[i] = static_cast<uint8_t>(i * 13 + layer * 71 + expert * 29 + part * 7);
+  for (size_t i = 0; i < size; ++i)
+    b[i] = static_cast<uint8_t>(i * 13 + layer * 71 + expert * 29 + part * 7);
   return b;
 }
 
@@ -46,8 +47,9 @@ class DiskSourceTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     // Unique per process: ctest may run several of these tests at once.
-    dir_ = fs::temp_directory_path() / (std::string("colibri_disk_source_test ") + (GetParam() ? "split " : "single ") +
-                                        "é " + std::to_string(::getpid()));
+    dir_ = fs::temp_directory_path() /
+           (std::string("colibri_disk_source_test ") + (GetParam() ? "split " : "single ") + "é " +
+            std::to_string(::getpid()));
     fs::remove_all(dir_);
     const model::ModelConfig c = Config();
     model::ContainerWriter::Options options;
@@ -56,17 +58,21 @@ class DiskSourceTest : public ::testing::TestWithParam<bool> {
     ASSERT_TRUE(w.ok()) << w.status();
     std::vector<uint8_t> norm(static_cast<size_t>(c.hidden_size) * 4);
     ASSERT_TRUE((*w)->AddDense("output_norm", DType::kF32, {c.hidden_size}, norm).ok());
-    const size_t gate_bytes = quant::RowBytes(DType::kQ8_0, c.hidden_size) * static_cast<size_t>(c.expert_ffn);
-    const size_t down_bytes = quant::RowBytes(DType::kF32, c.expert_ffn) * static_cast<size_t>(c.hidden_size);
+    const size_t gate_bytes =
+        quant::RowBytes(DType::kQ8_0, c.hidden_size) * static_cast<size_t>(c.expert_ffn);
+    const size_t down_bytes =
+        quant::RowBytes(DType::kF32, c.expert_ffn) * static_cast<size_t>(c.hidden_size);
     for (int64_t l = 0; l < c.n_layers; ++l) {
       for (int64_t e = 0; e < c.n_experts; ++e) {
         auto& parts = written_[{l, e}];
-        parts = {PartBytes(l, e, 0, gate_bytes), PartBytes(l, e, 1, gate_bytes), PartBytes(l, e, 2, down_bytes)};
-        ASSERT_TRUE((*w)->AddExpert(l, e,
-                                    {{"gate", DType::kQ8_0, {c.expert_ffn, c.hidden_size}, parts[0]},
-                                     {"up", DType::kQ8_0, {c.expert_ffn, c.hidden_size}, parts[1]},
-                                     {"down", DType::kF32, {c.hidden_size, c.expert_ffn}, parts[2]}})
-                        .ok());
+        parts = {PartBytes(l, e, 0, gate_bytes), PartBytes(l, e, 1, gate_bytes),
+                 PartBytes(l, e, 2, down_bytes)};
+        ASSERT_TRUE(
+            (*w)->AddExpert(l, e,
+                            {{"gate", DType::kQ8_0, {c.expert_ffn, c.hidden_size}, parts[0]},
+                             {"up", DType::kQ8_0, {c.expert_ffn, c.hidden_size}, parts[1]},
+                             {"down", DType::kF32, {c.hidden_size, c.expert_ffn}, parts[2]}})
+                .ok());
       }
     }
     ASSERT_TRUE((*w)->Finish().ok());
@@ -182,7 +188,8 @@ TEST_P(DiskSourceTest, UnknownExpertIsNotFound) {
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
     const std::string msg(r.status().message());
-    EXPECT_NE(msg.find("layer " + std::to_string(id.layer) + ", id " + std::to_string(id.expert)), std::string::npos)
+    EXPECT_NE(msg.find("layer " + std::to_string(id.layer) + ", id " + std::to_string(id.expert)),
+              std::string::npos)
         << msg;
     EXPECT_NE(msg.find("disk test"), std::string::npos) << msg;  // the model's name
   }
@@ -244,7 +251,8 @@ TEST_P(DiskSourceTest, MissingFileFailsOpen) {
   auto src = DiskSource::Open(container_.get());
   ASSERT_FALSE(src.ok());
   EXPECT_EQ(src.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(src.status().message().find(container_->ExpertFilePath(b).string()), std::string::npos) << src.status();
+  EXPECT_NE(src.status().message().find(container_->ExpertFilePath(b).string()), std::string::npos)
+      << src.status();
 }
 
 TEST_P(DiskSourceTest, CacheTierInFrontReadsEachBlockOnce) {

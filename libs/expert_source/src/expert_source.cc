@@ -12,8 +12,9 @@ absl::Status ExpertSource::FetchMany(std::span<const ExpertId> ids,
   return absl::OkStatus();
 }
 
-absl::Status ExpertSource::FetchGroups(std::span<const ExpertId> ids,
-                                       const std::function<void(std::span<std::pair<size_t, Lease>>)>& on_group) {
+absl::Status ExpertSource::FetchGroups(
+    std::span<const ExpertId> ids,
+    const std::function<void(std::span<std::pair<size_t, Lease>>)>& on_group) {
   return FetchMany(ids, [&](size_t i, Lease lease) {
     std::pair<size_t, Lease> one(i, std::move(lease));
     on_group(std::span<std::pair<size_t, Lease>>(&one, 1));

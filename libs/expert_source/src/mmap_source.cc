@@ -26,14 +26,15 @@ uint64_t MmapSource::BlockSize(ExpertId id) const {
 absl::StatusOr<Lease> MmapSource::Fetch(ExpertId id, Priority) {
   const auto& m = container_->manifest();
   if (!m.HasExpert(id.layer, id.expert)) {
-    return absl::NotFoundError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") is not in model '",
-                                            m.name, "'"));
+    return absl::NotFoundError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert,
+                                            ") is not in model '", m.name, "'"));
   }
   const model::ExpertBlock& b = m.Expert(id.layer, id.expert);
   const auto& map = maps_.at(b.file);
   if (b.offset + b.size > map->size()) {
-    return absl::DataLossError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") in '",
-                                            container_->ExpertFilePath(b).string(), "': file too short"));
+    return absl::DataLossError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert,
+                                            ") in '", container_->ExpertFilePath(b).string(),
+                                            "': file too short"));
   }
   const uint8_t* bytes = map->data() + b.offset;
   const size_t index = static_cast<size_t>(id.layer * m.config.n_experts + id.expert);
@@ -44,7 +45,8 @@ absl::StatusOr<Lease> MmapSource::Fetch(ExpertId id, Priority) {
   }
   if (!verified) {
     const uint64_t got = Checksum64(bytes, b.size);
-    if (got != b.checksum) return model::ExpertChecksumError(b, container_->ExpertFilePath(b).string(), got);
+    if (got != b.checksum)
+      return model::ExpertChecksumError(b, container_->ExpertFilePath(b).string(), got);
     std::lock_guard<std::mutex> lock(mu_);
     verified_[index] = true;
   }

@@ -10,12 +10,15 @@
 
 namespace colibri::expert_source {
 
-absl::StatusOr<std::vector<ExpertId>> ParsePinnedExperts(std::string_view json, int n_layers, int n_experts) {
-  nlohmann::json j = nlohmann::json::parse(json.begin(), json.end(), nullptr, /*allow_exceptions=*/false);
+absl::StatusOr<std::vector<ExpertId>> ParsePinnedExperts(std::string_view json, int n_layers,
+                                                         int n_experts) {
+  nlohmann::json j =
+      nlohmann::json::parse(json.begin(), json.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError("pinned experts: not valid JSON");
   if (j.is_object()) {
     if (!j.contains("pinned_experts")) {
-      return absl::InvalidArgumentError("pinned experts: expected a list or an object with \"pinned_experts\"");
+      return absl::InvalidArgumentError(
+          "pinned experts: expected a list or an object with \"pinned_experts\"");
     }
     j = j["pinned_experts"];
   }
@@ -33,14 +36,15 @@ absl::StatusOr<std::vector<ExpertId>> ParsePinnedExperts(std::string_view json, 
       e = &item["expert"];
     }
     if (l == nullptr || !l->is_number_integer() || !e->is_number_integer()) {
-      return absl::InvalidArgumentError(absl::StrCat("pinned experts: entry ", i, " (", item.dump(),
-                                                     ") is not [layer, expert] or {\"layer\", \"expert\"}"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("pinned experts: entry ", i, " (", item.dump(),
+                       ") is not [layer, expert] or {\"layer\", \"expert\"}"));
     }
     const int64_t layer = l->get<int64_t>(), expert = e->get<int64_t>();
     if (layer < 0 || layer >= n_layers || expert < 0 || expert >= n_experts) {
-      return absl::InvalidArgumentError(absl::StrCat("pinned experts: entry ", i, " (layer ", layer, ", expert ",
-                                                     expert, ") is outside the model (", n_layers, " layers x ",
-                                                     n_experts, " experts)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("pinned experts: entry ", i, " (layer ", layer, ", expert ", expert,
+                       ") is outside the model (", n_layers, " layers x ", n_experts, " experts)"));
     }
     ExpertId id{static_cast<int32_t>(layer), static_cast<int32_t>(expert)};
     if (seen.insert(id.Key()).second) out.push_back(id);
@@ -48,19 +52,22 @@ absl::StatusOr<std::vector<ExpertId>> ParsePinnedExperts(std::string_view json, 
   return out;
 }
 
-absl::StatusOr<std::vector<ExpertId>> LoadPinnedExperts(const std::filesystem::path& path, int n_layers,
-                                                        int n_experts) {
+absl::StatusOr<std::vector<ExpertId>> LoadPinnedExperts(const std::filesystem::path& path,
+                                                        int n_layers, int n_experts) {
   auto text = ReadFileToString(path);
   if (!text.ok()) return text.status();
   auto ids = ParsePinnedExperts(*text, n_layers, n_experts);
-  if (!ids.ok()) return absl::Status(ids.status().code(), absl::StrCat(path.string(), ": ", ids.status().message()));
+  if (!ids.ok())
+    return absl::Status(ids.status().code(),
+                        absl::StrCat(path.string(), ": ", ids.status().message()));
   return ids;
 }
 
 std::vector<ExpertId> PlanLearnedPins(const std::vector<std::pair<ExpertId, double>>& ranked,
                                       const std::vector<ExpertId>& current, uint64_t budget_bytes,
-                                      const std::function<uint64_t(ExpertId)>& block_size, double hysteresis,
-                                      double min_heat, const std::unordered_set<uint64_t>& exclude) {
+                                      const std::function<uint64_t(ExpertId)>& block_size,
+                                      double hysteresis, double min_heat,
+                                      const std::unordered_set<uint64_t>& exclude) {
   std::unordered_map<uint64_t, double> heat;
   for (const auto& [id, h] : ranked) heat[id.Key()] = h;
   auto heat_of = [&](const ExpertId& id) {
@@ -74,7 +81,8 @@ std::vector<ExpertId> PlanLearnedPins(const std::vector<std::pair<ExpertId, doub
     if (exclude.count(id.Key()) || heat_of(id) < min_heat) continue;
     keep.push_back(id);
   }
-  std::stable_sort(keep.begin(), keep.end(), [&](const ExpertId& a, const ExpertId& b) { return heat_of(a) > heat_of(b); });
+  std::stable_sort(keep.begin(), keep.end(),
+                   [&](const ExpertId& a, const ExpertId& b) { return heat_of(a) > heat_of(b); });
   std::vector<ExpertId> set;
   for (const ExpertId& id : keep) {
     if (used + block_size(id) > budget_bytes) continue;
@@ -94,8 +102,9 @@ std::vector<ExpertId> PlanLearnedPins(const std::vector<std::pair<ExpertId, doub
       continue;
     }
     // Displace the coldest member if this outsider is clearly hotter.
-    auto coldest = std::min_element(set.begin(), set.end(),
-                                    [&](const ExpertId& a, const ExpertId& b) { return heat_of(a) < heat_of(b); });
+    auto coldest = std::min_element(
+        set.begin(), set.end(),
+        [&](const ExpertId& a, const ExpertId& b) { return heat_of(a) < heat_of(b); });
     if (coldest == set.end() || h <= (1.0 + hysteresis) * heat_of(*coldest)) break;
     if (used - block_size(*coldest) + size > budget_bytes) continue;
     used = used - block_size(*coldest) + size;
@@ -103,11 +112,13 @@ std::vector<ExpertId> PlanLearnedPins(const std::vector<std::pair<ExpertId, doub
     *coldest = id;
     in.insert(id.Key());
   }
-  std::sort(set.begin(), set.end(), [](const ExpertId& a, const ExpertId& b) { return a.Key() < b.Key(); });
+  std::sort(set.begin(), set.end(),
+            [](const ExpertId& a, const ExpertId& b) { return a.Key() < b.Key(); });
   return set;
 }
 
-absl::StatusOr<std::unique_ptr<PinController>> PinController::Start(CacheTier* tier, RoutingHeat* heat,
+absl::StatusOr<std::unique_ptr<PinController>> PinController::Start(CacheTier* tier,
+                                                                    RoutingHeat* heat,
                                                                     PinControllerOptions options) {
   auto c = std::unique_ptr<PinController>(new PinController(tier, heat, std::move(options)));
   if (auto st = tier->SetPinned(c->options_.fixed); !st.ok()) return st;
@@ -123,7 +134,8 @@ PinController::~PinController() {
     cv_.notify_all();
   }
   if (thread_.joinable()) thread_.join();
-  if (auto st = SaveHeat(); !st.ok()) spdlog::warn("routing heat not saved: {}", std::string(st.message()));
+  if (auto st = SaveHeat(); !st.ok())
+    spdlog::warn("routing heat not saved: {}", std::string(st.message()));
 }
 
 void PinController::Loop() {
@@ -147,9 +159,10 @@ absl::StatusOr<int> PinController::Rebalance() {
   if (heat_ == nullptr || options_.learned_budget_bytes == 0) return 0;
   std::unordered_set<uint64_t> fixed;
   for (const ExpertId& id : options_.fixed) fixed.insert(id.Key());
-  auto next = PlanLearnedPins(heat_->Ranked(), learned_, options_.learned_budget_bytes,
-                              [&](ExpertId id) { return tier_->BlockSize(id); }, options_.hysteresis,
-                              options_.min_heat, fixed);
+  auto next = PlanLearnedPins(
+      heat_->Ranked(), learned_, options_.learned_budget_bytes,
+      [&](ExpertId id) { return tier_->BlockSize(id); }, options_.hysteresis, options_.min_heat,
+      fixed);
   std::unordered_set<uint64_t> before, after;
   for (const ExpertId& id : learned_) before.insert(id.Key());
   for (const ExpertId& id : next) after.insert(id.Key());

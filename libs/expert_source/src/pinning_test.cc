@@ -34,8 +34,10 @@ TEST(PinnedExperts, ErrorsNameTheEntry) {
   auto out_of_range = ParsePinnedExperts("[[0, 0], [2, 0]]", 2, 4);
   ASSERT_FALSE(out_of_range.ok());
   EXPECT_EQ(out_of_range.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(out_of_range.status().message().find("entry 1"), std::string::npos) << out_of_range.status();
-  for (const char* bad : {"[[0]]", "[{\"layer\": 0}]", "[[\"0\", 1]]", "{\"pins\": []}", "nope", "7"}) {
+  EXPECT_NE(out_of_range.status().message().find("entry 1"), std::string::npos)
+      << out_of_range.status();
+  for (const char* bad :
+       {"[[0]]", "[{\"layer\": 0}]", "[[\"0\", 1]]", "{\"pins\": []}", "nope", "7"}) {
     auto r = ParsePinnedExperts(bad, 2, 4);
     EXPECT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
@@ -135,7 +137,8 @@ TEST(RoutingHeat, CountsSelectionsAndDecays) {
 }
 
 TEST(RoutingHeat, SurvivesASaveAndLoad) {
-  const auto path = std::filesystem::temp_directory_path() / ("colibri_heat_test_" + std::to_string(::getpid()));
+  const auto path =
+      std::filesystem::temp_directory_path() / ("colibri_heat_test_" + std::to_string(::getpid()));
   RoutingHeat heat("m", 2, 4, 1);
   const std::vector<RoutingHint> h = {{kC, 0.9f, 3}, {kB, 0.9f, 1}};
   heat.Record(h);

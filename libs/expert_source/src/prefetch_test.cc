@@ -129,9 +129,9 @@ TEST(Prefetch, CancelledUnusedBlocksGoFirstAndCountAsWasted) {
   const std::vector<ExpertId> ids = {kC};
   tier.Prefetch(ids);
   ASSERT_TRUE(tier.WaitIdle(Deadline()));
-  tier.Cancel(ids);  // the routing did not pick C
+  tier.Cancel(ids);                                     // the routing did not pick C
   ASSERT_TRUE(tier.Fetch(kD, Priority::kDemand).ok());  // needs one block of room
-  EXPECT_FALSE(tier.Contains(kC));  // the LRU block (A) stays: C was demoted
+  EXPECT_FALSE(tier.Contains(kC));                      // the LRU block (A) stays: C was demoted
   EXPECT_TRUE(tier.Contains(kA));
   const CacheStats s = tier.Stats();
   EXPECT_EQ(s.prefetch_wasted_bytes, 100u);
@@ -240,7 +240,8 @@ class CancellableSource final : public ExpertSource {
     reads_.push_back({id, priority});
     cv_.notify_all();
     cv_.wait(lock, [&] { return !gated_.count(id.Key()); });
-    if (priority == Priority::kPrefetch && cancelled_.erase(id.Key())) return absl::CancelledError("stopped");
+    if (priority == Priority::kPrefetch && cancelled_.erase(id.Key()))
+      return absl::CancelledError("stopped");
     lock.unlock();
     auto block = std::make_shared<Block>();
     block->id = id;
@@ -306,7 +307,8 @@ TEST(Prefetch, AStoppedReadThatADemandJoinedIsReadAgain) {
   tier.Cancel(ids);  // passed on: the source will stop the read
   absl::StatusOr<Lease> got = absl::UnknownError("not run");
   std::thread t([&] { got = tier.Fetch(kA, Priority::kDemand); });
-  ASSERT_TRUE(WaitUntil([&] { return tier.Stats().in_flight_hits > 0; }));  // ...but now it is wanted
+  ASSERT_TRUE(
+      WaitUntil([&] { return tier.Stats().in_flight_hits > 0; }));  // ...but now it is wanted
   src.Open(kA);
   t.join();
   ASSERT_TRUE(got.ok()) << got.status();
@@ -321,7 +323,7 @@ TEST(Prefetch, AStoppedReadThatADemandJoinedIsReadAgain) {
 // Warming (CacheTier::Warm): background reads in order into free room, never evicting.
 TEST(Warm, FillsFreeRoomInOrderAndStopsWhenFullWithoutEvicting) {
   RecordingSource src(100);
-  CacheTier tier(&src, Options(350, 1));  // one reader: strictly in order
+  CacheTier tier(&src, Options(350, 1));                // one reader: strictly in order
   ASSERT_TRUE(tier.Fetch(kE, Priority::kDemand).ok());  // resident before warming
   const std::vector<ExpertId> order = {kA, kB, kC, kD};
   tier.Warm(order);

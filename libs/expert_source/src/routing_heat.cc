@@ -11,7 +11,8 @@
 
 namespace colibri::expert_source {
 
-RoutingHeat::RoutingHeat(std::string model, int n_layers, int n_experts, int top_k, double half_life_tokens)
+RoutingHeat::RoutingHeat(std::string model, int n_layers, int n_experts, int top_k,
+                         double half_life_tokens)
     : model_(std::move(model)),
       n_layers_(n_layers),
       n_experts_(n_experts),
@@ -32,7 +33,8 @@ void RoutingHeat::Record(std::span<const RoutingHint> hints) {
   }
   clock_ += static_cast<double>(layer0_selected) / top_k_;
   for (const RoutingHint& h : hints) {
-    if (h.id.layer < 0 || h.id.layer >= n_layers_ || h.id.expert < 0 || h.id.expert >= n_experts_) continue;
+    if (h.id.layer < 0 || h.id.layer >= n_layers_ || h.id.expert < 0 || h.id.expert >= n_experts_)
+      continue;
     if (h.selected == 0) continue;
     const size_t i = Index(h.id);
     heat_[i] = DecayedLocked(i) + h.selected;
@@ -57,7 +59,8 @@ std::vector<std::pair<ExpertId, double>> RoutingHeat::Ranked() const {
       }
     }
   }
-  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
   return out;
 }
 
@@ -91,15 +94,17 @@ std::string RoutingHeat::ToJson() const {
 }
 
 absl::Status RoutingHeat::FromJson(std::string_view text) {
-  nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  nlohmann::json j =
+      nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object() || j.value("format", "") != "colibri-routing-heat") {
     return absl::InvalidArgumentError("not a colibri routing heat file");
   }
-  if (j.value("model", "") != model_ || j.value("n_layers", -1) != n_layers_ || j.value("n_experts", -1) != n_experts_) {
-    return absl::FailedPreconditionError(absl::StrCat("routing heat is for model '", j.value("model", ""), "' (",
-                                                      j.value("n_layers", -1), " layers x ", j.value("n_experts", -1),
-                                                      " experts), not '", model_, "' (", n_layers_, " x ",
-                                                      n_experts_, ")"));
+  if (j.value("model", "") != model_ || j.value("n_layers", -1) != n_layers_ ||
+      j.value("n_experts", -1) != n_experts_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("routing heat is for model '", j.value("model", ""), "' (",
+                     j.value("n_layers", -1), " layers x ", j.value("n_experts", -1),
+                     " experts), not '", model_, "' (", n_layers_, " x ", n_experts_, ")"));
   }
   const auto& rows = j["heat"];
   if (!rows.is_array() || rows.size() != static_cast<size_t>(n_layers_)) {
@@ -109,12 +114,14 @@ absl::Status RoutingHeat::FromJson(std::string_view text) {
   for (int l = 0; l < n_layers_; ++l) {
     const auto& row = rows[static_cast<size_t>(l)];
     if (!row.is_array() || row.size() != static_cast<size_t>(n_experts_)) {
-      return absl::InvalidArgumentError(absl::StrCat("routing heat: row ", l, " must hold ", n_experts_, " numbers"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("routing heat: row ", l, " must hold ", n_experts_, " numbers"));
     }
     for (int e = 0; e < n_experts_; ++e) {
       const auto& v = row[static_cast<size_t>(e)];
       if (!v.is_number() || v.get<double>() < 0) {
-        return absl::InvalidArgumentError(absl::StrCat("routing heat: bad value at layer ", l, ", expert ", e));
+        return absl::InvalidArgumentError(
+            absl::StrCat("routing heat: bad value at layer ", l, ", expert ", e));
       }
       heat[Index(ExpertId{l, e})] = v.get<double>();
     }
@@ -144,7 +151,8 @@ absl::Status RoutingHeat::Save(const std::filesystem::path& path) const {
 
 absl::Status RoutingHeat::Load(const std::filesystem::path& path) {
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return absl::NotFoundError(absl::StrCat("no routing heat at ", path.string()));
+  if (!std::filesystem::exists(path, ec))
+    return absl::NotFoundError(absl::StrCat("no routing heat at ", path.string()));
   auto text = ReadFileToString(path);
   if (!text.ok()) return text.status();
   absl::Status st = FromJson(*text);

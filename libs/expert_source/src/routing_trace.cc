@@ -35,7 +35,8 @@ class UnitSource final : public ExpertSource {
 };
 
 // A replay tier of `capacity_blocks` unit blocks.
-CacheTierOptions ReplayOptions(uint64_t capacity_blocks, CachePolicyKind policy, const CachePolicyParams& params) {
+CacheTierOptions ReplayOptions(uint64_t capacity_blocks, CachePolicyKind policy,
+                               const CachePolicyParams& params) {
   CacheTierOptions o;
   o.name = "replay";
   o.capacity_bytes = capacity_blocks;
@@ -47,12 +48,13 @@ CacheTierOptions ReplayOptions(uint64_t capacity_blocks, CachePolicyKind policy,
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<RoutingTraceWriter>> RoutingTraceWriter::Open(const std::filesystem::path& path,
-                                                                            const TraceHeader& header) {
+absl::StatusOr<std::unique_ptr<RoutingTraceWriter>> RoutingTraceWriter::Open(
+    const std::filesystem::path& path, const TraceHeader& header) {
   auto w = std::unique_ptr<RoutingTraceWriter>(new RoutingTraceWriter());
   w->path_ = path;
   w->out_.open(path, std::ios::out | std::ios::trunc);
-  if (!w->out_) return absl::UnavailableError(absl::StrCat("cannot write routing trace '", path.string(), "'"));
+  if (!w->out_)
+    return absl::UnavailableError(absl::StrCat("cannot write routing trace '", path.string(), "'"));
   nlohmann::ordered_json h;
   h["format"] = "colibri-routing-trace";
   h["version"] = header.lookahead_layers > 0 ? 2 : 1;
@@ -74,8 +76,8 @@ int64_t RoutingTraceWriter::NextStep() {
 }
 
 void RoutingTraceWriter::Write(const TraceRecord& r) {
-  std::string line = absl::StrCat("{\"step\":", r.step, ",\"item\":", r.item, ",\"pos\":", r.pos, ",\"layer\":",
-                                  r.layer, ",\"experts\":[");
+  std::string line = absl::StrCat("{\"step\":", r.step, ",\"item\":", r.item, ",\"pos\":", r.pos,
+                                  ",\"layer\":", r.layer, ",\"experts\":[");
   for (size_t i = 0; i < r.experts.size(); ++i) absl::StrAppend(&line, i ? "," : "", r.experts[i]);
   line += "],\"weights\":[";
   for (size_t i = 0; i < r.weights.size(); ++i) {
@@ -95,7 +97,8 @@ void RoutingTraceWriter::Write(const TraceRecord& r) {
     line += ",\"lookahead\":[";
     for (size_t d = 0; d < r.lookahead.size(); ++d) {
       line += d ? ",[" : "[";
-      for (size_t i = 0; i < r.lookahead[d].size(); ++i) absl::StrAppend(&line, i ? "," : "", r.lookahead[d][i]);
+      for (size_t i = 0; i < r.lookahead[d].size(); ++i)
+        absl::StrAppend(&line, i ? "," : "", r.lookahead[d][i]);
       line += ']';
     }
     line += ']';
@@ -109,7 +112,8 @@ void RoutingTraceWriter::Write(const TraceRecord& r) {
 absl::Status RoutingTraceWriter::Flush() {
   std::lock_guard<std::mutex> lock(mu_);
   out_.flush();
-  if (!out_) return absl::DataLossError(absl::StrCat("writing routing trace '", path_.string(), "' failed"));
+  if (!out_)
+    return absl::DataLossError(absl::StrCat("writing routing trace '", path_.string(), "' failed"));
   return absl::OkStatus();
 }
 
@@ -120,7 +124,8 @@ uint64_t RoutingTraceWriter::records() const {
 
 absl::StatusOr<Trace> ReadTrace(const std::filesystem::path& path) {
   std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open routing trace '", path.string(), "'"));
+  if (!in)
+    return absl::NotFoundError(absl::StrCat("cannot open routing trace '", path.string(), "'"));
   Trace t;
   std::string line;
   int64_t n = 0;
@@ -134,11 +139,14 @@ absl::StatusOr<Trace> ReadTrace(const std::filesystem::path& path) {
     nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
     if (n == 1) {
-      if (j.value("format", "") != "colibri-routing-trace") return bad("not a colibri routing trace header");
-      if (!j.contains("version") || !j["version"].is_number_integer()) return bad("header has no integer version");
+      if (j.value("format", "") != "colibri-routing-trace")
+        return bad("not a colibri routing trace header");
+      if (!j.contains("version") || !j["version"].is_number_integer())
+        return bad("header has no integer version");
       version = j["version"].get<int64_t>();
       if (version != 1 && version != 2) {
-        return bad(absl::StrCat("unsupported trace version ", version, " (this reader knows 1 and 2)"));
+        return bad(
+            absl::StrCat("unsupported trace version ", version, " (this reader knows 1 and 2)"));
       }
       t.header.model = j.value("model", "");
       t.header.n_layers = j.value("n_layers", 0);
@@ -150,11 +158,13 @@ absl::StatusOr<Trace> ReadTrace(const std::filesystem::path& path) {
       }
       if (t.header.top_k > t.header.n_experts) return bad("header top_k exceeds n_experts");
       if (j.contains("lookahead_layers")) {
-        if (!j["lookahead_layers"].is_number_integer()) return bad("lookahead_layers must be an integer");
+        if (!j["lookahead_layers"].is_number_integer())
+          return bad("lookahead_layers must be an integer");
         const int64_t n_ahead = j["lookahead_layers"].get<int64_t>();
         if (version < 2) return bad("lookahead_layers needs trace version 2");
         if (n_ahead < 1 || n_ahead > kMaxTraceLookahead) {
-          return bad(absl::StrCat("lookahead_layers ", n_ahead, " is not in 1..", kMaxTraceLookahead));
+          return bad(
+              absl::StrCat("lookahead_layers ", n_ahead, " is not in 1..", kMaxTraceLookahead));
         }
         t.header.lookahead_layers = static_cast<int>(n_ahead);
       } else if (version == 2) {
@@ -171,23 +181,28 @@ absl::StatusOr<Trace> ReadTrace(const std::filesystem::path& path) {
       r.experts = j.at("experts").get<std::vector<int32_t>>();
       if (j.contains("weights")) r.weights = j["weights"].get<std::vector<float>>();
       if (j.contains("probs")) r.probs = j["probs"].get<std::vector<float>>();
-      if (j.contains("lookahead")) r.lookahead = j["lookahead"].get<std::vector<std::vector<int32_t>>>();
+      if (j.contains("lookahead"))
+        r.lookahead = j["lookahead"].get<std::vector<std::vector<int32_t>>>();
     } catch (const nlohmann::json::exception& e) {
       return bad(e.what());
     }
-    if (r.layer < 0 || r.layer >= t.header.n_layers) return bad(absl::StrCat("layer ", r.layer, " is out of range"));
+    if (r.layer < 0 || r.layer >= t.header.n_layers)
+      return bad(absl::StrCat("layer ", r.layer, " is out of range"));
     for (int32_t e : r.experts) {
-      if (e < 0 || e >= t.header.n_experts) return bad(absl::StrCat("expert ", e, " is out of range"));
+      if (e < 0 || e >= t.header.n_experts)
+        return bad(absl::StrCat("expert ", e, " is out of range"));
     }
     if (!r.probs.empty() && r.probs.size() != static_cast<size_t>(t.header.n_experts)) {
       return bad("probs must hold one value per expert");
     }
-    if (!r.weights.empty() && r.weights.size() != r.experts.size()) return bad("weights must match experts");
+    if (!r.weights.empty() && r.weights.size() != r.experts.size())
+      return bad("weights must match experts");
     for (float p : r.probs) {
       if (!(p >= 0 && p <= 1)) return bad("probs must lie in [0, 1]");
     }
     if (!r.lookahead.empty()) {
-      if (t.header.lookahead_layers == 0) return bad("lookahead in a trace whose header has no lookahead_layers");
+      if (t.header.lookahead_layers == 0)
+        return bad("lookahead in a trace whose header has no lookahead_layers");
       if (r.lookahead.size() > static_cast<size_t>(t.header.lookahead_layers)) {
         return bad(absl::StrCat("lookahead has ", r.lookahead.size(), " layers, the header allows ",
                                 t.header.lookahead_layers));
@@ -197,13 +212,15 @@ absl::StatusOr<Trace> ReadTrace(const std::filesystem::path& path) {
       }
       for (const auto& predicted : r.lookahead) {
         for (int32_t e : predicted) {
-          if (e < 0 || e >= t.header.n_experts) return bad(absl::StrCat("lookahead expert ", e, " is out of range"));
+          if (e < 0 || e >= t.header.n_experts)
+            return bad(absl::StrCat("lookahead expert ", e, " is out of range"));
         }
       }
     }
     t.records.push_back(std::move(r));
   }
-  if (n == 0) return absl::InvalidArgumentError(absl::StrCat(path.string(), ": empty routing trace"));
+  if (n == 0)
+    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": empty routing trace"));
   return t;
 }
 
@@ -232,17 +249,20 @@ std::vector<TraceAccess> TraceAccesses(const Trace& trace) {
       for (const TraceRecord* r : rows) {
         if (a.lookahead.size() < r->lookahead.size()) a.lookahead.resize(r->lookahead.size());
         for (size_t d = 0; d < r->lookahead.size(); ++d) {
-          a.lookahead[d].insert(a.lookahead[d].end(), r->lookahead[d].begin(), r->lookahead[d].end());
+          a.lookahead[d].insert(a.lookahead[d].end(), r->lookahead[d].begin(),
+                                r->lookahead[d].end());
         }
         for (size_t k = 0; k < r->experts.size(); ++k) {
           selected[static_cast<size_t>(r->experts[k])]++;
-          if (r->probs.empty() && k < r->weights.size()) prob[static_cast<size_t>(r->experts[k])] += r->weights[k];
+          if (r->probs.empty() && k < r->weights.size())
+            prob[static_cast<size_t>(r->experts[k])] += r->weights[k];
         }
         for (size_t e = 0; e < r->probs.size(); ++e) prob[e] += r->probs[e];
       }
       for (int32_t e = 0; e < E; ++e) {
         if (selected[static_cast<size_t>(e)] > 0) a.experts.push_back(e);
-        const float p = static_cast<float>(prob[static_cast<size_t>(e)] / static_cast<double>(rows.size()));
+        const float p =
+            static_cast<float>(prob[static_cast<size_t>(e)] / static_cast<double>(rows.size()));
         if (p > 0 || selected[static_cast<size_t>(e)] > 0) {
           a.hints.push_back(RoutingHint{ExpertId{layer, e}, p, selected[static_cast<size_t>(e)]});
         }
@@ -275,8 +295,9 @@ ReplayResult ReplayWithPolicy(const std::vector<TraceAccess>& accesses, uint64_t
   return ReplayResult{s.lookups(), s.hits};
 }
 
-ReplayResult ReplayPerLayer(const std::vector<TraceAccess>& accesses, int n_layers, uint64_t capacity_blocks,
-                            CachePolicyKind policy, int n_experts, int top_k) {
+ReplayResult ReplayPerLayer(const std::vector<TraceAccess>& accesses, int n_layers,
+                            uint64_t capacity_blocks, CachePolicyKind policy, int n_experts,
+                            int top_k) {
   ReplayResult total;
   const uint64_t layers = static_cast<uint64_t>(std::max(n_layers, 1));
   for (int l = 0; l < n_layers; ++l) {
@@ -284,24 +305,29 @@ ReplayResult ReplayPerLayer(const std::vector<TraceAccess>& accesses, int n_laye
     for (const TraceAccess& a : accesses) {
       if (a.layer == l) mine.push_back(a);
     }
-    const uint64_t cap = capacity_blocks / layers + (static_cast<uint64_t>(l) < capacity_blocks % layers ? 1 : 0);
+    const uint64_t cap =
+        capacity_blocks / layers + (static_cast<uint64_t>(l) < capacity_blocks % layers ? 1 : 0);
     // The tier sees one layer: a token is top_k ticks, and there is no layer cycle.
-    const ReplayResult r = ReplayWithPolicy(mine, cap, policy, DefaultPolicyParams(cap, 1, n_experts, top_k));
+    const ReplayResult r =
+        ReplayWithPolicy(mine, cap, policy, DefaultPolicyParams(cap, 1, n_experts, top_k));
     total.lookups += r.lookups;
     total.hits += r.hits;
   }
   return total;
 }
 
-PrefetchReplayResult ReplayWithPrefetch(const std::vector<TraceAccess>& accesses, uint64_t capacity_blocks,
-                                        CachePolicyKind policy, const CachePolicyParams& params, int depth,
+PrefetchReplayResult ReplayWithPrefetch(const std::vector<TraceAccess>& accesses,
+                                        uint64_t capacity_blocks, CachePolicyKind policy,
+                                        const CachePolicyParams& params, int depth,
                                         uint64_t block_bytes) {
   UnitSource source;
   CacheTierOptions o = ReplayOptions(capacity_blocks, policy, params);
-  o.io_threads = 1;  // Prefetch needs a reader; every read is waited for, so the replay is deterministic
+  o.io_threads =
+      1;  // Prefetch needs a reader; every read is waited for, so the replay is deterministic
   o.max_prefetch_reads = 1;
   o.max_queued_prefetches = std::numeric_limits<size_t>::max();
-  o.protect_ticks = 2 * static_cast<uint64_t>(std::max(1, params.n_layers) * std::max(1, params.top_k));
+  o.protect_ticks =
+      2 * static_cast<uint64_t>(std::max(1, params.n_layers) * std::max(1, params.top_k));
   CacheTier tier(&source, o);
   // Predictions pending for each layer: made by earlier layers of the same forward pass.
   std::map<int32_t, std::set<int32_t>> pending;
@@ -323,7 +349,8 @@ PrefetchReplayResult ReplayWithPrefetch(const std::vector<TraceAccess>& accesses
     if (auto it = pending.find(a.layer); it != pending.end()) {
       ids.clear();
       for (int32_t e : it->second) {
-        if (!std::binary_search(a.experts.begin(), a.experts.end(), e)) ids.push_back(ExpertId{a.layer, e});
+        if (!std::binary_search(a.experts.begin(), a.experts.end(), e))
+          ids.push_back(ExpertId{a.layer, e});
       }
       pending.erase(it);
       if (!ids.empty()) tier.Cancel(ids);

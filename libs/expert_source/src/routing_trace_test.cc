@@ -65,9 +65,12 @@ TEST(RoutingTrace, MalformedLinesAreNamed) {
   const fs::path path = TempPath("colibri_trace_bad");
   {
     std::ofstream out(path);
-    out << R"({"format":"colibri-routing-trace","version":1,"n_layers":2,"n_experts":4,"top_k":2})" << "\n";
-    out << R"({"step":0,"layer":0,"experts":[1,2]})" << "\n";
-    out << R"({"step":0,"layer":0,"experts":[9]})" << "\n";
+    out << R"({"format":"colibri-routing-trace","version":1,"n_layers":2,"n_experts":4,"top_k":2})"
+        << "\n";
+    out << R"({"step":0,"layer":0,"experts":[1,2]})"
+        << "\n";
+    out << R"({"step":0,"layer":0,"experts":[9]})"
+        << "\n";
   }
   auto t = ReadTrace(path);
   ASSERT_FALSE(t.ok());
@@ -85,8 +88,10 @@ TEST(RoutingTrace, AccessesAreTheBatchUnionPerStepAndLayer) {
   Trace t;
   t.header = {"m", 2, 4, 2, 0};
   // Step 0: two rows; layer 0 picks {1,2} and {2,3}; layer 1 {0,1} twice.
-  t.records = {{0, 0, 0, 0, {1, 2}, {0.6f, 0.4f}, {}}, {0, 1, 0, 0, {2, 3}, {0.5f, 0.5f}, {}},
-               {0, 0, 0, 1, {0, 1}, {0.5f, 0.5f}, {}}, {0, 1, 0, 1, {1, 0}, {0.7f, 0.3f}, {}},
+  t.records = {{0, 0, 0, 0, {1, 2}, {0.6f, 0.4f}, {}},
+               {0, 1, 0, 0, {2, 3}, {0.5f, 0.5f}, {}},
+               {0, 0, 0, 1, {0, 1}, {0.5f, 0.5f}, {}},
+               {0, 1, 0, 1, {1, 0}, {0.7f, 0.3f}, {}},
                {1, 0, 1, 0, {3, 0}, {0.9f, 0.1f}, {}}};
   auto a = TraceAccesses(t);
   ASSERT_EQ(a.size(), 3u);
@@ -125,13 +130,16 @@ TEST(RoutingTrace, NoPolicyBeatsBelady) {
   for (uint64_t cap : {1u, 3u, 5u}) {
     const ReplayResult min = ReplayBelady(accesses, cap);
     for (auto kind : {CachePolicyKind::kLru, CachePolicyKind::kLfu, CachePolicyKind::kRouting}) {
-      const ReplayResult r = ReplayWithPolicy(accesses, cap, kind, DefaultPolicyParams(cap, 1, 10, 1));
+      const ReplayResult r =
+          ReplayWithPolicy(accesses, cap, kind, DefaultPolicyParams(cap, 1, 10, 1));
       EXPECT_EQ(r.lookups, min.lookups);
       EXPECT_LE(r.hits, min.hits) << CachePolicyName(kind) << " at capacity " << cap;
     }
     // On a skewed, memoryless stream, frequency beats recency.
-    const ReplayResult lru = ReplayWithPolicy(accesses, cap, CachePolicyKind::kLru, DefaultPolicyParams(cap, 1, 10, 1));
-    const ReplayResult lfu = ReplayWithPolicy(accesses, cap, CachePolicyKind::kLfu, DefaultPolicyParams(cap, 1, 10, 1));
+    const ReplayResult lru =
+        ReplayWithPolicy(accesses, cap, CachePolicyKind::kLru, DefaultPolicyParams(cap, 1, 10, 1));
+    const ReplayResult lfu =
+        ReplayWithPolicy(accesses, cap, CachePolicyKind::kLfu, DefaultPolicyParams(cap, 1, 10, 1));
     if (cap > 1) {
       EXPECT_GT(lfu.hits, lru.hits) << "capacity " << cap;
     }
@@ -181,11 +189,13 @@ TEST(RoutingTrace, Version2LookaheadRoundTrips) {
 }
 
 TEST(RoutingTrace, MalformedVersion2IsRejectedWithTheReason) {
-  const std::string v1 = R"({"format":"colibri-routing-trace","version":1,"n_layers":3,"n_experts":4,"top_k":1)";
+  const std::string v1 =
+      R"({"format":"colibri-routing-trace","version":1,"n_layers":3,"n_experts":4,"top_k":1)";
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{R"({"format":"colibri-routing-trace","version":3,"n_layers":3,"n_experts":4,"top_k":1})"},
        "unsupported trace version 3"},
-      {{R"({"format":"colibri-routing-trace","n_layers":3,"n_experts":4,"top_k":1})"}, "no integer version"},
+      {{R"({"format":"colibri-routing-trace","n_layers":3,"n_experts":4,"top_k":1})"},
+       "no integer version"},
       {{v1 + R"(,"lookahead_layers":1})"}, "lookahead_layers needs trace version 2"},
       {{R"({"format":"colibri-routing-trace","version":2,"n_layers":3,"n_experts":4,"top_k":1})"},
        "needs lookahead_layers"},
@@ -193,13 +203,19 @@ TEST(RoutingTrace, MalformedVersion2IsRejectedWithTheReason) {
        "not in 1..16"},
       {{R"({"format":"colibri-routing-trace","version":1,"n_layers":3,"n_experts":4,"top_k":5})"},
        "top_k exceeds n_experts"},
-      {{v1 + "}", R"({"step":0,"layer":0,"experts":[1],"lookahead":[[2]]})"}, "header has no lookahead_layers"},
-      {{kV2Header, R"({"step":0,"layer":0,"experts":[1],"lookahead":[[2],[3],[0]]})"}, "the header allows 2"},
-      {{kV2Header, R"({"step":0,"layer":1,"experts":[1],"lookahead":[[2],[3]]})"}, "past the last layer"},
-      {{kV2Header, R"({"step":0,"layer":0,"experts":[1],"lookahead":[[7]]})"}, "lookahead expert 7 is out of range"},
+      {{v1 + "}", R"({"step":0,"layer":0,"experts":[1],"lookahead":[[2]]})"},
+       "header has no lookahead_layers"},
+      {{kV2Header, R"({"step":0,"layer":0,"experts":[1],"lookahead":[[2],[3],[0]]})"},
+       "the header allows 2"},
+      {{kV2Header, R"({"step":0,"layer":1,"experts":[1],"lookahead":[[2],[3]]})"},
+       "past the last layer"},
+      {{kV2Header, R"({"step":0,"layer":0,"experts":[1],"lookahead":[[7]]})"},
+       "lookahead expert 7 is out of range"},
       {{kV2Header, R"({"step":0,"layer":0,"experts":[1],"lookahead":[2]})"}, "line 2"},
-      {{kV2Header, R"({"step":0,"layer":0,"experts":[1],"weights":[0.5,0.5]})"}, "weights must match experts"},
-      {{kV2Header, R"({"step":0,"layer":0,"experts":[1],"probs":[0.5,0.5,0.5,1.5]})"}, "probs must lie in [0, 1]"},
+      {{kV2Header, R"({"step":0,"layer":0,"experts":[1],"weights":[0.5,0.5]})"},
+       "weights must match experts"},
+      {{kV2Header, R"({"step":0,"layer":0,"experts":[1],"probs":[0.5,0.5,0.5,1.5]})"},
+       "probs must lie in [0, 1]"},
   };
   for (const auto& [lines, why] : cases) {
     SCOPED_TRACE(lines.back());
@@ -228,7 +244,8 @@ TEST(RoutingTrace, PrefetchReplayAccounting) {
   ASSERT_EQ(a.size(), 4u);
   EXPECT_EQ(a[0].lookahead, (std::vector<std::vector<int32_t>>{{2}}));
   auto replay = [&](int depth) {
-    return ReplayWithPrefetch(a, 2, CachePolicyKind::kLru, DefaultPolicyParams(2, 2, 4, 1), depth, t.header.block_bytes);
+    return ReplayWithPrefetch(a, 2, CachePolicyKind::kLru, DefaultPolicyParams(2, 2, 4, 1), depth,
+                              t.header.block_bytes);
   };
   const PrefetchReplayResult p = replay(1);
   EXPECT_EQ(p.lookups, 4u);
@@ -262,7 +279,8 @@ TEST(RoutingTrace, PerLayerBudgetSplitsTheCapacity) {
   const ReplayResult split = ReplayPerLayer(a, 2, 4, CachePolicyKind::kLru, 4, 1);
   EXPECT_EQ(split.lookups, 24u);
   EXPECT_EQ(split.hits, 11u);
-  const ReplayResult pool = ReplayWithPolicy(a, 4, CachePolicyKind::kLru, DefaultPolicyParams(4, 2, 4, 1));
+  const ReplayResult pool =
+      ReplayWithPolicy(a, 4, CachePolicyKind::kLru, DefaultPolicyParams(4, 2, 4, 1));
   EXPECT_EQ(pool.lookups, 24u);
   EXPECT_EQ(pool.hits, 20u);
 }

@@ -79,21 +79,24 @@ absl::StatusOr<SyntheticRouter> SyntheticRouterPreset(const std::string& name) {
     if (m.name == name) return m;
     absl::StrAppend(&known, known.empty() ? "" : ", ", m.name);
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown synthetic router '", name, "' (known: ", known, ")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown synthetic router '", name, "' (known: ", known, ")"));
 }
 
 absl::StatusOr<Trace> SynthesizeTrace(const SyntheticRouter& m, uint64_t seed) {
   if (m.n_layers <= 0 || m.n_experts <= 0 || m.top_k <= 0 || m.top_k > m.n_experts) {
-    return absl::InvalidArgumentError(absl::StrCat("synthetic router '", m.name, "': ", m.n_layers, " layers x ",
-                                                   m.n_experts, " experts, top-", m.top_k, " cannot route"));
+    return absl::InvalidArgumentError(absl::StrCat("synthetic router '", m.name, "': ", m.n_layers,
+                                                   " layers x ", m.n_experts, " experts, top-",
+                                                   m.top_k, " cannot route"));
   }
   if (m.prompts <= 0 || m.min_tokens <= 0 || m.max_tokens < m.min_tokens) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("synthetic router '", m.name, "': needs prompts > 0 and ", "0 < min_tokens <= max_tokens"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "synthetic router '", m.name, "': needs prompts > 0 and ", "0 < min_tokens <= max_tokens"));
   }
   if (m.cross_layer < 0 || m.cross_layer >= 1 || m.lookahead_noise.size() > 16) {
     return absl::InvalidArgumentError(
-        absl::StrCat("synthetic router '", m.name, "': cross_layer must be in [0, 1), at most 16 lookahead depths"));
+        absl::StrCat("synthetic router '", m.name,
+                     "': cross_layer must be in [0, 1), at most 16 lookahead depths"));
   }
   const int L = m.n_layers, E = m.n_experts, K = m.top_k;
   const auto LE = static_cast<size_t>(L) * static_cast<size_t>(E);
@@ -102,7 +105,8 @@ absl::StatusOr<Trace> SynthesizeTrace(const SyntheticRouter& m, uint64_t seed) {
   std::vector<double> popularity(LE);
   for (double& x : popularity) x = m.popularity * normal(rng);
   // Expert affinity between consecutive layers: expert e of layer l follows pi_l(e) of l - 1.
-  std::vector<std::vector<int32_t>> affinity(static_cast<size_t>(L), std::vector<int32_t>(static_cast<size_t>(E)));
+  std::vector<std::vector<int32_t>> affinity(static_cast<size_t>(L),
+                                             std::vector<int32_t>(static_cast<size_t>(E)));
   for (auto& perm : affinity) {
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng);
@@ -126,15 +130,16 @@ absl::StatusOr<Trace> SynthesizeTrace(const SyntheticRouter& m, uint64_t seed) {
           const double n = normal(rng);
           u[i] = l == 0 ? n
                         : cross * u[static_cast<size_t>(l - 1) * static_cast<size_t>(E) +
-                                    static_cast<size_t>(affinity[static_cast<size_t>(l)][static_cast<size_t>(e)])] +
+                                    static_cast<size_t>(
+                                        affinity[static_cast<size_t>(l)][static_cast<size_t>(e)])] +
                               fresh * n;
           z[i] = rho * z[i] + keep * u[i];
           logits[i] = popularity[i] + prompt[i] + m.token_scale * z[i];
         }
       }
       for (int l = 0; l < L; ++l) {
-        const auto begin =
-            logits.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(l) * static_cast<size_t>(E));
+        const auto begin = logits.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(l) *
+                                                                        static_cast<size_t>(E));
         std::vector<double> row(begin, begin + E);
         TraceRecord r;
         r.step = step;
@@ -147,15 +152,18 @@ absl::StatusOr<Trace> SynthesizeTrace(const SyntheticRouter& m, uint64_t seed) {
         for (double x : row) sum += std::exp(x - mx);
         std::vector<float> probs(static_cast<size_t>(E));
         for (int e = 0; e < E; ++e) {
-          probs[static_cast<size_t>(e)] = static_cast<float>(std::exp(row[static_cast<size_t>(e)] - mx) / sum);
+          probs[static_cast<size_t>(e)] =
+              static_cast<float>(std::exp(row[static_cast<size_t>(e)] - mx) / sum);
         }
         double chosen = 0;
         for (int32_t e : r.experts) chosen += probs[static_cast<size_t>(e)];
-        for (int32_t e : r.experts) r.weights.push_back(static_cast<float>(probs[static_cast<size_t>(e)] / chosen));
+        for (int32_t e : r.experts)
+          r.weights.push_back(static_cast<float>(probs[static_cast<size_t>(e)] / chosen));
         if (!m.partial_probs) r.probs = std::move(probs);
         for (int d = 1; d <= depth && l + d < L; ++d) {
           const auto ahead =
-              logits.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(l + d) * static_cast<size_t>(E));
+              logits.begin() +
+              static_cast<std::ptrdiff_t>(static_cast<size_t>(l + d) * static_cast<size_t>(E));
           std::vector<double> guess(ahead, ahead + E);
           for (double& x : guess) x += m.lookahead_noise[static_cast<size_t>(d - 1)] * normal(rng);
           r.lookahead.push_back(TopK(guess, K));
@@ -174,7 +182,8 @@ RoutingStats MeasureRouting(const Trace& trace) {
   s.repeat_any.assign(static_cast<size_t>(L), 0);
   s.top_expert_share.assign(static_cast<size_t>(L), 0);
   std::vector<double> pairs(static_cast<size_t>(L), 0);
-  std::vector<std::vector<double>> uses(static_cast<size_t>(L), std::vector<double>(static_cast<size_t>(E), 0));
+  std::vector<std::vector<double>> uses(static_cast<size_t>(L),
+                                        std::vector<double>(static_cast<size_t>(E), 0));
   std::vector<const TraceRecord*> prev(static_cast<size_t>(L), nullptr);
   // Predictions made at layer l for l + 1, waiting for layer l + 1 of the same step.
   std::vector<std::vector<int32_t>> predicted(static_cast<size_t>(L));
@@ -183,12 +192,13 @@ RoutingStats MeasureRouting(const Trace& trace) {
   for (const TraceRecord& r : trace.records) {
     const auto l = static_cast<size_t>(r.layer);
     for (int32_t e : r.experts) uses[l][static_cast<size_t>(e)]++;
-    if (prev[l] != nullptr && prev[l]->item == r.item && !r.experts.empty() && !prev[l]->experts.empty() &&
-        r.pos == prev[l]->pos + 1) {
+    if (prev[l] != nullptr && prev[l]->item == r.item && !r.experts.empty() &&
+        !prev[l]->experts.empty() && r.pos == prev[l]->pos + 1) {
       pairs[l]++;
       s.repeat_first[l] += r.experts[0] == prev[l]->experts[0] ? 1 : 0;
       bool any = false;
-      for (int32_t e : r.experts) any = any || std::count(prev[l]->experts.begin(), prev[l]->experts.end(), e) > 0;
+      for (int32_t e : r.experts)
+        any = any || std::count(prev[l]->experts.begin(), prev[l]->experts.end(), e) > 0;
       s.repeat_any[l] += any ? 1 : 0;
     }
     prev[l] = &r;
@@ -209,7 +219,8 @@ RoutingStats MeasureRouting(const Trace& trace) {
       s.repeat_any[l] /= pairs[l];
     }
     const double total = std::accumulate(uses[l].begin(), uses[l].end(), 0.0);
-    if (total > 0) s.top_expert_share[l] = *std::max_element(uses[l].begin(), uses[l].end()) / total;
+    if (total > 0)
+      s.top_expert_share[l] = *std::max_element(uses[l].begin(), uses[l].end()) / total;
   }
   s.lookahead_precision = predicted_total > 0 ? predicted_right / predicted_total : 0;
   return s;

@@ -18,12 +18,14 @@ TEST(SyntheticRouting, SameSeedSameTrace) {
   EXPECT_EQ(a->header.lookahead_layers, 2);
   bool same = true, differs = false;
   for (size_t i = 0; i < a->records.size(); ++i) {
-    same = same && a->records[i].experts == b->records[i].experts && a->records[i].lookahead == b->records[i].lookahead;
+    same = same && a->records[i].experts == b->records[i].experts &&
+           a->records[i].lookahead == b->records[i].lookahead;
     differs = differs || a->records[i].experts != c->records[i].experts;
     ASSERT_EQ(a->records[i].experts.size(), 2u);
     ASSERT_EQ(a->records[i].probs.size(), 8u);
     // Predictions stop at the last layer.
-    EXPECT_EQ(a->records[i].lookahead.size(), static_cast<size_t>(std::min(2, 31 - a->records[i].layer)));
+    EXPECT_EQ(a->records[i].lookahead.size(),
+              static_cast<size_t>(std::min(2, 31 - a->records[i].layer)));
   }
   EXPECT_TRUE(same);
   EXPECT_TRUE(differs);
@@ -43,9 +45,11 @@ TEST(SyntheticRouting, MeasuresRepetitionAndPredictions) {
   t.header = {"m", 2, 4, 2, 0, 1};
   // Layer 0: {0,1} then {0,2} (first choice repeats, overlap) then {3,2} (overlap only).
   // Predictions for layer 1: {1,2} vs picked {1,3}: 1 of 2 right, twice.
-  TraceRecord a{0, 0, 0, 0, {0, 1}, {}, {}}, b{1, 0, 1, 0, {0, 2}, {}, {}}, c{2, 0, 2, 0, {3, 2}, {}, {}};
+  TraceRecord a{0, 0, 0, 0, {0, 1}, {}, {}}, b{1, 0, 1, 0, {0, 2}, {}, {}},
+      c{2, 0, 2, 0, {3, 2}, {}, {}};
   a.lookahead = b.lookahead = {{1, 2}};
-  t.records = {a, {0, 0, 0, 1, {1, 3}, {}, {}}, b, {1, 0, 1, 1, {1, 3}, {}, {}}, c, {2, 0, 2, 1, {0, 2}, {}, {}}};
+  t.records = {a, {0, 0, 0, 1, {1, 3}, {}, {}}, b, {1, 0, 1, 1, {1, 3}, {}, {}},
+               c, {2, 0, 2, 1, {0, 2}, {}, {}}};
   const RoutingStats s = MeasureRouting(t);
   EXPECT_DOUBLE_EQ(s.repeat_first[0], 0.5);
   EXPECT_DOUBLE_EQ(s.repeat_any[0], 1.0);
@@ -72,12 +76,15 @@ TEST(SyntheticRouting, DefaultPolicyIsNeverBehindLruOrLfu) {
       for (double share : {0.25, 0.5, 0.75}) {
         const auto blocks = static_cast<uint64_t>(share * L * E + 0.5);
         const auto params = DefaultPolicyParams(blocks, L, E, K);
-        const double lru = ReplayWithPolicy(accesses, blocks, CachePolicyKind::kLru, params).hit_rate();
-        const double lfu = ReplayWithPolicy(accesses, blocks, CachePolicyKind::kLfu, params).hit_rate();
-        const double def = ReplayWithPolicy(accesses, blocks, kDefaultCachePolicy, params).hit_rate();
+        const double lru =
+            ReplayWithPolicy(accesses, blocks, CachePolicyKind::kLru, params).hit_rate();
+        const double lfu =
+            ReplayWithPolicy(accesses, blocks, CachePolicyKind::kLfu, params).hit_rate();
+        const double def =
+            ReplayWithPolicy(accesses, blocks, kDefaultCachePolicy, params).hit_rate();
         EXPECT_GE(def, std::max(lru, lfu) - 0.005)
-            << m.name << (partial ? " (gate weights only)" : "") << " at " << share * 100 << "%: lru " << lru
-            << ", lfu " << lfu << ", default " << def;
+            << m.name << (partial ? " (gate weights only)" : "") << " at " << share * 100
+            << "%: lru " << lru << ", lfu " << lfu << ", default " << def;
       }
     }
   }

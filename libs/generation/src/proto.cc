@@ -51,7 +51,9 @@ FinishReason FinishFromProto(v1::FinishReason f) {
   }
 }
 
-int32_t TokenFromWire(uint32_t id) { return id > static_cast<uint32_t>(INT32_MAX) ? -1 : static_cast<int32_t>(id); }
+int32_t TokenFromWire(uint32_t id) {
+  return id > static_cast<uint32_t>(INT32_MAX) ? -1 : static_cast<int32_t>(id);
+}
 
 v1::GenerateRequest RequestToProto(const Request& r) {
   v1::GenerateRequest m;

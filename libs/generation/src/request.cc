@@ -8,8 +8,10 @@ namespace {
 
 // Compared in float, the parameters' type (0.01f is below the double 0.01).
 absl::Status InRange(const char* field, double v, double lo, double hi) {
-  if (v >= static_cast<float>(lo) && v <= static_cast<float>(hi)) return absl::OkStatus();  // false for NaN too
-  return absl::InvalidArgumentError(absl::StrCat("'", field, "': must be between ", lo, " and ", hi, " (got ", v, ")"));
+  if (v >= static_cast<float>(lo) && v <= static_cast<float>(hi))
+    return absl::OkStatus();  // false for NaN too
+  return absl::InvalidArgumentError(
+      absl::StrCat("'", field, "': must be between ", lo, " and ", hi, " (got ", v, ")"));
 }
 
 }  // namespace

@@ -39,9 +39,10 @@ ExpertWeights ExpertWeightsOf(const ExpertBlock& block, const uint8_t* block_dat
 }
 
 absl::Status ExpertChecksumError(const ExpertBlock& block, const std::string& where, uint64_t got) {
-  return absl::DataLossError(absl::StrCat("expert (layer ", block.layer, ", id ", block.expert, ") in ", where,
-                                          " at offset ", block.offset, ": checksum mismatch (manifest ",
-                                          ChecksumHex(block.checksum), ", read ", ChecksumHex(got), ")"));
+  return absl::DataLossError(
+      absl::StrCat("expert (layer ", block.layer, ", id ", block.expert, ") in ", where,
+                   " at offset ", block.offset, ": checksum mismatch (manifest ",
+                   ChecksumHex(block.checksum), ", read ", ChecksumHex(got), ")"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -54,8 +55,8 @@ absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(const f
   RETURN_IF_ERROR(config.Validate());
   std::error_code ec;
   if (fs::exists(out, ec) && !options.overwrite) {
-    return absl::AlreadyExistsError(absl::StrCat("output '", out.string(),
-                                                 "' already exists (pass --overwrite to replace it)"));
+    return absl::AlreadyExistsError(absl::StrCat(
+        "output '", out.string(), "' already exists (pass --overwrite to replace it)"));
   }
   auto w = std::unique_ptr<ContainerWriter>(new ContainerWriter());
   w->out_ = out;
@@ -64,7 +65,9 @@ absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(const f
   w->options_ = options;
   fs::remove_all(w->partial_, ec);
   fs::create_directories(w->partial_, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create '", w->partial_.string(), "': ", ec.message()));
+  if (ec)
+    return absl::InternalError(
+        absl::StrCat("cannot create '", w->partial_.string(), "': ", ec.message()));
   if (options.split_experts) fs::create_directories(w->partial_ / "experts", ec);
   w->manifest_.name = name;
   w->manifest_.config = config;
@@ -102,16 +105,17 @@ absl::Status ContainerWriter::AppendAligned(std::FILE* f, uint64_t* pos, uint64_
   return absl::OkStatus();
 }
 
-absl::Status ContainerWriter::AddDense(const std::string& name, quant::DType dtype, std::vector<int64_t> shape,
-                                       std::span<const uint8_t> bytes) {
+absl::Status ContainerWriter::AddDense(const std::string& name, quant::DType dtype,
+                                       std::vector<int64_t> shape, std::span<const uint8_t> bytes) {
   if (manifest_.FindDense(name) != nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("dense tensor '", name, "' added twice"));
   }
-  return AddTensor(dense_, &dense_pos_, manifest_.dense_file, &manifest_.dense, name, dtype, std::move(shape), bytes);
+  return AddTensor(dense_, &dense_pos_, manifest_.dense_file, &manifest_.dense, name, dtype,
+                   std::move(shape), bytes);
 }
 
-absl::Status ContainerWriter::AddExtra(const std::string& name, quant::DType dtype, std::vector<int64_t> shape,
-                                       std::span<const uint8_t> bytes) {
+absl::Status ContainerWriter::AddExtra(const std::string& name, quant::DType dtype,
+                                       std::vector<int64_t> shape, std::span<const uint8_t> bytes) {
   if (manifest_.FindExtra(name) != nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("extra tensor '", name, "' added twice"));
   }
@@ -119,13 +123,16 @@ absl::Status ContainerWriter::AddExtra(const std::string& name, quant::DType dty
     extra_ = std::fopen((partial_ / manifest_.extra_file).c_str(), "wb");
     if (extra_ == nullptr) return ErrnoStatus(errno, "create", partial_ / manifest_.extra_file);
   }
-  return AddTensor(extra_, &extra_pos_, manifest_.extra_file, &manifest_.extra, name, dtype, std::move(shape), bytes);
+  return AddTensor(extra_, &extra_pos_, manifest_.extra_file, &manifest_.extra, name, dtype,
+                   std::move(shape), bytes);
 }
 
 absl::Status ContainerWriter::AddTensor(std::FILE* f, uint64_t* pos, const std::string& file,
-                                        std::vector<TensorEntry>* list, const std::string& name, quant::DType dtype,
-                                        std::vector<int64_t> shape, std::span<const uint8_t> bytes) {
-  if (shape.empty()) return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has no shape"));
+                                        std::vector<TensorEntry>* list, const std::string& name,
+                                        quant::DType dtype, std::vector<int64_t> shape,
+                                        std::span<const uint8_t> bytes) {
+  if (shape.empty())
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has no shape"));
   TensorEntry e;
   e.name = name;
   e.dtype = dtype;
@@ -143,17 +150,18 @@ absl::Status ContainerWriter::AddTensor(std::FILE* f, uint64_t* pos, const std::
   return absl::OkStatus();
 }
 
-absl::Status ContainerWriter::AddExpert(int64_t layer, int64_t expert, const std::vector<Part>& parts) {
+absl::Status ContainerWriter::AddExpert(int64_t layer, int64_t expert,
+                                        const std::vector<Part>& parts) {
   const ModelConfig& c = manifest_.config;
   if (!manifest_.HasExpert(layer, expert)) {
-    return absl::InvalidArgumentError(absl::StrCat("expert (layer ", layer, ", id ", expert, ") out of range",
-                                                   c.IsMoeLayer(layer) || layer < 0 || layer >= c.n_layers
-                                                       ? ""
-                                                       : " (layer is dense)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expert (layer ", layer, ", id ", expert, ") out of range",
+        c.IsMoeLayer(layer) || layer < 0 || layer >= c.n_layers ? "" : " (layer is dense)"));
   }
   const size_t idx = manifest_.ExpertIndex(layer, expert);
   if (expert_done_[idx]) {
-    return absl::InvalidArgumentError(absl::StrCat("expert (layer ", layer, ", id ", expert, ") added twice"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("expert (layer ", layer, ", id ", expert, ") added twice"));
   }
   ExpertBlock b;
   b.layer = layer;
@@ -167,8 +175,9 @@ absl::Status ContainerWriter::AddExpert(int64_t layer, int64_t expert, const std
     e.shape = p.shape;
     ASSIGN_OR_RETURN(size_t row_bytes, quant::CheckedRowBytes(p.dtype, e.cols()));
     if (row_bytes * static_cast<uint64_t>(e.numel() / e.cols()) != p.bytes.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("expert (layer ", layer, ", id ", expert, ") part '", p.name,
-                                                     "': byte size does not match shape and dtype"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("expert (layer ", layer, ", id ", expert, ") part '", p.name,
+                       "': byte size does not match shape and dtype"));
     }
     block.resize(AlignUp(block.size(), 64), '\0');
     e.offset = block.size();
@@ -193,7 +202,8 @@ absl::Status ContainerWriter::AddExpert(int64_t layer, int64_t expert, const std
   } else {
     b.file = "experts.bin";
     b.offset = AlignUp(experts_pos_, kExpertBlockAlignment);
-    RETURN_IF_ERROR(AppendAligned(experts_, &experts_pos_, kExpertBlockAlignment, bytes, partial_ / "experts.bin"));
+    RETURN_IF_ERROR(AppendAligned(experts_, &experts_pos_, kExpertBlockAlignment, bytes,
+                                  partial_ / "experts.bin"));
   }
   manifest_.experts[idx] = std::move(b);
   expert_done_[idx] = true;
@@ -207,9 +217,11 @@ absl::Status ContainerWriter::CopyFile(const fs::path& src, const std::string& d
   return absl::OkStatus();
 }
 
-absl::Status ContainerWriter::WriteAuxFile(const std::string& dest_name, std::span<const uint8_t> bytes) {
-  return WriteFileAtomic(partial_ / dest_name,
-                         std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+absl::Status ContainerWriter::WriteAuxFile(const std::string& dest_name,
+                                           std::span<const uint8_t> bytes) {
+  return WriteFileAtomic(
+      partial_ / dest_name,
+      std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
 absl::Status ContainerWriter::Finish() {
@@ -217,7 +229,8 @@ absl::Status ContainerWriter::Finish() {
   for (int64_t l = 0; l < c.n_layers; ++l) {
     for (int64_t e = 0; c.IsMoeLayer(l) && e < c.n_experts; ++e) {
       if (!expert_done_[manifest_.ExpertIndex(l, e)]) {
-        return absl::FailedPreconditionError(absl::StrCat("expert (layer ", l, ", id ", e, ") was never written"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("expert (layer ", l, ", id ", e, ") was never written"));
       }
     }
   }
@@ -232,12 +245,15 @@ absl::Status ContainerWriter::Finish() {
   }
   // Validate what we are about to publish with the same code readers use.
   auto round_trip = ManifestFromJson(ManifestToJson(manifest_));
-  if (!round_trip.ok()) return Annotate(round_trip.status(), "internal: written manifest does not validate");
+  if (!round_trip.ok())
+    return Annotate(round_trip.status(), "internal: written manifest does not validate");
   RETURN_IF_ERROR(WriteFileAtomic(partial_ / "manifest.json", ManifestToJson(manifest_).dump(1)));
   std::error_code ec;
   if (fs::exists(out_, ec)) fs::remove_all(out_, ec);
   fs::rename(partial_, out_, ec);
-  if (ec) return absl::InternalError(absl::StrCat("rename '", partial_.string(), "' -> '", out_.string(), "': ", ec.message()));
+  if (ec)
+    return absl::InternalError(
+        absl::StrCat("rename '", partial_.string(), "' -> '", out_.string(), "': ", ec.message()));
   RETURN_IF_ERROR(SyncDirectory(out_.parent_path()));
   finished_ = true;
   return absl::OkStatus();
@@ -255,14 +271,16 @@ absl::StatusOr<std::unique_ptr<Container>> Container::Open(const fs::path& dir) 
   if (!fs::exists(manifest_path, ec)) {
     fs::path partial = dir;
     partial += ".partial";
-    return absl::NotFoundError(absl::StrCat("'", dir.string(),
-                                            "' is not a colibri model: manifest.json is missing (convert a model "
-                                            "with colibri-convert)"));
+    return absl::NotFoundError(
+        absl::StrCat("'", dir.string(),
+                     "' is not a colibri model: manifest.json is missing (convert a model "
+                     "with colibri-convert)"));
   }
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(manifest_path));
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
-    return absl::InvalidArgumentError(absl::StrCat("'", manifest_path.string(), "' is not valid JSON"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", manifest_path.string(), "' is not valid JSON"));
   }
   auto manifest = ManifestFromJson(j);
   if (!manifest.ok()) return Annotate(manifest.status(), manifest_path.string());
@@ -288,9 +306,9 @@ absl::StatusOr<std::unique_ptr<Container>> Container::Open(const fs::path& dir) 
     const fs::path real = fs::weakly_canonical(root / file, e);
     const fs::path rel = e ? fs::path() : real.lexically_relative(root);
     if (e || rel.empty() || *rel.begin() == "..") {
-      return absl::InvalidArgumentError(absl::StrCat("manifest ", manifest_path.string(), ": ", field, " '", file,
-                                                     "' resolves to '", e ? e.message() : real.string(),
-                                                     "', outside the model directory '", root.string(), "'"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "manifest ", manifest_path.string(), ": ", field, " '", file, "' resolves to '",
+          e ? e.message() : real.string(), "', outside the model directory '", root.string(), "'"));
     }
     return absl::OkStatus();
   };
@@ -298,11 +316,13 @@ absl::StatusOr<std::unique_ptr<Container>> Container::Open(const fs::path& dir) 
   std::set<std::string> checked;
   for (const auto& b : c->manifest_.experts) {
     if (!checked.insert(b.file).second) continue;
-    RETURN_IF_ERROR(confined(absl::StrCat("expert (layer ", b.layer, ", id ", b.expert, ").file"), b.file));
+    RETURN_IF_ERROR(
+        confined(absl::StrCat("expert (layer ", b.layer, ", id ", b.expert, ").file"), b.file));
   }
   if (auto files = c->manifest_.tokenizer.find("files"); files != c->manifest_.tokenizer.end()) {
     for (size_t i = 0; i < files->size(); ++i) {
-      RETURN_IF_ERROR(confined(absl::StrCat("tokenizer.files[", i, "]"), (*files)[i].get<std::string>()));
+      RETURN_IF_ERROR(
+          confined(absl::StrCat("tokenizer.files[", i, "]"), (*files)[i].get<std::string>()));
     }
   }
   RETURN_IF_ERROR(check_size(dir / c->manifest_.dense_file, c->manifest_.dense_size));
@@ -319,9 +339,12 @@ absl::StatusOr<std::unique_ptr<Container>> Container::Open(const fs::path& dir) 
   return c;
 }
 
-absl::StatusOr<TensorView> Container::DenseWeights::Get(const Manifest& m, std::string_view name) const {
+absl::StatusOr<TensorView> Container::DenseWeights::Get(const Manifest& m,
+                                                        std::string_view name) const {
   const TensorEntry* e = m.FindDense(name);
-  if (e == nullptr) return absl::NotFoundError(absl::StrCat("dense tensor '", std::string(name), "' is not in the model"));
+  if (e == nullptr)
+    return absl::NotFoundError(
+        absl::StrCat("dense tensor '", std::string(name), "' is not in the model"));
   return ViewOf(*e, buffer.get());
 }
 
@@ -346,12 +369,13 @@ absl::Status ReadAt(const fs::path& path, uint64_t offset, uint64_t size, uint8_
   return absl::OkStatus();
 }
 
-absl::Status CheckTensor(const TensorEntry& t, const uint8_t* data, const char* what, const fs::path& path) {
+absl::Status CheckTensor(const TensorEntry& t, const uint8_t* data, const char* what,
+                         const fs::path& path) {
   uint64_t got = Checksum64(data, t.size);
   if (got == t.checksum) return absl::OkStatus();
-  return absl::DataLossError(absl::StrCat(what, " tensor '", t.name, "' in '", path.string(),
-                                          "': checksum mismatch (manifest ", ChecksumHex(t.checksum), ", read ",
-                                          ChecksumHex(got), ")"));
+  return absl::DataLossError(absl::StrCat(
+      what, " tensor '", t.name, "' in '", path.string(), "': checksum mismatch (manifest ",
+      ChecksumHex(t.checksum), ", read ", ChecksumHex(got), ")"));
 }
 
 }  // namespace
@@ -362,15 +386,17 @@ absl::StatusOr<Container::DenseWeights> Container::LoadDense() const {
   ASSIGN_OR_RETURN(w.buffer, AllocateAligned(manifest_.dense_size, 4096));
   w.size = manifest_.dense_size;
   RETURN_IF_ERROR(ReadAt(path, 0, w.size, w.buffer.get()));
-  for (const auto& t : manifest_.dense) RETURN_IF_ERROR(CheckTensor(t, w.buffer.get() + t.offset, "dense", path));
+  for (const auto& t : manifest_.dense)
+    RETURN_IF_ERROR(CheckTensor(t, w.buffer.get() + t.offset, "dense", path));
   return w;
 }
 
 absl::StatusOr<AlignedBytes> Container::ReadExtra(std::string_view name) const {
   const TensorEntry* t = manifest_.FindExtra(name);
   if (t == nullptr) {
-    return absl::NotFoundError(absl::StrCat("extra tensor '", std::string(name), "' is not in the model (",
-                                            manifest_.extra.size(), " extra tensors)"));
+    return absl::NotFoundError(absl::StrCat("extra tensor '", std::string(name),
+                                            "' is not in the model (", manifest_.extra.size(),
+                                            " extra tensors)"));
   }
   const fs::path path = dir_ / manifest_.extra_file;
   ASSIGN_OR_RETURN(AlignedBytes buf, AllocateAligned(std::max<uint64_t>(t->size, 1), 64));
@@ -381,7 +407,8 @@ absl::StatusOr<AlignedBytes> Container::ReadExtra(std::string_view name) const {
 
 absl::StatusOr<AlignedBytes> Container::ReadExpertBlock(int64_t layer, int64_t expert) const {
   if (!manifest_.HasExpert(layer, expert)) {
-    return absl::NotFoundError(absl::StrCat("expert (layer ", layer, ", id ", expert, ") is not in the model"));
+    return absl::NotFoundError(
+        absl::StrCat("expert (layer ", layer, ", id ", expert, ") is not in the model"));
   }
   const ExpertBlock& b = manifest_.Expert(layer, expert);
   fs::path path = ExpertFilePath(b);
@@ -390,12 +417,14 @@ absl::StatusOr<AlignedBytes> Container::ReadExpertBlock(int64_t layer, int64_t e
   if (fd < 0) return ErrnoStatus(errno, "open", path);
   uint64_t done = 0;
   while (done < b.padded_size) {
-    ssize_t n = ::pread(fd, buf.get() + done, b.padded_size - done, static_cast<off_t>(b.offset + done));
+    ssize_t n =
+        ::pread(fd, buf.get() + done, b.padded_size - done, static_cast<off_t>(b.offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       ::close(fd);
-      return absl::DataLossError(absl::StrCat("expert (layer ", layer, ", id ", expert, ") in '", path.string(),
-                                              "': short read at offset ", b.offset + done));
+      return absl::DataLossError(absl::StrCat("expert (layer ", layer, ", id ", expert, ") in '",
+                                              path.string(), "': short read at offset ",
+                                              b.offset + done));
     }
     done += static_cast<uint64_t>(n);
   }

@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -46,7 +46,8 @@ ModelConfig TinyConfig() {
 // Deterministic, distinct float values for a tensor identified by `seed`.
 std::vector<float> Values(int64_t n, int seed) {
   std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<float>((i * 37 + seed * 101) % 997) / 499.0f - 1.0f;
+  for (int64_t i = 0; i < n; ++i)
+    v[static_cast<size_t>(i)] = static_cast<float>((i * 37 + seed * 101) % 997) / 499.0f - 1.0f;
   return v;
 }
 
@@ -55,7 +56,8 @@ std::vector<uint8_t> Encode(DType dtype, int64_t rows, int64_t cols, int seed) {
   const size_t row_bytes = quant::RowBytes(dtype, cols);
   std::vector<uint8_t> out(row_bytes * static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
-    quant::QuantizeRow(dtype, v.data() + r * cols, out.data() + static_cast<size_t>(r) * row_bytes, cols);
+    quant::QuantizeRow(dtype, v.data() + r * cols, out.data() + static_cast<size_t>(r) * row_bytes,
+                       cols);
   }
   return out;
 }
@@ -68,10 +70,8 @@ struct DenseSpec {
 
 const std::vector<DenseSpec>& DenseSpecs() {
   static const std::vector<DenseSpec> specs = {
-      {"token_embd", DType::kF32, {16, 32}},
-      {"output_norm", DType::kF32, {32}},
-      {"blk.0.attn_q", DType::kQ8_0, {32, 32}},
-      {"blk.0.attn_k", DType::kF16, {16, 32}},
+      {"token_embd", DType::kF32, {16, 32}},    {"output_norm", DType::kF32, {32}},
+      {"blk.0.attn_q", DType::kQ8_0, {32, 32}}, {"blk.0.attn_k", DType::kF16, {16, 32}},
       {"output", DType::kQ4_K, {16, 256}},
   };
   return specs;
@@ -89,15 +89,17 @@ class ContainerTest : public ::testing::Test {
   void SetUp() override {
     // Unique per test and process: ctest may run several of these tests at once.
     root_ = fs::temp_directory_path() /
-            ("colibri_container_test_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) +
-             "_" + std::to_string(::getpid()));
+            ("colibri_container_test_" +
+             std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+             std::to_string(::getpid()));
     fs::remove_all(root_);
     fs::create_directories(root_);
   }
   void TearDown() override { fs::remove_all(root_); }
 
   // Writes a whole model into `out`; returns the bytes it wrote.
-  ModelBytes WriteModel(const fs::path& out, bool split_experts, bool finish = true, bool overwrite = false) {
+  ModelBytes WriteModel(const fs::path& out, bool split_experts, bool finish = true,
+                        bool overwrite = false) {
     ModelBytes bytes;
     const ModelConfig c = TinyConfig();
     ContainerWriter::Options options;
@@ -116,9 +118,10 @@ class ContainerTest : public ::testing::Test {
     }
     for (int64_t l = 0; l < c.n_layers; ++l) {
       for (int64_t e = c.n_experts - 1; e >= 0; --e) {  // any order
-        std::vector<std::vector<uint8_t>> parts = {Encode(DType::kF16, c.expert_ffn, c.hidden_size, ++seed),
-                                                   Encode(DType::kQ8_0, c.expert_ffn, c.hidden_size, ++seed),
-                                                   Encode(DType::kF32, c.hidden_size, c.expert_ffn, ++seed)};
+        std::vector<std::vector<uint8_t>> parts = {
+            Encode(DType::kF16, c.expert_ffn, c.hidden_size, ++seed),
+            Encode(DType::kQ8_0, c.expert_ffn, c.hidden_size, ++seed),
+            Encode(DType::kF32, c.hidden_size, c.expert_ffn, ++seed)};
         std::vector<ContainerWriter::Part> ps = {
             {"gate", DType::kF16, {c.expert_ffn, c.hidden_size}, parts[0]},
             {"up", DType::kQ8_0, {c.expert_ffn, c.hidden_size}, parts[1]},
@@ -197,7 +200,9 @@ class ContainerTest : public ::testing::Test {
         for (int p = 0; p < 3; ++p) {
           ASSERT_EQ(views[p]->size, want[static_cast<size_t>(p)].size());
           EXPECT_EQ(reinterpret_cast<uintptr_t>(views[p]->data) % 64, 0u);  // parts 64-byte aligned
-          EXPECT_EQ(std::memcmp(views[p]->data, want[static_cast<size_t>(p)].data(), views[p]->size), 0) << p;
+          EXPECT_EQ(
+              std::memcmp(views[p]->data, want[static_cast<size_t>(p)].data(), views[p]->size), 0)
+              << p;
         }
         EXPECT_EQ(w.gate.dtype, DType::kF16);
         EXPECT_EQ(w.gate.rows, cfg.expert_ffn);
@@ -213,7 +218,8 @@ class ContainerTest : public ::testing::Test {
     if (!split_experts) {
       // Blocks are disjoint.
       std::sort(offsets.begin(), offsets.end());
-      for (size_t i = 1; i < offsets.size(); ++i) EXPECT_GE(offsets[i] - offsets[i - 1], m.experts[0].padded_size);
+      for (size_t i = 1; i < offsets.size(); ++i)
+        EXPECT_GE(offsets[i] - offsets[i - 1], m.experts[0].padded_size);
       EXPECT_FALSE(fs::exists(dir / "experts"));
     } else {
       EXPECT_FALSE(fs::exists(dir / "experts.bin"));
@@ -284,17 +290,24 @@ TEST_F(ContainerTest, ExtraTensorsAreKeptApartAndReadBackOneByOne) {
   ASSERT_TRUE(w.ok()) << w.status();
   const auto norm = Encode(DType::kF32, 1, 32, 7);
   const auto exps = Encode(DType::kQ8_0, 3 * 64, 32, 8);  // stacked experts [3, 64, 32]
-  ASSERT_TRUE((*w)->AddDense("token_embd", DType::kF32, {16, 32}, Encode(DType::kF32, 16, 32, 1)).ok());
+  ASSERT_TRUE(
+      (*w)->AddDense("token_embd", DType::kF32, {16, 32}, Encode(DType::kF32, 16, 32, 1)).ok());
   ASSERT_TRUE((*w)->AddExtra("nextn.0.enorm", DType::kF32, {32}, norm).ok());
   ASSERT_TRUE((*w)->AddExtra("nextn.0.ffn_gate_exps", DType::kQ8_0, {3, 64, 32}, exps).ok());
-  EXPECT_EQ((*w)->AddExtra("nextn.0.enorm", DType::kF32, {32}, norm).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ((*w)->AddExtra("nextn.0.hnorm", DType::kF32, {33}, norm).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*w)->AddExtra("nextn.0.enorm", DType::kF32, {32}, norm).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*w)->AddExtra("nextn.0.hnorm", DType::kF32, {33}, norm).code(),
+            absl::StatusCode::kInvalidArgument);
   const ModelConfig c = TinyConfig();
   for (int64_t l = 0; l < c.n_layers; ++l) {
     for (int64_t e = 0; e < c.n_experts; ++e) {
-      const auto g = Encode(DType::kF32, c.expert_ffn, c.hidden_size, 9), d = Encode(DType::kF32, 32, 64, 10);
-      ASSERT_TRUE((*w)->AddExpert(l, e, {{"gate", DType::kF32, {64, 32}, g}, {"up", DType::kF32, {64, 32}, g},
-                                         {"down", DType::kF32, {32, 64}, d}}).ok());
+      const auto g = Encode(DType::kF32, c.expert_ffn, c.hidden_size, 9),
+                 d = Encode(DType::kF32, 32, 64, 10);
+      ASSERT_TRUE((*w)->AddExpert(l, e,
+                                  {{"gate", DType::kF32, {64, 32}, g},
+                                   {"up", DType::kF32, {64, 32}, g},
+                                   {"down", DType::kF32, {32, 64}, d}})
+                      .ok());
     }
   }
   ASSERT_TRUE((*w)->Finish().ok());
@@ -332,7 +345,8 @@ TEST_F(ContainerTest, ExtraTensorsAreKeptApartAndReadBackOneByOne) {
   }
   auto bad = box.ReadExtra("nextn.0.ffn_gate_exps");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(bad.status().message().find("extra tensor 'nextn.0.ffn_gate_exps'"), std::string::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find("extra tensor 'nextn.0.ffn_gate_exps'"), std::string::npos)
+      << bad.status();
   EXPECT_TRUE(box.ReadExtra("nextn.0.enorm").ok());
   fs::resize_file(out / "extra.bin", m.extra_size - 1);
   EXPECT_EQ(Container::Open(out).status().code(), absl::StatusCode::kDataLoss);
@@ -471,9 +485,10 @@ TEST_F(ContainerTest, FinishRefusesAMissingExpert) {
       if (l == 1 && e == 1) continue;
       auto g = Encode(DType::kF32, c.expert_ffn, c.hidden_size, 1);
       auto d = Encode(DType::kF32, c.hidden_size, c.expert_ffn, 2);
-      ASSERT_TRUE((*w)->AddExpert(l, e, {{"gate", DType::kF32, {c.expert_ffn, c.hidden_size}, g},
-                                         {"up", DType::kF32, {c.expert_ffn, c.hidden_size}, g},
-                                         {"down", DType::kF32, {c.hidden_size, c.expert_ffn}, d}})
+      ASSERT_TRUE((*w)->AddExpert(l, e,
+                                  {{"gate", DType::kF32, {c.expert_ffn, c.hidden_size}, g},
+                                   {"up", DType::kF32, {c.expert_ffn, c.hidden_size}, g},
+                                   {"down", DType::kF32, {c.hidden_size, c.expert_ffn}, d}})
                       .ok());
     }
   }
@@ -503,9 +518,10 @@ TEST_F(ContainerTest, WriterRejectsBadInput) {
   const ModelConfig c = TinyConfig();
   auto g = Encode(DType::kF32, c.expert_ffn, c.hidden_size, 1);
   auto d = Encode(DType::kF32, c.hidden_size, c.expert_ffn, 2);
-  std::vector<ContainerWriter::Part> parts = {{"gate", DType::kF32, {c.expert_ffn, c.hidden_size}, g},
-                                              {"up", DType::kF32, {c.expert_ffn, c.hidden_size}, g},
-                                              {"down", DType::kF32, {c.hidden_size, c.expert_ffn}, d}};
+  std::vector<ContainerWriter::Part> parts = {
+      {"gate", DType::kF32, {c.expert_ffn, c.hidden_size}, g},
+      {"up", DType::kF32, {c.expert_ffn, c.hidden_size}, g},
+      {"down", DType::kF32, {c.hidden_size, c.expert_ffn}, d}};
   EXPECT_EQ((*w)->AddExpert(2, 0, parts).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*w)->AddExpert(0, 3, parts).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*w)->AddExpert(-1, 0, parts).code(), absl::StatusCode::kInvalidArgument);
@@ -583,7 +599,8 @@ TEST_F(ContainerTest, InvalidManifestFailsOpenNamingTheFile) {
   auto c = Container::Open(out);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(c.status().message().find((out / "manifest.json").string()), std::string::npos) << c.status();
+  EXPECT_NE(c.status().message().find((out / "manifest.json").string()), std::string::npos)
+      << c.status();
 }
 
 TEST_F(ContainerTest, SymlinksOutOfTheModelDirectoryAreRefusedNamingTheField) {
@@ -602,8 +619,10 @@ TEST_F(ContainerTest, SymlinksOutOfTheModelDirectoryAreRefusedNamingTheField) {
   auto c = Container::Open(out);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(c.status().message().find("dense.file 'dense.bin' resolves to"), std::string::npos) << c.status();
-  EXPECT_NE(c.status().message().find("outside the model directory"), std::string::npos) << c.status();
+  EXPECT_NE(c.status().message().find("dense.file 'dense.bin' resolves to"), std::string::npos)
+      << c.status();
+  EXPECT_NE(c.status().message().find("outside the model directory"), std::string::npos)
+      << c.status();
   // A directory link escaping: every expert file below it.
   fs::remove(out / "dense.bin");
   fs::rename(root_ / "elsewhere" / "dense.bin", out / "dense.bin");
@@ -611,7 +630,8 @@ TEST_F(ContainerTest, SymlinksOutOfTheModelDirectoryAreRefusedNamingTheField) {
   fs::create_directory_symlink(root_ / "elsewhere" / "experts", out / "experts");
   c = Container::Open(out);
   ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.status().message().find("expert (layer 0, id 0).file 'experts/"), std::string::npos) << c.status();
+  EXPECT_NE(c.status().message().find("expert (layer 0, id 0).file 'experts/"), std::string::npos)
+      << c.status();
 }
 
 // -------------------------------------------------------------------------------------------
@@ -662,11 +682,13 @@ TEST_F(ManifestFromJsonTest, DuplicateExpert) {
 TEST_F(ManifestFromJsonTest, MisalignedOffsetsAndSizes) {
   const size_t i = BlockIndex(1, 0);
   json j = valid_;
-  j["experts"]["blocks"][i]["offset"] = valid_["experts"]["blocks"][i]["offset"].get<uint64_t>() + 64;
+  j["experts"]["blocks"][i]["offset"] =
+      valid_["experts"]["blocks"][i]["offset"].get<uint64_t>() + 64;
   ExpectRejected(j, absl::StatusCode::kInvalidArgument, "expert (layer 1, id 0): misaligned");
 
   j = valid_;
-  j["experts"]["blocks"][i]["padded_size"] = valid_["experts"]["blocks"][i]["padded_size"].get<uint64_t>() + 1;
+  j["experts"]["blocks"][i]["padded_size"] =
+      valid_["experts"]["blocks"][i]["padded_size"].get<uint64_t>() + 1;
   ExpectRejected(j, absl::StatusCode::kInvalidArgument, "misaligned");
 
   j = valid_;  // padded_size smaller than size
@@ -674,7 +696,8 @@ TEST_F(ManifestFromJsonTest, MisalignedOffsetsAndSizes) {
   ExpectRejected(j, absl::StatusCode::kInvalidArgument, "misaligned");
 
   j = valid_;  // padding of a whole extra page
-  j["experts"]["blocks"][i]["padded_size"] = valid_["experts"]["blocks"][i]["padded_size"].get<uint64_t>() + 4096;
+  j["experts"]["blocks"][i]["padded_size"] =
+      valid_["experts"]["blocks"][i]["padded_size"].get<uint64_t>() + 4096;
   ExpectRejected(j, absl::StatusCode::kInvalidArgument, "misaligned");
 
   j = valid_;  // offset + padded size overflows
@@ -686,7 +709,8 @@ TEST_F(ManifestFromJsonTest, SizeMismatch) {
   json j = valid_;
   auto& dense = j["dense"]["tensors"];
   for (auto& t : dense) {
-    if (t["name"] == "blk.0.attn_q") t["size"] = t["size"].get<uint64_t>() + 34;  // one Q8_0 block too many
+    if (t["name"] == "blk.0.attn_q")
+      t["size"] = t["size"].get<uint64_t>() + 34;  // one Q8_0 block too many
   }
   ExpectRejected(j, absl::StatusCode::kInvalidArgument, "tensor 'blk.0.attn_q': size");
 
@@ -720,15 +744,20 @@ TEST_F(ManifestFromJsonTest, OtherStructuralErrors) {
   };
   const size_t b = BlockIndex(0, 1);
   const Case cases[] = {
-      {"format", [](json& j) { j["format"] = "gguf"; }, absl::StatusCode::kInvalidArgument, "format"},
-      {"not an object", [](json& j) { j = json::array(); }, absl::StatusCode::kInvalidArgument, "format"},
-      {"version", [](json& j) { j["version"] = 2; }, absl::StatusCode::kFailedPrecondition, "version 2"},
-      {"no config", [](json& j) { j.erase("config"); }, absl::StatusCode::kInvalidArgument, "config"},
-      {"bad config", [](json& j) { j["config"]["top_k"] = 0; }, absl::StatusCode::kInvalidArgument, "top_k"},
-      {"dense not a list", [](json& j) { j["dense"]["tensors"] = 3; }, absl::StatusCode::kInvalidArgument,
-       "dense.tensors"},
-      {"blocks missing", [](json& j) { j["experts"].erase("blocks"); }, absl::StatusCode::kInvalidArgument,
-       "experts.blocks"},
+      {"format", [](json& j) { j["format"] = "gguf"; }, absl::StatusCode::kInvalidArgument,
+       "format"},
+      {"not an object", [](json& j) { j = json::array(); }, absl::StatusCode::kInvalidArgument,
+       "format"},
+      {"version", [](json& j) { j["version"] = 2; }, absl::StatusCode::kFailedPrecondition,
+       "version 2"},
+      {"no config", [](json& j) { j.erase("config"); }, absl::StatusCode::kInvalidArgument,
+       "config"},
+      {"bad config", [](json& j) { j["config"]["top_k"] = 0; }, absl::StatusCode::kInvalidArgument,
+       "top_k"},
+      {"dense not a list", [](json& j) { j["dense"]["tensors"] = 3; },
+       absl::StatusCode::kInvalidArgument, "dense.tensors"},
+      {"blocks missing", [](json& j) { j["experts"].erase("blocks"); },
+       absl::StatusCode::kInvalidArgument, "experts.blocks"},
       {"layer out of range", [b](json& j) { j["experts"]["blocks"][b]["layer"] = 2; },
        absl::StatusCode::kInvalidArgument, "out of range"},
       {"negative expert", [b](json& j) { j["experts"]["blocks"][b]["expert"] = -1; },
@@ -737,26 +766,43 @@ TEST_F(ManifestFromJsonTest, OtherStructuralErrors) {
        absl::StatusCode::kInvalidArgument, "bad file name"},
       {"absolute path", [b](json& j) { j["experts"]["blocks"][b]["file"] = "/etc/passwd"; },
        absl::StatusCode::kInvalidArgument, "bad file name"},
-      {"empty file", [b](json& j) { j["experts"]["blocks"][b]["file"] = ""; }, absl::StatusCode::kInvalidArgument,
-       "bad file name"},
-      {"block parent inside", [b](json& j) { j["experts"]["blocks"][b]["file"] = "experts/../../x.bin"; },
-       absl::StatusCode::kInvalidArgument, "expert (layer 0, id 1).file 'experts/../../x.bin': bad file name"},
-      {"dense absolute", [](json& j) { j["dense"]["file"] = "/etc/passwd"; }, absl::StatusCode::kInvalidArgument,
+      {"empty file", [b](json& j) { j["experts"]["blocks"][b]["file"] = ""; },
+       absl::StatusCode::kInvalidArgument, "bad file name"},
+      {"block parent inside",
+       [b](json& j) { j["experts"]["blocks"][b]["file"] = "experts/../../x.bin"; },
+       absl::StatusCode::kInvalidArgument,
+       "expert (layer 0, id 1).file 'experts/../../x.bin': bad file name"},
+      {"dense absolute", [](json& j) { j["dense"]["file"] = "/etc/passwd"; },
+       absl::StatusCode::kInvalidArgument,
        "dense.file '/etc/passwd': bad file name (an absolute path"},
-      {"extra parent", [](json& j) { j["extra"] = {{"file", "../x.bin"}, {"size", 0}, {"tensors", json::array()}}; },
+      {"extra parent",
+       [](json& j) {
+         j["extra"] = {{"file", "../x.bin"}, {"size", 0}, {"tensors", json::array()}};
+       },
        absl::StatusCode::kInvalidArgument, "extra.file '../x.bin': bad file name"},
-      {"extra is dense", [](json& j) { j["extra"] = {{"file", "dense.bin"}, {"size", 0}, {"tensors", json::array()}}; },
+      {"extra is dense",
+       [](json& j) {
+         j["extra"] = {{"file", "dense.bin"}, {"size", 0}, {"tensors", json::array()}};
+       },
        absl::StatusCode::kInvalidArgument, "extra.file must differ from dense.file"},
-      {"extra outside", [](json& j) { j["extra"] = {{"file", "extra.bin"}, {"size", 0}, {"tensors", j["dense"]["tensors"]}}; },
+      {"extra outside",
+       [](json& j) {
+         j["extra"] = {{"file", "extra.bin"}, {"size", 0}, {"tensors", j["dense"]["tensors"]}};
+       },
        absl::StatusCode::kInvalidArgument, "lies outside extra.bin"},
       {"dense twice", [](json& j) { j["dense"]["tensors"].push_back(j["dense"]["tensors"][0]); },
        absl::StatusCode::kInvalidArgument, "listed twice"},
       {"dense parent", [](json& j) { j["dense"]["file"] = "../other/dense.bin"; },
-       absl::StatusCode::kInvalidArgument, "dense.file '../other/dense.bin': bad file name (a '..' component"},
-      {"tokenizer parent", [](json& j) { j["tokenizer"]["files"] = {"tokenizer.json", "../../home/u/.ssh/id_rsa"}; },
-       absl::StatusCode::kInvalidArgument, "tokenizer.files[1] '../../home/u/.ssh/id_rsa': bad file name"},
-      {"tokenizer not a string", [](json& j) { j["tokenizer"]["files"] = {3}; }, absl::StatusCode::kInvalidArgument,
-       "tokenizer.files[0] must be a string"},
+       absl::StatusCode::kInvalidArgument,
+       "dense.file '../other/dense.bin': bad file name (a '..' component"},
+      {"tokenizer parent",
+       [](json& j) {
+         j["tokenizer"]["files"] = {"tokenizer.json", "../../home/u/.ssh/id_rsa"};
+       },
+       absl::StatusCode::kInvalidArgument,
+       "tokenizer.files[1] '../../home/u/.ssh/id_rsa': bad file name"},
+      {"tokenizer not a string", [](json& j) { j["tokenizer"]["files"] = {3}; },
+       absl::StatusCode::kInvalidArgument, "tokenizer.files[0] must be a string"},
       {"bad block checksum", [b](json& j) { j["experts"]["blocks"][b]["checksum"] = "xyz"; },
        absl::StatusCode::kInvalidArgument, "checksum"},
       {"bad dense checksum", [](json& j) { j["dense"]["tensors"][0]["checksum"] = 12; },
@@ -765,32 +811,39 @@ TEST_F(ManifestFromJsonTest, OtherStructuralErrors) {
        absl::StatusCode::kInvalidArgument, "missing part 'down'"},
       {"parts not a list", [b](json& j) { j["experts"]["blocks"][b]["parts"] = json::object(); },
        absl::StatusCode::kInvalidArgument, "missing parts"},
-      {"bad dtype", [](json& j) { j["dense"]["tensors"][0]["dtype"] = "q9_9"; }, absl::StatusCode::kInvalidArgument,
-       "q9_9"},
+      {"bad dtype", [](json& j) { j["dense"]["tensors"][0]["dtype"] = "q9_9"; },
+       absl::StatusCode::kInvalidArgument, "q9_9"},
       {"empty shape", [](json& j) { j["dense"]["tensors"][0]["shape"] = json::array(); },
        absl::StatusCode::kInvalidArgument, "shape"},
-      {"zero dim", [](json& j) { j["dense"]["tensors"][0]["shape"] = {0, 32}; }, absl::StatusCode::kInvalidArgument,
-       "bad dimension"},
-      {"negative size", [](json& j) { j["dense"]["tensors"][0]["size"] = -4; }, absl::StatusCode::kInvalidArgument,
-       "size"},
-      {"string offset", [](json& j) { j["dense"]["tensors"][0]["offset"] = "0"; }, absl::StatusCode::kInvalidArgument,
-       "offset"},
-      {"no name", [](json& j) { j["dense"]["tensors"][0].erase("name"); }, absl::StatusCode::kInvalidArgument,
-       "missing name"},
-      {"block not an object", [b](json& j) { j["experts"]["blocks"][b] = 5; }, absl::StatusCode::kInvalidArgument,
-       "not an object"},
+      {"zero dim",
+       [](json& j) {
+         j["dense"]["tensors"][0]["shape"] = {0, 32};
+       },
+       absl::StatusCode::kInvalidArgument, "bad dimension"},
+      {"negative size", [](json& j) { j["dense"]["tensors"][0]["size"] = -4; },
+       absl::StatusCode::kInvalidArgument, "size"},
+      {"string offset", [](json& j) { j["dense"]["tensors"][0]["offset"] = "0"; },
+       absl::StatusCode::kInvalidArgument, "offset"},
+      {"no name", [](json& j) { j["dense"]["tensors"][0].erase("name"); },
+       absl::StatusCode::kInvalidArgument, "missing name"},
+      {"block not an object", [b](json& j) { j["experts"]["blocks"][b] = 5; },
+       absl::StatusCode::kInvalidArgument, "not an object"},
       // Wrong JSON types where strings or objects are expected: errors, never exceptions.
-      {"numeric format", [](json& j) { j["format"] = 1; }, absl::StatusCode::kInvalidArgument, "format"},
-      {"string version", [](json& j) { j["version"] = "1"; }, absl::StatusCode::kInvalidArgument, "version"},
+      {"numeric format", [](json& j) { j["format"] = 1; }, absl::StatusCode::kInvalidArgument,
+       "format"},
+      {"string version", [](json& j) { j["version"] = "1"; }, absl::StatusCode::kInvalidArgument,
+       "version"},
       {"numeric name", [](json& j) { j["name"] = 5; }, absl::StatusCode::kInvalidArgument, "name"},
-      {"dense a list", [](json& j) { j["dense"] = json::array(); }, absl::StatusCode::kInvalidArgument, "dense"},
-      {"dense file a number", [](json& j) { j["dense"]["file"] = 3; }, absl::StatusCode::kInvalidArgument,
-       "file"},
-      {"experts a string", [](json& j) { j["experts"] = "all"; }, absl::StatusCode::kInvalidArgument, "experts"},
+      {"dense a list", [](json& j) { j["dense"] = json::array(); },
+       absl::StatusCode::kInvalidArgument, "dense"},
+      {"dense file a number", [](json& j) { j["dense"]["file"] = 3; },
+       absl::StatusCode::kInvalidArgument, "file"},
+      {"experts a string", [](json& j) { j["experts"] = "all"; },
+       absl::StatusCode::kInvalidArgument, "experts"},
       {"numeric tensor name", [](json& j) { j["dense"]["tensors"][0]["name"] = 7; },
        absl::StatusCode::kInvalidArgument, "name"},
-      {"numeric dtype", [](json& j) { j["dense"]["tensors"][0]["dtype"] = 0; }, absl::StatusCode::kInvalidArgument,
-       "dtype"},
+      {"numeric dtype", [](json& j) { j["dense"]["tensors"][0]["dtype"] = 0; },
+       absl::StatusCode::kInvalidArgument, "dtype"},
       {"numeric block file", [b](json& j) { j["experts"]["blocks"][b]["file"] = 7; },
        absl::StatusCode::kInvalidArgument, "file"},
       {"numeric block checksum", [b](json& j) { j["experts"]["blocks"][b]["checksum"] = 7; },

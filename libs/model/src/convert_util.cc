@@ -26,13 +26,15 @@ std::vector<uint8_t> EncodeRows(const float* values, int64_t rows, int64_t cols,
   std::vector<uint8_t> out(row_bytes * static_cast<size_t>(rows));
   Pool().ParallelFor(rows, 16, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      quant::QuantizeRow(dst, values + r * cols, out.data() + static_cast<size_t>(r) * row_bytes, cols);
+      quant::QuantizeRow(dst, values + r * cols, out.data() + static_cast<size_t>(r) * row_bytes,
+                         cols);
     }
   });
   return out;
 }
 
-std::vector<uint8_t> ConvertRows(quant::DType src, std::span<const uint8_t> bytes, int64_t cols, quant::DType dst) {
+std::vector<uint8_t> ConvertRows(quant::DType src, std::span<const uint8_t> bytes, int64_t cols,
+                                 quant::DType dst) {
   if (src == dst) return std::vector<uint8_t>(bytes.begin(), bytes.end());
   const size_t src_row = quant::RowBytes(src, cols);
   const int64_t rows = static_cast<int64_t>(bytes.size() / src_row);
@@ -48,16 +50,19 @@ std::vector<uint8_t> ConvertRows(quant::DType src, std::span<const uint8_t> byte
   return out;
 }
 
-SplitKvB SplitKvBProjection(const float* kv_b, int64_t n_heads, int64_t nope, int64_t v, int64_t kv_lora) {
+SplitKvB SplitKvBProjection(const float* kv_b, int64_t n_heads, int64_t nope, int64_t v,
+                            int64_t kv_lora) {
   SplitKvB out;
   out.k_b.resize(static_cast<size_t>(n_heads * kv_lora * nope));
   out.v_b.resize(static_cast<size_t>(n_heads * v * kv_lora));
   for (int64_t h = 0; h < n_heads; ++h) {
     const float* head = kv_b + h * (nope + v) * kv_lora;  // rows: nope key rows, then v value rows
     for (int64_t d = 0; d < nope; ++d) {
-      for (int64_t l = 0; l < kv_lora; ++l) out.k_b[static_cast<size_t>((h * kv_lora + l) * nope + d)] = head[d * kv_lora + l];
+      for (int64_t l = 0; l < kv_lora; ++l)
+        out.k_b[static_cast<size_t>((h * kv_lora + l) * nope + d)] = head[d * kv_lora + l];
     }
-    std::copy(head + nope * kv_lora, head + (nope + v) * kv_lora, out.v_b.begin() + h * v * kv_lora);
+    std::copy(head + nope * kv_lora, head + (nope + v) * kv_lora,
+              out.v_b.begin() + h * v * kv_lora);
   }
   return out;
 }
@@ -67,25 +72,30 @@ bool IsBlockScaleName(std::string_view name) {
   return name.size() > kSuffix.size() && name.substr(name.size() - kSuffix.size()) == kSuffix;
 }
 
-absl::StatusOr<std::vector<float>> CheckpointFloats(const SafetensorsCheckpoint& ckpt, const std::string& name,
+absl::StatusOr<std::vector<float>> CheckpointFloats(const SafetensorsCheckpoint& ckpt,
+                                                    const std::string& name,
                                                     const SafetensorsTensor& t) {
   ASSIGN_OR_RETURN(std::vector<float> v, TensorToFloat32(t));
   if (t.dtype != StDType::kF8E4M3) return v;
   constexpr int64_t kBlock = 128;
-  if (t.shape.size() != 2) return absl::FailedPreconditionError(absl::StrCat("FP8 tensor '", name, "' is not a matrix"));
+  if (t.shape.size() != 2)
+    return absl::FailedPreconditionError(absl::StrCat("FP8 tensor '", name, "' is not a matrix"));
   const int64_t rows = t.shape[0], cols = t.shape[1];
   const int64_t br = (rows + kBlock - 1) / kBlock, bc = (cols + kBlock - 1) / kBlock;
   const SafetensorsTensor* s = ckpt.Find(name + "_scale_inv");
   if (s == nullptr) {
-    return absl::NotFoundError(absl::StrCat("FP8 tensor '", name, "' has no '", name, "_scale_inv' block scales"));
+    return absl::NotFoundError(
+        absl::StrCat("FP8 tensor '", name, "' has no '", name, "_scale_inv' block scales"));
   }
   if (s->shape != std::vector<int64_t>{br, bc}) {
-    return absl::FailedPreconditionError(absl::StrCat("'", name, "_scale_inv' must be [", br, ", ", bc, "]"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("'", name, "_scale_inv' must be [", br, ", ", bc, "]"));
   }
   ASSIGN_OR_RETURN(std::vector<float> scale, TensorToFloat32(*s));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
-      v[static_cast<size_t>(r * cols + c)] *= scale[static_cast<size_t>((r / kBlock) * bc + c / kBlock)];
+      v[static_cast<size_t>(r * cols + c)] *=
+          scale[static_cast<size_t>((r / kBlock) * bc + c / kBlock)];
     }
   }
   return v;

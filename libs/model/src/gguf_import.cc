@@ -20,50 +20,68 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Key(std::string_view arch, const char* suffix) { return absl::StrCat(std::string(arch), ".", suffix); }
+std::string Key(std::string_view arch, const char* suffix) {
+  return absl::StrCat(std::string(arch), ".", suffix);
+}
 
 // Copies a metadata value for the tokenizer file.
 absl::StatusOr<GgufWriteValue> CopyValue(const GgufValue& v, std::string_view key) {
   switch (v.type()) {
-    case GgufType::kString:
-      return GgufWriteValue::String(std::string(*v.AsString()));
-    case GgufType::kBool:
-      return GgufWriteValue::Bool(*v.AsBool());
-    case GgufType::kFloat32:
-      return GgufWriteValue::Float32(static_cast<float>(*v.AsDouble()));
-    case GgufType::kFloat64:
-      return GgufWriteValue::Float64(*v.AsDouble());
+    case GgufType::kString: return GgufWriteValue::String(std::string(*v.AsString()));
+    case GgufType::kBool: return GgufWriteValue::Bool(*v.AsBool());
+    case GgufType::kFloat32: return GgufWriteValue::Float32(static_cast<float>(*v.AsDouble()));
+    case GgufType::kFloat64: return GgufWriteValue::Float64(*v.AsDouble());
     case GgufType::kArray: {
       std::vector<GgufWriteValue> elems;
       elems.reserve(v.size());
       if (v.element_type() == GgufType::kString) {
         for (auto s : v.strings()) elems.push_back(GgufWriteValue::String(std::string(s)));
       } else if (v.element_type() == GgufType::kArray) {
-        return absl::FailedPreconditionError(absl::StrCat("gguf: nested arrays in '", std::string(key),
-                                                          "' are not supported"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("gguf: nested arrays in '", std::string(key), "' are not supported"));
       } else {
         for (uint64_t i = 0; i < v.size(); ++i) {
           switch (v.element_type()) {
-            case GgufType::kFloat32: elems.push_back(GgufWriteValue::Float32(static_cast<float>(*v.FloatElement(i)))); break;
-            case GgufType::kFloat64: elems.push_back(GgufWriteValue::Float64(*v.FloatElement(i))); break;
-            case GgufType::kInt32: elems.push_back(GgufWriteValue::Int32(static_cast<int32_t>(*v.IntElement(i)))); break;
-            case GgufType::kUint32: elems.push_back(GgufWriteValue::Uint32(static_cast<uint32_t>(*v.IntElement(i)))); break;
+            case GgufType::kFloat32:
+              elems.push_back(GgufWriteValue::Float32(static_cast<float>(*v.FloatElement(i))));
+              break;
+            case GgufType::kFloat64:
+              elems.push_back(GgufWriteValue::Float64(*v.FloatElement(i)));
+              break;
+            case GgufType::kInt32:
+              elems.push_back(GgufWriteValue::Int32(static_cast<int32_t>(*v.IntElement(i))));
+              break;
+            case GgufType::kUint32:
+              elems.push_back(GgufWriteValue::Uint32(static_cast<uint32_t>(*v.IntElement(i))));
+              break;
             case GgufType::kInt64: elems.push_back(GgufWriteValue::Int64(*v.IntElement(i))); break;
-            case GgufType::kUint64: elems.push_back(GgufWriteValue::Uint64(*v.UintElement(i))); break;
-            case GgufType::kInt8: elems.push_back(GgufWriteValue::Int8(static_cast<int8_t>(*v.IntElement(i)))); break;
-            case GgufType::kUint8: elems.push_back(GgufWriteValue::Uint8(static_cast<uint8_t>(*v.IntElement(i)))); break;
-            case GgufType::kInt16: elems.push_back(GgufWriteValue::Int16(static_cast<int16_t>(*v.IntElement(i)))); break;
-            case GgufType::kUint16: elems.push_back(GgufWriteValue::Uint16(static_cast<uint16_t>(*v.IntElement(i)))); break;
-            case GgufType::kBool: elems.push_back(GgufWriteValue::Bool(*v.IntElement(i) != 0)); break;
+            case GgufType::kUint64:
+              elems.push_back(GgufWriteValue::Uint64(*v.UintElement(i)));
+              break;
+            case GgufType::kInt8:
+              elems.push_back(GgufWriteValue::Int8(static_cast<int8_t>(*v.IntElement(i))));
+              break;
+            case GgufType::kUint8:
+              elems.push_back(GgufWriteValue::Uint8(static_cast<uint8_t>(*v.IntElement(i))));
+              break;
+            case GgufType::kInt16:
+              elems.push_back(GgufWriteValue::Int16(static_cast<int16_t>(*v.IntElement(i))));
+              break;
+            case GgufType::kUint16:
+              elems.push_back(GgufWriteValue::Uint16(static_cast<uint16_t>(*v.IntElement(i))));
+              break;
+            case GgufType::kBool:
+              elems.push_back(GgufWriteValue::Bool(*v.IntElement(i) != 0));
+              break;
             default:
-              return absl::FailedPreconditionError(absl::StrCat("gguf: '", std::string(key), "': unsupported element type"));
+              return absl::FailedPreconditionError(
+                  absl::StrCat("gguf: '", std::string(key), "': unsupported element type"));
           }
         }
       }
       return GgufWriteValue::Array(v.element_type(), std::move(elems));
     }
-    default:
-      break;
+    default: break;
   }
   if (v.IsInteger()) {
     switch (v.type()) {
@@ -77,7 +95,8 @@ absl::StatusOr<GgufWriteValue> CopyValue(const GgufValue& v, std::string_view ke
       default: return GgufWriteValue::Int64(*v.AsInt64());
     }
   }
-  return absl::FailedPreconditionError(absl::StrCat("gguf: '", std::string(key), "': unsupported value type"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("gguf: '", std::string(key), "': unsupported value type"));
 }
 
 // The routing and layer-mix keys llama.cpp writes for any MoE architecture that has them:
@@ -87,8 +106,8 @@ absl::Status RoutingFromGguf(const GgufFile& f, const std::string& arch, ModelCo
   auto u = [&](const char* suffix) { return f.GetI64(Key(arch, suffix)); };
   const int64_t dense = u("leading_dense_block_count").value_or(0);
   if (dense < 0 || dense >= c->n_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("gguf: leading_dense_block_count ", dense, " with ", c->n_layers,
-                                                   " blocks"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gguf: leading_dense_block_count ", dense, " with ", c->n_layers, " blocks"));
   }
   for (int64_t l = 0; l < dense; ++l) c->dense_layers.push_back(l);
   if (dense > 0) {
@@ -96,9 +115,13 @@ absl::Status RoutingFromGguf(const GgufFile& f, const std::string& arch, ModelCo
   }
   if (auto gating = u("expert_gating_func"); gating.ok()) {
     // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 softmax, 2 sigmoid.
-    if (*gating == 1) c->router_scoring = RouterScoring::kSoftmax;
-    else if (*gating == 2) c->router_scoring = RouterScoring::kSigmoid;
-    else return absl::InvalidArgumentError(absl::StrCat("gguf: expert_gating_func ", *gating, " is not supported"));
+    if (*gating == 1)
+      c->router_scoring = RouterScoring::kSoftmax;
+    else if (*gating == 2)
+      c->router_scoring = RouterScoring::kSigmoid;
+    else
+      return absl::InvalidArgumentError(
+          absl::StrCat("gguf: expert_gating_func ", *gating, " is not supported"));
   }
   if (auto scale = f.GetF64(Key(arch, "expert_weights_scale")); scale.ok() && *scale > 0) {
     c->routed_scaling_factor = *scale;
@@ -110,31 +133,35 @@ absl::Status RoutingFromGguf(const GgufFile& f, const std::string& arch, ModelCo
   c->n_expert_groups = u("expert_group_count").value_or(1);
   c->topk_groups = u("expert_group_used_count").value_or(c->n_expert_groups);
   c->group_scoring = GroupScoring::kTopTwoSum;
-  if (auto shared = u("expert_shared_count"); shared.ok() && *shared > 0 && c->shared_expert_ffn == 0) {
+  if (auto shared = u("expert_shared_count");
+      shared.ok() && *shared > 0 && c->shared_expert_ffn == 0) {
     c->shared_expert_ffn = *shared * c->expert_ffn;
   }
   const int64_t first_moe = dense;
   // gpt-oss's router bias (ffn_gate_inp.bias, set by its architecture) or a selection bias.
-  c->router_bias = c->softmax_after_topk || f.FindTensor(absl::StrCat("blk.", first_moe, ".exp_probs_b.bias")) != nullptr;
+  c->router_bias = c->softmax_after_topk ||
+                   f.FindTensor(absl::StrCat("blk.", first_moe, ".exp_probs_b.bias")) != nullptr;
   return absl::OkStatus();
 }
 
 class GgufConverter {
  public:
-  GgufConverter(const GgufFile& f, const ModelConfig& c, const QuantPlan& plan, const ConvertOptions& options,
-                ContainerWriter& w)
+  GgufConverter(const GgufFile& f, const ModelConfig& c, const QuantPlan& plan,
+                const ConvertOptions& options, ContainerWriter& w)
       : f_(f), c_(c), plan_(plan), options_(options), w_(w) {}
 
   absl::Status Run() {
     for (const auto& t : f_.tensors()) total_bytes_ += t.size_bytes;
-    RETURN_IF_ERROR(Matrix("token_embd.weight", "token_embd", c_.vocab_size, c_.hidden_size, TensorKind::kEmbedding));
+    RETURN_IF_ERROR(Matrix("token_embd.weight", "token_embd", c_.vocab_size, c_.hidden_size,
+                           TensorKind::kEmbedding));
     RETURN_IF_ERROR(Vector("output_norm.weight", "output_norm", c_.hidden_size));
     const char* output = f_.FindTensor("output.weight") ? "output.weight" : "token_embd.weight";
     RETURN_IF_ERROR(Matrix(output, "output", c_.vocab_size, c_.hidden_size, TensorKind::kOutput));
     if (options_.progress) options_.progress(read_bytes_, total_bytes_, "embeddings");
     for (int64_t l = 0; l < c_.n_layers; ++l) {
       RETURN_IF_ERROR(Layer(l));
-      if (options_.progress) options_.progress(read_bytes_, total_bytes_, absl::StrCat("layer ", l));
+      if (options_.progress)
+        options_.progress(read_bytes_, total_bytes_, absl::StrCat("layer ", l));
     }
     return ImportNextnFromGguf(f_, c_, plan_, w_);
   }
@@ -142,28 +169,32 @@ class GgufConverter {
  private:
   absl::StatusOr<const GgufTensorInfo*> Get(const std::string& name, std::vector<int64_t> dims) {
     const GgufTensorInfo* t = f_.FindTensor(name);
-    if (t == nullptr) return absl::NotFoundError(absl::StrCat("gguf: tensor '", name, "' is missing"));
+    if (t == nullptr)
+      return absl::NotFoundError(absl::StrCat("gguf: tensor '", name, "' is missing"));
     if (t->dims != dims) {
-      return absl::FailedPreconditionError(absl::StrCat("gguf: tensor '", name, "' has dims {", absl::StrJoin(t->dims, ","),
-                                                        "}, the metadata implies {", absl::StrJoin(dims, ","), "}"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("gguf: tensor '", name, "' has dims {", absl::StrJoin(t->dims, ","),
+                       "}, the metadata implies {", absl::StrJoin(dims, ","), "}"));
     }
     read_bytes_ += t->size_bytes;
     return t;
   }
 
   // A 2-D matrix [rows, cols] stored in GGUF as {cols, rows}.
-  absl::Status Matrix(const std::string& gguf_name, const std::string& name, int64_t rows, int64_t cols,
-                      TensorKind kind, int64_t layer = -1) {
+  absl::Status Matrix(const std::string& gguf_name, const std::string& name, int64_t rows,
+                      int64_t cols, TensorKind kind, int64_t layer = -1) {
     ASSIGN_OR_RETURN(const GgufTensorInfo* t, Get(gguf_name, {cols, rows}));
     const quant::DType dt = plan_.TypeFor({kind, layer, cols}, t->type);
     auto bytes = ConvertRows(t->type, f_.TensorData(*t), cols, dt);
     return w_.AddDense(name, dt, {rows, cols}, bytes);
   }
 
-  absl::Status Vector(const std::string& gguf_name, const std::string& name, int64_t n, bool as_row = false) {
+  absl::Status Vector(const std::string& gguf_name, const std::string& name, int64_t n,
+                      bool as_row = false) {
     ASSIGN_OR_RETURN(const GgufTensorInfo* t, Get(gguf_name, {n}));
     auto bytes = ConvertRows(t->type, f_.TensorData(*t), n, quant::DType::kF32);
-    return w_.AddDense(name, quant::DType::kF32, as_row ? std::vector<int64_t>{1, n} : std::vector<int64_t>{n}, bytes);
+    return w_.AddDense(name, quant::DType::kF32,
+                       as_row ? std::vector<int64_t>{1, n} : std::vector<int64_t>{n}, bytes);
   }
 
   // deepseek2 attention. Both layouts llama.cpp writes: one attn_kv_b {kv_lora, n_heads * (nope
@@ -174,35 +205,46 @@ class GgufConverter {
     const int64_t H = c_.hidden_size, NH = c_.n_heads, Q = c_.head_dim, L = c_.kv_lora_rank,
                   R = c_.qk_rope_head_dim, N = c_.qk_nope_head_dim, V = c_.v_head_dim;
     if (c_.q_lora_rank > 0) {
-      RETURN_IF_ERROR(Matrix(g + "attn_q_a.weight", g + "attn_q_a", c_.q_lora_rank, H, TensorKind::kAttnQ, l));
+      RETURN_IF_ERROR(
+          Matrix(g + "attn_q_a.weight", g + "attn_q_a", c_.q_lora_rank, H, TensorKind::kAttnQ, l));
       RETURN_IF_ERROR(Vector(g + "attn_q_a_norm.weight", g + "attn_q_a_norm", c_.q_lora_rank));
-      RETURN_IF_ERROR(Matrix(g + "attn_q_b.weight", g + "attn_q_b", NH * Q, c_.q_lora_rank, TensorKind::kAttnQ, l));
+      RETURN_IF_ERROR(Matrix(g + "attn_q_b.weight", g + "attn_q_b", NH * Q, c_.q_lora_rank,
+                             TensorKind::kAttnQ, l));
     } else {
       RETURN_IF_ERROR(Matrix(g + "attn_q.weight", g + "attn_q", NH * Q, H, TensorKind::kAttnQ, l));
     }
-    RETURN_IF_ERROR(Matrix(g + "attn_kv_a_mqa.weight", g + "attn_kv_a_mqa", L + R, H, TensorKind::kAttnK, l));
+    RETURN_IF_ERROR(
+        Matrix(g + "attn_kv_a_mqa.weight", g + "attn_kv_a_mqa", L + R, H, TensorKind::kAttnK, l));
     RETURN_IF_ERROR(Vector(g + "attn_kv_a_norm.weight", g + "attn_kv_a_norm", L));
-    RETURN_IF_ERROR(Matrix(g + "attn_output.weight", g + "attn_output", H, NH * V, TensorKind::kAttnOutput, l));
+    RETURN_IF_ERROR(
+        Matrix(g + "attn_output.weight", g + "attn_output", H, NH * V, TensorKind::kAttnOutput, l));
     if (f_.FindTensor(g + "attn_kv_b.weight") == nullptr) {
       ASSIGN_OR_RETURN(const GgufTensorInfo* kb, Get(g + "attn_k_b.weight", {N, L, NH}));
       ASSIGN_OR_RETURN(const GgufTensorInfo* vb, Get(g + "attn_v_b.weight", {L, V, NH}));
       const quant::DType dk = plan_.TypeFor({TensorKind::kAttnK, l, N}, kb->type);
       const quant::DType dv = plan_.TypeFor({TensorKind::kAttnV, l, L}, vb->type);
-      RETURN_IF_ERROR(w_.AddDense(g + "attn_k_b", dk, {NH * L, N}, ConvertRows(kb->type, f_.TensorData(*kb), N, dk)));
-      return w_.AddDense(g + "attn_v_b", dv, {NH * V, L}, ConvertRows(vb->type, f_.TensorData(*vb), L, dv));
+      RETURN_IF_ERROR(w_.AddDense(g + "attn_k_b", dk, {NH * L, N},
+                                  ConvertRows(kb->type, f_.TensorData(*kb), N, dk)));
+      return w_.AddDense(g + "attn_v_b", dv, {NH * V, L},
+                         ConvertRows(vb->type, f_.TensorData(*vb), L, dv));
     }
     ASSIGN_OR_RETURN(const GgufTensorInfo* kvb, Get(g + "attn_kv_b.weight", {L, NH * (N + V)}));
-    const std::vector<uint8_t> f32 = ConvertRows(kvb->type, f_.TensorData(*kvb), L, quant::DType::kF32);
-    const SplitKvB split = SplitKvBProjection(reinterpret_cast<const float*>(f32.data()), NH, N, V, L);
+    const std::vector<uint8_t> f32 =
+        ConvertRows(kvb->type, f_.TensorData(*kvb), L, quant::DType::kF32);
+    const SplitKvB split =
+        SplitKvBProjection(reinterpret_cast<const float*>(f32.data()), NH, N, V, L);
     const quant::DType dk = plan_.TypeFor({TensorKind::kAttnK, l, N}, kvb->type);
     const quant::DType dv = plan_.TypeFor({TensorKind::kAttnV, l, L}, kvb->type);
-    RETURN_IF_ERROR(w_.AddDense(g + "attn_k_b", dk, {NH * L, N}, EncodeRows(split.k_b.data(), NH * L, N, dk)));
-    return w_.AddDense(g + "attn_v_b", dv, {NH * V, L}, EncodeRows(split.v_b.data(), NH * V, L, dv));
+    RETURN_IF_ERROR(
+        w_.AddDense(g + "attn_k_b", dk, {NH * L, N}, EncodeRows(split.k_b.data(), NH * L, N, dk)));
+    return w_.AddDense(g + "attn_v_b", dv, {NH * V, L},
+                       EncodeRows(split.v_b.data(), NH * V, L, dv));
   }
 
   absl::Status Layer(int64_t l) {
     const std::string g = absl::StrCat("blk.", l, ".");
-    const int64_t H = c_.hidden_size, qd = c_.n_heads * c_.head_dim, kvd = c_.n_kv_heads * c_.head_dim;
+    const int64_t H = c_.hidden_size, qd = c_.n_heads * c_.head_dim,
+                  kvd = c_.n_kv_heads * c_.head_dim;
     RETURN_IF_ERROR(Vector(g + "attn_norm.weight", g + "attn_norm", H));
     if (c_.mla()) {
       RETURN_IF_ERROR(LatentAttention(l));
@@ -210,7 +252,8 @@ class GgufConverter {
       RETURN_IF_ERROR(Matrix(g + "attn_q.weight", g + "attn_q", qd, H, TensorKind::kAttnQ, l));
       RETURN_IF_ERROR(Matrix(g + "attn_k.weight", g + "attn_k", kvd, H, TensorKind::kAttnK, l));
       RETURN_IF_ERROR(Matrix(g + "attn_v.weight", g + "attn_v", kvd, H, TensorKind::kAttnV, l));
-      RETURN_IF_ERROR(Matrix(g + "attn_output.weight", g + "attn_output", H, qd, TensorKind::kAttnOutput, l));
+      RETURN_IF_ERROR(
+          Matrix(g + "attn_output.weight", g + "attn_output", H, qd, TensorKind::kAttnOutput, l));
       if (c_.qkv_bias) {
         RETURN_IF_ERROR(Vector(g + "attn_q.bias", g + "attn_q_bias", qd));
         RETURN_IF_ERROR(Vector(g + "attn_k.bias", g + "attn_k_bias", kvd));
@@ -218,18 +261,25 @@ class GgufConverter {
       }
       if (c_.qk_norm != QkNorm::kNone) {
         const bool per_head = c_.qk_norm == QkNorm::kPerHead;
-        RETURN_IF_ERROR(Vector(g + "attn_q_norm.weight", g + "attn_q_norm", per_head ? c_.head_dim : qd));
-        RETURN_IF_ERROR(Vector(g + "attn_k_norm.weight", g + "attn_k_norm", per_head ? c_.head_dim : kvd));
+        RETURN_IF_ERROR(
+            Vector(g + "attn_q_norm.weight", g + "attn_q_norm", per_head ? c_.head_dim : qd));
+        RETURN_IF_ERROR(
+            Vector(g + "attn_k_norm.weight", g + "attn_k_norm", per_head ? c_.head_dim : kvd));
       }
     }
-    if (c_.attn_output_bias) RETURN_IF_ERROR(Vector(g + "attn_output.bias", g + "attn_output_bias", H));
-    if (c_.attn_sinks) RETURN_IF_ERROR(Vector(g + "attn_sinks.weight", g + "attn_sinks", c_.n_heads));
+    if (c_.attn_output_bias)
+      RETURN_IF_ERROR(Vector(g + "attn_output.bias", g + "attn_output_bias", H));
+    if (c_.attn_sinks)
+      RETURN_IF_ERROR(Vector(g + "attn_sinks.weight", g + "attn_sinks", c_.n_heads));
     // glm4moe and gpt-oss name the pre-FFN norm after Hugging Face's post_attention_layernorm.
-    const bool post_attention = c_.architecture == Architecture::kGlm4Moe || c_.architecture == Architecture::kGptOss;
-    RETURN_IF_ERROR(Vector(g + (post_attention ? "post_attention_norm.weight" : "ffn_norm.weight"), g + "ffn_norm", H));
+    const bool post_attention =
+        c_.architecture == Architecture::kGlm4Moe || c_.architecture == Architecture::kGptOss;
+    RETURN_IF_ERROR(Vector(g + (post_attention ? "post_attention_norm.weight" : "ffn_norm.weight"),
+                           g + "ffn_norm", H));
     if (!c_.IsMoeLayer(l)) {
       const int64_t D = c_.dense_ffn;
-      RETURN_IF_ERROR(Matrix(g + "ffn_gate.weight", g + "ffn_gate", D, H, TensorKind::kDenseGate, l));
+      RETURN_IF_ERROR(
+          Matrix(g + "ffn_gate.weight", g + "ffn_gate", D, H, TensorKind::kDenseGate, l));
       RETURN_IF_ERROR(Matrix(g + "ffn_up.weight", g + "ffn_up", D, H, TensorKind::kDenseUp, l));
       return Matrix(g + "ffn_down.weight", g + "ffn_down", H, D, TensorKind::kDenseDown, l);
     }
@@ -240,18 +290,23 @@ class GgufConverter {
     {
       ASSIGN_OR_RETURN(const GgufTensorInfo* t, Get(g + "ffn_gate_inp.weight", {H, c_.n_experts}));
       auto bytes = ConvertRows(t->type, f_.TensorData(*t), H, quant::DType::kF32);
-      RETURN_IF_ERROR(w_.AddDense(g + "ffn_gate_inp", quant::DType::kF32, {c_.n_experts, H}, bytes));
+      RETURN_IF_ERROR(
+          w_.AddDense(g + "ffn_gate_inp", quant::DType::kF32, {c_.n_experts, H}, bytes));
     }
     if (c_.router_bias && c_.softmax_after_topk) {
       RETURN_IF_ERROR(Vector(g + "ffn_gate_inp.bias", g + "ffn_gate_inp_bias", c_.n_experts));
     }
     if (c_.shared_expert_ffn > 0) {
       const int64_t S = c_.shared_expert_ffn;
-      RETURN_IF_ERROR(Matrix(g + "ffn_gate_shexp.weight", g + "ffn_gate_shexp", S, H, TensorKind::kSharedGate, l));
-      RETURN_IF_ERROR(Matrix(g + "ffn_up_shexp.weight", g + "ffn_up_shexp", S, H, TensorKind::kSharedUp, l));
-      RETURN_IF_ERROR(Matrix(g + "ffn_down_shexp.weight", g + "ffn_down_shexp", H, S, TensorKind::kSharedDown, l));
+      RETURN_IF_ERROR(Matrix(g + "ffn_gate_shexp.weight", g + "ffn_gate_shexp", S, H,
+                             TensorKind::kSharedGate, l));
+      RETURN_IF_ERROR(
+          Matrix(g + "ffn_up_shexp.weight", g + "ffn_up_shexp", S, H, TensorKind::kSharedUp, l));
+      RETURN_IF_ERROR(Matrix(g + "ffn_down_shexp.weight", g + "ffn_down_shexp", H, S,
+                             TensorKind::kSharedDown, l));
       if (c_.shared_expert_gated) {
-        RETURN_IF_ERROR(Vector(g + "ffn_gate_inp_shexp.weight", g + "ffn_gate_inp_shexp", H, /*as_row=*/true));
+        RETURN_IF_ERROR(
+            Vector(g + "ffn_gate_inp_shexp.weight", g + "ffn_gate_inp_shexp", H, /*as_row=*/true));
       }
     }
     // Stacked experts: {in, out, n_expert}; expert e is the e-th slab of `out` rows.
@@ -282,7 +337,8 @@ class GgufConverter {
       std::vector<uint8_t> bias_bytes[3];
       if (c_.expert_bias) {
         int i = 0;
-        for (auto [t, part, n] : {std::tuple{gate_b, "gate_bias", F}, {up_b, "up_bias", F}, {down_b, "down_bias", H}}) {
+        for (auto [t, part, n] :
+             {std::tuple{gate_b, "gate_bias", F}, {up_b, "up_bias", F}, {down_b, "down_bias", H}}) {
           bias_bytes[i] = ConvertRows(t->type, slab(t, e), n, quant::DType::kF32);
           parts.push_back({part, quant::DType::kF32, {1, n}, bias_bytes[i]});
           ++i;
@@ -303,7 +359,8 @@ class GgufConverter {
 
 }  // namespace
 
-absl::StatusOr<RopeScaling> RopeScalingFromGguf(const GgufFile& f, const std::string& arch, int64_t context) {
+absl::StatusOr<RopeScaling> RopeScalingFromGguf(const GgufFile& f, const std::string& arch,
+                                                int64_t context) {
   RopeScaling s;
   if (f.Find(Key(arch, "rope.scaling.type")) == nullptr) return s;
   auto type_or = f.GetString(Key(arch, "rope.scaling.type"));
@@ -314,20 +371,23 @@ absl::StatusOr<RopeScaling> RopeScalingFromGguf(const GgufFile& f, const std::st
     s.type = RopeScaling::Type::kLinear;
   } else if (type == "yarn") {
     s.type = RopeScaling::Type::kYarn;
-    s.original_context = f.GetI64(Key(arch, "rope.scaling.original_context_length")).value_or(context);
+    s.original_context =
+        f.GetI64(Key(arch, "rope.scaling.original_context_length")).value_or(context);
     s.beta_fast = f.GetF64(Key(arch, "rope.scaling.yarn_beta_fast")).value_or(32.0);
     s.beta_slow = f.GetF64(Key(arch, "rope.scaling.yarn_beta_slow")).value_or(1.0);
     s.attention_factor = f.GetF64(Key(arch, "rope.scaling.attn_factor")).value_or(0.0);
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("gguf: rope.scaling.type '", type,
-                                                   "' is not supported (supported: none, linear, yarn)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gguf: rope.scaling.type '", type, "' is not supported (supported: none, linear, yarn)"));
   }
   if (auto factor = f.GetF64(Key(arch, "rope.scaling.factor")); factor.ok()) {
     s.factor = *factor;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("gguf: rope scaling '", type, "' without rope.scaling.factor"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gguf: rope scaling '", type, "' without rope.scaling.factor"));
   }
-  if (auto st = ValidateRopeScaling(s); !st.ok()) return absl::InvalidArgumentError(absl::StrCat("gguf: ", st.message()));
+  if (auto st = ValidateRopeScaling(s); !st.ok())
+    return absl::InvalidArgumentError(absl::StrCat("gguf: ", st.message()));
   return s;
 }
 
@@ -338,11 +398,13 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
   if (arch == "llama") {
     auto n = f.GetI64(Key(arch, "expert_count"));
     if (!n.ok() || *n <= 1) {
-      return absl::InvalidArgumentError("gguf: architecture 'llama' without experts is a dense model; colibri runs "
-                                        "MoE models (llama with experts = Mixtral, qwen2moe, olmoe, qwen3moe)");
+      return absl::InvalidArgumentError(
+          "gguf: architecture 'llama' without experts is a dense model; colibri runs "
+          "MoE models (llama with experts = Mixtral, qwen2moe, olmoe, qwen3moe)");
     }
     c.architecture = Architecture::kMixtral;
-    c.rope_style = RopeStyle::kInterleaved;  // GGUF converters permute q/k rows for the llama family
+    c.rope_style =
+        RopeStyle::kInterleaved;  // GGUF converters permute q/k rows for the llama family
     c.norm_topk_prob = true;
   } else if (arch == "qwen2moe") {
     c.architecture = Architecture::kQwen2Moe;
@@ -367,11 +429,14 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
     if (!key.ok()) key = u("attention.key_length");
     auto value = u("attention.value_length_mla");
     if (!value.ok()) value = u("attention.value_length");
-    if (!key.ok() || !value.ok()) return absl::InvalidArgumentError("gguf: deepseek2 needs attention.key_length and value_length");
+    if (!key.ok() || !value.ok())
+      return absl::InvalidArgumentError(
+          "gguf: deepseek2 needs attention.key_length and value_length");
     c.head_dim = *key;
     c.qk_nope_head_dim = *key - c.qk_rope_head_dim;
     c.v_head_dim = *value;
-    c.nextn_layers = u("nextn_predict_layers").value_or(0);  // the MTP block(s), when a file keeps them
+    c.nextn_layers =
+        u("nextn_predict_layers").value_or(0);  // the MTP block(s), when a file keeps them
   } else if (arch == "qwen3moe") {
     c.architecture = Architecture::kQwen3Moe;
     c.qk_norm = QkNorm::kPerHead;
@@ -380,7 +445,8 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
     // GLM-4.5: q/k/v bias and q/k norm are optional per checkpoint; the tensors say which.
     c.architecture = Architecture::kGlm4Moe;
     c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
-    c.qk_norm = f.FindTensor("blk.0.attn_q_norm.weight") != nullptr ? QkNorm::kPerHead : QkNorm::kNone;
+    c.qk_norm =
+        f.FindTensor("blk.0.attn_q_norm.weight") != nullptr ? QkNorm::kPerHead : QkNorm::kNone;
     c.nextn_layers = u("nextn_predict_layers").value_or(0);
   } else if (arch == "gpt-oss") {
     // llama.cpp's gpt-oss: NEOX (half-split) RoPE, every other layer sliding starting with layer 0,
@@ -392,16 +458,17 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
     c.swiglu_limit = f.GetF64(Key(arch, "swiglu_limit")).value_or(7.0);
     c.sliding_window = u("attention.sliding_window").value_or(0);
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("gguf: unsupported architecture '", arch,
-                                                   "' (supported: llama with experts, qwen2moe, olmoe, qwen3moe, "
-                                                   "glm4moe, deepseek2, gpt-oss)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gguf: unsupported architecture '", arch,
+                     "' (supported: llama with experts, qwen2moe, olmoe, qwen3moe, "
+                     "glm4moe, deepseek2, gpt-oss)"));
   }
   ASSIGN_OR_RETURN(c.hidden_size, u("embedding_length"));
   ASSIGN_OR_RETURN(c.n_layers, u("block_count"));
   // block_count includes the NextN blocks, which come last.
   if (c.nextn_layers < 0 || c.nextn_layers >= c.n_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("gguf: nextn_predict_layers ", c.nextn_layers, " with ",
-                                                   c.n_layers, " blocks"));
+    return absl::InvalidArgumentError(absl::StrCat("gguf: nextn_predict_layers ", c.nextn_layers,
+                                                   " with ", c.n_layers, " blocks"));
   }
   c.n_layers -= c.nextn_layers;
   ASSIGN_OR_RETURN(c.n_heads, u("attention.head_count"));
@@ -409,20 +476,23 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
   if (c.mla()) {
     c.n_kv_heads = c.n_heads;  // every head has its own key and value (from the shared latent)
   } else {
-    c.head_dim = u("attention.key_length").value_or(u("rope.dimension_count").value_or(c.hidden_size / c.n_heads));
+    c.head_dim = u("attention.key_length")
+                     .value_or(u("rope.dimension_count").value_or(c.hidden_size / c.n_heads));
   }
   ASSIGN_OR_RETURN(c.n_experts, u("expert_count"));
   ASSIGN_OR_RETURN(c.top_k, u("expert_used_count"));
   auto ffn = u("expert_feed_forward_length");
   if (ffn.ok()) {
     c.expert_ffn = *ffn;
-  } else if (const GgufTensorInfo* t = f.FindTensor("blk.0.ffn_gate_exps.weight"); t && t->dims.size() == 3) {
+  } else if (const GgufTensorInfo* t = f.FindTensor("blk.0.ffn_gate_exps.weight");
+             t && t->dims.size() == 3) {
     c.expert_ffn = t->dims[1];
   } else {
     ASSIGN_OR_RETURN(c.expert_ffn, u("feed_forward_length"));
   }
   const GgufTensorInfo* embd = f.FindTensor("token_embd.weight");
-  if (embd == nullptr || embd->dims.size() != 2) return absl::NotFoundError("gguf: tensor 'token_embd.weight' is missing");
+  if (embd == nullptr || embd->dims.size() != 2)
+    return absl::NotFoundError("gguf: tensor 'token_embd.weight' is missing");
   c.vocab_size = embd->dims[1];
   c.context_length = u("context_length").value_or(4096);
   c.rms_norm_eps = f.GetF64(Key(arch, "attention.layer_norm_rms_epsilon")).value_or(1e-5);
@@ -446,9 +516,11 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
   c.bos_token_id = f.GetI64("tokenizer.ggml.bos_token_id").value_or(-1);
   // A chat model's turn also ends at its end-of-turn / end-of-message tokens (GLM-4.5: <|user|>,
   // <|observation|>), as its generation_config lists them.
-  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                          "tokenizer.ggml.eom_token_id"}) {
     auto id = f.GetI64(key);
-    if (id.ok() && std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), *id) == c.eos_token_ids.end()) {
+    if (id.ok() &&
+        std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), *id) == c.eos_token_ids.end()) {
       c.eos_token_ids.push_back(*id);
     }
   }
@@ -461,7 +533,8 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
   return c;
 }
 
-absl::Status ConvertGguf(const fs::path& input, const fs::path& output, const ConvertOptions& options) {
+absl::Status ConvertGguf(const fs::path& input, const fs::path& output,
+                         const ConvertOptions& options) {
   ASSIGN_OR_RETURN(GgufFile f, GgufFile::OpenSplit(input));
   auto config = ConfigFromGguf(f);
   if (!config.ok()) return Annotate(config.status(), input.string());
@@ -488,8 +561,8 @@ absl::Status ConvertGguf(const fs::path& input, const fs::path& output, const Co
     RETURN_IF_ERROR(writer->WriteAuxFile("tokenizer.gguf", bytes));
     files.push_back("tokenizer.gguf");
   }
-  writer->manifest().tokenizer = {{"files", files},
-                                  {"model", std::string(f.GetString("tokenizer.ggml.model").value_or(""))}};
+  writer->manifest().tokenizer = {
+      {"files", files}, {"model", std::string(f.GetString("tokenizer.ggml.model").value_or(""))}};
   writer->manifest().source = {{"format", "gguf"},
                                {"path", fs::absolute(input).string()},
                                {"gguf_version", f.version()},

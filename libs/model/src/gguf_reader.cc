@@ -58,10 +58,8 @@ bool IsIntegerType(GgufType t) {
     case GgufType::kUint32:
     case GgufType::kInt32:
     case GgufType::kUint64:
-    case GgufType::kInt64:
-      return true;
-    default:
-      return false;
+    case GgufType::kInt64: return true;
+    default: return false;
   }
 }
 
@@ -75,8 +73,7 @@ bool IsValidType(uint32_t id) { return id <= static_cast<uint32_t>(GgufType::kFl
 // Reads one integer of type t from raw little-endian bytes, sign- or zero-extended.
 uint64_t LoadIntBits(GgufType t, const uint8_t* p) {
   switch (t) {
-    case GgufType::kUint8:
-      return p[0];
+    case GgufType::kUint8: return p[0];
     case GgufType::kInt8:
       return static_cast<uint64_t>(static_cast<int64_t>(static_cast<int8_t>(p[0])));
     case GgufType::kUint16: {
@@ -105,8 +102,7 @@ uint64_t LoadIntBits(GgufType t, const uint8_t* p) {
       std::memcpy(&v, p, 8);
       return v;
     }
-    default:
-      return 0;
+    default: return 0;
   }
 }
 
@@ -143,32 +139,19 @@ absl::Status Malformed(std::string_view what) {
 
 std::string GgufTypeName(GgufType type) {
   switch (type) {
-    case GgufType::kUint8:
-      return "uint8";
-    case GgufType::kInt8:
-      return "int8";
-    case GgufType::kUint16:
-      return "uint16";
-    case GgufType::kInt16:
-      return "int16";
-    case GgufType::kUint32:
-      return "uint32";
-    case GgufType::kInt32:
-      return "int32";
-    case GgufType::kFloat32:
-      return "float32";
-    case GgufType::kBool:
-      return "bool";
-    case GgufType::kString:
-      return "string";
-    case GgufType::kArray:
-      return "array";
-    case GgufType::kUint64:
-      return "uint64";
-    case GgufType::kInt64:
-      return "int64";
-    case GgufType::kFloat64:
-      return "float64";
+    case GgufType::kUint8: return "uint8";
+    case GgufType::kInt8: return "int8";
+    case GgufType::kUint16: return "uint16";
+    case GgufType::kInt16: return "int16";
+    case GgufType::kUint32: return "uint32";
+    case GgufType::kInt32: return "int32";
+    case GgufType::kFloat32: return "float32";
+    case GgufType::kBool: return "bool";
+    case GgufType::kString: return "string";
+    case GgufType::kArray: return "array";
+    case GgufType::kUint64: return "uint64";
+    case GgufType::kInt64: return "int64";
+    case GgufType::kFloat64: return "float64";
   }
   return absl::StrCat("type(", static_cast<uint32_t>(type), ")");
 }
@@ -177,21 +160,16 @@ size_t GgufTypeSize(GgufType type) {
   switch (type) {
     case GgufType::kUint8:
     case GgufType::kInt8:
-    case GgufType::kBool:
-      return 1;
+    case GgufType::kBool: return 1;
     case GgufType::kUint16:
-    case GgufType::kInt16:
-      return 2;
+    case GgufType::kInt16: return 2;
     case GgufType::kUint32:
     case GgufType::kInt32:
-    case GgufType::kFloat32:
-      return 4;
+    case GgufType::kFloat32: return 4;
     case GgufType::kUint64:
     case GgufType::kInt64:
-    case GgufType::kFloat64:
-      return 8;
-    default:
-      return 0;
+    case GgufType::kFloat64: return 8;
+    default: return 0;
   }
 }
 
@@ -259,11 +237,9 @@ std::string GgufValue::Describe() const {
                           string_.size() > 64 ? "...'" : "'");
     case GgufType::kArray:
       return absl::StrCat("array[", GgufTypeName(element_type_), "; ", count_, "]");
-    case GgufType::kBool:
-      return bits_ ? "bool true" : "bool false";
+    case GgufType::kBool: return bits_ ? "bool true" : "bool false";
     case GgufType::kFloat32:
-    case GgufType::kFloat64:
-      return absl::StrCat(GgufTypeName(type_), " ", float_);
+    case GgufType::kFloat64: return absl::StrCat(GgufTypeName(type_), " ", float_);
     default:
       if (IsSignedType(type_)) {
         return absl::StrCat(GgufTypeName(type_), " ", static_cast<int64_t>(bits_));
@@ -713,7 +689,8 @@ const GgufTensorInfo* GgufFile::FindTensor(std::string_view name) const {
 
 std::span<const uint8_t> GgufFile::TensorData(const GgufTensorInfo& tensor) const {
   const GgufFile& f = tensor.part == 0 ? *this : parts_[tensor.part - 1];
-  return f.bytes_.subspan(static_cast<size_t>(f.data_offset_ + tensor.offset), static_cast<size_t>(tensor.size_bytes));
+  return f.bytes_.subspan(static_cast<size_t>(f.data_offset_ + tensor.offset),
+                          static_cast<size_t>(tensor.size_bytes));
 }
 
 absl::StatusOr<GgufFile> GgufFile::OpenSplit(const std::filesystem::path& first) {
@@ -726,25 +703,32 @@ absl::StatusOr<GgufFile> GgufFile::OpenSplit(const std::filesystem::path& first)
   ASSIGN_OR_RETURN(uint32_t count, file.GetU32("split.count"));
   const absl::StatusOr<uint32_t> no = file.GetU32("split.no");
   if (!no.ok() || *no != 0) {
-    return split_error(absl::StrCat("this is part ", no.ok() ? *no + 1 : 0, ", not the first (-00001-of-",
-                                    absl::StrFormat("%05d", count), ".gguf): pass the first part"));
+    return split_error(absl::StrCat("this is part ", no.ok() ? *no + 1 : 0,
+                                    ", not the first (-00001-of-", absl::StrFormat("%05d", count),
+                                    ".gguf): pass the first part"));
   }
-  if (count == 0 || count > 9999) return split_error(absl::StrCat("split.count ", count, " out of range"));
+  if (count == 0 || count > 9999)
+    return split_error(absl::StrCat("split.count ", count, " out of range"));
   // <prefix>-NNNNN-of-MMMMM.gguf
   const std::string name = first.filename().string();
   const std::string suffix = absl::StrFormat("-%05d-of-%05d.gguf", 1, count);
   if (name.size() <= suffix.size() || name.substr(name.size() - suffix.size()) != suffix) {
-    return split_error(absl::StrCat("split.count is ", count, " but the name does not end in '", suffix, "'"));
+    return split_error(
+        absl::StrCat("split.count is ", count, " but the name does not end in '", suffix, "'"));
   }
   const std::string prefix = name.substr(0, name.size() - suffix.size());
   for (uint32_t i = 1; i < count; ++i) {
-    const std::filesystem::path path = first.parent_path() / absl::StrFormat("%s-%05d-of-%05d.gguf", prefix, i + 1, count);
+    const std::filesystem::path path =
+        first.parent_path() / absl::StrFormat("%s-%05d-of-%05d.gguf", prefix, i + 1, count);
     auto part = Open(path);
-    if (!part.ok()) return split_error(absl::StrCat("part ", i + 1, " of ", count, ": ", part.status().message()));
+    if (!part.ok())
+      return split_error(
+          absl::StrCat("part ", i + 1, " of ", count, ": ", part.status().message()));
     const absl::StatusOr<uint32_t> part_no = part->GetU32("split.no");
     if (!part_no.ok() || *part_no != i) {
       return split_error(absl::StrCat("'", path.filename().string(), "' says it is part ",
-                                      part_no.ok() ? absl::StrCat(*part_no + 1) : "(no split.no)", ", expected ", i + 1));
+                                      part_no.ok() ? absl::StrCat(*part_no + 1) : "(no split.no)",
+                                      ", expected ", i + 1));
     }
     for (GgufTensorInfo t : part->tensors_) {
       t.part = i;
@@ -755,9 +739,10 @@ absl::StatusOr<GgufFile> GgufFile::OpenSplit(const std::filesystem::path& first)
     }
     file.parts_.push_back(std::move(*part));
   }
-  if (auto total = file.GetU64("split.tensors.count"); total.ok() && *total != file.tensors_.size()) {
-    return split_error(absl::StrCat("split.tensors.count is ", *total, " but the parts hold ", file.tensors_.size(),
-                                    " tensors"));
+  if (auto total = file.GetU64("split.tensors.count");
+      total.ok() && *total != file.tensors_.size()) {
+    return split_error(absl::StrCat("split.tensors.count is ", *total, " but the parts hold ",
+                                    file.tensors_.size(), " tensors"));
   }
   return file;
 }

@@ -645,15 +645,9 @@ TEST(GgufMalformedTest, RandomMutationsNeverCrash) {
     for (int k = 0; k < flips; ++k) {
       const size_t pos = rng() % bytes.size();
       switch (rng() % 3) {
-        case 0:
-          bytes[pos] = static_cast<uint8_t>(rng());
-          break;
-        case 1:
-          bytes[pos] ^= static_cast<uint8_t>(1u << (rng() % 8));
-          break;
-        default:
-          bytes[pos] = (rng() % 2) ? 0xff : 0x00;
-          break;
+        case 0: bytes[pos] = static_cast<uint8_t>(rng()); break;
+        case 1: bytes[pos] ^= static_cast<uint8_t>(1u << (rng() % 8)); break;
+        default: bytes[pos] = (rng() % 2) ? 0xff : 0x00; break;
       }
     }
     if (rng() % 8 == 0) bytes.resize(rng() % bytes.size());
@@ -671,11 +665,11 @@ TEST(GgufMalformedTest, RandomMutationsNeverCrash) {
   EXPECT_GT(parsed, 0);  // mutations of tensor bytes still parse
 }
 
-
 // A model split as llama.cpp's gguf-split writes it: split.no in every part, split.count and
 // split.tensors.count (u16, u16, i32) in them too, tensors spread over the parts.
 TEST(GgufSplitTest, PartsOpenAsOneFile) {
-  const auto dir = std::filesystem::path(::testing::TempDir()) / ("gguf_split_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::path(::testing::TempDir()) / ("gguf_split_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::vector<float> a = {1, 2, 3, 4}, b = {5, 6, 7, 8, 9, 10, 11, 12};
   auto part = [&](int no, const std::string& tensor, const std::vector<float>& data) {
@@ -710,7 +704,8 @@ TEST(GgufSplitTest, PartsOpenAsOneFile) {
   EXPECT_EQ(later.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(later.status().message()), HasSubstr("pass the first part"));
   part(1, "a", a);  // the same tensor in both parts
-  EXPECT_THAT(std::string(GgufFile::OpenSplit(first).status().message()), HasSubstr("tensor 'a' is in two parts"));
+  EXPECT_THAT(std::string(GgufFile::OpenSplit(first).status().message()),
+              HasSubstr("tensor 'a' is in two parts"));
   std::filesystem::remove(second);
   auto missing = GgufFile::OpenSplit(first);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);

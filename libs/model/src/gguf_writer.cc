@@ -89,30 +89,16 @@ void GgufWriteValue::AppendPayload(std::vector<uint8_t>* out) const {
   switch (type_) {
     case GgufType::kUint8:
     case GgufType::kInt8:
-    case GgufType::kBool:
-      Put<uint8_t>(out, static_cast<uint8_t>(bits_));
-      return;
+    case GgufType::kBool: Put<uint8_t>(out, static_cast<uint8_t>(bits_)); return;
     case GgufType::kUint16:
-    case GgufType::kInt16:
-      Put<uint16_t>(out, static_cast<uint16_t>(bits_));
-      return;
+    case GgufType::kInt16: Put<uint16_t>(out, static_cast<uint16_t>(bits_)); return;
     case GgufType::kUint32:
-    case GgufType::kInt32:
-      Put<uint32_t>(out, static_cast<uint32_t>(bits_));
-      return;
+    case GgufType::kInt32: Put<uint32_t>(out, static_cast<uint32_t>(bits_)); return;
     case GgufType::kUint64:
-    case GgufType::kInt64:
-      Put<uint64_t>(out, bits_);
-      return;
-    case GgufType::kFloat32:
-      Put<float>(out, static_cast<float>(float_));
-      return;
-    case GgufType::kFloat64:
-      Put<double>(out, float_);
-      return;
-    case GgufType::kString:
-      PutString(out, string_);
-      return;
+    case GgufType::kInt64: Put<uint64_t>(out, bits_); return;
+    case GgufType::kFloat32: Put<float>(out, static_cast<float>(float_)); return;
+    case GgufType::kFloat64: Put<double>(out, float_); return;
+    case GgufType::kString: PutString(out, string_); return;
     case GgufType::kArray:
       Put<uint32_t>(out, static_cast<uint32_t>(element_type_));
       Put<uint64_t>(out, elements_.size());

@@ -94,12 +94,23 @@ GgufFile GlmGguf(std::vector<uint8_t>* bytes, bool with_eot) {
   GgufWriter w;
   const std::string a = "glm4moe.";
   EXPECT_TRUE(w.AddString("general.architecture", "glm4moe").ok());
-  for (auto [k, v] : std::initializer_list<std::pair<const char*, uint32_t>>{
-           {"block_count", 3}, {"context_length", 4096}, {"embedding_length", 64}, {"feed_forward_length", 128},
-           {"attention.head_count", 4}, {"attention.head_count_kv", 2}, {"attention.key_length", 32},
-           {"attention.value_length", 32}, {"rope.dimension_count", 16}, {"expert_count", 16},
-           {"expert_used_count", 4}, {"expert_feed_forward_length", 32}, {"expert_shared_count", 1},
-           {"leading_dense_block_count", 1}, {"expert_gating_func", 2}, {"nextn_predict_layers", 1}}) {
+  for (auto [k, v] :
+       std::initializer_list<std::pair<const char*, uint32_t>>{{"block_count", 3},
+                                                               {"context_length", 4096},
+                                                               {"embedding_length", 64},
+                                                               {"feed_forward_length", 128},
+                                                               {"attention.head_count", 4},
+                                                               {"attention.head_count_kv", 2},
+                                                               {"attention.key_length", 32},
+                                                               {"attention.value_length", 32},
+                                                               {"rope.dimension_count", 16},
+                                                               {"expert_count", 16},
+                                                               {"expert_used_count", 4},
+                                                               {"expert_feed_forward_length", 32},
+                                                               {"expert_shared_count", 1},
+                                                               {"leading_dense_block_count", 1},
+                                                               {"expert_gating_func", 2},
+                                                               {"nextn_predict_layers", 1}}) {
     EXPECT_TRUE(w.AddU32(a + k, v).ok());
   }
   EXPECT_TRUE(w.AddF32(a + "rope.freq_base", 1e6f).ok());

@@ -20,7 +20,8 @@ absl::StatusOr<fs::path> Snapshot(const fs::path& entry) {
   auto ref = ReadFileToString(entry / "refs" / "main");
   if (ref.ok()) {
     const std::string rev(absl::StripAsciiWhitespace(*ref));
-    if (!rev.empty() && rev.find('/') == std::string::npos && fs::is_directory(snapshots / rev, ec)) {
+    if (!rev.empty() && rev.find('/') == std::string::npos &&
+        fs::is_directory(snapshots / rev, ec)) {
       return snapshots / rev;
     }
   }
@@ -31,12 +32,12 @@ absl::StatusOr<fs::path> Snapshot(const fs::path& entry) {
   std::sort(revs.begin(), revs.end());
   if (revs.size() == 1) return snapshots / revs[0];
   if (revs.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat("hub cache entry '", entry.string(),
-                                                      "' has no snapshot: the download did not finish"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "hub cache entry '", entry.string(), "' has no snapshot: the download did not finish"));
   }
-  return absl::FailedPreconditionError(absl::StrCat("hub cache entry '", entry.string(), "' has ", revs.size(),
-                                                    " snapshots (", absl::StrJoin(revs, ", "),
-                                                    ") and no refs/main: pass the snapshot directory"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("hub cache entry '", entry.string(), "' has ", revs.size(), " snapshots (",
+                   absl::StrJoin(revs, ", "), ") and no refs/main: pass the snapshot directory"));
 }
 
 }  // namespace
@@ -53,13 +54,15 @@ absl::StatusOr<fs::path> ResolveModelInput(const std::string& input, const HubEn
   if (fs::is_directory(path / "snapshots", ec)) return Snapshot(path);
   if (fs::exists(path, ec)) return path;
   const std::vector<std::string> parts = absl::StrSplit(input, '/');
-  const bool repo_id = parts.size() == 2 && !parts[0].empty() && !parts[1].empty() && parts[0] != "." &&
-                       parts[0] != ".." && parts[1] != "." && parts[1] != "..";
-  if (!repo_id) return absl::NotFoundError(absl::StrCat("--input '", input, "': no such file or directory"));
+  const bool repo_id = parts.size() == 2 && !parts[0].empty() && !parts[1].empty() &&
+                       parts[0] != "." && parts[0] != ".." && parts[1] != "." && parts[1] != "..";
+  if (!repo_id)
+    return absl::NotFoundError(absl::StrCat("--input '", input, "': no such file or directory"));
   const fs::path entry = env.CacheDir() / absl::StrCat("models--", parts[0], "--", parts[1]);
   if (!fs::is_directory(entry, ec)) {
-    return absl::NotFoundError(absl::StrCat("--input '", input, "': not a path, and not in the Hugging Face hub cache (",
-                                            entry.string(), "); download it first: huggingface-cli download ", input));
+    return absl::NotFoundError(
+        absl::StrCat("--input '", input, "': not a path, and not in the Hugging Face hub cache (",
+                     entry.string(), "); download it first: huggingface-cli download ", input));
   }
   return Snapshot(entry);
 }

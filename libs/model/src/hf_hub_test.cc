@@ -53,11 +53,13 @@ TEST_F(HubCache, AmbiguousOrMissingSnapshotsAreExplained) {
   fs::remove(entry_ / "refs" / "main");
   auto two = ResolveModelInput("Org/Tiny-MoE", env_);
   EXPECT_EQ(two.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(two.status().message().find("2 snapshots (aaa111, bbb222)"), std::string::npos) << two.status();
+  EXPECT_NE(two.status().message().find("2 snapshots (aaa111, bbb222)"), std::string::npos)
+      << two.status();
   fs::remove_all(entry_ / "snapshots" / "aaa111");
   EXPECT_EQ(*ResolveModelInput("Org/Tiny-MoE", env_), entry_ / "snapshots" / "bbb222");
   fs::remove_all(entry_ / "snapshots" / "bbb222");
-  EXPECT_NE(ResolveModelInput("Org/Tiny-MoE", env_).status().message().find("has no snapshot"), std::string::npos);
+  EXPECT_NE(ResolveModelInput("Org/Tiny-MoE", env_).status().message().find("has no snapshot"),
+            std::string::npos);
 }
 
 TEST_F(HubCache, PathsAndUnknownRepos) {
@@ -66,10 +68,12 @@ TEST_F(HubCache, PathsAndUnknownRepos) {
   EXPECT_EQ(*ResolveModelInput(plain.string(), env_), plain);
   auto missing = ResolveModelInput("Org/Other", env_);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(missing.status().message().find("huggingface-cli download Org/Other"), std::string::npos);
+  EXPECT_NE(missing.status().message().find("huggingface-cli download Org/Other"),
+            std::string::npos);
   EXPECT_NE(missing.status().message().find("models--Org--Other"), std::string::npos);
   EXPECT_EQ(ResolveModelInput("no/such/path", env_).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(ResolveModelInput("../colibri-hub-test-no-such-dir-4f1c", env_).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ResolveModelInput("../colibri-hub-test-no-such-dir-4f1c", env_).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 }  // namespace

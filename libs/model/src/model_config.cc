@@ -14,7 +14,8 @@ using nlohmann::json;
 // Typed lookups over untrusted JSON: never throw, always name the key.
 absl::StatusOr<int64_t> GetInt(const json& j, const char* key, const std::string& where) {
   auto it = j.find(key);
-  if (it == j.end()) return absl::InvalidArgumentError(absl::StrCat(where, ": missing key '", key, "'"));
+  if (it == j.end())
+    return absl::InvalidArgumentError(absl::StrCat(where, ": missing key '", key, "'"));
   if (!it->is_number_integer()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": key '", key, "' must be an integer"));
   }
@@ -86,8 +87,8 @@ absl::Status Glm4MoeFromHuggingFace(const json& hf, const std::string& where, Mo
   ASSIGN_OR_RETURN(int64_t n_layers, GetInt(hf, "num_hidden_layers", where));
   const int64_t dense = GetIntOr(hf, "first_k_dense_replace", 0);
   if (dense < 0 || dense >= n_layers) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": first_k_dense_replace ", dense, " with ", n_layers,
-                                                   " layers"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": first_k_dense_replace ", dense, " with ", n_layers, " layers"));
   }
   for (int64_t l = 0; l < dense; ++l) c->dense_layers.push_back(l);
   if (dense > 0) {
@@ -102,10 +103,12 @@ absl::Status Glm4MoeFromHuggingFace(const json& hf, const std::string& where, Mo
 absl::Status QwenDenseLayers(const json& hf, const std::string& where, ModelConfig* c) {
   ASSIGN_OR_RETURN(int64_t n_layers, GetInt(hf, "num_hidden_layers", where));
   const int64_t step = GetIntOr(hf, "decoder_sparse_step", 1);
-  if (step < 1) return absl::InvalidArgumentError(absl::StrCat(where, ": decoder_sparse_step must be >= 1"));
+  if (step < 1)
+    return absl::InvalidArgumentError(absl::StrCat(where, ": decoder_sparse_step must be >= 1"));
   std::vector<int64_t> only;
   if (auto it = hf.find("mlp_only_layers"); it != hf.end() && !it->is_null()) {
-    if (!it->is_array()) return absl::InvalidArgumentError(absl::StrCat(where, ": mlp_only_layers must be a list"));
+    if (!it->is_array())
+      return absl::InvalidArgumentError(absl::StrCat(where, ": mlp_only_layers must be a list"));
     for (const auto& v : *it) {
       if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= n_layers) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": mlp_only_layers holds ", v.dump(),
@@ -115,7 +118,8 @@ absl::Status QwenDenseLayers(const json& hf, const std::string& where, ModelConf
     }
   }
   for (int64_t l = 0; l < n_layers; ++l) {
-    if (std::find(only.begin(), only.end(), l) != only.end() || (l + 1) % step != 0) c->dense_layers.push_back(l);
+    if (std::find(only.begin(), only.end(), l) != only.end() || (l + 1) % step != 0)
+      c->dense_layers.push_back(l);
   }
   if (!c->dense_layers.empty()) {
     ASSIGN_OR_RETURN(c->dense_ffn, GetInt(hf, "intermediate_size", where));
@@ -138,12 +142,14 @@ absl::Status DeepseekFromHuggingFace(const json& hf, const std::string& where, M
   c->head_dim = c->qk_nope_head_dim + c->qk_rope_head_dim;
   c->rope_dims = c->qk_rope_head_dim;  // RoPE on the rope part only
   c->shared_expert_ffn = GetIntOr(hf, "n_shared_experts", 0) * c->expert_ffn;
-  c->nextn_layers = GetIntOr(hf, "num_nextn_predict_layers", 0);  // V3 / R1: the MTP layer, kept in extra.bin
+  c->nextn_layers =
+      GetIntOr(hf, "num_nextn_predict_layers", 0);  // V3 / R1: the MTP layer, kept in extra.bin
   ASSIGN_OR_RETURN(int64_t n_layers, GetInt(hf, "num_hidden_layers", where));
   const int64_t first_dense = GetIntOr(hf, "first_k_dense_replace", 0);
   const int64_t freq = GetIntOr(hf, "moe_layer_freq", 1);
   if (first_dense < 0 || freq < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": first_k_dense_replace must be >= 0 and moe_layer_freq >= 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": first_k_dense_replace must be >= 0 and moe_layer_freq >= 1"));
   }
   for (int64_t l = 0; l < n_layers; ++l) {
     if (l < first_dense || l % freq != 0) c->dense_layers.push_back(l);
@@ -152,9 +158,13 @@ absl::Status DeepseekFromHuggingFace(const json& hf, const std::string& where, M
     ASSIGN_OR_RETURN(c->dense_ffn, GetInt(hf, "intermediate_size", where));
   }
   ASSIGN_OR_RETURN(std::string scoring, GetStringOr(hf, "scoring_func", "softmax", where));
-  if (scoring == "sigmoid") c->router_scoring = RouterScoring::kSigmoid;
-  else if (scoring == "softmax") c->router_scoring = RouterScoring::kSoftmax;
-  else return absl::InvalidArgumentError(absl::StrCat(where, ": scoring_func '", scoring, "' is not supported"));
+  if (scoring == "sigmoid")
+    c->router_scoring = RouterScoring::kSigmoid;
+  else if (scoring == "softmax")
+    c->router_scoring = RouterScoring::kSoftmax;
+  else
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": scoring_func '", scoring, "' is not supported"));
   ASSIGN_OR_RETURN(std::string method, GetStringOr(hf, "topk_method", "greedy", where));
   if (method == "noaux_tc") {
     c->router_bias = true;  // e_score_correction_bias
@@ -162,7 +172,8 @@ absl::Status DeepseekFromHuggingFace(const json& hf, const std::string& where, M
   } else if (method == "group_limited_greedy") {
     c->group_scoring = GroupScoring::kMax;
   } else if (method != "greedy") {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": topk_method '", method, "' is not supported"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": topk_method '", method, "' is not supported"));
   }
   if (method != "greedy") {
     c->n_expert_groups = GetIntOr(hf, "n_group", 1);
@@ -190,14 +201,16 @@ absl::Status GptOssFromHuggingFace(const json& hf, const std::string& where, Mod
   c->sliding_layers.assign(static_cast<size_t>(std::max<int64_t>(n_layers, 0)), false);
   if (types != hf.end() && !types->is_null()) {
     if (!types->is_array() || static_cast<int64_t>(types->size()) != n_layers) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": layer_types must list one type per layer"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": layer_types must list one type per layer"));
     }
     for (size_t l = 0; l < types->size(); ++l) {
       const json& t = (*types)[l];
       if (t == "sliding_attention") {
         c->sliding_layers[l] = true;
       } else if (t != "full_attention") {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": layer_types[", l, "] is not 'sliding_attention' "
+        return absl::InvalidArgumentError(absl::StrCat(where, ": layer_types[", l,
+                                                       "] is not 'sliding_attention' "
                                                        "or 'full_attention'"));
       }
     }
@@ -230,21 +243,25 @@ absl::StatusOr<Architecture> ParseArchitecture(std::string_view name) {
     if (ArchitectureName(a) == name) return a;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unsupported architecture '", std::string(name), "' (supported: mixtral, qwen2_moe, olmoe, qwen3_moe, glm4_moe, deepseek2, gpt_oss)"));
+      "unsupported architecture '", std::string(name),
+      "' (supported: mixtral, qwen2_moe, olmoe, qwen3_moe, glm4_moe, deepseek2, gpt_oss)"));
 }
 
 bool ModelConfig::IsMoeLayer(int64_t layer) const {
-  return layer >= 0 && layer < n_layers && !std::binary_search(dense_layers.begin(), dense_layers.end(), layer);
+  return layer >= 0 && layer < n_layers &&
+         !std::binary_search(dense_layers.begin(), dense_layers.end(), layer);
 }
 
 int64_t ModelConfig::MoeLayerRank(int64_t layer) const {
-  return layer - (std::lower_bound(dense_layers.begin(), dense_layers.end(), layer) - dense_layers.begin());
+  return layer -
+         (std::lower_bound(dense_layers.begin(), dense_layers.end(), layer) - dense_layers.begin());
 }
 
 absl::Status ModelConfig::Validate() const {
   auto positive = [](int64_t v, const char* name) -> absl::Status {
     if (v <= 0 || v > (int64_t{1} << 24)) {
-      return absl::InvalidArgumentError(absl::StrCat("model config: ", name, " = ", v, " is out of range"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model config: ", name, " = ", v, " is out of range"));
     }
     return absl::OkStatus();
   };
@@ -260,62 +277,78 @@ absl::Status ModelConfig::Validate() const {
   RETURN_IF_ERROR(positive(context_length, "context_length"));
   if (n_heads % n_kv_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("model config: n_heads (", n_heads,
-                                                   ") is not a multiple of n_kv_heads (", n_kv_heads, ")"));
+                                                   ") is not a multiple of n_kv_heads (",
+                                                   n_kv_heads, ")"));
   }
-  if (head_dim % 2 != 0) return absl::InvalidArgumentError("model config: head_dim must be even for RoPE");
+  if (head_dim % 2 != 0)
+    return absl::InvalidArgumentError("model config: head_dim must be even for RoPE");
   if (top_k > n_experts) {
-    return absl::InvalidArgumentError(absl::StrCat("model config: top_k (", top_k, ") > n_experts (", n_experts, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: top_k (", top_k, ") > n_experts (", n_experts, ")"));
   }
-  if (shared_expert_ffn < 0) return absl::InvalidArgumentError("model config: shared_expert_ffn < 0");
+  if (shared_expert_ffn < 0)
+    return absl::InvalidArgumentError("model config: shared_expert_ffn < 0");
   if (nextn_layers < 0 || nextn_layers > 16) {
-    return absl::InvalidArgumentError(absl::StrCat("model config: nextn_layers = ", nextn_layers, " is out of range"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: nextn_layers = ", nextn_layers, " is out of range"));
   }
   if (shared_expert_gated && shared_expert_ffn == 0) {
     return absl::InvalidArgumentError("model config: shared_expert_gated without a shared expert");
   }
   if (n_expert_groups < 1 || n_experts % n_expert_groups != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("model config: n_expert_groups (", n_expert_groups,
-                                                   ") must divide n_experts (", n_experts, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("model config: n_expert_groups (",
+                                                   n_expert_groups, ") must divide n_experts (",
+                                                   n_experts, ")"));
   }
   if (topk_groups < 1 || topk_groups > n_expert_groups) {
     return absl::InvalidArgumentError(absl::StrCat("model config: topk_groups (", topk_groups,
-                                                   ") must be within 1..n_expert_groups (", n_expert_groups, ")"));
+                                                   ") must be within 1..n_expert_groups (",
+                                                   n_expert_groups, ")"));
   }
   const int64_t per_group = n_experts / n_expert_groups;
   if (top_k > topk_groups * per_group) {
-    return absl::InvalidArgumentError(absl::StrCat("model config: top_k (", top_k, ") exceeds the experts of ",
-                                                   topk_groups, " groups of ", per_group));
+    return absl::InvalidArgumentError(absl::StrCat("model config: top_k (", top_k,
+                                                   ") exceeds the experts of ", topk_groups,
+                                                   " groups of ", per_group));
   }
   if (n_expert_groups > 1 && group_scoring == GroupScoring::kTopTwoSum && per_group < 2) {
-    return absl::InvalidArgumentError("model config: groups scored by their two best experts need >= 2 experts each");
+    return absl::InvalidArgumentError(
+        "model config: groups scored by their two best experts need >= 2 experts each");
   }
   if (!(routed_scaling_factor > 0) || !std::isfinite(routed_scaling_factor)) {
-    return absl::InvalidArgumentError(absl::StrCat("model config: routed_scaling_factor = ", routed_scaling_factor,
-                                                   " must be positive"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model config: routed_scaling_factor = ", routed_scaling_factor, " must be positive"));
   }
   for (size_t i = 0; i < dense_layers.size(); ++i) {
-    if (dense_layers[i] < 0 || dense_layers[i] >= n_layers || (i > 0 && dense_layers[i] <= dense_layers[i - 1])) {
-      return absl::InvalidArgumentError(absl::StrCat("model config: dense_layers must be ascending layer indices below ",
-                                                     n_layers, " (entry ", i, " is ", dense_layers[i], ")"));
+    if (dense_layers[i] < 0 || dense_layers[i] >= n_layers ||
+        (i > 0 && dense_layers[i] <= dense_layers[i - 1])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model config: dense_layers must be ascending layer indices below ",
+                       n_layers, " (entry ", i, " is ", dense_layers[i], ")"));
     }
   }
   if (!dense_layers.empty() && (dense_ffn <= 0 || dense_ffn > (int64_t{1} << 24))) {
-    return absl::InvalidArgumentError(absl::StrCat("model config: dense_ffn = ", dense_ffn,
-                                                   " is out of range (the config has dense layers)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model config: dense_ffn = ", dense_ffn, " is out of range (the config has dense layers)"));
   }
-  if (n_moe_layers() < 1) return absl::InvalidArgumentError("model config: every layer is dense (no MoE layer)");
+  if (n_moe_layers() < 1)
+    return absl::InvalidArgumentError("model config: every layer is dense (no MoE layer)");
   if (mla()) {
-    if (q_lora_rank < 0 || kv_lora_rank > (int64_t{1} << 16) || qk_nope_head_dim <= 0 || qk_rope_head_dim <= 0 ||
-        qk_rope_head_dim % 2 != 0 || v_head_dim <= 0 || (kv_lora_rank + qk_rope_head_dim) % 2 != 0) {
+    if (q_lora_rank < 0 || kv_lora_rank > (int64_t{1} << 16) || qk_nope_head_dim <= 0 ||
+        qk_rope_head_dim <= 0 || qk_rope_head_dim % 2 != 0 || v_head_dim <= 0 ||
+        (kv_lora_rank + qk_rope_head_dim) % 2 != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "model config: latent attention needs positive qk_nope_head_dim, v_head_dim and an even "
-          "qk_rope_head_dim and kv_lora_rank + qk_rope_head_dim (got q_lora_rank ", q_lora_rank, ", kv_lora_rank ",
-          kv_lora_rank, ", qk_nope_head_dim ", qk_nope_head_dim, ", qk_rope_head_dim ", qk_rope_head_dim,
-          ", v_head_dim ", v_head_dim, ")"));
+          "qk_rope_head_dim and kv_lora_rank + qk_rope_head_dim (got q_lora_rank ",
+          q_lora_rank, ", kv_lora_rank ", kv_lora_rank, ", qk_nope_head_dim ", qk_nope_head_dim,
+          ", qk_rope_head_dim ", qk_rope_head_dim, ", v_head_dim ", v_head_dim, ")"));
     }
-    if (head_dim != qk_nope_head_dim + qk_rope_head_dim || n_kv_heads != n_heads || rotary_dims() != qk_rope_head_dim) {
-      return absl::InvalidArgumentError(absl::StrCat("model config: latent attention needs head_dim (", head_dim,
-                                                     ") = qk_nope_head_dim + qk_rope_head_dim, n_kv_heads = n_heads and rope_dims = qk_rope_head_dim"));
+    if (head_dim != qk_nope_head_dim + qk_rope_head_dim || n_kv_heads != n_heads ||
+        rotary_dims() != qk_rope_head_dim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model config: latent attention needs head_dim (", head_dim,
+                       ") = qk_nope_head_dim + qk_rope_head_dim, n_kv_heads = n_heads and "
+                       "rope_dims = qk_rope_head_dim"));
     }
   }
   if (!(rms_norm_eps > 0) || !(rope_theta > 0)) {
@@ -323,7 +356,8 @@ absl::Status ModelConfig::Validate() const {
   }
   if (rope_dims < 0 || rope_dims > head_dim || rope_dims % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat("model config: rope_dims (", rope_dims,
-                                                   ") must be even and at most head_dim (", head_dim, ")"));
+                                                   ") must be even and at most head_dim (",
+                                                   head_dim, ")"));
   }
   if (!(attention_scale >= 0) || !std::isfinite(attention_scale)) {
     return absl::InvalidArgumentError("model config: attention_scale must be a finite number >= 0");
@@ -333,8 +367,9 @@ absl::Status ModelConfig::Validate() const {
   }
   if (sliding_window < 0) return absl::InvalidArgumentError("model config: sliding_window < 0");
   if (!sliding_layers.empty() && static_cast<int64_t>(sliding_layers.size()) != n_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("model config: sliding_layers has ", sliding_layers.size(),
-                                                   " entries for ", n_layers, " layers"));
+    return absl::InvalidArgumentError(absl::StrCat("model config: sliding_layers has ",
+                                                   sliding_layers.size(), " entries for ", n_layers,
+                                                   " layers"));
   }
   if (!(swiglu_limit >= 0)) return absl::InvalidArgumentError("model config: swiglu_limit < 0");
   return absl::OkStatus();
@@ -348,7 +383,8 @@ absl::StatusOr<RopeScaling> RopeScalingFromHuggingFace(const json& rs, int64_t m
                                                        const std::string& where) {
   RopeScaling s;
   if (rs.is_null()) return s;
-  if (!rs.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, ": rope_scaling must be an object"));
+  if (!rs.is_object())
+    return absl::InvalidArgumentError(absl::StrCat(where, ": rope_scaling must be an object"));
   // Newer configs name it rope_type, older ones type.
   ASSIGN_OR_RETURN(std::string type, GetStringOr(rs, "rope_type", "", where));
   if (type.empty()) {
@@ -372,22 +408,21 @@ absl::StatusOr<RopeScaling> RopeScalingFromHuggingFace(const json& rs, int64_t m
   }
   auto factor = rs.find("factor");
   if (factor == rs.end() || !factor->is_number()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": rope_scaling '", type, "' needs a numeric 'factor'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": rope_scaling '", type, "' needs a numeric 'factor'"));
   }
   s.factor = factor->get<double>();
-  if (auto st = ValidateRopeScaling(s); !st.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", st.message()));
+  if (auto st = ValidateRopeScaling(s); !st.ok())
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", st.message()));
   return s;
 }
 
 // The manifest keeps rope_scaling in its Hugging Face form, with every field written out.
 json RopeScalingToJson(const RopeScaling& s) {
   switch (s.type) {
-    case RopeScaling::Type::kNone:
-      return json{{"rope_type", "default"}};
-    case RopeScaling::Type::kLinear:
-      return json{{"rope_type", "linear"}, {"factor", s.factor}};
-    case RopeScaling::Type::kYarn:
-      break;
+    case RopeScaling::Type::kNone: return json{{"rope_type", "default"}};
+    case RopeScaling::Type::kLinear: return json{{"rope_type", "linear"}, {"factor", s.factor}};
+    case RopeScaling::Type::kYarn: break;
   }
   return json{{"rope_type", "yarn"},
               {"factor", s.factor},
@@ -418,8 +453,8 @@ absl::StatusOr<ModelConfig> ConfigFromHuggingFace(const json& hf) {
       int64_t sw = GetIntOr(hf, "sliding_window", 0);
       int64_t ctx = GetIntOr(hf, "max_position_embeddings", 4096);
       if (sw > 0 && sw < ctx) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": sliding_window ", sw,
-                                                       " < context is not supported"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": sliding_window ", sw, " < context is not supported"));
       }
     }
   } else if (model_type == "qwen2_moe" || model_type == "qwen3_moe" || model_type == "olmoe") {
@@ -449,10 +484,12 @@ absl::StatusOr<ModelConfig> ConfigFromHuggingFace(const json& hf) {
     if (c.architecture != Architecture::kOlmoe) {
       RETURN_IF_ERROR(QwenDenseLayers(hf, where, &c));
       if (GetBoolOr(hf, "use_sliding_window", false)) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": use_sliding_window is not supported"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": use_sliding_window is not supported"));
       }
     }
-  } else if (model_type == "deepseek_v3" || model_type == "deepseek_v2" || model_type == "kimi_k2") {
+  } else if (model_type == "deepseek_v3" || model_type == "deepseek_v2" ||
+             model_type == "kimi_k2") {
     RETURN_IF_ERROR(DeepseekFromHuggingFace(hf, where, &c));
   } else if (model_type == "glm4_moe") {
     RETURN_IF_ERROR(Glm4MoeFromHuggingFace(hf, where, &c));
@@ -462,9 +499,10 @@ absl::StatusOr<ModelConfig> ConfigFromHuggingFace(const json& hf) {
     ASSIGN_OR_RETURN(c.expert_ffn, GetInt(hf, "intermediate_size", where));
     RETURN_IF_ERROR(GptOssFromHuggingFace(hf, where, &c));
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config.json: unsupported model_type '", model_type,
-        "' (supported: mixtral, qwen2_moe, olmoe, qwen3_moe, glm4_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: unsupported model_type '", model_type,
+                     "' (supported: mixtral, qwen2_moe, olmoe, qwen3_moe, glm4_moe, deepseek_v2, "
+                     "deepseek_v3, kimi_k2, gpt_oss)"));
   }
   ASSIGN_OR_RETURN(c.hidden_size, GetInt(hf, "hidden_size", where));
   ASSIGN_OR_RETURN(c.n_layers, GetInt(hf, "num_hidden_layers", where));
@@ -472,7 +510,8 @@ absl::StatusOr<ModelConfig> ConfigFromHuggingFace(const json& hf) {
   c.n_kv_heads = GetIntOr(hf, "num_key_value_heads", c.n_heads);
   ASSIGN_OR_RETURN(c.top_k, GetInt(hf, "num_experts_per_tok", where));
   ASSIGN_OR_RETURN(c.vocab_size, GetInt(hf, "vocab_size", where));
-  if (!c.mla()) c.head_dim = GetIntOr(hf, "head_dim", c.n_heads > 0 ? c.hidden_size / c.n_heads : 0);
+  if (!c.mla())
+    c.head_dim = GetIntOr(hf, "head_dim", c.n_heads > 0 ? c.hidden_size / c.n_heads : 0);
   c.context_length = GetIntOr(hf, "max_position_embeddings", 4096);
   c.rms_norm_eps = GetDoubleOr(hf, "rms_norm_eps", 1e-5);
   c.rope_theta = GetDoubleOr(hf, "rope_theta", 1e4);
@@ -480,17 +519,20 @@ absl::StatusOr<ModelConfig> ConfigFromHuggingFace(const json& hf) {
   if (auto it = hf.find("rope_scaling"); it != hf.end()) {
     ASSIGN_OR_RETURN(c.rope_scaling, RopeScalingFromHuggingFace(*it, c.context_length, where));
     // DeepSeek: the softmax scale gains YaRN's mscale(factor, mscale_all_dim) squared.
-    if (c.mla() && c.rope_scaling.type == RopeScaling::Type::kYarn && c.rope_scaling.mscale_all_dim > 0) {
+    if (c.mla() && c.rope_scaling.type == RopeScaling::Type::kYarn &&
+        c.rope_scaling.mscale_all_dim > 0) {
       const double m = YarnMscale(c.rope_scaling.factor, c.rope_scaling.mscale_all_dim);
       c.attention_scale = m * m / std::sqrt(static_cast<double>(c.head_dim));
     }
   }
   // Glm4MoeConfig's default partial_rotary_factor is 0.5.
-  if (c.architecture == Architecture::kGlm4Moe && !hf.contains("partial_rotary_factor")) c.rope_dims = c.head_dim / 2;
+  if (c.architecture == Architecture::kGlm4Moe && !hf.contains("partial_rotary_factor"))
+    c.rope_dims = c.head_dim / 2;
   if (auto it = hf.find("partial_rotary_factor"); it != hf.end() && it->is_number()) {
     const double f = it->get<double>();
     if (!(f > 0 && f <= 1)) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": partial_rotary_factor must be in (0, 1]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": partial_rotary_factor must be in (0, 1]"));
     }
     c.rope_dims = static_cast<int64_t>(static_cast<double>(c.head_dim) * f);
     if (c.rope_dims == c.head_dim) c.rope_dims = 0;
@@ -522,7 +564,9 @@ json ConfigToJson(const ModelConfig& c) {
       {"rope_dims", c.rope_dims},
       {"rope_scaling", RopeScalingToJson(c.rope_scaling)},
       {"attention_scale", c.attention_scale},
-      {"qk_norm", c.qk_norm == QkNorm::kNone ? "none" : c.qk_norm == QkNorm::kFull ? "full" : "per_head"},
+      {"qk_norm", c.qk_norm == QkNorm::kNone   ? "none"
+                  : c.qk_norm == QkNorm::kFull ? "full"
+                                               : "per_head"},
       {"qkv_bias", c.qkv_bias},
       {"norm_topk_prob", c.norm_topk_prob},
       {"tie_word_embeddings", c.tie_word_embeddings},
@@ -583,10 +627,14 @@ absl::StatusOr<ModelConfig> ConfigFromJson(const json& j) {
   }
   c.attention_scale = GetDoubleOr(j, "attention_scale", 0.0);
   ASSIGN_OR_RETURN(std::string qk, GetStringOr(j, "qk_norm", "none", where));
-  if (qk == "none") c.qk_norm = QkNorm::kNone;
-  else if (qk == "full") c.qk_norm = QkNorm::kFull;
-  else if (qk == "per_head") c.qk_norm = QkNorm::kPerHead;
-  else return absl::InvalidArgumentError(absl::StrCat(where, ": unknown qk_norm '", qk, "'"));
+  if (qk == "none")
+    c.qk_norm = QkNorm::kNone;
+  else if (qk == "full")
+    c.qk_norm = QkNorm::kFull;
+  else if (qk == "per_head")
+    c.qk_norm = QkNorm::kPerHead;
+  else
+    return absl::InvalidArgumentError(absl::StrCat(where, ": unknown qk_norm '", qk, "'"));
   c.qkv_bias = GetBoolOr(j, "qkv_bias", false);
   c.norm_topk_prob = GetBoolOr(j, "norm_topk_prob", true);
   c.tie_word_embeddings = GetBoolOr(j, "tie_word_embeddings", false);
@@ -595,23 +643,33 @@ absl::StatusOr<ModelConfig> ConfigFromJson(const json& j) {
   c.nextn_layers = GetIntOr(j, "nextn_layers", 0);
   // Manifests written before these keys existed: Qwen2-MoE's shared expert was always gated.
   c.shared_expert_gated =
-      GetBoolOr(j, "shared_expert_gated", c.architecture == Architecture::kQwen2Moe && c.shared_expert_ffn > 0);
+      GetBoolOr(j, "shared_expert_gated",
+                c.architecture == Architecture::kQwen2Moe && c.shared_expert_ffn > 0);
   ASSIGN_OR_RETURN(std::string scoring, GetStringOr(j, "router_scoring", "softmax", where));
-  if (scoring == "softmax") c.router_scoring = RouterScoring::kSoftmax;
-  else if (scoring == "sigmoid") c.router_scoring = RouterScoring::kSigmoid;
-  else return absl::InvalidArgumentError(absl::StrCat(where, ": unknown router_scoring '", scoring, "'"));
+  if (scoring == "softmax")
+    c.router_scoring = RouterScoring::kSoftmax;
+  else if (scoring == "sigmoid")
+    c.router_scoring = RouterScoring::kSigmoid;
+  else
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": unknown router_scoring '", scoring, "'"));
   c.router_bias = GetBoolOr(j, "router_bias", false);
   c.n_expert_groups = GetIntOr(j, "n_expert_groups", 1);
   c.topk_groups = GetIntOr(j, "topk_groups", 1);
   ASSIGN_OR_RETURN(std::string group, GetStringOr(j, "group_scoring", "top2_sum", where));
-  if (group == "max") c.group_scoring = GroupScoring::kMax;
-  else if (group == "top2_sum") c.group_scoring = GroupScoring::kTopTwoSum;
-  else return absl::InvalidArgumentError(absl::StrCat(where, ": unknown group_scoring '", group, "'"));
+  if (group == "max")
+    c.group_scoring = GroupScoring::kMax;
+  else if (group == "top2_sum")
+    c.group_scoring = GroupScoring::kTopTwoSum;
+  else
+    return absl::InvalidArgumentError(absl::StrCat(where, ": unknown group_scoring '", group, "'"));
   c.routed_scaling_factor = GetDoubleOr(j, "routed_scaling_factor", 1.0);
   if (auto it = j.find("dense_layers"); it != j.end()) {
-    if (!it->is_array()) return absl::InvalidArgumentError(absl::StrCat(where, ": dense_layers must be a list"));
+    if (!it->is_array())
+      return absl::InvalidArgumentError(absl::StrCat(where, ": dense_layers must be a list"));
     for (const auto& v : *it) {
-      if (!v.is_number_integer()) return absl::InvalidArgumentError(absl::StrCat(where, ": dense_layers holds ", v.dump()));
+      if (!v.is_number_integer())
+        return absl::InvalidArgumentError(absl::StrCat(where, ": dense_layers holds ", v.dump()));
       c.dense_layers.push_back(v.get<int64_t>());
     }
   }
@@ -623,9 +681,12 @@ absl::StatusOr<ModelConfig> ConfigFromJson(const json& j) {
   c.v_head_dim = GetIntOr(j, "v_head_dim", 0);
   c.sliding_window = GetIntOr(j, "sliding_window", 0);
   if (auto it = j.find("sliding_layers"); it != j.end()) {
-    if (!it->is_array()) return absl::InvalidArgumentError(absl::StrCat(where, ": sliding_layers must be an array"));
+    if (!it->is_array())
+      return absl::InvalidArgumentError(absl::StrCat(where, ": sliding_layers must be an array"));
     for (const auto& v : *it) {
-      if (!v.is_boolean()) return absl::InvalidArgumentError(absl::StrCat(where, ": sliding_layers must hold booleans"));
+      if (!v.is_boolean())
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": sliding_layers must hold booleans"));
       c.sliding_layers.push_back(v.get<bool>());
     }
   }

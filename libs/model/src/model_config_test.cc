@@ -102,7 +102,8 @@ TEST(ConfigFromHuggingFace, GptOss) {
   EXPECT_EQ(c->sliding_layers, (std::vector<bool>{true, false, true, false}));
   EXPECT_TRUE(c->IsSliding(0));
   EXPECT_FALSE(c->IsSliding(1));
-  EXPECT_TRUE(c->qkv_bias && c->attn_output_bias && c->attn_sinks && c->router_bias && c->expert_bias);
+  EXPECT_TRUE(c->qkv_bias && c->attn_output_bias && c->attn_sinks && c->router_bias &&
+              c->expert_bias);
   EXPECT_TRUE(c->softmax_after_topk);
   EXPECT_FALSE(c->norm_topk_prob);
   EXPECT_EQ(c->swiglu_limit, 7.0);
@@ -285,14 +286,16 @@ TEST(ConfigFromHuggingFace, RefusesUnsupportedOptionsNamingThem) {
   const Refusal cases[] = {
       {"mixtral sliding window", MixtralHf, "sliding_window", 1024, "sliding_window"},
       {"qwen2 sparse step 0", Qwen2MoeHf, "decoder_sparse_step", 0, "decoder_sparse_step"},
-      {"qwen2 dense layer out of range", Qwen2MoeHf, "mlp_only_layers", json::array({2}), "mlp_only_layers"},
+      {"qwen2 dense layer out of range", Qwen2MoeHf, "mlp_only_layers", json::array({2}),
+       "mlp_only_layers"},
       {"qwen2 sliding window", Qwen2MoeHf, "use_sliding_window", true, "use_sliding_window"},
       {"qwen3 dense layers not a list", Qwen3MoeHf, "mlp_only_layers", 1, "mlp_only_layers"},
       {"qwen3 sliding window", Qwen3MoeHf, "use_sliding_window", true, "use_sliding_window"},
       {"qwen3 dynamic rope scaling", Qwen3MoeHf, "rope_scaling",
        json{{"rope_type", "dynamic"}, {"factor", 4.0}}, "rope_scaling type 'dynamic'"},
       {"olmoe clip_qkv", OlmoeHf, "clip_qkv", 8.0, "clip_qkv"},
-      {"olmoe yarn without factor", OlmoeHf, "rope_scaling", json{{"type", "yarn"}}, "rope_scaling"},
+      {"olmoe yarn without factor", OlmoeHf, "rope_scaling", json{{"type", "yarn"}},
+       "rope_scaling"},
       {"mixtral longrope", MixtralHf, "rope_scaling", json{{"type", "longrope"}, {"factor", 2.0}},
        "rope_scaling type 'longrope'"},
   };
@@ -337,12 +340,18 @@ TEST(ConfigFromHuggingFace, QwenDenseLayersFromSparseStepAndMlpOnlyLayers) {
 
 TEST(ConfigFromHuggingFace, MissingOrMistypedRequiredKeyIsNamed) {
   const std::pair<json (*)(), const char*> required[] = {
-      {MixtralHf, "num_local_experts"},  {MixtralHf, "intermediate_size"},
-      {MixtralHf, "hidden_size"},        {MixtralHf, "num_hidden_layers"},
-      {MixtralHf, "num_attention_heads"}, {MixtralHf, "num_experts_per_tok"},
-      {MixtralHf, "vocab_size"},         {Qwen2MoeHf, "num_experts"},
-      {Qwen2MoeHf, "moe_intermediate_size"}, {Qwen2MoeHf, "shared_expert_intermediate_size"},
-      {OlmoeHf, "intermediate_size"},    {Qwen3MoeHf, "moe_intermediate_size"},
+      {MixtralHf, "num_local_experts"},
+      {MixtralHf, "intermediate_size"},
+      {MixtralHf, "hidden_size"},
+      {MixtralHf, "num_hidden_layers"},
+      {MixtralHf, "num_attention_heads"},
+      {MixtralHf, "num_experts_per_tok"},
+      {MixtralHf, "vocab_size"},
+      {Qwen2MoeHf, "num_experts"},
+      {Qwen2MoeHf, "moe_intermediate_size"},
+      {Qwen2MoeHf, "shared_expert_intermediate_size"},
+      {OlmoeHf, "intermediate_size"},
+      {Qwen3MoeHf, "moe_intermediate_size"},
   };
   for (const auto& [base, key] : required) {
     SCOPED_TRACE(key);
@@ -449,8 +458,9 @@ TEST(ConfigJson, RoundTripsEveryField) {
 
 TEST(ConfigJson, ManifestsWithoutRoutingKeysKeepTheirMeaning) {
   json j = ConfigToJson(ConfigFromHuggingFace(Qwen2MoeHf()).value());
-  for (const char* key : {"shared_expert_gated", "router_scoring", "router_bias", "n_expert_groups", "topk_groups",
-                          "group_scoring", "routed_scaling_factor", "dense_layers", "dense_ffn"}) {
+  for (const char* key :
+       {"shared_expert_gated", "router_scoring", "router_bias", "n_expert_groups", "topk_groups",
+        "group_scoring", "routed_scaling_factor", "dense_layers", "dense_ffn"}) {
     j.erase(key);
   }
   auto c = ConfigFromJson(j);
@@ -624,13 +634,34 @@ TEST(Architecture, NamesRoundTrip) {
 TEST(ModelConfigValidate, RoutingAndLayerMixErrorsNameTheField) {
   const std::pair<void (*)(ModelConfig&), const char*> cases[] = {
       {[](ModelConfig& c) { c.n_expert_groups = 3; }, "n_expert_groups"},
-      {[](ModelConfig& c) { c.n_expert_groups = 4; c.topk_groups = 5; }, "topk_groups"},
-      {[](ModelConfig& c) { c.n_expert_groups = 8; c.topk_groups = 2; }, "two best experts"},
-      {[](ModelConfig& c) { c.n_expert_groups = 4; c.topk_groups = 1; c.top_k = 3; }, "exceeds the experts"},
+      {[](ModelConfig& c) {
+         c.n_expert_groups = 4;
+         c.topk_groups = 5;
+       },
+       "topk_groups"},
+      {[](ModelConfig& c) {
+         c.n_expert_groups = 8;
+         c.topk_groups = 2;
+       },
+       "two best experts"},
+      {[](ModelConfig& c) {
+         c.n_expert_groups = 4;
+         c.topk_groups = 1;
+         c.top_k = 3;
+       },
+       "exceeds the experts"},
       {[](ModelConfig& c) { c.routed_scaling_factor = 0; }, "routed_scaling_factor"},
-      {[](ModelConfig& c) { c.dense_layers = {1, 0}; c.dense_ffn = 8; }, "dense_layers"},
+      {[](ModelConfig& c) {
+         c.dense_layers = {1, 0};
+         c.dense_ffn = 8;
+       },
+       "dense_layers"},
       {[](ModelConfig& c) { c.dense_layers = {0}; }, "dense_ffn"},
-      {[](ModelConfig& c) { c.shared_expert_gated = true; c.shared_expert_ffn = 0; }, "shared_expert_gated"},
+      {[](ModelConfig& c) {
+         c.shared_expert_gated = true;
+         c.shared_expert_ffn = 0;
+       },
+       "shared_expert_gated"},
   };
   for (const auto& [mutate, field] : cases) {
     SCOPED_TRACE(field);

@@ -64,17 +64,28 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
 
 TensorKind RoleOf(std::string_view suffix) {
   static constexpr std::pair<std::string_view, TensorKind> kKinds[] = {
-      {"ffn_gate_inp", TensorKind::kRouter},        {"embed_tokens", TensorKind::kEmbedding},
-      {"shared_head_head", TensorKind::kOutput},    {"attn_q", TensorKind::kAttnQ},
-      {"attn_k", TensorKind::kAttnK},               {"attn_v", TensorKind::kAttnV},
-      {"attn_output", TensorKind::kAttnOutput},     {"eh_proj", TensorKind::kAttnOutput},
-      {"attn_q_a", TensorKind::kAttnQ},             {"attn_q_b", TensorKind::kAttnQ},
-      {"attn_kv_a_mqa", TensorKind::kAttnK},        {"attn_kv_b", TensorKind::kAttnV},
-      {"attn_k_b", TensorKind::kAttnK},             {"attn_v_b", TensorKind::kAttnV},
-      {"ffn_gate_exps", TensorKind::kExpertGate},   {"ffn_up_exps", TensorKind::kExpertUp},
-      {"ffn_down_exps", TensorKind::kExpertDown},   {"ffn_gate_shexp", TensorKind::kSharedGate},
-      {"ffn_up_shexp", TensorKind::kSharedUp},      {"ffn_down_shexp", TensorKind::kSharedDown},
-      {"ffn_gate", TensorKind::kDenseGate},         {"ffn_up", TensorKind::kDenseUp},
+      {"ffn_gate_inp", TensorKind::kRouter},
+      {"embed_tokens", TensorKind::kEmbedding},
+      {"shared_head_head", TensorKind::kOutput},
+      {"attn_q", TensorKind::kAttnQ},
+      {"attn_k", TensorKind::kAttnK},
+      {"attn_v", TensorKind::kAttnV},
+      {"attn_output", TensorKind::kAttnOutput},
+      {"eh_proj", TensorKind::kAttnOutput},
+      {"attn_q_a", TensorKind::kAttnQ},
+      {"attn_q_b", TensorKind::kAttnQ},
+      {"attn_kv_a_mqa", TensorKind::kAttnK},
+      {"attn_kv_b", TensorKind::kAttnV},
+      {"attn_k_b", TensorKind::kAttnK},
+      {"attn_v_b", TensorKind::kAttnV},
+      {"ffn_gate_exps", TensorKind::kExpertGate},
+      {"ffn_up_exps", TensorKind::kExpertUp},
+      {"ffn_down_exps", TensorKind::kExpertDown},
+      {"ffn_gate_shexp", TensorKind::kSharedGate},
+      {"ffn_up_shexp", TensorKind::kSharedUp},
+      {"ffn_down_shexp", TensorKind::kSharedDown},
+      {"ffn_gate", TensorKind::kDenseGate},
+      {"ffn_up", TensorKind::kDenseUp},
       {"ffn_down", TensorKind::kDenseDown},
   };
   for (const auto& [name, kind] : kKinds) {
@@ -103,7 +114,8 @@ namespace {
 
 quant::DType NextnType(const QuantPlan& plan, int64_t layer, std::string_view suffix,
                        const std::vector<int64_t>& shape, quant::DType source) {
-  const TensorKind kind = shape.size() == 1 || EndsWith(suffix, "_bias") ? TensorKind::kVector : RoleOf(suffix);
+  const TensorKind kind =
+      shape.size() == 1 || EndsWith(suffix, "_bias") ? TensorKind::kVector : RoleOf(suffix);
   return plan.TypeFor({kind, layer, shape.back()}, source);
 }
 
@@ -136,19 +148,22 @@ bool ParseHfExpert(std::string_view name, int64_t* expert, std::string* part) {
 
 }  // namespace
 
-absl::Status AddNextnTensor(ContainerWriter& writer, const QuantPlan& plan, int64_t index, int64_t layer,
-                            const std::string& suffix, quant::DType source, std::vector<int64_t> shape,
-                            std::span<const uint8_t> bytes) {
+absl::Status AddNextnTensor(ContainerWriter& writer, const QuantPlan& plan, int64_t index,
+                            int64_t layer, const std::string& suffix, quant::DType source,
+                            std::vector<int64_t> shape, std::span<const uint8_t> bytes) {
   if (shape.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("NextN tensor '", NextnName(index, suffix), "' has no shape"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("NextN tensor '", NextnName(index, suffix), "' has no shape"));
   }
   const quant::DType dt = NextnType(plan, layer, suffix, shape, source);
   const int64_t cols = shape.back();
-  return writer.AddExtra(NextnName(index, suffix), dt, std::move(shape), ConvertRows(source, bytes, cols, dt));
+  return writer.AddExtra(NextnName(index, suffix), dt, std::move(shape),
+                         ConvertRows(source, bytes, cols, dt));
 }
 
-absl::Status ImportNextnFromHuggingFace(const SafetensorsCheckpoint& ckpt, const ModelConfig& config,
-                                        const QuantPlan& plan, ContainerWriter& writer) {
+absl::Status ImportNextnFromHuggingFace(const SafetensorsCheckpoint& ckpt,
+                                        const ModelConfig& config, const QuantPlan& plan,
+                                        ContainerWriter& writer) {
   const std::vector<std::string> names = ckpt.Names();
   for (int64_t i = 0; i < config.nextn_layers; ++i) {
     const int64_t layer = config.n_layers + i;
@@ -168,20 +183,25 @@ absl::Status ImportNextnFromHuggingFace(const SafetensorsCheckpoint& ckpt, const
       }
       const std::string suffix = NextnSuffixFromHuggingFace(name);
       if (suffix.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor '", full, "' of the NextN layer is not one colibri "
-                                                       "knows (it keeps eh_proj, enorm, hnorm, shared_head.*, "
-                                                       "embed_tokens and the layer's attention and MoE tensors)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", full,
+                         "' of the NextN layer is not one colibri "
+                         "knows (it keeps eh_proj, enorm, hnorm, shared_head.*, "
+                         "embed_tokens and the layer's attention and MoE tensors)"));
       }
       ASSIGN_OR_RETURN(std::vector<float> v, CheckpointFloats(ckpt, full, *t));
-      std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float));
-      RETURN_IF_ERROR(AddNextnTensor(writer, plan, i, layer, suffix, quant::DType::kF32, t->shape, bytes));
+      std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(v.data()),
+                                     v.size() * sizeof(float));
+      RETURN_IF_ERROR(
+          AddNextnTensor(writer, plan, i, layer, suffix, quant::DType::kF32, t->shape, bytes));
     }
     for (const auto& [part, by_id] : experts) {
       const SafetensorsTensor* first = by_id.begin()->second;
-      if (static_cast<int64_t>(by_id.size()) != config.n_experts || by_id.rbegin()->first != config.n_experts - 1 ||
-          first->shape.size() != 2) {
-        return absl::InvalidArgumentError(absl::StrCat("NextN layer ", layer, ": ", by_id.size(), " '", part,
-                                                       "' expert tensors, the config has ", config.n_experts));
+      if (static_cast<int64_t>(by_id.size()) != config.n_experts ||
+          by_id.rbegin()->first != config.n_experts - 1 || first->shape.size() != 2) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("NextN layer ", layer, ": ", by_id.size(), " '", part,
+                         "' expert tensors, the config has ", config.n_experts));
       }
       const std::string suffix = absl::StrCat("ffn_", part, "_exps");
       const std::vector<int64_t> shape = {config.n_experts, first->shape[0], first->shape[1]};
@@ -190,11 +210,14 @@ absl::Status ImportNextnFromHuggingFace(const SafetensorsCheckpoint& ckpt, const
       std::vector<uint8_t> stacked;
       for (const auto& [e, t] : by_id) {
         if (t->shape != first->shape) {
-          return absl::FailedPreconditionError(absl::StrCat("NextN layer ", layer, " expert ", e, " '", part,
+          return absl::FailedPreconditionError(absl::StrCat("NextN layer ", layer, " expert ", e,
+                                                            " '", part,
                                                             "' has another shape than expert 0"));
         }
-        ASSIGN_OR_RETURN(std::vector<float> v,
-                         CheckpointFloats(ckpt, absl::StrCat(prefix, "mlp.experts.", e, ".", part, "_proj.weight"), *t));
+        ASSIGN_OR_RETURN(
+            std::vector<float> v,
+            CheckpointFloats(
+                ckpt, absl::StrCat(prefix, "mlp.experts.", e, ".", part, "_proj.weight"), *t));
         const std::vector<uint8_t> rows = EncodeRows(v.data(), t->shape[0], t->shape[1], dt);
         stacked.insert(stacked.end(), rows.begin(), rows.end());
       }
@@ -204,21 +227,26 @@ absl::Status ImportNextnFromHuggingFace(const SafetensorsCheckpoint& ckpt, const
   return absl::OkStatus();
 }
 
-absl::Status ImportNextnFromGguf(const GgufFile& file, const ModelConfig& config, const QuantPlan& plan,
-                                 ContainerWriter& writer) {
+absl::Status ImportNextnFromGguf(const GgufFile& file, const ModelConfig& config,
+                                 const QuantPlan& plan, ContainerWriter& writer) {
   for (int64_t i = 0; i < config.nextn_layers; ++i) {
     const int64_t layer = config.n_layers + i;
     const std::string prefix = absl::StrCat("blk.", layer, ".");
     for (const GgufTensorInfo& t : file.tensors()) {
       if (t.name.rfind(prefix, 0) != 0) continue;
-      const std::string suffix = NextnSuffixFromGguf(std::string_view(t.name).substr(prefix.size()));
+      const std::string suffix =
+          NextnSuffixFromGguf(std::string_view(t.name).substr(prefix.size()));
       if (suffix.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat("gguf: tensor '", t.name, "' of the NextN block is not one "
+        return absl::InvalidArgumentError(absl::StrCat("gguf: tensor '", t.name,
+                                                       "' of the NextN block is not one "
                                                        "colibri knows"));
       }
-      if (t.dims.empty()) return absl::InvalidArgumentError(absl::StrCat("gguf: tensor '", t.name, "' is a scalar"));
-      std::vector<int64_t> shape(t.dims.rbegin(), t.dims.rend());  // GGUF lists the fastest dim first
-      RETURN_IF_ERROR(AddNextnTensor(writer, plan, i, layer, suffix, t.type, std::move(shape), file.TensorData(t)));
+      if (t.dims.empty())
+        return absl::InvalidArgumentError(absl::StrCat("gguf: tensor '", t.name, "' is a scalar"));
+      std::vector<int64_t> shape(t.dims.rbegin(),
+                                 t.dims.rend());  // GGUF lists the fastest dim first
+      RETURN_IF_ERROR(AddNextnTensor(writer, plan, i, layer, suffix, t.type, std::move(shape),
+                                     file.TensorData(t)));
     }
   }
   return absl::OkStatus();

@@ -25,10 +25,11 @@ class SafetensorsCheckpoint;
 // Every tensor of the config's NextN layers, from either source. A tensor of those layers that
 // is not a known NextN tensor, or an incomplete expert set, is InvalidArgument naming it; a
 // checkpoint without the layers (some conversions drop them) keeps none and is not an error.
-absl::Status ImportNextnFromHuggingFace(const SafetensorsCheckpoint& ckpt, const ModelConfig& config,
-                                        const QuantPlan& plan, ContainerWriter& writer);
-absl::Status ImportNextnFromGguf(const GgufFile& file, const ModelConfig& config, const QuantPlan& plan,
-                                 ContainerWriter& writer);
+absl::Status ImportNextnFromHuggingFace(const SafetensorsCheckpoint& ckpt,
+                                        const ModelConfig& config, const QuantPlan& plan,
+                                        ContainerWriter& writer);
+absl::Status ImportNextnFromGguf(const GgufFile& file, const ModelConfig& config,
+                                 const QuantPlan& plan, ContainerWriter& writer);
 
 // Our suffix for a Hugging Face name below "model.layers.<L>." (experts excluded: the caller
 // stacks "mlp.experts.<e>.<x>_proj.weight" into ffn_<x>_exps); "" when not a known NextN tensor.
@@ -39,8 +40,8 @@ std::string NextnSuffixFromGguf(std::string_view name);
 
 // Adds "nextn.<index>.<suffix>" holding `bytes` (rows of `source`, shape outermost first),
 // re-encoded to the plan's type for the suffix's role (`layer` is the checkpoint's layer index).
-absl::Status AddNextnTensor(ContainerWriter& writer, const QuantPlan& plan, int64_t index, int64_t layer,
-                            const std::string& suffix, quant::DType source, std::vector<int64_t> shape,
-                            std::span<const uint8_t> bytes);
+absl::Status AddNextnTensor(ContainerWriter& writer, const QuantPlan& plan, int64_t index,
+                            int64_t layer, const std::string& suffix, quant::DType source,
+                            std::vector<int64_t> shape, std::span<const uint8_t> bytes);
 
 }  // namespace colibri::model

@@ -28,7 +28,8 @@ ModelConfig Config() {
 
 std::vector<uint8_t> Floats(int64_t n, float scale) {
   std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = scale * static_cast<float>((i * 7) % 23 - 11);
+  for (int64_t i = 0; i < n; ++i)
+    v[static_cast<size_t>(i)] = scale * static_cast<float>((i * 7) % 23 - 11);
   std::vector<uint8_t> b(v.size() * sizeof(float));
   std::memcpy(b.data(), v.data(), b.size());
   return b;
@@ -37,8 +38,9 @@ std::vector<uint8_t> Floats(int64_t n, float scale) {
 class NextnImportTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("colibri_nextn_test_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("colibri_nextn_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -48,12 +50,17 @@ class NextnImportTest : public ::testing::Test {
   GgufFile File(bool with_unknown) {
     GgufWriter w;
     EXPECT_TRUE(w.AddTensor("blk.1.attn_norm.weight", {32}, DType::kF32, Floats(32, 0.1f)).ok());
-    EXPECT_TRUE(w.AddTensor("blk.2.nextn.eh_proj.weight", {64, 32}, DType::kF32, Floats(64 * 32, 0.01f)).ok());
+    EXPECT_TRUE(
+        w.AddTensor("blk.2.nextn.eh_proj.weight", {64, 32}, DType::kF32, Floats(64 * 32, 0.01f))
+            .ok());
     EXPECT_TRUE(w.AddTensor("blk.2.nextn.enorm.weight", {32}, DType::kF32, Floats(32, 0.5f)).ok());
     EXPECT_TRUE(w.AddTensor("blk.2.attn_q.bias", {32}, DType::kF32, Floats(32, 0.2f)).ok());
     EXPECT_TRUE(w.AddTensor("blk.2.exp_probs_b.bias", {3}, DType::kF32, Floats(3, 0.3f)).ok());
-    EXPECT_TRUE(w.AddTensor("blk.2.ffn_gate_inp.weight", {32, 3}, DType::kF32, Floats(96, 0.03f)).ok());
-    EXPECT_TRUE(w.AddTensor("blk.2.ffn_up_exps.weight", {32, 64, 3}, DType::kF32, Floats(32 * 64 * 3, 0.02f)).ok());
+    EXPECT_TRUE(
+        w.AddTensor("blk.2.ffn_gate_inp.weight", {32, 3}, DType::kF32, Floats(96, 0.03f)).ok());
+    EXPECT_TRUE(w.AddTensor("blk.2.ffn_up_exps.weight", {32, 64, 3}, DType::kF32,
+                            Floats(32 * 64 * 3, 0.02f))
+                    .ok());
     if (with_unknown) {
       EXPECT_TRUE(w.AddTensor("blk.2.mystery.weight", {32}, DType::kF32, Floats(32, 1)).ok());
     }
@@ -89,7 +96,8 @@ TEST_F(NextnImportTest, GgufBlockBecomesNamedExtraTensors) {
     EXPECT_EQ(up->dtype, matrix);
     EXPECT_EQ(eh->dtype, matrix);
     // Vectors, biases and the router stay F32 whatever the preset.
-    for (const char* name : {"nextn.0.enorm", "nextn.0.attn_q_bias", "nextn.0.ffn_exp_probs_b", "nextn.0.ffn_gate_inp"}) {
+    for (const char* name : {"nextn.0.enorm", "nextn.0.attn_q_bias", "nextn.0.ffn_exp_probs_b",
+                             "nextn.0.ffn_gate_inp"}) {
       ASSERT_NE(m.FindExtra(name), nullptr) << name;
       EXPECT_EQ(m.FindExtra(name)->dtype, DType::kF32) << name;
     }
@@ -127,7 +135,8 @@ TEST(NextnNamesTest, BothSourcesMapToTheSameSuffixes) {
     EXPECT_EQ(NextnSuffixFromHuggingFace(hf), NextnSuffixFromGguf(gguf)) << hf;
   }
   EXPECT_EQ(NextnSuffixFromGguf("post_attention_norm.weight"), "ffn_norm");
-  EXPECT_EQ(NextnSuffixFromHuggingFace("mlp.experts.0.up_proj.weight"), "");  // stacked by the importer
+  EXPECT_EQ(NextnSuffixFromHuggingFace("mlp.experts.0.up_proj.weight"),
+            "");  // stacked by the importer
   EXPECT_EQ(NextnSuffixFromGguf("nextn.unknown.weight"), "");
   // llama.cpp's newer deepseek2 layout splits kv_b in two.
   EXPECT_EQ(NextnSuffixFromGguf("attn_k_b.weight"), "attn_k_b");

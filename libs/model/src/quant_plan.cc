@@ -24,10 +24,10 @@ absl::StatusOr<QuantPlan> QuantPlan::Parse(const std::string& preset, const Mode
   }
   auto dt = quant::ParseDType(preset);
   if (!dt.ok() || *dt == DType::kQ8_K || *dt == DType::kQ8_1 || !quant::HasQuantizer(*dt)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown --quantize '", preset,
-                     "' (choose f32, f16, bf16, q8_0, q6_k, q5_k, q4_k, q3_k, q2_k, q5_1, q5_0, q4_1, q4_0, "
-                     "iq4_xs, iq4_nl, mxfp4, q5_k_m, q4_k_m, q3_k_m, keep)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown --quantize '", preset,
+        "' (choose f32, f16, bf16, q8_0, q6_k, q5_k, q4_k, q3_k, q2_k, q5_1, q5_0, q4_1, q4_0, "
+        "iq4_xs, iq4_nl, mxfp4, q5_k_m, q4_k_m, q3_k_m, keep)"));
   }
   p.base_ = *dt;
   return p;
@@ -42,10 +42,8 @@ DType QuantPlan::Base(const TensorRole& role) const {
   if (!mixed_) return base_;
   const bool moe8 = n_experts_ == 8;
   switch (role.kind) {
-    case TensorKind::kOutput:
-      return DType::kQ6_K;
-    case TensorKind::kAttnK:
-      return moe8 ? DType::kQ8_0 : base_;
+    case TensorKind::kOutput: return DType::kQ6_K;
+    case TensorKind::kAttnK: return moe8 ? DType::kQ8_0 : base_;
     case TensorKind::kAttnV:
       if (moe8) return DType::kQ8_0;
       if (base_ == DType::kQ3_K) return role.layer < 2 ? DType::kQ5_K : DType::kQ4_K;
@@ -61,8 +59,7 @@ DType QuantPlan::Base(const TensorRole& role) const {
         return MoreBits(role.layer) ? DType::kQ4_K : DType::kQ3_K;
       }
       return MoreBits(role.layer) ? DType::kQ6_K : base_;
-    default:
-      return base_;
+    default: return base_;
   }
 }
 
@@ -71,8 +68,9 @@ DType QuantPlan::TypeFor(const TensorRole& role, DType source) const {
   DType t = keep_ ? source : Base(role);
   // Rows must hold whole blocks: fall back like llama.cpp does for odd shapes.
   if (role.cols % quant::Traits(t).block_elems != 0) {
-    t = role.cols % quant::Traits(DType::kQ8_0).block_elems == 0 && quant::Traits(t).quantized ? DType::kQ8_0
-                                                                                              : DType::kF16;
+    t = role.cols % quant::Traits(DType::kQ8_0).block_elems == 0 && quant::Traits(t).quantized
+            ? DType::kQ8_0
+            : DType::kF16;
   }
   return t;
 }

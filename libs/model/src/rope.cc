@@ -8,7 +8,9 @@
 
 namespace colibri::model {
 
-double YarnMscale(double scale, double m) { return scale <= 1.0 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; }
+double YarnMscale(double scale, double m) {
+  return scale <= 1.0 ? 1.0 : 0.1 * m * std::log(scale) + 1.0;
+}
 
 namespace {
 
@@ -29,8 +31,7 @@ RopeTable MakeRopeTable(double theta, int64_t n_rot, const RopeScaling& s) {
         std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
   }
   switch (s.type) {
-    case RopeScaling::Type::kNone:
-      break;
+    case RopeScaling::Type::kNone: break;
     case RopeScaling::Type::kLinear:
       for (double& f : t.inv_freq) f /= s.factor;
       break;
@@ -70,18 +71,23 @@ RopeTable MakeRopeTable(double theta, int64_t n_rot, const RopeScaling& s) {
 absl::Status ValidateRopeScaling(const RopeScaling& s) {
   if (s.type == RopeScaling::Type::kNone) return absl::OkStatus();
   if (!(s.factor > 0) || !std::isfinite(s.factor)) {
-    return absl::InvalidArgumentError(absl::StrCat("rope scaling: factor must be a positive number, not ", s.factor));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rope scaling: factor must be a positive number, not ", s.factor));
   }
   if (s.type == RopeScaling::Type::kYarn) {
     if (s.original_context <= 0) {
-      return absl::InvalidArgumentError("rope scaling: YaRN needs a positive original context length");
+      return absl::InvalidArgumentError(
+          "rope scaling: YaRN needs a positive original context length");
     }
-    if (!(s.beta_fast > 0) || !(s.beta_slow > 0) || !std::isfinite(s.beta_fast) || !std::isfinite(s.beta_slow)) {
-      return absl::InvalidArgumentError("rope scaling: YaRN beta_fast and beta_slow must be positive");
+    if (!(s.beta_fast > 0) || !(s.beta_slow > 0) || !std::isfinite(s.beta_fast) ||
+        !std::isfinite(s.beta_slow)) {
+      return absl::InvalidArgumentError(
+          "rope scaling: YaRN beta_fast and beta_slow must be positive");
     }
     for (double v : {s.mscale, s.mscale_all_dim, s.attention_factor}) {
       if (!std::isfinite(v) || v < 0) {
-        return absl::InvalidArgumentError("rope scaling: mscale, mscale_all_dim and attention_factor must be >= 0");
+        return absl::InvalidArgumentError(
+            "rope scaling: mscale, mscale_all_dim and attention_factor must be >= 0");
       }
     }
   }

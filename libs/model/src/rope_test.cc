@@ -13,7 +13,8 @@ using nlohmann::json;
 TEST(RopeTable, UnscaledIsThePowerSeries) {
   const RopeTable t = MakeRopeTable(10000.0, 8, RopeScaling{});
   ASSERT_EQ(t.inv_freq.size(), 4u);
-  for (int i = 0; i < 4; ++i) EXPECT_DOUBLE_EQ(t.inv_freq[static_cast<size_t>(i)], std::pow(10000.0, -2.0 * i / 8));
+  for (int i = 0; i < 4; ++i)
+    EXPECT_DOUBLE_EQ(t.inv_freq[static_cast<size_t>(i)], std::pow(10000.0, -2.0 * i / 8));
   EXPECT_EQ(t.mscale, 1.0);
 }
 
@@ -50,7 +51,8 @@ TEST(RopeTable, YarnTruncatedMatchesTheDeepSeekShape) {
   s.mscale = s.mscale_all_dim = 1.0;
   EXPECT_DOUBLE_EQ(MakeRopeTable(10000.0, 16, s).mscale, 1.0);
   s.mscale_all_dim = 0.707;
-  EXPECT_NEAR(MakeRopeTable(10000.0, 16, s).mscale, YarnMscale(40, 1.0) / YarnMscale(40, 0.707), 1e-15);
+  EXPECT_NEAR(MakeRopeTable(10000.0, 16, s).mscale, YarnMscale(40, 1.0) / YarnMscale(40, 0.707),
+              1e-15);
   s.attention_factor = 1.5;
   EXPECT_DOUBLE_EQ(MakeRopeTable(10000.0, 16, s).mscale, 1.5);
 }
@@ -73,7 +75,8 @@ TEST(RopeTable, YarnUntruncatedMatchesTheGptOssShape) {
   for (auto [i, v] : want) EXPECT_NEAR(t.inv_freq[i], v, 1e-14 * v) << i;
   // Rounding the range would change the ramp's ends.
   s.truncate = true;
-  EXPECT_GT(std::abs(MakeRopeTable(150000.0, 64, s).inv_freq[9] - t.inv_freq[9]), 1e-3 * t.inv_freq[9]);
+  EXPECT_GT(std::abs(MakeRopeTable(150000.0, 64, s).inv_freq[9] - t.inv_freq[9]),
+            1e-3 * t.inv_freq[9]);
 }
 
 TEST(RopeScaling, HuggingFaceYarnAndLinearParse) {
@@ -91,7 +94,8 @@ TEST(RopeScaling, HuggingFaceYarnAndLinearParse) {
   EXPECT_EQ(s->original_context, 4096);
   EXPECT_EQ(s->mscale_all_dim, 1.0);
   EXPECT_TRUE(s->truncate);
-  s = RopeScalingFromHuggingFace(json{{"rope_type", "yarn"}, {"factor", 32}, {"truncate", false}}, 131072, "c");
+  s = RopeScalingFromHuggingFace(json{{"rope_type", "yarn"}, {"factor", 32}, {"truncate", false}},
+                                 131072, "c");
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_FALSE(s->truncate);
   EXPECT_EQ(s->original_context, 131072);  // none given: max_position_embeddings
@@ -139,17 +143,27 @@ TEST(RopeScaling, ManifestRoundTrip) {
   linear.factor = 3;
   EXPECT_EQ(*RopeScalingFromJson(RopeScalingToJson(linear), "m"), linear);
   EXPECT_EQ(*RopeScalingFromJson(RopeScalingToJson(RopeScaling{}), "m"), RopeScaling{});
-  EXPECT_FALSE(RopeScalingFromJson(json{{"type", "yarn"}, {"factor", 4.0}}, "m").ok());  // no original context
+  EXPECT_FALSE(RopeScalingFromJson(json{{"type", "yarn"}, {"factor", 4.0}}, "m")
+                   .ok());  // no original context
   EXPECT_FALSE(RopeScalingFromJson(json{{"rope_type", "ntk"}}, "m").ok());
 }
 
 TEST(ModelConfigRope, PartialRotaryAndScaleRoundTripThroughTheManifest) {
-  json hf = {{"model_type", "qwen3_moe"},    {"hidden_size", 64},       {"num_hidden_layers", 2},
-             {"num_attention_heads", 4},     {"num_key_value_heads", 2}, {"head_dim", 32},
-             {"num_experts", 8},             {"num_experts_per_tok", 2}, {"moe_intermediate_size", 32},
-             {"vocab_size", 512},            {"max_position_embeddings", 32768},
-             {"partial_rotary_factor", 0.5}, {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0},
-                                                               {"original_max_position_embeddings", 8192}}}};
+  json hf = {
+      {"model_type", "qwen3_moe"},
+      {"hidden_size", 64},
+      {"num_hidden_layers", 2},
+      {"num_attention_heads", 4},
+      {"num_key_value_heads", 2},
+      {"head_dim", 32},
+      {"num_experts", 8},
+      {"num_experts_per_tok", 2},
+      {"moe_intermediate_size", 32},
+      {"vocab_size", 512},
+      {"max_position_embeddings", 32768},
+      {"partial_rotary_factor", 0.5},
+      {"rope_scaling",
+       {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 8192}}}};
   auto c = ConfigFromHuggingFace(hf);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->rope_dims, 16);

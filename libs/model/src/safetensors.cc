@@ -24,11 +24,10 @@ struct DTypeInfo {
   size_t size;
 };
 constexpr DTypeInfo kDTypes[] = {
-    {"F32", StDType::kF32, 4},  {"F16", StDType::kF16, 2},   {"BF16", StDType::kBF16, 2},
-    {"F8_E4M3", StDType::kF8E4M3, 1},
-    {"F64", StDType::kF64, 8},  {"I64", StDType::kI64, 8},   {"I32", StDType::kI32, 4},
-    {"I16", StDType::kI16, 2},  {"I8", StDType::kI8, 1},     {"U8", StDType::kU8, 1},
-    {"BOOL", StDType::kBool, 1},
+    {"F32", StDType::kF32, 4},        {"F16", StDType::kF16, 2},   {"BF16", StDType::kBF16, 2},
+    {"F8_E4M3", StDType::kF8E4M3, 1}, {"F64", StDType::kF64, 8},   {"I64", StDType::kI64, 8},
+    {"I32", StDType::kI32, 4},        {"I16", StDType::kI16, 2},   {"I8", StDType::kI8, 1},
+    {"U8", StDType::kU8, 1},          {"BOOL", StDType::kBool, 1},
 };
 
 }  // namespace
@@ -39,7 +38,8 @@ int64_t SafetensorsTensor::numel() const {
   return n;
 }
 
-absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::filesystem::path& path) {
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
+    const std::filesystem::path& path) {
   ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::Open(path));
   std::span<const uint8_t> bytes = mapped.bytes();
   ASSIGN_OR_RETURN(auto file, Parse(bytes, path.string()));
@@ -47,20 +47,23 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   return file;
 }
 
-absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(std::span<const uint8_t> bytes,
-                                                                       std::string_view label) {
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(
+    std::span<const uint8_t> bytes, std::string_view label) {
   auto bad = [&](const std::string& why) {
-    return absl::InvalidArgumentError(absl::StrCat("safetensors '", std::string(label), "': ", why));
+    return absl::InvalidArgumentError(
+        absl::StrCat("safetensors '", std::string(label), "': ", why));
   };
   if (bytes.size() < 8) return bad("file shorter than its 8-byte header length");
   uint64_t header_len = 0;
   std::memcpy(&header_len, bytes.data(), 8);  // little-endian on every supported host
-  if (header_len > kMaxHeaderBytes) return bad(absl::StrCat("header length ", header_len, " exceeds 100 MB"));
+  if (header_len > kMaxHeaderBytes)
+    return bad(absl::StrCat("header length ", header_len, " exceeds 100 MB"));
   if (header_len > bytes.size() - 8) {
     return bad(absl::StrCat("header length ", header_len, " exceeds file size ", bytes.size()));
   }
-  json header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<ptrdiff_t>(header_len),
-                            nullptr, /*allow_exceptions=*/false);
+  json header =
+      json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<ptrdiff_t>(header_len),
+                  nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) return bad("header is not a JSON object");
   const uint64_t data_start = 8 + header_len;
   const uint64_t data_size = bytes.size() - data_start;
@@ -97,7 +100,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(std::spa
     if (sh->size() > kMaxDims) return bad(absl::StrCat(ctx, ": too many dimensions"));
     uint64_t numel = 1;
     for (const auto& d : *sh) {
-      if (!d.is_number_unsigned()) return bad(absl::StrCat(ctx, ": shape entries must be non-negative integers"));
+      if (!d.is_number_unsigned())
+        return bad(absl::StrCat(ctx, ": shape entries must be non-negative integers"));
       uint64_t v = d.get<uint64_t>();
       if (v != 0 && numel > std::numeric_limits<uint64_t>::max() / v / elem) {
         return bad(absl::StrCat(ctx, ": shape overflows"));
@@ -110,18 +114,20 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(std::spa
     }
     uint64_t begin = (*off)[0].get<uint64_t>(), end = (*off)[1].get<uint64_t>();
     if (begin > end || end > data_size) {
-      return bad(absl::StrCat(ctx, ": data_offsets [", begin, ", ", end, ") outside the data section of ",
-                              data_size, " bytes"));
+      return bad(absl::StrCat(ctx, ": data_offsets [", begin, ", ", end,
+                              ") outside the data section of ", data_size, " bytes"));
     }
     if (end - begin != numel * elem) {
-      return bad(absl::StrCat(ctx, ": ", end - begin, " bytes but shape and dtype need ", numel * elem));
+      return bad(
+          absl::StrCat(ctx, ": ", end - begin, " bytes but shape and dtype need ", numel * elem));
     }
     t.data = bytes.subspan(data_start + begin, end - begin);
     if (end > begin) ranges.push_back({begin, end, t.name});
     file->tensors_.emplace(t.name, std::move(t));
   }
   // Tensors must not share bytes (a view of one would alias another's data).
-  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& a, const Range& b) { return a.begin < b.begin; });
   for (size_t i = 1; i < ranges.size(); ++i) {
     if (ranges[i].begin < ranges[i - 1].end) {
       return bad(absl::StrCat("tensors '", ranges[i - 1].name, "' and '", ranges[i].name,
@@ -147,30 +153,34 @@ absl::StatusOr<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::Op
     json index = json::parse(text, nullptr, false);
     if (index.is_discarded() || !index.is_object() || !index.contains("weight_map") ||
         !index["weight_map"].is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(index_path.string(), ": no weight_map object"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(index_path.string(), ": no weight_map object"));
     }
     for (const auto& [name, file] : index["weight_map"].items()) {
       if (!file.is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(index_path.string(), ": weight_map['", name, "'] is not a string"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(index_path.string(), ": weight_map['", name, "'] is not a string"));
       }
       std::string f = file.get<std::string>();
       if (f.find('/') != std::string::npos || f.find("..") != std::string::npos) {
-        return absl::InvalidArgumentError(absl::StrCat(index_path.string(), ": shard name '", f, "' is not a plain file name"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(index_path.string(), ": shard name '", f, "' is not a plain file name"));
       }
-      if (std::find(shard_names.begin(), shard_names.end(), f) == shard_names.end()) shard_names.push_back(f);
+      if (std::find(shard_names.begin(), shard_names.end(), f) == shard_names.end())
+        shard_names.push_back(f);
     }
   } else if (std::filesystem::exists(dir / "model.safetensors")) {
     shard_names.push_back("model.safetensors");
   } else {
-    return absl::NotFoundError(absl::StrCat("no model.safetensors or model.safetensors.index.json in '",
-                                            dir.string(), "'"));
+    return absl::NotFoundError(absl::StrCat(
+        "no model.safetensors or model.safetensors.index.json in '", dir.string(), "'"));
   }
   for (const auto& name : shard_names) {
     ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(dir / name));
     for (const auto& [tname, t] : file->tensors()) {
       if (!ckpt->index_.emplace(tname, &t).second) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor '", tname, "' appears in more than one shard of '",
-                                                       dir.string(), "'"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor '", tname, "' appears in more than one shard of '", dir.string(), "'"));
       }
     }
     ckpt->files_.push_back(std::move(file));
@@ -186,7 +196,8 @@ const SafetensorsTensor* SafetensorsCheckpoint::Find(const std::string& name) co
 absl::StatusOr<const SafetensorsTensor*> SafetensorsCheckpoint::Get(const std::string& name) const {
   const SafetensorsTensor* t = Find(name);
   if (t == nullptr) {
-    return absl::NotFoundError(absl::StrCat("tensor '", name, "' not found in checkpoint '", dir_.string(), "'"));
+    return absl::NotFoundError(
+        absl::StrCat("tensor '", name, "' not found in checkpoint '", dir_.string(), "'"));
   }
   return t;
 }
@@ -215,7 +226,8 @@ absl::StatusOr<std::vector<float>> TensorToFloat32(const SafetensorsTensor& t) {
   std::vector<float> out(n);
   switch (t.dtype) {
     case StDType::kF32:
-      if (n > 0) std::memcpy(out.data(), t.data.data(), n * 4);  // an empty tensor's data may be null
+      if (n > 0)
+        std::memcpy(out.data(), t.data.data(), n * 4);  // an empty tensor's data may be null
       break;
     case StDType::kF16:
     case StDType::kBF16:
@@ -229,8 +241,9 @@ absl::StatusOr<std::vector<float>> TensorToFloat32(const SafetensorsTensor& t) {
       for (size_t i = 0; i < n; ++i) out[i] = Fp8E4M3ToF32(t.data[i]);
       break;
     default:
-      return absl::FailedPreconditionError(absl::StrCat("tensor '", t.name, "': dtype ", t.dtype_name,
-                                                        " cannot be converted to float (need F32, F16, BF16 or F8_E4M3)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("tensor '", t.name, "': dtype ", t.dtype_name,
+                       " cannot be converted to float (need F32, F16, BF16 or F8_E4M3)"));
   }
   return out;
 }

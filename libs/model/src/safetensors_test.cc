@@ -71,7 +71,10 @@ std::vector<RawTensor> ThreeDtypes() {
                                quant::F32ToF16(65504.0f)};
   std::vector<uint16_t> bf16 = {0x3F80 /* 1.0 */, 0xC020 /* -2.5 */, 0x4049 /* 3.140625 */};
   return {
-      {"model.embed_tokens.weight", "F32", {2, 3}, BytesOf<float>({1.5f, -2.25f, 0.0f, 3.0f, 1e-3f, -7.0f})},
+      {"model.embed_tokens.weight",
+       "F32",
+       {2, 3},
+       BytesOf<float>({1.5f, -2.25f, 0.0f, 3.0f, 1e-3f, -7.0f})},
       {"model.norm.weight", "F16", {4}, BytesOf(f16)},
       {"lm_head.weight", "BF16", {3, 1}, BytesOf(bf16)},
   };
@@ -79,7 +82,8 @@ std::vector<RawTensor> ThreeDtypes() {
 
 fs::path TempDir(const std::string& name) {
   // Unique per process: ctest may run several of these tests at once.
-  fs::path dir = fs::temp_directory_path() / ("colibri_safetensors_test_" + name + "_" + std::to_string(::getpid()));
+  fs::path dir = fs::temp_directory_path() /
+                 ("colibri_safetensors_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -226,7 +230,8 @@ TEST(SafetensorsMalformed, HeaderLength) {
   ExpectInvalid(with_length(1000), "exceeds file size");
   ExpectInvalid(with_length(3), "exceeds file size");
   // Absurd lengths, including ones that overflow 8 + len.
-  for (uint64_t len : {uint64_t{200} << 20, ~uint64_t{0}, ~uint64_t{0} - 7}) ExpectInvalid(with_length(len));
+  for (uint64_t len : {uint64_t{200} << 20, ~uint64_t{0}, ~uint64_t{0} - 7})
+    ExpectInvalid(with_length(len));
 }
 
 TEST(SafetensorsMalformed, BadJson) {
@@ -251,7 +256,8 @@ TEST(SafetensorsMalformed, BadEntries) {
   const Case cases[] = {
       {"entry not an object", R"({"t": [1, 2]})", "not an object"},
       {"missing dtype", R"({"t": {"shape": [2], "data_offsets": [0, 8]}})", "dtype"},
-      {"dtype not a string", R"({"t": {"dtype": 4, "shape": [2], "data_offsets": [0, 8]}})", "dtype"},
+      {"dtype not a string", R"({"t": {"dtype": 4, "shape": [2], "data_offsets": [0, 8]}})",
+       "dtype"},
       {"unknown dtype", "{\"t\": " + Entry("F6_E3M2", "[2]", "[0, 2]") + "}", "F6_E3M2"},
       {"lowercase dtype", "{\"t\": " + Entry("f32", "[2]", "[0, 8]") + "}", "f32"},
       {"missing shape", R"({"t": {"dtype": "F32", "data_offsets": [0, 8]}})", "shape"},
@@ -259,10 +265,12 @@ TEST(SafetensorsMalformed, BadEntries) {
       {"negative dim", "{\"t\": " + Entry("F32", "[-2]", "[0, 8]") + "}", "shape"},
       {"fractional dim", "{\"t\": " + Entry("F32", "[2.5]", "[0, 8]") + "}", "shape"},
       {"string dim", "{\"t\": " + Entry("F32", "[\"2\"]", "[0, 8]") + "}", "shape"},
-      {"too many dims", "{\"t\": " + Entry("F32", "[1,1,1,1,1,1,1,1,2]", "[0, 8]") + "}", "dimensions"},
-      {"shape overflows", "{\"t\": " + Entry("F32", "[4294967296, 4294967296]", "[0, 8]") + "}", "overflow"},
-      {"shape overflows uint64", "{\"t\": " + Entry("F64", "[18446744073709551615, 2]", "[0, 8]") + "}",
+      {"too many dims", "{\"t\": " + Entry("F32", "[1,1,1,1,1,1,1,1,2]", "[0, 8]") + "}",
+       "dimensions"},
+      {"shape overflows", "{\"t\": " + Entry("F32", "[4294967296, 4294967296]", "[0, 8]") + "}",
        "overflow"},
+      {"shape overflows uint64",
+       "{\"t\": " + Entry("F64", "[18446744073709551615, 2]", "[0, 8]") + "}", "overflow"},
       {"missing offsets", R"({"t": {"dtype": "F32", "shape": [2]}})", "data_offsets"},
       {"offsets of 3", "{\"t\": " + Entry("F32", "[2]", "[0, 8, 16]") + "}", "data_offsets"},
       {"offsets not a list", "{\"t\": " + Entry("F32", "[2]", "8") + "}", "data_offsets"},
@@ -270,15 +278,22 @@ TEST(SafetensorsMalformed, BadEntries) {
       {"string offset", "{\"t\": " + Entry("F32", "[2]", "[\"0\", 8]") + "}", "data_offsets"},
       {"begin after end", "{\"t\": " + Entry("F32", "[0]", "[16, 8]") + "}", "outside"},
       {"end past data", "{\"t\": " + Entry("F32", "[2]", "[60, 68]") + "}", "outside"},
-      {"end far past data", "{\"t\": " + Entry("F32", "[2]", "[18446744073709551608, 18446744073709551615]") + "}",
+      {"end far past data",
+       "{\"t\": " + Entry("F32", "[2]", "[18446744073709551608, 18446744073709551615]") + "}",
        "outside"},
       {"size too small for shape", "{\"t\": " + Entry("F32", "[3]", "[0, 8]") + "}", "need 12"},
       {"size too large for shape", "{\"t\": " + Entry("BF16", "[2, 2]", "[0, 16]") + "}", "need 8"},
-      {"second tensor bad", "{\"a\": " + Entry("F32", "[2]", "[0, 8]") + ", \"b\": " + Entry("F16", "[2]", "[8, 16]") + "}",
+      {"second tensor bad",
+       "{\"a\": " + Entry("F32", "[2]", "[0, 8]") + ", \"b\": " + Entry("F16", "[2]", "[8, 16]") +
+           "}",
        "tensor 'b'"},
-      {"overlapping tensors", "{\"a\": " + Entry("F32", "[4]", "[0, 16]") + ", \"b\": " + Entry("F32", "[2]", "[8, 16]") + "}",
+      {"overlapping tensors",
+       "{\"a\": " + Entry("F32", "[4]", "[0, 16]") + ", \"b\": " + Entry("F32", "[2]", "[8, 16]") +
+           "}",
        "overlap"},
-      {"identical ranges", "{\"a\": " + Entry("F32", "[2]", "[8, 16]") + ", \"b\": " + Entry("I32", "[2]", "[8, 16]") + "}",
+      {"identical ranges",
+       "{\"a\": " + Entry("F32", "[2]", "[8, 16]") + ", \"b\": " + Entry("I32", "[2]", "[8, 16]") +
+           "}",
        "overlap"},
   };
   for (const auto& c : cases) {
@@ -289,11 +304,12 @@ TEST(SafetensorsMalformed, BadEntries) {
 
 TEST(SafetensorsMalformed, TouchingTensorsAreNotOverlapping) {
   const std::vector<uint8_t> data(24, 0);
-  auto file = SafetensorsFile::Parse(
-      Image("{\"b\": " + Entry("F32", "[2]", "[8, 16]") + ", \"a\": " + Entry("F32", "[2]", "[0, 8]") +
-                ", \"z\": " + Entry("F32", "[0]", "[8, 8]") + ", \"c\": " + Entry("F32", "[2]", "[16, 24]") + "}",
-            data),
-      "mem");
+  auto file = SafetensorsFile::Parse(Image("{\"b\": " + Entry("F32", "[2]", "[8, 16]") +
+                                               ", \"a\": " + Entry("F32", "[2]", "[0, 8]") +
+                                               ", \"z\": " + Entry("F32", "[0]", "[8, 8]") +
+                                               ", \"c\": " + Entry("F32", "[2]", "[16, 24]") + "}",
+                                           data),
+                                     "mem");
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ((*file)->tensors().size(), 4u);
 }
@@ -330,7 +346,8 @@ TEST(SafetensorsCheckpoint, SingleFile) {
   auto ckpt = SafetensorsCheckpoint::Open(dir);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
   EXPECT_EQ((*ckpt)->Names(),
-            std::vector<std::string>({"lm_head.weight", "model.embed_tokens.weight", "model.norm.weight"}));
+            std::vector<std::string>(
+                {"lm_head.weight", "model.embed_tokens.weight", "model.norm.weight"}));
   auto t = (*ckpt)->Get("model.norm.weight");
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(*TensorToFloat32(**t), std::vector<float>({1.0f, -2.0f, 0.5f, 65504.0f}));
@@ -360,7 +377,8 @@ TEST(SafetensorsCheckpoint, ShardedIndex) {
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
   EXPECT_EQ((*ckpt)->Names().size(), 3u);
   EXPECT_EQ((*ckpt)->Find("stray"), nullptr);
-  EXPECT_EQ(*TensorToFloat32(*(*ckpt)->Find("lm_head.weight")), std::vector<float>({1.0f, -2.5f, 3.140625f}));
+  EXPECT_EQ(*TensorToFloat32(*(*ckpt)->Find("lm_head.weight")),
+            std::vector<float>({1.0f, -2.5f, 3.140625f}));
   EXPECT_EQ(*TensorToFloat32(*(*ckpt)->Find("model.norm.weight")),
             std::vector<float>({1.0f, -2.0f, 0.5f, 65504.0f}));
   EXPECT_EQ(TensorToFloat32(*(*ckpt)->Find("model.embed_tokens.weight"))->at(5), -7.0f);
@@ -386,12 +404,14 @@ TEST(SafetensorsCheckpoint, Errors) {
   const Case cases[] = {
       {"not json", "{", absl::StatusCode::kInvalidArgument, "weight_map"},
       {"no weight_map", R"({"metadata": {}})", absl::StatusCode::kInvalidArgument, "weight_map"},
-      {"weight_map list", R"({"weight_map": ["a.safetensors"]})", absl::StatusCode::kInvalidArgument, "weight_map"},
-      {"file not a string", R"({"weight_map": {"x": 3}})", absl::StatusCode::kInvalidArgument, "'x'"},
-      {"path escape", R"({"weight_map": {"x": "../a.safetensors"}})", absl::StatusCode::kInvalidArgument,
-       "../a.safetensors"},
-      {"subdirectory", R"({"weight_map": {"x": "sub/a.safetensors"}})", absl::StatusCode::kInvalidArgument,
-       "sub/a.safetensors"},
+      {"weight_map list", R"({"weight_map": ["a.safetensors"]})",
+       absl::StatusCode::kInvalidArgument, "weight_map"},
+      {"file not a string", R"({"weight_map": {"x": 3}})", absl::StatusCode::kInvalidArgument,
+       "'x'"},
+      {"path escape", R"({"weight_map": {"x": "../a.safetensors"}})",
+       absl::StatusCode::kInvalidArgument, "../a.safetensors"},
+      {"subdirectory", R"({"weight_map": {"x": "sub/a.safetensors"}})",
+       absl::StatusCode::kInvalidArgument, "sub/a.safetensors"},
       {"missing shard", R"({"weight_map": {"x": "gone.safetensors"}})", absl::StatusCode::kNotFound,
        "gone.safetensors"},
       {"tensor in two shards", R"({"weight_map": {"x": "a.safetensors", "y": "b.safetensors"}})",

@@ -22,7 +22,8 @@ std::span<const uint8_t> Bytes(const std::vector<float>& v) {
 
 // Rows of `type` that decode to N(0, (scale^2)/cols) values. Large matrices draw their rows from
 // a pool of 64 quantized rows, so building a multi-GB model does not wait on the k-quant search.
-std::vector<uint8_t> RandomRows(DType type, int64_t rows, int64_t cols, float scale, std::mt19937_64& rng) {
+std::vector<uint8_t> RandomRows(DType type, int64_t rows, int64_t cols, float scale,
+                                std::mt19937_64& rng) {
   const size_t row_bytes = quant::RowBytes(type, cols);
   std::normal_distribution<float> nd(0.0f, scale / std::sqrt(static_cast<float>(cols)));
   std::vector<float> row(static_cast<size_t>(cols));
@@ -41,7 +42,8 @@ std::vector<uint8_t> RandomRows(DType type, int64_t rows, int64_t cols, float sc
     quant::QuantizeRow(type, row.data(), pool.data() + static_cast<size_t>(r) * row_bytes, cols);
   }
   for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(out.data() + static_cast<size_t>(r) * row_bytes, pool.data() + (rng() % kPool) * row_bytes, row_bytes);
+    std::memcpy(out.data() + static_cast<size_t>(r) * row_bytes,
+                pool.data() + (rng() % kPool) * row_bytes, row_bytes);
   }
   return out;
 }
@@ -119,11 +121,13 @@ absl::Status WriteSyntheticModel(const std::filesystem::path& dir, const Synthet
     std::vector<float> embd(static_cast<size_t>(c.vocab_size * H));
     const float a = o.embedding_shared, b = std::sqrt(std::max(0.0f, 1.0f - a * a));
     for (int64_t t = 0; t < c.vocab_size; ++t) {
-      for (int64_t i = 0; i < H; ++i) embd[static_cast<size_t>(t * H + i)] = a * shared[i] + b * nd(rng);
+      for (int64_t i = 0; i < H; ++i)
+        embd[static_cast<size_t>(t * H + i)] = a * shared[i] + b * nd(rng);
     }
     std::vector<uint8_t> q(quant::RowBytes(o.dtype, H) * static_cast<size_t>(c.vocab_size));
     for (int64_t t = 0; t < c.vocab_size; ++t) {
-      quant::QuantizeRow(o.dtype, embd.data() + t * H, q.data() + static_cast<size_t>(t) * quant::RowBytes(o.dtype, H), H);
+      quant::QuantizeRow(o.dtype, embd.data() + t * H,
+                         q.data() + static_cast<size_t>(t) * quant::RowBytes(o.dtype, H), H);
     }
     RETURN_IF_ERROR(w->AddDense("token_embd", o.dtype, {c.vocab_size, H}, q));
   }
@@ -153,7 +157,8 @@ absl::Status WriteSyntheticModel(const std::filesystem::path& dir, const Synthet
       RETURN_IF_ERROR(dense(b + "ffn_up_shexp", c.shared_expert_ffn, H, 1.0f));
       RETURN_IF_ERROR(dense(b + "ffn_down_shexp", H, c.shared_expert_ffn, o.residual_scale));
       if (c.shared_expert_gated) {
-        RETURN_IF_ERROR(f32(b + "ffn_gate_inp_shexp", {1, H}, std::vector<float>(static_cast<size_t>(H), 0.0f)));
+        RETURN_IF_ERROR(f32(b + "ffn_gate_inp_shexp", {1, H},
+                            std::vector<float>(static_cast<size_t>(H), 0.0f)));
       }
     }
     if (c.router_bias) {

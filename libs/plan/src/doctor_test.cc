@@ -25,7 +25,9 @@ std::string Joined(const std::vector<Finding>& f) { return FindingsToText(f); }
 
 bool Finds(const std::vector<Finding>& findings, Severity s, const std::string& text) {
   for (const auto& f : findings) {
-    if (f.severity == s && (f.message.find(text) != std::string::npos || f.fix.find(text) != std::string::npos)) return true;
+    if (f.severity == s &&
+        (f.message.find(text) != std::string::npos || f.fix.find(text) != std::string::npos))
+      return true;
   }
   return false;
 }
@@ -119,7 +121,8 @@ class DoctorStorage : public ::testing::Test {
     std::ofstream(p) << text;
   }
   void Disk(const std::string& name, bool rotational, const std::string& options, int temp_milli) {
-    Write(roots_.proc / "self" / "mountinfo", "27 1 8:0 / / " + options + " - ext4 /dev/" + name + " rw\n");
+    Write(roots_.proc / "self" / "mountinfo",
+          "27 1 8:0 / / " + options + " - ext4 /dev/" + name + " rw\n");
     const fs::path dev = roots_.sys / "devices" / "pci0000:00" / "ata1" / "host0" / "block" / name;
     Write(dev / "queue" / "rotational", rotational ? "1\n" : "0\n");
     if (temp_milli > 0) {
@@ -147,7 +150,9 @@ TEST_F(DoctorStorage, SyncMountedHddIsWarnedWithTheSlowDown) {
   Disk("sda", true, "rw,sync,strictatime", 0);
   auto f = CheckStorage(data_, data_ / "experts.bin", roots_);
   EXPECT_FALSE(HasErrors(f)) << Joined(f);
-  EXPECT_TRUE(Finds(f, Severity::kWarn, "experts are read from HDD sda: cold expert reads are ~30x slower")) << Joined(f);
+  EXPECT_TRUE(
+      Finds(f, Severity::kWarn, "experts are read from HDD sda: cold expert reads are ~30x slower"))
+      << Joined(f);
   EXPECT_TRUE(Finds(f, Severity::kWarn, "sync (every write waits")) << Joined(f);
   EXPECT_TRUE(Finds(f, Severity::kWarn, "strictatime")) << Joined(f);
 }
@@ -202,11 +207,16 @@ TEST(DoctorCuda, ArchitecturesAndVersions) {
   auto cpu = CheckCuda({});
   EXPECT_FALSE(HasErrors(cpu));
   EXPECT_TRUE(Finds(cpu, Severity::kOk, "CPU-only build"));
-  CudaFacts c{.built = true, .device_count = 1, .driver_version = 12020, .runtime_version = 12040,
+  CudaFacts c{.built = true,
+              .device_count = 1,
+              .driver_version = 12020,
+              .runtime_version = 12040,
               .build_architectures = archs};
   c.gpus.push_back({"Tesla T4", 75, 16ull << 30, 15ull << 30, 320e9});
   auto f = CheckCuda(c);
-  EXPECT_TRUE(Finds(f, Severity::kError, "the driver supports CUDA 12.2, this build's runtime is 12.4")) << Joined(f);
+  EXPECT_TRUE(
+      Finds(f, Severity::kError, "the driver supports CUDA 12.2, this build's runtime is 12.4"))
+      << Joined(f);
   EXPECT_TRUE(Finds(f, Severity::kError, "-DCMAKE_CUDA_ARCHITECTURES=75")) << Joined(f);
   c.driver_version = 12080;
   c.gpus[0] = {"H200", 90, 141ull << 30, 140ull << 30, 4.8e12};
@@ -226,7 +236,8 @@ TEST(DoctorCuda, ArchitecturesAndVersions) {
 }
 
 TEST(DoctorOutput, TextAndJsonCarryFixes) {
-  std::vector<Finding> f = {{Severity::kOk, "model", "fine", ""}, {Severity::kError, "disk", "hot", "cool it"}};
+  std::vector<Finding> f = {{Severity::kOk, "model", "fine", ""},
+                            {Severity::kError, "disk", "hot", "cool it"}};
   const std::string text = FindingsToText(f);
   EXPECT_NE(text.find("[FAIL] disk   hot\n       fix: cool it"), std::string::npos) << text;
   EXPECT_NE(text.find("1 error(s), 0 warning(s)"), std::string::npos) << text;

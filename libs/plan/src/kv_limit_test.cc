@@ -27,7 +27,7 @@ TEST(KvLimit, CappedByHalfTheHostMemoryLeftOrNinetyPercentOfTheDevice) {
   KvLimitInputs in;
   in.kv_bytes_per_token = 256 << 10;  // a large model in F32
   in.context_length = 32768;
-  in.max_batch = 16;                  // 128 GiB wanted
+  in.max_batch = 16;  // 128 GiB wanted
   in.memory_free = 40ull << 30;
   in.memory_reserved = 10ull << 30;
   EXPECT_EQ(DefaultKvCacheLimit(in).bytes, 15ull << 30);

@@ -23,7 +23,9 @@ constexpr double kPcieBytesPerSecond = 20e9;
 // Quantized weight bytes one core streams through the vec-dot kernels per second (order of
 // magnitude of `bench/` matvec runs of q4_k on one core: scalar ~0.5 GB/s, AVX2 ~2.5 GB/s).
 double CoreWeightBytesPerSecond(const MachineFacts& m) {
-  auto has = [&](const char* f) { return std::find(m.cpu_features.begin(), m.cpu_features.end(), f) != m.cpu_features.end(); };
+  auto has = [&](const char* f) {
+    return std::find(m.cpu_features.begin(), m.cpu_features.end(), f) != m.cpu_features.end();
+  };
   if (has("avx512bw")) return 4e9;
   if (has("avx2")) return 2.5e9;
   if (has("neon")) return 1.5e9;
@@ -32,7 +34,9 @@ double CoreWeightBytesPerSecond(const MachineFacts& m) {
 
 uint64_t RoundDown(uint64_t v, uint64_t unit) { return unit == 0 ? v : v / unit * unit; }
 
-std::string Gb(double bytes_per_second) { return absl::StrFormat("%.2f GB/s", bytes_per_second / 1e9); }
+std::string Gb(double bytes_per_second) {
+  return absl::StrFormat("%.2f GB/s", bytes_per_second / 1e9);
+}
 
 }  // namespace
 
@@ -48,16 +52,19 @@ double TypicalReadBandwidth(DiskKind kind) {
   return 1e9;
 }
 
-absl::StatusOr<Plan> MakePlan(const MachineFacts& machine, const ModelFacts& model, const PlanRequest& req) {
+absl::StatusOr<Plan> MakePlan(const MachineFacts& machine, const ModelFacts& model,
+                              const PlanRequest& req) {
   if (req.backend != "cpu" && req.backend != "cuda") {
-    return absl::InvalidArgumentError(absl::StrCat("--backend '", req.backend, "': expected cpu or cuda"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend '", req.backend, "': expected cpu or cuda"));
   }
   const bool cuda = req.backend == "cuda";
   const GpuFacts* gpu = nullptr;
   if (cuda) {
     if (req.device < 0 || static_cast<size_t>(req.device) >= machine.gpus.size()) {
-      return absl::FailedPreconditionError(absl::StrCat("--backend cuda --device ", req.device, ": ",
-                                                        machine.gpus.size(), " CUDA device(s) visible"));
+      return absl::FailedPreconditionError(absl::StrCat("--backend cuda --device ", req.device,
+                                                        ": ", machine.gpus.size(),
+                                                        " CUDA device(s) visible"));
     }
     gpu = &machine.gpus[static_cast<size_t>(req.device)];
   }
@@ -66,37 +73,43 @@ absl::StatusOr<Plan> MakePlan(const MachineFacts& machine, const ModelFacts& mod
   const uint64_t min_cache = 2 * block;
   const uint64_t headroom = std::max<uint64_t>(1ull << 30, machine.ram_total_bytes / 20);
   const uint64_t taken = model.dense_bytes + req.kv_offload_bytes + headroom;
-  const uint64_t host_free = machine.ram_available_bytes > taken ? machine.ram_available_bytes - taken : 0;
-  const std::string free_text =
-      absl::StrCat("MemAvailable ", FormatSize(machine.ram_available_bytes), " - dense ", FormatSize(model.dense_bytes),
-                   req.kv_offload_bytes ? absl::StrCat(" - KV offload ", FormatSize(req.kv_offload_bytes)) : "",
-                   " - headroom ", FormatSize(headroom), " = ", FormatSize(host_free));
+  const uint64_t host_free =
+      machine.ram_available_bytes > taken ? machine.ram_available_bytes - taken : 0;
+  const std::string free_text = absl::StrCat(
+      "MemAvailable ", FormatSize(machine.ram_available_bytes), " - dense ",
+      FormatSize(model.dense_bytes),
+      req.kv_offload_bytes ? absl::StrCat(" - KV offload ", FormatSize(req.kv_offload_bytes)) : "",
+      " - headroom ", FormatSize(headroom), " = ", FormatSize(host_free));
 
   // Host-RAM expert cache.
   if (req.expert_cache_bytes) {
     p.expert_cache_bytes = {*req.expert_cache_bytes, "set by --expert-cache-size", true};
     if (*req.expert_cache_bytes > host_free) {
-      p.warnings.push_back(absl::StrCat("--expert-cache-size ", FormatSize(*req.expert_cache_bytes), " exceeds the ",
-                                        FormatSize(host_free), " free for it (", free_text,
-                                        "): the machine may swap or the kernel may kill the server"));
+      p.warnings.push_back(
+          absl::StrCat("--expert-cache-size ", FormatSize(*req.expert_cache_bytes), " exceeds the ",
+                       FormatSize(host_free), " free for it (", free_text,
+                       "): the machine may swap or the kernel may kill the server"));
     }
   } else {
     const uint64_t share = host_free / 4 * 3;
     if (share < min_cache) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "model '", model.name, "' does not fit in RAM: it needs dense weights ", FormatSize(model.dense_bytes),
-          " + two expert blocks ", FormatSize(min_cache), " + headroom ", FormatSize(headroom), ", but ", free_text,
-          "; free memory or use a smaller quantization"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("model '", model.name, "' does not fit in RAM: it needs dense weights ",
+                       FormatSize(model.dense_bytes), " + two expert blocks ",
+                       FormatSize(min_cache), " + headroom ", FormatSize(headroom), ", but ",
+                       free_text, "; free memory or use a smaller quantization"));
     }
     if (model.expert_bytes <= share) {
-      p.expert_cache_bytes = {model.expert_bytes,
-                              absl::StrCat("all ", model.n_layers * model.n_experts, " experts (",
-                                           FormatSize(model.expert_bytes), ") fit in 3/4 of free RAM (", free_text,
-                                           "): after the first use nothing is read from disk")};
+      p.expert_cache_bytes = {
+          model.expert_bytes,
+          absl::StrCat("all ", model.n_layers * model.n_experts, " experts (",
+                       FormatSize(model.expert_bytes), ") fit in 3/4 of free RAM (", free_text,
+                       "): after the first use nothing is read from disk")};
     } else {
       p.expert_cache_bytes = {RoundDown(share, block),
                               absl::StrCat("3/4 of free RAM (", free_text, "); the experts (",
-                                           FormatSize(model.expert_bytes), ") do not all fit, the rest is for KV "
+                                           FormatSize(model.expert_bytes),
+                                           ") do not all fit, the rest is for KV "
                                            "caches and the page cache")};
     }
   }
@@ -107,8 +120,9 @@ absl::StatusOr<Plan> MakePlan(const MachineFacts& machine, const ModelFacts& mod
     const uint64_t reserve = model.dense_bytes + kDeviceWorkingBytes + 2 * block;
     device_left = gpu->free_bytes > reserve ? gpu->free_bytes - reserve : 0;
     if (gpu->free_bytes < reserve) {
-      p.warnings.push_back(absl::StrCat("dense weights ", FormatSize(model.dense_bytes), " + working memory do not fit in ",
-                                        gpu->name, "'s free ", FormatSize(gpu->free_bytes)));
+      p.warnings.push_back(absl::StrCat("dense weights ", FormatSize(model.dense_bytes),
+                                        " + working memory do not fit in ", gpu->name, "'s free ",
+                                        FormatSize(gpu->free_bytes)));
     }
   }
   if (req.vram_bytes) {
@@ -117,17 +131,23 @@ absl::StatusOr<Plan> MakePlan(const MachineFacts& machine, const ModelFacts& mod
     p.vram_bytes = {0, "CPU backend: no VRAM tier"};
   } else {
     const uint64_t share = RoundDown(device_left / 4 * 3, block);
-    const std::string left = absl::StrCat(gpu->name, " free ", FormatSize(gpu->free_bytes), " - dense ",
-                                          FormatSize(model.dense_bytes), " - working memory = ", FormatSize(device_left));
+    const std::string left = absl::StrCat(gpu->name, " free ", FormatSize(gpu->free_bytes),
+                                          " - dense ", FormatSize(model.dense_bytes),
+                                          " - working memory = ", FormatSize(device_left));
     if (model.expert_bytes <= share) {
-      p.vram_bytes = {model.expert_bytes, absl::StrCat("every expert fits in 3/4 of the device memory left (", left, ")")};
+      p.vram_bytes = {
+          model.expert_bytes,
+          absl::StrCat("every expert fits in 3/4 of the device memory left (", left, ")")};
     } else {
-      p.vram_bytes = {share < min_cache ? 0 : share, absl::StrCat("3/4 of the device memory left (", left, ")")};
+      p.vram_bytes = {share < min_cache ? 0 : share,
+                      absl::StrCat("3/4 of the device memory left (", left, ")")};
     }
   }
   if (req.kv_cache_bytes) {
-    p.kv_cache_bytes = {*req.kv_cache_bytes, *req.kv_cache_bytes == 0 ? "set by --kv-cache-limit 0: unbounded"
-                                                                      : "set by --kv-cache-limit", true};
+    p.kv_cache_bytes = {*req.kv_cache_bytes,
+                        *req.kv_cache_bytes == 0 ? "set by --kv-cache-limit 0: unbounded"
+                                                 : "set by --kv-cache-limit",
+                        true};
   } else {
     KvLimitInputs in;
     in.kv_bytes_per_token = model.kv_bytes_per_token;
@@ -148,15 +168,19 @@ absl::StatusOr<Plan> MakePlan(const MachineFacts& machine, const ModelFacts& mod
 
   // Lookahead and readers follow the disk the experts come from.
   const DiskKind kind = machine.disks.empty() ? DiskKind::kUnknown : machine.disks[0].kind;
-  const std::string disk_name = absl::StrCat(sysinfo::DiskKindName(kind), machine.disks.empty() || machine.disks[0].device.empty()
-                                                                                  ? ""
-                                                                                  : absl::StrCat(" (", machine.disks[0].device, ")"));
+  const std::string disk_name = absl::StrCat(
+      sysinfo::DiskKindName(kind), machine.disks.empty() || machine.disks[0].device.empty()
+                                       ? ""
+                                       : absl::StrCat(" (", machine.disks[0].device, ")"));
   if (req.prefetch_layers) {
     p.prefetch_layers = {*req.prefetch_layers, "set by --prefetch-layers", true};
   } else if (kind == DiskKind::kNvme) {
-    p.prefetch_layers = {2, absl::StrCat(disk_name, ": deep queues; two layers of lookahead keep reads in flight")};
+    p.prefetch_layers = {
+        2, absl::StrCat(disk_name, ": deep queues; two layers of lookahead keep reads in flight")};
   } else {
-    p.prefetch_layers = {1, absl::StrCat(disk_name, ": one layer of lookahead (deeper only adds mispredicted reads)")};
+    p.prefetch_layers = {
+        1,
+        absl::StrCat(disk_name, ": one layer of lookahead (deeper only adds mispredicted reads)")};
   }
   if (req.io_threads) {
     p.io_threads = {*req.io_threads, "set by --io-threads", true};
@@ -164,21 +188,26 @@ absl::StatusOr<Plan> MakePlan(const MachineFacts& machine, const ModelFacts& mod
     int threads = 4;
     if (kind == DiskKind::kNvme) threads = 8;
     if (kind == DiskKind::kHdd || kind == DiskKind::kMemory) threads = 2;
-    p.io_threads = {threads, absl::StrCat(disk_name, kind == DiskKind::kNvme ? ": NVMe serves many reads at once"
-                                                     : kind == DiskKind::kHdd ? ": more readers only add seeks"
-                                                     : kind == DiskKind::kMemory ? ": memory copies need few readers"
-                                                                                 : ": a moderate queue")};
+    p.io_threads = {
+        threads,
+        absl::StrCat(disk_name, kind == DiskKind::kNvme     ? ": NVMe serves many reads at once"
+                                : kind == DiskKind::kHdd    ? ": more readers only add seeks"
+                                : kind == DiskKind::kMemory ? ": memory copies need few readers"
+                                                            : ": a moderate queue")};
   }
 
   // The estimate.
   const double total = static_cast<double>(std::max<uint64_t>(model.expert_bytes, 1));
-  const double cached = static_cast<double>(std::max(p.expert_cache_bytes.value, gpu ? p.vram_bytes.value : 0));
+  const double cached =
+      static_cast<double>(std::max(p.expert_cache_bytes.value, gpu ? p.vram_bytes.value : 0));
   p.expected_hit_rate = std::min(1.0, cached / total);
-  const double expert_bytes_per_token =
-      static_cast<double>(model.n_layers) * static_cast<double>(model.top_k) * static_cast<double>(block);
+  const double expert_bytes_per_token = static_cast<double>(model.n_layers) *
+                                        static_cast<double>(model.top_k) *
+                                        static_cast<double>(block);
   p.disk_bytes_per_token = (1.0 - p.expected_hit_rate) * expert_bytes_per_token;
   const bool measured = !machine.disks.empty() && machine.disks[0].read_bytes_per_second > 0;
-  const double disk_bw = measured ? machine.disks[0].read_bytes_per_second : TypicalReadBandwidth(kind);
+  const double disk_bw =
+      measured ? machine.disks[0].read_bytes_per_second : TypicalReadBandwidth(kind);
   const double active = static_cast<double>(model.dense_bytes) + expert_bytes_per_token;
   struct Term {
     const char* name;
@@ -186,27 +215,32 @@ absl::StatusOr<Plan> MakePlan(const MachineFacts& machine, const ModelFacts& mod
     std::string how;
   };
   std::vector<Term> terms;
-  terms.push_back({"disk", p.disk_bytes_per_token / disk_bw,
-                   absl::StrCat(FormatSize(static_cast<uint64_t>(p.disk_bytes_per_token)), "/token at ", Gb(disk_bw),
-                                measured ? " (measured)" : " (typical for the disk type; not measured)")});
+  terms.push_back(
+      {"disk", p.disk_bytes_per_token / disk_bw,
+       absl::StrCat(FormatSize(static_cast<uint64_t>(p.disk_bytes_per_token)), "/token at ",
+                    Gb(disk_bw),
+                    measured ? " (measured)" : " (typical for the disk type; not measured)")});
   if (gpu) {
     const double vram_hit = std::min(1.0, static_cast<double>(p.vram_bytes.value) / total);
     const double bw = gpu->memory_bandwidth_bps > 0 ? gpu->memory_bandwidth_bps : 1e12;
     terms.push_back({"memory bandwidth", active / bw,
-                     absl::StrCat(FormatSize(static_cast<uint64_t>(active)), "/token at ", Gb(bw), " (", gpu->name, ")")});
+                     absl::StrCat(FormatSize(static_cast<uint64_t>(active)), "/token at ", Gb(bw),
+                                  " (", gpu->name, ")")});
     terms.push_back({"PCIe", (1.0 - vram_hit) * expert_bytes_per_token / kPcieBytesPerSecond,
-                     absl::StrCat(absl::StrFormat("%.0f%%", 100 * (1 - vram_hit)), " of expert reads copied at ",
-                                  Gb(kPcieBytesPerSecond))});
+                     absl::StrCat(absl::StrFormat("%.0f%%", 100 * (1 - vram_hit)),
+                                  " of expert reads copied at ", Gb(kPcieBytesPerSecond))});
   } else {
     const bool mem_measured = machine.memory_bandwidth_bps > 0;
     const double bw = mem_measured ? machine.memory_bandwidth_bps : 20e9;
     terms.push_back({"memory bandwidth", active / bw,
                      absl::StrCat(FormatSize(static_cast<uint64_t>(active)), "/token at ", Gb(bw),
                                   mem_measured ? " (measured)" : " (typical)")});
-    const double compute_bw = CoreWeightBytesPerSecond(machine) * std::max(machine.physical_cores, 1);
-    terms.push_back({"compute", active / compute_bw,
-                     absl::StrCat(machine.physical_cores, " cores x ", Gb(CoreWeightBytesPerSecond(machine)),
-                                  " of quantized weights each")});
+    const double compute_bw =
+        CoreWeightBytesPerSecond(machine) * std::max(machine.physical_cores, 1);
+    terms.push_back(
+        {"compute", active / compute_bw,
+         absl::StrCat(machine.physical_cores, " cores x ", Gb(CoreWeightBytesPerSecond(machine)),
+                      " of quantized weights each")});
   }
   const Term* worst = &terms[0];
   double rest = 0;
@@ -218,18 +252,23 @@ absl::StatusOr<Plan> MakePlan(const MachineFacts& machine, const ModelFacts& mod
   p.expected_decode_tps = seconds > 0 ? 1.0 / seconds : 0;
   p.bottleneck = worst->name;
   std::vector<std::string> parts;
-  for (const Term& t : terms) parts.push_back(absl::StrFormat("%s %.1f ms (%s)", t.name, 1e3 * t.seconds, t.how));
-  p.estimate_reason = absl::StrCat(absl::StrFormat("hit rate %.0f%% (uniform routing: a lower bound); ", 100 * p.expected_hit_rate),
-                                   absl::StrJoin(parts, "; "),
-                                   p.prefetch_layers.value > 0 ? "; prefetch overlaps them: the slowest decides"
-                                                               : "; no prefetch: disk adds to the rest");
+  for (const Term& t : terms)
+    parts.push_back(absl::StrFormat("%s %.1f ms (%s)", t.name, 1e3 * t.seconds, t.how));
+  p.estimate_reason =
+      absl::StrCat(absl::StrFormat("hit rate %.0f%% (uniform routing: a lower bound); ",
+                                   100 * p.expected_hit_rate),
+                   absl::StrJoin(parts, "; "),
+                   p.prefetch_layers.value > 0 ? "; prefetch overlaps them: the slowest decides"
+                                               : "; no prefetch: disk adds to the rest");
   if (kind == DiskKind::kHdd && p.expected_hit_rate < 1.0) {
-    p.warnings.push_back(absl::StrCat("experts are read from an HDD: cold decode is ~",
-                                      static_cast<int>(TypicalReadBandwidth(DiskKind::kNvme) / TypicalReadBandwidth(kind)),
-                                      "x slower than from NVMe"));
+    p.warnings.push_back(absl::StrCat(
+        "experts are read from an HDD: cold decode is ~",
+        static_cast<int>(TypicalReadBandwidth(DiskKind::kNvme) / TypicalReadBandwidth(kind)),
+        "x slower than from NVMe"));
   }
   if (machine.swap_used_bytes > 0) {
-    p.warnings.push_back(absl::StrCat(FormatSize(machine.swap_used_bytes), " of swap in use: paged-out memory slows "
+    p.warnings.push_back(absl::StrCat(FormatSize(machine.swap_used_bytes),
+                                      " of swap in use: paged-out memory slows "
                                       "every step"));
   }
   return p;
@@ -247,70 +286,101 @@ nlohmann::json ChoiceJson(const Choice<T>& c) {
 nlohmann::json PlanToJson(const Plan& p, const MachineFacts& m, const ModelFacts& model) {
   nlohmann::json disks = nlohmann::json::array();
   for (const auto& d : m.disks) {
-    disks.push_back({{"path", d.path}, {"kind", sysinfo::DiskKindName(d.kind)}, {"device", d.device},
-                     {"read_bytes_per_second", d.read_bytes_per_second}, {"read_direct", d.read_direct}});
+    disks.push_back({{"path", d.path},
+                     {"kind", sysinfo::DiskKindName(d.kind)},
+                     {"device", d.device},
+                     {"read_bytes_per_second", d.read_bytes_per_second},
+                     {"read_direct", d.read_direct}});
   }
   nlohmann::json gpus = nlohmann::json::array();
   for (const auto& g : m.gpus) {
-    gpus.push_back({{"name", g.name}, {"compute_capability", g.compute_capability}, {"total_bytes", g.total_bytes},
-                    {"free_bytes", g.free_bytes}, {"memory_bandwidth_bps", g.memory_bandwidth_bps}});
+    gpus.push_back({{"name", g.name},
+                    {"compute_capability", g.compute_capability},
+                    {"total_bytes", g.total_bytes},
+                    {"free_bytes", g.free_bytes},
+                    {"memory_bandwidth_bps", g.memory_bandwidth_bps}});
   }
   return {{"machine",
-           {{"ram_total_bytes", m.ram_total_bytes}, {"ram_available_bytes", m.ram_available_bytes},
-            {"swap_total_bytes", m.swap_total_bytes}, {"swap_used_bytes", m.swap_used_bytes},
-            {"cpu_model", m.cpu_model}, {"physical_cores", m.physical_cores}, {"logical_cpus", m.logical_cpus},
-            {"cpu_features", m.cpu_features}, {"memory_bandwidth_bps", m.memory_bandwidth_bps},
-            {"gpus", gpus}, {"disks", disks}}},
+           {{"ram_total_bytes", m.ram_total_bytes},
+            {"ram_available_bytes", m.ram_available_bytes},
+            {"swap_total_bytes", m.swap_total_bytes},
+            {"swap_used_bytes", m.swap_used_bytes},
+            {"cpu_model", m.cpu_model},
+            {"physical_cores", m.physical_cores},
+            {"logical_cpus", m.logical_cpus},
+            {"cpu_features", m.cpu_features},
+            {"memory_bandwidth_bps", m.memory_bandwidth_bps},
+            {"gpus", gpus},
+            {"disks", disks}}},
           {"model",
-           {{"name", model.name}, {"n_layers", model.n_layers}, {"n_experts", model.n_experts}, {"top_k", model.top_k},
-            {"context_length", model.context_length}, {"dense_bytes", model.dense_bytes},
-            {"expert_bytes", model.expert_bytes}, {"expert_block_bytes", model.expert_block_bytes},
+           {{"name", model.name},
+            {"n_layers", model.n_layers},
+            {"n_experts", model.n_experts},
+            {"top_k", model.top_k},
+            {"context_length", model.context_length},
+            {"dense_bytes", model.dense_bytes},
+            {"expert_bytes", model.expert_bytes},
+            {"expert_block_bytes", model.expert_block_bytes},
             {"kv_bytes_per_token", model.kv_bytes_per_token}}},
           {"settings",
-           {{"expert_cache_size", ChoiceJson(p.expert_cache_bytes)}, {"vram_budget", ChoiceJson(p.vram_bytes)},
-            {"kv_cache_limit", ChoiceJson(p.kv_cache_bytes)}, {"prefetch_layers", ChoiceJson(p.prefetch_layers)},
+           {{"expert_cache_size", ChoiceJson(p.expert_cache_bytes)},
+            {"vram_budget", ChoiceJson(p.vram_bytes)},
+            {"kv_cache_limit", ChoiceJson(p.kv_cache_bytes)},
+            {"prefetch_layers", ChoiceJson(p.prefetch_layers)},
             {"io_threads", ChoiceJson(p.io_threads)}}},
           {"estimate",
-           {{"decode_tokens_per_second", p.expected_decode_tps}, {"bottleneck", p.bottleneck},
-            {"hit_rate", p.expected_hit_rate}, {"disk_bytes_per_token", p.disk_bytes_per_token},
+           {{"decode_tokens_per_second", p.expected_decode_tps},
+            {"bottleneck", p.bottleneck},
+            {"hit_rate", p.expected_hit_rate},
+            {"disk_bytes_per_token", p.disk_bytes_per_token},
             {"reason", p.estimate_reason}}},
           {"warnings", p.warnings}};
 }
 
 std::string PlanToText(const Plan& p, const MachineFacts& m, const ModelFacts& model) {
   std::string out;
-  absl::StrAppend(&out, "machine: ", m.cpu_model.empty() ? "CPU" : m.cpu_model, ", ", m.physical_cores,
-                  " physical cores (", m.logical_cpus, " threads", m.cpu_features.empty() ? "" : "; ",
-                  absl::StrJoin(m.cpu_features, " "), "), RAM ", FormatSize(m.ram_total_bytes), " (",
-                  FormatSize(m.ram_available_bytes), " available), swap ", FormatSize(m.swap_used_bytes), " of ",
-                  FormatSize(m.swap_total_bytes), " in use",
-                  m.memory_bandwidth_bps > 0 ? absl::StrCat(", memcpy ", Gb(m.memory_bandwidth_bps)) : "", "\n");
+  absl::StrAppend(
+      &out, "machine: ", m.cpu_model.empty() ? "CPU" : m.cpu_model, ", ", m.physical_cores,
+      " physical cores (", m.logical_cpus, " threads", m.cpu_features.empty() ? "" : "; ",
+      absl::StrJoin(m.cpu_features, " "), "), RAM ", FormatSize(m.ram_total_bytes), " (",
+      FormatSize(m.ram_available_bytes), " available), swap ", FormatSize(m.swap_used_bytes),
+      " of ", FormatSize(m.swap_total_bytes), " in use",
+      m.memory_bandwidth_bps > 0 ? absl::StrCat(", memcpy ", Gb(m.memory_bandwidth_bps)) : "",
+      "\n");
   for (const auto& g : m.gpus) {
-    absl::StrAppend(&out, "gpu: ", g.name, " (compute ", g.compute_capability / 10, ".", g.compute_capability % 10, "), ",
-                    FormatSize(g.free_bytes), " free of ", FormatSize(g.total_bytes), "\n");
+    absl::StrAppend(&out, "gpu: ", g.name, " (compute ", g.compute_capability / 10, ".",
+                    g.compute_capability % 10, "), ", FormatSize(g.free_bytes), " free of ",
+                    FormatSize(g.total_bytes), "\n");
   }
   for (const auto& d : m.disks) {
-    absl::StrAppend(&out, "disk: ", d.path, ": ", sysinfo::DiskKindName(d.kind), d.device.empty() ? "" : " ", d.device,
+    absl::StrAppend(&out, "disk: ", d.path, ": ", sysinfo::DiskKindName(d.kind),
+                    d.device.empty() ? "" : " ", d.device,
                     d.read_bytes_per_second > 0
-                        ? absl::StrCat(", random block reads ", Gb(d.read_bytes_per_second), d.read_direct ? " (O_DIRECT)" : " (buffered)")
+                        ? absl::StrCat(", random block reads ", Gb(d.read_bytes_per_second),
+                                       d.read_direct ? " (O_DIRECT)" : " (buffered)")
                         : "",
                     "\n");
   }
-  absl::StrAppend(&out, "model: ", model.name, ": ", model.n_layers, " layers x ", model.n_experts, " experts (top-",
-                  model.top_k, "), dense ", FormatSize(model.dense_bytes), ", experts ", FormatSize(model.expert_bytes),
-                  " (", FormatSize(model.expert_block_bytes), " each), KV ", FormatSize(model.kv_bytes_per_token),
-                  "/token, context ", model.context_length, "\n\n");
-  auto line = [&](const char* flag, const std::string& value, const std::string& reason, bool fixed) {
-    absl::StrAppend(&out, absl::StrFormat("  %-20s %-10s %s%s\n", flag, value, fixed ? "" : "auto: ", reason));
+  absl::StrAppend(
+      &out, "model: ", model.name, ": ", model.n_layers, " layers x ", model.n_experts,
+      " experts (top-", model.top_k, "), dense ", FormatSize(model.dense_bytes), ", experts ",
+      FormatSize(model.expert_bytes), " (", FormatSize(model.expert_block_bytes), " each), KV ",
+      FormatSize(model.kv_bytes_per_token), "/token, context ", model.context_length, "\n\n");
+  auto line = [&](const char* flag, const std::string& value, const std::string& reason,
+                  bool fixed) {
+    absl::StrAppend(
+        &out, absl::StrFormat("  %-20s %-10s %s%s\n", flag, value, fixed ? "" : "auto: ", reason));
   };
-  line("--expert-cache-size", FormatSize(p.expert_cache_bytes.value), p.expert_cache_bytes.reason, p.expert_cache_bytes.fixed);
+  line("--expert-cache-size", FormatSize(p.expert_cache_bytes.value), p.expert_cache_bytes.reason,
+       p.expert_cache_bytes.fixed);
   line("--vram-budget", FormatSize(p.vram_bytes.value), p.vram_bytes.reason, p.vram_bytes.fixed);
-  line("--kv-cache-limit", p.kv_cache_bytes.value == 0 ? "0" : FormatSize(p.kv_cache_bytes.value), p.kv_cache_bytes.reason,
-       p.kv_cache_bytes.fixed);
-  line("--prefetch-layers", std::to_string(p.prefetch_layers.value), p.prefetch_layers.reason, p.prefetch_layers.fixed);
+  line("--kv-cache-limit", p.kv_cache_bytes.value == 0 ? "0" : FormatSize(p.kv_cache_bytes.value),
+       p.kv_cache_bytes.reason, p.kv_cache_bytes.fixed);
+  line("--prefetch-layers", std::to_string(p.prefetch_layers.value), p.prefetch_layers.reason,
+       p.prefetch_layers.fixed);
   line("--io-threads", std::to_string(p.io_threads.value), p.io_threads.reason, p.io_threads.fixed);
-  absl::StrAppend(&out, absl::StrFormat("\nexpected decode: %.1f tok/s, bottleneck: %s\n  %s\n", p.expected_decode_tps,
-                                        p.bottleneck, p.estimate_reason));
+  absl::StrAppend(&out, absl::StrFormat("\nexpected decode: %.1f tok/s, bottleneck: %s\n  %s\n",
+                                        p.expected_decode_tps, p.bottleneck, p.estimate_reason));
   for (const auto& w : p.warnings) absl::StrAppend(&out, "warning: ", w, "\n");
   return out;
 }

@@ -43,7 +43,8 @@ TEST(Planner, BigModelOnCpuIsDiskBound) {
   // rounded down to whole 16 MiB blocks.
   EXPECT_EQ(p->expert_cache_bytes.value, 979 * 16 * kMiB);
   EXPECT_FALSE(p->expert_cache_bytes.fixed);
-  EXPECT_NE(p->expert_cache_bytes.reason.find("3/4 of free RAM"), std::string::npos) << p->expert_cache_bytes.reason;
+  EXPECT_NE(p->expert_cache_bytes.reason.find("3/4 of free RAM"), std::string::npos)
+      << p->expert_cache_bytes.reason;
   // KV: 16 x 32768 x 96 KiB wanted (48 GiB), capped by half of what is left.
   EXPECT_EQ(p->kv_cache_bytes.value, (28 * kGiB - 6 * kGiB - 979 * 16 * kMiB) / 2);
   EXPECT_EQ(p->vram_bytes.value, 0u);
@@ -67,7 +68,8 @@ TEST(Planner, SmallModelIsCachedWholeAndComputeBound) {
   auto p = MakePlan(Workstation(), f, {});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->expert_cache_bytes.value, 2 * kGiB);
-  EXPECT_NE(p->expert_cache_bytes.reason.find("all 128 experts"), std::string::npos) << p->expert_cache_bytes.reason;
+  EXPECT_NE(p->expert_cache_bytes.reason.find("all 128 experts"), std::string::npos)
+      << p->expert_cache_bytes.reason;
   EXPECT_DOUBLE_EQ(p->expected_hit_rate, 1.0);
   EXPECT_EQ(p->disk_bytes_per_token, 0);
   // 1 GiB dense + 16 x 8 x 16 MiB per token over 8 cores x 2.5 GB/s (compute) vs 40 GB/s.
@@ -112,8 +114,10 @@ TEST(Planner, GpuBudgetsFitTheDevice) {
   const uint64_t working = 512 * kMiB + 2 * 16 * kMiB;
   EXPECT_GT(p->vram_bytes.value, 0u);
   EXPECT_EQ(p->vram_bytes.value % (16 * kMiB), 0u);
-  EXPECT_EQ(p->vram_bytes.value, (11 * kGiB + 512 * kMiB - 6 * kGiB - working) / 4 * 3 / (16 * kMiB) * (16 * kMiB));
-  EXPECT_LE(6 * kGiB + p->vram_bytes.value + p->kv_cache_bytes.value + working, 11 * kGiB + 512 * kMiB);
+  EXPECT_EQ(p->vram_bytes.value,
+            (11 * kGiB + 512 * kMiB - 6 * kGiB - working) / 4 * 3 / (16 * kMiB) * (16 * kMiB));
+  EXPECT_LE(6 * kGiB + p->vram_bytes.value + p->kv_cache_bytes.value + working,
+            11 * kGiB + 512 * kMiB);
   EXPECT_NE(p->kv_cache_bytes.reason.find("device"), std::string::npos) << p->kv_cache_bytes.reason;
   EXPECT_EQ(p->bottleneck, "disk");
   EXPECT_EQ(MakePlan(Workstation(), BigModel(), {.backend = "cuda"}).status().code(),
@@ -158,8 +162,9 @@ TEST(Planner, JsonAndTextNameEverySetting) {
   EXPECT_EQ(j["machine"]["disks"][0]["kind"], "NVMe");
   EXPECT_EQ(j["model"]["n_experts"], 128);
   const std::string text = PlanToText(*p, Workstation(), BigModel());
-  for (const char* s : {"--expert-cache-size", "--vram-budget", "--kv-cache-limit", "--prefetch-layers", "--io-threads",
-                        "bottleneck: disk", "NVMe nvme0n1", "94 layers x 128 experts"}) {
+  for (const char* s :
+       {"--expert-cache-size", "--vram-budget", "--kv-cache-limit", "--prefetch-layers",
+        "--io-threads", "bottleneck: disk", "NVMe nvme0n1", "94 layers x 128 experts"}) {
     EXPECT_NE(text.find(s), std::string::npos) << s << "\n" << text;
   }
 }

@@ -40,7 +40,8 @@ CudaFacts ProbeCuda(const MachineFacts& machine) {
   return c;
 }
 
-absl::StatusOr<MachineFacts> ProbeMachine(const ProbeOptions& o, const model::Container* container) {
+absl::StatusOr<MachineFacts> ProbeMachine(const ProbeOptions& o,
+                                          const model::Container* container) {
   MachineFacts m;
   ASSIGN_OR_RETURN(sysinfo::MemoryFacts mem, sysinfo::ReadMemory(o.roots));
   m.ram_total_bytes = mem.total_bytes;

@@ -24,13 +24,18 @@ absl::Status FieldError(const std::string& field, const std::string& want) {
 std::string BuildId() { return COLIBRI_BUILD_ID; }
 std::string BinaryFingerprint() { return Hash(BuildId()); }
 
-std::string ModelFingerprint(const model::Manifest& manifest) { return Hash(model::ManifestToJson(manifest).dump()); }
+std::string ModelFingerprint(const model::Manifest& manifest) {
+  return Hash(model::ManifestToJson(manifest).dump());
+}
 
 std::string MachineFingerprint(const MachineFacts& m) {
-  std::string s = absl::StrCat(m.cpu_model, "|", m.physical_cores, "|",
-                               std::llround(static_cast<double>(m.ram_total_bytes) / (1ull << 30)), "GiB");
-  if (!m.disks.empty()) absl::StrAppend(&s, "|", m.disks[0].device, ":", sysinfo::DiskKindName(m.disks[0].kind));
-  for (const auto& g : m.gpus) absl::StrAppend(&s, "|", g.name, ":", g.compute_capability, ":", g.total_bytes);
+  std::string s =
+      absl::StrCat(m.cpu_model, "|", m.physical_cores, "|",
+                   std::llround(static_cast<double>(m.ram_total_bytes) / (1ull << 30)), "GiB");
+  if (!m.disks.empty())
+    absl::StrAppend(&s, "|", m.disks[0].device, ":", sysinfo::DiskKindName(m.disks[0].kind));
+  for (const auto& g : m.gpus)
+    absl::StrAppend(&s, "|", g.name, ":", g.compute_capability, ":", g.total_bytes);
   return Hash(s);
 }
 
@@ -61,7 +66,10 @@ nlohmann::json TuneProfileToJson(const TuneProfile& p) {
   if (p.settings.learned_pins) settings["learned_pins"] = *p.settings.learned_pins;
   return {{"version", p.version},
           {"build", BuildId()},
-          {"fingerprint", {{"binary", p.fingerprint.binary}, {"model", p.fingerprint.model}, {"machine", p.fingerprint.machine}}},
+          {"fingerprint",
+           {{"binary", p.fingerprint.binary},
+            {"model", p.fingerprint.model},
+            {"machine", p.fingerprint.machine}}},
           {"settings", settings},
           {"measurements", p.measurements}};
 }
@@ -74,15 +82,18 @@ absl::StatusOr<TuneProfile> TuneProfileFromJson(const nlohmann::json& j) {
   }
   const auto& f = j.contains("fingerprint") ? j["fingerprint"] : nlohmann::json();
   for (const char* k : {"binary", "model", "machine"}) {
-    if (!f.is_object() || !f.contains(k) || !f[k].is_string()) return FieldError(absl::StrCat("fingerprint.", k), "a string");
+    if (!f.is_object() || !f.contains(k) || !f[k].is_string())
+      return FieldError(absl::StrCat("fingerprint.", k), "a string");
   }
-  p.fingerprint = {f["binary"].get<std::string>(), f["model"].get<std::string>(), f["machine"].get<std::string>()};
+  p.fingerprint = {f["binary"].get<std::string>(), f["model"].get<std::string>(),
+                   f["machine"].get<std::string>()};
   const auto& s = j.contains("settings") ? j["settings"] : nlohmann::json::object();
   if (!s.is_object()) return FieldError("settings", "an object");
   auto int_field = [&](const char* k, int lo, int hi, std::optional<int>* out) -> absl::Status {
     if (!s.contains(k)) return absl::OkStatus();
     if (!s[k].is_number_integer() || s[k].get<int64_t>() < lo || s[k].get<int64_t>() > hi) {
-      return FieldError(absl::StrCat("settings.", k), absl::StrCat("an integer in [", lo, ", ", hi, "]"));
+      return FieldError(absl::StrCat("settings.", k),
+                        absl::StrCat("an integer in [", lo, ", ", hi, "]"));
     }
     *out = s[k].get<int>();
     return absl::OkStatus();
@@ -94,7 +105,8 @@ absl::StatusOr<TuneProfile> TuneProfileFromJson(const nlohmann::json& j) {
     p.settings.cache_policy = s["cache_policy"].get<std::string>();
   }
   if (s.contains("learned_pins")) {
-    if (!s["learned_pins"].is_number() || s["learned_pins"].get<double>() < 0 || s["learned_pins"].get<double>() > 0.9) {
+    if (!s["learned_pins"].is_number() || s["learned_pins"].get<double>() < 0 ||
+        s["learned_pins"].get<double>() > 0.9) {
       return FieldError("settings.learned_pins", "a number in [0, 0.9]");
     }
     p.settings.learned_pins = s["learned_pins"].get<double>();
@@ -107,7 +119,8 @@ absl::StatusOr<TuneProfile> ReadTuneProfile(const std::filesystem::path& path) {
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
   ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(text, path.string()));
   auto p = TuneProfileFromJson(j);
-  if (!p.ok()) return absl::Status(p.status().code(), absl::StrCat(path.string(), ": ", p.status().message()));
+  if (!p.ok())
+    return absl::Status(p.status().code(), absl::StrCat(path.string(), ": ", p.status().message()));
   return p;
 }
 

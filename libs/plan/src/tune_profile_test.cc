@@ -27,7 +27,8 @@ TEST(TuneProfile, RoundTripsThroughAFile) {
   p.settings.cache_policy = "lru";
   p.settings.learned_pins = 0.5;
   p.measurements = nlohmann::json::array({{{"setting", "baseline"}, {"tokens_per_second", 10.5}}});
-  const auto path = std::filesystem::path(::testing::TempDir()) / ("tp_" + std::to_string(::getpid()) + ".json");
+  const auto path =
+      std::filesystem::path(::testing::TempDir()) / ("tp_" + std::to_string(::getpid()) + ".json");
   ASSERT_TRUE(WriteTuneProfile(path, p).ok());
   auto back = ReadTuneProfile(path);
   std::filesystem::remove(path);
@@ -49,8 +50,10 @@ TEST(TuneProfile, MalformedFieldsAreNamed) {
   EXPECT_NE(p.status().message().find("settings.io_threads"), std::string::npos) << p.status();
   j = TuneProfileToJson({.fingerprint = {"b", "m", "h"}});
   j["fingerprint"].erase("machine");
-  EXPECT_NE(TuneProfileFromJson(j).status().message().find("fingerprint.machine"), std::string::npos);
-  EXPECT_EQ(TuneProfileFromJson(nlohmann::json::array()).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(TuneProfileFromJson(j).status().message().find("fingerprint.machine"),
+            std::string::npos);
+  EXPECT_EQ(TuneProfileFromJson(nlohmann::json::array()).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(TuneProfile, FingerprintsFollowMachineModelAndBuild) {
@@ -74,7 +77,8 @@ TEST(TuneProfile, FingerprintsFollowMachineModelAndBuild) {
   Fingerprint moved = now;
   moved.machine = "0000";
   const std::string why = FingerprintMismatch(moved, now);
-  EXPECT_NE(why.find("machine differs (profile 0000, this " + now.machine + ")"), std::string::npos) << why;
+  EXPECT_NE(why.find("machine differs (profile 0000, this " + now.machine + ")"), std::string::npos)
+      << why;
   EXPECT_EQ(why.find("model"), std::string::npos);
 }
 

@@ -72,13 +72,16 @@ inline __m256i GatherWords(const void* p, int stride) {
 }
 
 // Exact sum of the 32 products of signed int8 weights (never -128) with int8 activations.
-inline int DotInt8(__m256i w, const int8_t* act) { return HorizontalSum(SignedPairSums(w, Load32(act))); }
+inline int DotInt8(__m256i w, const int8_t* act) {
+  return HorizontalSum(SignedPairSums(w, Load32(act)));
+}
 
 // 0xff in byte j where bit j of the little-endian `bits` is set, else 0.
 inline __m256i BitsToByteMask(uint32_t bits) {
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int>(bits)),
-      _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i spread =
+      _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
+                          _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                             0x0202020202020202, 0x0303030303030303));
   const __m256i mask = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
   return _mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask);
 }

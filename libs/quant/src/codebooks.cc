@@ -3,15 +3,17 @@
 // each for the 8-value grids, 4 bits of which 3 are used for the 4-value IQ3 grids), ascending
 // in i. Decoded at compile time; the static_asserts reject a table whose points are not strictly
 // ascending or use an index past its level list.
+#include "colibri/quant/codebooks.h"
+
 #include <cstddef>
 #include <cstdint>
-
-#include "colibri/quant/codebooks.h"
 
 namespace colibri::quant {
 namespace {
 
-constexpr int HexDigit(char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; }
+constexpr int HexDigit(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
 
 template <size_t kChars>
 constexpr uint32_t PackedPoint(const char (&hex)[kChars], int i) {
@@ -374,16 +376,19 @@ constexpr Codebook<uint8_t, 128> MakeSigns() {
 constexpr Codebook<uint64_t, 256> kIq2xxsGrid = Decode<uint64_t, 256, 8, 2>(kIq2xxsHex, kIq2Levels);
 constexpr Codebook<uint64_t, 512> kIq2xsGrid = Decode<uint64_t, 512, 8, 2>(kIq2xsHex, kIq2Levels);
 constexpr Codebook<uint64_t, 1024> kIq2sGrid = Decode<uint64_t, 1024, 8, 2>(kIq2sHex, kIq2Levels);
-constexpr Codebook<uint32_t, 256> kIq3xxsGrid = Decode<uint32_t, 256, 4, 4>(kIq3xxsHex, kIq3xxsLevels);
+constexpr Codebook<uint32_t, 256> kIq3xxsGrid =
+    Decode<uint32_t, 256, 4, 4>(kIq3xxsHex, kIq3xxsLevels);
 constexpr Codebook<uint32_t, 512> kIq3sGrid = Decode<uint32_t, 512, 4, 4>(kIq3sHex, kIq3sLevels);
 constexpr Codebook<uint64_t, 2048> kIq1sGrid = Decode<uint64_t, 2048, 8, 2>(kIq1sHex, kIq1Levels);
 constexpr Codebook<uint8_t, 128> kIq2xsSigns = MakeSigns();
 
 // Spot checks against GGML's explicit tables.
-static_assert(kIq2xxsGrid.v[255] == 0x2b2b2b1908081908ull && kIq2xsGrid.v[400] == 0x2b08080808080808ull &&
+static_assert(kIq2xxsGrid.v[255] == 0x2b2b2b1908081908ull &&
+                  kIq2xsGrid.v[400] == 0x2b08080808080808ull &&
                   kIq2sGrid.v[800] == 0x192b19082b080808ull && kIq3xxsGrid.v[200] == 0x2c043e04u &&
                   kIq3sGrid.v[400] == 0x090f0907u && kIq1sGrid.v[700] == 0x00ff00ff0000ff00ull,
               "GGML grid values");
-static_assert(kIq2xsSigns.v[1] == 129 && kIq2xsSigns.v[3] == 3 && kIq2xsSigns.v[127] == 255, "ksigns_iq2xs");
+static_assert(kIq2xsSigns.v[1] == 129 && kIq2xsSigns.v[3] == 3 && kIq2xsSigns.v[127] == 255,
+              "ksigns_iq2xs");
 
 }  // namespace colibri::quant

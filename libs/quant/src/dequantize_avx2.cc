@@ -16,7 +16,6 @@
 namespace colibri::quant::internal {
 namespace {
 
-
 // Converts 32 int8 lanes to floats and stores d * v (kSubtract: d * v - m) to y[0..31].
 template <bool kSubtract>
 inline void Store32(__m256i bytes, float d, float m, float* y) {
@@ -45,7 +44,6 @@ inline void Store16x2(__m256i bytes, float d0, float m0, float d1, float m1, flo
     _mm256_storeu_ps(y + 8 * k, v);
   }
 }
-
 
 // 0x00 / 0xff per byte: whether `bit` is set in each byte of v.
 inline __m256i BitSet(__m256i v, uint8_t bit) {

@@ -141,12 +141,9 @@ Isa ActiveIsaLevel() {
 const KernelTable& ActiveKernels() {
   const Tables& t = GetTables();
   switch (ActiveIsaLevel()) {
-    case Isa::kAvx512:
-      return t.avx512;
-    case Isa::kAvx2:
-      return t.avx2;
-    case Isa::kScalar:
-      break;
+    case Isa::kAvx512: return t.avx512;
+    case Isa::kAvx2: return t.avx2;
+    case Isa::kScalar: break;
   }
   return t.scalar;
 }

@@ -54,11 +54,11 @@ constexpr std::array<TypeTraits, kTableSize> MakeTable() {
 constexpr std::array<TypeTraits, kTableSize> kTraits = MakeTable();
 
 constexpr DType kAllTypes[] = {
-    DType::kF32,     DType::kF16,    DType::kBF16,    DType::kQ4_0,   DType::kQ4_1,  DType::kQ5_0,
-    DType::kQ5_1,    DType::kQ8_0,   DType::kQ8_1,    DType::kQ2_K,   DType::kQ3_K,  DType::kQ4_K,
-    DType::kQ5_K,    DType::kQ6_K,   DType::kQ8_K,    DType::kIQ1_S,  DType::kIQ1_M, DType::kIQ2_XXS,
-    DType::kIQ2_XS,  DType::kIQ2_S,  DType::kIQ3_XXS, DType::kIQ3_S,  DType::kIQ4_NL, DType::kIQ4_XS,
-    DType::kMXFP4};
+    DType::kF32,     DType::kF16,   DType::kBF16,    DType::kQ4_0,   DType::kQ4_1,
+    DType::kQ5_0,    DType::kQ5_1,  DType::kQ8_0,    DType::kQ8_1,   DType::kQ2_K,
+    DType::kQ3_K,    DType::kQ4_K,  DType::kQ5_K,    DType::kQ6_K,   DType::kQ8_K,
+    DType::kIQ1_S,   DType::kIQ1_M, DType::kIQ2_XXS, DType::kIQ2_XS, DType::kIQ2_S,
+    DType::kIQ3_XXS, DType::kIQ3_S, DType::kIQ4_NL,  DType::kIQ4_XS, DType::kMXFP4};
 
 }  // namespace
 
@@ -81,7 +81,8 @@ absl::StatusOr<DType> ParseDType(std::string_view name) {
   }
   std::string names;
   for (DType t : kAllTypes) absl::StrAppend(&names, names.empty() ? "" : ", ", Sv(Traits(t).name));
-  return absl::InvalidArgumentError(absl::StrCat("unknown dtype '", Sv(name), "' (expected one of ", names, ")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype '", Sv(name), "' (expected one of ", names, ")"));
 }
 
 size_t RowBytes(DType type, int64_t n_elems) {

@@ -72,7 +72,8 @@ TEST(DTypeTest, ParseRejectsUnknownNames) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   }
   EXPECT_NE(ParseDType("tq1_0").status().message().find("tq1_0"), absl::string_view::npos);
-  EXPECT_NE(ParseDType("tq1_0").status().message().find("iq1_m"), absl::string_view::npos);  // lists them all
+  EXPECT_NE(ParseDType("tq1_0").status().message().find("iq1_m"),
+            absl::string_view::npos);  // lists them all
 }
 
 TEST(DTypeTest, RowBytes) {

@@ -22,7 +22,9 @@ float E8M0Half(uint8_t e) {
   return f;
 }
 
-uint8_t GridByte(uint32_t index, int j) { return static_cast<uint8_t>(kIq2xxsGrid.v[index] >> (8 * j)); }
+uint8_t GridByte(uint32_t index, int j) {
+  return static_cast<uint8_t>(kIq2xxsGrid.v[index] >> (8 * j));
+}
 
 // ---- IQ4_NL ------------------------------------------------------------------------------
 

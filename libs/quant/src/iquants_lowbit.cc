@@ -36,7 +36,8 @@ void DequantizeIQ2_XS(const void* src, float* y, int64_t n) {
         const uint16_t q = x[i].qs[4 * g + l];
         const uint64_t point = kIq2xsGrid.v[q & 511];
         const uint8_t signs = kIq2xsSigns.v[q >> 9];
-        for (int j = 0; j < 8; ++j) y[j] = db[l / 2] * static_cast<float>(Byte(point, j)) * SignF(signs, j);
+        for (int j = 0; j < 8; ++j)
+          y[j] = db[l / 2] * static_cast<float>(Byte(point, j)) * SignF(signs, j);
       }
     }
   }
@@ -183,7 +184,8 @@ void DequantizeIQ3_S(const void* src, float* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const float d = F16ToF32(x[i].d);
     for (int g = 0; g < kQK_K / 32; ++g) {
-      const float db = d * static_cast<float>(1 + 2 * ((x[i].scales[g / 2] >> (4 * (g % 2))) & 0x0F));
+      const float db =
+          d * static_cast<float>(1 + 2 * ((x[i].scales[g / 2] >> (4 * (g % 2))) & 0x0F));
       for (int l = 0; l < 4; ++l, y += 8) {
         const uint8_t signs = x[i].signs[4 * g + l];
         const uint32_t p1 = Iq3sPoint(x[i], 8 * g + 2 * l);
@@ -263,7 +265,8 @@ float DotIQ1_S(const void* w, const void* act, int64_t n) {
       sumi += ls * lsum;
       sumi1 += ls * delta * (y[i].bsums[2 * g] + y[i].bsums[2 * g + 1]);
     }
-    sum += F16ToF32(x[i].d) * y[i].d * (static_cast<float>(sumi) + kIq1Delta * static_cast<float>(sumi1));
+    sum += F16ToF32(x[i].d) * y[i].d *
+           (static_cast<float>(sumi) + kIq1Delta * static_cast<float>(sumi1));
   }
   return sum;
 }
@@ -295,18 +298,22 @@ uint64_t Iq1mPoint(const BlockIQ1_M& b, int g, int l) {
   return kIq1sGrid.v[b.qs[4 * g + l] | (((qh >> (4 * (l % 2))) & 7) << 8)];
 }
 
-bool Iq1mShiftNegative(const BlockIQ1_M& b, int g, int l) { return (b.qh[2 * g + l / 2] >> (4 * (l % 2) + 3)) & 1; }
+bool Iq1mShiftNegative(const BlockIQ1_M& b, int g, int l) {
+  return (b.qh[2 * g + l / 2] >> (4 * (l % 2) + 3)) & 1;
+}
 
 void DequantizeIQ1_M(const void* src, float* y, int64_t n) {
   const auto* x = static_cast<const BlockIQ1_M*>(src);
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const Iq1mScales s = Iq1mScalesOf(x[i]);
     for (int g = 0; g < kQK_K / 32; ++g) {
-      const float dl[2] = {s.d * static_cast<float>(Iq1mScale(s, g, 0)), s.d * static_cast<float>(Iq1mScale(s, g, 1))};
+      const float dl[2] = {s.d * static_cast<float>(Iq1mScale(s, g, 0)),
+                           s.d * static_cast<float>(Iq1mScale(s, g, 1))};
       for (int l = 0; l < 4; ++l, y += 8) {
         const uint64_t point = Iq1mPoint(x[i], g, l);
         const float delta = Iq1mShiftNegative(x[i], g, l) ? -kIq1Delta : kIq1Delta;
-        for (int j = 0; j < 8; ++j) y[j] = dl[l / 2] * (static_cast<float>(SignedByte(point, j)) + delta);
+        for (int j = 0; j < 8; ++j)
+          y[j] = dl[l / 2] * (static_cast<float>(SignedByte(point, j)) + delta);
       }
     }
   }

@@ -30,7 +30,8 @@ TEST(LowBitIQuantsTest, Iq2XsIndexSignsAndTwoScalesPerGroup) {
   b.scales[0] = 0x21;        // first 16 values s = 1, last 16 s = 2
   const std::vector<float> y = Dequant(DType::kIQ2_XS, &b, 256);
   const float db0 = 1.5f * 0.25f, db1 = 2.5f * 0.25f;
-  for (int j = 0; j < 8; ++j) EXPECT_EQ(y[j], db0 * kIq2xs400[j] * (j == 0 || j == 7 ? -1.f : 1.f)) << j;
+  for (int j = 0; j < 8; ++j)
+    EXPECT_EQ(y[j], db0 * kIq2xs400[j] * (j == 0 || j == 7 ? -1.f : 1.f)) << j;
   for (int j = 8; j < 16; ++j) EXPECT_EQ(y[j], db0 * 8) << j;   // point 0: all 8s
   for (int j = 16; j < 32; ++j) EXPECT_EQ(y[j], db1 * 8) << j;  // the second scale
   for (int j = 32; j < 256; ++j) EXPECT_EQ(y[j], 0.5f * 0.25f * 8) << j;
@@ -57,8 +58,8 @@ TEST(LowBitIQuantsTest, Iq2SHighIndexBitsAndPlainSignBytes) {
 TEST(LowBitIQuantsTest, Iq3XxsPairsOfFourValuePoints) {
   BlockIQ3_XXS b{};
   b.d = kOne;
-  b.qs[8] = 200;  // group 1, values 0-3
-  b.qs[9] = 201;  // group 1, values 4-7
+  b.qs[8] = 200;                         // group 1, values 0-3
+  b.qs[9] = 201;                         // group 1, values 4-7
   const uint32_t aux = (2u << 28) | 1u;  // scale 2; sign field 1 -> values 0 and 7 negative
   std::memcpy(&b.qs[64 + 4], &aux, sizeof(aux));
   const std::vector<float> y = Dequant(DType::kIQ3_XXS, &b, 256);
@@ -91,13 +92,13 @@ TEST(LowBitIQuantsTest, Iq3SNinthIndexBitSignsAndOddScales) {
 TEST(LowBitIQuantsTest, Iq1SGridPlusSignedShift) {
   BlockIQ1_S b{};
   b.d = kHalf;
-  b.qs[8] = 700 & 0xFF;                                      // group 2, point 0
+  b.qs[8] = 700 & 0xFF;                                              // group 2, point 0
   b.qh[2] = static_cast<uint16_t>((700 >> 8) | (3 << 12) | 0x8000);  // index bits, s = 3, shift -
   const std::vector<float> y = Dequant(DType::kIQ1_S, &b, 256);
   const float dl = 0.5f * 7;
   for (int j = 0; j < 8; ++j) EXPECT_EQ(y[64 + j], dl * (kIq1s700[j] - 0.125f)) << j;
-  for (int j = 72; j < 96; ++j) EXPECT_EQ(y[j], dl * (-1 - 0.125f)) << j;     // point 0: all -1
-  for (int j = 0; j < 64; ++j) EXPECT_EQ(y[j], 0.5f * (-1 + 0.125f)) << j;   // s = 0, shift +
+  for (int j = 72; j < 96; ++j) EXPECT_EQ(y[j], dl * (-1 - 0.125f)) << j;   // point 0: all -1
+  for (int j = 0; j < 64; ++j) EXPECT_EQ(y[j], 0.5f * (-1 + 0.125f)) << j;  // s = 0, shift +
 }
 
 TEST(LowBitIQuantsTest, Iq1MSplitSuperScaleAndHalfGroupScales) {
@@ -107,8 +108,8 @@ TEST(LowBitIQuantsTest, Iq1MSplitSuperScaleAndHalfGroupScales) {
   std::memcpy(&sc0, b.scales, sizeof(sc0));
   sc0 = static_cast<uint16_t>(sc0 | (2 << 6) | (1 << 9));  // group 1: s = 2, then 1
   std::memcpy(b.scales, &sc0, sizeof(sc0));
-  b.qs[4] = 700 & 0xFF;                  // group 1, point 0
-  b.qh[2] = (700 >> 8) | 0x08;           // its index bits, shift negative
+  b.qs[4] = 700 & 0xFF;         // group 1, point 0
+  b.qh[2] = (700 >> 8) | 0x08;  // its index bits, shift negative
   const std::vector<float> y = Dequant(DType::kIQ1_M, &b, 256);
   for (int j = 0; j < 8; ++j) EXPECT_EQ(y[32 + j], 5 * (kIq1s700[j] - 0.125f)) << j;
   for (int j = 40; j < 48; ++j) EXPECT_EQ(y[j], 5 * (-1 + 0.125f)) << j;  // point 0, shift +

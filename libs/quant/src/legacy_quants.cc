@@ -14,8 +14,12 @@ namespace {
 constexpr int kBlock = 32;
 
 // The 5-bit quant of element j (< 16) and of j + 16 from a Q5 block's nibble and high bits.
-inline int Q5Low(const uint8_t* qs, uint32_t qh, int j) { return (qs[j] & 0x0F) | (((qh >> j) & 1) << 4); }
-inline int Q5High(const uint8_t* qs, uint32_t qh, int j) { return (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4); }
+inline int Q5Low(const uint8_t* qs, uint32_t qh, int j) {
+  return (qs[j] & 0x0F) | (((qh >> j) & 1) << 4);
+}
+inline int Q5High(const uint8_t* qs, uint32_t qh, int j) {
+  return (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+}
 
 uint32_t HighBits(const uint8_t qh[4]) {
   uint32_t v;
@@ -97,8 +101,10 @@ float DotQ4_1(const void* w, const void* a, int64_t n) {
   float sum = 0;
   for (int64_t i = 0; i < n / kBlock; ++i) {
     int isum = 0;
-    for (int j = 0; j < 16; ++j) isum += (x[i].qs[j] & 0x0F) * y[i].qs[j] + (x[i].qs[j] >> 4) * y[i].qs[j + 16];
-    sum += (F16ToF32(x[i].d) * F16ToF32(y[i].d)) * static_cast<float>(isum) + F16ToF32(x[i].m) * F16ToF32(y[i].s);
+    for (int j = 0; j < 16; ++j)
+      isum += (x[i].qs[j] & 0x0F) * y[i].qs[j] + (x[i].qs[j] >> 4) * y[i].qs[j + 16];
+    sum += (F16ToF32(x[i].d) * F16ToF32(y[i].d)) * static_cast<float>(isum) +
+           F16ToF32(x[i].m) * F16ToF32(y[i].s);
   }
   return sum;
 }
@@ -111,7 +117,8 @@ float DotQ5_0(const void* w, const void* a, int64_t n) {
     const uint32_t qh = HighBits(x[i].qh);
     int isum = 0;
     for (int j = 0; j < 16; ++j) {
-      isum += (Q5Low(x[i].qs, qh, j) - 16) * y[i].qs[j] + (Q5High(x[i].qs, qh, j) - 16) * y[i].qs[j + 16];
+      isum += (Q5Low(x[i].qs, qh, j) - 16) * y[i].qs[j] +
+              (Q5High(x[i].qs, qh, j) - 16) * y[i].qs[j + 16];
     }
     sum += (F16ToF32(x[i].d) * F16ToF32(y[i].d)) * static_cast<float>(isum);
   }
@@ -128,7 +135,8 @@ float DotQ5_1(const void* w, const void* a, int64_t n) {
     for (int j = 0; j < 16; ++j) {
       isum += Q5Low(x[i].qs, qh, j) * y[i].qs[j] + Q5High(x[i].qs, qh, j) * y[i].qs[j + 16];
     }
-    sum += (F16ToF32(x[i].d) * F16ToF32(y[i].d)) * static_cast<float>(isum) + F16ToF32(x[i].m) * F16ToF32(y[i].s);
+    sum += (F16ToF32(x[i].d) * F16ToF32(y[i].d)) * static_cast<float>(isum) +
+           F16ToF32(x[i].m) * F16ToF32(y[i].s);
   }
   return sum;
 }

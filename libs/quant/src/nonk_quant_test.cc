@@ -21,7 +21,8 @@ namespace colibri::quant {
 void SetIq1mSuperScale(BlockIQ1_M* b, uint16_t d) {
   uint16_t sc[4];
   std::memcpy(sc, b->scales, sizeof(sc));
-  for (int k = 0; k < 4; ++k) sc[k] = static_cast<uint16_t>((sc[k] & 0x0FFF) | (((d >> (4 * k)) & 0xF) << 12));
+  for (int k = 0; k < 4; ++k)
+    sc[k] = static_cast<uint16_t>((sc[k] & 0x0FFF) | (((d >> (4 * k)) & 0xF) << 12));
   std::memcpy(b->scales, sc, sizeof(sc));
 }
 
@@ -144,7 +145,8 @@ TEST(IQuantsTest, Iq2XxsGridSignsAndScale) {
   EXPECT_EQ(y[16], -db * 25);
   EXPECT_EQ(y[17], -db * 25);
   EXPECT_EQ(y[18], db * 8);
-  for (int j = 32; j < 256; ++j) EXPECT_EQ(y[j], db / 3.5f * 0.5f * 8) << j;  // all-zero groups: scale 0.5
+  for (int j = 32; j < 256; ++j)
+    EXPECT_EQ(y[j], db / 3.5f * 0.5f * 8) << j;  // all-zero groups: scale 0.5
 }
 
 TEST(IQuantsTest, Mxfp4IsE2m1TimesAPowerOfTwo) {
@@ -189,9 +191,9 @@ std::vector<uint8_t> RandomRow(DType t, int64_t n, std::mt19937& rng) {
 TEST(NonKQuantsTest, VecDotEqualsTheDequantizedDotProduct) {
   std::mt19937 rng(11);
   const int64_t n = 1024;
-  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kIQ4_XS,
-                  DType::kIQ2_XXS, DType::kIQ2_XS, DType::kIQ2_S, DType::kIQ3_XXS, DType::kIQ3_S, DType::kIQ1_S,
-                  DType::kIQ1_M, DType::kMXFP4}) {
+  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL,
+                  DType::kIQ4_XS, DType::kIQ2_XXS, DType::kIQ2_XS, DType::kIQ2_S, DType::kIQ3_XXS,
+                  DType::kIQ3_S, DType::kIQ1_S, DType::kIQ1_M, DType::kMXFP4}) {
     const DType at = Traits(t).vec_dot_type;
     std::vector<uint8_t> w = RandomRow(t, n, rng);
     std::normal_distribution<float> nd(0, 1);
@@ -228,9 +230,9 @@ TEST(NonKQuantsTest, VecDotEqualsTheDequantizedDotProduct) {
 
 TEST(NonKQuantsTest, SimdDotProductsAreTheScalarBitsOnArbitraryBlocks) {
   std::mt19937 rng(2024);
-  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kIQ4_XS,
-                  DType::kIQ2_XXS, DType::kIQ2_XS, DType::kIQ2_S, DType::kIQ3_XXS, DType::kIQ3_S, DType::kIQ1_S,
-                  DType::kIQ1_M, DType::kMXFP4}) {
+  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL,
+                  DType::kIQ4_XS, DType::kIQ2_XXS, DType::kIQ2_XS, DType::kIQ2_S, DType::kIQ3_XXS,
+                  DType::kIQ3_S, DType::kIQ1_S, DType::kIQ1_M, DType::kMXFP4}) {
     for (int rep = 0; rep < 4; ++rep) {
       const int64_t n = 256 * (1 + rep * 5);
       const DType at = Traits(t).vec_dot_type;
@@ -244,7 +246,8 @@ TEST(NonKQuantsTest, SimdDotProductsAreTheScalarBitsOnArbitraryBlocks) {
       ASSERT_TRUE(std::isfinite(ref)) << DTypeName(t);
       for (std::string_view isa : SupportedIsas()) {
         ASSERT_TRUE(SetKernelIsaCap(isa));
-        EXPECT_EQ(VecDot(t, w.data(), act.data(), n), ref) << DTypeName(t) << " n=" << n << " " << isa;
+        EXPECT_EQ(VecDot(t, w.data(), act.data(), n), ref)
+            << DTypeName(t) << " n=" << n << " " << isa;
       }
       ASSERT_TRUE(SetKernelIsaCap("avx512"));
     }
@@ -276,7 +279,8 @@ TEST(NonKQuantsTest, QuantizersRoundTripWithinTheirPrecision) {
     for (int64_t i = 0; i < n; ++i) e += (y[i] - x[i]) * (y[i] - x[i]);
     return std::sqrt(e / static_cast<double>(n));
   };
-  const double q40 = rmse(DType::kQ4_0), q41 = rmse(DType::kQ4_1), q50 = rmse(DType::kQ5_0), q51 = rmse(DType::kQ5_1);
+  const double q40 = rmse(DType::kQ4_0), q41 = rmse(DType::kQ4_1), q50 = rmse(DType::kQ5_0),
+               q51 = rmse(DType::kQ5_1);
   const double nl = rmse(DType::kIQ4_NL), xs = rmse(DType::kIQ4_XS), mx = rmse(DType::kMXFP4);
   // 4-bit grids on N(0,1) data: about 0.1 of the signal; 5-bit about half that.
   EXPECT_LT(q40, 0.13);
@@ -287,8 +291,8 @@ TEST(NonKQuantsTest, QuantizersRoundTripWithinTheirPrecision) {
   EXPECT_LT(xs, 0.12);
   EXPECT_LT(mx, 0.2);
   EXPECT_GT(q40, q50);
-  for (DType t : {DType::kIQ2_XXS, DType::kIQ2_XS, DType::kIQ2_S, DType::kIQ3_XXS, DType::kIQ3_S, DType::kIQ1_S,
-                  DType::kIQ1_M}) {
+  for (DType t : {DType::kIQ2_XXS, DType::kIQ2_XS, DType::kIQ2_S, DType::kIQ3_XXS, DType::kIQ3_S,
+                  DType::kIQ1_S, DType::kIQ1_M}) {
     EXPECT_FALSE(HasQuantizer(t)) << DTypeName(t);
   }
 }
@@ -302,8 +306,10 @@ TEST(NonKQuantsTest, TypesHaveGgmlIdsNamesAndSizes) {
     int64_t elems;
     DType act;
   };
-  for (const Want& w : {Want{DType::kQ4_0, 2, "q4_0", 18, 32, DType::kQ8_0}, Want{DType::kQ4_1, 3, "q4_1", 20, 32, DType::kQ8_1},
-                        Want{DType::kQ5_0, 6, "q5_0", 22, 32, DType::kQ8_0}, Want{DType::kQ5_1, 7, "q5_1", 24, 32, DType::kQ8_1},
+  for (const Want& w : {Want{DType::kQ4_0, 2, "q4_0", 18, 32, DType::kQ8_0},
+                        Want{DType::kQ4_1, 3, "q4_1", 20, 32, DType::kQ8_1},
+                        Want{DType::kQ5_0, 6, "q5_0", 22, 32, DType::kQ8_0},
+                        Want{DType::kQ5_1, 7, "q5_1", 24, 32, DType::kQ8_1},
                         Want{DType::kIQ2_XXS, 16, "iq2_xxs", 66, 256, DType::kQ8_K},
                         Want{DType::kIQ2_XS, 17, "iq2_xs", 74, 256, DType::kQ8_K},
                         Want{DType::kIQ3_XXS, 18, "iq3_xxs", 98, 256, DType::kQ8_K},

@@ -155,8 +155,7 @@ int LevelOf(DType type, const uint8_t* block, int e) {
       const int high = (b->qh[32 * h + l] >> (2 * quarter)) & 3;
       return low | (high << 4);
     }
-    default:
-      return -1;
+    default: return -1;
   }
 }
 

@@ -596,9 +596,7 @@ void QuantizeQ8_1Activations(const float* x, void* dst, int64_t n) {
 void QuantizeRow(DType type, const float* src, void* dst, int64_t n) {
   assert(n % Traits(type).block_elems == 0);
   switch (type) {
-    case DType::kF32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-      return;
+    case DType::kF32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
     case DType::kF16: {
       auto* out = static_cast<uint16_t*>(dst);
       for (int64_t i = 0; i < n; ++i) out[i] = F32ToF16(src[i]);
@@ -609,51 +607,21 @@ void QuantizeRow(DType type, const float* src, void* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) out[i] = F32ToBF16(src[i]);
       return;
     }
-    case DType::kQ8_0:
-      QuantizeQ8_0(src, static_cast<BlockQ8_0*>(dst), n);
-      return;
-    case DType::kQ2_K:
-      QuantizeQ2_K(src, static_cast<BlockQ2_K*>(dst), n);
-      return;
-    case DType::kQ3_K:
-      QuantizeQ3_K(src, static_cast<BlockQ3_K*>(dst), n);
-      return;
-    case DType::kQ4_K:
-      QuantizeQ4_K(src, static_cast<BlockQ4_K*>(dst), n);
-      return;
-    case DType::kQ5_K:
-      QuantizeQ5_K(src, static_cast<BlockQ5_K*>(dst), n);
-      return;
-    case DType::kQ6_K:
-      QuantizeQ6_K(src, static_cast<BlockQ6_K*>(dst), n);
-      return;
-    case DType::kQ8_K:
-      internal::QuantizeQ8_K(src, dst, n);
-      return;
-    case DType::kQ4_0:
-      internal::QuantizeQ4_0(src, dst, n);
-      return;
-    case DType::kQ4_1:
-      internal::QuantizeQ4_1(src, dst, n);
-      return;
-    case DType::kQ5_0:
-      internal::QuantizeQ5_0(src, dst, n);
-      return;
-    case DType::kQ5_1:
-      internal::QuantizeQ5_1(src, dst, n);
-      return;
-    case DType::kQ8_1:
-      internal::QuantizeQ8_1Activations(src, dst, n);
-      return;
-    case DType::kIQ4_NL:
-      internal::QuantizeIQ4_NL(src, dst, n);
-      return;
-    case DType::kIQ4_XS:
-      internal::QuantizeIQ4_XS(src, dst, n);
-      return;
-    case DType::kMXFP4:
-      internal::QuantizeMXFP4(src, dst, n);
-      return;
+    case DType::kQ8_0: QuantizeQ8_0(src, static_cast<BlockQ8_0*>(dst), n); return;
+    case DType::kQ2_K: QuantizeQ2_K(src, static_cast<BlockQ2_K*>(dst), n); return;
+    case DType::kQ3_K: QuantizeQ3_K(src, static_cast<BlockQ3_K*>(dst), n); return;
+    case DType::kQ4_K: QuantizeQ4_K(src, static_cast<BlockQ4_K*>(dst), n); return;
+    case DType::kQ5_K: QuantizeQ5_K(src, static_cast<BlockQ5_K*>(dst), n); return;
+    case DType::kQ6_K: QuantizeQ6_K(src, static_cast<BlockQ6_K*>(dst), n); return;
+    case DType::kQ8_K: internal::QuantizeQ8_K(src, dst, n); return;
+    case DType::kQ4_0: internal::QuantizeQ4_0(src, dst, n); return;
+    case DType::kQ4_1: internal::QuantizeQ4_1(src, dst, n); return;
+    case DType::kQ5_0: internal::QuantizeQ5_0(src, dst, n); return;
+    case DType::kQ5_1: internal::QuantizeQ5_1(src, dst, n); return;
+    case DType::kQ8_1: internal::QuantizeQ8_1Activations(src, dst, n); return;
+    case DType::kIQ4_NL: internal::QuantizeIQ4_NL(src, dst, n); return;
+    case DType::kIQ4_XS: internal::QuantizeIQ4_XS(src, dst, n); return;
+    case DType::kMXFP4: internal::QuantizeMXFP4(src, dst, n); return;
     default:
       break;  // the codebook i-quants have no quantizer (HasQuantizer): import them from GGUF
   }
@@ -668,10 +636,8 @@ bool HasQuantizer(DType type) {
     case DType::kIQ3_XXS:
     case DType::kIQ3_S:
     case DType::kIQ1_S:
-    case DType::kIQ1_M:
-      return false;
-    default:
-      return IsKnownDType(static_cast<uint32_t>(type));
+    case DType::kIQ1_M: return false;
+    default: return IsKnownDType(static_cast<uint32_t>(type));
   }
 }
 

@@ -103,7 +103,8 @@ float FitCodebookScale(const float* x, const SortedBook& book, uint8_t* L) {
   float w[32];
   for (int j = 0; j < 32; ++j) w[j] = x[j] * x[j] + 1e-6f * amax * amax;
   float best_scale = 0, best_score = -1;
-  const float ends[2] = {static_cast<float>(book.values[0]), static_cast<float>(book.values[book.count - 1])};
+  const float ends[2] = {static_cast<float>(book.values[0]),
+                         static_cast<float>(book.values[book.count - 1])};
   for (float end : ends) {
     for (int step = -7; step <= 7; ++step) {
       const float target = end + 0.1f * static_cast<float>(step) * (end < 0 ? -1.f : 1.f);
@@ -205,7 +206,8 @@ void QuantizeQ5_1(const float* x, void* dst, int64_t n) {
     y[i].d = F32ToF16(d);
     y[i].m = F32ToF16(lo);
     int q[32];
-    for (int j = 0; j < 32; ++j) q[j] = ClampInt(static_cast<uint8_t>((x[j] - lo) * id + 0.5f), 0, 31);
+    for (int j = 0; j < 32; ++j)
+      q[j] = ClampInt(static_cast<uint8_t>((x[j] - lo) * id + 0.5f), 0, 31);
     PackQ5(q, &y[i]);
   }
 }

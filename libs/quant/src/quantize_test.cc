@@ -298,16 +298,12 @@ std::vector<uint8_t> RandomBlocks(DType t, int64_t n, uint32_t seed) {
   };
   for (size_t b = 0; b < bytes.size(); b += bb) {
     switch (t) {
-      case DType::kQ8_0:
-        sane(b + offsetof(BlockQ8_0, d));
-        break;
+      case DType::kQ8_0: sane(b + offsetof(BlockQ8_0, d)); break;
       case DType::kQ2_K:
         sane(b + offsetof(BlockQ2_K, d));
         sane(b + offsetof(BlockQ2_K, dmin));
         break;
-      case DType::kQ3_K:
-        sane(b + offsetof(BlockQ3_K, d));
-        break;
+      case DType::kQ3_K: sane(b + offsetof(BlockQ3_K, d)); break;
       case DType::kQ4_K:
         sane(b + offsetof(BlockQ4_K, d));
         sane(b + offsetof(BlockQ4_K, dmin));
@@ -316,9 +312,7 @@ std::vector<uint8_t> RandomBlocks(DType t, int64_t n, uint32_t seed) {
         sane(b + offsetof(BlockQ5_K, d));
         sane(b + offsetof(BlockQ5_K, dmin));
         break;
-      case DType::kQ6_K:
-        sane(b + offsetof(BlockQ6_K, d));
-        break;
+      case DType::kQ6_K: sane(b + offsetof(BlockQ6_K, d)); break;
       case DType::kQ8_K: {
         const float d = 0.01f * (1 + rng() % 100);
         std::memcpy(&bytes[b], &d, 4);

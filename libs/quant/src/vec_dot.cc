@@ -223,15 +223,9 @@ void FillScalarVecDot(KernelTable* table) {
 void QuantizeActivations(DType vec_dot_type, const float* x, void* dst, int64_t n) {
   assert(n % Traits(vec_dot_type).block_elems == 0);
   switch (vec_dot_type) {
-    case DType::kQ8_0:
-      internal::ActiveKernels().quantize_q8_0_act(x, dst, n);
-      return;
-    case DType::kQ8_K:
-      internal::ActiveKernels().quantize_q8_k(x, dst, n);
-      return;
-    case DType::kQ8_1:
-      internal::QuantizeQ8_1Activations(x, dst, n);
-      return;
+    case DType::kQ8_0: internal::ActiveKernels().quantize_q8_0_act(x, dst, n); return;
+    case DType::kQ8_K: internal::ActiveKernels().quantize_q8_k(x, dst, n); return;
+    case DType::kQ8_1: internal::QuantizeQ8_1Activations(x, dst, n); return;
     case DType::kF32: {
       std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float));
       return;
@@ -246,8 +240,7 @@ void QuantizeActivations(DType vec_dot_type, const float* x, void* dst, int64_t 
       for (int64_t i = 0; i < n; ++i) out[i] = F32ToBF16(x[i]);
       return;
     }
-    default:
-      assert(false && "QuantizeActivations: not an activation type");
+    default: assert(false && "QuantizeActivations: not an activation type");
   }
 }
 

@@ -117,7 +117,6 @@ float DotHalfAvx2(const void* w, const void* a, int64_t n) {
   return sum;
 }
 
-
 float DotQ8_0Avx2(const void* w, const void* a, int64_t n) {
   const auto* x = static_cast<const BlockQ8_0*>(w);
   const auto* y = static_cast<const BlockQ8_0*>(a);
@@ -134,8 +133,8 @@ float DotQ8_0Avx2(const void* w, const void* a, int64_t n) {
   }
   for (; i < nb; ++i) {
     const __m256 d0 = _mm256_set1_ps(HalfToFloat(x[i].d) * HalfToFloat(y[i].d));
-    acc0 =
-        _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(SignedPairSums(Load32(x[i].qs), Load32(y[i].qs))), acc0);
+    acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(SignedPairSums(Load32(x[i].qs), Load32(y[i].qs))),
+                           acc0);
   }
   return HorizontalSum(_mm256_add_ps(acc0, acc1));
 }
@@ -153,7 +152,6 @@ float DotQ8_KAvx2(const void* w, const void* a, int64_t n) {
   }
   return sum;
 }
-
 
 // Sum over the 8 groups of 32 of mins[g] * (bsums[2g] + bsums[2g+1]).
 inline int MinsDotBsums(const uint8_t* mins, const int16_t* bsums) {

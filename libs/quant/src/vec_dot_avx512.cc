@@ -61,12 +61,12 @@ void RepackQ8_K(const BlockQ8_K* y, int64_t nb, Q8KPacked* p) {
 inline __m256i UnpackScalesMinsQ4_K(const uint8_t* scales) {
   const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales));
   // 32-bit words a (scales 0-3 + top bits of 4-7), b (same for mins), c (low nibbles of 4-7).
-  const __m128i low6 = _mm_and_si128(v, _mm_set1_epi32(0x3f3f3f3f));              // [sc0-3, m0-3]
-  const __m128i c = _mm_shuffle_epi32(v, 0xaa);                                    // [c, c, ..]
+  const __m128i low6 = _mm_and_si128(v, _mm_set1_epi32(0x3f3f3f3f));  // [sc0-3, m0-3]
+  const __m128i c = _mm_shuffle_epi32(v, 0xaa);                       // [c, c, ..]
   const __m128i c_nib = _mm_and_si128(_mm_srlv_epi32(c, _mm_setr_epi32(0, 4, 0, 0)),
-                                      _mm_set1_epi32(0x0f0f0f0f));                // [c&f, c>>4&f]
+                                      _mm_set1_epi32(0x0f0f0f0f));  // [c&f, c>>4&f]
   const __m128i top2 = _mm_and_si128(_mm_srli_epi32(v, 2), _mm_set1_epi32(0x30303030));
-  const __m128i high = _mm_or_si128(c_nib, top2);                                  // [sc4-7, m4-7]
+  const __m128i high = _mm_or_si128(c_nib, top2);        // [sc4-7, m4-7]
   const __m128i bytes = _mm_unpacklo_epi32(low6, high);  // sc0-3, sc4-7, m0-3, m4-7
   return _mm256_cvtepu8_epi16(bytes);
 }
@@ -108,7 +108,8 @@ inline float RowQ45_K(const Block* x, const Q8KPacked& p, int64_t nb, const Q4KC
     __m512i lo1 = _mm512_and_si512(w1, k.low4);
     __m512i hi1 = _mm512_and_si512(_mm512_srli_epi16(w1, 4), k.low4);
     if constexpr (kFifthBit) {
-      const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh)));
+      const __m512i qh =
+          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh)));
       lo0 = _mm512_or_si512(lo0, _mm512_and_si512(_mm512_sllv_epi16(qh, k.shl_lo0), k.bit4));
       hi0 = _mm512_or_si512(hi0, _mm512_and_si512(_mm512_sllv_epi16(qh, k.shl_hi0), k.bit4));
       lo1 = _mm512_or_si512(lo1, _mm512_and_si512(_mm512_srlv_epi16(qh, k.shr_lo1), k.bit4));
@@ -131,8 +132,8 @@ inline float RowQ45_K(const Block* x, const Q8KPacked& p, int64_t nb, const Q4KC
 }
 
 template <typename Block>
-void MatVecQ45_KAvx512(const void* w, size_t row_stride_bytes, int64_t rows, const void* act, int64_t n,
-                       float* out) {
+void MatVecQ45_KAvx512(const void* w, size_t row_stride_bytes, int64_t rows, const void* act,
+                       int64_t n, float* out) {
   const int64_t nb = n / kQK_K;
   const auto* y = static_cast<const BlockQ8_K*>(act);
   const auto* base = static_cast<const uint8_t*>(w);
@@ -142,7 +143,8 @@ void MatVecQ45_KAvx512(const void* w, size_t row_stride_bytes, int64_t rows, con
     const int64_t seg = nb - b0 < kSegmentBlocks ? nb - b0 : kSegmentBlocks;
     RepackQ8_K(y + b0, seg, &p);
     for (int64_t r = 0; r < rows; ++r) {
-      const auto* x = reinterpret_cast<const Block*>(base + static_cast<size_t>(r) * row_stride_bytes) + b0;
+      const auto* x =
+          reinterpret_cast<const Block*>(base + static_cast<size_t>(r) * row_stride_bytes) + b0;
       const float part = RowQ45_K(x, p, seg, k);
       out[r] = b0 == 0 ? part : out[r] + part;
     }
@@ -165,8 +167,10 @@ struct Q6KConsts {
   __m512i low4 = _mm512_set1_epi8(0x0f);
   __m512i bits45 = _mm512_set1_epi8(0x30);
   // Shifts of the qh vector (in 16-bit lanes) for the low / high halves of A and B.
-  __m512i shl_a = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(4)), _mm256_set1_epi16(2), 1);
-  __m512i shr_b = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(0)), _mm256_set1_epi16(2), 1);
+  __m512i shl_a =
+      _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(4)), _mm256_set1_epi16(2), 1);
+  __m512i shr_b =
+      _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(0)), _mm256_set1_epi16(2), 1);
   // vpermw indices: int16 pair-lane i of 64 elements starting at group g covers group g + i / 8.
   __m512i idx[4];
   Q6KConsts() {
@@ -186,26 +190,32 @@ float DotQ6_KAvx512(const void* w, const void* a, int64_t n) {
   __m256 acc_bias = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const float d = _cvtsh_ss(x[i].d) * y[i].d;
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
+    const __m256i sc16 =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
     const __m512i sc512 = _mm512_castsi256_si512(sc16);
     // 32 * sum_g scale[g] * bsum[g], as 8 int32 partial sums.
-    const __m256i bias = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].bsums)), sc16);
+    const __m256i bias =
+        _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].bsums)), sc16);
     acc_bias = _mm256_fmadd_ps(_mm256_set1_ps(32.0f * d), _mm256_cvtepi32_ps(bias), acc_bias);
     __m512i isum = _mm512_setzero_si512();
     for (int h = 0; h < 2; ++h) {
       const __m512i ql = _mm512_loadu_si512(x[i].ql + 64 * h);
-      const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh + 32 * h)));
-      const __m512i qa = _mm512_or_si512(_mm512_and_si512(ql, k.low4),
-                                         _mm512_and_si512(_mm512_sllv_epi16(qh, k.shl_a), k.bits45));
-      const __m512i qb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), k.low4),
-                                         _mm512_and_si512(_mm512_srlv_epi16(qh, k.shr_b), k.bits45));
+      const __m512i qh = _mm512_broadcast_i64x4(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh + 32 * h)));
+      const __m512i qa = _mm512_or_si512(
+          _mm512_and_si512(ql, k.low4), _mm512_and_si512(_mm512_sllv_epi16(qh, k.shl_a), k.bits45));
+      const __m512i qb =
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), k.low4),
+                          _mm512_and_si512(_mm512_srlv_epi16(qh, k.shr_b), k.bits45));
       const __m512i ya = _mm512_loadu_si512(y[i].qs + 128 * h);
       const __m512i yb = _mm512_loadu_si512(y[i].qs + 128 * h + 64);
       // maddubs: q in 0..63 times activations in -127..127, pairs <= 2 * 63 * 127 (no saturation).
-      isum = _mm512_add_epi32(isum, _mm512_madd_epi16(_mm512_maddubs_epi16(qa, ya),
-                                                      _mm512_permutexvar_epi16(k.idx[2 * h], sc512)));
-      isum = _mm512_add_epi32(isum, _mm512_madd_epi16(_mm512_maddubs_epi16(qb, yb),
-                                                      _mm512_permutexvar_epi16(k.idx[2 * h + 1], sc512)));
+      isum =
+          _mm512_add_epi32(isum, _mm512_madd_epi16(_mm512_maddubs_epi16(qa, ya),
+                                                   _mm512_permutexvar_epi16(k.idx[2 * h], sc512)));
+      isum = _mm512_add_epi32(isum,
+                              _mm512_madd_epi16(_mm512_maddubs_epi16(qb, yb),
+                                                _mm512_permutexvar_epi16(k.idx[2 * h + 1], sc512)));
     }
     acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(isum), acc);
   }

@@ -20,9 +20,9 @@ namespace {
 
 // Exact sum of 32 products of unsigned weights (<= 31) with int8 activations.
 int DotUnsigned(__m256i w, const int8_t* act) {
-  return HorizontalSum(_mm256_madd_epi16(_mm256_maddubs_epi16(w, Load32(act)), _mm256_set1_epi16(1)));
+  return HorizontalSum(
+      _mm256_madd_epi16(_mm256_maddubs_epi16(w, Load32(act)), _mm256_set1_epi16(1)));
 }
-
 
 float DotQ4_0Avx2(const void* w, const void* a, int64_t n) {
   const auto* x = static_cast<const BlockQ4_0*>(w);

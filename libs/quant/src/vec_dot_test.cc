@@ -122,31 +122,24 @@ TEST(VecDotTest, SimdMatchesReferenceOnArbitraryBlocks) {
     for (size_t off = 0; off < w.size(); off += bb) {
       const uint16_t h = F32ToF16(0.01f * (1 + rng() % 50));
       switch (t) {
-        case DType::kQ8_0:
-          std::memcpy(&w[off], &h, 2);
-          break;
+        case DType::kQ8_0: std::memcpy(&w[off], &h, 2); break;
         case DType::kQ2_K:
           std::memcpy(&w[off + 80], &h, 2);
           std::memcpy(&w[off + 82], &h, 2);
           break;
-        case DType::kQ3_K:
-          std::memcpy(&w[off + 108], &h, 2);
-          break;
+        case DType::kQ3_K: std::memcpy(&w[off + 108], &h, 2); break;
         case DType::kQ4_K:
         case DType::kQ5_K:
           std::memcpy(&w[off], &h, 2);
           std::memcpy(&w[off + 2], &h, 2);
           break;
-        case DType::kQ6_K:
-          std::memcpy(&w[off + 208], &h, 2);
-          break;
+        case DType::kQ6_K: std::memcpy(&w[off + 208], &h, 2); break;
         case DType::kQ8_K: {
           const float d = 0.01f;
           std::memcpy(&w[off], &d, 4);
           break;
         }
-        default:
-          break;
+        default: break;
       }
     }
     const DType at = Traits(t).vec_dot_type;

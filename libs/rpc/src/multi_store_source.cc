@@ -44,10 +44,12 @@ class MultiStoreSource::Request {
   }
 };
 
-MultiStoreSource::MultiStoreSource(const MultiStoreOptions& options, const model::Manifest* manifest)
+MultiStoreSource::MultiStoreSource(const MultiStoreOptions& options,
+                                   const model::Manifest* manifest)
     : options_(options), manifest_(manifest) {}
 
-absl::StatusOr<std::unique_ptr<MultiStoreSource::Store>> MultiStoreSource::MakeStore(const std::string& target) {
+absl::StatusOr<std::unique_ptr<MultiStoreSource::Store>> MultiStoreSource::MakeStore(
+    const std::string& target) {
   RemoteStoreOptions ro;
   ro.target = target;
   ro.model = options_.model;
@@ -58,12 +60,13 @@ absl::StatusOr<std::unique_ptr<MultiStoreSource::Store>> MultiStoreSource::MakeS
   auto s = std::make_unique<Store>();
   ASSIGN_OR_RETURN(s->source, RemoteStoreSource::Create(ro, manifest_));
   // A broken stream marks the store down at once, even with nothing in flight on it.
-  s->source->OnStreamBroken([this, store = s.get()](const absl::Status& why) { MarkDown(*store, why); });
+  s->source->OnStreamBroken(
+      [this, store = s.get()](const absl::Status& why) { MarkDown(*store, why); });
   return s;
 }
 
-absl::StatusOr<std::unique_ptr<MultiStoreSource>> MultiStoreSource::Connect(const MultiStoreOptions& options,
-                                                                            const model::Manifest* manifest) {
+absl::StatusOr<std::unique_ptr<MultiStoreSource>> MultiStoreSource::Connect(
+    const MultiStoreOptions& options, const model::Manifest* manifest) {
   if (options.targets.empty()) return absl::InvalidArgumentError("no expert store given");
   auto src = std::unique_ptr<MultiStoreSource>(new MultiStoreSource(options, manifest));
   std::vector<std::string> down;
@@ -75,19 +78,22 @@ absl::StatusOr<std::unique_ptr<MultiStoreSource>> MultiStoreSource::Connect(cons
       s->up = true;
     } else {
       // A store without the model (or another version of it) is a configuration error.
-      if (st.code() == absl::StatusCode::kNotFound || st.code() == absl::StatusCode::kFailedPrecondition) return st;
+      if (st.code() == absl::StatusCode::kNotFound ||
+          st.code() == absl::StatusCode::kFailedPrecondition)
+        return st;
       down.push_back(t);
       last = st;
     }
     src->stores_.push_back(std::move(s));
   }
   if (down.size() == options.targets.size()) {
-    return options.targets.size() == 1
-               ? last
-               : absl::UnavailableError(
-                     absl::StrCat("no expert store is reachable (", absl::StrJoin(down, ", "), "): ", last.message()));
+    return options.targets.size() == 1 ? last
+                                       : absl::UnavailableError(absl::StrCat(
+                                             "no expert store is reachable (",
+                                             absl::StrJoin(down, ", "), "): ", last.message()));
   }
-  for (const auto& t : down) spdlog::warn("expert store at {} is not reachable yet; it joins when it comes up", t);
+  for (const auto& t : down)
+    spdlog::warn("expert store at {} is not reachable yet; it joins when it comes up", t);
   // The stores that are up must cover the model between them.
   const auto& c = manifest->config;
   for (int32_t l = 0; l < c.n_layers; ++l) {
@@ -95,8 +101,9 @@ absl::StatusOr<std::unique_ptr<MultiStoreSource>> MultiStoreSource::Connect(cons
       bool held = false;
       for (const auto& s : src->stores_) held |= s->up && s->source->Holds({l, e});
       if (!held) {
-        return absl::FailedPreconditionError(absl::StrCat("no reachable expert store holds expert (layer ", l, ", id ",
-                                                          e, ") of model '", options.model, "'"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("no reachable expert store holds expert (layer ", l, ", id ", e,
+                         ") of model '", options.model, "'"));
       }
     }
   }
@@ -124,7 +131,8 @@ absl::Status MultiStoreSource::AddStore(const std::string& target) {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& s : stores_) {
       if (s->source->target() == target) {
-        return absl::AlreadyExistsError(absl::StrCat("expert store ", target, " is already a store of this node"));
+        return absl::AlreadyExistsError(
+            absl::StrCat("expert store ", target, " is already a store of this node"));
       }
     }
   }
@@ -132,7 +140,8 @@ absl::Status MultiStoreSource::AddStore(const std::string& target) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& other : stores_) {  // added by another caller meanwhile
     if (other->source->target() == target) {
-      return absl::AlreadyExistsError(absl::StrCat("expert store ", target, " is already a store of this node"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("expert store ", target, " is already a store of this node"));
     }
   }
   stores_.push_back(std::move(s));
@@ -150,7 +159,8 @@ std::vector<MultiStoreSource::Store*> MultiStoreSource::Snapshot() const {
 std::vector<StoreState> MultiStoreSource::Stores() const {
   std::vector<StoreState> out;
   for (const auto& s : Snapshot()) {
-    out.push_back(StoreState{s->source->target(), s->up.load(), s->source->full_copy(), s->source->Stats()});
+    out.push_back(
+        StoreState{s->source->target(), s->up.load(), s->source->full_copy(), s->source->Stats()});
   }
   return out;
 }
@@ -162,8 +172,8 @@ uint64_t MultiStoreSource::BlockSize(ExpertId id) const {
 
 void MultiStoreSource::MarkDown(Store& store, const absl::Status& why) {
   if (store.up.exchange(false)) {
-    spdlog::warn("expert store at {} is down ({}); reads go to the other holders", store.source->target(),
-                 std::string(why.message()));
+    spdlog::warn("expert store at {} is down ({}); reads go to the other holders",
+                 store.source->target(), std::string(why.message()));
   }
   std::lock_guard<std::mutex> lock(mu_);
   probe_cv_.notify_all();
@@ -225,7 +235,8 @@ void MultiStoreSource::AttemptOnce(const std::shared_ptr<Request>& req) {
     // Unknown (or stale) rates count as the best known one: new stores get their share.
     double best_rate = 0;
     for (Store* s : stores) {
-      if (now_ns - s->rate_at_ns.load() < kRateMemoryNs) best_rate = std::max(best_rate, s->rate.load());
+      if (now_ns - s->rate_at_ns.load() < kRateMemoryNs)
+        best_rate = std::max(best_rate, s->rate.load());
     }
     if (best_rate <= 0) best_rate = 1e9;
     {
@@ -235,8 +246,10 @@ void MultiStoreSource::AttemptOnce(const std::shared_ptr<Request>& req) {
         Store* s = stores[(start + k) % n];
         if (req->Tried(s) || !s->source->Holds(req->id)) continue;
         const bool up = s->up.load();
-        const double rate = now_ns - s->rate_at_ns.load() < kRateMemoryNs ? s->rate.load() : best_rate;
-        const double cost = static_cast<double>(s->source->Stats().outstanding_bytes + size) / std::max(rate, 1.0);
+        const double rate =
+            now_ns - s->rate_at_ns.load() < kRateMemoryNs ? s->rate.load() : best_rate;
+        const double cost =
+            static_cast<double>(s->source->Stats().outstanding_bytes + size) / std::max(rate, 1.0);
         if (!best || (up && !best_up) || (up == best_up && cost < best_cost)) {
           best = s;
           best_up = up;
@@ -252,10 +265,11 @@ void MultiStoreSource::AttemptOnce(const std::shared_ptr<Request>& req) {
       }
     }
     if (!best) {
-      absl::Status err = req->last_error.ok()
-                             ? absl::UnavailableError(absl::StrCat("no expert store holds expert (layer ",
-                                                                   req->id.layer, ", id ", req->id.expert, ")"))
-                             : req->last_error;
+      absl::Status err =
+          req->last_error.ok()
+              ? absl::UnavailableError(absl::StrCat("no expert store holds expert (layer ",
+                                                    req->id.layer, ", id ", req->id.expert, ")"))
+              : req->last_error;
       req->done(err);
       return;
     }
@@ -271,7 +285,8 @@ void MultiStoreSource::AttemptOnce(const std::shared_ptr<Request>& req) {
             const double secs = std::max(1e-6, std::chrono::duration<double>(now - t0).count());
             const double sample = static_cast<double>(size) / secs;
             const double old = store->rate.load();
-            const bool fresh = now.time_since_epoch().count() - store->rate_at_ns.load() < kRateMemoryNs;
+            const bool fresh =
+                now.time_since_epoch().count() - store->rate_at_ns.load() < kRateMemoryNs;
             store->rate = fresh && old > 0 ? 0.7 * old + 0.3 * sample : sample;
             store->rate_at_ns = now.time_since_epoch().count();
           }
@@ -291,8 +306,8 @@ void MultiStoreSource::AttemptOnce(const std::shared_ptr<Request>& req) {
           {
             std::lock_guard<std::mutex> lock(req->mu);
             retry = !req->abandoned && Clock::now() < req->deadline &&
-                    (code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDataLoss ||
-                     code == absl::StatusCode::kNotFound);
+                    (code == absl::StatusCode::kUnavailable ||
+                     code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kNotFound);
             req->last_error = r.status();
             if (!retry) req->finished = true;
           }
@@ -321,8 +336,9 @@ absl::Status MultiStoreSource::RunMany(std::span<const ExpertId> ids, Priority p
   std::vector<std::shared_ptr<Request>> reqs;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (!manifest_->HasExpert(ids[i].layer, ids[i].expert)) {
-      return absl::NotFoundError(absl::StrCat("expert (layer ", ids[i].layer, ", id ", ids[i].expert,
-                                              ") is not in model '", options_.model, "'"));
+      return absl::NotFoundError(absl::StrCat("expert (layer ", ids[i].layer, ", id ",
+                                              ids[i].expert, ") is not in model '", options_.model,
+                                              "'"));
     }
   }
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -335,7 +351,8 @@ absl::Status MultiStoreSource::RunMany(std::span<const ExpertId> ids, Priority p
     Attempt(req);
   }
   const absl::Status first_error = arrivals.Drain(
-      ids.size(), deadline, absl::StrCat("expert fetch timed out after ", options_.fetch_timeout.count(), " ms"),
+      ids.size(), deadline,
+      absl::StrCat("expert fetch timed out after ", options_.fetch_timeout.count(), " ms"),
       on_ready);
   if (!first_error.ok()) {
     for (const auto& req : reqs) {
@@ -356,7 +373,8 @@ absl::Status MultiStoreSource::RunMany(std::span<const ExpertId> ids, Priority p
 
 absl::StatusOr<Lease> MultiStoreSource::Fetch(ExpertId id, Priority priority) {
   Lease out;
-  RETURN_IF_ERROR(RunMany(std::span<const ExpertId>(&id, 1), priority, [&](size_t, Lease l) { out = std::move(l); }));
+  RETURN_IF_ERROR(RunMany(std::span<const ExpertId>(&id, 1), priority,
+                          [&](size_t, Lease l) { out = std::move(l); }));
   return out;
 }
 

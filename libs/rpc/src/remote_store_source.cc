@@ -6,8 +6,8 @@
 #include "colibri/core/buffer_pool.h"
 #include "colibri/core/checksum.h"
 #include "colibri/core/status.h"
-#include "colibri/rpc/arrivals.h"
 #include "colibri/model/container.h"
+#include "colibri/rpc/arrivals.h"
 #include "colibri/rpc/shm_arena.h"
 #include "colibri/rpc/status.h"
 #include "spdlog/spdlog.h"
@@ -19,11 +19,12 @@ using expert_source::ExpertId;
 using expert_source::Lease;
 using expert_source::Priority;
 
-RemoteStoreSource::RemoteStoreSource(const RemoteStoreOptions& options, const model::Manifest* manifest)
+RemoteStoreSource::RemoteStoreSource(const RemoteStoreOptions& options,
+                                     const model::Manifest* manifest)
     : options_(options), manifest_(manifest) {}
 
-absl::StatusOr<std::unique_ptr<RemoteStoreSource>> RemoteStoreSource::Create(const RemoteStoreOptions& options,
-                                                                             const model::Manifest* manifest) {
+absl::StatusOr<std::unique_ptr<RemoteStoreSource>> RemoteStoreSource::Create(
+    const RemoteStoreOptions& options, const model::Manifest* manifest) {
   auto src = std::unique_ptr<RemoteStoreSource>(new RemoteStoreSource(options, manifest));
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(8 << 20);  // chunks are <= 4 MiB
@@ -31,14 +32,15 @@ absl::StatusOr<std::unique_ptr<RemoteStoreSource>> RemoteStoreSource::Create(con
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   const auto transport = options.transport ? options.transport : auth::Transport::Plaintext();
   auto channel = transport->Channel(options.target, args);
-  if (!channel.ok()) return absl::InvalidArgumentError(absl::StrCat("expert store: ", channel.status().message()));
+  if (!channel.ok())
+    return absl::InvalidArgumentError(absl::StrCat("expert store: ", channel.status().message()));
   src->channel_ = std::move(*channel);
   src->stub_ = v1::ExpertStore::NewStub(src->channel_);
   return src;
 }
 
-absl::StatusOr<std::unique_ptr<RemoteStoreSource>> RemoteStoreSource::Connect(const RemoteStoreOptions& options,
-                                                                              const model::Manifest* manifest) {
+absl::StatusOr<std::unique_ptr<RemoteStoreSource>> RemoteStoreSource::Connect(
+    const RemoteStoreOptions& options, const model::Manifest* manifest) {
   ASSIGN_OR_RETURN(auto src, Create(options, manifest));
   // Fail fast with a clear message when the store is not there or lacks the model.
   RETURN_IF_ERROR(src->Probe(std::chrono::seconds(10)));
@@ -51,16 +53,17 @@ absl::Status RemoteStoreSource::Probe(std::chrono::milliseconds timeout) {
   v1::ListModelsResponse resp;
   grpc::Status st = stub_->ListModels(&ctx, v1::ListModelsRequest(), &resp);
   if (!st.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("expert store at ", options_.target, " is not reachable: ", st.error_message()));
+    return absl::UnavailableError(absl::StrCat("expert store at ", options_.target,
+                                               " is not reachable: ", st.error_message()));
   }
   for (const auto& m : resp.models()) {
     if (m.name() != options_.model) continue;
-    if (m.n_layers() != manifest_->config.n_layers || m.n_experts() != manifest_->config.n_experts) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("expert store at ", options_.target, " holds a model '", options_.model, "' of ", m.n_layers(),
-                       " layers x ", m.n_experts(), " experts; the local manifest says ", manifest_->config.n_layers,
-                       " x ", manifest_->config.n_experts));
+    if (m.n_layers() != manifest_->config.n_layers ||
+        m.n_experts() != manifest_->config.n_experts) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "expert store at ", options_.target, " holds a model '", options_.model, "' of ",
+          m.n_layers(), " layers x ", m.n_experts(), " experts; the local manifest says ",
+          manifest_->config.n_layers, " x ", manifest_->config.n_experts));
     }
     std::lock_guard<std::mutex> lock(mu_);
     probed_ = true;
@@ -68,8 +71,8 @@ absl::Status RemoteStoreSource::Probe(std::chrono::milliseconds timeout) {
     held_ = m.held();
     return absl::OkStatus();
   }
-  return absl::NotFoundError(
-      absl::StrCat("expert store at ", options_.target, " does not hold model '", options_.model, "'"));
+  return absl::NotFoundError(absl::StrCat("expert store at ", options_.target,
+                                          " does not hold model '", options_.model, "'"));
 }
 
 bool RemoteStoreSource::Holds(ExpertId id) const {
@@ -78,8 +81,8 @@ bool RemoteStoreSource::Holds(ExpertId id) const {
   if (full_copy_) return true;
   const auto& c = manifest_->config;
   if (!manifest_->HasExpert(id.layer, id.expert)) return false;
-  const uint64_t bit =
-      static_cast<uint64_t>(id.layer) * static_cast<uint64_t>(c.n_experts) + static_cast<uint64_t>(id.expert);
+  const uint64_t bit = static_cast<uint64_t>(id.layer) * static_cast<uint64_t>(c.n_experts) +
+                       static_cast<uint64_t>(id.expert);
   return bit / 8 < held_.size() && (static_cast<uint8_t>(held_[bit / 8]) >> (bit % 8)) & 1;
 }
 
@@ -95,7 +98,9 @@ RemoteStoreSource::~RemoteStoreSource() {
     shutting_down_ = true;
     if (ctx_) ctx_->TryCancel();
     for (auto& [rid, p] : pending_) {
-      if (p.done) completions.push_back({std::move(p.done), absl::CancelledError("remote store source shutting down")});
+      if (p.done)
+        completions.push_back(
+            {std::move(p.done), absl::CancelledError("remote store source shutting down")});
     }
     pending_.clear();
   }
@@ -122,7 +127,8 @@ void RemoteStoreSource::Run(std::vector<Completion>& completions) {
   completions.clear();
 }
 
-bool RemoteStoreSource::WriteLocked(std::unique_lock<std::mutex>& lock, const v1::FetchRequest& req) {
+bool RemoteStoreSource::WriteLocked(std::unique_lock<std::mutex>& lock,
+                                    const v1::FetchRequest& req) {
   auto stream = stream_;
   if (!stream) return false;
   lock.unlock();
@@ -146,7 +152,8 @@ absl::Status RemoteStoreSource::EnsureStreamLocked() {
   auto ctx = std::make_shared<grpc::ClientContext>();
   if (!options_.client_name.empty()) ctx->AddMetadata("colibri-client", options_.client_name);
   std::shared_ptr<Stream> stream = stub_->Fetch(ctx.get());
-  if (!stream) return absl::UnavailableError(absl::StrCat("cannot open Fetch stream to ", options_.target));
+  if (!stream)
+    return absl::UnavailableError(absl::StrCat("cannot open Fetch stream to ", options_.target));
   if (reader_.joinable()) old_readers_.push_back(std::move(reader_));
   if (generation_ > 0) stats_.reconnects++;
   ctx_ = ctx;
@@ -159,12 +166,13 @@ absl::Status RemoteStoreSource::EnsureStreamLocked() {
       arena_ = std::make_shared<ShmArena>(std::move(*region));
     } else if (!shm_failed_logged_) {
       shm_failed_logged_ = true;
-      spdlog::warn("expert store at {}: no shared memory ({}); blocks come as chunks on the stream", options_.target,
-                   std::string(region.status().message()));
+      spdlog::warn("expert store at {}: no shared memory ({}); blocks come as chunks on the stream",
+                   options_.target, std::string(region.status().message()));
     }
   }
   const uint64_t gen = ++generation_;
-  reader_ = std::thread([this, ctx, stream, gen, arena = arena_] { ReaderLoop(ctx, stream, gen, arena); });
+  reader_ = std::thread(
+      [this, ctx, stream, gen, arena = arena_] { ReaderLoop(ctx, stream, gen, arena); });
   if (arena_) {
     // Written before any block request of this stream (write_mu_ keeps writes in order; a
     // request racing ahead of the answer simply comes as chunks).
@@ -177,11 +185,11 @@ absl::Status RemoteStoreSource::EnsureStreamLocked() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> RemoteStoreSource::StartFetch(ExpertId id, Priority priority, Clock::time_point deadline,
-                                                       Callback done) {
+absl::StatusOr<uint64_t> RemoteStoreSource::StartFetch(ExpertId id, Priority priority,
+                                                       Clock::time_point deadline, Callback done) {
   if (!manifest_->HasExpert(id.layer, id.expert)) {
-    return absl::NotFoundError(
-        absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") is not in model '", options_.model, "'"));
+    return absl::NotFoundError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert,
+                                            ") is not in model '", options_.model, "'"));
   }
   const model::ExpertBlock& want = manifest_->Expert(id.layer, id.expert);
   std::unique_lock<std::mutex> lock(mu_);
@@ -204,7 +212,8 @@ absl::StatusOr<uint64_t> RemoteStoreSource::StartFetch(ExpertId id, Priority pri
     b->mutable_key()->set_expert(static_cast<uint32_t>(id.expert));
     b->set_priority(priority == Priority::kDemand ? v1::PRIORITY_DEMAND : v1::PRIORITY_PREFETCH);
     if (deadline != Clock::time_point::max()) {
-      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       b->set_timeout_ms(static_cast<uint32_t>(std::clamp<int64_t>(ms, 1, 0xffffffff)));
     }
     if (shm_active_ && arena_) {
@@ -225,7 +234,9 @@ absl::StatusOr<uint64_t> RemoteStoreSource::StartFetch(ExpertId id, Priority pri
     outstanding_bytes_ -= it->second.bytes;
     done = std::move(it->second.done);
     pending_.erase(it);
-    if (attempt > 0) return absl::UnavailableError(absl::StrCat("expert store at ", options_.target, " closed the stream"));
+    if (attempt > 0)
+      return absl::UnavailableError(
+          absl::StrCat("expert store at ", options_.target, " closed the stream"));
   }
 }
 
@@ -249,7 +260,8 @@ void RemoteStoreSource::Abandon(uint64_t rid) {
   done(absl::CancelledError("fetch abandoned"));
 }
 
-void RemoteStoreSource::FinishLocked(uint64_t rid, absl::StatusOr<Lease> result, std::vector<Completion>* out) {
+void RemoteStoreSource::FinishLocked(uint64_t rid, absl::StatusOr<Lease> result,
+                                     std::vector<Completion>* out) {
   auto it = pending_.find(rid);
   if (it == pending_.end()) return;
   if (it->second.done) {
@@ -259,7 +271,8 @@ void RemoteStoreSource::FinishLocked(uint64_t rid, absl::StatusOr<Lease> result,
   pending_.erase(it);
 }
 
-void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp, std::shared_ptr<ShmArena> arena,
+void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp,
+                                             std::shared_ptr<ShmArena> arena,
                                              std::vector<Completion>* out) {
   if (resp.has_shm_attached()) {
     if (arena && arena == arena_) {
@@ -269,8 +282,9 @@ void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp, std:
       } else {
         if (!shm_failed_logged_) {
           shm_failed_logged_ = true;
-          spdlog::warn("expert store at {} refused shared memory ({}); blocks come as chunks on the stream",
-                       options_.target, resp.shm_attached().message());
+          spdlog::warn(
+              "expert store at {} refused shared memory ({}); blocks come as chunks on the stream",
+              options_.target, resp.shm_attached().message());
         }
         arena->Retire();
         arena_.reset();
@@ -305,31 +319,37 @@ void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp, std:
     if (!p.arena || d.offset() != p.shm_offset) {
       free_slot();
       FinishLocked(rid,
-                   absl::DataLossError(absl::StrCat(where, ": unexpected shared-memory answer at offset ", d.offset())),
+                   absl::DataLossError(absl::StrCat(
+                       where, ": unexpected shared-memory answer at offset ", d.offset())),
                    out);
       return;
     }
     if (d.block_size() != want.size) {
       free_slot();
-      FinishLocked(rid,
-                   absl::FailedPreconditionError(absl::StrCat(where, ": store block has ", d.block_size(),
-                                                              " bytes, the local manifest says ", want.size,
-                                                              " (different model versions?)")),
-                   out);
+      FinishLocked(
+          rid,
+          absl::FailedPreconditionError(absl::StrCat(where, ": store block has ", d.block_size(),
+                                                     " bytes, the local manifest says ", want.size,
+                                                     " (different model versions?)")),
+          out);
       return;
     }
     const uint8_t* bytes = p.arena->region().data() + p.shm_offset;
     const uint64_t got = Checksum64(bytes, want.size);
     if (got != want.checksum || d.block_checksum() != want.checksum) {
       free_slot();
-      FinishLocked(rid, model::ExpertChecksumError(want, absl::StrCat(options_.target, " (shared memory)"), got), out);
+      FinishLocked(
+          rid,
+          model::ExpertChecksumError(want, absl::StrCat(options_.target, " (shared memory)"), got),
+          out);
       return;
     }
     auto block = std::make_shared<Block>();
     block->id = p.id;
     block->size = want.size;
     block->external = bytes;
-    block->external_owner = p.arena->Hold(p.shm_offset, p.shm_bytes);  // the lease owns the slot now
+    block->external_owner =
+        p.arena->Hold(p.shm_offset, p.shm_bytes);  // the lease owns the slot now
     p.arena.reset();
     stats_.blocks++;
     stats_.shm_blocks++;
@@ -341,11 +361,12 @@ void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp, std:
   free_slot();  // a store that ignores shm_offset answers with chunks and never writes the slot
   if (!p.block) {
     if (chunk.block_size() != want.size) {
-      FinishLocked(rid,
-                   absl::FailedPreconditionError(absl::StrCat(where, ": store block has ", chunk.block_size(),
-                                                              " bytes, the local manifest says ", want.size,
-                                                              " (different model versions?)")),
-                   out);
+      FinishLocked(
+          rid,
+          absl::FailedPreconditionError(absl::StrCat(
+              where, ": store block has ", chunk.block_size(), " bytes, the local manifest says ",
+              want.size, " (different model versions?)")),
+          out);
       return;
     }
     auto block = std::make_shared<Block>();
@@ -363,22 +384,28 @@ void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp, std:
     p.block = std::move(block);
   }
   if (chunk.offset() != p.received || chunk.data().size() > want.size - p.received) {
-    FinishLocked(rid, absl::DataLossError(absl::StrCat(where, ": chunk at offset ", chunk.offset(), " out of order")),
+    FinishLocked(rid,
+                 absl::DataLossError(
+                     absl::StrCat(where, ": chunk at offset ", chunk.offset(), " out of order")),
                  out);
     return;
   }
   if (Checksum64(chunk.data().data(), chunk.data().size()) != chunk.chunk_checksum()) {
-    FinishLocked(
-        rid, absl::DataLossError(absl::StrCat(where, ": chunk at offset ", chunk.offset(), " checksum mismatch")), out);
+    FinishLocked(rid,
+                 absl::DataLossError(absl::StrCat(where, ": chunk at offset ", chunk.offset(),
+                                                  " checksum mismatch")),
+                 out);
     return;
   }
-  std::memcpy(const_cast<uint8_t*>(p.block->external) + p.received, chunk.data().data(), chunk.data().size());
+  std::memcpy(const_cast<uint8_t*>(p.block->external) + p.received, chunk.data().data(),
+              chunk.data().size());
   p.received += chunk.data().size();
   if (!chunk.last()) return;
   if (p.received != want.size) {
-    FinishLocked(
-        rid, absl::DataLossError(absl::StrCat(where, ": block ended after ", p.received, " of ", want.size, " bytes")),
-        out);
+    FinishLocked(rid,
+                 absl::DataLossError(absl::StrCat(where, ": block ended after ", p.received, " of ",
+                                                  want.size, " bytes")),
+                 out);
     return;
   }
   const uint64_t got = Checksum64(p.block->data(), want.size);
@@ -392,8 +419,9 @@ void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp, std:
   FinishLocked(rid, std::move(lease), out);
 }
 
-void RemoteStoreSource::ReaderLoop(std::shared_ptr<grpc::ClientContext> ctx, std::shared_ptr<Stream> stream,
-                                   uint64_t generation, std::shared_ptr<ShmArena> arena) {
+void RemoteStoreSource::ReaderLoop(std::shared_ptr<grpc::ClientContext> ctx,
+                                   std::shared_ptr<Stream> stream, uint64_t generation,
+                                   std::shared_ptr<ShmArena> arena) {
   v1::FetchResponse resp;
   std::vector<Completion> completions;
   while (stream->Read(&resp)) {
@@ -420,7 +448,8 @@ void RemoteStoreSource::ReaderLoop(std::shared_ptr<grpc::ClientContext> ctx, std
     if (arena) arena->Retire();
     // Everything still in flight on this stream failed; callers may retry (a new stream opens).
     const absl::Status err = absl::UnavailableError(
-        absl::StrCat("expert store at ", options_.target, " stream ended: ", st.ok() ? "closed" : st.error_message()));
+        absl::StrCat("expert store at ", options_.target,
+                     " stream ended: ", st.ok() ? "closed" : st.error_message()));
     // A store ends an idle stream with OK (--idle-stream-timeout): the next fetch opens a new
     // one, and the store is not down. Any other end marks it down at once.
     if (!shutting_down_ && !st.ok()) broken = err;
@@ -465,8 +494,10 @@ void RemoteStoreSource::Resend(uint64_t rid) {
     const uint64_t gen = p.generation;
     if (WriteLocked(lock, req)) return;
     it = pending_.find(rid);
-    if (it == pending_.end() || !it->second.done || it->second.generation != gen) return;  // the reader failed it
-    st = absl::UnavailableError(absl::StrCat("expert store at ", options_.target, " closed the stream"));
+    if (it == pending_.end() || !it->second.done || it->second.generation != gen)
+      return;  // the reader failed it
+    st = absl::UnavailableError(
+        absl::StrCat("expert store at ", options_.target, " closed the stream"));
   }
   Callback done = std::move(it->second.done);
   outstanding_bytes_ -= it->second.bytes;
@@ -477,7 +508,8 @@ void RemoteStoreSource::Resend(uint64_t rid) {
 
 absl::StatusOr<Lease> RemoteStoreSource::Fetch(ExpertId id, Priority priority) {
   Lease out;
-  absl::Status st = FetchMany(std::span<const ExpertId>(&id, 1), [&](size_t, Lease lease) { out = std::move(lease); });
+  absl::Status st = FetchMany(std::span<const ExpertId>(&id, 1),
+                              [&](size_t, Lease lease) { out = std::move(lease); });
   if (!st.ok()) return st;
   return out;
 }
@@ -498,10 +530,11 @@ absl::Status RemoteStoreSource::FetchMany(std::span<const ExpertId> ids,
   }
   // Hand out blocks in arrival order so compute starts on the first one that lands.
   if (first_error.ok()) {
-    first_error = arrivals.Drain(handles.size(), deadline,
-                                 absl::StrCat("expert fetch from ", options_.target, " timed out after ",
-                                              options_.fetch_timeout.count(), " ms"),
-                                 on_ready);
+    first_error =
+        arrivals.Drain(handles.size(), deadline,
+                       absl::StrCat("expert fetch from ", options_.target, " timed out after ",
+                                    options_.fetch_timeout.count(), " ms"),
+                       on_ready);
   }
   if (!first_error.ok()) {
     for (uint64_t h : handles) Abandon(h);  // no-op for the ones that completed

@@ -4,7 +4,9 @@
 
 namespace colibri::rpc {
 
-ShmArena::ShmArena(std::unique_ptr<ShmRegion> region) : region_(std::move(region)) { free_[0] = region_->size(); }
+ShmArena::ShmArena(std::unique_ptr<ShmRegion> region) : region_(std::move(region)) {
+  free_[0] = region_->size();
+}
 
 std::optional<uint64_t> ShmArena::Allocate(uint64_t bytes) {
   bytes = AlignUp(std::max<uint64_t>(bytes, 1), 4096);
@@ -47,7 +49,8 @@ void ShmArena::Free(uint64_t offset, uint64_t bytes) {
 
 std::shared_ptr<const void> ShmArena::Hold(uint64_t offset, uint64_t bytes) {
   return std::shared_ptr<const void>(
-      region_->data() + offset, [self = shared_from_this(), offset, bytes](const void*) { self->Free(offset, bytes); });
+      region_->data() + offset,
+      [self = shared_from_this(), offset, bytes](const void*) { self->Free(offset, bytes); });
 }
 
 void ShmArena::Retire() {

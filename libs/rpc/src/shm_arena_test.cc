@@ -17,8 +17,10 @@ TEST(ShmRegion, CreateAttachShareBytesAndUnlink) {
   std::memcpy((*b)->data() + 4096, "hello", 5);
   EXPECT_EQ(std::memcmp((*a)->data() + 4096, "hello", 5), 0);
   // Too large a claim, a bad name, and a name gone after Unlink.
-  EXPECT_EQ(ShmRegion::Attach((*a)->name(), 1 << 20).status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(ShmRegion::Attach("no-slash", 4096).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ShmRegion::Attach((*a)->name(), 1 << 20).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ShmRegion::Attach("no-slash", 4096).status().code(),
+            absl::StatusCode::kInvalidArgument);
   (*a)->Unlink();
   EXPECT_EQ(ShmRegion::Attach((*a)->name(), 4096).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(std::memcmp((*b)->data() + 4096, "hello", 5), 0);  // mappings outlive the name

@@ -39,16 +39,17 @@ int HttpStatus(const absl::Status& status) {
 
 std::string OpenAiErrorBody(int http_status, const std::string& message, const std::string& type,
                             const std::string& code) {
-  nlohmann::json j = {{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}};
+  nlohmann::json j = {
+      {"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}};
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string OpenAiErrorBody(const absl::Status& status) {
   const int http = HttpStatus(status);
   std::string type = http == 400 || http == 404 ? "invalid_request_error"
-                     : http == 401             ? "authentication_error"
-                     : http == 429             ? "rate_limit_error"
-                                               : "server_error";
+                     : http == 401              ? "authentication_error"
+                     : http == 429              ? "rate_limit_error"
+                                                : "server_error";
   std::string code = absl::StatusCodeToString(status.code());
   for (auto& ch : code) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   return OpenAiErrorBody(http, std::string(status.message()), type, code);

@@ -12,14 +12,14 @@ namespace {
 using nlohmann::json;
 
 constexpr absl::StatusCode kAllErrorCodes[] = {
-    absl::StatusCode::kCancelled,         absl::StatusCode::kUnknown,
-    absl::StatusCode::kInvalidArgument,   absl::StatusCode::kDeadlineExceeded,
-    absl::StatusCode::kNotFound,          absl::StatusCode::kAlreadyExists,
-    absl::StatusCode::kPermissionDenied,  absl::StatusCode::kResourceExhausted,
+    absl::StatusCode::kCancelled,          absl::StatusCode::kUnknown,
+    absl::StatusCode::kInvalidArgument,    absl::StatusCode::kDeadlineExceeded,
+    absl::StatusCode::kNotFound,           absl::StatusCode::kAlreadyExists,
+    absl::StatusCode::kPermissionDenied,   absl::StatusCode::kResourceExhausted,
     absl::StatusCode::kFailedPrecondition, absl::StatusCode::kAborted,
-    absl::StatusCode::kOutOfRange,        absl::StatusCode::kUnimplemented,
-    absl::StatusCode::kInternal,          absl::StatusCode::kUnavailable,
-    absl::StatusCode::kDataLoss,          absl::StatusCode::kUnauthenticated,
+    absl::StatusCode::kOutOfRange,         absl::StatusCode::kUnimplemented,
+    absl::StatusCode::kInternal,           absl::StatusCode::kUnavailable,
+    absl::StatusCode::kDataLoss,           absl::StatusCode::kUnauthenticated,
 };
 
 TEST(GrpcStatus, RoundTripsEveryCode) {
@@ -39,11 +39,15 @@ TEST(GrpcStatus, CodeNumbersAreTheCanonicalOnes) {
   EXPECT_EQ(ToGrpc(absl::NotFoundError("x")).error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(ToGrpc(absl::DataLossError("x")).error_code(), grpc::StatusCode::DATA_LOSS);
   EXPECT_EQ(ToGrpc(absl::UnavailableError("x")).error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_EQ(ToGrpc(absl::ResourceExhaustedError("x")).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(ToGrpc(absl::ResourceExhaustedError("x")).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_EQ(ToGrpc(absl::CancelledError("x")).error_code(), grpc::StatusCode::CANCELLED);
-  EXPECT_EQ(ToGrpc(absl::DeadlineExceededError("x")).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
-  EXPECT_EQ(FromGrpc(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad")), absl::InvalidArgumentError("bad"));
-  EXPECT_EQ(FromGrpc(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "who")), absl::UnauthenticatedError("who"));
+  EXPECT_EQ(ToGrpc(absl::DeadlineExceededError("x")).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(FromGrpc(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad")),
+            absl::InvalidArgumentError("bad"));
+  EXPECT_EQ(FromGrpc(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "who")),
+            absl::UnauthenticatedError("who"));
 }
 
 TEST(GrpcStatus, OkStaysOk) {
@@ -118,7 +122,8 @@ TEST(OpenAiErrorBody, ShapeTypeAndCodePerStatus) {
     const char* code;
   };
   const Case cases[] = {
-      {absl::InvalidArgumentError("'temperature': must be a number"), "invalid_request_error", "invalid_argument"},
+      {absl::InvalidArgumentError("'temperature': must be a number"), "invalid_request_error",
+       "invalid_argument"},
       {absl::FailedPreconditionError("f"), "invalid_request_error", "failed_precondition"},
       {absl::OutOfRangeError("o"), "invalid_request_error", "out_of_range"},
       {absl::NotFoundError("The model 'x' does not exist"), "invalid_request_error", "not_found"},
@@ -144,17 +149,19 @@ TEST(OpenAiErrorBody, MessagesAreEscaped) {
 }
 
 TEST(OpenAiErrorBody, InvalidUtf8InAMessageStillGivesValidJson) {
-  const std::string body = OpenAiErrorBody(absl::InvalidArgumentError("text is not valid UTF-8: \xff\xfe"));
+  const std::string body =
+      OpenAiErrorBody(absl::InvalidArgumentError("text is not valid UTF-8: \xff\xfe"));
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   ASSERT_FALSE(j.is_discarded()) << body;
   const std::string msg = j["error"]["message"];
   EXPECT_EQ(msg.rfind("text is not valid UTF-8: ", 0), 0u) << msg;
-  EXPECT_NE(msg.find("\xEF\xBF\xBD"), std::string::npos) << msg;  // U+FFFD in place of the bad bytes
+  EXPECT_NE(msg.find("\xEF\xBF\xBD"), std::string::npos)
+      << msg;  // U+FFFD in place of the bad bytes
 }
 
 TEST(OpenAiErrorBody, ExplicitFields) {
-  ExpectOpenAiShape(OpenAiErrorBody(404, "no such route", "invalid_request_error", "not_found"), "no such route",
-                    "invalid_request_error", "not_found");
+  ExpectOpenAiShape(OpenAiErrorBody(404, "no such route", "invalid_request_error", "not_found"),
+                    "no such route", "invalid_request_error", "not_found");
   ExpectOpenAiShape(OpenAiErrorBody(500, "", "server_error", ""), "", "server_error", "");
 }
 
@@ -176,7 +183,8 @@ TEST(AnthropicErrorBody, ShapeAndTypePerStatus) {
     EXPECT_EQ(j["type"], "error");
     EXPECT_EQ(j["error"].size(), 2u);
     EXPECT_EQ(j["error"]["type"], type);
-    EXPECT_EQ(j["error"]["message"].get<std::string>().substr(0, 3), std::string(status.message()).substr(0, 3));
+    EXPECT_EQ(j["error"]["message"].get<std::string>().substr(0, 3),
+              std::string(status.message()).substr(0, 3));
   }
   EXPECT_EQ(json::parse(AnthropicErrorBody(413, "too big"))["error"]["type"], "request_too_large");
 }

@@ -50,7 +50,8 @@ struct ReadState {
 }  // namespace
 
 bool IsChecksumMismatch(const absl::Status& status) {
-  return status.code() == absl::StatusCode::kDataLoss && status.GetPayload(kChecksumPayload).has_value();
+  return status.code() == absl::StatusCode::kDataLoss &&
+         status.GetPayload(kChecksumPayload).has_value();
 }
 
 const BlockRecord* StoredModel::Find(int64_t layer, int64_t expert) const {
@@ -74,7 +75,8 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOpt
     ASSIGN_OR_RETURN(catalog, Catalog::Open(cpath, Catalog::Mode::kReadOnly));
     ASSIGN_OR_RETURN(auto meta, catalog->GetMeta());
     if (!meta) {
-      return absl::FailedPreconditionError(absl::StrCat("catalog '", cpath.string(), "' has no store record"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("catalog '", cpath.string(), "' has no store record"));
     }
     ASSIGN_OR_RETURN(roots, ResolveDisks(*meta, options.disks));
     for (const auto& r : roots) disk_names.push_back(r.string());
@@ -83,14 +85,16 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOpt
   }
   for (const auto& d : options.model_dirs) disk_names.push_back(d.string());
   if (disk_names.empty())
-    return absl::InvalidArgumentError("nothing to serve: give disks (--disk) or model directories (--model)");
+    return absl::InvalidArgumentError(
+        "nothing to serve: give disks (--disk) or model directories (--model)");
   s->checksum_failures_ = std::make_unique<std::atomic<uint64_t>[]>(disk_names.size());
   ASSIGN_OR_RETURN(s->io_, IoEngine::Create(disk_names, options.io));
   if (catalog) RETURN_IF_ERROR(s->AddStriped(*catalog, roots));
   for (size_t i = 0; i < options.model_dirs.size(); ++i) {
     RETURN_IF_ERROR(s->AddModelDir(options.model_dirs[i], static_cast<uint32_t>(roots.size() + i)));
   }
-  if (options.read_cache_bytes > 0) s->cache_ = std::make_unique<ReadCache>(options.read_cache_bytes);
+  if (options.read_cache_bytes > 0)
+    s->cache_ = std::make_unique<ReadCache>(options.read_cache_bytes);
   return s;
 }
 
@@ -98,20 +102,24 @@ absl::Status BlockStore::AddStriped(const Catalog& catalog, const std::vector<fs
   ASSIGN_OR_RETURN(auto records, catalog.ListModels());
   for (const ModelRecord& rec : records) {
     if (rec.state != ModelState::kReady) {
-      std::string why = absl::StrCat(
-          "model '", rec.name, "' is ", ModelStateName(rec.state),
-          rec.state == ModelState::kIngesting ? " (rerun the import to finish it)" : " (rerun remove to finish it)");
+      std::string why =
+          absl::StrCat("model '", rec.name, "' is ", ModelStateName(rec.state),
+                       rec.state == ModelState::kIngesting ? " (rerun the import to finish it)"
+                                                           : " (rerun remove to finish it)");
       spdlog::warn("not serving {}", why);
       skipped_.push_back(std::move(why));
       continue;
     }
-    const std::string where = absl::StrCat("model '", rec.name, "' in catalog '", catalog.path().string(), "'");
+    const std::string where =
+        absl::StrCat("model '", rec.name, "' in catalog '", catalog.path().string(), "'");
     auto m = std::make_unique<StoredModel>();
     m->name_ = rec.name;
     auto j = nlohmann::json::parse(rec.manifest_json, nullptr, false);
-    if (j.is_discarded()) return absl::DataLossError(absl::StrCat(where, ": stored manifest is not JSON"));
+    if (j.is_discarded())
+      return absl::DataLossError(absl::StrCat(where, ": stored manifest is not JSON"));
     auto manifest = model::ManifestFromJson(j);
-    if (!manifest.ok()) return Annotate(manifest.status(), absl::StrCat(where, ": stored manifest"));
+    if (!manifest.ok())
+      return Annotate(manifest.status(), absl::StrCat(where, ": stored manifest"));
     m->manifest_ = std::move(*manifest);
     m->manifest_.name = rec.name;
     m->first_layer_ = rec.first_layer;
@@ -119,10 +127,11 @@ absl::Status BlockStore::AddStriped(const Catalog& catalog, const std::vector<fs
     m->stripe_size_ = rec.stripe_size;
     m->total_expert_bytes_ = rec.total_expert_bytes;
     m->index_ = static_cast<uint32_t>(models_.size());
-    m->origin_ = absl::StrCat("striped over ", roots.size(), " disk(s), stripe ", FormatSize(rec.stripe_size));
+    m->origin_ = absl::StrCat("striped over ", roots.size(), " disk(s), stripe ",
+                              FormatSize(rec.stripe_size));
     if (rec.disk_bytes.size() != roots.size()) {
-      return absl::DataLossError(
-          absl::StrCat(where, ": recorded for ", rec.disk_bytes.size(), " disks, the store has ", roots.size()));
+      return absl::DataLossError(absl::StrCat(where, ": recorded for ", rec.disk_bytes.size(),
+                                              " disks, the store has ", roots.size()));
     }
     // The files first: a missing disk file is the most likely problem and the clearest message.
     for (uint32_t d = 0; d < roots.size(); ++d) {
@@ -130,13 +139,14 @@ absl::Status BlockStore::AddStriped(const Catalog& catalog, const std::vector<fs
       std::error_code ec;
       const uint64_t have = fs::file_size(path, ec);
       if (ec) {
-        return absl::NotFoundError(absl::StrCat("model '", rec.name, "': stripe file '", path.string(), "' on disk ", d,
-                                                " is missing (the catalog expects ", rec.disk_bytes[d], " bytes)"));
+        return absl::NotFoundError(
+            absl::StrCat("model '", rec.name, "': stripe file '", path.string(), "' on disk ", d,
+                         " is missing (the catalog expects ", rec.disk_bytes[d], " bytes)"));
       }
       if (have < rec.disk_bytes[d]) {
-        return absl::DataLossError(absl::StrCat("model '", rec.name, "': stripe file '", path.string(), "' on disk ", d,
-                                                " is truncated: ", have, " bytes, the catalog expects ",
-                                                rec.disk_bytes[d]));
+        return absl::DataLossError(absl::StrCat(
+            "model '", rec.name, "': stripe file '", path.string(), "' on disk ", d,
+            " is truncated: ", have, " bytes, the catalog expects ", rec.disk_bytes[d]));
       }
       ASSIGN_OR_RETURN(uint32_t file, io_->OpenFile(d, path));
       m->files_.push_back(file);
@@ -149,20 +159,24 @@ absl::Status BlockStore::AddStriped(const Catalog& catalog, const std::vector<fs
     m->blocks_.resize(static_cast<size_t>(m->n_layers() * m->n_experts()));
     for (auto& b : blocks) {
       const BlockRecord* dup = m->Find(b.layer, b.expert);
-      if (b.layer < rec.first_layer || b.layer > rec.last_layer || !m->manifest_.HasExpert(b.layer, b.expert) ||
-          dup != nullptr) {
-        return absl::DataLossError(
-            absl::StrCat(where, ": unexpected block record for expert (layer ", b.layer, ", id ", b.expert, ")"));
+      if (b.layer < rec.first_layer || b.layer > rec.last_layer ||
+          !m->manifest_.HasExpert(b.layer, b.expert) || dup != nullptr) {
+        return absl::DataLossError(absl::StrCat(where,
+                                                ": unexpected block record for expert (layer ",
+                                                b.layer, ", id ", b.expert, ")"));
       }
       const model::ExpertBlock& want = m->manifest_.Expert(b.layer, b.expert);
       if (want.size != b.size || want.checksum != b.checksum || want.padded_size != b.padded_size) {
-        return absl::DataLossError(absl::StrCat(where, ": expert (layer ", b.layer, ", id ", b.expert,
-                                                ") differs between the catalog and the stored manifest"));
+        return absl::DataLossError(
+            absl::StrCat(where, ": expert (layer ", b.layer, ", id ", b.expert,
+                         ") differs between the catalog and the stored manifest"));
       }
       for (const Extent& e : b.extents) {
-        if (e.disk >= roots.size() || e.offset + e.length > rec.disk_bytes[e.disk] || !e.has_checksum) {
-          return absl::DataLossError(absl::StrCat(where, ": expert (layer ", b.layer, ", id ", b.expert,
-                                                  ") has a stripe outside disk ", e.disk, "'s file"));
+        if (e.disk >= roots.size() || e.offset + e.length > rec.disk_bytes[e.disk] ||
+            !e.has_checksum) {
+          return absl::DataLossError(absl::StrCat(where, ": expert (layer ", b.layer, ", id ",
+                                                  b.expert, ") has a stripe outside disk ", e.disk,
+                                                  "'s file"));
         }
       }
       m->blocks_[static_cast<size_t>(b.layer * m->n_experts() + b.expert)] = std::move(b);
@@ -178,7 +192,8 @@ absl::Status BlockStore::AddModelDir(const fs::path& dir, uint32_t disk) {
   m->manifest_ = container->manifest();
   m->name_ = m->manifest_.name;
   if (FindModel(m->name_) != nullptr) {
-    return absl::AlreadyExistsError(absl::StrCat("two models are named '", m->name_, "' (", dir.string(), ")"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("two models are named '", m->name_, "' (", dir.string(), ")"));
   }
   m->last_layer_ = m->n_layers() - 1;
   m->total_expert_bytes_ = m->manifest_.TotalExpertBytes();
@@ -211,19 +226,23 @@ const StoredModel* BlockStore::FindModel(std::string_view name) const {
   return nullptr;
 }
 
-absl::StatusOr<const BlockRecord*> BlockStore::FindBlock(std::string_view model, int64_t layer, int64_t expert,
+absl::StatusOr<const BlockRecord*> BlockStore::FindBlock(std::string_view model, int64_t layer,
+                                                         int64_t expert,
                                                          const StoredModel** found) const {
   const StoredModel* m = FindModel(model);
   if (m == nullptr) {
-    return absl::NotFoundError(absl::StrCat("expert store does not hold model '", std::string(model), "'"));
+    return absl::NotFoundError(
+        absl::StrCat("expert store does not hold model '", std::string(model), "'"));
   }
   const BlockRecord* b = m->Find(layer, expert);
   if (b == nullptr) {
-    const bool in_range = layer >= 0 && layer < m->n_layers() && expert >= 0 && expert < m->n_experts();
-    return absl::NotFoundError(
-        absl::StrCat("expert (layer ", layer, ", id ", expert, ") ",
-                     in_range ? "is not held by this store" : "is not in model", " '", std::string(model), "'",
-                     in_range ? absl::StrCat(" (it holds layers ", m->first_layer(), "-", m->last_layer(), ")") : ""));
+    const bool in_range =
+        layer >= 0 && layer < m->n_layers() && expert >= 0 && expert < m->n_experts();
+    return absl::NotFoundError(absl::StrCat(
+        "expert (layer ", layer, ", id ", expert, ") ",
+        in_range ? "is not held by this store" : "is not in model", " '", std::string(model), "'",
+        in_range ? absl::StrCat(" (it holds layers ", m->first_layer(), "-", m->last_layer(), ")")
+                 : ""));
   }
   if (found != nullptr) *found = m;
   return b;
@@ -239,8 +258,8 @@ uint64_t BlockStore::CacheKey(const StoredModel& model, const BlockRecord& block
          static_cast<uint64_t>(block.expert);
 }
 
-void BlockStore::ReadRaw(const StoredModel& model, const BlockRecord& block, uint8_t* dst, Priority priority,
-                         Done done) {
+void BlockStore::ReadRaw(const StoredModel& model, const BlockRecord& block, uint8_t* dst,
+                         Priority priority, Done done) {
   // A block's stripe units on one disk lie back to back in that disk's file (the plan deals
   // them in order), so each disk gets one vectored read per run of units (up to kMaxRunBytes):
   // large sequential requests whatever the stripe size. Each unit is still verified alone.
@@ -281,20 +300,23 @@ void BlockStore::ReadRaw(const StoredModel& model, const BlockRecord& block, uin
     const uint64_t run_offset = run.offset;
     io_->ReadV(
         file, run.offset, std::move(run.iov), priority,
-        [this, state, &model, &block, file, run_offset, units = std::move(run.units), unit_at = std::move(run.at),
-         dst](absl::Status s) {
+        [this, state, &model, &block, file, run_offset, units = std::move(run.units),
+         unit_at = std::move(run.at), dst](absl::Status s) {
           const uint32_t disk = io_->file_disk(file);
           const size_t n = block.extents.size();
           auto where = [&](size_t k) {
-            return absl::StrCat(ExpertName(model, block), ": stripe ", k, " of ", n, " on disk '", io_->disk_name(disk),
-                                "' ('", io_->file_path(file).string(), "' at offset ", block.extents[k].offset, ")");
+            return absl::StrCat(ExpertName(model, block), ": stripe ", k, " of ", n, " on disk '",
+                                io_->disk_name(disk), "' ('", io_->file_path(file).string(),
+                                "' at offset ", block.extents[k].offset, ")");
           };
           if (!s.ok()) {
-            std::string which = units.size() == 1 ? absl::StrCat("stripe ", units[0])
-                                                  : absl::StrCat("stripes ", units.front(), "..", units.back());
+            std::string which = units.size() == 1
+                                    ? absl::StrCat("stripe ", units[0])
+                                    : absl::StrCat("stripes ", units.front(), "..", units.back());
             state->Record(Annotate(
-                s, absl::StrCat(ExpertName(model, block), ": ", which, " of ", n, " on disk '", io_->disk_name(disk),
-                                "' ('", io_->file_path(file).string(), "' at offset ", run_offset, ")")));
+                s, absl::StrCat(ExpertName(model, block), ": ", which, " of ", n, " on disk '",
+                                io_->disk_name(disk), "' ('", io_->file_path(file).string(),
+                                "' at offset ", run_offset, ")")));
           } else {
             for (size_t u = 0; u < units.size(); ++u) {
               const size_t k = units[u];
@@ -303,9 +325,9 @@ void BlockStore::ReadRaw(const StoredModel& model, const BlockRecord& block, uin
               const uint64_t got = Checksum64(dst + unit_at[u], e.length);
               if (got != e.checksum) {
                 checksum_failures_[disk]++;
-                state->Record(
-                    ChecksumMismatch(absl::StrCat(where(k), ": checksum mismatch (catalog ", ChecksumHex(e.checksum),
-                                                  ", read ", ChecksumHex(got), ")")));
+                state->Record(ChecksumMismatch(
+                    absl::StrCat(where(k), ": checksum mismatch (catalog ", ChecksumHex(e.checksum),
+                                 ", read ", ChecksumHex(got), ")")));
               }
             }
           }
@@ -320,10 +342,10 @@ void BlockStore::ReadRaw(const StoredModel& model, const BlockRecord& block, uin
             const uint64_t got = Checksum64(dst, block.size);
             if (got != block.checksum) {
               checksum_failures_[disk]++;
-              final_status = ChecksumMismatch(
-                  absl::StrCat(ExpertName(model, block), " in '", io_->file_path(file).string(), "' at offset ",
-                               block.extents[0].offset, ": checksum mismatch (manifest ", ChecksumHex(block.checksum),
-                               ", read ", ChecksumHex(got), ")"));
+              final_status = ChecksumMismatch(absl::StrCat(
+                  ExpertName(model, block), " in '", io_->file_path(file).string(), "' at offset ",
+                  block.extents[0].offset, ": checksum mismatch (manifest ",
+                  ChecksumHex(block.checksum), ", read ", ChecksumHex(got), ")"));
             }
           }
           state->done(std::move(final_status));
@@ -331,8 +353,8 @@ void BlockStore::ReadRaw(const StoredModel& model, const BlockRecord& block, uin
   }
 }
 
-void BlockStore::ReadInto(const StoredModel& model, const BlockRecord& block, uint8_t* dst, Priority priority,
-                          Done done) {
+void BlockStore::ReadInto(const StoredModel& model, const BlockRecord& block, uint8_t* dst,
+                          Priority priority, Done done) {
   if (!cache_) {
     ReadRaw(model, block, dst, priority, std::move(done));
     return;
@@ -347,7 +369,8 @@ void BlockStore::ReadInto(const StoredModel& model, const BlockRecord& block, ui
   });
 }
 
-void BlockStore::ReadShared(const StoredModel& model, const BlockRecord& block, Priority priority, SharedDone done) {
+void BlockStore::ReadShared(const StoredModel& model, const BlockRecord& block, Priority priority,
+                            SharedDone done) {
   const uint64_t key = CacheKey(model, block);
   if (cache_) {
     if (SharedBlock hit = cache_->Lookup(key)) {

@@ -55,11 +55,13 @@ class StoreTest : public ::testing::Test {
     ASSERT_TRUE(want.ok());
     const auto& b = container_->manifest().Expert(layer, expert);
     ASSERT_EQ(lease->size, b.size);
-    EXPECT_EQ(std::memcmp(lease->data(), want->get(), b.size), 0) << "layer " << layer << " expert " << expert;
+    EXPECT_EQ(std::memcmp(lease->data(), want->get(), b.size), 0)
+        << "layer " << layer << " expert " << expert;
   }
 
   // The stripe file of `disk` and the file offset of unit `k` of (layer, expert).
-  std::pair<fs::path, uint64_t> UnitOf(const BlockStore& store, int64_t layer, int64_t expert, size_t k) {
+  std::pair<fs::path, uint64_t> UnitOf(const BlockStore& store, int64_t layer, int64_t expert,
+                                       size_t k) {
     const BlockRecord* b = store.FindModel("tiny")->Find(layer, expert);
     const Extent& e = b->extents[k];
     return {StripeFilePath(disks_[e.disk], "tiny"), e.offset};
@@ -185,7 +187,8 @@ TEST_F(StoreTest, InjectedFaultsReachTheCaller) {
   faults.AddRule({FaultKind::kEio, 1, 0, UINT64_MAX, 1});
   auto eio = (*src)->Fetch({0, 1}, Priority::kDemand);
   ASSERT_FALSE(eio.ok());
-  EXPECT_NE(eio.status().message().find("expert (layer 0, id 1)"), std::string::npos) << eio.status();
+  EXPECT_NE(eio.status().message().find("expert (layer 0, id 1)"), std::string::npos)
+      << eio.status();
   EXPECT_NE(eio.status().message().find(disks_[1].string()), std::string::npos) << eio.status();
   // Short reads are continued transparently.
   faults.AddRule({FaultKind::kShortRead, -1, 0, UINT64_MAX, -1});
@@ -203,12 +206,15 @@ TEST_F(StoreTest, StartupNamesAMissingDiskAndAMissingFile) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(s.status().message().find("disk 1 of 3"), std::string::npos) << s.status();
-  EXPECT_NE(s.status().message().find(fs::absolute(disks_[1]).string()), std::string::npos) << s.status();
+  EXPECT_NE(s.status().message().find(fs::absolute(disks_[1]).string()), std::string::npos)
+      << s.status();
 
   fs::remove(StripeFilePath(disks_[2], "tiny"));
   s = BlockStore::Open(BlockStoreOptions{disks_});
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find(StripeFilePath(disks_[2], "tiny").string()), std::string::npos) << s.status();
+  EXPECT_NE(s.status().message().find(StripeFilePath(disks_[2], "tiny").string()),
+            std::string::npos)
+      << s.status();
   EXPECT_NE(s.status().message().find("missing"), std::string::npos) << s.status();
 }
 
@@ -225,7 +231,8 @@ TEST_F(StoreTest, StartupNamesATruncatedFileAndAForeignDisk) {
   ASSERT_TRUE(WriteDiskIdentity(foreign, DiskIdentity{"other-store", "x", 0, 1}).ok());
   s = BlockStore::Open(BlockStoreOptions{{disks_[0], disks_[1], foreign}});
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("belongs to store other-store"), std::string::npos) << s.status();
+  EXPECT_NE(s.status().message().find("belongs to store other-store"), std::string::npos)
+      << s.status();
   auto none = BlockStore::Open(BlockStoreOptions{{dir_.path() / "empty"}});
   EXPECT_FALSE(none.ok());
 }
@@ -270,7 +277,8 @@ TEST_F(StoreTest, InterruptedImportIsInvisibleThenResumes) {
     }
   }
   // Importing a ready model again is refused.
-  EXPECT_EQ(ImportModel(model_dir_, Location(), o).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(ImportModel(model_dir_, Location(), o).status().code(),
+            absl::StatusCode::kAlreadyExists);
 }
 
 TEST_F(StoreTest, ListAndRemove) {

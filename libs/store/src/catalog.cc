@@ -59,14 +59,16 @@ class Reader {
   bool U64(uint64_t* v) {
     if (b_.size() - pos_ < 8) return false;
     *v = 0;
-    for (int i = 0; i < 8; ++i) *v |= static_cast<uint64_t>(static_cast<uint8_t>(b_[pos_ + i])) << (8 * i);
+    for (int i = 0; i < 8; ++i)
+      *v |= static_cast<uint64_t>(static_cast<uint8_t>(b_[pos_ + i])) << (8 * i);
     pos_ += 8;
     return true;
   }
   bool U32(uint32_t* v) {
     if (b_.size() - pos_ < 4) return false;
     *v = 0;
-    for (int i = 0; i < 4; ++i) *v |= static_cast<uint32_t>(static_cast<uint8_t>(b_[pos_ + i])) << (8 * i);
+    for (int i = 0; i < 4; ++i)
+      *v |= static_cast<uint32_t>(static_cast<uint8_t>(b_[pos_ + i])) << (8 * i);
     pos_ += 4;
     return true;
   }
@@ -91,20 +93,22 @@ class Reader {
 
 nlohmann::json MetaToJson(const StoreMeta& m) {
   nlohmann::json disks = nlohmann::json::array();
-  for (const auto& d : m.disks) disks.push_back({{"index", d.index}, {"id", d.id}, {"last_path", d.last_path}});
+  for (const auto& d : m.disks)
+    disks.push_back({{"index", d.index}, {"id", d.id}, {"last_path", d.last_path}});
   return {{"version", m.version}, {"store_id", m.store_id}, {"disks", disks}};
 }
 
 absl::StatusOr<StoreMeta> MetaFromJson(const std::string& text) {
   auto j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return absl::DataLossError("catalog: store meta record is not JSON");
+  if (j.is_discarded() || !j.is_object())
+    return absl::DataLossError("catalog: store meta record is not JSON");
   StoreMeta m;
   try {
     m.version = j.at("version").get<int>();
     m.store_id = j.at("store_id").get<std::string>();
     for (const auto& d : j.at("disks")) {
-      m.disks.push_back(
-          {d.at("index").get<uint32_t>(), d.at("id").get<std::string>(), d.value("last_path", std::string())});
+      m.disks.push_back({d.at("index").get<uint32_t>(), d.at("id").get<std::string>(),
+                         d.value("last_path", std::string())});
     }
   } catch (const std::exception& e) {
     return absl::DataLossError(absl::StrCat("catalog: store meta record: ", e.what()));
@@ -130,7 +134,8 @@ nlohmann::json ModelToJson(const ModelRecord& r) {
 
 absl::StatusOr<ModelRecord> ModelFromJson(const std::string& text) {
   auto j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return absl::DataLossError("catalog: model record is not JSON");
+  if (j.is_discarded() || !j.is_object())
+    return absl::DataLossError("catalog: model record is not JSON");
   ModelRecord r;
   try {
     r.name = j.at("name").get<std::string>();
@@ -142,7 +147,8 @@ absl::StatusOr<ModelRecord> ModelFromJson(const std::string& text) {
     else if (state == "removing")
       r.state = ModelState::kRemoving;
     else
-      return absl::DataLossError(absl::StrCat("catalog: model '", r.name, "' has unknown state '", state, "'"));
+      return absl::DataLossError(
+          absl::StrCat("catalog: model '", r.name, "' has unknown state '", state, "'"));
     r.stripe_size = j.at("stripe_size").get<uint64_t>();
     r.n_layers = j.at("n_layers").get<int32_t>();
     r.n_experts = j.at("n_experts").get<int32_t>();
@@ -164,12 +170,9 @@ absl::StatusOr<ModelRecord> ModelFromJson(const std::string& text) {
 
 const char* ModelStateName(ModelState state) {
   switch (state) {
-    case ModelState::kIngesting:
-      return "ingesting";
-    case ModelState::kReady:
-      return "ready";
-    case ModelState::kRemoving:
-      return "removing";
+    case ModelState::kIngesting: return "ingesting";
+    case ModelState::kReady: return "ready";
+    case ModelState::kRemoving: return "removing";
   }
   return "?";
 }
@@ -215,12 +218,13 @@ absl::StatusOr<BlockRecord> DecodeBlockRecord(std::string_view bytes) {
   uint8_t version;
   uint32_t layer, expert, n_quant, n_extents;
   auto bad = [](std::string_view why) {
-    return absl::DataLossError(absl::StrCat("catalog: malformed block record (", std::string(why), ")"));
+    return absl::DataLossError(
+        absl::StrCat("catalog: malformed block record (", std::string(why), ")"));
   };
   if (!rd.U8(&version)) return bad("empty");
   if (version != kBlockRecordVersion) return bad(absl::StrCat("version ", version));
-  if (!rd.U32(&layer) || !rd.U32(&expert) || !rd.U64(&r.size) || !rd.U64(&r.padded_size) || !rd.U64(&r.checksum) ||
-      !rd.U32(&n_quant) || n_quant > 64) {
+  if (!rd.U32(&layer) || !rd.U32(&expert) || !rd.U64(&r.size) || !rd.U64(&r.padded_size) ||
+      !rd.U64(&r.checksum) || !rd.U32(&n_quant) || n_quant > 64) {
     return bad("header");
   }
   r.layer = static_cast<int32_t>(layer);
@@ -235,7 +239,8 @@ absl::StatusOr<BlockRecord> DecodeBlockRecord(std::string_view bytes) {
   for (uint32_t i = 0; i < n_extents; ++i) {
     Extent e;
     uint8_t has;
-    if (!rd.U32(&e.disk) || !rd.U64(&e.offset) || !rd.U64(&e.length) || !rd.U64(&e.checksum) || !rd.U8(&has)) {
+    if (!rd.U32(&e.disk) || !rd.U64(&e.offset) || !rd.U64(&e.length) || !rd.U64(&e.checksum) ||
+        !rd.U8(&has)) {
       return bad("extent");
     }
     e.has_checksum = has != 0;
@@ -243,13 +248,15 @@ absl::StatusOr<BlockRecord> DecodeBlockRecord(std::string_view bytes) {
     r.extents.push_back(e);
   }
   if (!rd.done()) return bad("trailing bytes");
-  if (covered != r.padded_size || r.size > r.padded_size) return bad("extents do not cover the block");
+  if (covered != r.padded_size || r.size > r.padded_size)
+    return bad("extents do not cover the block");
   return r;
 }
 
 Catalog::~Catalog() = default;
 
-absl::StatusOr<std::unique_ptr<Catalog>> Catalog::Open(const std::filesystem::path& dir, Mode mode) {
+absl::StatusOr<std::unique_ptr<Catalog>> Catalog::Open(const std::filesystem::path& dir,
+                                                       Mode mode) {
   auto c = std::unique_ptr<Catalog>(new Catalog());
   c->path_ = dir;
   c->read_only_ = mode == Mode::kReadOnly;
@@ -267,7 +274,8 @@ absl::StatusOr<std::unique_ptr<Catalog>> Catalog::Open(const std::filesystem::pa
   if (!s.ok()) {
     if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
       return absl::UnavailableError(absl::StrCat(
-          "catalog '", dir.string(), "' is open read-write by another process (an import or remove?): ", s.ToString()));
+          "catalog '", dir.string(),
+          "' is open read-write by another process (an import or remove?): ", s.ToString()));
     }
     return FromRocks(s, absl::StrCat("open '", dir.string(), "'"));
   }
@@ -329,7 +337,8 @@ absl::Status Catalog::PutBlocks(std::string_view model, std::span<const BlockRec
   if (record != nullptr) batch.Put(ModelKey(record->name), ModelToJson(*record).dump());
   rocksdb::WriteOptions wo;
   wo.sync = true;
-  return FromRocks(db_->Write(wo, &batch), absl::StrCat("write blocks of '", std::string(model), "'"));
+  return FromRocks(db_->Write(wo, &batch),
+                   absl::StrCat("write blocks of '", std::string(model), "'"));
 }
 
 absl::StatusOr<std::vector<BlockRecord>> Catalog::GetBlocks(std::string_view model) const {

@@ -43,11 +43,13 @@ TEST(BlockRecordCodec, RoundTrips) {
 TEST(BlockRecordCodec, RejectsMalformedRecords) {
   const std::string good = EncodeBlockRecord(Record(0, 0));
   EXPECT_EQ(DecodeBlockRecord("").status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(DecodeBlockRecord(good.substr(0, good.size() - 1)).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeBlockRecord(good.substr(0, good.size() - 1)).status().code(),
+            absl::StatusCode::kDataLoss);
   EXPECT_EQ(DecodeBlockRecord(good + "x").status().code(), absl::StatusCode::kDataLoss);
   std::string wrong_version = good;
   wrong_version[0] = 9;
-  EXPECT_NE(DecodeBlockRecord(wrong_version).status().message().find("version 9"), std::string::npos);
+  EXPECT_NE(DecodeBlockRecord(wrong_version).status().message().find("version 9"),
+            std::string::npos);
   BlockRecord gap = Record(0, 0);
   gap.extents.pop_back();  // extents no longer cover padded_size
   EXPECT_EQ(DecodeBlockRecord(EncodeBlockRecord(gap)).status().code(), absl::StatusCode::kDataLoss);
@@ -56,7 +58,8 @@ TEST(BlockRecordCodec, RejectsMalformedRecords) {
 TEST(Catalog, StoresModelsAndBlocks) {
   ScratchDir dir("colibri_catalog_test");
   const auto path = dir.path() / "cat";
-  EXPECT_EQ(Catalog::Open(path, Catalog::Mode::kReadWrite).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Catalog::Open(path, Catalog::Mode::kReadWrite).status().code(),
+            absl::StatusCode::kNotFound);
   {
     auto c = Catalog::Open(path, Catalog::Mode::kCreate);
     ASSERT_TRUE(c.ok()) << c.status();

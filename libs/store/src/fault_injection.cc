@@ -88,8 +88,8 @@ absl::Status FaultInjector::AddSpec(std::string_view spec) {
   return absl::OkStatus();
 }
 
-void FaultInjector::AfterRead(uint32_t disk, uint64_t offset, uint64_t length, std::span<const iovec> dst,
-                              int64_t* result) {
+void FaultInjector::AfterRead(uint32_t disk, uint64_t offset, uint64_t length,
+                              std::span<const iovec> dst, int64_t* result) {
   if (!any_rules_.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& r : rules_) {
@@ -97,9 +97,7 @@ void FaultInjector::AfterRead(uint32_t disk, uint64_t offset, uint64_t length, s
     if (r.disk >= 0 && static_cast<uint32_t>(r.disk) != disk) continue;
     if (offset + length <= r.offset_begin || offset >= r.offset_end) continue;
     switch (r.kind) {
-      case FaultKind::kEio:
-        *result = -EIO;
-        break;
+      case FaultKind::kEio: *result = -EIO; break;
       case FaultKind::kEof:
         if (*result <= 0) continue;
         *result = 0;
@@ -111,7 +109,8 @@ void FaultInjector::AfterRead(uint32_t disk, uint64_t offset, uint64_t length, s
         break;
       case FaultKind::kCorrupt: {
         if (*result <= 0) continue;
-        uint64_t at = static_cast<uint64_t>(*result) / 2;  // the byte in the middle of what was read
+        uint64_t at =
+            static_cast<uint64_t>(*result) / 2;  // the byte in the middle of what was read
         for (const iovec& v : dst) {
           if (at < v.iov_len) {
             static_cast<uint8_t*>(v.iov_base)[at] ^= 0x5a;

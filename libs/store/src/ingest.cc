@@ -31,13 +31,16 @@ struct WritableStore {
 };
 
 absl::StatusOr<WritableStore> OpenStore(const StoreLocation& loc, bool create) {
-  if (loc.disks.empty()) return absl::InvalidArgumentError("give the store's disks (--disk DIR, repeatable)");
+  if (loc.disks.empty())
+    return absl::InvalidArgumentError("give the store's disks (--disk DIR, repeatable)");
   std::error_code ec;
   for (const auto& d : loc.disks) {
     if (fs::is_directory(d, ec)) continue;
     if (!create) return absl::NotFoundError(absl::StrCat("disk '", d.string(), "' does not exist"));
     fs::create_directories(d, ec);
-    if (ec) return absl::InternalError(absl::StrCat("cannot create disk root '", d.string(), "': ", ec.message()));
+    if (ec)
+      return absl::InternalError(
+          absl::StrCat("cannot create disk root '", d.string(), "': ", ec.message()));
   }
   WritableStore st;
   auto found = FindCatalog(loc.disks, loc.catalog);
@@ -46,7 +49,8 @@ absl::StatusOr<WritableStore> OpenStore(const StoreLocation& loc, bool create) {
     ASSIGN_OR_RETURN(st.catalog, Catalog::Open(*found, Catalog::Mode::kReadWrite));
     ASSIGN_OR_RETURN(auto meta, st.catalog->GetMeta());
     if (!meta)
-      return absl::FailedPreconditionError(absl::StrCat("catalog '", found->string(), "' has no store record"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("catalog '", found->string(), "' has no store record"));
     st.meta = std::move(*meta);
     ASSIGN_OR_RETURN(st.roots, ResolveDisks(st.meta, loc.disks));
     bool moved = false;
@@ -59,13 +63,15 @@ absl::StatusOr<WritableStore> OpenStore(const StoreLocation& loc, bool create) {
     return st;
   }
   if (!create)
-    return found.ok() ? absl::NotFoundError(absl::StrCat("no catalog at '", found->string(), "'")) : found.status();
+    return found.ok() ? absl::NotFoundError(absl::StrCat("no catalog at '", found->string(), "'"))
+                      : found.status();
   // A new store: no disk may belong to another one.
   for (const auto& d : loc.disks) {
     ASSIGN_OR_RETURN(auto id, ReadDiskIdentity(d));
     if (id) {
-      return absl::FailedPreconditionError(absl::StrCat("disk '", d.string(), "' belongs to store ", id->store_id,
-                                                        " but its catalog was not found: pass --catalog PATH"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("disk '", d.string(), "' belongs to store ", id->store_id,
+                       " but its catalog was not found: pass --catalog PATH"));
     }
   }
   const fs::path path = loc.catalog.empty() ? loc.disks[0] / kCatalogDirName : loc.catalog;
@@ -74,14 +80,16 @@ absl::StatusOr<WritableStore> OpenStore(const StoreLocation& loc, bool create) {
   const uint32_t n = static_cast<uint32_t>(loc.disks.size());
   for (uint32_t i = 0; i < n; ++i) {
     st.meta.disks.push_back(DiskInfo{i, RandomId(), fs::absolute(loc.disks[i]).string()});
-    RETURN_IF_ERROR(WriteDiskIdentity(loc.disks[i], DiskIdentity{st.meta.store_id, st.meta.disks[i].id, i, n}));
+    RETURN_IF_ERROR(
+        WriteDiskIdentity(loc.disks[i], DiskIdentity{st.meta.store_id, st.meta.disks[i].id, i, n}));
   }
   RETURN_IF_ERROR(st.catalog->PutMeta(st.meta));
   st.roots = loc.disks;
   return st;
 }
 
-absl::Status PwriteFull(int fd, const uint8_t* data, uint64_t size, uint64_t offset, const fs::path& path) {
+absl::Status PwriteFull(int fd, const uint8_t* data, uint64_t size, uint64_t offset,
+                        const fs::path& path) {
   uint64_t done = 0;
   while (done < size) {
     ssize_t n = ::pwrite(fd, data + done, size - done, static_cast<off_t>(offset + done));
@@ -165,19 +173,22 @@ absl::StatusOr<ImportResult> ImportModel(const fs::path& model_dir, const StoreL
   ModelRecord rec;
   if (existing) {
     if (existing->state == ModelState::kReady) {
-      return absl::AlreadyExistsError(absl::StrCat("model '", result.name,
-                                                   "' is already in the store (remove it first, or import under "
-                                                   "another --name)"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("model '", result.name,
+                       "' is already in the store (remove it first, or import under "
+                       "another --name)"));
     }
     if (existing->state == ModelState::kRemoving) {
       return absl::FailedPreconditionError(
           absl::StrCat("model '", result.name, "' is being removed: run remove again to finish"));
     }
-    if (existing->source_manifest_checksum != manifest_checksum || existing->stripe_size != options.stripe_size ||
-        existing->first_layer != first || existing->last_layer != last || existing->disk_bytes != plan.disk_bytes) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "an interrupted import of '", result.name, "' from '", existing->source_dir,
-          "' with other parameters (source, stripe size, layers or disks) is in the catalog: remove it first"));
+    if (existing->source_manifest_checksum != manifest_checksum ||
+        existing->stripe_size != options.stripe_size || existing->first_layer != first ||
+        existing->last_layer != last || existing->disk_bytes != plan.disk_bytes) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("an interrupted import of '", result.name, "' from '", existing->source_dir,
+                       "' with other parameters (source, stripe size, layers or disks) is in the "
+                       "catalog: remove it first"));
     }
     rec = *existing;
   } else {
@@ -203,7 +214,8 @@ absl::StatusOr<ImportResult> ImportModel(const fs::path& model_dir, const StoreL
     std::error_code ec;
     fs::create_directories(paths.back().parent_path(), ec);
     if (ec)
-      return absl::InternalError(absl::StrCat("create '", paths.back().parent_path().string(), "': ", ec.message()));
+      return absl::InternalError(
+          absl::StrCat("create '", paths.back().parent_path().string(), "': ", ec.message()));
   }
   StripeFiles files;
   RETURN_IF_ERROR(files.Open(paths));
@@ -231,12 +243,14 @@ absl::StatusOr<ImportResult> ImportModel(const fs::path& model_dir, const StoreL
       resumed_bytes += b.padded_size;
       continue;
     }
-    if (options.stop_after_blocks >= 0 && result.blocks_written >= static_cast<uint64_t>(options.stop_after_blocks)) {
+    if (options.stop_after_blocks >= 0 &&
+        result.blocks_written >= static_cast<uint64_t>(options.stop_after_blocks)) {
       RETURN_IF_ERROR(commit());
-      return absl::AbortedError(
-          absl::StrCat("import of '", result.name, "' stopped after ", result.blocks_written, " blocks (test hook)"));
+      return absl::AbortedError(absl::StrCat("import of '", result.name, "' stopped after ",
+                                             result.blocks_written, " blocks (test hook)"));
     }
-    ASSIGN_OR_RETURN(AlignedBytes bytes, container->ReadExpertBlock(b.layer, b.expert));  // verifies the checksum
+    ASSIGN_OR_RETURN(AlignedBytes bytes,
+                     container->ReadExpertBlock(b.layer, b.expert));  // verifies the checksum
     BlockRecord r = BlockRecordFromManifest(b);
     r.extents = plan.blocks[j];
     uint64_t at = 0;
@@ -261,7 +275,8 @@ absl::StatusOr<ImportResult> ImportModel(const fs::path& model_dir, const StoreL
 }
 
 absl::StatusOr<std::vector<ListedModel>> ListModels(const StoreLocation& loc) {
-  if (loc.disks.empty() && loc.catalog.empty()) return absl::InvalidArgumentError("give the store's disks (--disk)");
+  if (loc.disks.empty() && loc.catalog.empty())
+    return absl::InvalidArgumentError("give the store's disks (--disk)");
   ASSIGN_OR_RETURN(fs::path path, FindCatalog(loc.disks, loc.catalog));
   ASSIGN_OR_RETURN(auto catalog, Catalog::Open(path, Catalog::Mode::kReadOnly));
   ASSIGN_OR_RETURN(auto records, catalog->ListModels());

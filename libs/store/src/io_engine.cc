@@ -95,7 +95,8 @@ class IoEngine::Impl {
         if (options_.backend == IoEngineOptions::Backend::kIoUring) {
           return absl::UnavailableError(absl::StrCat("io_uring_queue_init: ", std::strerror(-rc)));
         }
-        spdlog::warn("io_uring is unavailable ({}): reading with a pool of pread threads per disk", std::strerror(-rc));
+        spdlog::warn("io_uring is unavailable ({}): reading with a pool of pread threads per disk",
+                     std::strerror(-rc));
         for (auto& o : disks_) {
           if (o->ring_ok) io_uring_queue_exit(&o->ring);
           o->ring_ok = false;
@@ -182,7 +183,9 @@ class IoEngine::Impl {
     f->disk = disk;
     f->path = path;
     if (options_.direct_io) {
-      int fd = options_.pretend_direct_refused ? -1 : ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+      int fd = options_.pretend_direct_refused
+                   ? -1
+                   : ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
       const int err = options_.pretend_direct_refused ? EINVAL : errno;
       if (fd >= 0) {
         f->direct_fd = fd;
@@ -255,8 +258,10 @@ class IoEngine::Impl {
   void NoteDirectRefused(Disk& d, const fs::path& path) {
     d.direct = false;
     if (!direct_refused_logged_.exchange(true)) {
-      spdlog::warn("'{}' (disk {}) refuses O_DIRECT: reading it through the page cache (buffered). Logged once.",
-                   path.string(), d.name);
+      spdlog::warn(
+          "'{}' (disk {}) refuses O_DIRECT: reading it through the page cache (buffered). Logged "
+          "once.",
+          path.string(), d.name);
     }
   }
 
@@ -281,8 +286,8 @@ class IoEngine::Impl {
     if (rate == 0) return;
     const auto now = Clock::now();
     const auto start = std::max(now, d.busy_until);
-    d.busy_until = start + std::chrono::nanoseconds(
-                               static_cast<int64_t>(1e9 * static_cast<double>(op->length) / static_cast<double>(rate)));
+    d.busy_until = start + std::chrono::nanoseconds(static_cast<int64_t>(
+                               1e9 * static_cast<double>(op->length) / static_cast<double>(rate)));
     op->due = d.busy_until;
   }
 
@@ -295,15 +300,18 @@ class IoEngine::Impl {
     }
     io_uring_sqe* sqe = io_uring_get_sqe(&d.ring);
     if (sqe == nullptr) {
-      op->status = absl::InternalError(absl::StrCat("io_uring submission queue of disk ", d.name, " is full"));
+      op->status = absl::InternalError(
+          absl::StrCat("io_uring submission queue of disk ", d.name, " is full"));
       return false;
     }
     Remaining(op);
-    io_uring_prep_readv(sqe, fd, op->cur.data(), static_cast<unsigned>(op->cur.size()), op->offset + op->done_bytes);
+    io_uring_prep_readv(sqe, fd, op->cur.data(), static_cast<unsigned>(op->cur.size()),
+                        op->offset + op->done_bytes);
     io_uring_sqe_set_data64(sqe, reinterpret_cast<uint64_t>(op));
     int rc = io_uring_submit(&d.ring);
     if (rc < 0) {
-      op->status = absl::UnavailableError(absl::StrCat("io_uring_submit on disk ", d.name, ": ", std::strerror(-rc)));
+      op->status = absl::UnavailableError(
+          absl::StrCat("io_uring_submit on disk ", d.name, ": ", std::strerror(-rc)));
       return false;
     }
     return true;
@@ -339,15 +347,16 @@ class IoEngine::Impl {
       return false;
     }
     if (result < 0) {
-      op->status =
-          ErrnoStatus(static_cast<int>(-result),
-                      absl::StrCat("read ", want, " bytes at offset ", op->offset + op->done_bytes, " of"), f.path);
+      op->status = ErrnoStatus(
+          static_cast<int>(-result),
+          absl::StrCat("read ", want, " bytes at offset ", op->offset + op->done_bytes, " of"),
+          f.path);
       return true;
     }
     if (result == 0) {
-      op->status = absl::DataLossError(absl::StrCat("read '", f.path.string(), "' at offset ", op->offset,
-                                                    ": the file ends after ", op->done_bytes, " of ", op->length,
-                                                    " bytes (truncated?)"));
+      op->status = absl::DataLossError(absl::StrCat(
+          "read '", f.path.string(), "' at offset ", op->offset, ": the file ends after ",
+          op->done_bytes, " of ", op->length, " bytes (truncated?)"));
       return true;
     }
     op->done_bytes += static_cast<uint64_t>(result);
@@ -464,7 +473,8 @@ class IoEngine::Impl {
         }
         if (HandleResult(d, op, n)) break;
       }
-      if (op->due != Clock::time_point{}) std::this_thread::sleep_until(op->due);  // emulated slow disk
+      if (op->due != Clock::time_point{})
+        std::this_thread::sleep_until(op->due);  // emulated slow disk
       Finish(op);
     }
   }
@@ -519,11 +529,15 @@ IoEngine::~IoEngine() {
 }
 void IoEngine::Shutdown() { impl_->Shutdown(); }
 
-absl::StatusOr<uint32_t> IoEngine::OpenFile(uint32_t disk, const fs::path& path) { return impl_->OpenFile(disk, path); }
-void IoEngine::Read(uint32_t file, uint64_t offset, uint64_t length, uint8_t* dst, Priority priority, Done done) {
+absl::StatusOr<uint32_t> IoEngine::OpenFile(uint32_t disk, const fs::path& path) {
+  return impl_->OpenFile(disk, path);
+}
+void IoEngine::Read(uint32_t file, uint64_t offset, uint64_t length, uint8_t* dst,
+                    Priority priority, Done done) {
   impl_->Read(file, offset, {iovec{dst, length}}, priority, std::move(done));
 }
-void IoEngine::ReadV(uint32_t file, uint64_t offset, std::vector<iovec> iov, Priority priority, Done done) {
+void IoEngine::ReadV(uint32_t file, uint64_t offset, std::vector<iovec> iov, Priority priority,
+                     Done done) {
   impl_->Read(file, offset, std::move(iov), priority, std::move(done));
 }
 uint32_t IoEngine::disk_count() const { return impl_->disk_count(); }

@@ -59,7 +59,8 @@ class IoEngineTest : public ::testing::TestWithParam<Backend> {
     data_.resize(1 << 20);
     for (size_t i = 0; i < data_.size(); ++i) data_[i] = static_cast<uint8_t>(i * 7 + i / 4096);
     std::ofstream(file_, std::ios::binary)
-        .write(reinterpret_cast<const char*>(data_.data()), static_cast<std::streamsize>(data_.size()));
+        .write(reinterpret_cast<const char*>(data_.data()),
+               static_cast<std::streamsize>(data_.size()));
   }
   std::unique_ptr<IoEngine> Engine(IoEngineOptions options = {}) {
     options.backend = GetParam();
@@ -80,7 +81,8 @@ class IoEngineTest : public ::testing::TestWithParam<Backend> {
   std::vector<uint8_t> data_;
 };
 
-INSTANTIATE_TEST_SUITE_P(Backends, IoEngineTest, ::testing::Values(Backend::kIoUring, Backend::kThreads),
+INSTANTIATE_TEST_SUITE_P(Backends, IoEngineTest,
+                         ::testing::Values(Backend::kIoUring, Backend::kThreads),
                          [](const ::testing::TestParamInfo<Backend>& info) {
                            return info.param == Backend::kIoUring ? "IoUring" : "Threads";
                          });
@@ -175,7 +177,8 @@ TEST_P(IoEngineTest, DemandOvertakesQueuedPrefetch) {
   e->Read(*f, 0, 65536, buf->get(), Priority::kPrefetch, c.Add(0));
   // The thread backend picks reads up asynchronously: wait until the first one holds the slot.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (e->Stats(0).in_flight == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  while (e->Stats(0).in_flight == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
   e->Read(*f, 65536, 65536, buf->get() + 65536, Priority::kPrefetch, c.Add(1));
   e->Read(*f, 131072, 65536, buf->get() + 131072, Priority::kPrefetch, c.Add(2));
   e->Read(*f, 196608, 65536, buf->get() + 196608, Priority::kDemand, c.Add(3));
@@ -194,7 +197,8 @@ TEST_P(IoEngineTest, BandwidthCapHoldsCompletions) {
   const auto t0 = std::chrono::steady_clock::now();
   Completions c;
   for (int i = 0; i < 16; ++i) {
-    e->Read(*f, static_cast<uint64_t>(i) * 65536, 65536, buf->get() + i * 65536, Priority::kDemand, c.Add(i));
+    e->Read(*f, static_cast<uint64_t>(i) * 65536, 65536, buf->get() + i * 65536, Priority::kDemand,
+            c.Add(i));
   }
   ASSERT_TRUE(c.Wait(16));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

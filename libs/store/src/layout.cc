@@ -6,7 +6,8 @@
 
 namespace colibri::store {
 
-StripePlan PlanStripes(std::span<const uint64_t> padded_sizes, uint64_t stripe_size, uint32_t n_disks) {
+StripePlan PlanStripes(std::span<const uint64_t> padded_sizes, uint64_t stripe_size,
+                       uint32_t n_disks) {
   StripePlan plan;
   plan.disk_bytes.assign(n_disks, 0);
   plan.blocks.resize(padded_sizes.size());
@@ -26,7 +27,8 @@ StripePlan PlanStripes(std::span<const uint64_t> padded_sizes, uint64_t stripe_s
 }
 
 absl::Status ValidateStripeSize(uint64_t stripe_size) {
-  if (stripe_size < kStripeAlignment || stripe_size > (64u << 20) || stripe_size % kStripeAlignment != 0) {
+  if (stripe_size < kStripeAlignment || stripe_size > (64u << 20) ||
+      stripe_size % kStripeAlignment != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("stripe size ", stripe_size, " must be a multiple of 4K between 4K and 64M"));
   }
@@ -48,7 +50,8 @@ std::string ModelDirName(std::string_view model_name) {
   return out;
 }
 
-std::filesystem::path StripeFilePath(const std::filesystem::path& disk_root, std::string_view model_name) {
+std::filesystem::path StripeFilePath(const std::filesystem::path& disk_root,
+                                     std::string_view model_name) {
   return disk_root / "models" / ModelDirName(model_name) / kStripeFileName;
 }
 

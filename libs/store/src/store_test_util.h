@@ -33,7 +33,8 @@ inline model::ModelConfig TinyConfig(int64_t layers = 2, int64_t experts = 4) {
 
 inline std::vector<uint8_t> PartBytes(int64_t layer, int64_t expert, int part, size_t size) {
   std::vector<uint8_t> b(size);
-  for (size_t i = 0; i < size; ++i) b[i] = static_cast<uint8_t>(i * 13 + layer * 71 + expert * 29 + part * 7 + i / 251);
+  for (size_t i = 0; i < size; ++i)
+    b[i] = static_cast<uint8_t>(i * 13 + layer * 71 + expert * 29 + part * 7 + i / 251);
   return b;
 }
 
@@ -53,18 +54,22 @@ class ScratchDir {
 };
 
 // Writes a model directory (experts of ~19 KiB, padded to 20 KiB: five 4 KiB pages).
-inline void WriteTinyModel(const fs::path& dir, const std::string& name, int64_t layers = 2, int64_t experts = 4) {
+inline void WriteTinyModel(const fs::path& dir, const std::string& name, int64_t layers = 2,
+                           int64_t experts = 4) {
   using quant::DType;
   const model::ModelConfig c = TinyConfig(layers, experts);
   auto w = model::ContainerWriter::Create(dir, name, c, {});
   ASSERT_TRUE(w.ok()) << w.status();
   std::vector<uint8_t> norm(static_cast<size_t>(c.hidden_size) * 4);
   ASSERT_TRUE((*w)->AddDense("output_norm", DType::kF32, {c.hidden_size}, norm).ok());
-  const size_t gate_bytes = quant::RowBytes(DType::kQ8_0, c.hidden_size) * static_cast<size_t>(c.expert_ffn);
-  const size_t down_bytes = quant::RowBytes(DType::kF32, c.expert_ffn) * static_cast<size_t>(c.hidden_size);
+  const size_t gate_bytes =
+      quant::RowBytes(DType::kQ8_0, c.hidden_size) * static_cast<size_t>(c.expert_ffn);
+  const size_t down_bytes =
+      quant::RowBytes(DType::kF32, c.expert_ffn) * static_cast<size_t>(c.hidden_size);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     for (int64_t e = 0; e < c.n_experts; ++e) {
-      auto g = PartBytes(l, e, 0, gate_bytes), u = PartBytes(l, e, 1, gate_bytes), d = PartBytes(l, e, 2, down_bytes);
+      auto g = PartBytes(l, e, 0, gate_bytes), u = PartBytes(l, e, 1, gate_bytes),
+           d = PartBytes(l, e, 2, down_bytes);
       ASSERT_TRUE((*w)->AddExpert(l, e,
                                   {{"gate", DType::kQ8_0, {c.expert_ffn, c.hidden_size}, g},
                                    {"up", DType::kQ8_0, {c.expert_ffn, c.hidden_size}, u},

@@ -14,10 +14,12 @@ using expert_source::ExpertId;
 using expert_source::Lease;
 using expert_source::Priority;
 
-absl::StatusOr<std::unique_ptr<StripedSource>> StripedSource::Create(BlockStore* store, std::string_view model) {
+absl::StatusOr<std::unique_ptr<StripedSource>> StripedSource::Create(BlockStore* store,
+                                                                     std::string_view model) {
   const StoredModel* m = store->FindModel(model);
   if (m == nullptr) {
-    return absl::NotFoundError(absl::StrCat("expert store does not hold model '", std::string(model), "'"));
+    return absl::NotFoundError(
+        absl::StrCat("expert store does not hold model '", std::string(model), "'"));
   }
   return std::unique_ptr<StripedSource>(new StripedSource(store, m));
 }
@@ -29,7 +31,8 @@ uint64_t StripedSource::BlockSize(ExpertId id) const {
 
 absl::StatusOr<Lease> StripedSource::Fetch(ExpertId id, Priority priority) {
   absl::StatusOr<Lease> out = absl::InternalError("unset");
-  RETURN_IF_ERROR(FetchMany(std::span<const ExpertId>(&id, 1), [&](size_t, Lease lease) { out = std::move(lease); }));
+  RETURN_IF_ERROR(FetchMany(std::span<const ExpertId>(&id, 1),
+                            [&](size_t, Lease lease) { out = std::move(lease); }));
   return out;
 }
 
@@ -47,7 +50,8 @@ absl::Status StripedSource::FetchMany(std::span<const ExpertId> ids,
   size_t outstanding = 0;
   absl::Status first_error;
   for (size_t i = 0; i < ids.size(); ++i) {
-    ASSIGN_OR_RETURN(const BlockRecord* rec, store_->FindBlock(model_->name(), ids[i].layer, ids[i].expert));
+    ASSIGN_OR_RETURN(const BlockRecord* rec,
+                     store_->FindBlock(model_->name(), ids[i].layer, ids[i].expert));
     auto block = std::make_shared<Block>();
     block->id = ids[i];
     block->size = rec->size;
@@ -65,13 +69,14 @@ absl::Status StripedSource::FetchMany(std::span<const ExpertId> ids,
       std::lock_guard<std::mutex> lock(mu);
       outstanding++;
     }
-    store_->ReadInto(*model_, *rec, const_cast<uint8_t*>(block->external), Priority::kDemand, [&, i](absl::Status s) {
-      std::lock_guard<std::mutex> lock(mu);
-      slots[i].status = std::move(s);
-      slots[i].done = true;
-      outstanding--;
-      cv.notify_all();
-    });
+    store_->ReadInto(*model_, *rec, const_cast<uint8_t*>(block->external), Priority::kDemand,
+                     [&, i](absl::Status s) {
+                       std::lock_guard<std::mutex> lock(mu);
+                       slots[i].status = std::move(s);
+                       slots[i].done = true;
+                       outstanding--;
+                       cv.notify_all();
+                     });
   }
   // Hand blocks out as they land; on an error keep waiting for the rest (they write into
   // buffers this frame owns) but hand out nothing more.

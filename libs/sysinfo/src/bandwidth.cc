@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -29,12 +29,14 @@ struct OpenFile {
 
 absl::StatusOr<ReadBandwidth> MeasureRandomRead(const std::vector<ReadExtent>& extents,
                                                 const ReadBandwidthOptions& options) {
-  if (extents.empty()) return absl::InvalidArgumentError("random-read measurement: no extents to read");
+  if (extents.empty())
+    return absl::InvalidArgumentError("random-read measurement: no extents to read");
   uint64_t largest = 0;
   for (const auto& e : extents) {
     if (e.offset % 4096 != 0 || e.size % 4096 != 0 || e.size == 0) {
-      return absl::InvalidArgumentError(absl::StrCat("random-read measurement: extent of '", e.file.string(),
-                                                     "' at ", e.offset, " size ", e.size, " is not 4 KiB aligned"));
+      return absl::InvalidArgumentError(absl::StrCat("random-read measurement: extent of '",
+                                                     e.file.string(), "' at ", e.offset, " size ",
+                                                     e.size, " is not 4 KiB aligned"));
     }
     largest = std::max(largest, e.size);
   }
@@ -65,7 +67,8 @@ absl::StatusOr<ReadBandwidth> MeasureRandomRead(const std::vector<ReadExtent>& e
   std::mutex error_mu;
   absl::Status error;
   const auto t0 = Clock::now();
-  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.seconds));
+  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(
+                                 std::chrono::duration<double>(options.seconds));
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {

@@ -13,7 +13,8 @@ namespace {
 namespace fs = std::filesystem;
 
 TEST(Bandwidth, RandomReadsWholeExtents) {
-  const fs::path file = fs::path(::testing::TempDir()) / ("bw_" + std::to_string(::getpid()) + ".bin");
+  const fs::path file =
+      fs::path(::testing::TempDir()) / ("bw_" + std::to_string(::getpid()) + ".bin");
   {
     std::ofstream out(file, std::ios::binary);
     out << std::string(16 * 65536, 'z');

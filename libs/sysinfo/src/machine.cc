@@ -32,7 +32,8 @@ absl::StatusOr<MemoryFacts> ReadMemory(const Roots& roots) {
     if (f[0] == "SwapFree:") out.swap_free_bytes = v;
   }
   if (!total || !available) {
-    return absl::NotFoundError(absl::StrCat(path.string(), ": no ", total ? "MemAvailable" : "MemTotal", " line"));
+    return absl::NotFoundError(
+        absl::StrCat(path.string(), ": no ", total ? "MemAvailable" : "MemTotal", " line"));
   }
   return out;
 }
@@ -56,13 +57,16 @@ absl::StatusOr<CpuFacts> ReadCpu(const Roots& roots) {
     } else if (key == "model name" && out.model.empty()) {
       out.model = value;
     } else if ((key == "flags" || key == "Features") && flags.empty()) {
-      for (absl::string_view f : absl::StrSplit(value, ' ', absl::SkipEmpty())) flags.insert(std::string(f));
+      for (absl::string_view f : absl::StrSplit(value, ' ', absl::SkipEmpty()))
+        flags.insert(std::string(f));
     }
   }
-  if (out.logical_cpus == 0) return absl::InvalidArgumentError(absl::StrCat(path.string(), ": no processor entries"));
+  if (out.logical_cpus == 0)
+    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": no processor entries"));
   const int cores = CountPhysicalCores(text);
   out.physical_cores = cores > 0 ? cores : out.logical_cpus;
-  for (const char* f : {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "asimd", "sve"}) {
+  for (const char* f :
+       {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "asimd", "sve"}) {
     if (flags.count(f)) out.features.push_back(std::string(f) == "asimd" ? "neon" : f);
   }
   return out;

@@ -13,8 +13,9 @@ namespace fs = std::filesystem;
 class FakeProc : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::path(::testing::TempDir()) / ("fakeproc_" + std::to_string(::getpid()) + "_" +
-                                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    root_ = fs::path(::testing::TempDir()) /
+            ("fakeproc_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(root_);
     fs::create_directories(root_ / "proc");
     roots_.proc = root_ / "proc";
@@ -55,8 +56,9 @@ TEST_F(FakeProc, CpuCountsPhysicalCoresAndFeatures) {
   for (int socket = 0; socket < 2; ++socket) {
     for (int core = 0; core < 2; ++core) {
       for (int thread = 0; thread < 2; ++thread) {
-        text += "processor\t: " + std::to_string(cpu++) + "\nmodel name\t: Test CPU 9000\nphysical id\t: " +
-                std::to_string(socket) + "\ncore id\t\t: " + std::to_string(core) +
+        text += "processor\t: " + std::to_string(cpu++) +
+                "\nmodel name\t: Test CPU 9000\nphysical id\t: " + std::to_string(socket) +
+                "\ncore id\t\t: " + std::to_string(core) +
                 "\nflags\t\t: fpu sse2 avx2 fma f16c avx512f\n\n";
       }
     }
@@ -73,7 +75,8 @@ TEST_F(FakeProc, CpuCountsPhysicalCoresAndFeatures) {
 }
 
 TEST_F(FakeProc, CpuWithoutTopologyCountsLogicalCpus) {
-  Write("proc/cpuinfo", "processor\t: 0\nFeatures\t: fp asimd\n\nprocessor\t: 1\nFeatures\t: fp asimd\n");
+  Write("proc/cpuinfo",
+        "processor\t: 0\nFeatures\t: fp asimd\n\nprocessor\t: 1\nFeatures\t: fp asimd\n");
   auto c = ReadCpu(roots_);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->physical_cores, 2);

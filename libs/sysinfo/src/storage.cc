@@ -63,7 +63,8 @@ std::optional<TemperatureFacts> ReadHwmon(const std::vector<fs::path>& parents) 
     if (!fs::is_directory(parent, ec)) continue;
     for (const auto& entry : fs::directory_iterator(parent, ec)) {
       const std::string name = entry.path().filename().string();
-      if (!absl::StartsWith(name, "hwmon") || !fs::exists(entry.path() / "temp1_input", ec)) continue;
+      if (!absl::StartsWith(name, "hwmon") || !fs::exists(entry.path() / "temp1_input", ec))
+        continue;
       TemperatureFacts t;
       t.celsius = ReadMilliCelsius(entry.path() / "temp1_input");
       t.max_celsius = ReadMilliCelsius(entry.path() / "temp1_max");
@@ -107,14 +108,17 @@ absl::StatusOr<MountFacts> FindMount(const fs::path& path, const Roots& roots) {
     // Later lines of the same mount point are mounted on top: take the last of the longest.
     if (best && best->mount_point.size() > m.mount_point.size()) continue;
     std::vector<absl::string_view> dev = absl::StrSplit(f[2], ':');
-    if (dev.size() != 2 || !absl::SimpleAtoi(dev[0], &m.major) || !absl::SimpleAtoi(dev[1], &m.minor)) continue;
+    if (dev.size() != 2 || !absl::SimpleAtoi(dev[0], &m.major) ||
+        !absl::SimpleAtoi(dev[1], &m.minor))
+      continue;
     m.fs_type = std::string(f[dash + 1]);
     m.source = Unescape(f[dash + 2]);
     m.options = std::string(f[5]);
     if (dash + 3 < f.size()) absl::StrAppend(&m.options, ",", f[dash + 3]);
     best = std::move(m);
   }
-  if (!best) return absl::NotFoundError(absl::StrCat(mountinfo.string(), ": no mount holds '", target, "'"));
+  if (!best)
+    return absl::NotFoundError(absl::StrCat(mountinfo.string(), ": no mount holds '", target, "'"));
   return *best;
 }
 
@@ -134,14 +138,17 @@ absl::StatusOr<DiskFacts> DescribeBlockDevice(uint32_t major, uint32_t minor, co
   const fs::path link = roots.sys / "dev" / "block" / absl::StrCat(major, ":", minor);
   std::error_code ec;
   fs::path dir = fs::canonical(link, ec);
-  if (ec) return absl::NotFoundError(absl::StrCat(link.string(), ": no such block device (", ec.message(), ")"));
+  if (ec)
+    return absl::NotFoundError(
+        absl::StrCat(link.string(), ": no such block device (", ec.message(), ")"));
   DiskFacts out;
   if (fs::exists(dir / "partition", ec)) dir = dir.parent_path();
   std::string name = dir.filename().string();
   if (absl::StartsWith(name, "dm-")) {
     // A device-mapper volume (LVM, dm-crypt): describe the first disk under it.
     std::vector<std::string> slaves;
-    for (const auto& e : fs::directory_iterator(dir / "slaves", ec)) slaves.push_back(e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(dir / "slaves", ec))
+      slaves.push_back(e.path().filename().string());
     std::sort(slaves.begin(), slaves.end());
     out.transport = "dm";
     if (!slaves.empty()) {
@@ -163,7 +170,8 @@ absl::StatusOr<DiskFacts> DescribeBlockDevice(uint32_t major, uint32_t minor, co
   if (absl::StartsWith(name, "nvme")) {
     transport = "nvme";
     out.kind = DiskKind::kNvme;
-  } else if (absl::StartsWith(name, "zram") || absl::StartsWith(name, "ram") || absl::StartsWith(name, "pmem")) {
+  } else if (absl::StartsWith(name, "zram") || absl::StartsWith(name, "ram") ||
+             absl::StartsWith(name, "pmem")) {
     transport = "memory";
     out.kind = DiskKind::kMemory;
   } else {
@@ -181,7 +189,8 @@ absl::StatusOr<DiskFacts> DescribeBlockDevice(uint32_t major, uint32_t minor, co
     out.kind = out.rotational ? DiskKind::kHdd : DiskKind::kSsd;
     if (transport == "virtio") {
       out.note = absl::StrCat("virtual disk: the host's storage is hidden (reports ",
-                              out.rotational ? "rotational" : "non-rotational", "); the measured bandwidth tells more");
+                              out.rotational ? "rotational" : "non-rotational",
+                              "); the measured bandwidth tells more");
       out.kind = DiskKind::kUnknown;
     } else if (transport == "loop") {
       out.note = "loop device: its backing file's disk decides the speed";
@@ -217,7 +226,8 @@ absl::StatusOr<PathStorage> DescribePathStorage(const fs::path& path, const Root
     return out;
   }
   if (out.mount.major == 0) {
-    out.disk.note = absl::StrCat(t, " on ", out.mount.source, " names no block device in mountinfo");
+    out.disk.note =
+        absl::StrCat(t, " on ", out.mount.source, " names no block device in mountinfo");
     return out;
   }
   auto disk = DescribeBlockDevice(out.mount.major, out.mount.minor, roots);
@@ -242,7 +252,8 @@ absl::Status DirectIoReadable(const fs::path& file) {
   const int fd = open(file.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
-    if (err == ENOENT) return absl::NotFoundError(absl::StrCat("'", file.string(), "': no such file"));
+    if (err == ENOENT)
+      return absl::NotFoundError(absl::StrCat("'", file.string(), "': no such file"));
     return absl::FailedPreconditionError(
         absl::StrCat("O_DIRECT open of '", file.string(), "' failed: ", std::strerror(err)));
   }

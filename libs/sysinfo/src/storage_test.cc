@@ -17,8 +17,9 @@ namespace fs = std::filesystem;
 class FakeTree : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::path(::testing::TempDir()) / ("fakesys_" + std::to_string(::getpid()) + "_" +
-                                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    root_ = fs::path(::testing::TempDir()) /
+            ("fakesys_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(root_);
     roots_.proc = root_ / "proc";
     roots_.sys = root_ / "sys";
@@ -70,8 +71,12 @@ class FakeTree : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(root_); }
   void Dir(const std::string& rel) { fs::create_directories(root_ / rel); }
-  void Write(const std::string& rel, const std::string& text) { std::ofstream(root_ / rel) << text; }
-  void Link(const std::string& rel, const std::string& target) { fs::create_directory_symlink(target, root_ / rel); }
+  void Write(const std::string& rel, const std::string& text) {
+    std::ofstream(root_ / rel) << text;
+  }
+  void Link(const std::string& rel, const std::string& target) {
+    fs::create_directory_symlink(target, root_ / rel);
+  }
 
   fs::path root_;
   Roots roots_;

@@ -76,7 +76,9 @@ class BpeModel final : public Model {
     }
   }
 
-  std::optional<int32_t> TokenToId(std::string_view token) const override { return FindToken(vocab_, token); }
+  std::optional<int32_t> TokenToId(std::string_view token) const override {
+    return FindToken(vocab_, token);
+  }
 
   absl::Status Tokenize(std::string_view word, std::vector<int32_t>* ids) const override {
     if (word.empty()) return absl::OkStatus();

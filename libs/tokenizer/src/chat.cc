@@ -53,7 +53,8 @@ void ObjectArguments(OrderedJson* calls) {
     if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
     OrderedJson& args = call["function"]["arguments"];
     if (!args.is_string()) continue;
-    auto parsed = ParseJson<OrderedJson>(args.get<std::string>(), "arguments", kMaxChatJsonDepth - 4);
+    auto parsed =
+        ParseJson<OrderedJson>(args.get<std::string>(), "arguments", kMaxChatJsonDepth - 4);
     if (parsed.ok() && parsed->is_object()) args = std::move(*parsed);
   }
 }
@@ -100,7 +101,8 @@ absl::StatusOr<std::string> RenderChat(const Tokenizer& tok,
   if (tok.chat_template().empty()) return RenderMistralChat(tok, messages);
   // GLM-4.5's template iterates arguments.items(): OpenAI clients send arguments as a JSON
   // string, which it cannot render.
-  const bool object_arguments = DetectChatOutputFormat(tok.chat_template()) == ChatOutputFormat::kGlm45;
+  const bool object_arguments =
+      DetectChatOutputFormat(tok.chat_template()) == ChatOutputFormat::kGlm45;
   OrderedJson list = OrderedJson::array();
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];

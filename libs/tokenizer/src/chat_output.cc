@@ -13,10 +13,12 @@ namespace {
 using nlohmann::json;
 
 std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\n' || s.front() == '\t' || s.front() == '\r')) {
+  while (!s.empty() &&
+         (s.front() == ' ' || s.front() == '\n' || s.front() == '\t' || s.front() == '\r')) {
     s.remove_prefix(1);
   }
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\t' || s.back() == '\r')) {
+  while (!s.empty() &&
+         (s.back() == ' ' || s.back() == '\n' || s.back() == '\t' || s.back() == '\r')) {
     s.remove_suffix(1);
   }
   return s;
@@ -31,7 +33,8 @@ bool ConsumePrefix(std::string_view* s, std::string_view prefix) {
 
 // The text between `open` and `close` at the start of `s` (after whitespace); advances `s`
 // past `close`. False when `s` does not start with `open` or has no `close`.
-bool TakeTagged(std::string_view* s, std::string_view open, std::string_view close, std::string_view* inner) {
+bool TakeTagged(std::string_view* s, std::string_view open, std::string_view close,
+                std::string_view* inner) {
   std::string_view t = Trim(*s);
   if (!ConsumePrefix(&t, open)) return false;
   const size_t end = t.find(close);
@@ -62,7 +65,8 @@ bool ParseGlmCall(std::string_view body, const json& tools, json* call) {
   const std::string name(Trim(body.substr(0, first_arg)));
   if (name.empty() || name.find_first_of("<>\n") != std::string::npos) return false;
   json args = json::object();
-  std::string_view rest = first_arg == std::string_view::npos ? std::string_view() : body.substr(first_arg);
+  std::string_view rest =
+      first_arg == std::string_view::npos ? std::string_view() : body.substr(first_arg);
   while (!Trim(rest).empty()) {
     std::string_view key, value;
     if (!TakeTagged(&rest, "<arg_key>", "</arg_key>", &key)) return false;
@@ -121,21 +125,19 @@ AssistantOutput FromHarmony(std::string_view text) {
   out.content = std::move(h.content);
   out.reasoning_content = std::move(h.reasoning);
   for (auto& call : h.tool_calls) {
-    out.tool_calls.push_back({{"id", "call_" + std::to_string(out.tool_calls.size())},
-                              {"type", "function"},
-                              {"function", {{"name", std::move(call.name)}, {"arguments", std::move(call.arguments)}}}});
+    out.tool_calls.push_back(
+        {{"id", "call_" + std::to_string(out.tool_calls.size())},
+         {"type", "function"},
+         {"function", {{"name", std::move(call.name)}, {"arguments", std::move(call.arguments)}}}});
   }
   return out;
 }
 
 AssistantOutput Parse(std::string_view text, ChatOutputFormat format, const json& tools) {
   switch (format) {
-    case ChatOutputFormat::kGlm45:
-      return ParseGlm45(text, tools);
-    case ChatOutputFormat::kHarmony:
-      return FromHarmony(text);
-    case ChatOutputFormat::kPlain:
-      break;
+    case ChatOutputFormat::kGlm45: return ParseGlm45(text, tools);
+    case ChatOutputFormat::kHarmony: return FromHarmony(text);
+    case ChatOutputFormat::kPlain: break;
   }
   AssistantOutput out;
   out.content = std::string(text);
@@ -148,9 +150,11 @@ json ParseTools(std::string_view tools_json) {
   return parsed.ok() ? std::move(*parsed) : json::array();
 }
 
-constexpr std::array<std::string_view, 4> kGlmMarkers = {"<think>", "</think>", "<tool_call>", "</tool_call>"};
-constexpr std::array<std::string_view, 7> kHarmonyMarkers = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>",
-                                                            "<|return|>", "<|call|>", "<|constrain|>"};
+constexpr std::array<std::string_view, 4> kGlmMarkers = {"<think>", "</think>", "<tool_call>",
+                                                         "</tool_call>"};
+constexpr std::array<std::string_view, 7> kHarmonyMarkers = {
+    "<|start|>",  "<|channel|>", "<|message|>",  "<|end|>",
+    "<|return|>", "<|call|>",    "<|constrain|>"};
 
 // `size` less a tail of `text` that is the beginning of a marker (it may still become one).
 template <size_t N>
@@ -169,18 +173,19 @@ size_t BeforePartialMarker(std::string_view text, const std::array<std::string_v
 // content if it never closes, only at its end).
 size_t StableLength(std::string_view text, ChatOutputFormat format) {
   switch (format) {
-    case ChatOutputFormat::kPlain:
-      return text.size();
+    case ChatOutputFormat::kPlain: return text.size();
     case ChatOutputFormat::kGlm45: {
       size_t n = BeforePartialMarker(text, kGlmMarkers);
       const size_t open = text.rfind("<tool_call>");
-      if (open != std::string_view::npos && text.find("</tool_call>", open) == std::string_view::npos) {
+      if (open != std::string_view::npos &&
+          text.find("</tool_call>", open) == std::string_view::npos) {
         n = std::min(n, open);
       }
       return n;
     }
     case ChatOutputFormat::kHarmony:
-      if (text.find("<|message|>") == std::string_view::npos) return 0;  // the first header is still being written
+      if (text.find("<|message|>") == std::string_view::npos)
+        return 0;  // the first header is still being written
       return std::min(BeforePartialMarker(text, kHarmonyMarkers), UnfinishedHarmonyCall(text));
   }
   return text.size();
@@ -199,12 +204,15 @@ ChatOutputFormat DetectChatOutputFormat(std::string_view chat_template) {
 
 bool DecodesSpecialTokens(ChatOutputFormat format) { return format == ChatOutputFormat::kHarmony; }
 
-AssistantOutput ParseAssistantOutput(std::string_view text, ChatOutputFormat format, std::string_view tools_json) {
-  return Parse(text, format, format == ChatOutputFormat::kGlm45 ? ParseTools(tools_json) : json::array());
+AssistantOutput ParseAssistantOutput(std::string_view text, ChatOutputFormat format,
+                                     std::string_view tools_json) {
+  return Parse(text, format,
+               format == ChatOutputFormat::kGlm45 ? ParseTools(tools_json) : json::array());
 }
 
 AssistantStream::AssistantStream(ChatOutputFormat format, std::string_view tools_json)
-    : format_(format), tools_(format == ChatOutputFormat::kGlm45 ? ParseTools(tools_json) : json::array()) {}
+    : format_(format),
+      tools_(format == ChatOutputFormat::kGlm45 ? ParseTools(tools_json) : json::array()) {}
 
 AssistantStream::Delta AssistantStream::Push(std::string_view text) {
   text_.append(text);
@@ -220,7 +228,8 @@ AssistantStream::Delta AssistantStream::Advance(size_t stable) {
   Delta d;
   AssistantOutput out = Parse(std::string_view(text_).substr(0, stable), format_, tools_);
   // Both only grow as the text does (a shorter stable prefix parses to a prefix of each).
-  if (out.content.size() > content_.size() && out.content.compare(0, content_.size(), content_) == 0) {
+  if (out.content.size() > content_.size() &&
+      out.content.compare(0, content_.size(), content_) == 0) {
     d.content = out.content.substr(content_.size());
     content_ = std::move(out.content);
   }

@@ -33,10 +33,12 @@ TEST(ChatOutputTest, GlmReasoningContentAndToolCalls) {
 }
 
 TEST(ChatOutputTest, GlmStringParametersStayStringsWhenTheToolSaysSo) {
-  const std::string tools = R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+  const std::string tools =
+      R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
       "properties": {"code": {"type": "string"}, "n": {"type": "integer"}}}}}])";
-  const std::string text = "<tool_call>f\n<arg_key>code</arg_key>\n<arg_value>007</arg_value>\n"
-                           "<arg_key>n</arg_key>\n<arg_value>7</arg_value>\n</tool_call>";
+  const std::string text =
+      "<tool_call>f\n<arg_key>code</arg_key>\n<arg_value>007</arg_value>\n"
+      "<arg_key>n</arg_key>\n<arg_value>7</arg_value>\n</tool_call>";
   const AssistantOutput typed = ParseAssistantOutput(text, ChatOutputFormat::kGlm45, tools);
   ASSERT_EQ(typed.tool_calls.size(), 1u);
   EXPECT_EQ(json::parse(typed.tool_calls[0]["function"]["arguments"].get<std::string>()),
@@ -50,20 +52,23 @@ TEST(ChatOutputTest, GlmStringParametersStayStringsWhenTheToolSaysSo) {
 
 TEST(ChatOutputTest, GlmMalformedOrCutOffCallsStayContent) {
   // Cut off by max_tokens inside the call: no closing tag, all of it is content.
-  AssistantOutput cut = ParseAssistantOutput("Sure.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_v",
-                                             ChatOutputFormat::kGlm45);
+  AssistantOutput cut = ParseAssistantOutput(
+      "Sure.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_v", ChatOutputFormat::kGlm45);
   EXPECT_TRUE(cut.tool_calls.empty());
   EXPECT_EQ(cut.content, "Sure.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_v");
   // A key without a value, and a call without a name: kept verbatim; a good call after them parses.
   AssistantOutput bad = ParseAssistantOutput(
-      "a<tool_call>f\n<arg_key>x</arg_key>\n</tool_call>b<tool_call>\n</tool_call>c<tool_call>g</tool_call>",
+      "a<tool_call>f\n<arg_key>x</arg_key>\n</tool_call>b<tool_call>\n</tool_call>c<tool_call>g</"
+      "tool_call>",
       ChatOutputFormat::kGlm45);
-  EXPECT_EQ(bad.content, "a<tool_call>f\n<arg_key>x</arg_key>\n</tool_call>b<tool_call>\n</tool_call>c");
+  EXPECT_EQ(bad.content,
+            "a<tool_call>f\n<arg_key>x</arg_key>\n</tool_call>b<tool_call>\n</tool_call>c");
   ASSERT_EQ(bad.tool_calls.size(), 1u);
   EXPECT_EQ(bad.tool_calls[0]["function"]["name"], "g");
   EXPECT_EQ(bad.tool_calls[0]["function"]["arguments"], "{}");
   // Reasoning cut off before </think>: all reasoning, no content.
-  AssistantOutput thinking = ParseAssistantOutput("<think>still thinking", ChatOutputFormat::kGlm45);
+  AssistantOutput thinking =
+      ParseAssistantOutput("<think>still thinking", ChatOutputFormat::kGlm45);
   EXPECT_EQ(thinking.reasoning_content, "still thinking");
   EXPECT_EQ(thinking.content, "");
 }
@@ -86,15 +91,17 @@ TEST(ChatOutputTest, DetectsGlmFromItsTemplate) {
   std::stringstream s;
   s << f.rdbuf();
   EXPECT_EQ(DetectChatOutputFormat(s.str()), ChatOutputFormat::kGlm45);
-  EXPECT_EQ(DetectChatOutputFormat("{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}"),
-            ChatOutputFormat::kPlain);
+  EXPECT_EQ(
+      DetectChatOutputFormat("{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}"),
+      ChatOutputFormat::kPlain);
   EXPECT_EQ(DetectChatOutputFormat(""), ChatOutputFormat::kPlain);
 }
 
 // Feeds `text` in the pieces `cuts` makes and returns the sum of the deltas as a whole answer;
 // `before_finish` (optional) gets what came out before Finish().
-AssistantOutput Streamed(std::string_view text, ChatOutputFormat format, const std::vector<size_t>& cuts,
-                         AssistantOutput* before_finish = nullptr, std::string_view tools = "") {
+AssistantOutput Streamed(std::string_view text, ChatOutputFormat format,
+                         const std::vector<size_t>& cuts, AssistantOutput* before_finish = nullptr,
+                         std::string_view tools = "") {
   AssistantStream stream(format, tools);
   AssistantOutput sum;
   auto add = [&](const AssistantStream::Delta& d) {
@@ -125,7 +132,8 @@ void ExpectSame(const AssistantOutput& got, const AssistantOutput& want, const s
 }
 
 // Every text, cut at every byte, and in random pieces: the deltas add up to the whole parse.
-void ExpectStreamsAddUp(const std::vector<std::string>& texts, ChatOutputFormat format, std::string_view tools = "") {
+void ExpectStreamsAddUp(const std::vector<std::string>& texts, ChatOutputFormat format,
+                        std::string_view tools = "") {
   std::mt19937 rng(7);
   for (const std::string& text : texts) {
     const AssistantOutput want = ParseAssistantOutput(text, format, tools);
@@ -142,7 +150,8 @@ void ExpectStreamsAddUp(const std::vector<std::string>& texts, ChatOutputFormat 
     // And every prefix (a generation cut off anywhere by max_tokens or a stop).
     for (size_t n = 0; n <= text.size(); ++n) {
       const std::string prefix = text.substr(0, n);
-      ExpectSame(Streamed(prefix, format, {}), ParseAssistantOutput(prefix, format), "prefix: " + prefix);
+      ExpectSame(Streamed(prefix, format, {}), ParseAssistantOutput(prefix, format),
+                 "prefix: " + prefix);
     }
   }
 }
@@ -150,35 +159,39 @@ void ExpectStreamsAddUp(const std::vector<std::string>& texts, ChatOutputFormat 
 TEST(AssistantStreamTest, GlmDeltasAddUpToTheWholeAnswer) {
   ExpectStreamsAddUp(
       {"\n<think>The user wants the weather.\nUse the tool.</think>\nLet me check."
-       "\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>東京</arg_value>\n</tool_call>"
-       "\n<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>7</arg_value>\n</tool_call> after",
-       "a<tool_call>f\n<arg_key>x</arg_key>\n</tool_call>b<tool_call>\n</tool_call>c<tool_call>g</tool_call>",
+       "\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>東京</arg_value>\n</"
+       "tool_call>"
+       "\n<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>7</arg_value>\n</tool_call> "
+       "after",
+       "a<tool_call>f\n<arg_key>x</arg_key>\n</tool_call>b<tool_call>\n</tool_call>c<tool_call>g</"
+       "tool_call>",
        "Sure.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_v",
-       "\n</think>Just < the answer <t",
-       "x < y and <think> later"},
+       "\n</think>Just < the answer <t", "x < y and <think> later"},
       ChatOutputFormat::kGlm45,
       R"([{"type": "function", "function": {"name": "search", "parameters": {"type": "object",
           "properties": {"query": {"type": "string"}}}}}])");
 }
 
 TEST(AssistantStreamTest, HarmonyDeltasAddUpToTheWholeAnswer) {
-  ExpectStreamsAddUp(
-      {"<|channel|>analysis<|message|>User asks 2+2. Answer 4.<|end|>"
-       "<|start|>assistant<|channel|>final<|message|>2 + 2 = 4.<|return|>",
-       "<|channel|>analysis<|message|>Need the weather.<|end|>"
-       "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
-       "{\"city\": \"Paris\"}<|call|>",
-       "<|channel|>commentary<|message|>Checking now.<|end|>"
-       "<|start|>assistant to=functions.lookup<|channel|>commentary json<|message|>{\"q\":\"x\"}<|call|>"
-       "<|start|>assistant<|channel|>final<|message|>a < b",
-       "just words<|return|>"},
-      ChatOutputFormat::kHarmony);
+  ExpectStreamsAddUp({"<|channel|>analysis<|message|>User asks 2+2. Answer 4.<|end|>"
+                      "<|start|>assistant<|channel|>final<|message|>2 + 2 = 4.<|return|>",
+                      "<|channel|>analysis<|message|>Need the weather.<|end|>"
+                      "<|start|>assistant<|channel|>commentary to=functions.get_weather "
+                      "<|constrain|>json<|message|>"
+                      "{\"city\": \"Paris\"}<|call|>",
+                      "<|channel|>commentary<|message|>Checking now.<|end|>"
+                      "<|start|>assistant to=functions.lookup<|channel|>commentary "
+                      "json<|message|>{\"q\":\"x\"}<|call|>"
+                      "<|start|>assistant<|channel|>final<|message|>a < b",
+                      "just words<|return|>"},
+                     ChatOutputFormat::kHarmony);
 }
 
 TEST(AssistantStreamTest, TextStreamsBeforeTheEndAndCallsWhenComplete) {
   // GLM: reasoning and content come out as they are written; a call once it closes.
-  const std::string glm = "<think>Step one.</think>Answer: 4<tool_call>f\n<arg_key>n</arg_key>\n"
-                          "<arg_value>2</arg_value>\n</tool_call>";
+  const std::string glm =
+      "<think>Step one.</think>Answer: 4<tool_call>f\n<arg_key>n</arg_key>\n"
+      "<arg_value>2</arg_value>\n</tool_call>";
   const size_t in_answer = glm.find(": 4") + 3, in_call = glm.find("<arg_value>"), end = glm.size();
   AssistantOutput early;
   Streamed(glm, ChatOutputFormat::kGlm45, {in_answer}, &early);
@@ -193,8 +206,9 @@ TEST(AssistantStreamTest, TextStreamsBeforeTheEndAndCallsWhenComplete) {
 
   // Harmony: the analysis channel streams as reasoning, the final one as content; a
   // functions call is held until <|call|>.
-  const std::string h = "<|channel|>analysis<|message|>Think<|end|><|start|>assistant to=functions.f"
-                        "<|channel|>commentary json<|message|>{\"a\":1}<|call|>";
+  const std::string h =
+      "<|channel|>analysis<|message|>Think<|end|><|start|>assistant to=functions.f"
+      "<|channel|>commentary json<|message|>{\"a\":1}<|call|>";
   Streamed(h, ChatOutputFormat::kHarmony, {h.find("<|end|>")}, &early);
   EXPECT_EQ(early.reasoning_content, "Think");
   Streamed(h, ChatOutputFormat::kHarmony, {h.find("<|call|>")}, &early);
@@ -212,12 +226,14 @@ TEST(ChatOutputTest, DetectsHarmonyAndItsSpecialTokens) {
   EXPECT_TRUE(DecodesSpecialTokens(ChatOutputFormat::kHarmony));
   EXPECT_FALSE(DecodesSpecialTokens(ChatOutputFormat::kGlm45));
   const AssistantOutput out = ParseAssistantOutput(
-      "<|channel|>analysis<|message|>r<|end|><|start|>assistant<|channel|>commentary to=functions.f json"
+      "<|channel|>analysis<|message|>r<|end|><|start|>assistant<|channel|>commentary "
+      "to=functions.f json"
       "<|message|>{}<|call|>",
       ChatOutputFormat::kHarmony);
   EXPECT_EQ(out.reasoning_content, "r");
   ASSERT_EQ(out.tool_calls.size(), 1u);
-  EXPECT_EQ(out.tool_calls[0], (json{{"id", "call_0"}, {"type", "function"},
+  EXPECT_EQ(out.tool_calls[0], (json{{"id", "call_0"},
+                                     {"type", "function"},
                                      {"function", {{"name", "f"}, {"arguments", "{}"}}}}));
 }
 

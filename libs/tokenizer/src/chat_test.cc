@@ -120,7 +120,8 @@ TEST(RenderChatTest, RenderedPromptEncodesSpecialTokens) {
 TEST(RenderChatTest, JsonOptionsDeeperThanTheLimitAreRefused) {
   auto tok = TokenizerWithTemplate("{{ tools | length }} {{ messages | length }}");
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
-  const std::string fits = std::string(kMaxChatJsonDepth, '[') + std::string(kMaxChatJsonDepth, ']');
+  const std::string fits =
+      std::string(kMaxChatJsonDepth, '[') + std::string(kMaxChatJsonDepth, ']');
   const std::string limit = "JSON nested deeper than the limit of 64 levels";
 
   ChatOptions tools;
@@ -169,7 +170,8 @@ TEST(RenderChatTest, TheTokenizersTemplateIsParsedOnceAtLoad) {
   EXPECT_EQ(bad->parsed_chat_template().status().code(), absl::StatusCode::kFailedPrecondition);
   auto out = RenderChat(*bad, {{"user", "a"}});
   ASSERT_FALSE(out.ok());
-  EXPECT_EQ(std::string(out.status().message()), "chat template: line 1: unsupported tag 'extends'");
+  EXPECT_EQ(std::string(out.status().message()),
+            "chat template: line 1: unsupported tag 'extends'");
   EXPECT_EQ(TokenizerWithTemplate("")->parsed_chat_template().status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
@@ -195,17 +197,22 @@ TEST(RenderChatTest, GlmTemplateGetsToolCallArgumentsAsObjects) {
   // A template with GLM-4.5's tool-call shape (arguments.items()); OpenAI clients send the
   // arguments as a JSON string.
   auto tok = TokenizerWithTemplate(
-      "{% for m in messages %}<|assistant|>{% for tc in m.tool_calls %}<tool_call>{{ tc.function.name }}"
-      "{% for k, v in tc.function.arguments.items() %}<arg_key>{{ k }}</arg_key><arg_value>{{ v }}</arg_value>"
+      "{% for m in messages %}<|assistant|>{% for tc in m.tool_calls %}<tool_call>{{ "
+      "tc.function.name }}"
+      "{% for k, v in tc.function.arguments.items() %}<arg_key>{{ k }}</arg_key><arg_value>{{ v "
+      "}}</arg_value>"
       "{% endfor %}</tool_call>{% endfor %}{% endfor %}");
   std::vector<ChatMessage> messages = {
-      {"assistant", "", "", R"([{"function": {"name": "f", "arguments": "{\"city\": \"Paris\", \"n\": 2}"}}])"}};
+      {"assistant", "", "",
+       R"([{"function": {"name": "f", "arguments": "{\"city\": \"Paris\", \"n\": 2}"}}])"}};
   auto out = RenderChat(*tok, messages);
   ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_EQ(*out, "<|assistant|><tool_call>f<arg_key>city</arg_key><arg_value>Paris</arg_value>"
-                  "<arg_key>n</arg_key><arg_value>2</arg_value></tool_call>");
+  EXPECT_EQ(*out,
+            "<|assistant|><tool_call>f<arg_key>city</arg_key><arg_value>Paris</arg_value>"
+            "<arg_key>n</arg_key><arg_value>2</arg_value></tool_call>");
   // Other templates see the string unchanged.
-  auto plain = TokenizerWithTemplate("{% for m in messages %}{{ m.tool_calls[0].function.arguments }}{% endfor %}");
+  auto plain = TokenizerWithTemplate(
+      "{% for m in messages %}{{ m.tool_calls[0].function.arguments }}{% endfor %}");
   out = RenderChat(*plain, messages);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(*out, "{\"city\": \"Paris\", \"n\": 2}");

@@ -84,8 +84,9 @@ absl::StatusOr<std::pair<Json, Json>> GgufPreTokenizer(const std::string& pre) {
         Json());
   }
   if (pre == "gpt-4o") {
-    return std::make_pair(
-        Json{{"type", "Sequence"}, {"pretokenizers", {SplitJson(kO200kPattern), ByteLevelJson(false)}}}, Json());
+    return std::make_pair(Json{{"type", "Sequence"},
+                               {"pretokenizers", {SplitJson(kO200kPattern), ByteLevelJson(false)}}},
+                          Json());
   }
   if (pre == "deepseek-v3") {
     Json seq = Json::array();
@@ -95,11 +96,14 @@ absl::StatusOr<std::pair<Json, Json>> GgufPreTokenizer(const std::string& pre) {
   }
   if (pre == "kimi-k2") {
     return std::make_pair(
-        Json{{"type", "Sequence"}, {"pretokenizers", {SplitJson(kKimiK2Pattern), ByteLevelJson(false)}}}, Json());
+        Json{{"type", "Sequence"},
+             {"pretokenizers", {SplitJson(kKimiK2Pattern), ByteLevelJson(false)}}},
+        Json());
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "gguf: tokenizer.ggml.pre '", pre,
-      "' is not supported (supported: default, gpt-2, qwen2, llama-bpe, gpt-4o, deepseek-v3, kimi-k2)"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("gguf: tokenizer.ggml.pre '", pre,
+                   "' is not supported (supported: default, gpt-2, qwen2, llama-bpe, gpt-4o, "
+                   "deepseek-v3, kimi-k2)"));
 }
 
 }  // namespace internal

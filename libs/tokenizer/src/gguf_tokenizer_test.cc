@@ -18,11 +18,11 @@
 namespace colibri::tokenizer {
 namespace {
 
+using model::GgufFile;
+using model::GgufWriter;
+using model::GgufWriteValue;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using model::GgufFile;
-using model::GgufWriteValue;
-using model::GgufWriter;
 
 constexpr const char* kSpace = "\xE2\x96\x81";  // U+2581
 
@@ -43,7 +43,8 @@ Gguf Write(GgufWriter& w) {
 }
 
 // <unk> <s> </s>, the 256 byte tokens, then pieces with descending scores.
-void AddLlamaVocab(GgufWriter& w, const std::vector<std::string>& pieces, const std::vector<float>& scores) {
+void AddLlamaVocab(GgufWriter& w, const std::vector<std::string>& pieces,
+                   const std::vector<float>& scores) {
   std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
   std::vector<float> all_scores = {0, 0, 0};
   std::vector<int32_t> types = {2, 3, 3};
@@ -75,7 +76,8 @@ TEST(GgufLlamaTokenizerTest, MergesByScoreWithByteFallback) {
   // ids: 259 ▁, 260 a, 261 b, 262 ab, 263 ▁a, 264 ▁ab
   std::string sa = std::string(kSpace) + "a", sab = std::string(kSpace) + "ab";
   AddLlamaVocab(w, {kSpace, "a", "b", "ab", sa, sab}, {-1, -2, -3, -4, -5, -0.5f});
-  ASSERT_TRUE(w.AddString("tokenizer.chat_template", "{{ bos_token }}{{ messages[0].content }}").ok());
+  ASSERT_TRUE(
+      w.AddString("tokenizer.chat_template", "{{ bos_token }}{{ messages[0].content }}").ok());
   Gguf g = Write(w);
   auto tok = g.Load();
   ASSERT_TRUE(tok.ok()) << tok.status();
@@ -99,16 +101,18 @@ TEST(GgufLlamaTokenizerTest, AddSpacePrefixCanBeOff) {
   Gguf g = Write(w);
   auto tok = g.Load();
   ASSERT_TRUE(tok.ok()) << tok.status();
-  EXPECT_THAT(*(*tok)->Encode("a a", true), ElementsAre(kFirstPiece + 1, kFirstPiece, kFirstPiece + 1));
+  EXPECT_THAT(*(*tok)->Encode("a a", true),
+              ElementsAre(kFirstPiece + 1, kFirstPiece, kFirstPiece + 1));
 }
 
 TEST(GgufGpt2TokenizerTest, ByteLevelMergesWithPreTokenizer) {
   std::vector<std::string> tokens;
-  for (int b = 0; b < 256; ++b) tokens.push_back(internal::CodePointToUtf8(internal::ByteToUnicode()[static_cast<size_t>(b)]));
+  for (int b = 0; b < 256; ++b)
+    tokens.push_back(internal::CodePointToUtf8(internal::ByteToUnicode()[static_cast<size_t>(b)]));
   const std::string g_space = internal::CodePointToUtf8(internal::ByteToUnicode()[' ']);  // "Ġ"
-  tokens.push_back("he");                // 256
-  tokens.push_back(g_space + "w");       // 257
-  tokens.push_back("<|endoftext|>");     // 258
+  tokens.push_back("he");                                                                 // 256
+  tokens.push_back(g_space + "w");                                                        // 257
+  tokens.push_back("<|endoftext|>");                                                      // 258
   std::vector<int32_t> types(tokens.size(), 1);
   types[258] = 3;
   GgufWriter w;
@@ -116,7 +120,8 @@ TEST(GgufGpt2TokenizerTest, ByteLevelMergesWithPreTokenizer) {
   ASSERT_TRUE(w.AddString("tokenizer.ggml.pre", "qwen2").ok());
   ASSERT_TRUE(w.Add("tokenizer.ggml.tokens", GgufWriteValue::StringArray(tokens)).ok());
   ASSERT_TRUE(w.Add("tokenizer.ggml.token_type", GgufWriteValue::Int32Array(types)).ok());
-  ASSERT_TRUE(w.Add("tokenizer.ggml.merges", GgufWriteValue::StringArray({"h e", g_space + " w"})).ok());
+  ASSERT_TRUE(
+      w.Add("tokenizer.ggml.merges", GgufWriteValue::StringArray({"h e", g_space + " w"})).ok());
   ASSERT_TRUE(w.AddU32("tokenizer.ggml.eos_token_id", 258).ok());
   Gguf g = Write(w);
   auto tok = g.Load();
@@ -196,7 +201,8 @@ TEST(GgufTokenizerErrorsTest, NamesTheProblem) {
 // The peer oracle's toy SentencePiece vocabulary: llama.cpp's ids for a few texts.
 TEST(GgufOracleTest, MatchesLlamaCpp) {
   const std::filesystem::path dir = "../shared/oracle";
-  if (!std::filesystem::exists(dir / "tokenizer_refs.json")) GTEST_SKIP() << "no oracle files in " << dir;
+  if (!std::filesystem::exists(dir / "tokenizer_refs.json"))
+    GTEST_SKIP() << "no oracle files in " << dir;
   auto refs_text = ReadFileToString(dir / "tokenizer_refs.json");
   ASSERT_TRUE(refs_text.ok());
   auto refs = nlohmann::json::parse(*refs_text);

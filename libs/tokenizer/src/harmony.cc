@@ -7,7 +7,8 @@ namespace colibri::tokenizer {
 namespace {
 
 constexpr std::string_view kStart = "<|start|>", kChannel = "<|channel|>", kMessage = "<|message|>";
-constexpr std::array<std::string_view, 4> kBodyEnds = {"<|end|>", "<|return|>", "<|call|>", "<|start|>"};
+constexpr std::array<std::string_view, 4> kBodyEnds = {"<|end|>", "<|return|>", "<|call|>",
+                                                       "<|start|>"};
 
 std::string_view Trim(std::string_view s) {
   const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
@@ -73,7 +74,8 @@ HarmonyOutput ParseHarmony(std::string_view text) {
     const std::string_view recipient = WordAfter(header, "to=");
     constexpr std::string_view kFunctions = "functions.";
     if (recipient.substr(0, kFunctions.size()) == kFunctions) {
-      out.tool_calls.push_back({std::string(recipient.substr(kFunctions.size())), std::string(Trim(body))});
+      out.tool_calls.push_back(
+          {std::string(recipient.substr(kFunctions.size())), std::string(Trim(body))});
     } else if (channel == "analysis") {
       Append(&out.reasoning, body);
     } else {
@@ -96,9 +98,12 @@ size_t UnfinishedHarmonyCall(std::string_view text) {
   size_t header = 0;
   for (std::string_view end : kBodyEnds) {
     const size_t at = before.rfind(end);
-    if (at != std::string_view::npos) header = std::max(header, end == kStart ? at : at + end.size());
+    if (at != std::string_view::npos)
+      header = std::max(header, end == kStart ? at : at + end.size());
   }
-  return before.substr(header).find("to=functions.") != std::string_view::npos ? header : std::string_view::npos;
+  return before.substr(header).find("to=functions.") != std::string_view::npos
+             ? header
+             : std::string_view::npos;
 }
 
 }  // namespace colibri::tokenizer

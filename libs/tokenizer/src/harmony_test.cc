@@ -17,7 +17,8 @@ TEST(HarmonyTest, ReasoningThenFinalAnswer) {
 TEST(HarmonyTest, ToolCallWithRecipientAfterTheChannel) {
   const HarmonyOutput out = ParseHarmony(
       "<|channel|>analysis<|message|>Need the weather.<|end|>"
-      "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+      "<|start|>assistant<|channel|>commentary to=functions.get_weather "
+      "<|constrain|>json<|message|>"
       "{\"city\": \"Paris\"}<|call|>");
   EXPECT_EQ(out.reasoning, "Need the weather.");
   EXPECT_EQ(out.content, "");

@@ -7,7 +7,7 @@
 namespace colibri::tokenizer::jinja_internal {
 namespace {
 
-thread_local Budget *current_budget = nullptr;
+thread_local Budget* current_budget = nullptr;
 
 constexpr size_t kBytesPerStep = 16;
 
@@ -17,7 +17,7 @@ Budget::~Budget() {
   // Moving the items out first: destroying one may drop the last reference to a
   // list holding another namespace, which is still held here, so no destructor
   // recurses across namespaces.
-  for (const auto &ns : namespaces_) {
+  for (const auto& ns : namespaces_) {
     std::vector<std::pair<Value, Value>> items = std::move(ns->items);
     ns->items.clear();
   }
@@ -36,12 +36,12 @@ void Budget::Fail(absl::Status status) {
   if (status_.ok()) status_ = std::move(status);
 }
 
-BudgetScope::BudgetScope(Budget *budget) : previous_(current_budget) { current_budget = budget; }
+BudgetScope::BudgetScope(Budget* budget) : previous_(current_budget) { current_budget = budget; }
 BudgetScope::~BudgetScope() { current_budget = previous_; }
 
-Budget *CurrentBudget() { return current_budget; }
+Budget* CurrentBudget() { return current_budget; }
 
-const jinja::Limits &CurrentLimits() {
+const jinja::Limits& CurrentLimits() {
   static const jinja::Limits kDefaults;
   return current_budget != nullptr ? current_budget->limits() : kDefaults;
 }

@@ -26,22 +26,22 @@ struct Dict;
 
 class Budget {
  public:
-  explicit Budget(const jinja::Limits &limits) : limits_(limits) {}
+  explicit Budget(const jinja::Limits& limits) : limits_(limits) {}
   // Empties every namespace the render created, which breaks reference cycles
   // through them
   // (`{% set ns.self = ns %}`) and keeps destruction shallow.
   ~Budget();
-  Budget(const Budget &) = delete;
-  Budget &operator=(const Budget &) = delete;
+  Budget(const Budget&) = delete;
+  Budget& operator=(const Budget&) = delete;
 
-  const jinja::Limits &limits() const { return limits_; }
+  const jinja::Limits& limits() const { return limits_; }
   int64_t steps_used() const { return used_; }
   // Spends `steps`; false once the budget is spent or an error is latched.
   bool Charge(int64_t steps);
   // Latches `status` unless an error is already latched.
   void Fail(absl::Status status);
   bool ok() const { return status_.ok(); }
-  const absl::Status &status() const { return status_; }
+  const absl::Status& status() const { return status_; }
   // Keeps a namespace alive until the render ends (see the destructor).
   void AdoptNamespace(std::shared_ptr<Dict> ns) { namespaces_.push_back(std::move(ns)); }
 
@@ -54,18 +54,18 @@ class Budget {
 
 class BudgetScope {
  public:
-  explicit BudgetScope(Budget *budget);
+  explicit BudgetScope(Budget* budget);
   ~BudgetScope();
-  BudgetScope(const BudgetScope &) = delete;
-  BudgetScope &operator=(const BudgetScope &) = delete;
+  BudgetScope(const BudgetScope&) = delete;
+  BudgetScope& operator=(const BudgetScope&) = delete;
 
  private:
-  Budget *previous_;
+  Budget* previous_;
 };
 
 // The calling thread's budget; null outside a render.
-Budget *CurrentBudget();
-const jinja::Limits &CurrentLimits();
+Budget* CurrentBudget();
+const jinja::Limits& CurrentLimits();
 
 // Spends steps on the current budget: false (error latched) once it is spent.
 bool Charge(int64_t steps);

@@ -45,8 +45,8 @@ constexpr char kChatExpected[] =
     "}\n]</tools>BE BRIEF 2 system,user,assistant"
     "<|assistant|>";
 
-absl::StatusOr<std::string> Render(const std::string &source, const Limits &limits = Limits(),
-                                   const Json &context = Json::object()) {
+absl::StatusOr<std::string> Render(const std::string& source, const Limits& limits = Limits(),
+                                   const Json& context = Json::object()) {
   Options options;
   options.limits = limits;
   auto tmpl = Template::Parse(source, options);
@@ -56,7 +56,7 @@ absl::StatusOr<std::string> Render(const std::string &source, const Limits &limi
 
 // The error of a runaway template, after checking that the chat template still
 // renders under the same limits.
-absl::Status RunawayError(const std::string &source, const Limits &limits = Limits()) {
+absl::Status RunawayError(const std::string& source, const Limits& limits = Limits()) {
   auto normal = Render(kChatTemplate, limits, ChatContext());
   EXPECT_TRUE(normal.ok()) << normal.status();
   if (normal.ok()) {
@@ -170,10 +170,10 @@ TEST(JinjaBudgetTest, BuiltinsThatGrowTheirInputCheckFirst) {
   small.max_string_bytes = 1 << 16;
   small.max_list_items = 1 << 10;
   struct Probe {
-    const char *source;
-    const char *message;
+    const char* source;
+    const char* message;
   };
-  for (const Probe &p : {
+  for (const Probe& p : {
            Probe{"{{ (['x' * 100] * 1000) | join('y' * 100) }}", "join would build a string"},
            Probe{"{{ ('x' * 100).join(['y' * 100] * 1000) }}", "join() would build a string"},
            Probe{"{{ ('a' * 1000).replace('a', 'b' * 1000) }}", "replace() would build a string"},
@@ -205,7 +205,7 @@ TEST(JinjaBudgetTest, ValueNestingIsCappedWhereverValuesAreBuilt) {
   // itself (directly, through a list or another namespace), which has no depth
   // of its own: every traversal stops at the limit. The sanitizer build checks
   // that the cycles do not leak.
-  for (const char *source : {
+  for (const char* source : {
            "{% set ns = namespace(l=[]) %}{% for i in range(1000) %}{% set "
            "ns.l = [ns.l] %}"
            "{% endfor %}",
@@ -233,10 +233,10 @@ TEST(JinjaBudgetTest, SharedSubvaluesCannotMultiplyWork) {
   // [l, l] doubles the printed size at each step while memory grows by one
   // list: 2**60 leaves. Two equal DAGs built apart share nothing between them,
   // so == walks all of both.
-  const char *kDag =
+  const char* kDag =
       "{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(60) %}"
       "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}";
-  for (const char *use :
+  for (const char* use :
        {"{{ ns.a }}", "{{ ns.a | tojson }}", "{{ ns.a == ns.b }}", "{{ ns.a in [ns.b] }}",
         "{{ [ns.a, ns.b] | unique | list | length }}", "{{ ns.a | string | length }}"}) {
     absl::Status s = RunawayError(std::string(kDag) + use);
@@ -247,7 +247,7 @@ TEST(JinjaBudgetTest, SharedSubvaluesCannotMultiplyWork) {
 TEST(JinjaBudgetTest, TemplateNestingIsCappedAtParse) {
   struct Deep {
     std::string source;
-    const char *message;
+    const char* message;
   };
   std::string parens = "{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}";
   std::string chain = "{{ 1";
@@ -265,7 +265,7 @@ TEST(JinjaBudgetTest, TemplateNestingIsCappedAtParse) {
   std::string conds = "{{ 1";
   for (int i = 0; i < 5000; ++i) conds += " if x else 1";
   conds += " }}";
-  for (const Deep &d :
+  for (const Deep& d :
        {Deep{parens, "expression nested too deeply"},
         Deep{chain, "expression nested deeper than 100 levels"},
         Deep{attrs, "expression nested deeper than 100 levels"},
@@ -302,17 +302,17 @@ TEST(JinjaBudgetTest, DeepContextJsonIsRefused) {
 
 // Renders on a thread with the given stack size (the main thread's may be
 // larger).
-absl::StatusOr<std::string> RenderOnSmallStack(const std::string &source, size_t stack_bytes) {
+absl::StatusOr<std::string> RenderOnSmallStack(const std::string& source, size_t stack_bytes) {
   struct Job {
-    const std::string *source;
+    const std::string* source;
     absl::StatusOr<std::string> out;
   } job{&source, absl::UnknownError("not run")};
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setstacksize(&attr, stack_bytes);
   pthread_t thread;
-  auto run = [](void *arg) -> void * {
-    auto *j = static_cast<Job *>(arg);
+  auto run = [](void* arg) -> void* {
+    auto* j = static_cast<Job*>(arg);
     j->out = Render(*j->source);
     return nullptr;
   };

@@ -85,23 +85,12 @@ std::string HtmlEscape(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&#34;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out.push_back(c);
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out.push_back(c);
     }
   }
   return out;
@@ -309,8 +298,8 @@ absl::StatusOr<Value> FilterUnchecked(const std::string& n, const Value& v, Call
       std::string piece =
           (attr != nullptr && attr->is_string() ? AttrPath(items[k], attr->as_string()) : items[k])
               .Str();
-      RETURN_IF_ERROR(CheckStringSize(
-          out.size() + (k > 0 ? separator.size() : 0) + piece.size(), "join"));
+      RETURN_IF_ERROR(
+          CheckStringSize(out.size() + (k > 0 ? separator.size() : 0) + piece.size(), "join"));
       if (k > 0) out += separator;
       out += piece;
     }
@@ -691,31 +680,30 @@ void AddGlobals(Dict* globals) {
                  for (const auto& [k, v] : args.keyword) d.dict().Set(Value::String(k), v);
                  return d;
                }));
-  globals->Set(Value::String("range"),
-               Value::Function("range", [](CallArgs& args) -> absl::StatusOr<Value> {
-                 std::vector<int64_t> a;
-                 for (const Value& p : args.positional) {
-                   if (!p.is_int() && !p.is_bool())
-                     return TypeError("range() arguments must be integers");
-                   a.push_back(p.as_int());
-                 }
-                 if (a.empty() || a.size() > 3) return TypeError("range expected 1 to 3 arguments");
-                 int64_t start = a.size() == 1 ? 0 : a[0], stop = a.size() == 1 ? a[0] : a[1];
-                 int64_t step = a.size() == 3 ? a[2] : 1;
-                 if (step == 0) return TypeError("range() arg 3 must not be zero");
-                 // The length first (in 128 bits: range(-2**63, 2**63 - 1) must not overflow).
-                 const __int128 span = step > 0 ? __int128{stop} - start : __int128{start} - stop;
-                 const __int128 mag = step > 0 ? __int128{step} : -__int128{step};
-                 const __int128 count = span <= 0 ? 0 : (span + mag - 1) / mag;
-                 RETURN_IF_ERROR(CheckListSize(
-                     count > static_cast<__int128>(SIZE_MAX) ? SIZE_MAX : static_cast<size_t>(count),
-                     "range()"));
-                 ValueList out;
-                 out.reserve(static_cast<size_t>(count));
-                 for (__int128 k = 0; k < count; ++k)
-                   out.push_back(Value::Int(static_cast<int64_t>(start + k * step)));
-                 return Value::List(std::move(out));
-               }));
+  globals->Set(
+      Value::String("range"), Value::Function("range", [](CallArgs& args) -> absl::StatusOr<Value> {
+        std::vector<int64_t> a;
+        for (const Value& p : args.positional) {
+          if (!p.is_int() && !p.is_bool()) return TypeError("range() arguments must be integers");
+          a.push_back(p.as_int());
+        }
+        if (a.empty() || a.size() > 3) return TypeError("range expected 1 to 3 arguments");
+        int64_t start = a.size() == 1 ? 0 : a[0], stop = a.size() == 1 ? a[0] : a[1];
+        int64_t step = a.size() == 3 ? a[2] : 1;
+        if (step == 0) return TypeError("range() arg 3 must not be zero");
+        // The length first (in 128 bits: range(-2**63, 2**63 - 1) must not overflow).
+        const __int128 span = step > 0 ? __int128{stop} - start : __int128{start} - stop;
+        const __int128 mag = step > 0 ? __int128{step} : -__int128{step};
+        const __int128 count = span <= 0 ? 0 : (span + mag - 1) / mag;
+        RETURN_IF_ERROR(CheckListSize(
+            count > static_cast<__int128>(SIZE_MAX) ? SIZE_MAX : static_cast<size_t>(count),
+            "range()"));
+        ValueList out;
+        out.reserve(static_cast<size_t>(count));
+        for (__int128 k = 0; k < count; ++k)
+          out.push_back(Value::Int(static_cast<int64_t>(start + k * step)));
+        return Value::List(std::move(out));
+      }));
   globals->Set(Value::String("strftime_now"),
                Value::Function("strftime_now", [](CallArgs& args) -> absl::StatusOr<Value> {
                  const Value* fmt = FindArg(args, 0, "format");

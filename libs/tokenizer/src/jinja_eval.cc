@@ -63,8 +63,8 @@ class NestingGuard {
 };
 
 absl::Status NestingError(int line) {
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "line ", line, ": evaluation nested deeper than ", kMaxEvalNesting, " frames"));
+  return absl::ResourceExhaustedError(
+      absl::StrCat("line ", line, ": evaluation nested deeper than ", kMaxEvalNesting, " frames"));
 }
 
 class Evaluator {
@@ -121,9 +121,7 @@ class Evaluator {
 
   absl::Status RenderNode(const Node& n, const FramePtr& frame, std::string* out, Flow* flow) {
     switch (n.kind) {
-      case NodeKind::kText:
-        out->append(n.text);
-        return absl::OkStatus();
+      case NodeKind::kText: out->append(n.text); return absl::OkStatus();
       case NodeKind::kOutput: {
         ASSIGN_OR_RETURN(Value v, Eval(*n.expr, frame));
         out->append(v.Str());
@@ -135,8 +133,7 @@ class Evaluator {
           if (c.Truthy()) return RenderBody(n.bodies[k], frame, out, flow);
         }
         return RenderBody(n.else_body, frame, out, flow);
-      case NodeKind::kFor:
-        return RenderFor(n, frame, out);
+      case NodeKind::kFor: return RenderFor(n, frame, out);
       case NodeKind::kSet: {
         ASSIGN_OR_RETURN(Value v, Eval(*n.expr, frame));
         if (!n.attr.empty()) {
@@ -158,17 +155,10 @@ class Evaluator {
         frame->vars[n.targets[0]] = Value::String(std::move(text));
         return absl::OkStatus();
       }
-      case NodeKind::kMacro:
-        frame->vars[n.text] = MakeMacro(n, frame);
-        return absl::OkStatus();
-      case NodeKind::kBreak:
-        *flow = Flow::kBreak;
-        return absl::OkStatus();
-      case NodeKind::kContinue:
-        *flow = Flow::kContinue;
-        return absl::OkStatus();
-      case NodeKind::kGeneration:
-        return RenderBody(n.body, frame, out, flow);
+      case NodeKind::kMacro: frame->vars[n.text] = MakeMacro(n, frame); return absl::OkStatus();
+      case NodeKind::kBreak: *flow = Flow::kBreak; return absl::OkStatus();
+      case NodeKind::kContinue: *flow = Flow::kContinue; return absl::OkStatus();
+      case NodeKind::kGeneration: return RenderBody(n.body, frame, out, flow);
       case NodeKind::kFilterBlock: {
         std::string text;
         Flow inner = Flow::kNormal;
@@ -247,9 +237,9 @@ class Evaluator {
                          "' called outside the scope it was defined in"));
       }
       if (depth_ >= budget_.limits().max_call_depth) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("line ", node->line, ": macro '", node->text, "' calls nested deeper than ",
-                         budget_.limits().max_call_depth, " (unbounded recursion?)"));
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "line ", node->line, ": macro '", node->text, "' calls nested deeper than ",
+            budget_.limits().max_call_depth, " (unbounded recursion?)"));
       }
       auto frame = std::make_shared<Frame>();
       frame->parent = defining;
@@ -323,10 +313,8 @@ class Evaluator {
 
   absl::StatusOr<Value> EvalUnchecked(const Expr& e, const FramePtr& frame) {
     switch (e.kind) {
-      case ExprKind::kLiteral:
-        return e.value;
-      case ExprKind::kName:
-        return Lookup(e.name, frame);
+      case ExprKind::kLiteral: return e.value;
+      case ExprKind::kName: return Lookup(e.name, frame);
       case ExprKind::kList:
       case ExprKind::kTuple: {
         ValueList items;

@@ -309,39 +309,17 @@ class Lexer {
         return v;
       };
       switch (e) {
-        case 'n':
-          out.push_back('\n');
-          break;
-        case 't':
-          out.push_back('\t');
-          break;
-        case 'r':
-          out.push_back('\r');
-          break;
-        case '\\':
-          out.push_back('\\');
-          break;
-        case '\'':
-          out.push_back('\'');
-          break;
-        case '"':
-          out.push_back('"');
-          break;
-        case 'a':
-          out.push_back('\a');
-          break;
-        case 'b':
-          out.push_back('\b');
-          break;
-        case 'f':
-          out.push_back('\f');
-          break;
-        case 'v':
-          out.push_back('\v');
-          break;
-        case '\n':
-          ++line_;
-          break;  // line continuation
+        case 'n': out.push_back('\n'); break;
+        case 't': out.push_back('\t'); break;
+        case 'r': out.push_back('\r'); break;
+        case '\\': out.push_back('\\'); break;
+        case '\'': out.push_back('\''); break;
+        case '"': out.push_back('"'); break;
+        case 'a': out.push_back('\a'); break;
+        case 'b': out.push_back('\b'); break;
+        case 'f': out.push_back('\f'); break;
+        case 'v': out.push_back('\v'); break;
+        case '\n': ++line_; break;  // line continuation
         case 'x':
         case 'u':
         case 'U': {

@@ -264,15 +264,15 @@ Value BoundMethod(const Value& obj, std::string_view name) {
   // Every method scans its receiver once (charged up front); results are held to the caps
   // (methods that could build more than their input check before building).
   auto bind = [&](auto fn) {
-    return Value::Function(
-        absl::StrCat(obj.TypeName(), ".", method),
-        [obj, fn, method](CallArgs& args) -> absl::StatusOr<Value> {
-          if (!ChargeBytes(obj.is_string() ? obj.as_string().size() : 0))
-            return CurrentBudget()->status();
-          ASSIGN_OR_RETURN(Value r, fn(obj, args));
-          if (r.is_string()) RETURN_IF_ERROR(CheckStringCap(r.as_string().size(), method));
-          return r;
-        });
+    return Value::Function(absl::StrCat(obj.TypeName(), ".", method),
+                           [obj, fn, method](CallArgs& args) -> absl::StatusOr<Value> {
+                             if (!ChargeBytes(obj.is_string() ? obj.as_string().size() : 0))
+                               return CurrentBudget()->status();
+                             ASSIGN_OR_RETURN(Value r, fn(obj, args));
+                             if (r.is_string())
+                               RETURN_IF_ERROR(CheckStringCap(r.as_string().size(), method));
+                             return r;
+                           });
   };
   if (obj.is_string()) {
     if (name == "startswith" || name == "endswith") {
@@ -345,8 +345,8 @@ Value BoundMethod(const Value& obj, std::string_view name) {
         }
         if (count >= 0) hits = std::min<uint64_t>(hits, static_cast<uint64_t>(count));
         const uint64_t removed = from.empty() ? 0 : hits * from.size();
-        const uint64_t added = hits > 0 && to.size() > UINT64_MAX / hits ? UINT64_MAX
-                                                                           : hits * to.size();
+        const uint64_t added =
+            hits > 0 && to.size() > UINT64_MAX / hits ? UINT64_MAX : hits * to.size();
         RETURN_IF_ERROR(CheckStringSize(
             added > UINT64_MAX - s.size() ? UINT64_MAX : s.size() - removed + added, "replace()"));
         std::string out;
@@ -653,8 +653,7 @@ absl::StatusOr<Value> SliceValue(const Value& obj, const Value& start, const Val
 
 absl::StatusOr<ValueList> Iterate(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined:
-      return ValueList();
+    case Value::Kind::kUndefined: return ValueList();
     case Value::Kind::kList:
       if (!Charge(static_cast<int64_t>(v.list().size()))) return CurrentBudget()->status();
       return v.list();
@@ -673,8 +672,7 @@ absl::StatusOr<ValueList> Iterate(const Value& v) {
         chars.push_back(Value::String(v.as_string().substr(off[k], off[k + 1] - off[k])));
       return chars;
     }
-    default:
-      return TypeError(absl::StrCat("'", v.TypeName(), "' object is not iterable"));
+    default: return TypeError(absl::StrCat("'", v.TypeName(), "' object is not iterable"));
   }
 }
 
@@ -702,18 +700,15 @@ absl::StatusOr<bool> Contains(const Value& container, const Value& item) {
 
 absl::StatusOr<int64_t> Length(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined:
-      return 0;
+    case Value::Kind::kUndefined: return 0;
     case Value::Kind::kString:
       ChargeBytes(v.as_string().size());
       return static_cast<int64_t>(internal::CodePointCount(v.as_string()));
-    case Value::Kind::kList:
-      return static_cast<int64_t>(v.list().size());
+    case Value::Kind::kList: return static_cast<int64_t>(v.list().size());
     case Value::Kind::kDict:
       if (!v.is_namespace()) return static_cast<int64_t>(v.dict().items.size());
       [[fallthrough]];
-    default:
-      return TypeError(absl::StrCat("object of type '", v.TypeName(), "' has no len()"));
+    default: return TypeError(absl::StrCat("object of type '", v.TypeName(), "' has no len()"));
   }
 }
 
@@ -857,8 +852,8 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
       if (!fl && b.as_int() >= 0) {
         int64_t r;
         if (!CheckedPow(a.as_int(), b.as_int(), &r)) {
-          return absl::ResourceExhaustedError(
-              absl::StrCat("'**': ", a.as_int(), " ** ", b.as_int(), " overflows a 64-bit integer"));
+          return absl::ResourceExhaustedError(absl::StrCat("'**': ", a.as_int(), " ** ", b.as_int(),
+                                                           " overflows a 64-bit integer"));
         }
         return Value::Int(r);
       }

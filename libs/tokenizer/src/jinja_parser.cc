@@ -81,22 +81,14 @@ class Parser {
   }
   std::string Describe(const Token& t) const {
     switch (t.type) {
-      case TokenType::kData:
-        return "template text";
-      case TokenType::kVarBegin:
-        return "'{{'";
-      case TokenType::kVarEnd:
-        return "'}}'";
-      case TokenType::kBlockBegin:
-        return "'{%'";
-      case TokenType::kBlockEnd:
-        return "'%}'";
-      case TokenType::kEnd:
-        return "end of template";
-      case TokenType::kString:
-        return "a string";
-      default:
-        return absl::StrCat("'", t.text, "'");
+      case TokenType::kData: return "template text";
+      case TokenType::kVarBegin: return "'{{'";
+      case TokenType::kVarEnd: return "'}}'";
+      case TokenType::kBlockBegin: return "'{%'";
+      case TokenType::kBlockEnd: return "'%}'";
+      case TokenType::kEnd: return "end of template";
+      case TokenType::kString: return "a string";
+      default: return absl::StrCat("'", t.text, "'");
     }
   }
   absl::Status Expect(const std::string& op) {
@@ -607,8 +599,7 @@ class Parser {
           return d;
         }
         break;
-      default:
-        break;
+      default: break;
     }
     return Syntax(absl::StrCat("unexpected ", Describe(tok)));
   }

@@ -59,28 +59,22 @@ absl::StatusOr<Value> Value::FromJson(const nlohmann::ordered_json& j, int max_d
   return FromJsonAt(j, 0, max_depth);
 }
 
-absl::StatusOr<Value> Value::FromJsonAt(const nlohmann::ordered_json& j, int depth,
-                                        int max_depth) {
+absl::StatusOr<Value> Value::FromJsonAt(const nlohmann::ordered_json& j, int depth, int max_depth) {
   if ((j.is_array() || j.is_object()) && depth >= max_depth) {
     return absl::InvalidArgumentError(
         absl::StrCat("JSON nested deeper than the limit of ", max_depth, " levels"));
   }
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null:
-      return None();
-    case nlohmann::ordered_json::value_t::boolean:
-      return Bool(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer:
-      return Int(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::null: return None();
+    case nlohmann::ordered_json::value_t::boolean: return Bool(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer: return Int(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: {
       uint64_t u = j.get<uint64_t>();
       return u > static_cast<uint64_t>(INT64_MAX) ? Float(static_cast<double>(u))
                                                   : Int(static_cast<int64_t>(u));
     }
-    case nlohmann::ordered_json::value_t::number_float:
-      return Float(j.get<double>());
-    case nlohmann::ordered_json::value_t::string:
-      return String(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_float: return Float(j.get<double>());
+    case nlohmann::ordered_json::value_t::string: return String(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       ValueList items;
       items.reserve(j.size());
@@ -99,8 +93,7 @@ absl::StatusOr<Value> Value::FromJsonAt(const nlohmann::ordered_json& j, int dep
       }
       return d;
     }
-    default:
-      return None();
+    default: return None();
   }
 }
 
@@ -109,21 +102,14 @@ bool Value::is_namespace() const { return kind_ == Kind::kDict && dict_->is_name
 bool Value::Truthy() const {
   switch (kind_) {
     case Kind::kUndefined:
-    case Kind::kNone:
-      return false;
+    case Kind::kNone: return false;
     case Kind::kBool:
-    case Kind::kInt:
-      return int_ != 0;
-    case Kind::kFloat:
-      return float_ != 0;
-    case Kind::kString:
-      return !as_string().empty();
-    case Kind::kList:
-      return !list_->empty();
-    case Kind::kDict:
-      return dict_->is_namespace || !dict_->items.empty();
-    case Kind::kCallable:
-      return true;
+    case Kind::kInt: return int_ != 0;
+    case Kind::kFloat: return float_ != 0;
+    case Kind::kString: return !as_string().empty();
+    case Kind::kList: return !list_->empty();
+    case Kind::kDict: return dict_->is_namespace || !dict_->items.empty();
+    case Kind::kCallable: return true;
   }
   return false;
 }
@@ -202,27 +188,13 @@ void AppendJsonString(std::string_view s, std::string* out) {
   out->push_back('"');
   for (char c : s) {
     switch (c) {
-      case '"':
-        *out += "\\\"";
-        break;
-      case '\\':
-        *out += "\\\\";
-        break;
-      case '\n':
-        *out += "\\n";
-        break;
-      case '\r':
-        *out += "\\r";
-        break;
-      case '\t':
-        *out += "\\t";
-        break;
-      case '\b':
-        *out += "\\b";
-        break;
-      case '\f':
-        *out += "\\f";
-        break;
+      case '"': *out += "\\\""; break;
+      case '\\': *out += "\\\\"; break;
+      case '\n': *out += "\\n"; break;
+      case '\r': *out += "\\r"; break;
+      case '\t': *out += "\\t"; break;
+      case '\b': *out += "\\b"; break;
+      case '\f': *out += "\\f"; break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -239,12 +211,9 @@ void AppendJsonString(std::string_view s, std::string* out) {
 
 std::string Value::Str() const {
   switch (kind_) {
-    case Kind::kUndefined:
-      return "";
-    case Kind::kString:
-      return as_string();
-    default:
-      return Repr();
+    case Kind::kUndefined: return "";
+    case Kind::kString: return as_string();
+    default: return Repr();
   }
 }
 
@@ -256,31 +225,18 @@ std::string Value::Repr() const {
 
 void Value::AppendRepr(std::string* out, int depth) const {
   switch (kind_) {
-    case Kind::kUndefined:
-      *out += "Undefined";
-      return;
-    case Kind::kNone:
-      *out += "None";
-      return;
-    case Kind::kBool:
-      *out += int_ ? "True" : "False";
-      return;
-    case Kind::kInt:
-      *out += std::to_string(int_);
-      return;
-    case Kind::kFloat:
-      *out += FormatPythonFloat(float_);
-      return;
+    case Kind::kUndefined: *out += "Undefined"; return;
+    case Kind::kNone: *out += "None"; return;
+    case Kind::kBool: *out += int_ ? "True" : "False"; return;
+    case Kind::kInt: *out += std::to_string(int_); return;
+    case Kind::kFloat: *out += FormatPythonFloat(float_); return;
     case Kind::kString:
       ChargeBytes(as_string().size());
       *out += PythonStringRepr(as_string());
       return;
-    case Kind::kCallable:
-      absl::StrAppend(out, "<function ", fn_->name, ">");
-      return;
+    case Kind::kCallable: absl::StrAppend(out, "<function ", fn_->name, ">"); return;
     case Kind::kList:
-    case Kind::kDict:
-      break;
+    case Kind::kDict: break;
   }
   // Containers: every element is a step, and the text is held to the string cap, so a shared
   // sub-list repeated 2^40 times in a DAG fails the render instead of printing forever.
@@ -312,24 +268,15 @@ void Value::AppendRepr(std::string* out, int depth) const {
 
 std::string Value::TypeName() const {
   switch (kind_) {
-    case Kind::kUndefined:
-      return "Undefined";
-    case Kind::kNone:
-      return "NoneType";
-    case Kind::kBool:
-      return "bool";
-    case Kind::kInt:
-      return "int";
-    case Kind::kFloat:
-      return "float";
-    case Kind::kString:
-      return "str";
-    case Kind::kList:
-      return tuple_ ? "tuple" : "list";
-    case Kind::kDict:
-      return dict_->is_namespace ? "Namespace" : "dict";
-    case Kind::kCallable:
-      return "function";
+    case Kind::kUndefined: return "Undefined";
+    case Kind::kNone: return "NoneType";
+    case Kind::kBool: return "bool";
+    case Kind::kInt: return "int";
+    case Kind::kFloat: return "float";
+    case Kind::kString: return "str";
+    case Kind::kList: return tuple_ ? "tuple" : "list";
+    case Kind::kDict: return dict_->is_namespace ? "Namespace" : "dict";
+    case Kind::kCallable: return "function";
   }
   return "object";
 }
@@ -344,8 +291,7 @@ bool Value::EqualsAt(const Value& o, int depth) const {
   if (kind_ != o.kind_) return false;
   switch (kind_) {
     case Kind::kUndefined:
-    case Kind::kNone:
-      return true;
+    case Kind::kNone: return true;
     case Kind::kString:
       return str_ == o.str_ || (ChargeBytes(as_string().size()) && as_string() == o.as_string());
     case Kind::kList: {
@@ -368,10 +314,8 @@ bool Value::EqualsAt(const Value& o, int depth) const {
       }
       return true;
     }
-    case Kind::kCallable:
-      return fn_ == o.fn_;
-    default:
-      return false;
+    case Kind::kCallable: return fn_ == o.fn_;
+    default: return false;
   }
 }
 
@@ -424,15 +368,9 @@ absl::Status Value::AppendJson(std::string* out, int indent, int depth, bool sor
                      CurrentLimits().max_value_depth, " levels"));
   }
   switch (kind_) {
-    case Kind::kNone:
-      *out += "null";
-      return absl::OkStatus();
-    case Kind::kBool:
-      *out += int_ ? "true" : "false";
-      return absl::OkStatus();
-    case Kind::kInt:
-      *out += std::to_string(int_);
-      return absl::OkStatus();
+    case Kind::kNone: *out += "null"; return absl::OkStatus();
+    case Kind::kBool: *out += int_ ? "true" : "false"; return absl::OkStatus();
+    case Kind::kInt: *out += std::to_string(int_); return absl::OkStatus();
     case Kind::kFloat:
       if (std::isnan(float_)) {
         *out += "NaN";

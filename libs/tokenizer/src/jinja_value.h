@@ -137,7 +137,7 @@ class Value {
   bool tuple_ = false;
   int64_t int_ = 0;
   double float_ = 0;
-  int depth_ = 0;                          // lists
+  int depth_ = 0;                           // lists
   std::shared_ptr<const std::string> str_;  // string; undefined: its hint
   std::shared_ptr<ValueList> list_;
   std::shared_ptr<Dict> dict_;

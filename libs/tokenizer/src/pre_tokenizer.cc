@@ -164,8 +164,7 @@ class CharClassPreTokenizer final : public PreTokenizer {
  private:
   bool Matches(char32_t cp) const {
     switch (kind_) {
-      case Kind::kWhitespace:
-        return IsWhitespace(cp);
+      case Kind::kWhitespace: return IsWhitespace(cp);
       case Kind::kNumeric: {
         if (cp < 0x80) return cp >= '0' && cp <= '9';
         auto c = utf8proc_category(static_cast<utf8proc_int32_t>(cp));

@@ -27,7 +27,9 @@ class SentencePieceModel final : public Model {
     byte_ids_ = ByteFallbackIds(vocab_);
   }
 
-  std::optional<int32_t> TokenToId(std::string_view token) const override { return FindToken(vocab_, token); }
+  std::optional<int32_t> TokenToId(std::string_view token) const override {
+    return FindToken(vocab_, token);
+  }
 
   absl::Status Tokenize(std::string_view word, std::vector<int32_t>* ids) const override {
     struct Symbol {

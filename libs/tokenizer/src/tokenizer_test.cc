@@ -37,10 +37,11 @@ void WriteText(const fs::path& path, const std::string& text) {
 class TokenizerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new fs::path(fs::temp_directory_path() / ("colibri_tokenizer_test_" + std::to_string(::getpid())));
+    dir_ = new fs::path(fs::temp_directory_path() /
+                        ("colibri_tokenizer_test_" + std::to_string(::getpid())));
     fs::remove_all(*dir_);
-    const std::string cmd =
-        "/usr/bin/python3 tools/gen_tiny_model.py --out '" + dir_->string() + "' --preset micro > /dev/null";
+    const std::string cmd = "/usr/bin/python3 tools/gen_tiny_model.py --out '" + dir_->string() +
+                            "' --preset micro > /dev/null";
     if (std::system(cmd.c_str()) != 0) return;
     auto tok = LoadTokenizer(*dir_);
     if (tok.ok()) tok_ = tok->release();
@@ -51,7 +52,9 @@ class TokenizerTest : public ::testing::Test {
     fs::remove_all(*dir_);
     delete dir_;
   }
-  void SetUp() override { ASSERT_NE(tok_, nullptr) << "could not generate or load the micro tokenizer in " << *dir_; }
+  void SetUp() override {
+    ASSERT_NE(tok_, nullptr) << "could not generate or load the micro tokenizer in " << *dir_;
+  }
 
   static std::vector<int32_t> Encode(const std::string& text, bool add_special = false) {
     auto ids = tok_->Encode(text, add_special);
@@ -60,7 +63,8 @@ class TokenizerTest : public ::testing::Test {
   }
 
   // Writes a modified copy of the generated tokenizer into its own directory and loads it.
-  absl::StatusOr<std::unique_ptr<Tokenizer>> LoadModified(const std::function<void(json&, json&)>& edit) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> LoadModified(
+      const std::function<void(json&, json&)>& edit) {
     const fs::path dir = *dir_ / ("variant_" + std::to_string(variant_++));
     fs::create_directories(dir);
     json tj = json::parse(*ReadFileToString(*dir_ / "tokenizer.json"));
@@ -96,9 +100,10 @@ TEST_F(TokenizerTest, SpecialTokensAndConfig) {
 }
 
 TEST_F(TokenizerTest, AsciiRoundTrip) {
-  for (const std::string text : {"The river runs past the old mill and under the stone bridge.",
-                                 "Hello, world!", "x=42; y=7", "a", "1947", "What is a river, he asks?",
-                                 "line one\nline two\ttabbed", "ZZZ qqq XyZ", "~`!@#$%^&*()_+{}|:\"<>?"}) {
+  for (const std::string text :
+       {"The river runs past the old mill and under the stone bridge.", "Hello, world!",
+        "x=42; y=7", "a", "1947", "What is a river, he asks?", "line one\nline two\ttabbed",
+        "ZZZ qqq XyZ", "~`!@#$%^&*()_+{}|:\"<>?"}) {
     SCOPED_TRACE(text);
     const std::vector<int32_t> ids = Encode(text);
     ASSERT_FALSE(ids.empty());
@@ -123,8 +128,8 @@ TEST_F(TokenizerTest, FrequentWordsAreSinglePieces) {
 }
 
 TEST_F(TokenizerTest, SpacesRoundTrip) {
-  for (const std::string text : {" leading", "  two leading", "trailing ", "trailing  ", "a  b   c", " ", "   ",
-                                 "the  river"}) {
+  for (const std::string text : {" leading", "  two leading", "trailing ", "trailing  ", "a  b   c",
+                                 " ", "   ", "the  river"}) {
     SCOPED_TRACE("'" + text + "'");
     EXPECT_EQ(tok_->Decode(Encode(text), true), text);
   }
@@ -139,7 +144,8 @@ TEST_F(TokenizerTest, UnicodeUsesByteFallback) {
   const std::vector<int32_t> snowman = {ByteId(0xE2), ByteId(0x98), ByteId(0x83)};
   EXPECT_NE(std::search(ids.begin(), ids.end(), e_acute.begin(), e_acute.end()), ids.end());
   ASSERT_GE(ids.size(), 3u);
-  EXPECT_TRUE(std::equal(snowman.begin(), snowman.end(), ids.end() - 3));  // last: the snowman's 3 bytes
+  EXPECT_TRUE(
+      std::equal(snowman.begin(), snowman.end(), ids.end() - 3));  // last: the snowman's 3 bytes
   EXPECT_EQ(tok_->Decode(ids, true), "café ☃");
   for (const std::string text : {"naïve façade", "日本語", "emoji 😀 here", "Ωmega", "ü"}) {
     SCOPED_TRACE(text);
@@ -148,8 +154,9 @@ TEST_F(TokenizerTest, UnicodeUsesByteFallback) {
   // A 4-byte character is 4 byte tokens.
   const std::vector<int32_t> emoji = Encode("😀");
   ASSERT_GE(emoji.size(), 4u);
-  EXPECT_TRUE(std::equal(emoji.end() - 4, emoji.end(),
-                         std::vector<int32_t>{ByteId(0xF0), ByteId(0x9F), ByteId(0x98), ByteId(0x80)}.begin()));
+  EXPECT_TRUE(std::equal(
+      emoji.end() - 4, emoji.end(),
+      std::vector<int32_t>{ByteId(0xF0), ByteId(0x9F), ByteId(0x98), ByteId(0x80)}.begin()));
 }
 
 TEST_F(TokenizerTest, SpecialTokensInText) {
@@ -196,12 +203,17 @@ TEST_F(TokenizerTest, ConfigControlsBosAndEos) {
 }
 
 TEST_F(TokenizerTest, InvalidUtf8IsRefusedWithItsOffset) {
-  for (const auto& [text, offset] : std::vector<std::pair<std::string, size_t>>{
-           {"ab\xff", 2}, {"\xc3", 0}, {"ok \xe2\x98", 3}, {"\xed\xa0\x80", 0}, {"caf\xc3\xa9 \x80", 6}}) {
+  for (const auto& [text, offset] :
+       std::vector<std::pair<std::string, size_t>>{{"ab\xff", 2},
+                                                   {"\xc3", 0},
+                                                   {"ok \xe2\x98", 3},
+                                                   {"\xed\xa0\x80", 0},
+                                                   {"caf\xc3\xa9 \x80", 6}}) {
     auto ids = tok_->Encode(text, true);
     ASSERT_FALSE(ids.ok());
     EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(ids.status().message().find("byte offset " + std::to_string(offset)), std::string::npos)
+    EXPECT_NE(ids.status().message().find("byte offset " + std::to_string(offset)),
+              std::string::npos)
         << ids.status();
   }
 }
@@ -224,7 +236,8 @@ TEST_F(TokenizerTest, StreamDecoderNeverEmitsPartialCharacters) {
 }
 
 TEST_F(TokenizerTest, StreamDecoderDeltasConcatenateToTheText) {
-  for (const std::string text : {"café ☃ and the river", "Hello, world!", "😀😀 x", "  spaced  out "}) {
+  for (const std::string text :
+       {"café ☃ and the river", "Hello, world!", "😀😀 x", "  spaced  out "}) {
     SCOPED_TRACE(text);
     StreamDecoder d(tok_);
     std::string all;
@@ -260,19 +273,20 @@ TEST(Utf8, CompleteUtf8Prefix) {
   const std::vector<std::pair<std::string, size_t>> cases = {
       {"", 0},
       {"abc", 3},
-      {"ab\xE2\x98", 2},              // 2 of 3 bytes
-      {"ab\xE2", 2},                  // 1 of 3
-      {"ab\xE2\x98\x83", 5},          // complete
-      {"\xF0\x9F\x98", 0},            // 3 of 4
+      {"ab\xE2\x98", 2},      // 2 of 3 bytes
+      {"ab\xE2", 2},          // 1 of 3
+      {"ab\xE2\x98\x83", 5},  // complete
+      {"\xF0\x9F\x98", 0},    // 3 of 4
       {"\xF0\x9F\x98\x80", 4},
       {"a\xC3", 1},
       {"a\xC3\xA9", 3},
       {"\xC3\xA9\xE2\x98\x83\xF0", 5},
-      {"a\xFF", 2},                   // an invalid lead byte: nothing to wait for
-      {"\x80\x80", 2},                // stray continuations
+      {"a\xFF", 2},     // an invalid lead byte: nothing to wait for
+      {"\x80\x80", 2},  // stray continuations
       {"a\x80\x80\x80\x80", 5},
   };
-  for (const auto& [s, want] : cases) EXPECT_EQ(CompleteUtf8Prefix(s), want) << testing::PrintToString(s);
+  for (const auto& [s, want] : cases)
+    EXPECT_EQ(CompleteUtf8Prefix(s), want) << testing::PrintToString(s);
 }
 
 TEST(Utf8, FindInvalidUtf8) {
@@ -281,29 +295,32 @@ TEST(Utf8, FindInvalidUtf8) {
       {"", npos},
       {"plain ascii", npos},
       {"caf\xC3\xA9 \xE2\x98\x83 \xF0\x9F\x98\x80", npos},
-      {"\xEF\xBF\xBF", npos},          // U+FFFF
-      {"\xF4\x8F\xBF\xBF", npos},      // U+10FFFF
-      {"\xED\x9F\xBF", npos},          // U+D7FF, just below the surrogates
+      {"\xEF\xBF\xBF", npos},      // U+FFFF
+      {"\xF4\x8F\xBF\xBF", npos},  // U+10FFFF
+      {"\xED\x9F\xBF", npos},      // U+D7FF, just below the surrogates
       {"ab\xFF", 2},
-      {"\xC0\xAF", 0},                 // overlong '/'
+      {"\xC0\xAF", 0},  // overlong '/'
       {"\xC1\xBF", 0},
-      {"\xE0\x80\x80", 0},             // overlong 3-byte
-      {"\xF0\x80\x80\x80", 0},         // overlong 4-byte
-      {"ab\xED\xA0\x80", 2},           // surrogate U+D800
-      {"\xF4\x90\x80\x80", 0},         // above U+10FFFF
+      {"\xE0\x80\x80", 0},      // overlong 3-byte
+      {"\xF0\x80\x80\x80", 0},  // overlong 4-byte
+      {"ab\xED\xA0\x80", 2},    // surrogate U+D800
+      {"\xF4\x90\x80\x80", 0},  // above U+10FFFF
       {"\xF5\x80\x80\x80", 0},
-      {"a\xE2\x98", 1},                // truncated
-      {"a\x80", 1},                    // stray continuation
-      {"\xC3(", 0},                    // continuation expected
+      {"a\xE2\x98", 1},  // truncated
+      {"a\x80", 1},      // stray continuation
+      {"\xC3(", 0},      // continuation expected
       {"ok\xE2\x98\x83\xE2(\x83", 5},
   };
-  for (const auto& [s, want] : cases) EXPECT_EQ(FindInvalidUtf8(s), want) << testing::PrintToString(s);
+  for (const auto& [s, want] : cases)
+    EXPECT_EQ(FindInvalidUtf8(s), want) << testing::PrintToString(s);
 }
 
 TEST_F(TokenizerTest, MetaspacePreTokenizerFormEncodesTheSame) {
   auto tok = LoadModified([](json& tj, json&) {
     tj["normalizer"] = nullptr;
-    tj["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "always"},
+    tj["pre_tokenizer"] = {{"type", "Metaspace"},
+                           {"replacement", "\u2581"},
+                           {"prepend_scheme", "always"},
                            {"split", false}};
   });
   ASSERT_TRUE(tok.ok()) << tok.status();
@@ -319,7 +336,8 @@ TEST_F(TokenizerTest, MetaspacePreTokenizerFormEncodesTheSame) {
 TEST_F(TokenizerTest, MetaspaceNeverPrependsNoSpace) {
   auto tok = LoadModified([](json& tj, json&) {
     tj["normalizer"] = nullptr;
-    tj["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "never"}};
+    tj["pre_tokenizer"] = {
+        {"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "never"}};
   });
   ASSERT_TRUE(tok.ok()) << tok.status();
   auto ids = (*tok)->Encode("the", false);
@@ -341,24 +359,41 @@ TEST_F(TokenizerTest, LoadErrors) {
   };
   const Case cases[] = {
       {"unigram", [](json& tj, json&) { tj["model"]["type"] = "Unigram"; }, "Unigram"},
-      {"unsupported normalizer", [](json& tj, json&) { tj["normalizer"]["normalizers"][0] = {{"type", "BertNormalizer"}}; },
+      {"unsupported normalizer",
+       [](json& tj, json&) {
+         tj["normalizer"]["normalizers"][0] = {{"type", "BertNormalizer"}};
+       },
        "BertNormalizer"},
-      {"unsupported pre_tokenizer", [](json& tj, json&) { tj["pre_tokenizer"] = {{"type", "BertPreTokenizer"}}; },
+      {"unsupported pre_tokenizer",
+       [](json& tj, json&) {
+         tj["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
+       },
        "BertPreTokenizer"},
-      {"unsupported decoder", [](json& tj, json&) { tj["decoder"]["decoders"][0] = {{"type", "CTC"}}; }, "CTC"},
+      {"unsupported decoder",
+       [](json& tj, json&) {
+         tj["decoder"]["decoders"][0] = {{"type", "CTC"}};
+       },
+       "CTC"},
       {"vocab a list", [](json& tj, json&) { tj["model"]["vocab"] = json::array({"a"}); }, "vocab"},
       {"no vocab", [](json& tj, json&) { tj["model"].erase("vocab"); }, "vocab"},
       {"negative id", [](json& tj, json&) { tj["model"]["vocab"]["▁the"] = -4; }, "▁the"},
       {"bad merge", [](json& tj, json&) { tj["model"]["merges"][0] = "nospace"; }, "nospace"},
-      {"merge of numbers", [](json& tj, json&) { tj["model"]["merges"][0] = json::array({1, 2}); }, "merges"},
-      {"added token without content", [](json& tj, json&) { tj["added_tokens"][0].erase("content"); },
-       "added_tokens"},
+      {"merge of numbers",
+       [](json& tj, json&) {
+         tj["model"]["merges"][0] = json::array({1, 2});
+       },
+       "merges"},
+      {"added token without content",
+       [](json& tj, json&) { tj["added_tokens"][0].erase("content"); }, "added_tokens"},
       // Wrong JSON types: errors, never exceptions.
-      {"byte_fallback a string", [](json& tj, json&) { tj["model"]["byte_fallback"] = "yes"; }, "tokenizer.json"},
-      {"special a number", [](json& tj, json&) { tj["added_tokens"][1]["special"] = 1; }, "tokenizer.json"},
-      {"normalizer type a number", [](json& tj, json&) { tj["normalizer"]["type"] = 3; }, "tokenizer.json"},
-      {"normalizers entry a string", [](json& tj, json&) { tj["normalizer"]["normalizers"][0] = "Prepend"; },
+      {"byte_fallback a string", [](json& tj, json&) { tj["model"]["byte_fallback"] = "yes"; },
        "tokenizer.json"},
+      {"special a number", [](json& tj, json&) { tj["added_tokens"][1]["special"] = 1; },
+       "tokenizer.json"},
+      {"normalizer type a number", [](json& tj, json&) { tj["normalizer"]["type"] = 3; },
+       "tokenizer.json"},
+      {"normalizers entry a string",
+       [](json& tj, json&) { tj["normalizer"]["normalizers"][0] = "Prepend"; }, "tokenizer.json"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.what);
@@ -380,7 +415,8 @@ TEST_F(TokenizerTest, LoadErrors) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("tokenizer.json"), std::string::npos);
-  fs::copy_file(*dir_ / "tokenizer.json", bad / "tokenizer.json", fs::copy_options::overwrite_existing);
+  fs::copy_file(*dir_ / "tokenizer.json", bad / "tokenizer.json",
+                fs::copy_options::overwrite_existing);
   WriteText(bad / "tokenizer_config.json", "[1, 2");
   r = LoadTokenizer(bad);
   ASSERT_FALSE(r.ok());
@@ -415,7 +451,8 @@ TEST_F(TokenizerTest, RenderMistralChat) {
   const Case cases[] = {
       {{{"user", "Hi"}}, "<s>[INST] Hi [/INST]"},
       {{{"system", "Be brief."}, {"user", "Hi"}}, "<s>[INST] Be brief.\n\nHi [/INST]"},
-      {{{"user", "Hi"}, {"assistant", "Hello!"}, {"user", "Bye"}}, "<s>[INST] Hi [/INST]Hello!</s>[INST] Bye [/INST]"},
+      {{{"user", "Hi"}, {"assistant", "Hello!"}, {"user", "Bye"}},
+       "<s>[INST] Hi [/INST]Hello!</s>[INST] Bye [/INST]"},
       // The system message is folded into the first user turn only.
       {{{"system", "S"}, {"user", "A"}, {"assistant", "B"}, {"user", "C"}},
        "<s>[INST] S\n\nA [/INST]B</s>[INST] C [/INST]"},
@@ -450,7 +487,8 @@ TEST_F(TokenizerTest, RenderMistralChatRoleErrors) {
       {{{"user", "a"}, {"assistant", "b"}}, "last message must be from the user"},
       {{{"system", "s"}}, "last message must be from the user"},
       {{{"user", "a"}, {"tool", "t"}}, "messages[1]: role 'tool'"},
-      {{{"user", "a"}, {"assistant", "b"}, {"system", "s"}, {"user", "c"}}, "messages[2]: role 'system'"},
+      {{{"user", "a"}, {"assistant", "b"}, {"system", "s"}, {"user", "c"}},
+       "messages[2]: role 'system'"},
       {{{"robot", "a"}}, "messages[0]: role 'robot'"},
   };
   for (const auto& c : cases) {
@@ -470,7 +508,8 @@ TEST(OracleTokenizer, MatchesLlamaCppOnTheGgufVocabulary) {
   const fs::path oracle = "../shared/oracle";
   const fs::path refs_path = oracle / "tokenizer_refs.json";
   const fs::path gguf_path = oracle / "mixtral-micro-f32.gguf";
-  if (!fs::exists(refs_path) || !fs::exists(gguf_path)) GTEST_SKIP() << "no peer oracle at " << oracle;
+  if (!fs::exists(refs_path) || !fs::exists(gguf_path))
+    GTEST_SKIP() << "no peer oracle at " << oracle;
   auto tok = LoadTokenizer(gguf_path);
   ASSERT_TRUE(tok.ok()) << tok.status();
   EXPECT_EQ((*tok)->vocab_size(), 512);

@@ -88,18 +88,10 @@ absl::StatusOr<std::string> NormalizeUnicode(std::string_view s, NormalForm form
   }
   int options = UTF8PROC_STABLE;
   switch (form) {
-    case NormalForm::kNfc:
-      options |= UTF8PROC_COMPOSE;
-      break;
-    case NormalForm::kNfd:
-      options |= UTF8PROC_DECOMPOSE;
-      break;
-    case NormalForm::kNfkc:
-      options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
-      break;
-    case NormalForm::kNfkd:
-      options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
-      break;
+    case NormalForm::kNfc: options |= UTF8PROC_COMPOSE; break;
+    case NormalForm::kNfd: options |= UTF8PROC_DECOMPOSE; break;
+    case NormalForm::kNfkc: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
+    case NormalForm::kNfkd: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
   }
   utf8proc_uint8_t* dst = nullptr;
   utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
@@ -128,10 +120,8 @@ bool IsWhitespace(char32_t cp) {
     case 0x2029:
     case 0x202F:
     case 0x205F:
-    case 0x3000:
-      return true;
-    default:
-      return cp >= 0x2000 && cp <= 0x200A;
+    case 0x3000: return true;
+    default: return cp >= 0x2000 && cp <= 0x200A;
   }
 }
 
@@ -177,10 +167,8 @@ bool IsPythonPrintable(char32_t cp) {
     case UTF8PROC_CATEGORY_CN:
     case UTF8PROC_CATEGORY_ZL:
     case UTF8PROC_CATEGORY_ZP:
-    case UTF8PROC_CATEGORY_ZS:
-      return false;
-    default:
-      return true;
+    case UTF8PROC_CATEGORY_ZS: return false;
+    default: return true;
   }
 }
 

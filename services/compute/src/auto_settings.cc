@@ -15,9 +15,9 @@ namespace {
 constexpr uint64_t kAuto = ComputeNodeOptions::kAuto;
 
 bool AnyAuto(const ComputeNodeOptions& o) {
-  return o.expert_cache_bytes == kAuto || o.cache.vram_bytes == kAuto || o.kv_cache_limit == kAuto ||
-         o.cache.prefetch_layers < 0 || o.cache.io_threads < 0 || o.cache.policy.empty() ||
-         o.cache.learned_pin_fraction < 0;
+  return o.expert_cache_bytes == kAuto || o.cache.vram_bytes == kAuto ||
+         o.kv_cache_limit == kAuto || o.cache.prefetch_layers < 0 || o.cache.io_threads < 0 ||
+         o.cache.policy.empty() || o.cache.learned_pin_fraction < 0;
 }
 
 // Applies the profile's settings to the knobs still on auto; returns what it changed.
@@ -31,7 +31,8 @@ std::string ApplyProfile(const plan::TuneSettings& s, ComputeNodeOptions* o) {
     o->cache.io_threads = *s.io_threads;
     absl::StrAppend(&applied, " --io-threads ", *s.io_threads);
   }
-  if (s.cache_policy && o->cache.policy.empty() && expert_source::ParseCachePolicy(*s.cache_policy).ok()) {
+  if (s.cache_policy && o->cache.policy.empty() &&
+      expert_source::ParseCachePolicy(*s.cache_policy).ok()) {
     o->cache.policy = *s.cache_policy;
     absl::StrAppend(&applied, " --cache-policy ", *s.cache_policy);
   }
@@ -44,28 +45,35 @@ std::string ApplyProfile(const plan::TuneSettings& s, ComputeNodeOptions* o) {
 
 }  // namespace
 
-absl::StatusOr<AutoSettingsReport> ResolveAutoSettings(ComputeNodeOptions* o, const model::Container& container,
-                                                       const backend::Backend& be, const sysinfo::Roots& roots) {
+absl::StatusOr<AutoSettingsReport> ResolveAutoSettings(ComputeNodeOptions* o,
+                                                       const model::Container& container,
+                                                       const backend::Backend& be,
+                                                       const sysinfo::Roots& roots) {
   AutoSettingsReport report;
   if (!AnyAuto(*o)) return report;
   report.planned = true;
   auto machine = plan::ProbeMachine({.model_dir = container.dir(), .roots = roots}, nullptr);
   if (!machine.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot choose the auto settings (", machine.status().message(),
-        "): set --expert-cache-size, --kv-cache-limit, --vram-budget, --prefetch-layers and --io-threads explicitly"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot choose the auto settings (", machine.status().message(),
+                     "): set --expert-cache-size, --kv-cache-limit, --vram-budget, "
+                     "--prefetch-layers and --io-threads explicitly"));
   }
   const model::Manifest& m = container.manifest();
-  const plan::Fingerprint fingerprint = plan::CurrentFingerprint(m, *machine);  // as tune computes it
+  const plan::Fingerprint fingerprint =
+      plan::CurrentFingerprint(m, *machine);  // as tune computes it
   // The backend knows its device's memory better than a fresh probe (and in a CUDA build the
   // probe lists every GPU, not the one in use).
   machine->gpus.clear();
   const backend::MemoryInfo mem = be.memory_info();
   const bool device = mem.total_bytes > 0;
-  if (device) machine->gpus.push_back({std::string(be.name()), 0, mem.total_bytes, mem.free_bytes, 0});
+  if (device)
+    machine->gpus.push_back({std::string(be.name()), 0, mem.total_bytes, mem.free_bytes, 0});
 
   // The tune profile first: its knobs are measured, so the plan is made around them.
-  const std::string path = o->tune_profile.empty() ? plan::DefaultTuneProfilePath(container.dir()).string() : o->tune_profile;
+  const std::string path = o->tune_profile.empty()
+                               ? plan::DefaultTuneProfilePath(container.dir()).string()
+                               : o->tune_profile;
   if (o->tune_profile != "none") {
     auto profile = plan::ReadTuneProfile(path);
     if (profile.ok()) {
@@ -74,8 +82,9 @@ absl::StatusOr<AutoSettingsReport> ResolveAutoSettings(ComputeNodeOptions* o, co
       if (mismatch.empty()) {
         const std::string applied = ApplyProfile(profile->settings, o);
         report.profile_applied = true;
-        report.profile_note = applied.empty() ? "matches; every setting it holds was given explicitly"
-                                              : absl::StrCat("applied:", applied);
+        report.profile_note = applied.empty()
+                                  ? "matches; every setting it holds was given explicitly"
+                                  : absl::StrCat("applied:", applied);
         spdlog::info("tune profile {} {}", path, report.profile_note);
       } else {
         report.profile_note = absl::StrCat("ignored: ", mismatch, "; rerun colibri-cli tune");
@@ -111,7 +120,8 @@ absl::StatusOr<AutoSettingsReport> ResolveAutoSettings(ComputeNodeOptions* o, co
   }
   if (o->kv_cache_limit == kAuto) {
     o->kv_cache_limit = p.kv_cache_bytes.value;
-    log("--kv-cache-limit", FormatSize(o->kv_cache_limit), absl::StrCat(p.kv_cache_bytes.reason, "; --kv-cache-limit 0 for unbounded"));
+    log("--kv-cache-limit", FormatSize(o->kv_cache_limit),
+        absl::StrCat(p.kv_cache_bytes.reason, "; --kv-cache-limit 0 for unbounded"));
   }
   if (o->cache.prefetch_layers < 0) {
     o->cache.prefetch_layers = p.prefetch_layers.value;
@@ -121,8 +131,10 @@ absl::StatusOr<AutoSettingsReport> ResolveAutoSettings(ComputeNodeOptions* o, co
     o->cache.io_threads = p.io_threads.value;
     log("--io-threads", std::to_string(o->cache.io_threads), p.io_threads.reason);
   }
-  if (o->cache.policy.empty()) o->cache.policy = std::string(expert_source::kDefaultCachePolicyName);
-  if (o->cache.learned_pin_fraction < 0) o->cache.learned_pin_fraction = ExpertCacheConfig{}.learned_pin_fraction;
+  if (o->cache.policy.empty())
+    o->cache.policy = std::string(expert_source::kDefaultCachePolicyName);
+  if (o->cache.learned_pin_fraction < 0)
+    o->cache.learned_pin_fraction = ExpertCacheConfig{}.learned_pin_fraction;
   for (const auto& w : p.warnings) spdlog::warn("plan: {}", w);
   return report;
 }

@@ -17,7 +17,8 @@ namespace colibri::compute {
 // AutoSettingsReport (compute_node.h): what was decided, for callers and tests.
 // FailedPrecondition when the machine cannot be read (naming the flags to set explicitly);
 // the planner's errors (ResourceExhausted: the model does not fit) otherwise.
-absl::StatusOr<AutoSettingsReport> ResolveAutoSettings(ComputeNodeOptions* options, const model::Container& container,
+absl::StatusOr<AutoSettingsReport> ResolveAutoSettings(ComputeNodeOptions* options,
+                                                       const model::Container& container,
                                                        const backend::Backend& backend,
                                                        const sysinfo::Roots& roots = {});
 

@@ -26,24 +26,26 @@ Json TierJson(const expert_source::CacheStats& s) {
               {"evictions", s.evictions},
               {"room_waits", s.room_waits},
               {"bytes_fetched", s.bytes_fetched},
-              {"warm", {{"queued", s.warm_queued},
-                        {"reads", s.warm_reads},
-                        {"bytes", s.warm_bytes},
-                        {"skipped", s.warm_skipped}}}};
+              {"warm",
+               {{"queued", s.warm_queued},
+                {"reads", s.warm_reads},
+                {"bytes", s.warm_bytes},
+                {"skipped", s.warm_skipped}}}};
 }
 
 // How much of the model's experts is resident, and whether warming is still under way.
 Json ResidencyJson(const ComputeNode& node) {
   const expert_source::CacheStats ram = node.cache_stats();
   const uint64_t total = node.manifest().PaddedExpertBytes();
-  return Json{{"resident_bytes", ram.bytes_cached},
-              {"resident_blocks", ram.blocks_cached},
-              {"expert_bytes", total},
-              {"expert_blocks", node.manifest().experts.size()},
-              {"resident_ratio", Ratio(static_cast<double>(ram.bytes_cached), static_cast<double>(total))},
-              {"capacity_bytes", ram.capacity_bytes},
-              {"warming", ram.warm_queued > 0},
-              {"warm_queued_blocks", ram.warm_queued}};
+  return Json{
+      {"resident_bytes", ram.bytes_cached},
+      {"resident_blocks", ram.blocks_cached},
+      {"expert_bytes", total},
+      {"expert_blocks", node.manifest().experts.size()},
+      {"resident_ratio", Ratio(static_cast<double>(ram.bytes_cached), static_cast<double>(total))},
+      {"capacity_bytes", ram.capacity_bytes},
+      {"warming", ram.warm_queued > 0},
+      {"warm_queued_blocks", ram.warm_queued}};
 }
 
 std::pair<int, std::string> Error(int status, const std::string& message) {
@@ -64,24 +66,25 @@ Json NodeStatsJson(ComputeNode& node) {
   if (const auto* vram = cache.vram()) tiers.push_back(TierJson(vram->Stats()));
   tiers.push_back(TierJson(ram));
 
-  Json prefetch{{"layers", node.model().prefetch_layers()},
-                {"requested", ram.prefetch_requested},
-                {"reads", ram.prefetch_reads},
-                {"bytes", ram.prefetch_bytes},
-                {"used", ram.prefetch_used},
-                {"promoted", ram.prefetch_promoted},
-                {"cancelled", ram.prefetch_cancelled},
-                {"dropped", ram.prefetch_dropped},
-                {"wasted_bytes", ram.prefetch_wasted_bytes},
-                // used / prefetched reads; demanded blocks resident or in flight.
-                {"precision", ram.prefetch_precision()},
-                {"coverage", ram.coverage()},
-                // The router's view: predicted experts it then picked, picked experts predicted.
-                {"predicted", mc.prefetch_predicted.load()},
-                {"prediction_precision", Ratio(static_cast<double>(mc.prefetch_predicted_routed.load()),
-                                               static_cast<double>(mc.prefetch_predicted.load()))},
-                {"prediction_recall", Ratio(static_cast<double>(mc.prefetch_predicted_routed.load()),
-                                            static_cast<double>(mc.prefetch_routed.load()))}};
+  Json prefetch{
+      {"layers", node.model().prefetch_layers()},
+      {"requested", ram.prefetch_requested},
+      {"reads", ram.prefetch_reads},
+      {"bytes", ram.prefetch_bytes},
+      {"used", ram.prefetch_used},
+      {"promoted", ram.prefetch_promoted},
+      {"cancelled", ram.prefetch_cancelled},
+      {"dropped", ram.prefetch_dropped},
+      {"wasted_bytes", ram.prefetch_wasted_bytes},
+      // used / prefetched reads; demanded blocks resident or in flight.
+      {"precision", ram.prefetch_precision()},
+      {"coverage", ram.coverage()},
+      // The router's view: predicted experts it then picked, picked experts predicted.
+      {"predicted", mc.prefetch_predicted.load()},
+      {"prediction_precision", Ratio(static_cast<double>(mc.prefetch_predicted_routed.load()),
+                                     static_cast<double>(mc.prefetch_predicted.load()))},
+      {"prediction_recall", Ratio(static_cast<double>(mc.prefetch_predicted_routed.load()),
+                                  static_cast<double>(mc.prefetch_routed.load()))}};
   const auto* pins = cache.pins();
   Json out{{"model", node.model_name()},
            {"policy", std::string(expert_source::CachePolicyName(cache.policy()))},
@@ -138,28 +141,34 @@ Json TierSummaryJson(ComputeNode& node) {
 
 std::vector<metrics::HttpRoute> AdminRoutes(ComputeNode* node) {
   std::vector<metrics::HttpRoute> routes;
-  routes.push_back({"GET", "/admin/stats", [node](const std::string&) -> std::pair<int, std::string> {
-                      return {200, NodeStatsJson(*node).dump()};
-                    }});
+  routes.push_back(
+      {"GET", "/admin/stats", [node](const std::string&) -> std::pair<int, std::string> {
+         return {200, NodeStatsJson(*node).dump()};
+       }});
   // Open like the plain /health (probes), with what is resident.
   routes.push_back({"GET", "/health", [node](const std::string&) -> std::pair<int, std::string> {
-                      return {200, Json{{"status", "ok"}, {"model", node->model_name()}, {"experts", ResidencyJson(*node)}}
+                      return {200, Json{{"status", "ok"},
+                                        {"model", node->model_name()},
+                                        {"experts", ResidencyJson(*node)}}
                                        .dump()};
                     }});
-  routes.push_back({"POST", "/admin/cache/clear", [node](const std::string& body) -> std::pair<int, std::string> {
-                      nlohmann::json req = nlohmann::json::parse(body.empty() ? "{}" : body, nullptr, false);
-                      if (req.is_discarded() || !req.is_object()) return Error(400, "body must be a JSON object");
-                      const std::string model = req.value("model", "");
-                      if (!model.empty() && model != node->model_name()) {
-                        return Error(404, "model '" + model + "' is not served here (this node serves '" +
-                                              node->model_name() + "')");
-                      }
-                      const auto cleared = node->ClearCache();
-                      return {200, Json{{"model", node->model_name()},
-                                        {"cleared_blocks", cleared.blocks},
-                                        {"cleared_bytes", cleared.bytes}}
-                                       .dump()};
-                    }});
+  routes.push_back(
+      {"POST", "/admin/cache/clear",
+       [node](const std::string& body) -> std::pair<int, std::string> {
+         nlohmann::json req = nlohmann::json::parse(body.empty() ? "{}" : body, nullptr, false);
+         if (req.is_discarded() || !req.is_object())
+           return Error(400, "body must be a JSON object");
+         const std::string model = req.value("model", "");
+         if (!model.empty() && model != node->model_name()) {
+           return Error(404, "model '" + model + "' is not served here (this node serves '" +
+                                 node->model_name() + "')");
+         }
+         const auto cleared = node->ClearCache();
+         return {200, Json{{"model", node->model_name()},
+                           {"cleared_blocks", cleared.blocks},
+                           {"cleared_bytes", cleared.bytes}}
+                          .dump()};
+       }});
   return routes;
 }
 

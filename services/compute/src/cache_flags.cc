@@ -11,76 +11,99 @@ namespace colibri::compute {
 void AddCacheFlags(CLI::App* app, CacheFlags* f) {
   ExpertCacheConfig& c = f->cache;
   app->add_option("--expert-cache-size", f->expert_cache_size,
-                  "Host-RAM expert cache budget, e.g. 512M, 8G (auto: every expert if they fit in 3/4 of free RAM, "
+                  "Host-RAM expert cache budget, e.g. 512M, 8G (auto: every expert if they fit in "
+                  "3/4 of free RAM, "
                   "else that 3/4; see colibri-cli plan)")
       ->capture_default_str();
   app->add_option("--backend", f->backend, "Where layers compute: cpu, or cuda (an NVIDIA GPU)")
       ->capture_default_str();
-  app->add_option("--device", f->device, "CUDA device index (--backend cuda)")->capture_default_str();
+  app->add_option("--device", f->device, "CUDA device index (--backend cuda)")
+      ->capture_default_str();
   app->add_option("--vram-budget", f->vram_budget,
-                  "VRAM expert cache budget (--backend cuda; auto: 3/4 of the device memory left; the CPU backend "
+                  "VRAM expert cache budget (--backend cuda; auto: 3/4 of the device memory left; "
+                  "the CPU backend "
                   "ignores it)")
       ->capture_default_str();
   // Another component may define the flag too: never twice.
   if (app->get_option_no_throw("--kv-cache-limit") == nullptr) {
     app->add_option("--kv-cache-limit", f->kv_cache_limit,
-                    "Bytes of KV caches, apart from dense weights (auto: max-batch full contexts within a share of "
+                    "Bytes of KV caches, apart from dense weights (auto: max-batch full contexts "
+                    "within a share of "
                     "free memory, logged at start; 0: unlimited)")
         ->capture_default_str();
     f->kv_flag_added = true;
   }
   app->add_option("--kv-offload-limit", f->kv_offload_limit,
-                  "Host RAM for KV caches evicted from --kv-cache-limit, reused when a conversation resumes (0: "
+                  "Host RAM for KV caches evicted from --kv-cache-limit, reused when a "
+                  "conversation resumes (0: "
                   "dropped)")
       ->capture_default_str();
-  app->add_flag("--kv-offload-8bit", f->kv_offload_8bit,
-                "Keep offloaded/persisted KV as 8-bit (Q8_0): 3.8x smaller, restored approximately");
-  app->add_option("--kv-persist-dir", f->kv_persist_dir,
-                  "Directory for KV caches across restarts (written when RAM is full and at shutdown)");
-  app->add_option("--kv-persist-limit", f->kv_persist_limit,
-                  "Bytes of KV cache files kept in --kv-persist-dir, oldest deleted first (0: no cap)")
+  app->add_flag(
+      "--kv-offload-8bit", f->kv_offload_8bit,
+      "Keep offloaded/persisted KV as 8-bit (Q8_0): 3.8x smaller, restored approximately");
+  app->add_option(
+      "--kv-persist-dir", f->kv_persist_dir,
+      "Directory for KV caches across restarts (written when RAM is full and at shutdown)");
+  app->add_option(
+         "--kv-persist-limit", f->kv_persist_limit,
+         "Bytes of KV cache files kept in --kv-persist-dir, oldest deleted first (0: no cap)")
       ->capture_default_str();
   app->add_option("--cache-policy", f->cache_policy,
-                  "Expert cache policy: adaptive, lru, lfu or routing (auto: a tune profile's, else adaptive)")
+                  "Expert cache policy: adaptive, lru, lfu or routing (auto: a tune profile's, "
+                  "else adaptive)")
       ->capture_default_str();
-  app->add_option("--prefetch-layers", f->prefetch_layers, "Layers of lookahead prefetch (auto: 2 on NVMe, else 1; 0: off)")
+  app->add_option("--prefetch-layers", f->prefetch_layers,
+                  "Layers of lookahead prefetch (auto: 2 on NVMe, else 1; 0: off)")
       ->capture_default_str();
   app->add_option("--prefetch-min-weight", c.prefetch_min_weight,
                   "Prefetch only predicted experts with at least this predicted gate weight")
       ->capture_default_str();
-  app->add_option("--io-threads", f->io_threads,
-                  "Expert reader threads below the cache (auto: 8 NVMe, 4 SSD, 2 HDD; 0: read inline)")
+  app->add_option(
+         "--io-threads", f->io_threads,
+         "Expert reader threads below the cache (auto: 8 NVMe, 4 SSD, 2 HDD; 0: read inline)")
       ->capture_default_str();
-  app->add_option("--direct-io", c.direct_io, "O_DIRECT expert reads from the model directory")->capture_default_str();
-  app->add_option("--pinned-experts", c.pinned_experts, "JSON file of experts never evicted: [[layer, expert], ...]");
-  app->add_option("--routing-heat", c.routing_heat,
-                  "Routing heat file for learned pins (default <model>/routing_heat.json; 'none': not kept)");
-  app->add_option("--learned-pins", f->learned_pins,
-                  "Share of the expert cache pinned from routing heat (auto: a tune profile's, else 0.25)")
+  app->add_option("--direct-io", c.direct_io, "O_DIRECT expert reads from the model directory")
+      ->capture_default_str();
+  app->add_option("--pinned-experts", c.pinned_experts,
+                  "JSON file of experts never evicted: [[layer, expert], ...]");
+  app->add_option(
+      "--routing-heat", c.routing_heat,
+      "Routing heat file for learned pins (default <model>/routing_heat.json; 'none': not kept)");
+  app->add_option(
+         "--learned-pins", f->learned_pins,
+         "Share of the expert cache pinned from routing heat (auto: a tune profile's, else 0.25)")
       ->capture_default_str();
   app->add_option("--warm-start", c.warm_start,
-                  "Read experts into the cache in the background at start-up: auto (all when they fit, else the "
+                  "Read experts into the cache in the background at start-up: auto (all when they "
+                  "fit, else the "
                   "hottest by routing heat) or off")
       ->check(CLI::IsMember({"auto", "off"}))
       ->capture_default_str();
-  app->add_option("--tune-profile", f->tune_profile,
-                  "Settings measured by colibri-cli tune, applied to those left on auto when binary, model and "
-                  "machine match (default <model>/tune_profile.json; 'none': not read)");
-  app->add_option("--trace-out", c.trace_out, "Write a routing trace (one JSON line per token and layer)");
-  app->add_option("--max-batch", f->max_batch, "Requests decoded together in one batch (1: one at a time)")
+  app->add_option(
+      "--tune-profile", f->tune_profile,
+      "Settings measured by colibri-cli tune, applied to those left on auto when binary, model and "
+      "machine match (default <model>/tune_profile.json; 'none': not read)");
+  app->add_option("--trace-out", c.trace_out,
+                  "Write a routing trace (one JSON line per token and layer)");
+  app->add_option("--max-batch", f->max_batch,
+                  "Requests decoded together in one batch (1: one at a time)")
       ->capture_default_str();
   app->add_option("--prefill-chunk", f->prefill_chunk,
-                  "Prompt tokens per sequence in one forward step (smaller: decode rows of other requests wait less)")
+                  "Prompt tokens per sequence in one forward step (smaller: decode rows of other "
+                  "requests wait less)")
       ->capture_default_str();
   app->add_option("--max-queued", f->max_queued, "Requests waiting for a batch slot; more get 429")
       ->capture_default_str();
   app->add_option("--speculative", f->speculative,
-                  "Speculative decoding: off, auto (drafts per sequence when measured to pay), ngram (prompt lookup), "
+                  "Speculative decoding: off, auto (drafts per sequence when measured to pay), "
+                  "ngram (prompt lookup), "
                   "self (--draft-experts) or draft (--draft-model)")
       ->capture_default_str();
-  app->add_option("--draft-max", f->draft_max, "Drafted tokens verified per pass, at most (1..16)")->capture_default_str();
+  app->add_option("--draft-max", f->draft_max, "Drafted tokens verified per pass, at most (1..16)")
+      ->capture_default_str();
   app->add_option("--draft-experts", f->draft_experts,
-                  "Self-speculation: a copy of the experts quantized to this type at load (e.g. q2_k), held in RAM");
+                  "Self-speculation: a copy of the experts quantized to this type at load (e.g. "
+                  "q2_k), held in RAM");
   app->add_option("--draft-model", f->draft_model,
                   "Speculation with a second colibri model (same vocabulary), held in RAM");
 }
@@ -100,7 +123,8 @@ absl::StatusOr<int> AutoInt(const std::string& flag, const std::string& value, i
   if (value == "auto") return -1;
   int v = 0;
   if (!absl::SimpleAtoi(value, &v) || v < lo || v > hi) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, " '", value, "': expected auto or an integer from ", lo, " to ", hi));
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " '", value, "': expected auto or an integer from ", lo, " to ", hi));
   }
   return v;
 }
@@ -116,13 +140,15 @@ absl::Status ApplyCacheFlags(const CacheFlags& f, ComputeNodeOptions* o) {
   o->cache.policy = f.cache_policy == "auto" ? "" : f.cache_policy;
   if (f.learned_pins == "auto") {
     o->cache.learned_pin_fraction = -1;
-  } else if (!absl::SimpleAtod(f.learned_pins, &o->cache.learned_pin_fraction) || o->cache.learned_pin_fraction < 0 ||
-             o->cache.learned_pin_fraction > 0.9) {
-    return absl::InvalidArgumentError(absl::StrCat("--learned-pins '", f.learned_pins, "': expected auto or 0 to 0.9"));
+  } else if (!absl::SimpleAtod(f.learned_pins, &o->cache.learned_pin_fraction) ||
+             o->cache.learned_pin_fraction < 0 || o->cache.learned_pin_fraction > 0.9) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--learned-pins '", f.learned_pins, "': expected auto or 0 to 0.9"));
   }
   o->tune_profile = f.tune_profile;
   if (f.backend != "cpu" && f.backend != "cuda") {
-    return absl::InvalidArgumentError(absl::StrCat("--backend '", f.backend, "': expected cpu or cuda"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend '", f.backend, "': expected cpu or cuda"));
   }
   if (f.device < 0) return absl::InvalidArgumentError("--device must be >= 0");
   o->backend = f.backend;
@@ -131,16 +157,20 @@ absl::Status ApplyCacheFlags(const CacheFlags& f, ComputeNodeOptions* o) {
     ASSIGN_OR_RETURN(o->kv_cache_limit, AutoSize("--kv-cache-limit", f.kv_cache_limit));
   }
   auto offload = ParseSize(f.kv_offload_limit);
-  if (!offload.ok()) return absl::InvalidArgumentError(absl::StrCat("--kv-offload-limit: ", offload.status().message()));
+  if (!offload.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-offload-limit: ", offload.status().message()));
   o->kv_offload_limit = *offload;
   o->kv_offload_8bit = f.kv_offload_8bit;
   o->kv_persist_dir = f.kv_persist_dir;
   auto persist_limit = ParseSize(f.kv_persist_limit);
   if (!persist_limit.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--kv-persist-limit: ", persist_limit.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-persist-limit: ", persist_limit.status().message()));
   }
   o->kv_persist_limit = *persist_limit;
-  if (auto p = expert_source::ParseCachePolicy(o->cache.policy); !o->cache.policy.empty() && !p.ok()) {
+  if (auto p = expert_source::ParseCachePolicy(o->cache.policy);
+      !o->cache.policy.empty() && !p.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--cache-policy: ", p.status().message()));
   }
   if (f.max_batch < 1 || f.max_queued < 0) {
@@ -155,7 +185,8 @@ absl::Status ApplyCacheFlags(const CacheFlags& f, ComputeNodeOptions* o) {
   if (auto m = engine::ParseSpeculativeMode(f.speculative); !m.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--speculative: ", m.status().message()));
   }
-  if (f.draft_max < 1 || f.draft_max > 16) return absl::InvalidArgumentError("--draft-max must be between 1 and 16");
+  if (f.draft_max < 1 || f.draft_max > 16)
+    return absl::InvalidArgumentError("--draft-max must be between 1 and 16");
   o->speculative = f.speculative;
   o->draft_max = f.draft_max;
   o->draft_experts = f.draft_experts;

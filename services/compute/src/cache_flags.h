@@ -55,8 +55,8 @@ struct CacheFlags {
   std::string tune_profile;
   ExpertCacheConfig cache;  // the other cache settings, bound directly
   bool kv_flag_added = false;
-  int max_batch = 16;    // sequences decoded together (continuous batching)
-  int max_queued = 256;  // requests waiting for a batch slot
+  int max_batch = 16;           // sequences decoded together (continuous batching)
+  int max_queued = 256;         // requests waiting for a batch slot
   int64_t prefill_chunk = 512;  // prompt tokens per sequence per forward step
   std::string speculative = "off";
   int draft_max = 4;

@@ -7,13 +7,13 @@
 namespace colibri::compute {
 namespace {
 
-prometheus::Counter* MakeCounter(prometheus::Registry& r, const std::string& name, const std::string& help,
-                                 const prometheus::Labels& labels = {}) {
+prometheus::Counter* MakeCounter(prometheus::Registry& r, const std::string& name,
+                                 const std::string& help, const prometheus::Labels& labels = {}) {
   return &prometheus::BuildCounter().Name(name).Help(help).Register(r).Add(labels);
 }
 
-prometheus::Gauge* MakeGauge(prometheus::Registry& r, const std::string& name, const std::string& help,
-                             const prometheus::Labels& labels = {}) {
+prometheus::Gauge* MakeGauge(prometheus::Registry& r, const std::string& name,
+                             const std::string& help, const prometheus::Labels& labels = {}) {
   return &prometheus::BuildGauge().Name(name).Help(help).Register(r).Add(labels);
 }
 
@@ -22,14 +22,16 @@ void SyncCounter(prometheus::Counter* c, double value) {
   const double delta = value - c->Value();
   if (delta > 0) c->Increment(delta);
 }
-void SyncCounter(prometheus::Counter* c, uint64_t value) { SyncCounter(c, static_cast<double>(value)); }
+void SyncCounter(prometheus::Counter* c, uint64_t value) {
+  SyncCounter(c, static_cast<double>(value));
+}
 
 double Ratio(double num, double den) { return den > 0 ? num / den : 0.0; }
 
 }  // namespace
 
-std::vector<LayerHeat> SummarizeHeat(const expert_source::RoutingHeat& heat, int n_layers, int n_experts, int top_k,
-                                     double share) {
+std::vector<LayerHeat> SummarizeHeat(const expert_source::RoutingHeat& heat, int n_layers,
+                                     int n_experts, int top_k, double share) {
   std::vector<LayerHeat> out(static_cast<size_t>(std::max(0, n_layers)));
   std::vector<double> h(static_cast<size_t>(std::max(0, n_experts)));
   for (int l = 0; l < n_layers; ++l) {
@@ -56,16 +58,21 @@ ComputeMetrics::ComputeMetrics(std::shared_ptr<prometheus::Registry> r) : regist
                                      .Help("From request start to the first sampled token")
                                      .Register(*registry)
                                      .Add({}, metrics::LatencyBuckets());
-  active_requests = MakeGauge(*registry, "colibri_compute_active_requests", "Generate requests in progress");
-  pending_requests = MakeGauge(*registry, "colibri_compute_pending_requests",
-                               "Generate requests accepted and not finished (waiting for the engine or running)");
+  active_requests =
+      MakeGauge(*registry, "colibri_compute_active_requests", "Generate requests in progress");
+  pending_requests =
+      MakeGauge(*registry, "colibri_compute_pending_requests",
+                "Generate requests accepted and not finished (waiting for the engine or running)");
   pending_requests_limit = MakeGauge(*registry, "colibri_compute_pending_requests_limit",
                                      "Pending Generate requests past which new ones are rejected");
   requests_ = MakeCounter(*registry, "colibri_compute_requests_total", "Generate requests started");
-  prompt_tokens_ = MakeCounter(*registry, "colibri_compute_prompt_tokens_total", "Prompt tokens prefilled");
-  generated_tokens_ = MakeCounter(*registry, "colibri_compute_generated_tokens_total", "Tokens generated");
-  requests_cancelled_ = MakeCounter(*registry, "colibri_compute_requests_cancelled_total",
-                                    "Requests whose client left or cancelled (while queued, prefilling or decoding)");
+  prompt_tokens_ =
+      MakeCounter(*registry, "colibri_compute_prompt_tokens_total", "Prompt tokens prefilled");
+  generated_tokens_ =
+      MakeCounter(*registry, "colibri_compute_generated_tokens_total", "Tokens generated");
+  requests_cancelled_ =
+      MakeCounter(*registry, "colibri_compute_requests_cancelled_total",
+                  "Requests whose client left or cancelled (while queued, prefilling or decoding)");
   auto& lookups = prometheus::BuildCounter()
                       .Name("colibri_compute_expert_cache_lookups_total")
                       .Help("Expert cache lookups, by tier and result")
@@ -75,29 +82,35 @@ ComputeMetrics::ComputeMetrics(std::shared_ptr<prometheus::Registry> r) : regist
   cache_in_flight_ = &lookups.Add({{"tier", "ram"}, {"result", "in_flight"}});
   cache_pinned_bytes_ = MakeGauge(*registry, "colibri_compute_expert_cache_pinned_bytes",
                                   "Bytes of pinned expert blocks resident", {{"tier", "ram"}});
-  cache_hit_ratio_ = MakeGauge(*registry, "colibri_compute_expert_cache_hit_ratio",
-                               "Demand lookups that found the block resident, since start", {{"tier", "ram"}});
-  cache_coverage_ratio_ = MakeGauge(*registry, "colibri_compute_expert_cache_coverage_ratio",
-                                    "Demand lookups that found the block resident or already being read, since start",
-                                    {{"tier", "ram"}});
-  auto& prefetch = prometheus::BuildCounter()
-                       .Name("colibri_compute_expert_prefetch_blocks_total")
-                       .Help("Prefetched expert blocks: read, used by a demand request, promoted to demand "
-                             "while queued, cancelled while queued, dropped (queue full or no room)")
-                       .Register(*registry);
+  cache_hit_ratio_ =
+      MakeGauge(*registry, "colibri_compute_expert_cache_hit_ratio",
+                "Demand lookups that found the block resident, since start", {{"tier", "ram"}});
+  cache_coverage_ratio_ =
+      MakeGauge(*registry, "colibri_compute_expert_cache_coverage_ratio",
+                "Demand lookups that found the block resident or already being read, since start",
+                {{"tier", "ram"}});
+  auto& prefetch =
+      prometheus::BuildCounter()
+          .Name("colibri_compute_expert_prefetch_blocks_total")
+          .Help(
+              "Prefetched expert blocks: read, used by a demand request, promoted to demand "
+              "while queued, cancelled while queued, dropped (queue full or no room)")
+          .Register(*registry);
   prefetch_read_ = &prefetch.Add({{"result", "read"}});
   prefetch_used_ = &prefetch.Add({{"result", "used"}});
   prefetch_promoted_ = &prefetch.Add({{"result", "promoted"}});
   prefetch_cancelled_ = &prefetch.Add({{"result", "cancelled"}});
   prefetch_dropped_ = &prefetch.Add({{"result", "dropped"}});
-  prefetch_wasted_bytes_ = MakeCounter(*registry, "colibri_compute_expert_prefetch_wasted_bytes_total",
-                                       "Prefetched bytes evicted or cleared without a demand use");
+  prefetch_wasted_bytes_ =
+      MakeCounter(*registry, "colibri_compute_expert_prefetch_wasted_bytes_total",
+                  "Prefetched bytes evicted or cleared without a demand use");
   prefetch_precision_ = MakeGauge(*registry, "colibri_compute_expert_prefetch_precision_ratio",
                                   "Prefetch reads a demand request then used, since start");
-  auto& predictions = prometheus::BuildCounter()
-                          .Name("colibri_compute_expert_predictions_total")
-                          .Help("Lookahead: experts predicted for coming layers, and of those the router picked")
-                          .Register(*registry);
+  auto& predictions =
+      prometheus::BuildCounter()
+          .Name("colibri_compute_expert_predictions_total")
+          .Help("Lookahead: experts predicted for coming layers, and of those the router picked")
+          .Register(*registry);
   predictions_ = &predictions.Add({{"result", "predicted"}});
   predictions_correct_ = &predictions.Add({{"result", "correct"}});
   forward_tokens_ = MakeCounter(*registry, "colibri_compute_forward_tokens_total",
@@ -106,48 +119,60 @@ ComputeMetrics::ComputeMetrics(std::shared_ptr<prometheus::Registry> r) : regist
                                "Time the model waited for expert blocks (not computing)");
   stall_seconds_per_token_ = MakeGauge(*registry, "colibri_compute_expert_stall_seconds_per_token",
                                        "Expert stall per token forwarded, since start");
-  fetched_bytes_per_token_ = MakeGauge(*registry, "colibri_compute_expert_fetched_bytes_per_token",
-                                       "Expert bytes read below the cache per token forwarded, since start");
+  fetched_bytes_per_token_ =
+      MakeGauge(*registry, "colibri_compute_expert_fetched_bytes_per_token",
+                "Expert bytes read below the cache per token forwarded, since start");
   fetched_bytes_per_generated_token_ =
       MakeGauge(*registry, "colibri_compute_expert_fetched_bytes_per_generated_token",
-                "Expert bytes read below the cache per generated token (per accepted token with speculation), since start");
+                "Expert bytes read below the cache per generated token (per accepted token with "
+                "speculation), since start");
   verify_passes_ = MakeCounter(*registry, "colibri_compute_speculative_verify_passes_total",
                                "Speculative decoding: forward passes that verified drafted tokens");
   draft_tokens_ = MakeCounter(*registry, "colibri_compute_speculative_draft_tokens_total",
                               "Speculative decoding: tokens drafted and verified");
-  accepted_draft_tokens_ = MakeCounter(*registry, "colibri_compute_speculative_accepted_tokens_total",
-                                       "Speculative decoding: drafted tokens the model accepted");
-  draft_acceptance_ratio_ = MakeGauge(*registry, "colibri_compute_speculative_acceptance_ratio",
-                                      "Speculative decoding: accepted over drafted tokens, since start");
-  tokens_per_verify_pass_ = MakeGauge(*registry, "colibri_compute_speculative_tokens_per_pass",
-                                      "Speculative decoding: tokens produced per verify pass, since start");
-  dense_bytes_ = MakeGauge(*registry, "colibri_compute_dense_bytes", "Bytes of resident dense weights");
-  kv_cache_bytes_ = MakeGauge(*registry, "colibri_compute_kv_cache_bytes", "Bytes of KV caches (active and pooled)");
-  kv_restored_tokens_ = MakeCounter(*registry, "colibri_compute_kv_restored_tokens_total",
-                                    "Prompt tokens whose KV came back from host RAM or disk instead of a prefill");
+  accepted_draft_tokens_ =
+      MakeCounter(*registry, "colibri_compute_speculative_accepted_tokens_total",
+                  "Speculative decoding: drafted tokens the model accepted");
+  draft_acceptance_ratio_ =
+      MakeGauge(*registry, "colibri_compute_speculative_acceptance_ratio",
+                "Speculative decoding: accepted over drafted tokens, since start");
+  tokens_per_verify_pass_ =
+      MakeGauge(*registry, "colibri_compute_speculative_tokens_per_pass",
+                "Speculative decoding: tokens produced per verify pass, since start");
+  dense_bytes_ =
+      MakeGauge(*registry, "colibri_compute_dense_bytes", "Bytes of resident dense weights");
+  kv_cache_bytes_ = MakeGauge(*registry, "colibri_compute_kv_cache_bytes",
+                              "Bytes of KV caches (active and pooled)");
+  kv_restored_tokens_ =
+      MakeCounter(*registry, "colibri_compute_kv_restored_tokens_total",
+                  "Prompt tokens whose KV came back from host RAM or disk instead of a prefill");
   kv_offload_bytes_ = MakeGauge(*registry, "colibri_compute_kv_offload_bytes",
                                 "Bytes of evicted KV caches held in host RAM (--kv-offload-limit)");
-  kv_offload_entries_ = &prometheus::BuildGauge()
-                             .Name("colibri_compute_kv_offload_entries")
-                             .Help("Evicted KV caches kept, by where: ram or disk (--kv-persist-dir)")
-                             .Register(*registry);
+  kv_offload_entries_ =
+      &prometheus::BuildGauge()
+           .Name("colibri_compute_kv_offload_entries")
+           .Help("Evicted KV caches kept, by where: ram or disk (--kv-persist-dir)")
+           .Register(*registry);
   prefetch_hints_ = MakeCounter(*registry, "colibri_compute_prefetch_hints_total",
                                 "Expert prefetches started from the router's hints");
   cache_evictions_ = MakeCounter(*registry, "colibri_compute_expert_cache_evictions_total",
                                  "Expert blocks evicted", {{"tier", "ram"}});
   expert_bytes_fetched_ = MakeCounter(*registry, "colibri_compute_expert_fetched_bytes_total",
                                       "Expert bytes fetched from disk or stores");
-  cache_bytes_ = MakeGauge(*registry, "colibri_compute_expert_cache_bytes", "Bytes of expert blocks cached",
-                           {{"tier", "ram"}});
+  cache_bytes_ = MakeGauge(*registry, "colibri_compute_expert_cache_bytes",
+                           "Bytes of expert blocks cached", {{"tier", "ram"}});
   cache_capacity_bytes_ = MakeGauge(*registry, "colibri_compute_expert_cache_capacity_bytes",
                                     "Expert cache budget in bytes", {{"tier", "ram"}});
-  cache_resident_ratio_ = MakeGauge(*registry, "colibri_compute_expert_resident_ratio",
-                                    "Share of the model's expert bytes resident in the cache", {{"tier", "ram"}});
+  cache_resident_ratio_ =
+      MakeGauge(*registry, "colibri_compute_expert_resident_ratio",
+                "Share of the model's expert bytes resident in the cache", {{"tier", "ram"}});
   warm_queued_ = MakeGauge(*registry, "colibri_compute_expert_warm_queued_blocks",
                            "Expert blocks still queued for the start-up warming (--warm-start)");
   auto& warm = prometheus::BuildCounter()
                    .Name("colibri_compute_expert_warm_blocks_total")
-                   .Help("Start-up warming: blocks read, and blocks skipped (resident already, or no free room)")
+                   .Help(
+                       "Start-up warming: blocks read, and blocks skipped (resident already, or no "
+                       "free room)")
                    .Register(*registry);
   warm_read_ = &warm.Add({{"result", "read"}});
   warm_skipped_ = &warm.Add({{"result", "skipped"}});
@@ -171,14 +196,17 @@ ComputeMetrics::ComputeMetrics(std::shared_ptr<prometheus::Registry> r) : regist
                             .Name("colibri_compute_store_outstanding_bytes")
                             .Help("Expert bytes requested and not yet received, by store")
                             .Register(*registry);
-  hot_set_experts_ = &prometheus::BuildGauge()
-                          .Name("colibri_compute_expert_hot_set_experts")
-                          .Help("Experts of the layer that together take 80% of its decayed routing heat, by layer")
-                          .Register(*registry);
-  heat_top_k_ratio_ = &prometheus::BuildGauge()
-                           .Name("colibri_compute_expert_heat_top_k_ratio")
-                           .Help("Share of the layer's decayed routing heat on its top_k hottest experts, by layer")
-                           .Register(*registry);
+  hot_set_experts_ =
+      &prometheus::BuildGauge()
+           .Name("colibri_compute_expert_hot_set_experts")
+           .Help(
+               "Experts of the layer that together take 80% of its decayed routing heat, by layer")
+           .Register(*registry);
+  heat_top_k_ratio_ =
+      &prometheus::BuildGauge()
+           .Name("colibri_compute_expert_heat_top_k_ratio")
+           .Help("Share of the layer's decayed routing heat on its top_k hottest experts, by layer")
+           .Register(*registry);
 }
 
 void ComputeMetrics::Refresh(ComputeNode& node) {
@@ -190,8 +218,8 @@ void ComputeMetrics::Refresh(ComputeNode& node) {
   SyncCounter(expert_bytes_fetched_, stats.bytes_fetched);
   cache_bytes_->Set(static_cast<double>(stats.bytes_cached));
   cache_capacity_bytes_->Set(static_cast<double>(stats.capacity_bytes));
-  cache_resident_ratio_->Set(
-      Ratio(static_cast<double>(stats.bytes_cached), static_cast<double>(node.manifest().PaddedExpertBytes())));
+  cache_resident_ratio_->Set(Ratio(static_cast<double>(stats.bytes_cached),
+                                   static_cast<double>(node.manifest().PaddedExpertBytes())));
   warm_queued_->Set(static_cast<double>(stats.warm_queued));
   SyncCounter(warm_read_, stats.warm_reads);
   SyncCounter(warm_skipped_, stats.warm_skipped);
@@ -219,7 +247,8 @@ void ComputeMetrics::Refresh(ComputeNode& node) {
   dense_bytes_->Set(static_cast<double>(node.model().dense_bytes()));
   kv_cache_bytes_->Set(static_cast<double>(node.engine().counters().kv_bytes.load()));
   SyncCounter(kv_restored_tokens_, node.engine().counters().kv_restored_tokens.load());
-  const engine::KvStoreStats kv = node.kv_store() ? node.kv_store()->stats() : engine::KvStoreStats{};
+  const engine::KvStoreStats kv =
+      node.kv_store() ? node.kv_store()->stats() : engine::KvStoreStats{};
   kv_offload_bytes_->Set(static_cast<double>(kv.ram_bytes));
   kv_offload_entries_->Add({{"where", "ram"}}).Set(static_cast<double>(kv.ram_entries));
   kv_offload_entries_->Add({{"where", "disk"}}).Set(static_cast<double>(kv.disk_entries));
@@ -228,15 +257,15 @@ void ComputeMetrics::Refresh(ComputeNode& node) {
   SyncCounter(requests_, c.requests.load());
   SyncCounter(prompt_tokens_, c.prompt_tokens.load());
   SyncCounter(generated_tokens_, c.generated_tokens.load());
-  fetched_bytes_per_generated_token_->Set(
-      Ratio(static_cast<double>(stats.bytes_fetched), static_cast<double>(c.generated_tokens.load())));
+  fetched_bytes_per_generated_token_->Set(Ratio(static_cast<double>(stats.bytes_fetched),
+                                                static_cast<double>(c.generated_tokens.load())));
   SyncCounter(verify_passes_, c.verify_passes.load());
   SyncCounter(draft_tokens_, c.draft_tokens.load());
   SyncCounter(accepted_draft_tokens_, c.accepted_draft_tokens.load());
-  draft_acceptance_ratio_->Set(
-      Ratio(static_cast<double>(c.accepted_draft_tokens.load()), static_cast<double>(c.draft_tokens.load())));
-  tokens_per_verify_pass_->Set(
-      Ratio(static_cast<double>(c.verify_pass_tokens.load()), static_cast<double>(c.verify_passes.load())));
+  draft_acceptance_ratio_->Set(Ratio(static_cast<double>(c.accepted_draft_tokens.load()),
+                                     static_cast<double>(c.draft_tokens.load())));
+  tokens_per_verify_pass_->Set(Ratio(static_cast<double>(c.verify_pass_tokens.load()),
+                                     static_cast<double>(c.verify_passes.load())));
   SyncCounter(requests_cancelled_, c.cancelled.load());
   SyncCounter(store_failovers_, node.store_failovers());
   for (const auto& st : node.store_states()) {

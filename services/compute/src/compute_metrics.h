@@ -19,8 +19,8 @@ struct LayerHeat {
   int hot_experts = 0;
   double top_k_share = 0;
 };
-std::vector<LayerHeat> SummarizeHeat(const expert_source::RoutingHeat& heat, int n_layers, int n_experts, int top_k,
-                                     double share = 0.8);
+std::vector<LayerHeat> SummarizeHeat(const expert_source::RoutingHeat& heat, int n_layers,
+                                     int n_experts, int top_k, double share = 0.8);
 
 class ComputeMetrics {
  public:

@@ -34,11 +34,11 @@ TEST(ComputeMetricsTest, HeatSummaryPerLayerIsTheWorkingSetAndTopKShare) {
   }
   const auto layers = SummarizeHeat(heat, 3, 8, 2);
   ASSERT_EQ(layers.size(), 3u);
-  EXPECT_EQ(layers[0].hot_experts, 2);          // 1 and 2 take all of it
+  EXPECT_EQ(layers[0].hot_experts, 2);  // 1 and 2 take all of it
   EXPECT_DOUBLE_EQ(layers[0].top_k_share, 1.0);
-  EXPECT_EQ(layers[1].hot_experts, 4);          // five equally hot experts: 4 of 5 make 80%
+  EXPECT_EQ(layers[1].hot_experts, 4);  // five equally hot experts: 4 of 5 make 80%
   EXPECT_NEAR(layers[1].top_k_share, 0.4, 1e-9);
-  EXPECT_EQ(layers[2].hot_experts, 0);          // never routed
+  EXPECT_EQ(layers[2].hot_experts, 0);  // never routed
   EXPECT_EQ(layers[2].top_k_share, 0.0);
 }
 
@@ -50,7 +50,8 @@ TEST(ComputeMetricsTest, RegistersTheQueueGauges) {
   std::vector<std::string> names;
   for (const auto& f : registry->Collect()) names.push_back(f.name);
   // (The per-layer heat families have series only after a Refresh; tests/deploy reads them.)
-  for (const std::string want : {"colibri_compute_pending_requests", "colibri_compute_pending_requests_limit"}) {
+  for (const std::string want :
+       {"colibri_compute_pending_requests", "colibri_compute_pending_requests_limit"}) {
     EXPECT_TRUE(std::find(names.begin(), names.end(), want) != names.end()) << want;
   }
   EXPECT_EQ(metrics.pending_requests->Value(), 1.0);

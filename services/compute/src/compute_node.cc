@@ -8,12 +8,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "auto_settings.h"
 #include "colibri/backend/cpu_backend.h"
 #include "colibri/backend/cuda_backend.h"
 #include "colibri/core/checksum.h"
 #include "colibri/core/status.h"
 #include "colibri/core/units.h"
-#include "auto_settings.h"
 #include "spdlog/spdlog.h"
 
 namespace colibri::compute {
@@ -23,17 +23,21 @@ absl::StatusOr<std::unique_ptr<backend::Backend>> MakeBackend(const ComputeNodeO
   if (options.backend == "cpu") return backend::CreateCpuBackend({.threads = options.threads});
   if (options.backend == "cuda") {
     auto be = backend::CreateCudaBackend({.device = options.device});
-    if (!be.ok()) return absl::Status(be.status().code(), absl::StrCat("--backend cuda: ", be.status().message()));
+    if (!be.ok())
+      return absl::Status(be.status().code(),
+                          absl::StrCat("--backend cuda: ", be.status().message()));
     return be;
   }
-  return absl::InvalidArgumentError(absl::StrCat("--backend '", options.backend, "': expected cpu or cuda"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("--backend '", options.backend, "': expected cpu or cuda"));
 }
 
 // What stays in device memory besides the VRAM tier and the KV caches: activations, imported
 // expert copies in flight (three matrices of up to two experts), GEMM scratch, cuBLAS.
 constexpr uint64_t kDeviceWorkingBytes = 512ull << 20;
 
-absl::Status CheckDeviceMemory(const backend::Backend& be, const model::Manifest& m, const ComputeNodeOptions& o) {
+absl::Status CheckDeviceMemory(const backend::Backend& be, const model::Manifest& m,
+                               const ComputeNodeOptions& o) {
   const backend::MemoryInfo mem = be.memory_info();
   if (mem.total_bytes == 0) return absl::OkStatus();  // host memory: nothing to check
   uint64_t largest = 0;
@@ -42,16 +46,20 @@ absl::Status CheckDeviceMemory(const backend::Backend& be, const model::Manifest
   const uint64_t need = m.dense_size + o.kv_cache_limit + o.cache.vram_bytes + working;
   if (need > mem.free_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "model '", m.name, "' does not fit in ", std::string(be.name()), " device memory: dense weights ",
-        FormatSize(m.dense_size), " + --kv-cache-limit ", FormatSize(o.kv_cache_limit), " + --vram-budget ",
-        FormatSize(o.cache.vram_bytes), " + working memory ", FormatSize(working), " = ", FormatSize(need), ", but only ",
-        FormatSize(mem.free_bytes), " of ", FormatSize(mem.total_bytes), " are free; lower --vram-budget or "
+        "model '", m.name, "' does not fit in ", std::string(be.name()),
+        " device memory: dense weights ", FormatSize(m.dense_size), " + --kv-cache-limit ",
+        FormatSize(o.kv_cache_limit), " + --vram-budget ", FormatSize(o.cache.vram_bytes),
+        " + working memory ", FormatSize(working), " = ", FormatSize(need), ", but only ",
+        FormatSize(mem.free_bytes), " of ", FormatSize(mem.total_bytes),
+        " are free; lower --vram-budget or "
         "--kv-cache-limit"));
   }
   if (o.kv_cache_limit == 0) {
-    spdlog::warn("--kv-cache-limit 0 (unlimited) on {}: KV caches may use the {} left after the dense weights and the "
-                 "VRAM tier; set a limit to keep long contexts from running the device out of memory",
-                 std::string(be.name()), FormatSize(mem.free_bytes - need));
+    spdlog::warn(
+        "--kv-cache-limit 0 (unlimited) on {}: KV caches may use the {} left after the dense "
+        "weights and the "
+        "VRAM tier; set a limit to keep long contexts from running the device out of memory",
+        std::string(be.name()), FormatSize(mem.free_bytes - need));
   }
   return absl::OkStatus();
 }
@@ -69,15 +77,22 @@ absl::Status ComputeNode::LoadDrafter(const ComputeNodeOptions& o) {
   if (mode == engine::SpeculativeMode::kDraft && o.draft_model_dir.empty()) {
     return absl::InvalidArgumentError("--speculative draft needs --draft-model DIR");
   }
-  if (mode == engine::SpeculativeMode::kOff || mode == engine::SpeculativeMode::kNgram) return absl::OkStatus();
+  if (mode == engine::SpeculativeMode::kOff || mode == engine::SpeculativeMode::kNgram)
+    return absl::OkStatus();
   const model::Manifest& m = container_->manifest();
-  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = o.threads > 0
+                          ? o.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const auto start = std::chrono::steady_clock::now();
   if (!o.draft_experts.empty()) {
     auto dtype = quant::ParseDType(o.draft_experts);
-    if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat("--draft-experts: ", dtype.status().message()));
-    ASSIGN_OR_RETURN(draft_experts_, engine::ResidentExperts::Load(m, origin_.get(), *dtype, threads));
-    ASSIGN_OR_RETURN(draft_model_, model_->NewDrafter(draft_experts_->manifest(), draft_experts_.get()));
+    if (!dtype.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat("--draft-experts: ", dtype.status().message()));
+    ASSIGN_OR_RETURN(draft_experts_,
+                     engine::ResidentExperts::Load(m, origin_.get(), *dtype, threads));
+    ASSIGN_OR_RETURN(draft_model_,
+                     model_->NewDrafter(draft_experts_->manifest(), draft_experts_.get()));
   } else if (!o.draft_model_dir.empty()) {
     ASSIGN_OR_RETURN(draft_container_, model::Container::Open(o.draft_model_dir));
     const model::ModelConfig& dc = draft_container_->manifest().config;
@@ -89,18 +104,22 @@ absl::Status ComputeNode::LoadDrafter(const ComputeNodeOptions& o) {
     }
     ASSIGN_OR_RETURN(draft_disk_, expert_source::DiskSource::Open(draft_container_.get()));
     ASSIGN_OR_RETURN(draft_experts_,
-                     engine::ResidentExperts::Load(draft_container_->manifest(), draft_disk_.get(), std::nullopt, threads));
-    ASSIGN_OR_RETURN(draft_model_, engine::Model::Load(*draft_container_, backend_.get(), draft_experts_.get()));
+                     engine::ResidentExperts::Load(draft_container_->manifest(), draft_disk_.get(),
+                                                   std::nullopt, threads));
+    ASSIGN_OR_RETURN(draft_model_,
+                     engine::Model::Load(*draft_container_, backend_.get(), draft_experts_.get()));
   } else {
     return absl::OkStatus();  // auto without a drafter model: n-gram drafting
   }
-  spdlog::info("speculative decoding ({}): drafter experts {} in RAM{}, loaded in {:.2f} s", o.speculative,
-               FormatSize(draft_experts_->bytes()), o.draft_experts.empty() ? "" : " (" + o.draft_experts + ")",
+  spdlog::info("speculative decoding ({}): drafter experts {} in RAM{}, loaded in {:.2f} s",
+               o.speculative, FormatSize(draft_experts_->bytes()),
+               o.draft_experts.empty() ? "" : " (" + o.draft_experts + ")",
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(const ComputeNodeOptions& requested) {
+absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(
+    const ComputeNodeOptions& requested) {
   ComputeNodeOptions options = requested;
   auto node = std::unique_ptr<ComputeNode>(new ComputeNode());
   ASSIGN_OR_RETURN(node->container_, model::Container::Open(options.model_dir));
@@ -108,18 +127,20 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(const ComputeNo
   // The backend first: auto budgets on a GPU are shares of its free memory, taken before
   // this node allocates anything else.
   ASSIGN_OR_RETURN(node->backend_, MakeBackend(options));
-  ASSIGN_OR_RETURN(node->auto_settings_, ResolveAutoSettings(&options, *node->container_, *node->backend_));
+  ASSIGN_OR_RETURN(node->auto_settings_,
+                   ResolveAutoSettings(&options, *node->container_, *node->backend_));
   node->options_ = options;
   uint64_t largest = 0;
   for (const auto& b : m.experts) largest = std::max(largest, b.size);
   if (options.expert_cache_bytes < 2 * largest) {
-    return absl::InvalidArgumentError(absl::StrCat("--expert-cache-size ", FormatSize(options.expert_cache_bytes),
-                                                   " is below two expert blocks (", FormatSize(2 * largest),
-                                                   ") of model '", m.name, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--expert-cache-size ", FormatSize(options.expert_cache_bytes),
+        " is below two expert blocks (", FormatSize(2 * largest), ") of model '", m.name, "'"));
   }
   if (options.stores.empty()) {
     ASSIGN_OR_RETURN(auto disk,
-                     expert_source::DiskSource::Open(node->container_.get(), {.direct_io = options.cache.direct_io}));
+                     expert_source::DiskSource::Open(node->container_.get(),
+                                                     {.direct_io = options.cache.direct_io}));
     node->disk_ = disk.get();
     node->origin_ = std::move(disk);
   } else {
@@ -132,25 +153,32 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(const ComputeNo
     for (const auto& b : m.experts) largest_padded = std::max(largest_padded, b.padded_size);
     mo.shm_bytes = options.store_shm_bytes != ComputeNodeOptions::kAutoShm
                        ? options.store_shm_bytes
-                       : options.expert_cache_bytes + 2 * static_cast<uint64_t>(m.config.n_experts) * largest_padded;
-    ASSIGN_OR_RETURN(auto remote, rpc::MultiStoreSource::Connect(mo, &node->container_->manifest()));
+                       : options.expert_cache_bytes +
+                             2 * static_cast<uint64_t>(m.config.n_experts) * largest_padded;
+    ASSIGN_OR_RETURN(auto remote,
+                     rpc::MultiStoreSource::Connect(mo, &node->container_->manifest()));
     node->stores_ = remote.get();
     node->origin_ = std::move(remote);
   }
   RETURN_IF_ERROR(CheckDeviceMemory(*node->backend_, m, options));
-  ASSIGN_OR_RETURN(node->cache_, ExpertCache::Create(node->origin_.get(), *node->container_, options.expert_cache_bytes,
-                                                     options.cache, node->backend_.get()));
+  ASSIGN_OR_RETURN(node->cache_, ExpertCache::Create(node->origin_.get(), *node->container_,
+                                                     options.expert_cache_bytes, options.cache,
+                                                     node->backend_.get()));
   // Load progress: dense weights are read (and checksummed) in one pass; say so before and after.
-  spdlog::info("loading model '{}': dense weights {} from {}", m.name, FormatSize(m.dense_size), options.model_dir);
+  spdlog::info("loading model '{}': dense weights {} from {}", m.name, FormatSize(m.dense_size),
+               options.model_dir);
   const auto load_start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(node->model_,
-                   engine::Model::Load(*node->container_, node->backend_.get(), node->cache_->front(),
-                                       {.prefetch_layers = options.cache.prefetch_layers,
-                                        .prefetch_min_weight = options.cache.prefetch_min_weight,
-                                        .trace = node->cache_->trace()}));
-  const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
-  spdlog::info("loaded model '{}' in {:.2f} s ({}/s); experts stream from {} on demand", m.name, load_seconds,
-               FormatSize(static_cast<uint64_t>(static_cast<double>(m.dense_size) / std::max(load_seconds, 1e-6))),
+  ASSIGN_OR_RETURN(node->model_, engine::Model::Load(
+                                     *node->container_, node->backend_.get(), node->cache_->front(),
+                                     {.prefetch_layers = options.cache.prefetch_layers,
+                                      .prefetch_min_weight = options.cache.prefetch_min_weight,
+                                      .trace = node->cache_->trace()}));
+  const double load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+  spdlog::info("loaded model '{}' in {:.2f} s ({}/s); experts stream from {} on demand", m.name,
+               load_seconds,
+               FormatSize(static_cast<uint64_t>(static_cast<double>(m.dense_size) /
+                                                std::max(load_seconds, 1e-6))),
                options.stores.empty() ? "the model directory" : "the expert stores");
   engine::EngineOptions eo;
   eo.prefill_chunk = options.prefill_chunk;
@@ -187,14 +215,16 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(const ComputeNo
   return node;
 }
 
-std::vector<ExpertUse> TopExperts(const std::vector<uint32_t>& counts, const model::ModelConfig& config) {
+std::vector<ExpertUse> TopExperts(const std::vector<uint32_t>& counts,
+                                  const model::ModelConfig& config) {
   std::vector<ExpertUse> out;
   const size_t E = static_cast<size_t>(config.n_experts);
   if (counts.size() != static_cast<size_t>(config.n_layers) * E) return out;
   const size_t keep = std::min<size_t>(E, static_cast<size_t>(2 * config.top_k));
   std::vector<ExpertUse> layer(E);
   for (int32_t l = 0; l < config.n_layers; ++l) {
-    for (size_t e = 0; e < E; ++e) layer[e] = {{l, static_cast<int32_t>(e)}, counts[static_cast<size_t>(l) * E + e]};
+    for (size_t e = 0; e < E; ++e)
+      layer[e] = {{l, static_cast<int32_t>(e)}, counts[static_cast<size_t>(l) * E + e]};
     std::partial_sort(layer.begin(), layer.begin() + static_cast<ptrdiff_t>(keep), layer.end(),
                       [](const ExpertUse& a, const ExpertUse& b) {
                         return a.count != b.count ? a.count > b.count : a.id.expert < b.id.expert;
@@ -208,9 +238,9 @@ absl::StatusOr<size_t> ComputeNode::PrefetchHint(std::span<const expert_source::
   const auto& c = model_->config();
   for (const auto& id : ids) {
     if (!manifest().HasExpert(id.layer, id.expert)) {
-      return absl::InvalidArgumentError(absl::StrCat("prefetch hint for expert (layer ", id.layer, ", id ", id.expert,
-                                                     ") outside the model (", c.n_layers, " layers, ", c.n_experts,
-                                                     " experts, dense layers have none)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prefetch hint for expert (layer ", id.layer, ", id ", id.expert, ") outside the model (",
+          c.n_layers, " layers, ", c.n_experts, " experts, dense layers have none)"));
     }
   }
   // Never more than half the cache: hints must not evict what the running requests need.
@@ -225,7 +255,8 @@ absl::StatusOr<size_t> ComputeNode::PrefetchHint(std::span<const expert_source::
 
 absl::Status ComputeNode::AddStore(const std::string& target) {
   if (stores_ == nullptr) {
-    return absl::FailedPreconditionError("this node reads experts from its model directory, not from expert stores");
+    return absl::FailedPreconditionError(
+        "this node reads experts from its model directory, not from expert stores");
   }
   return stores_->AddStore(target);
 }

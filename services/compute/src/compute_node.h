@@ -44,28 +44,29 @@ struct ComputeNodeOptions {
   static constexpr uint64_t kAutoShm = ~0ull;
   uint64_t store_shm_bytes = kAutoShm;  // 0: chunks on the stream only
   std::string client_name;              // how the stores' metrics name this node
-  std::shared_ptr<const auth::Transport> transport;  // links to the stores (null: plaintext, loopback only)
+  std::shared_ptr<const auth::Transport>
+      transport;  // links to the stores (null: plaintext, loopback only)
   // kAuto in a budget (expert_cache_bytes, cache.vram_bytes, kv_cache_limit), -1 in a knob
   // (cache.prefetch_layers, cache.io_threads, cache.learned_pin_fraction) and an empty
   // cache.policy: chosen at Create by the planner and a matching tune profile
   // (auto_settings.h), and logged.
   static constexpr uint64_t kAuto = ~0ull;
   uint64_t expert_cache_bytes = 2ull << 30;
-  ExpertCacheConfig cache;         // tiers, policy, pins, prefetch, trace (expert_cache.h)
+  ExpertCacheConfig cache;  // tiers, policy, pins, prefetch, trace (expert_cache.h)
   // Bytes of KV caches (dense weights are separate); 0: unlimited. kAutoKvLimit: derived from
   // the model and the free memory at start (colibri/plan/kv_limit.h), and logged.
   static constexpr uint64_t kAutoKvLimit = kAuto;
-  std::string tune_profile;        // "" : <model>/tune_profile.json; "none": not read
+  std::string tune_profile;  // "" : <model>/tune_profile.json; "none": not read
   uint64_t kv_cache_limit = kAutoKvLimit;
-  uint64_t kv_offload_limit = 0;   // host RAM for KV caches evicted from kv_cache_limit (0: none)
-  bool kv_offload_8bit = false;    // offloaded KV kept as Q8_0 (3.8x smaller, approximate restore)
-  std::string kv_persist_dir;      // evicted / shutdown KV caches on disk; reopened warm on restart
-  uint64_t kv_persist_limit = 0;   // bytes of files there, oldest deleted first (0: no cap)
-  int max_batch = 16;              // sequences in one continuous batch
-  int max_queued = 256;            // requests waiting for a slot (more: ResourceExhausted)
-  int threads = 0;                 // 0: physical cores
-  std::string backend = "cpu";     // --backend cpu | cuda
-  int device = 0;                  // --device: CUDA device index
+  uint64_t kv_offload_limit = 0;  // host RAM for KV caches evicted from kv_cache_limit (0: none)
+  bool kv_offload_8bit = false;   // offloaded KV kept as Q8_0 (3.8x smaller, approximate restore)
+  std::string kv_persist_dir;     // evicted / shutdown KV caches on disk; reopened warm on restart
+  uint64_t kv_persist_limit = 0;  // bytes of files there, oldest deleted first (0: no cap)
+  int max_batch = 16;             // sequences in one continuous batch
+  int max_queued = 256;           // requests waiting for a slot (more: ResourceExhausted)
+  int threads = 0;                // 0: physical cores
+  std::string backend = "cpu";    // --backend cpu | cuda
+  int device = 0;                 // --device: CUDA device index
   int64_t prefill_chunk = 512;
   // Speculative decoding (colibri/engine/speculative.h): --speculative off|auto|ngram|self|draft,
   // --draft-max, and the drafter models: --draft-experts TYPE (self: a copy of the experts
@@ -80,7 +81,8 @@ struct ComputeNodeOptions {
 using expert_source::ExpertUse;
 // The most used experts of a request (GenerationResult::expert_counts): per layer the up to
 // 2 * top_k with the highest counts, layer by layer.
-std::vector<ExpertUse> TopExperts(const std::vector<uint32_t>& counts, const model::ModelConfig& config);
+std::vector<ExpertUse> TopExperts(const std::vector<uint32_t>& counts,
+                                  const model::ModelConfig& config);
 
 class ComputeNode {
  public:
@@ -111,7 +113,9 @@ class ComputeNode {
   // Bytes read from disk or received from stores (below the cache).
   uint64_t expert_bytes_fetched() const { return cache_->ram().Stats().bytes_fetched; }
   // The expert stores and their state (empty when experts come from the model directory).
-  std::vector<rpc::StoreState> store_states() const { return stores_ ? stores_->Stores() : std::vector<rpc::StoreState>{}; }
+  std::vector<rpc::StoreState> store_states() const {
+    return stores_ ? stores_->Stores() : std::vector<rpc::StoreState>{};
+  }
   uint64_t store_failovers() const { return stores_ ? stores_->failovers() : 0; }
   // Adds an expert store to a running node (it takes reads once a probe finds it up).
   // FailedPrecondition when experts come from the model directory; InvalidArgument for a
@@ -126,8 +130,8 @@ class ComputeNode {
   std::unique_ptr<model::Container> container_;
   std::unique_ptr<backend::Backend> backend_;
   std::unique_ptr<expert_source::ExpertSource> origin_;  // disk or remote stores
-  rpc::MultiStoreSource* stores_ = nullptr;               // origin_, when it is the stores
-  expert_source::DiskSource* disk_ = nullptr;             // origin_, when it is the disk
+  rpc::MultiStoreSource* stores_ = nullptr;              // origin_, when it is the stores
+  expert_source::DiskSource* disk_ = nullptr;            // origin_, when it is the disk
   std::unique_ptr<ExpertCache> cache_;
   std::unique_ptr<engine::Model> model_;
   // Speculative decoding's drafter: a draft model's directory and its disk (--draft-model), the

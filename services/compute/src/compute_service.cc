@@ -9,16 +9,20 @@
 namespace colibri::compute {
 
 ComputeService::ComputeService(ComputeNode* node, ComputeMetrics* metrics, int max_pending_requests)
-    : node_(node), metrics_(metrics), pending_(max_pending_requests), executor_(max_pending_requests + 1) {
+    : node_(node),
+      metrics_(metrics),
+      pending_(max_pending_requests),
+      executor_(max_pending_requests + 1) {
   metrics_->pending_requests_limit->Set(pending_.limit());
 }
 
 ComputeService::~ComputeService() = default;
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* ComputeService::Generate(grpc::CallbackServerContext* ctx,
-                                                                         const v1::GenerateRequest* req) {
+grpc::ServerWriteReactor<v1::GenerateResponse>* ComputeService::Generate(
+    grpc::CallbackServerContext* ctx, const v1::GenerateRequest* req) {
   if (!req->model().empty() && req->model() != node_->model_name()) {
-    return Reject(absl::NotFoundError(absl::StrCat("model '", req->model(), "' is not served here (this node runs '",
+    return Reject(absl::NotFoundError(absl::StrCat("model '", req->model(),
+                                                   "' is not served here (this node runs '",
                                                    node_->model_name(), "')")));
   }
   auto ticket = pending_.TryAcquire();  // held until the request's producer is done
@@ -30,7 +34,8 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* ComputeService::Generate(grpc::C
   const auto deadline = ctx->deadline();
   using Writer = rpc::QueuedWriteReactor<v1::GenerateResponse>;
   return new Writer(&executor_, [this, r = std::move(r), deadline, ticket](Writer* out) mutable {
-    r.cancel = out->cancel_token();  // the router cancelling the call stops the engine's work at once
+    r.cancel =
+        out->cancel_token();  // the router cancelling the call stops the engine's work at once
     return Run(r, deadline, out);
   });
 }
@@ -40,7 +45,8 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* ComputeService::Reject(const abs
   return new Writer(&executor_, [status](Writer*) { return rpc::ToGrpc(status); });
 }
 
-grpc::Status ComputeService::Run(const engine::GenerationRequest& r, std::chrono::system_clock::time_point deadline,
+grpc::Status ComputeService::Run(const engine::GenerationRequest& r,
+                                 std::chrono::system_clock::time_point deadline,
                                  rpc::QueuedWriteReactor<v1::GenerateResponse>* out) {
   metrics_->active_requests->Increment();
   const auto t0 = std::chrono::steady_clock::now();
@@ -71,14 +77,16 @@ grpc::Status ComputeService::Run(const engine::GenerationRequest& r, std::chrono
   }
   if (result->finish == engine::FinishReason::kCancelled) {
     return std::chrono::system_clock::now() > deadline
-               ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded during generation")
+               ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                              "deadline exceeded during generation")
                : grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
   }
   v1::GenerateResponse last;
   last.set_finish_reason(generation::FinishToProto(result->finish));
   last.mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(result->prompt_tokens));
   last.mutable_usage()->set_completion_tokens(static_cast<uint32_t>(result->tokens.size()));
-  last.mutable_usage()->set_cached_prompt_tokens(static_cast<uint32_t>(result->cached_prompt_tokens));
+  last.mutable_usage()->set_cached_prompt_tokens(
+      static_cast<uint32_t>(result->cached_prompt_tokens));
   for (const ExpertUse& u : TopExperts(result->expert_counts, node_->model().config())) {
     auto* ec = last.add_expert_counts();
     ec->set_layer(static_cast<uint32_t>(u.id.layer));
@@ -89,7 +97,8 @@ grpc::Status ComputeService::Run(const engine::GenerationRequest& r, std::chrono
   return grpc::Status::OK;
 }
 
-grpc::ServerUnaryReactor* ComputeService::Prefetch(grpc::CallbackServerContext* ctx, const v1::PrefetchRequest* req,
+grpc::ServerUnaryReactor* ComputeService::Prefetch(grpc::CallbackServerContext* ctx,
+                                                   const v1::PrefetchRequest* req,
                                                    v1::PrefetchResponse* resp) {
   std::vector<expert_source::ExpertId> ids;
   ids.reserve(static_cast<size_t>(req->experts_size()));
@@ -104,11 +113,13 @@ grpc::ServerUnaryReactor* ComputeService::Prefetch(grpc::CallbackServerContext* 
 }
 
 grpc::ServerUnaryReactor* ComputeService::GetModelInfo(grpc::CallbackServerContext* ctx,
-                                                       const v1::ModelInfoRequest* req, v1::ModelInfo* resp) {
+                                                       const v1::ModelInfoRequest* req,
+                                                       v1::ModelInfo* resp) {
   auto* reactor = ctx->DefaultReactor();
   const auto& m = node_->manifest();
   if (!req->model().empty() && req->model() != m.name) {
-    reactor->Finish(rpc::ToGrpc(absl::NotFoundError(absl::StrCat("model '", req->model(), "' is not served here"))));
+    reactor->Finish(rpc::ToGrpc(
+        absl::NotFoundError(absl::StrCat("model '", req->model(), "' is not served here"))));
     return reactor;
   }
   resp->set_name(m.name);

@@ -23,14 +23,17 @@ class ComputeService final : public v1::Compute::CallbackService {
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* ctx,
                                                            const v1::GenerateRequest* req) override;
-  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* ctx, const v1::ModelInfoRequest* req,
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* ctx,
+                                         const v1::ModelInfoRequest* req,
                                          v1::ModelInfo* resp) override;
-  grpc::ServerUnaryReactor* Prefetch(grpc::CallbackServerContext* ctx, const v1::PrefetchRequest* req,
+  grpc::ServerUnaryReactor* Prefetch(grpc::CallbackServerContext* ctx,
+                                     const v1::PrefetchRequest* req,
                                      v1::PrefetchResponse* resp) override;
 
  private:
   grpc::ServerWriteReactor<v1::GenerateResponse>* Reject(const absl::Status& status);
-  grpc::Status Run(const engine::GenerationRequest& r, std::chrono::system_clock::time_point deadline,
+  grpc::Status Run(const engine::GenerationRequest& r,
+                   std::chrono::system_clock::time_point deadline,
                    rpc::QueuedWriteReactor<v1::GenerateResponse>* out);
   ComputeNode* node_;
   ComputeMetrics* metrics_;

@@ -29,42 +29,46 @@
 namespace colibri::compute {
 
 struct ExpertCacheConfig {
-  uint64_t vram_bytes = 0;             // --vram-budget
-  int vram_io_threads = 2;             // VRAM tier copy threads (each with its own stream)
+  uint64_t vram_bytes = 0;  // --vram-budget
+  int vram_io_threads = 2;  // VRAM tier copy threads (each with its own stream)
   std::string policy{expert_source::kDefaultCachePolicyName};  // --cache-policy
-  int prefetch_layers = 1;             // --prefetch-layers (used by the model)
-  int io_threads = 4;                  // --io-threads: reader threads below the cache
-  int max_prefetch_reads = 0;          // prefetch reads at once (0: io_threads - 1)
-  float prefetch_min_weight = 0.0f;    // see engine::ModelOptions
-  bool direct_io = true;               // --direct-io: O_DIRECT reads of the model directory
-  std::string pinned_experts;          // --pinned-experts FILE
-  std::string routing_heat;            // --routing-heat FILE ("" = <model>/routing_heat.json, "none")
+  int prefetch_layers = 1;           // --prefetch-layers (used by the model)
+  int io_threads = 4;                // --io-threads: reader threads below the cache
+  int max_prefetch_reads = 0;        // prefetch reads at once (0: io_threads - 1)
+  float prefetch_min_weight = 0.0f;  // see engine::ModelOptions
+  bool direct_io = true;             // --direct-io: O_DIRECT reads of the model directory
+  std::string pinned_experts;        // --pinned-experts FILE
+  std::string routing_heat;          // --routing-heat FILE ("" = <model>/routing_heat.json, "none")
   double learned_pin_fraction = 0.25;  // --learned-pins: share of the RAM tier for learned pins
   double pin_hysteresis = 0.25;
   int64_t repin_interval_ms = 10000;
-  std::string trace_out;               // --trace-out FILE
-  std::string warm_start = "auto";     // --warm-start auto|off (see WarmOrder)
+  std::string trace_out;            // --trace-out FILE
+  std::string warm_start = "auto";  // --warm-start auto|off (see WarmOrder)
 };
 
 // Warm start: the blocks to read into a RAM tier of `capacity` bytes at start-up, in order. When
 // every block fits: all of them, the hottest by `heat` first, then the rest in file order (which
 // reads the experts file sequentially). When they do not fit: the hottest blocks with any heat,
 // in heat order (the tier stops at the first that finds no free room). Nothing without heat.
-std::vector<expert_source::ExpertId> WarmOrder(const model::Manifest& manifest, const expert_source::RoutingHeat& heat,
+std::vector<expert_source::ExpertId> WarmOrder(const model::Manifest& manifest,
+                                               const expert_source::RoutingHeat& heat,
                                                uint64_t capacity);
 
 class ExpertCache {
  public:
   // `origin` and `container` must outlive the cache.
   static absl::StatusOr<std::unique_ptr<ExpertCache>> Create(expert_source::ExpertSource* origin,
-                                                             const model::Container& container, uint64_t ram_bytes,
+                                                             const model::Container& container,
+                                                             uint64_t ram_bytes,
                                                              const ExpertCacheConfig& config,
                                                              backend::Backend* backend);
   // Saves the routing heat.
   ~ExpertCache();
 
   // What the model reads from (the top tier).
-  expert_source::ExpertSource* front() { return vram_ ? static_cast<expert_source::ExpertSource*>(vram_.get()) : ram_.get(); }
+  expert_source::ExpertSource* front() {
+    return vram_ ? static_cast<expert_source::ExpertSource*>(vram_.get()) : ram_.get();
+  }
   expert_source::CacheTier& ram() { return *ram_; }
   const expert_source::CacheTier& ram() const { return *ram_; }
   const expert_source::CacheTier* vram() const { return vram_.get(); }

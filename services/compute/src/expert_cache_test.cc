@@ -34,7 +34,8 @@ void Route(expert_source::RoutingHeat* heat, int expert_l0, int expert_l1) {
   std::vector<RoutingHint> hints;
   for (int l = 0; l < 2; ++l) {
     for (int e = 0; e < 3; ++e) {
-      hints.push_back({ExpertId{l, e}, 0.0f, static_cast<uint32_t>(e == (l == 0 ? expert_l0 : expert_l1))});
+      hints.push_back(
+          {ExpertId{l, e}, 0.0f, static_cast<uint32_t>(e == (l == 0 ? expert_l0 : expert_l1))});
     }
   }
   heat->Record(hints);

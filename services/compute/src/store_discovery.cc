@@ -40,7 +40,8 @@ absl::StatusOr<std::vector<std::string>> ResolveHost(const std::string& host) {
     if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(std::move(s));
   }
   freeaddrinfo(res);
-  if (out.empty()) return absl::NotFoundError(absl::StrCat("'", host, "' has no IPv4 or IPv6 address"));
+  if (out.empty())
+    return absl::NotFoundError(absl::StrCat("'", host, "' has no IPv4 or IPv6 address"));
   return out;
 }
 
@@ -54,7 +55,8 @@ absl::StatusOr<DnsName> ParseDnsName(const std::string& name) {
   const std::string port = name.substr(colon + 1);
   auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), out.port);
   if (ec != std::errc() || end != port.data() + port.size() || out.port <= 0 || out.port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("--store-dns '", name, "': port must be 1..65535"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--store-dns '", name, "': port must be 1..65535"));
   }
   return out;
 }
@@ -94,7 +96,8 @@ StoreDiscovery::PollResult StoreDiscovery::Poll() {
     }
     for (const auto& a : *addrs) {
       std::string t = StoreTarget(a, n.port);
-      if (std::find(answers.begin(), answers.end(), t) == answers.end()) answers.push_back(std::move(t));
+      if (std::find(answers.begin(), answers.end(), t) == answers.end())
+        answers.push_back(std::move(t));
     }
   }
   PollResult result;
@@ -115,7 +118,9 @@ StoreDiscovery::PollResult StoreDiscovery::Poll() {
         } else {
           result.vanished.push_back(t);
           if (vanished_.insert(t).second) {
-            spdlog::warn("store discovery: {} left the DNS answer; it stays known and is probed while down", t);
+            spdlog::warn(
+                "store discovery: {} left the DNS answer; it stays known and is probed while down",
+                t);
           }
         }
       }

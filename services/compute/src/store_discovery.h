@@ -30,7 +30,8 @@ namespace colibri::compute {
 
 // Resolves a host name to its addresses (IPv4 dotted quads, IPv6 without brackets), in the
 // order the resolver gives them, without duplicates.
-using HostResolver = std::function<absl::StatusOr<std::vector<std::string>>(const std::string& host)>;
+using HostResolver =
+    std::function<absl::StatusOr<std::vector<std::string>>(const std::string& host)>;
 
 // getaddrinfo (TCP, IPv4 and IPv6). NotFound for an unknown name, Unavailable for a
 // temporary failure.
@@ -53,7 +54,8 @@ class StoreDiscovery {
     std::vector<std::string> vanished;  // known targets missing from this poll's answers
   };
 
-  StoreDiscovery(std::vector<DnsName> names, HostResolver resolver, std::function<void(const std::string&)> add);
+  StoreDiscovery(std::vector<DnsName> names, HostResolver resolver,
+                 std::function<void(const std::string&)> add);
   ~StoreDiscovery();
   StoreDiscovery(const StoreDiscovery&) = delete;
   StoreDiscovery& operator=(const StoreDiscovery&) = delete;
@@ -73,8 +75,8 @@ class StoreDiscovery {
   const HostResolver resolver_;
   const std::function<void(const std::string&)> add_;
   mutable std::mutex mu_;
-  std::mutex poll_mu_;             // one Poll at a time, so `add` sees targets in order
-  std::set<std::string> known_;    // ever added (or marked known)
+  std::mutex poll_mu_;                // one Poll at a time, so `add` sees targets in order
+  std::set<std::string> known_;       // ever added (or marked known)
   std::vector<std::string> current_;  // the last poll's answers
   std::set<std::string> vanished_;    // known, missing from the last answers (logged once)
   std::string last_error_;

@@ -40,7 +40,8 @@ class FakeDns {
 TEST(StoreDiscoveryTest, AddsExactlyTheNewTargetsOnEachPoll) {
   FakeDns dns;
   std::vector<std::string> added;
-  StoreDiscovery d({{"expert-store", 50051}}, dns.resolver(), [&](const std::string& t) { added.push_back(t); });
+  StoreDiscovery d({{"expert-store", 50051}}, dns.resolver(),
+                   [&](const std::string& t) { added.push_back(t); });
 
   dns.Set("expert-store", std::vector<std::string>{"10.89.0.2", "10.89.0.3"});
   auto r1 = d.Poll();
@@ -55,15 +56,19 @@ TEST(StoreDiscoveryTest, AddsExactlyTheNewTargetsOnEachPoll) {
   dns.Set("expert-store", std::vector<std::string>{"10.89.0.3", "10.89.0.7", "10.89.0.2"});
   auto r3 = d.Poll();
   EXPECT_EQ(r3.added, (std::vector<std::string>{"10.89.0.7:50051"}));
-  EXPECT_EQ(added, (std::vector<std::string>{"10.89.0.2:50051", "10.89.0.3:50051", "10.89.0.7:50051"}));
-  EXPECT_EQ(d.Current(), (std::vector<std::string>{"10.89.0.3:50051", "10.89.0.7:50051", "10.89.0.2:50051"}));
-  EXPECT_EQ(dns.asked(), (std::vector<std::string>{"expert-store", "expert-store", "expert-store"}));
+  EXPECT_EQ(added,
+            (std::vector<std::string>{"10.89.0.2:50051", "10.89.0.3:50051", "10.89.0.7:50051"}));
+  EXPECT_EQ(d.Current(),
+            (std::vector<std::string>{"10.89.0.3:50051", "10.89.0.7:50051", "10.89.0.2:50051"}));
+  EXPECT_EQ(dns.asked(),
+            (std::vector<std::string>{"expert-store", "expert-store", "expert-store"}));
 }
 
 TEST(StoreDiscoveryTest, VanishedTargetsAreReportedAndNotAddedAgain) {
   FakeDns dns;
   std::vector<std::string> added;
-  StoreDiscovery d({{"store", 7000}}, dns.resolver(), [&](const std::string& t) { added.push_back(t); });
+  StoreDiscovery d({{"store", 7000}}, dns.resolver(),
+                   [&](const std::string& t) { added.push_back(t); });
   dns.Set("store", std::vector<std::string>{"10.0.0.1", "10.0.0.2"});
   d.Poll();
   dns.Set("store", std::vector<std::string>{"10.0.0.2"});
@@ -81,7 +86,8 @@ TEST(StoreDiscoveryTest, VanishedTargetsAreReportedAndNotAddedAgain) {
 TEST(StoreDiscoveryTest, FailedResolutionAddsNothingAndVanishesNothing) {
   FakeDns dns;
   std::vector<std::string> added;
-  StoreDiscovery d({{"store", 50051}}, dns.resolver(), [&](const std::string& t) { added.push_back(t); });
+  StoreDiscovery d({{"store", 50051}}, dns.resolver(),
+                   [&](const std::string& t) { added.push_back(t); });
   auto r = d.Poll();  // no replica yet: NotFound
   EXPECT_TRUE(r.added.empty());
   dns.Set("store", std::vector<std::string>{"10.0.0.5"});
@@ -97,7 +103,8 @@ TEST(StoreDiscoveryTest, FailedResolutionAddsNothingAndVanishesNothing) {
 TEST(StoreDiscoveryTest, MarkedKnownTargetsAreNotAddedAndSeveralNamesMerge) {
   FakeDns dns;
   std::vector<std::string> added;
-  StoreDiscovery d({{"a", 1}, {"b", 2}}, dns.resolver(), [&](const std::string& t) { added.push_back(t); });
+  StoreDiscovery d({{"a", 1}, {"b", 2}}, dns.resolver(),
+                   [&](const std::string& t) { added.push_back(t); });
   d.MarkKnown({"10.0.0.1:1"});
   dns.Set("a", std::vector<std::string>{"10.0.0.1", "fd00::9"});
   dns.Set("b", std::vector<std::string>{"10.0.0.1"});
@@ -134,7 +141,8 @@ TEST(StoreDiscoveryTest, ResolvesLocalhostAndParsesNames) {
   EXPECT_EQ(*ip, (std::vector<std::string>{"127.0.0.1"}));
   // NotFound, or Unavailable where the sandbox has no DNS server at all.
   const auto missing = ResolveHost("no-such-host.invalid").status().code();
-  EXPECT_TRUE(missing == absl::StatusCode::kNotFound || missing == absl::StatusCode::kUnavailable) << missing;
+  EXPECT_TRUE(missing == absl::StatusCode::kNotFound || missing == absl::StatusCode::kUnavailable)
+      << missing;
 
   auto n = ParseDnsName("expert-store:50051");
   ASSERT_TRUE(n.ok());

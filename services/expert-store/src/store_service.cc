@@ -38,24 +38,28 @@ std::string ClientName(grpc::CallbackServerContext* ctx) {
 
 }  // namespace
 
-class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1::FetchRequest, v1::FetchResponse> {
+class ExpertStoreService::FetchReactor final
+    : public grpc::ServerBidiReactor<v1::FetchRequest, v1::FetchResponse> {
  public:
   FetchReactor(ExpertStoreService* svc, grpc::CallbackServerContext* ctx)
       : svc_(svc), ctx_(ctx), peer_(PeerHost(ctx)), last_request_(Clock::now()) {
     unix_peer_ = ctx->peer().rfind("unix:", 0) == 0;
     client_bytes_ = svc_->metrics_->ClientBytes(ClientName(ctx));
-    std::lock_guard<std::mutex> reactors(svc_->reactors_mu_);  // the idle thread waits for the start
+    std::lock_guard<std::mutex> reactors(
+        svc_->reactors_mu_);  // the idle thread waits for the start
     svc_->reactors_++;
     svc_->live_.insert(this);
     std::lock_guard<std::mutex> lock(mu_);
     if (svc_->open_streams_.fetch_add(1) >= svc_->options_.max_streams) {
       svc_->open_streams_--;
-      RejectLocked(absl::StrCat("expert store: more than ", svc_->options_.max_streams, " Fetch streams are open"));
+      RejectLocked(absl::StrCat("expert store: more than ", svc_->options_.max_streams,
+                                " Fetch streams are open"));
       return;
     }
     if (!svc_->AddPeerStream(peer_)) {
       svc_->open_streams_--;
-      RejectLocked(absl::StrCat("expert store: client ", peer_, " already has ", svc_->options_.max_streams_per_client,
+      RejectLocked(absl::StrCat("expert store: client ", peer_, " already has ",
+                                svc_->options_.max_streams_per_client,
                                 " Fetch streams open (--max-streams-per-client)"));
       return;
     }
@@ -76,13 +80,15 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
   // the service's idle thread (under reactors_mu_, so the reactor is alive).
   void ExpireIfIdle(Clock::time_point now, std::chrono::milliseconds timeout) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (finished_ || done_ || broken_ || !in_flight_.empty() || now - last_request_ < timeout) return;
+    if (finished_ || done_ || broken_ || !in_flight_.empty() || now - last_request_ < timeout)
+      return;
     svc_->metrics_->idle_streams_closed->Increment();
     if (writing_ || !demand_out_.empty() || !prefetch_out_.empty()) {
       ctx_->TryCancel();  // answers wait for a client that stopped reading: OnCancel finishes
       return;
     }
-    svc_->metrics_->queued_requests->Decrement(static_cast<double>(demand_.size() + prefetch_.size()));
+    svc_->metrics_->queued_requests->Decrement(
+        static_cast<double>(demand_.size() + prefetch_.size()));
     demand_.clear();
     prefetch_.clear();
     finished_ = true;
@@ -138,7 +144,8 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
     {
       std::lock_guard<std::mutex> lock(mu_);
       done_ = true;
-      svc_->metrics_->queued_requests->Decrement(static_cast<double>(demand_.size() + prefetch_.size()));
+      svc_->metrics_->queued_requests->Decrement(
+          static_cast<double>(demand_.size() + prefetch_.size()));
       demand_.clear();
       prefetch_.clear();
       last = tasks_ == 0;
@@ -183,14 +190,15 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
     auto& m = *svc_->metrics_;
     if (demand_.size() + prefetch_.size() >= svc_->options_.max_queued) {
       m.rejected_requests->Increment();
-      PushErrorLocked(b.request_id(),
-                      absl::ResourceExhaustedError(absl::StrCat("expert store: more than ", svc_->options_.max_queued,
-                                                                " requests queued on this stream")));
+      PushErrorLocked(b.request_id(), absl::ResourceExhaustedError(absl::StrCat(
+                                          "expert store: more than ", svc_->options_.max_queued,
+                                          " requests queued on this stream")));
       return;
     }
     Request r;
     r.id = b.request_id();
-    auto rec = svc_->store_->FindBlock(b.key().model(), b.key().layer(), b.key().expert(), &r.model);
+    auto rec =
+        svc_->store_->FindBlock(b.key().model(), b.key().layer(), b.key().expert(), &r.model);
     if (!rec.ok()) {
       m.read_errors->Increment();
       PushErrorLocked(r.id, rec.status());
@@ -202,14 +210,15 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
     if (b.timeout_ms() > 0) r.deadline = Clock::now() + std::chrono::milliseconds(b.timeout_ms());
     if (b.has_shm_offset()) {
       if (!shm_) {
-        PushErrorLocked(r.id, absl::FailedPreconditionError("no shared-memory region is attached to this stream"));
+        PushErrorLocked(r.id, absl::FailedPreconditionError(
+                                  "no shared-memory region is attached to this stream"));
         return;
       }
       const uint64_t off = b.shm_offset();
       if (off % 4096 != 0 || off > shm_->size() || r.block->padded_size > shm_->size() - off) {
-        PushErrorLocked(
-            r.id, absl::InvalidArgumentError(absl::StrCat("shared-memory offset ", off, " (+", r.block->padded_size,
-                                                          " bytes) is not inside the region")));
+        PushErrorLocked(r.id, absl::InvalidArgumentError(absl::StrCat(
+                                  "shared-memory offset ", off, " (+", r.block->padded_size,
+                                  " bytes) is not inside the region")));
         return;
       }
       r.shm_dst = shm_->data() + off;
@@ -288,7 +297,9 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
     if (broken_ || done_ || finished_) return;
     auto& m = *svc_->metrics_;
     while (in_flight_.size() < svc_->options_.max_reads_in_flight) {
-      std::deque<Request>* q = !demand_.empty() ? &demand_ : !prefetch_.empty() ? &prefetch_ : nullptr;
+      std::deque<Request>* q = !demand_.empty()     ? &demand_
+                               : !prefetch_.empty() ? &prefetch_
+                                                    : nullptr;
       if (q == nullptr) break;
       // Bytes read for the network count against the buffer; shared-memory reads land in the
       // client's memory and only take a read slot.
@@ -302,9 +313,10 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
       r.started = Clock::now();
       if (r.started > r.deadline) {
         m.deadline_exceeded->Increment();
-        PushErrorLocked(r.id, absl::DeadlineExceededError(
-                                  absl::StrCat("expert (layer ", r.block->layer, ", id ", r.block->expert,
-                                               "): still queued after the request's ", r.timeout_ms, " ms timeout")));
+        PushErrorLocked(r.id,
+                        absl::DeadlineExceededError(absl::StrCat(
+                            "expert (layer ", r.block->layer, ", id ", r.block->expert,
+                            "): still queued after the request's ", r.timeout_ms, " ms timeout")));
         continue;
       }
       if (r.shm_dst == nullptr) chunk_bytes_in_flight_ += r.block->size;
@@ -319,8 +331,9 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
     for (const Request& r : starts) {
       const Priority p = r.demand ? Priority::kDemand : Priority::kPrefetch;
       if (r.shm_dst != nullptr) {
-        svc_->store_->ReadInto(*r.model, *r.block, r.shm_dst, p,
-                               [this, r](absl::Status s) { OnReadComplete(r, std::move(s), nullptr); });
+        svc_->store_->ReadInto(*r.model, *r.block, r.shm_dst, p, [this, r](absl::Status s) {
+          OnReadComplete(r, std::move(s), nullptr);
+        });
       } else {
         svc_->store_->ReadShared(*r.model, *r.block, p, [this, r](absl::StatusOr<SharedBlock> b) {
           OnReadComplete(r, b.status(), b.ok() ? std::move(*b) : nullptr);
@@ -347,9 +360,10 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
           PushErrorLocked(r.id, absl::CancelledError("cancelled by the client"));
         } else if (Clock::now() > r.deadline) {
           m.deadline_exceeded->Increment();
-          PushErrorLocked(r.id, absl::DeadlineExceededError(absl::StrCat(
-                                    "expert (layer ", r.block->layer, ", id ", r.block->expert,
-                                    "): read finished after the request's ", r.timeout_ms, " ms timeout")));
+          PushErrorLocked(
+              r.id, absl::DeadlineExceededError(absl::StrCat(
+                        "expert (layer ", r.block->layer, ", id ", r.block->expert,
+                        "): read finished after the request's ", r.timeout_ms, " ms timeout")));
         } else if (!status.ok()) {
           (IsChecksumMismatch(status) ? m.checksum_failures : m.read_errors)->Increment();
           PushErrorLocked(r.id, status);
@@ -388,7 +402,9 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
   // Starts the next write: demand answers first; a block's next chunk is cut here.
   void WriteNextLocked() {
     if (writing_ || finished_ || broken_) return;
-    std::deque<Out>* q = !demand_out_.empty() ? &demand_out_ : !prefetch_out_.empty() ? &prefetch_out_ : nullptr;
+    std::deque<Out>* q = !demand_out_.empty()     ? &demand_out_
+                         : !prefetch_out_.empty() ? &prefetch_out_
+                                                  : nullptr;
     if (q == nullptr) return;
     Out& o = q->front();
     if (o.block) {
@@ -421,8 +437,8 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
       Finish(grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled"));
       return;
     }
-    if (reads_done_ && demand_.empty() && prefetch_.empty() && in_flight_.empty() && demand_out_.empty() &&
-        prefetch_out_.empty()) {
+    if (reads_done_ && demand_.empty() && prefetch_.empty() && in_flight_.empty() &&
+        demand_out_.empty() && prefetch_out_.empty()) {
       finished_ = true;
       Finish(grpc::Status::OK);
     }
@@ -448,7 +464,8 @@ class ExpertStoreService::FetchReactor final : public grpc::ServerBidiReactor<v1
   bool writing_ = false, reads_done_ = false, broken_ = false, finished_ = false, done_ = false;
 };
 
-ExpertStoreService::ExpertStoreService(BlockStore* store, StoreOptions options, StoreMetrics* metrics)
+ExpertStoreService::ExpertStoreService(BlockStore* store, StoreOptions options,
+                                       StoreMetrics* metrics)
     : store_(store), options_(options), metrics_(metrics) {
   if (options_.idle_stream_timeout.count() > 0) idle_thread_ = std::thread([this] { IdleLoop(); });
 }
@@ -465,8 +482,8 @@ ExpertStoreService::~ExpertStoreService() {
 void ExpertStoreService::IdleLoop() {
   // Checked a few times per timeout (at most every second), so a stream ends within about a
   // quarter of the timeout after it.
-  const auto period = std::clamp<std::chrono::milliseconds>(options_.idle_stream_timeout / 4,
-                                                            std::chrono::milliseconds(10), std::chrono::seconds(1));
+  const auto period = std::clamp<std::chrono::milliseconds>(
+      options_.idle_stream_timeout / 4, std::chrono::milliseconds(10), std::chrono::seconds(1));
   std::unique_lock<std::mutex> lock(reactors_mu_);
   while (!stopping_) {
     reactors_cv_.wait_for(lock, period, [&] { return stopping_; });
@@ -498,7 +515,8 @@ grpc::ServerBidiReactor<v1::FetchRequest, v1::FetchResponse>* ExpertStoreService
   return new FetchReactor(this, ctx);
 }
 
-grpc::ServerUnaryReactor* ExpertStoreService::ListModels(grpc::CallbackServerContext* ctx, const v1::ListModelsRequest*,
+grpc::ServerUnaryReactor* ExpertStoreService::ListModels(grpc::CallbackServerContext* ctx,
+                                                         const v1::ListModelsRequest*,
                                                          v1::ListModelsResponse* resp) {
   for (const auto& m : store_->models()) {
     auto* h = resp->add_models();
@@ -513,7 +531,8 @@ grpc::ServerUnaryReactor* ExpertStoreService::ListModels(grpc::CallbackServerCon
       for (int32_t l = 0; l < m->n_layers(); ++l) {
         for (int32_t e = 0; e < m->n_experts(); ++e) {
           if (m->Find(l, e) == nullptr) continue;
-          const size_t bit = static_cast<size_t>(l) * static_cast<size_t>(m->n_experts()) + static_cast<size_t>(e);
+          const size_t bit =
+              static_cast<size_t>(l) * static_cast<size_t>(m->n_experts()) + static_cast<size_t>(e);
           held[bit / 8] = static_cast<char>(held[bit / 8] | (1 << (bit % 8)));
         }
       }

@@ -45,8 +45,9 @@ struct StoreOptions {
   size_t max_reads_in_flight = 16;       // block reads in progress per stream
   size_t max_streams = 256;              // open Fetch streams
   size_t max_streams_per_client = 64;    // open Fetch streams from one peer host
-  std::chrono::milliseconds idle_stream_timeout{std::chrono::minutes(5)};  // 0: streams never idle out
-  bool allow_shm = true;                 // honour ShmAttach on unix-socket connections
+  std::chrono::milliseconds idle_stream_timeout{
+      std::chrono::minutes(5)};  // 0: streams never idle out
+  bool allow_shm = true;         // honour ShmAttach on unix-socket connections
 };
 
 class ExpertStoreService final : public v1::ExpertStore::CallbackService {
@@ -56,8 +57,10 @@ class ExpertStoreService final : public v1::ExpertStore::CallbackService {
   ExpertStoreService(BlockStore* store, StoreOptions options, StoreMetrics* metrics);
   ~ExpertStoreService() override;
 
-  grpc::ServerBidiReactor<v1::FetchRequest, v1::FetchResponse>* Fetch(grpc::CallbackServerContext* ctx) override;
-  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* ctx, const v1::ListModelsRequest* req,
+  grpc::ServerBidiReactor<v1::FetchRequest, v1::FetchResponse>* Fetch(
+      grpc::CallbackServerContext* ctx) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* ctx,
+                                       const v1::ListModelsRequest* req,
                                        v1::ListModelsResponse* resp) override;
 
  private:
@@ -76,7 +79,7 @@ class ExpertStoreService final : public v1::ExpertStore::CallbackService {
   std::unordered_map<std::string, size_t> peer_streams_;  // only peers with open streams
   std::mutex reactors_mu_;
   std::condition_variable reactors_cv_;
-  size_t reactors_ = 0;  // alive, counting those finished but still waiting for reads
+  size_t reactors_ = 0;           // alive, counting those finished but still waiting for reads
   std::set<FetchReactor*> live_;  // every alive reactor (reactors_mu_)
   bool stopping_ = false;         // reactors_mu_
   std::thread idle_thread_;

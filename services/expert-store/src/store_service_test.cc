@@ -44,7 +44,8 @@ class TestServer {
   }
   ~TestServer() { Stop(); }
   void Stop() {
-    if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
+    if (server_)
+      server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
     server_.reset();
   }
   std::string target() const { return "unix:" + socket_; }
@@ -75,7 +76,8 @@ class StoreServiceTest : public ::testing::Test {
   }
 
   std::unique_ptr<TestServer> Serve(StoreOptions so = {}, FaultInjector* faults = nullptr,
-                                    const std::string& name = "s", std::vector<fs::path> disks = {}) {
+                                    const std::string& name = "s",
+                                    std::vector<fs::path> disks = {}) {
     BlockStoreOptions bo;
     bo.disks = disks.empty() ? disks_ : disks;
     bo.io.faults = faults;
@@ -112,7 +114,8 @@ class StoreServiceTest : public ::testing::Test {
     absl::StatusCode code;
     std::string message;
   };
-  std::vector<Answer> RawExchange(const TestServer& s, const std::vector<v1::FetchRequest>& reqs, size_t expect) {
+  std::vector<Answer> RawExchange(const TestServer& s, const std::vector<v1::FetchRequest>& reqs,
+                                  size_t expect) {
     auto channel = grpc::CreateChannel(s.target(), grpc::InsecureChannelCredentials());
     auto stub = v1::ExpertStore::NewStub(channel);
     grpc::ClientContext ctx;
@@ -123,7 +126,8 @@ class StoreServiceTest : public ::testing::Test {
     v1::FetchResponse resp;
     while (out.size() < expect && stream->Read(&resp)) {
       if (resp.has_error()) {
-        out.push_back({resp.request_id(), static_cast<absl::StatusCode>(resp.error().code()), resp.error().message()});
+        out.push_back({resp.request_id(), static_cast<absl::StatusCode>(resp.error().code()),
+                       resp.error().message()});
       } else if (resp.has_chunk() && resp.chunk().last()) {
         out.push_back({resp.request_id(), absl::StatusCode::kOk, ""});
       }
@@ -133,7 +137,8 @@ class StoreServiceTest : public ::testing::Test {
     return out;
   }
 
-  static v1::FetchRequest Block(uint64_t id, int layer, int expert, bool demand, uint32_t timeout_ms = 0) {
+  static v1::FetchRequest Block(uint64_t id, int layer, int expert, bool demand,
+                                uint32_t timeout_ms = 0) {
     v1::FetchRequest r;
     auto* b = r.mutable_block();
     b->set_request_id(id);
@@ -172,7 +177,8 @@ TEST_F(StoreServiceTest, ChunksOverTheStream) {
   EXPECT_EQ(calls, std::vector<int>(ids.size(), 1));
   EXPECT_EQ((*src)->Stats().blocks, ids.size());
   EXPECT_EQ((*src)->Stats().shm_blocks, 0u);
-  EXPECT_EQ(server->metrics().bytes_served->Value(), static_cast<double>(container_->manifest().TotalExpertBytes()));
+  EXPECT_EQ(server->metrics().bytes_served->Value(),
+            static_cast<double>(container_->manifest().TotalExpertBytes()));
   EXPECT_EQ(server->metrics().shm_bytes_served->Value(), 0);
 }
 
@@ -199,12 +205,16 @@ TEST_F(StoreServiceTest, SharedMemoryCarriesTheBytes) {
   EXPECT_GT(server->metrics().shm_bytes_served->Value(), 0);
   // Nothing is left in /dev/shm once both sides have it mapped.
   for (const auto& e : fs::directory_iterator("/dev/shm")) {
-    EXPECT_EQ(e.path().filename().string().find("colibri-" + std::to_string(::getpid()) + "-"), std::string::npos);
+    EXPECT_EQ(e.path().filename().string().find("colibri-" + std::to_string(::getpid()) + "-"),
+              std::string::npos);
   }
   // Leases keep their slots: a region of 1 MiB holds 16 blocks of 20 KiB; dropping them
   // frees the slots for the next round.
   held.clear();
-  ASSERT_TRUE((*src)->FetchMany(ids, [&](size_t i, Lease l) { ExpectBlock(l, ids[i].layer, ids[i].expert); }).ok());
+  ASSERT_TRUE(
+      (*src)
+          ->FetchMany(ids, [&](size_t i, Lease l) { ExpectBlock(l, ids[i].layer, ids[i].expert); })
+          .ok());
   EXPECT_EQ((*src)->Stats().shm_blocks, 2 * ids.size());
 }
 
@@ -256,7 +266,9 @@ TEST_F(StoreServiceTest, DemandOvertakesQueuedPrefetches) {
   so.max_reads_in_flight = 1;
   auto server = Serve(so, &faults);
   auto answers = RawExchange(
-      *server, {Block(1, 0, 0, false), Block(2, 0, 1, false), Block(3, 0, 2, false), Block(4, 1, 7, true)}, 4);
+      *server,
+      {Block(1, 0, 0, false), Block(2, 0, 1, false), Block(3, 0, 2, false), Block(4, 1, 7, true)},
+      4);
   ASSERT_EQ(answers.size(), 4u);
   std::vector<uint64_t> order;
   for (const auto& a : answers) {
@@ -274,8 +286,8 @@ TEST_F(StoreServiceTest, CancelAnswersCancelledQueuedOrInFlight) {
   StoreOptions so;
   so.max_reads_in_flight = 1;
   auto server = Serve(so, &faults);
-  auto answers =
-      RawExchange(*server, {Block(1, 0, 0, false), Block(2, 0, 1, false), Cancel(2), Cancel(1), Cancel(99)}, 2);
+  auto answers = RawExchange(
+      *server, {Block(1, 0, 0, false), Block(2, 0, 1, false), Cancel(2), Cancel(1), Cancel(99)}, 2);
   ASSERT_EQ(answers.size(), 2u);
   std::map<uint64_t, absl::StatusCode> codes;
   for (const auto& a : answers) codes[a.id] = a.code;
@@ -303,7 +315,8 @@ TEST_F(StoreServiceTest, DeadlinesAndCapsAreEnforced) {
   EXPECT_GE(exhausted, 1);
   EXPECT_EQ(codes[10], absl::StatusCode::kOk);
   // Request 13 (5 ms timeout) waited behind slower reads.
-  EXPECT_TRUE(codes[13] == absl::StatusCode::kDeadlineExceeded || codes[13] == absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(codes[13] == absl::StatusCode::kDeadlineExceeded ||
+              codes[13] == absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(server->metrics().rejected_requests->Value(), exhausted);
 }
 
@@ -363,7 +376,8 @@ TEST_F(StoreServiceTest, OneClientCannotTakeEveryStream) {
   EXPECT_FALSE(s[2]->Read(&resp));
   grpc::Status st = s[2]->Finish();
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
-  EXPECT_NE(st.error_message().find("--max-streams-per-client"), std::string::npos) << st.error_message();
+  EXPECT_NE(st.error_message().find("--max-streams-per-client"), std::string::npos)
+      << st.error_message();
   EXPECT_EQ(server->metrics().rejected_streams->Value(), 1);
   // One closes: the client may open another.
   s[0]->WritesDone();
@@ -490,7 +504,10 @@ TEST_F(StoreServiceTest, SeveralStoresSpreadReadsAndSurviveADeath) {
   auto multi = rpc::MultiStoreSource::Connect(mo, &container_->manifest());
   ASSERT_TRUE(multi.ok()) << multi.status();
   const auto ids = AllIds();
-  ASSERT_TRUE((*multi)->FetchMany(ids, [&](size_t i, Lease l) { ExpectBlock(l, ids[i].layer, ids[i].expert); }).ok());
+  ASSERT_TRUE(
+      (*multi)
+          ->FetchMany(ids, [&](size_t i, Lease l) { ExpectBlock(l, ids[i].layer, ids[i].expert); })
+          .ok());
   auto states = (*multi)->Stores();
   ASSERT_EQ(states.size(), 2u);
   EXPECT_GT(states[0].stats.blocks, 0u);  // both stores took reads
@@ -502,7 +519,10 @@ TEST_F(StoreServiceTest, SeveralStoresSpreadReadsAndSurviveADeath) {
   // the first one.
   slow_b.SetDiskBandwidth(0, 1 << 20);
   slow_b.SetDiskBandwidth(1, 1 << 20);
-  ASSERT_TRUE((*multi)->FetchMany(ids, [&](size_t i, Lease l) { ExpectBlock(l, ids[i].layer, ids[i].expert); }).ok());
+  ASSERT_TRUE(
+      (*multi)
+          ->FetchMany(ids, [&](size_t i, Lease l) { ExpectBlock(l, ids[i].layer, ids[i].expert); })
+          .ok());
   slow_b.Clear();
 
   // Store A becomes very slow, then dies with requests in flight: they finish from B.
@@ -512,7 +532,8 @@ TEST_F(StoreServiceTest, SeveralStoresSpreadReadsAndSurviveADeath) {
   std::thread killer([&] {
     // Wait until A has work in flight, then kill it.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while ((*multi)->Stores()[0].stats.outstanding_bytes == 0 && std::chrono::steady_clock::now() < deadline) {
+    while ((*multi)->Stores()[0].stats.outstanding_bytes == 0 &&
+           std::chrono::steady_clock::now() < deadline) {
       std::this_thread::yield();
     }
     a->Stop();
@@ -543,10 +564,14 @@ TEST_F(StoreServiceTest, AStoreStartedLaterJoins) {
   EXPECT_FALSE((*multi)->Stores()[1].up);
   auto late = Serve({}, nullptr, "late", disks_b);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!(*multi)->Stores()[1].up && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  while (!(*multi)->Stores()[1].up && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
   ASSERT_TRUE((*multi)->Stores()[1].up);
   const auto ids = AllIds();
-  ASSERT_TRUE((*multi)->FetchMany(ids, [&](size_t i, Lease l) { ExpectBlock(l, ids[i].layer, ids[i].expert); }).ok());
+  ASSERT_TRUE(
+      (*multi)
+          ->FetchMany(ids, [&](size_t i, Lease l) { ExpectBlock(l, ids[i].layer, ids[i].expert); })
+          .ok());
   EXPECT_GT((*multi)->Stores()[1].stats.blocks, 0u);
 }
 

@@ -24,22 +24,26 @@ absl::StatusOr<OpenAiRequest> ParseAnthropicRequest(const std::string& body) {
     r.messages.push_back({"system", std::move(system)});
   }
   auto it = j.find("messages");
-  if (it == j.end() || !it->is_array() || it->empty()) return FieldError("messages", "must be a non-empty list");
+  if (it == j.end() || !it->is_array() || it->empty())
+    return FieldError("messages", "must be a non-empty list");
   for (size_t i = 0; i < it->size(); ++i) {
     const json& m = (*it)[i];
     const std::string field = absl::StrCat("messages[", i, "]");
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) return FieldError(field + ".role", "is required");
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+      return FieldError(field + ".role", "is required");
     tokenizer::ChatMessage msg;
     msg.role = m["role"].get<std::string>();
     if (msg.role != "user" && msg.role != "assistant") {
-      return FieldError(field + ".role", absl::StrCat("must be 'user' or 'assistant', not '", msg.role, "'"));
+      return FieldError(field + ".role",
+                        absl::StrCat("must be 'user' or 'assistant', not '", msg.role, "'"));
     }
     if (!m.contains("content")) return FieldError(field + ".content", "is required");
     ASSIGN_OR_RETURN(msg.content, ReadTextContent(m["content"], field + ".content"));
     r.messages.push_back(std::move(msg));
   }
   if (auto t = j.find("tools"); t != j.end() && !t->is_null() && !(t->is_array() && t->empty())) {
-    return FieldError("tools", "tool use is not supported on /v1/messages (use /v1/chat/completions)");
+    return FieldError("tools",
+                      "tool use is not supported on /v1/messages (use /v1/chat/completions)");
   }
   RETURN_IF_ERROR(ReadBool(j, "stream", &r.stream));
   if (auto md = j.find("metadata"); md != j.end() && !md->is_null()) {
@@ -50,7 +54,8 @@ absl::StatusOr<OpenAiRequest> ParseAnthropicRequest(const std::string& body) {
     }
   }
   TextRequest& p = r.params;
-  if (!j.contains("max_tokens") || j["max_tokens"].is_null()) return FieldError("max_tokens", "is required");
+  if (!j.contains("max_tokens") || j["max_tokens"].is_null())
+    return FieldError("max_tokens", "is required");
   RETURN_IF_ERROR(ReadInteger(j, "max_tokens", 1, kMaxTokensLimit, &p.max_tokens));
   RETURN_IF_ERROR(ReadSamplingFields(j, &p));
   if (auto s = j.find("stop_sequences"); s != j.end() && !s->is_null()) {
@@ -60,7 +65,8 @@ absl::StatusOr<OpenAiRequest> ParseAnthropicRequest(const std::string& body) {
       p.stop_strings.push_back(x.get<std::string>());
     }
   }
-  RETURN_IF_ERROR(ValidateTextRequest(p, /*vocab_size=*/0));  // ids are checked again against the model's
+  RETURN_IF_ERROR(
+      ValidateTextRequest(p, /*vocab_size=*/0));  // ids are checked again against the model's
   return r;
 }
 

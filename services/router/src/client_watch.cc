@@ -16,7 +16,8 @@ bool PeerClosed(int fd) {
   return false;
 }
 
-ClientWatch::ClientWatch(int fd, CancelToken token, std::chrono::milliseconds interval) : token_(std::move(token)) {
+ClientWatch::ClientWatch(int fd, CancelToken token, std::chrono::milliseconds interval)
+    : token_(std::move(token)) {
   if (fd < 0) return;
   thread_ = std::thread([this, fd, interval] {
     std::unique_lock<std::mutex> lock(mu_);

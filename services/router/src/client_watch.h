@@ -24,7 +24,8 @@ bool PeerClosed(int fd);
 class ClientWatch {
  public:
   // fd < 0 (socket not found): nothing is watched.
-  ClientWatch(int fd, CancelToken token, std::chrono::milliseconds interval = std::chrono::milliseconds(100));
+  ClientWatch(int fd, CancelToken token,
+              std::chrono::milliseconds interval = std::chrono::milliseconds(100));
   ~ClientWatch();
   ClientWatch(const ClientWatch&) = delete;
   ClientWatch& operator=(const ClientWatch&) = delete;

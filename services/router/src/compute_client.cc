@@ -1,8 +1,8 @@
 #include "compute_client.h"
 
 #include "absl/strings/str_cat.h"
-#include "colibri/rpc/status.h"
 #include "colibri/generation/proto.h"
+#include "colibri/rpc/status.h"
 #include "grpcpp/grpcpp.h"
 
 namespace colibri::router {
@@ -22,13 +22,16 @@ class GrpcComputeClient final : public ComputeClient {
     return ModelInfo{info.name(), info.architecture(), info.vocab_size(), info.context_length()};
   }
 
-  absl::StatusOr<ComputeResult> Generate(const ComputeRequest& request,
-                                         const std::function<bool(const generation::SampledToken&)>& on_token) override {
+  absl::StatusOr<ComputeResult> Generate(
+      const ComputeRequest& request,
+      const std::function<bool(const generation::SampledToken&)>& on_token) override {
     const v1::GenerateRequest req = generation::RequestToProto(request);
     grpc::ClientContext ctx;
-    if (request.deadline != std::chrono::system_clock::time_point::max()) ctx.set_deadline(request.deadline);
+    if (request.deadline != std::chrono::system_clock::time_point::max())
+      ctx.set_deadline(request.deadline);
     // The client leaving cancels the call, so compute stops even before the first token.
-    CancelFlag::Registration on_cancel = CancelFlag::OnCancel(request.cancel, [&ctx] { ctx.TryCancel(); });
+    CancelFlag::Registration on_cancel =
+        CancelFlag::OnCancel(request.cancel, [&ctx] { ctx.TryCancel(); });
     auto reader = stub_->Generate(&ctx, req);
     v1::GenerateResponse resp;
     ComputeResult result;
@@ -38,7 +41,8 @@ class GrpcComputeClient final : public ComputeClient {
         generation::SampledToken t;
         t.id = static_cast<int32_t>(ev.token_id());
         t.logprob = ev.logprob();
-        for (const auto& tl : ev.top_logprobs()) t.top.emplace_back(static_cast<int32_t>(tl.token_id()), tl.logprob());
+        for (const auto& tl : ev.top_logprobs())
+          t.top.emplace_back(static_cast<int32_t>(tl.token_id()), tl.logprob());
         result.completion_tokens++;
         if (!cancelled && !on_token(t)) {
           cancelled = true;
@@ -94,11 +98,13 @@ class GrpcComputeClient final : public ComputeClient {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ComputeClient>> MakeGrpcComputeClient(const std::string& target,
-                                                                      const auth::Transport& transport) {
+absl::StatusOr<std::unique_ptr<ComputeClient>> MakeGrpcComputeClient(
+    const std::string& target, const auth::Transport& transport) {
   auto channel = transport.Channel(target);
-  if (!channel.ok()) return absl::InvalidArgumentError(absl::StrCat("--compute: ", channel.status().message()));
-  return std::unique_ptr<ComputeClient>(std::make_unique<GrpcComputeClient>(target, std::move(*channel)));
+  if (!channel.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--compute: ", channel.status().message()));
+  return std::unique_ptr<ComputeClient>(
+      std::make_unique<GrpcComputeClient>(target, std::move(*channel)));
 }
 
 }  // namespace colibri::router

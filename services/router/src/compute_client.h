@@ -26,7 +26,8 @@ struct ComputeResult {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_prompt_tokens = 0;  // prompt tokens whose KV was reused
-  std::vector<expert_source::ExpertUse> expert_counts;  // the experts the request used most (routing report)
+  std::vector<expert_source::ExpertUse>
+      expert_counts;  // the experts the request used most (routing report)
 };
 
 struct ModelInfo {
@@ -41,8 +42,9 @@ class ComputeClient {
   virtual ~ComputeClient() = default;
   virtual absl::StatusOr<ModelInfo> Info() = 0;
   // Streams tokens to on_token (return false to cancel: the result then says kCancelled).
-  virtual absl::StatusOr<ComputeResult> Generate(const ComputeRequest& request,
-                                                 const std::function<bool(const generation::SampledToken&)>& on_token) = 0;
+  virtual absl::StatusOr<ComputeResult> Generate(
+      const ComputeRequest& request,
+      const std::function<bool(const generation::SampledToken&)>& on_token) = 0;
   // Advisory: warm these experts in compute's caches. Returns how many compute accepted.
   virtual absl::StatusOr<size_t> Prefetch(const std::vector<expert_source::ExpertId>& experts) = 0;
 };
@@ -52,7 +54,7 @@ class ComputeClient {
 // `target`: host:port or unix:/path of a colibri-compute service, reached through `transport`
 // (mutual TLS, or plaintext where allowed). InvalidArgument for a malformed target or plaintext
 // to a non-loopback one without --insecure.
-absl::StatusOr<std::unique_ptr<ComputeClient>> MakeGrpcComputeClient(const std::string& target,
-                                                                      const auth::Transport& transport);
+absl::StatusOr<std::unique_ptr<ComputeClient>> MakeGrpcComputeClient(
+    const std::string& target, const auth::Transport& transport);
 
 }  // namespace colibri::router

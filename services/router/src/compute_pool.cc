@@ -19,7 +19,8 @@ uint64_t Mix(uint64_t x) {
 
 }  // namespace
 
-ComputePool::ComputePool(std::vector<std::unique_ptr<ComputeClient>> nodes, std::chrono::milliseconds down_for)
+ComputePool::ComputePool(std::vector<std::unique_ptr<ComputeClient>> nodes,
+                         std::chrono::milliseconds down_for)
     : down_for_(down_for) {
   for (auto& c : nodes) {
     auto n = std::make_unique<Node>();
@@ -58,7 +59,8 @@ std::vector<size_t> ComputePool::Order(uint64_t key) const {
 }
 
 void ComputePool::MarkDown(size_t i) {
-  nodes_[i]->down_until_ns = NowNs() + std::chrono::duration_cast<std::chrono::nanoseconds>(down_for_).count();
+  nodes_[i]->down_until_ns =
+      NowNs() + std::chrono::duration_cast<std::chrono::nanoseconds>(down_for_).count();
 }
 
 void ComputePool::MarkUp(size_t i) { nodes_[i]->down_until_ns = 0; }

@@ -49,9 +49,10 @@ class ComputePool {
   // advisory Prefetch (a node UNAVAILABLE to it is marked down and skipped); a node answering
   // UNAVAILABLE before any token reached on_token is marked down and the next one tried; the
   // node that answers is marked up. The last node's error otherwise.
-  absl::StatusOr<ComputeResult> Generate(uint64_t key, const ComputeRequest& request,
-                                         const std::vector<expert_source::ExpertId>& hints,
-                                         const std::function<bool(const generation::SampledToken&)>& on_token);
+  absl::StatusOr<ComputeResult> Generate(
+      uint64_t key, const ComputeRequest& request,
+      const std::vector<expert_source::ExpertId>& hints,
+      const std::function<bool(const generation::SampledToken&)>& on_token);
 
  private:
   struct Node {

@@ -4,7 +4,8 @@
 
 namespace colibri::router {
 
-void ExpertHeat::Record(const std::string& session_id, const std::vector<expert_source::ExpertUse>& counts) {
+void ExpertHeat::Record(const std::string& session_id,
+                        const std::vector<expert_source::ExpertUse>& counts) {
   if (counts.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& c : counts) global_[{c.id.layer, c.id.expert}] += c.count;
@@ -32,16 +33,20 @@ std::vector<expert_source::ExpertId> ExpertHeat::Top(const Heat& heat, size_t ma
   for (const auto& [key, h] : heat) ranked.push_back({h, key});
   const size_t n = std::min(max, ranked.size());
   std::partial_sort(ranked.begin(), ranked.begin() + static_cast<ptrdiff_t>(n), ranked.end(),
-                    [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+                    [](const auto& a, const auto& b) {
+                      return a.first != b.first ? a.first > b.first : a.second < b.second;
+                    });
   ranked.resize(n);
-  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  std::sort(ranked.begin(), ranked.end(),
+            [](const auto& a, const auto& b) { return a.second < b.second; });
   std::vector<expert_source::ExpertId> out;
   out.reserve(n);
   for (const auto& r : ranked) out.push_back({r.second.first, r.second.second});
   return out;
 }
 
-std::vector<expert_source::ExpertId> ExpertHeat::Hints(const std::string& session_id, size_t max) const {
+std::vector<expert_source::ExpertId> ExpertHeat::Hints(const std::string& session_id,
+                                                       size_t max) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(session_id);
   if (session_id.empty() || it == sessions_.end()) return {};

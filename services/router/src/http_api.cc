@@ -1,8 +1,8 @@
 #include "http_api.h"
 
-#include <algorithm>
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -11,15 +11,15 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "anthropic_request.h"
+#include "client_watch.h"
 #include "colibri/core/json.h"
+#include "colibri/core/status.h"
 #include "colibri/core/units.h"
 #include "colibri/rpc/status.h"
 #include "colibri/tokenizer/chat_output.h"
-#include "nlohmann/json.hpp"
-#include "client_watch.h"
 #include "http_server.h"
-#include "anthropic_request.h"
-#include "colibri/core/status.h"
+#include "nlohmann/json.hpp"
 #include "openai_request.h"
 #include "web_assets.h"
 
@@ -32,7 +32,9 @@ using nlohmann::json;
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 int64_t NowSeconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 std::string NewId(const char* prefix) {
@@ -55,12 +57,15 @@ const char* FinishName(generation::FinishReason f) {
   return f == generation::FinishReason::kLength ? "length" : "stop";
 }
 
-json LogprobsJson(const tokenizer::Tokenizer& tok, const std::vector<generation::SampledToken>& tokens) {
+json LogprobsJson(const tokenizer::Tokenizer& tok,
+                  const std::vector<generation::SampledToken>& tokens) {
   json content = json::array();
   for (const auto& t : tokens) {
     json top = json::array();
-    for (const auto& [id, lp] : t.top) top.push_back({{"token", tok.Decode({id}, false)}, {"logprob", lp}});
-    content.push_back({{"token", tok.Decode({t.id}, false)}, {"logprob", t.logprob}, {"top_logprobs", top}});
+    for (const auto& [id, lp] : t.top)
+      top.push_back({{"token", tok.Decode({id}, false)}, {"logprob", lp}});
+    content.push_back(
+        {{"token", tok.Decode({t.id}, false)}, {"logprob", t.logprob}, {"top_logprobs", top}});
   }
   return json{{"content", content}};
 }
@@ -68,7 +73,8 @@ json LogprobsJson(const tokenizer::Tokenizer& tok, const std::vector<generation:
 // Anthropic clients send their key as x-api-key; either header is checked the same way.
 std::string Credentials(const httplib::Request& req) {
   std::string authorization = req.get_header_value("Authorization");
-  if (authorization.empty() && req.has_header("x-api-key")) authorization = "Bearer " + req.get_header_value("x-api-key");
+  if (authorization.empty() && req.has_header("x-api-key"))
+    authorization = "Bearer " + req.get_header_value("x-api-key");
   return authorization;
 }
 
@@ -76,7 +82,8 @@ bool AnthropicPath(const std::string& path) { return path == "/v1/messages"; }
 
 // The web page's files by path ("/" is index.html); nullptr for any other path.
 const EmbeddedFile* PageFile(const std::string& path) {
-  const std::string_view name = path == "/" ? std::string_view("index.html") : std::string_view(path).substr(1);
+  const std::string_view name =
+      path == "/" ? std::string_view("index.html") : std::string_view(path).substr(1);
   if (path.empty() || path[0] != '/') return nullptr;
   for (const auto& f : EmbeddedFiles()) {
     if (f.name == name) return &f;
@@ -92,9 +99,10 @@ const char* ContentType(std::string_view name) {
 }
 
 // An error before routing, in the shape of the API the path belongs to.
-std::string RouteErrorBody(const std::string& path, int http, const std::string& message, const char* type,
-                           const char* code) {
-  return AnthropicPath(path) ? rpc::AnthropicErrorBody(http, message) : rpc::OpenAiErrorBody(http, message, type, code);
+std::string RouteErrorBody(const std::string& path, int http, const std::string& message,
+                           const char* type, const char* code) {
+  return AnthropicPath(path) ? rpc::AnthropicErrorBody(http, message)
+                             : rpc::OpenAiErrorBody(http, message, type, code);
 }
 
 const char* AnthropicStopReason(const TextResult& t) {
@@ -110,9 +118,11 @@ class Handler {
         options_(options),
         format_(tokenizer::DetectChatOutputFormat(core->tokenizer().chat_template())) {}
 
-  void Error(httplib::Response& res, const std::string& endpoint, const absl::Status& status, bool anthropic = false) {
+  void Error(httplib::Response& res, const std::string& endpoint, const absl::Status& status,
+             bool anthropic = false) {
     res.status = rpc::HttpStatus(status);
-    res.set_content(anthropic ? rpc::AnthropicErrorBody(status) : rpc::OpenAiErrorBody(status), "application/json");
+    res.set_content(anthropic ? rpc::AnthropicErrorBody(status) : rpc::OpenAiErrorBody(status),
+                    "application/json");
     metrics_->CountRequest(endpoint, res.status);
   }
 
@@ -122,8 +132,8 @@ class Handler {
     if (who.ok()) return true;
     res.status = 401;
     res.set_header("WWW-Authenticate", "Bearer");
-    res.set_content(RouteErrorBody(req.path, 401, std::string(who.status().message()), "invalid_request_error",
-                                   "invalid_api_key"),
+    res.set_content(RouteErrorBody(req.path, 401, std::string(who.status().message()),
+                                   "invalid_request_error", "invalid_api_key"),
                     "application/json");
     metrics_->CountRequest("unauthenticated", 401);
     return false;
@@ -174,12 +184,13 @@ class Handler {
       return Blocking(res, endpoint, *r, id, created);
     }
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [this, r, id, created, endpoint, client_fd](
-                                                              size_t, httplib::DataSink& sink) {
-      ClientWatch watch(client_fd, r->params.cancel);
-      Stream(sink, endpoint, *r, id, created);
-      return true;
-    });
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, r, id, created, endpoint, client_fd](size_t, httplib::DataSink& sink) {
+          ClientWatch watch(client_fd, r->params.cancel);
+          Stream(sink, endpoint, *r, id, created);
+          return true;
+        });
   }
 
   // POST /v1/messages: Anthropic's Messages API over the same request and run.
@@ -209,12 +220,12 @@ class Handler {
       return;
     }
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [this, r, id, endpoint, client_fd](size_t,
-                                                                                            httplib::DataSink& sink) {
-      ClientWatch watch(client_fd, r->params.cancel);
-      StreamMessages(sink, endpoint, *r, id);
-      return true;
-    });
+    res.set_chunked_content_provider(
+        "text/event-stream", [this, r, id, endpoint, client_fd](size_t, httplib::DataSink& sink) {
+          ClientWatch watch(client_fd, r->params.cancel);
+          StreamMessages(sink, endpoint, *r, id);
+          return true;
+        });
   }
 
  private:
@@ -226,9 +237,10 @@ class Handler {
     if (!parsed.ok()) return parsed.status();
     parsed->params.cancel = std::make_shared<CancelFlag>();
     RETURN_IF_ERROR(core_->CheckModel(parsed->model));
-    absl::StatusOr<std::vector<int32_t>> ids = parsed->chat ? core_->EncodeChat(parsed->messages, parsed->chat_options)
-                                               : !parsed->prompt_ids.empty() ? parsed->prompt_ids
-                                                                             : core_->EncodeText(parsed->prompt);
+    absl::StatusOr<std::vector<int32_t>> ids =
+        parsed->chat                  ? core_->EncodeChat(parsed->messages, parsed->chat_options)
+        : !parsed->prompt_ids.empty() ? parsed->prompt_ids
+                                      : core_->EncodeText(parsed->prompt);
     if (!ids.ok()) return ids.status();
     parsed->params.prompt = std::move(*ids);
     if (auto who = auth::AuthorizeHttp(options_.access, req.path, Credentials(req)); who.ok()) {
@@ -238,9 +250,9 @@ class Handler {
       parsed->params.affinity_key = ComputePool::ChatKey(parsed->messages);
     }
     if (static_cast<int64_t>(parsed->params.prompt.size()) >= core_->context_length()) {
-      return absl::InvalidArgumentError(absl::StrCat("This model's maximum context length is ", core_->context_length(),
-                                                     " tokens, but the prompt has ", parsed->params.prompt.size(),
-                                                     " tokens"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("This model's maximum context length is ", core_->context_length(),
+                       " tokens, but the prompt has ", parsed->params.prompt.size(), " tokens"));
     }
     return std::make_shared<OpenAiRequest>(std::move(*parsed));
   }
@@ -254,7 +266,9 @@ class Handler {
   // into content, reasoning and tool calls (AssistantStream).
   json Choice(const OpenAiRequest& r, const Delta* delta, const char* finish, bool first,
               const tokenizer::AssistantStream::Delta* parsed = nullptr) {
-    json c = {{"index", 0}, {"finish_reason", finish ? json(finish) : json(nullptr)}, {"logprobs", nullptr}};
+    json c = {{"index", 0},
+              {"finish_reason", finish ? json(finish) : json(nullptr)},
+              {"logprobs", nullptr}};
     if (r.chat) {
       json d = json::object();
       if (first) d["role"] = "assistant";
@@ -313,7 +327,8 @@ class Handler {
   // "tool_calls". Harmony's markers are special tokens: its text is the tokens decoded with them.
   json AssistantMessage(const OpenAiRequest& r, const TextResult& result,
                         const std::vector<generation::SampledToken>& tokens, json* choice) const {
-    if (format_ == tokenizer::ChatOutputFormat::kPlain) return {{"role", "assistant"}, {"content", result.text}};
+    if (format_ == tokenizer::ChatOutputFormat::kPlain)
+      return {{"role", "assistant"}, {"content", result.text}};
     tokenizer::AssistantOutput out = Split(r, result, tokens);
     json message = {{"role", "assistant"}, {"content", out.content}};
     if (!out.reasoning_content.empty()) message["reasoning_content"] = out.reasoning_content;
@@ -352,7 +367,8 @@ class Handler {
   static json AnthropicContent(const tokenizer::AssistantOutput& out) {
     json blocks = json::array();
     if (!out.reasoning_content.empty()) {
-      blocks.push_back({{"type", "thinking"}, {"thinking", out.reasoning_content}, {"signature", ""}});
+      blocks.push_back(
+          {{"type", "thinking"}, {"thinking", out.reasoning_content}, {"signature", ""}});
     }
     if (!out.content.empty() || (blocks.empty() && out.tool_calls.empty())) {
       blocks.push_back({{"type", "text"}, {"text", out.content}});
@@ -366,14 +382,18 @@ class Handler {
   static json ToolUseBlock(const json& call) {
     const std::string args = call["function"].value("arguments", "");
     auto parsed = ParseJson(args, "tool call arguments");
-    json input = parsed.ok() && parsed->is_object() ? std::move(*parsed) : json{{"arguments", args}};
-    return {{"type", "tool_use"}, {"id", call.value("id", "")}, {"name", call["function"].value("name", "")},
+    json input =
+        parsed.ok() && parsed->is_object() ? std::move(*parsed) : json{{"arguments", args}};
+    return {{"type", "tool_use"},
+            {"id", call.value("id", "")},
+            {"name", call["function"].value("name", "")},
             {"input", std::move(input)}};
   }
 
   // Runs a request to its end; `tokens` (optional) collects what was sampled. Counts tokens and
   // time on success.
-  absl::StatusOr<TextResult> RunBlocking(const OpenAiRequest& r, std::vector<generation::SampledToken>* tokens) {
+  absl::StatusOr<TextResult> RunBlocking(const OpenAiRequest& r,
+                                         std::vector<generation::SampledToken>* tokens) {
     const auto t0 = std::chrono::steady_clock::now();
     metrics_->active_requests->Increment();
     auto result = core_->Run(r.params, [&](const Delta& d) {
@@ -383,18 +403,20 @@ class Handler {
     metrics_->active_requests->Decrement();
     if (result.ok() && !IsCancelled(r.params.cancel)) {
       Account(*result);
-      metrics_->request_seconds->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      metrics_->request_seconds->Observe(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     return result;
   }
 
-  void Blocking(httplib::Response& res, const std::string& endpoint, const OpenAiRequest& r, const std::string& id,
-                int64_t created) {
+  void Blocking(httplib::Response& res, const std::string& endpoint, const OpenAiRequest& r,
+                const std::string& id, int64_t created) {
     std::vector<generation::SampledToken> tokens;
     auto result = RunBlocking(r, &tokens);
     if (!result.ok()) return Error(res, endpoint, result.status());
     if (IsCancelled(r.params.cancel)) return ClientGone(res, endpoint);
-    json choice = {{"index", 0}, {"finish_reason", FinishName(result->finish)}, {"logprobs", nullptr}};
+    json choice = {
+        {"index", 0}, {"finish_reason", FinishName(result->finish)}, {"logprobs", nullptr}};
     if (r.chat) {
       choice["message"] = AssistantMessage(r, *result, tokens, &choice);
     } else {
@@ -454,7 +476,8 @@ class Handler {
     bool first = true;
     std::unique_lock<std::mutex> lock(ch.mu);
     for (;;) {
-      const bool ready = ch.cv.wait_for(lock, keepalive, [&] { return !ch.deltas.empty() || ch.done; });
+      const bool ready =
+          ch.cv.wait_for(lock, keepalive, [&] { return !ch.deltas.empty() || ch.done; });
       if (!ready) {
         lock.unlock();
         static const std::string kComment = ": keep-alive\n\n";
@@ -486,19 +509,23 @@ class Handler {
     worker.join();
     metrics_->active_requests->Decrement();
     if (ch.result.ok() && client_ok) Account(*ch.result);
-    metrics_->request_seconds->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    metrics_->request_seconds->Observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return {std::move(ch.result), client_ok};
   }
 
-  void Stream(httplib::DataSink& sink, const std::string& endpoint, const OpenAiRequest& r, const std::string& id,
-              int64_t created) {
+  void Stream(httplib::DataSink& sink, const std::string& endpoint, const OpenAiRequest& r,
+              const std::string& id, int64_t created) {
     const char* object = r.chat ? "chat.completion.chunk" : "text_completion";
     auto send = [&](const json& chunk) {
       std::string line = absl::StrCat("data: ", Dump(chunk), "\n\n");
       return sink.write(line.data(), line.size());
     };
     auto chunk = [&](json choices) {
-      return json{{"id", id}, {"object", object}, {"created", created}, {"model", core_->model_name()},
+      return json{{"id", id},
+                  {"object", object},
+                  {"created", created},
+                  {"model", core_->model_name()},
                   {"choices", std::move(choices)}};
     };
     bool client_ok = true;
@@ -519,7 +546,8 @@ class Handler {
     if (split && out.result.ok() && out.client_ok) {
       const tokenizer::AssistantStream::Delta rest =
           parser.Finish(tokenizer::DecodesSpecialTokens(format_) ? special.Flush() : std::string());
-      if (!rest.empty()) out.client_ok = send(chunk(json::array({Choice(r, nullptr, nullptr, false, &rest)})));
+      if (!rest.empty())
+        out.client_ok = send(chunk(json::array({Choice(r, nullptr, nullptr, false, &rest)})));
       if (parser.tool_calls() > 0) finish_override = "tool_calls";
     }
     if (!out.result.ok()) {
@@ -529,7 +557,8 @@ class Handler {
       metrics_->CountRequest(endpoint, rpc::HttpStatus(out.result.status()));
     } else if (out.client_ok) {
       send(chunk(json::array(
-          {Choice(r, nullptr, finish_override ? finish_override : FinishName(out.result->finish), false)})));
+          {Choice(r, nullptr, finish_override ? finish_override : FinishName(out.result->finish),
+                  false)})));
       if (r.include_usage) {
         json u = chunk(json::array());
         u["usage"] = Usage(*out.result);
@@ -585,7 +614,8 @@ class Handler {
       }
       const json delta = thinking ? json{{"type", "thinking_delta"}, {"thinking", text}}
                                   : json{{"type", "text_delta"}, {"text", text}};
-      return event("content_block_delta", {{"type", "content_block_delta"}, {"index", index}, {"delta", delta}});
+      return event("content_block_delta",
+                   {{"type", "content_block_delta"}, {"index", index}, {"delta", delta}});
     };
     size_t tool_uses = 0;
     auto add_parsed = [&](const tokenizer::AssistantStream::Delta& d) {
@@ -608,17 +638,20 @@ class Handler {
     tokenizer::AssistantStream parser(format_, r.chat_options.tools_json);
     tokenizer::StreamDecoder special(&core_->tokenizer(), /*skip_special=*/false);
     bool client_ok = event("message_start", {{"type", "message_start"}, {"message", message}}) &&
-                     (split || open_block({{"type", "text"}, {"text", ""}})) && event("ping", {{"type", "ping"}});
+                     (split || open_block({{"type", "text"}, {"text", ""}})) &&
+                     event("ping", {{"type", "ping"}});
     Streamed out = Pump(sink, r, client_ok, [&](const Delta& d) {
       if (split) return add_parsed(parser.Push(FormatText(d, &special)));
       return add_text("text", d.text);
     });
     if (split && out.result.ok() && out.client_ok) {
-      out.client_ok = add_parsed(parser.Finish(tokenizer::DecodesSpecialTokens(format_) ? special.Flush() : ""));
+      out.client_ok = add_parsed(
+          parser.Finish(tokenizer::DecodesSpecialTokens(format_) ? special.Flush() : ""));
       if (out.client_ok && index < 0) out.client_ok = open_block({{"type", "text"}, {"text", ""}});
     }
     if (!out.result.ok()) {
-      std::string line = absl::StrCat("event: error\ndata: ", rpc::AnthropicErrorBody(out.result.status()), "\n\n");
+      std::string line = absl::StrCat(
+          "event: error\ndata: ", rpc::AnthropicErrorBody(out.result.status()), "\n\n");
       sink.write(line.data(), line.size());
       metrics_->CountRequest(endpoint, rpc::HttpStatus(out.result.status()));
     } else if (out.client_ok) {
@@ -656,7 +689,8 @@ std::string HostName(std::string host) {
     return close == std::string::npos ? host : host.substr(1, close - 1);
   }
   const size_t colon = host.find(':');
-  if (colon != std::string::npos && host.find(':', colon + 1) == std::string::npos) host.resize(colon);
+  if (colon != std::string::npos && host.find(':', colon + 1) == std::string::npos)
+    host.resize(colon);
   return host;
 }
 
@@ -680,20 +714,24 @@ bool HostAllowed(const HttpOptions& o, const std::string& host_header) {
 }
 
 void AddHttpFlags(CLI::App* app, HttpOptions* o) {
-  app->add_option("--host", o->host, "HTTP bind address (0.0.0.0: every interface)")->capture_default_str();
+  app->add_option("--host", o->host, "HTTP bind address (0.0.0.0: every interface)")
+      ->capture_default_str();
   app->add_option("--port", o->port, "HTTP port (0 picks one)")->capture_default_str();
   app->add_option("--http-threads", o->threads, "HTTP worker threads")->capture_default_str();
-  app->add_option("--sse-keepalive-ms", o->sse_keepalive_ms, "SSE keep-alive comment interval while a stream is silent")
+  app->add_option("--sse-keepalive-ms", o->sse_keepalive_ms,
+                  "SSE keep-alive comment interval while a stream is silent")
       ->capture_default_str();
   app->add_option("--allowed-hosts", o->allowed_hosts,
-                  "Host header names accepted (comma-separated; '*': any). Default: loopback names only when "
+                  "Host header names accepted (comma-separated; '*': any). Default: loopback names "
+                  "only when "
                   "bound to loopback (against DNS rebinding), any name otherwise")
       ->delimiter(',');
   app->add_option_function<std::string>(
          "--max-request-bytes",
          [o](const std::string& text) {
            auto bytes = ParseSize(text);
-           if (!bytes.ok() || *bytes == 0) throw CLI::ValidationError("--max-request-bytes", "expects a size like 8M");
+           if (!bytes.ok() || *bytes == 0)
+             throw CLI::ValidationError("--max-request-bytes", "expects a size like 8M");
            o->max_request_bytes = static_cast<size_t>(*bytes);
          },
          "Largest request body accepted (413 above it)")
@@ -703,7 +741,8 @@ void AddHttpFlags(CLI::App* app, HttpOptions* o) {
 
 void AddServedNameFlag(CLI::App* app, std::vector<std::string>* names) {
   app->add_option("--served-model-name", *names,
-                  "Model names clients may use (the first is the one responses carry; /v1/models lists all). "
+                  "Model names clients may use (the first is the one responses carry; /v1/models "
+                  "lists all). "
                   "Default: the model's own name")
       ->delimiter(',');
 }
@@ -711,7 +750,8 @@ void AddServedNameFlag(CLI::App* app, std::vector<std::string>* names) {
 absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, RouterMetrics* metrics,
                                                         const HttpOptions& options) {
   auto api = std::unique_ptr<HttpApi>(new HttpApi());
-  api->server_ = MakeBoundedHttpServer(options.threads, options.limits);  // queue, deadlines, /health
+  api->server_ =
+      MakeBoundedHttpServer(options.threads, options.limits);  // queue, deadlines, /health
   auto handler = std::make_shared<Handler>(core, metrics, options);
   auto& s = *api->server_;
   s.set_payload_max_length(options.max_request_bytes);
@@ -731,25 +771,31 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, Router
     if (!page && !handler->Authorized(q, r)) return httplib::Server::HandlerResponse::Handled;
     if (q.method == "POST" && !JsonContentType(q)) {
       r.status = 415;
-      r.set_content(RouteErrorBody(q.path, 415, "Content-Type must be application/json", "invalid_request_error",
-                                   "unsupported_media_type"),
+      r.set_content(RouteErrorBody(q.path, 415, "Content-Type must be application/json",
+                                   "invalid_request_error", "unsupported_media_type"),
                     "application/json");
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
-  s.Post("/v1/chat/completions",
-         [handler](const httplib::Request& q, httplib::Response& r) { handler->Completions(q, r, true); });
-  s.Post("/v1/completions",
-         [handler](const httplib::Request& q, httplib::Response& r) { handler->Completions(q, r, false); });
-  s.Post("/v1/messages", [handler](const httplib::Request& q, httplib::Response& r) { handler->Messages(q, r); });
-  s.Get("/v1/models", [handler](const httplib::Request& q, httplib::Response& r) { handler->Models(q, r); });
-  s.Get("/stats", [handler](const httplib::Request& q, httplib::Response& r) { handler->Stats(q, r); });
+  s.Post("/v1/chat/completions", [handler](const httplib::Request& q, httplib::Response& r) {
+    handler->Completions(q, r, true);
+  });
+  s.Post("/v1/completions", [handler](const httplib::Request& q, httplib::Response& r) {
+    handler->Completions(q, r, false);
+  });
+  s.Post("/v1/messages",
+         [handler](const httplib::Request& q, httplib::Response& r) { handler->Messages(q, r); });
+  s.Get("/v1/models",
+        [handler](const httplib::Request& q, httplib::Response& r) { handler->Models(q, r); });
+  s.Get("/stats",
+        [handler](const httplib::Request& q, httplib::Response& r) { handler->Stats(q, r); });
   for (const auto& f : EmbeddedFiles()) {
     auto serve = [&f](const httplib::Request&, httplib::Response& r) {
       // Only our own files run in the page, and no other site may frame it.
-      r.set_header("Content-Security-Policy",
-                   "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'");
+      r.set_header(
+          "Content-Security-Policy",
+          "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'");
       r.set_header("X-Content-Type-Options", "nosniff");
       r.set_header("X-Frame-Options", "DENY");
       r.set_header("Cache-Control", "no-cache");
@@ -765,17 +811,20 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, Router
   metrics::AddJsonRoutes(s, options.extra_routes);  // /admin/... and /health
   s.set_error_handler([](const httplib::Request& q, httplib::Response& r) {
     if (r.body.empty()) {
-      r.set_content(RouteErrorBody(q.path, r.status, absl::StrCat("HTTP ", r.status), "invalid_request_error",
-                                   r.status == 404 ? "not_found" : "error"),
-                    "application/json");
+      r.set_content(
+          RouteErrorBody(q.path, r.status, absl::StrCat("HTTP ", r.status), "invalid_request_error",
+                         r.status == 404 ? "not_found" : "error"),
+          "application/json");
     }
   });
   if (options.port == 0) {
     api->port_ = s.bind_to_any_port(options.host);
-    if (api->port_ <= 0) return absl::UnavailableError(absl::StrCat("http: cannot bind ", options.host));
+    if (api->port_ <= 0)
+      return absl::UnavailableError(absl::StrCat("http: cannot bind ", options.host));
   } else {
     if (!s.bind_to_port(options.host, options.port)) {
-      return absl::UnavailableError(absl::StrCat("http: cannot bind ", options.host, ":", options.port, " (in use?)"));
+      return absl::UnavailableError(
+          absl::StrCat("http: cannot bind ", options.host, ":", options.port, " (in use?)"));
     }
     api->port_ = options.port;
   }

@@ -31,7 +31,7 @@ struct HttpOptions {
   int port = 8080;                 // 0 picks a free port
   auth::HttpPolicy access;         // API keys: every route but /health (and public /metrics)
   int threads = 16;
-  HttpLimits limits;  // connection queue, slow-client deadlines (http_server.h)
+  HttpLimits limits;            // connection queue, slow-client deadlines (http_server.h)
   int sse_keepalive_ms = 5000;  // SSE comment after this much silence on a stream
   // Host header names accepted (DNS rebinding: a web page's script reaching a local server
   // through a name it controls). Empty: loopback names only when bound to a loopback address,

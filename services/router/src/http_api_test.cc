@@ -2,6 +2,8 @@
 // a model whose chat template writes reasoning and tool calls inline (GLM-4.5, gpt-oss harmony)
 // gets them split out both in a whole answer and in a streamed one, and the streamed deltas add
 // up to the whole answer exactly.
+#include "http_api.h"
+
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -14,7 +16,6 @@
 #include "colibri/router/testing/fake_compute.h"
 #include "colibri/router/testing/micro_model.h"
 #include "colibri/tokenizer/tokenizer.h"
-#include "http_api.h"
 #include "nlohmann/json.hpp"
 #include "prometheus/registry.h"
 #include "router_core.h"
@@ -54,8 +55,9 @@ class HttpApiChatTest : public ::testing::Test {
     auto ids = (*tok)->Encode(answer, /*add_special=*/false);
     ASSERT_TRUE(ids.ok()) << ids.status();
     ASSERT_EQ((*tok)->Decode(*ids, false), answer);
-    core_ = std::make_unique<RouterCore>("tiny-moe", std::move(*tok),
-                                         std::make_unique<FakeCompute>(*ids, &log_, generation::FinishReason::kStop), 4096);
+    core_ = std::make_unique<RouterCore>(
+        "tiny-moe", std::move(*tok),
+        std::make_unique<FakeCompute>(*ids, &log_, generation::FinishReason::kStop), 4096);
     metrics_ = std::make_unique<RouterMetrics>(std::make_shared<prometheus::Registry>());
     HttpOptions options;
     options.port = 0;
@@ -99,8 +101,10 @@ class HttpApiChatTest : public ::testing::Test {
 
   // POST /v1/messages: the message (not streamed) or the events' payloads (streamed).
   json PostMessages(bool stream) {
-    return PostJson("/v1/messages",
-                    {{"model", "tiny-moe"}, {"max_tokens", 1000}, {"stream", stream}, {"messages", Question()}});
+    return PostJson("/v1/messages", {{"model", "tiny-moe"},
+                                     {"max_tokens", 1000},
+                                     {"stream", stream},
+                                     {"messages", Question()}});
   }
 
   // Anthropic events folded into the message's content blocks and stop reason, as the SDK
@@ -118,11 +122,13 @@ class HttpApiChatTest : public ::testing::Test {
         json& b = blocks[e["index"].get<size_t>()];
         const json& d = e["delta"];
         ++*deltas;
-        if (d["type"] == "text_delta") b["text"] = b["text"].get<std::string>() + d["text"].get<std::string>();
+        if (d["type"] == "text_delta")
+          b["text"] = b["text"].get<std::string>() + d["text"].get<std::string>();
         if (d["type"] == "thinking_delta") {
           b["thinking"] = b["thinking"].get<std::string>() + d["thinking"].get<std::string>();
         }
-        if (d["type"] == "input_json_delta") json_parts[e["index"].get<size_t>()] += d["partial_json"].get<std::string>();
+        if (d["type"] == "input_json_delta")
+          json_parts[e["index"].get<size_t>()] += d["partial_json"].get<std::string>();
       } else if (type == "message_delta") {
         *stop_reason = e["delta"]["stop_reason"];
       }
@@ -158,7 +164,9 @@ class HttpApiChatTest : public ::testing::Test {
     for (const auto& e : events) {
       for (const auto& choice : e["choices"]) {
         const json& d = choice["delta"];
-        if (d.contains("content")) f.message["content"] = f.message["content"].get<std::string>() + d["content"].get<std::string>();
+        if (d.contains("content"))
+          f.message["content"] =
+              f.message["content"].get<std::string>() + d["content"].get<std::string>();
         if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
         if (d.contains("content") || d.contains("reasoning_content")) ++f.text_chunks;
         if (d.contains("tool_calls")) {
@@ -204,36 +212,46 @@ constexpr char kGlmTemplate[] =
     "{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}{% endfor %}<|assistant|>"
     "{% if tools %}<arg_key>{% endif %}";
 constexpr char kHarmonyTemplate[] =
-    "{% for m in messages %}{% if m.role == 'assistant' %}<|start|>assistant<|channel|>final<|message|>"
-    "{{ m.content }}<|end|>{% else %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endif %}"
+    "{% for m in messages %}{% if m.role == 'assistant' "
+    "%}<|start|>assistant<|channel|>final<|message|>"
+    "{{ m.content }}<|end|>{% else %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% "
+    "endif %}"
     "{% endfor %}<|start|>assistant";
 
 // The tool_calls of a message with one call.
 json OneCall(const std::string& name, const std::string& arguments) {
-  return json::array({{{"id", "call_0"}, {"type", "function"}, {"function", {{"name", name}, {"arguments", arguments}}}}});
+  return json::array({{{"id", "call_0"},
+                       {"type", "function"},
+                       {"function", {{"name", name}, {"arguments", arguments}}}}});
 }
 
 TEST_F(HttpApiChatTest, GlmReasoningAndToolCallsStreamAsTheyDoWhole) {
   Serve(kGlmTemplate,
         "<think>The user wants the weather in Paris.</think>\nLet me look that up."
-        "\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>");
+        "\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</"
+        "tool_call>");
   const json want = {{"role", "assistant"},
                      {"content", "Let me look that up."},
                      {"reasoning_content", "The user wants the weather in Paris."},
                      {"tool_calls", OneCall("get_weather", "{\"city\":\"Paris\"}")}};
   ExpectStreamMatchesWhole(want, "tool_calls");
   // The Messages API: thinking, text and tool_use blocks, stop reason tool_use.
-  ExpectMessagesStreamMatchWhole(
-      json::array({{{"type", "thinking"}, {"thinking", "The user wants the weather in Paris."}, {"signature", ""}},
-                   {{"type", "text"}, {"text", "Let me look that up."}},
-                   {{"type", "tool_use"}, {"id", "call_0"}, {"name", "get_weather"}, {"input", {{"city", "Paris"}}}}}),
-      "tool_use");
+  ExpectMessagesStreamMatchWhole(json::array({{{"type", "thinking"},
+                                               {"thinking", "The user wants the weather in Paris."},
+                                               {"signature", ""}},
+                                              {{"type", "text"}, {"text", "Let me look that up."}},
+                                              {{"type", "tool_use"},
+                                               {"id", "call_0"},
+                                               {"name", "get_weather"},
+                                               {"input", {{"city", "Paris"}}}}}),
+                                 "tool_use");
 }
 
 TEST_F(HttpApiChatTest, HarmonyChannelsStreamAsTheyDoWhole) {
   Serve(kHarmonyTemplate,
         "<|channel|>analysis<|message|>Paris weather: call the tool first.<|end|>"
-        "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+        "<|start|>assistant<|channel|>commentary to=functions.get_weather "
+        "<|constrain|>json<|message|>"
         "{\"city\": \"Paris\"}<|call|>");
   const json want = {{"role", "assistant"},
                      {"content", nullptr},
@@ -245,14 +263,16 @@ TEST_F(HttpApiChatTest, HarmonyChannelsStreamAsTheyDoWhole) {
 TEST_F(HttpApiChatTest, HarmonyFinalAnswerStreamsAsContent) {
   Serve(kHarmonyTemplate,
         "<|channel|>analysis<|message|>Mild, so say so.<|end|>"
-        "<|start|>assistant<|channel|>final<|message|>It is mild in Paris today, about 18 degrees.<|return|>");
+        "<|start|>assistant<|channel|>final<|message|>It is mild in Paris today, about 18 "
+        "degrees.<|return|>");
   const json want = {{"role", "assistant"},
                      {"content", "It is mild in Paris today, about 18 degrees."},
                      {"reasoning_content", "Mild, so say so."}};
   ExpectStreamMatchesWhole(want, "stop");
-  ExpectMessagesStreamMatchWhole(json::array({{{"type", "thinking"}, {"thinking", "Mild, so say so."}, {"signature", ""}},
-                                              {{"type", "text"}, {"text", "It is mild in Paris today, about 18 degrees."}}}),
-                                 "end_turn");
+  ExpectMessagesStreamMatchWhole(
+      json::array({{{"type", "thinking"}, {"thinking", "Mild, so say so."}, {"signature", ""}},
+                   {{"type", "text"}, {"text", "It is mild in Paris today, about 18 degrees."}}}),
+      "end_turn");
 }
 
 }  // namespace

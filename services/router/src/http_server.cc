@@ -109,8 +109,12 @@ class DeadlineStream final : public httplib::Stream {
     return n;
   }
 
-  void get_remote_ip_and_port(std::string& ip, int& port) const override { Address(true, ip, port); }
-  void get_local_ip_and_port(std::string& ip, int& port) const override { Address(false, ip, port); }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    Address(true, ip, port);
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    Address(false, ip, port);
+  }
   socket_t socket() const override { return sock_; }
 
  private:
@@ -163,11 +167,13 @@ class BoundedServer;
 class ConnectionLanes final : public httplib::TaskQueue {
  public:
   ConnectionLanes(int workers, const HttpLimits& limits) : limits_(limits) {
-    for (int i = 0; i < std::max(1, limits.reserved_threads); ++i) threads_.emplace_back([this] { Run(front_); });
+    for (int i = 0; i < std::max(1, limits.reserved_threads); ++i)
+      threads_.emplace_back([this] { Run(front_); });
     for (int i = 0; i < std::max(1, workers); ++i) threads_.emplace_back([this] { Run(workers_); });
     // Serving starts with every thread waiting, so the first connections find free workers.
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return front_.idle + workers_.idle == static_cast<int>(threads_.size()); });
+    cv_.wait(lock,
+             [&] { return front_.idle + workers_.idle == static_cast<int>(threads_.size()); });
   }
 
   // An accepted connection (from the accept loop).
@@ -291,7 +297,8 @@ class BoundedServer final : public httplib::Server {
       const std::string_view got(buf, static_cast<size_t>(n));
       const size_t common = std::min(got.size(), kHealth.size());
       if (got.substr(0, common) != kHealth.substr(0, common)) return false;
-      if (got.size() > kHealth.size()) return got[kHealth.size()] == ' ' || got[kHealth.size()] == '?';
+      if (got.size() > kHealth.size())
+        return got[kHealth.size()] == ' ' || got[kHealth.size()] == '?';
       if (static_cast<size_t>(n) == sizeof(buf)) return false;
       // Not enough bytes yet (poll stays readable while unread bytes remain): wait for more.
       std::this_thread::sleep_for(milliseconds(5));
@@ -332,13 +339,13 @@ class BoundedServer final : public httplib::Server {
 
   // 503 without reading the request: the client should retry later.
   void Reject(int sock) {
-    const std::string body =
-        rpc::OpenAiErrorBody(503, "server busy: every HTTP worker is taken and the connection queue is full",
-                             "server_error", "overloaded");
-    const std::string response =
-        absl::StrCat("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-                     "Connection: close\r\nContent-Length: ",
-                     body.size(), "\r\n\r\n", body);
+    const std::string body = rpc::OpenAiErrorBody(
+        503, "server busy: every HTTP worker is taken and the connection queue is full",
+        "server_error", "overloaded");
+    const std::string response = absl::StrCat(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+        "Connection: close\r\nContent-Length: ",
+        body.size(), "\r\n\r\n", body);
     ssize_t sent = ::send(sock, response.data(), response.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     (void)sent;
     ::shutdown(sock, SHUT_WR);
@@ -358,7 +365,11 @@ class BoundedServer final : public httplib::Server {
 void AddHttpLimitFlags(CLI::App* app, HttpLimits* l) {
   auto seconds = [app](const char* flag, milliseconds* field, const char* help) {
     app->add_option_function<double>(
-           flag, [field](double s) { *field = milliseconds(static_cast<int64_t>(std::max(0.001, s) * 1000)); }, help)
+           flag,
+           [field](double s) {
+             *field = milliseconds(static_cast<int64_t>(std::max(0.001, s) * 1000));
+           },
+           help)
         ->default_str(absl::StrCat(static_cast<double>(field->count()) / 1000));
   };
   app->add_option("--http-max-queued", l->max_queued,
@@ -366,11 +377,15 @@ void AddHttpLimitFlags(CLI::App* app, HttpLimits* l) {
       ->capture_default_str();
   seconds("--http-header-timeout", &l->header_timeout,
           "Seconds for a request's line and headers to arrive (slow clients are dropped)");
-  seconds("--http-body-timeout", &l->body_timeout, "Seconds for a request body to arrive after its headers");
-  seconds("--http-idle-timeout", &l->idle_timeout, "Seconds a keep-alive connection may wait for its next request");
-  app->add_option("--http-keep-alive-max", l->keep_alive_max, "Requests served on one HTTP connection")
+  seconds("--http-body-timeout", &l->body_timeout,
+          "Seconds for a request body to arrive after its headers");
+  seconds("--http-idle-timeout", &l->idle_timeout,
+          "Seconds a keep-alive connection may wait for its next request");
+  app->add_option("--http-keep-alive-max", l->keep_alive_max,
+                  "Requests served on one HTTP connection")
       ->capture_default_str();
-  seconds("--http-write-timeout", &l->write_timeout, "Seconds one write may wait for a client that stops reading");
+  seconds("--http-write-timeout", &l->write_timeout,
+          "Seconds one write may wait for a client that stops reading");
 }
 
 int CurrentConnectionSocket() { return tls_connection; }

@@ -31,14 +31,14 @@ class Server;
 namespace colibri::router {
 
 struct HttpLimits {
-  int max_queued = 64;                                 // connections waiting for a worker
-  std::chrono::milliseconds header_timeout{10000};     // request line + headers
-  std::chrono::milliseconds body_timeout{60000};       // the body, after the headers
-  std::chrono::milliseconds idle_timeout{5000};        // keep-alive wait for the next request
-  int keep_alive_max = 100;                            // requests per connection
-  std::chrono::milliseconds write_timeout{30000};      // one write to the client
-  int reserved_threads = 2;                            // the front lane (health, dispatch, 503)
-  std::chrono::milliseconds health_timeout{2000};      // a /health request on the front lane
+  int max_queued = 64;                              // connections waiting for a worker
+  std::chrono::milliseconds header_timeout{10000};  // request line + headers
+  std::chrono::milliseconds body_timeout{60000};    // the body, after the headers
+  std::chrono::milliseconds idle_timeout{5000};     // keep-alive wait for the next request
+  int keep_alive_max = 100;                         // requests per connection
+  std::chrono::milliseconds write_timeout{30000};   // one write to the client
+  int reserved_threads = 2;                         // the front lane (health, dispatch, 503)
+  std::chrono::milliseconds health_timeout{2000};   // a /health request on the front lane
 };
 
 // --http-max-queued, --http-header-timeout, --http-body-timeout, --http-idle-timeout,

@@ -27,8 +27,12 @@ class BoundedHttpServerTest : public ::testing::Test {
  protected:
   void Start(HttpLimits limits, int threads = 1) {
     server_ = MakeBoundedHttpServer(threads, limits);
-    server_->Get("/health", [](const httplib::Request&, httplib::Response& r) { r.set_content("ok", "text/plain"); });
-    server_->Post("/echo", [](const httplib::Request& q, httplib::Response& r) { r.set_content(q.body, "text/plain"); });
+    server_->Get("/health", [](const httplib::Request&, httplib::Response& r) {
+      r.set_content("ok", "text/plain");
+    });
+    server_->Post("/echo", [](const httplib::Request& q, httplib::Response& r) {
+      r.set_content(q.body, "text/plain");
+    });
     port_ = server_->bind_to_any_port("127.0.0.1");
     ASSERT_GT(port_, 0);
     thread_ = std::thread([this] { server_->listen_after_bind(); });
@@ -55,7 +59,8 @@ class BoundedHttpServerTest : public ::testing::Test {
   }
 
   static bool Send(int fd, const std::string& bytes) {
-    return ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+    return ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(bytes.size());
   }
 
   // Reads until the peer closes (true) or `timeout` passes (false); what came is in *got.
@@ -79,7 +84,8 @@ class BoundedHttpServerTest : public ::testing::Test {
     const int fd = Connect();
     EXPECT_TRUE(Send(fd, request));
     std::string got;
-    EXPECT_TRUE(ReadUntilClosed(fd, timeout, &got)) << "no complete answer within " << timeout.count() << " ms";
+    EXPECT_TRUE(ReadUntilClosed(fd, timeout, &got))
+        << "no complete answer within " << timeout.count() << " ms";
     *took = std::chrono::duration_cast<milliseconds>(Clock::now() - t0);
     return got;
   }
@@ -130,8 +136,8 @@ TEST_F(BoundedHttpServerTest, HealthAnswersAndAFullQueueIs503WhileTheOnlyWorkerI
   ASSERT_TRUE(Send(slow, "POST /echo HTTP/1.1\r\nHost: t\r\n"));
   milliseconds took{};
   const std::string busy =
-      Exchange("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi", milliseconds(5000),
-               &took);
+      Exchange("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi",
+               milliseconds(5000), &took);
   EXPECT_NE(busy.find("503 Service Unavailable"), std::string::npos) << busy;
   EXPECT_NE(busy.find("Retry-After: 1"), std::string::npos) << busy;
   EXPECT_NE(busy.find("\"overloaded\""), std::string::npos) << busy;
@@ -141,8 +147,8 @@ TEST_F(BoundedHttpServerTest, HealthAnswersAndAFullQueueIs503WhileTheOnlyWorkerI
   EXPECT_EQ(health.substr(health.size() - 2), "ok");
   EXPECT_LT(took.count(), 1000);
   // A path that only starts like /health is not served by the front lane.
-  const std::string other = Exchange("GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
-                                     milliseconds(5000), &took);
+  const std::string other = Exchange(
+      "GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", milliseconds(5000), &took);
   EXPECT_NE(other.find("503"), std::string::npos) << other;
 }
 
@@ -165,7 +171,8 @@ TEST_F(BoundedHttpServerTest, OversizedHeadersAreRefused) {
   Start(HttpLimits{});
   const int fd = Connect();
   std::string request = "GET /health HTTP/1.1\r\nHost: t\r\n";
-  for (int i = 0; i < 2000; ++i) request += "X-Pad-" + std::to_string(i) + ": " + std::string(40, 'a') + "\r\n";
+  for (int i = 0; i < 2000; ++i)
+    request += "X-Pad-" + std::to_string(i) + ": " + std::string(40, 'a') + "\r\n";
   request += "\r\n";
   Send(fd, request);  // the server may stop reading part way
   std::string got;

@@ -21,7 +21,8 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool c
   }
   if (chat) {
     auto it = j.find("messages");
-    if (it == j.end() || !it->is_array() || it->empty()) return FieldError("messages", "must be a non-empty list");
+    if (it == j.end() || !it->is_array() || it->empty())
+      return FieldError("messages", "must be a non-empty list");
     for (size_t i = 0; i < it->size(); ++i) {
       const json& m = (*it)[i];
       if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
@@ -29,24 +30,31 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool c
       }
       tokenizer::ChatMessage msg;
       msg.role = m["role"].get<std::string>();
-      if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool" &&
-          msg.role != "developer") {
-        return FieldError(absl::StrCat("messages[", i, "].role"), absl::StrCat("unknown role '", msg.role, "'"));
+      if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" &&
+          msg.role != "tool" && msg.role != "developer") {
+        return FieldError(absl::StrCat("messages[", i, "].role"),
+                          absl::StrCat("unknown role '", msg.role, "'"));
       }
       if (msg.role == "developer") msg.role = "system";
-      ASSIGN_OR_RETURN(msg.content, ReadTextContent(m.contains("content") ? m["content"] : json(), absl::StrCat("messages[", i, "].content")));
+      ASSIGN_OR_RETURN(msg.content, ReadTextContent(m.contains("content") ? m["content"] : json(),
+                                                    absl::StrCat("messages[", i, "].content")));
       // Optional fields the chat templates use: assistant reasoning, tool calls and results.
       for (const char* key : {"reasoning_content", "reasoning", "name", "tool_call_id"}) {
         auto f = m.find(key);
         if (f == m.end() || f->is_null()) continue;
-        if (!f->is_string()) return FieldError(absl::StrCat("messages[", i, "].", key), "must be a string");
+        if (!f->is_string())
+          return FieldError(absl::StrCat("messages[", i, "].", key), "must be a string");
         std::string v = f->get<std::string>();
-        if (std::string(key) == "name") msg.name = v;
-        else if (std::string(key) == "tool_call_id") msg.tool_call_id = v;
-        else msg.reasoning_content = v;
+        if (std::string(key) == "name")
+          msg.name = v;
+        else if (std::string(key) == "tool_call_id")
+          msg.tool_call_id = v;
+        else
+          msg.reasoning_content = v;
       }
       if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null()) {
-        if (!tc->is_array()) return FieldError(absl::StrCat("messages[", i, "].tool_calls"), "must be a list");
+        if (!tc->is_array())
+          return FieldError(absl::StrCat("messages[", i, "].tool_calls"), "must be a list");
         msg.tool_calls_json = tc->dump();
       }
       r.messages.push_back(std::move(msg));
@@ -66,7 +74,8 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool c
     } else if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
       r.prompt = (*it)[0].get<std::string>();
     } else {
-      return FieldError("prompt", "must be a string or a list of token ids (batched prompts are not supported)");
+      return FieldError(
+          "prompt", "must be a string or a list of token ids (batched prompts are not supported)");
     }
   }
   RETURN_IF_ERROR(ReadBool(j, "stream", &r.stream));
@@ -84,7 +93,8 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool c
       r.chat_options.extra_context_json = k->dump();
     }
   }
-  for (const char* key : {"session_id", "user"}) {  // "user" keys sessions as OpenAI clients send it
+  for (const char* key :
+       {"session_id", "user"}) {  // "user" keys sessions as OpenAI clients send it
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) continue;
     if (!it->is_string()) return FieldError(key, "must be a string");
@@ -103,7 +113,8 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool c
     int64_t top_logprobs = 0;
     RETURN_IF_ERROR(ReadInteger(j, "top_logprobs", 0, 20, &top_logprobs));
     p.sampling.top_logprobs = static_cast<int32_t>(top_logprobs);
-    if (top_logprobs > 0 && !p.sampling.logprobs) return FieldError("top_logprobs", "requires logprobs to be true");
+    if (top_logprobs > 0 && !p.sampling.logprobs)
+      return FieldError("top_logprobs", "requires logprobs to be true");
   } else if (j.contains("logprobs") && !j["logprobs"].is_null()) {
     int64_t lp = 0;
     RETURN_IF_ERROR(ReadInteger(j, "logprobs", 0, 5, &lp));
@@ -123,7 +134,8 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool c
       return FieldError("stop", "must be a string or a list of strings");
     }
   }
-  RETURN_IF_ERROR(ValidateTextRequest(p, /*vocab_size=*/0));  // ids are checked again against the model's
+  RETURN_IF_ERROR(
+      ValidateTextRequest(p, /*vocab_size=*/0));  // ids are checked again against the model's
   return r;
 }
 

@@ -19,9 +19,9 @@ struct OpenAiRequest {
   std::vector<int32_t> prompt_ids;               // completions (token ids)
   bool stream = false;
   bool include_usage = false;
-  bool return_token_ids = false;                 // extension: token ids in each choice
-  tokenizer::ChatOptions chat_options;           // tools, chat_template_kwargs
-  TextRequest params;                            // prompt left empty: filled after tokenizing
+  bool return_token_ids = false;        // extension: token ids in each choice
+  tokenizer::ChatOptions chat_options;  // tools, chat_template_kwargs
+  TextRequest params;                   // prompt left empty: filled after tokenizing
 };
 
 // `chat` selects /v1/chat/completions (messages) or /v1/completions (prompt).

@@ -1,18 +1,24 @@
 #include "openai_request.h"
-#include "http_api.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include "http_api.h"
+
 namespace colibri::router {
 namespace {
 
-absl::StatusOr<OpenAiRequest> Chat(const std::string& body) { return ParseOpenAiRequest(body, /*chat=*/true); }
-absl::StatusOr<OpenAiRequest> Completion(const std::string& body) { return ParseOpenAiRequest(body, /*chat=*/false); }
+absl::StatusOr<OpenAiRequest> Chat(const std::string& body) {
+  return ParseOpenAiRequest(body, /*chat=*/true);
+}
+absl::StatusOr<OpenAiRequest> Completion(const std::string& body) {
+  return ParseOpenAiRequest(body, /*chat=*/false);
+}
 
 // Expects an InvalidArgument error whose message names `field` (quoted, as OpenAI does).
-void ExpectFieldError(const absl::StatusOr<OpenAiRequest>& r, const std::string& field, const std::string& also = "") {
+void ExpectFieldError(const absl::StatusOr<OpenAiRequest>& r, const std::string& field,
+                      const std::string& also = "") {
   ASSERT_FALSE(r.ok()) << "accepted; expected an error naming " << field;
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
   EXPECT_NE(r.status().message().find("'" + field + "'"), std::string::npos) << r.status();
@@ -93,7 +99,8 @@ TEST(ParseOpenAiRequest, EveryChatParameter) {
 }
 
 TEST(ParseOpenAiRequest, NullMeansAbsent) {
-  auto r = Chat(ChatBody(R"("temperature": null, "max_tokens": null, "stop": null, "stream": null, "seed": null)"));
+  auto r = Chat(ChatBody(
+      R"("temperature": null, "max_tokens": null, "stop": null, "stream": null, "seed": null)"));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FLOAT_EQ(r->params.sampling.temperature, 1.0f);
   EXPECT_EQ(r->params.max_tokens, 256);
@@ -101,13 +108,15 @@ TEST(ParseOpenAiRequest, NullMeansAbsent) {
 }
 
 TEST(ParseOpenAiRequest, BoundaryValues) {
-  auto r = Chat(ChatBody(R"("temperature": 0, "top_p": 0, "top_k": -1, "seed": -1, "max_tokens": 1)"));
+  auto r =
+      Chat(ChatBody(R"("temperature": 0, "top_p": 0, "top_k": -1, "seed": -1, "max_tokens": 1)"));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FLOAT_EQ(r->params.sampling.temperature, 0.0f);  // greedy
   EXPECT_EQ(r->params.sampling.top_k, 0);                 // -1: disabled
   EXPECT_EQ(r->params.sampling.seed, ~uint64_t{0});
   EXPECT_EQ(r->params.max_tokens, 1);
-  r = Chat(ChatBody(R"("temperature": 2, "top_p": 1, "presence_penalty": -2, "frequency_penalty": 2)"));
+  r = Chat(
+      ChatBody(R"("temperature": 2, "top_p": 1, "presence_penalty": -2, "frequency_penalty": 2)"));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FLOAT_EQ(r->params.sampling.temperature, 2.0f);
   r = Chat(ChatBody(R"("temperature": 1)"));  // an integer is a number
@@ -124,7 +133,8 @@ TEST(ParseOpenAiRequest, MaxCompletionTokens) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->params.max_tokens, 20);
   ExpectFieldError(Chat(ChatBody(R"("max_completion_tokens": 0)")), "max_completion_tokens");
-  ExpectFieldError(Chat(ChatBody(R"("max_completion_tokens": "5")")), "max_completion_tokens", "integer");
+  ExpectFieldError(Chat(ChatBody(R"("max_completion_tokens": "5")")), "max_completion_tokens",
+                   "integer");
 }
 
 TEST(ParseOpenAiRequest, StopStringOrList) {
@@ -203,13 +213,18 @@ TEST(ParseOpenAiRequest, Messages) {
   ExpectFieldError(Chat(R"({"messages": [{"content": "Hi"}]})"), "messages[0].role");
   ExpectFieldError(Chat(R"({"messages": [{"role": 3, "content": "Hi"}]})"), "messages[0].role");
   ExpectFieldError(Chat(R"({"messages": ["Hi"]})"), "messages[0].role");
-  ExpectFieldError(Chat(R"({"messages": [{"role": "user", "content": "a"}, {"role": "wizard", "content": "b"}]})"),
-                   "messages[1].role", "wizard");
-  ExpectFieldError(Chat(R"({"messages": [{"role": "user", "content": 5}]})"), "messages[0].content");
-  ExpectFieldError(Chat(R"({"messages": [{"role": "user", "content": {"text": "a"}}]})"), "messages[0].content");
+  ExpectFieldError(
+      Chat(
+          R"({"messages": [{"role": "user", "content": "a"}, {"role": "wizard", "content": "b"}]})"),
+      "messages[1].role", "wizard");
+  ExpectFieldError(Chat(R"({"messages": [{"role": "user", "content": 5}]})"),
+                   "messages[0].content");
+  ExpectFieldError(Chat(R"({"messages": [{"role": "user", "content": {"text": "a"}}]})"),
+                   "messages[0].content");
 
   // "developer" is OpenAI's newer name for "system"; tool messages are accepted here.
-  auto r = Chat(R"({"messages": [{"role": "developer", "content": "rules"}, {"role": "user", "content": "q"},
+  auto r = Chat(
+      R"({"messages": [{"role": "developer", "content": "rules"}, {"role": "user", "content": "q"},
                                  {"role": "tool", "content": "42"}]})");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->messages[0].role, "system");
@@ -243,8 +258,9 @@ TEST(ParseOpenAiRequest, ContentAsTextParts) {
   };
   for (const char* parts : bad_parts) {
     SCOPED_TRACE(parts);
-    ExpectFieldError(Chat(std::string(R"({"messages": [{"role": "user", "content": )") + parts + "}]}"),
-                     "messages[0].content", "text");
+    ExpectFieldError(
+        Chat(std::string(R"({"messages": [{"role": "user", "content": )") + parts + "}]}"),
+        "messages[0].content", "text");
   }
 }
 
@@ -324,25 +340,28 @@ TEST(OpenAiRequestHostileTest, DeepNestingAnywhereIsRefusedNamingTheLimit) {
       std::string(400000, '['),  // 400 KB of '[': once enough to overflow the stack in dump()
       R"({"messages":[{"role":"user","content":"hi"}],"tools":[)" + deep + "]}",
       R"({"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"a":)" + deep + "}}",
-      R"({"messages":[{"role":"user","content":[{"type":"text","text":"x","extra":)" + deep + "}]}]}",
+      R"({"messages":[{"role":"user","content":[{"type":"text","text":"x","extra":)" + deep +
+          "}]}]}",
       R"({"messages":[{"role":"assistant","content":"","tool_calls":[)" + deep + "]}]}",
   };
   for (const auto& body : bodies) {
     auto r = ParseOpenAiRequest(body, /*chat=*/true);
     ASSERT_FALSE(r.ok()) << body.substr(0, 80);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(r.status().message().find("deeper than 64 levels"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("deeper than 64 levels"), std::string::npos)
+        << r.status().message();
   }
 }
 
 TEST(HostAllowedTest, LoopbackServersAcceptOnlyLoopbackNamesUnlessListed) {
   HttpOptions o;
   o.host = "127.0.0.1";
-  for (const char* ok : {"localhost:8080", "127.0.0.1:8080", "[::1]:8080", "LOCALHOST", "app.localhost"}) {
+  for (const char* ok :
+       {"localhost:8080", "127.0.0.1:8080", "[::1]:8080", "LOCALHOST", "app.localhost"}) {
     EXPECT_TRUE(HostAllowed(o, ok)) << ok;
   }
-  for (const char* bad : {"evil.example", "evil.example:8080", "10.0.0.1", "", "localhost.evil.example",
-                          "127.evil.example", "127.0.0.1.nip.io"}) {
+  for (const char* bad : {"evil.example", "evil.example:8080", "10.0.0.1", "",
+                          "localhost.evil.example", "127.evil.example", "127.0.0.1.nip.io"}) {
     EXPECT_FALSE(HostAllowed(o, bad)) << bad;
   }
   o.allowed_hosts = {"chat.example.org"};
@@ -358,11 +377,13 @@ TEST(HostAllowedTest, LoopbackServersAcceptOnlyLoopbackNamesUnlessListed) {
 TEST(OpenAiRequestHostileTest, SamplingRangesAreTheSharedOnes) {
   auto r = ParseOpenAiRequest(R"({"prompt":"x","temperature":2.5})", /*chat=*/false);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message().find("'temperature': must be between 0 and 2"), 0u) << r.status().message();
+  EXPECT_EQ(r.status().message().find("'temperature': must be between 0 and 2"), 0u)
+      << r.status().message();
   r = ParseOpenAiRequest(R"({"prompt":"x","stop":["a","b","c","d","e"]})", /*chat=*/false);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("at most 4"), std::string::npos);
-  r = ParseOpenAiRequest(R"({"prompt":"x","frequency_penalty":-2,"top_p":1,"temperature":0})", /*chat=*/false);
+  r = ParseOpenAiRequest(R"({"prompt":"x","frequency_penalty":-2,"top_p":1,"temperature":0})",
+                         /*chat=*/false);
   EXPECT_TRUE(r.ok()) << r.status();
 }
 

@@ -22,7 +22,8 @@ absl::Status ReadNumber(const json& j, const char* key, float* out) {
   return absl::OkStatus();
 }
 
-absl::Status ReadInteger(const json& j, const char* key, int64_t lo, int64_t hi, int64_t* out, bool* present) {
+absl::Status ReadInteger(const json& j, const char* key, int64_t lo, int64_t hi, int64_t* out,
+                         bool* present) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return absl::OkStatus();
   if (!it->is_number_integer()) return FieldError(key, "must be an integer");
@@ -48,8 +49,8 @@ absl::StatusOr<std::string> ReadTextContent(const json& c, const std::string& fi
     std::string out;
     for (const auto& part : c) {
       // (Compared as JSON: json::value("type", "") would throw on a non-string type.)
-      if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
-          !part["text"].is_string()) {
+      if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+          !part.contains("text") || !part["text"].is_string()) {
         return FieldError(field, "only text content parts are supported");
       }
       out += part["text"].get<std::string>();

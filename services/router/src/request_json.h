@@ -19,8 +19,8 @@ absl::Status FieldError(const std::string& field, const std::string& why);
 // transport).
 absl::Status ReadNumber(const nlohmann::json& j, const char* key, float* out);
 // An integer in [lo, hi]; *present set when given.
-absl::Status ReadInteger(const nlohmann::json& j, const char* key, int64_t lo, int64_t hi, int64_t* out,
-                         bool* present = nullptr);
+absl::Status ReadInteger(const nlohmann::json& j, const char* key, int64_t lo, int64_t hi,
+                         int64_t* out, bool* present = nullptr);
 absl::Status ReadBool(const nlohmann::json& j, const char* key, bool* out);
 
 // Message content: a string, null (""), or a list of text parts ({"type": "text", "text"}),

@@ -1,12 +1,11 @@
 #include "router_core.h"
 
-#include "stop_strings.h"
-
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "colibri/core/status.h"
+#include "stop_strings.h"
 
 namespace colibri::router {
 
@@ -37,8 +36,8 @@ absl::StatusOr<std::unique_ptr<RouterCore>> MakeRouterCore(const std::string& mo
   return MakeRouterCore(model_dir, One(std::move(compute)));
 }
 
-absl::StatusOr<std::unique_ptr<RouterCore>> MakeRouterCore(const std::string& model_dir,
-                                                           std::vector<std::unique_ptr<ComputeClient>> computes) {
+absl::StatusOr<std::unique_ptr<RouterCore>> MakeRouterCore(
+    const std::string& model_dir, std::vector<std::unique_ptr<ComputeClient>> computes) {
   if (computes.empty()) return absl::InvalidArgumentError("no compute node given");
   ASSIGN_OR_RETURN(auto tok, tokenizer::LoadTokenizer(model_dir));
   ASSIGN_OR_RETURN(ModelInfo info, computes[0]->Info());
@@ -46,16 +45,18 @@ absl::StatusOr<std::unique_ptr<RouterCore>> MakeRouterCore(const std::string& mo
     ASSIGN_OR_RETURN(ModelInfo other, computes[i]->Info());
     if (other.name != info.name || other.vocab_size != info.vocab_size ||
         other.context_length != info.context_length) {
-      return absl::FailedPreconditionError(absl::StrCat("compute node ", i + 1, " serves model '", other.name,
-                                                        "', the first one '", info.name,
+      return absl::FailedPreconditionError(absl::StrCat("compute node ", i + 1, " serves model '",
+                                                        other.name, "', the first one '", info.name,
                                                         "': every node must serve the same model"));
     }
   }
   if (tok->vocab_size() > info.vocab_size) {
-    return absl::FailedPreconditionError(absl::StrCat("tokenizer in '", model_dir, "' has ", tok->vocab_size(),
-                                                      " tokens but model '", info.name, "' only ", info.vocab_size));
+    return absl::FailedPreconditionError(absl::StrCat("tokenizer in '", model_dir, "' has ",
+                                                      tok->vocab_size(), " tokens but model '",
+                                                      info.name, "' only ", info.vocab_size));
   }
-  auto core = std::make_unique<RouterCore>(info.name, std::move(tok), std::move(computes), info.context_length);
+  auto core = std::make_unique<RouterCore>(info.name, std::move(tok), std::move(computes),
+                                           info.context_length);
   core->set_vocab_size(info.vocab_size);
   return core;
 }
@@ -63,13 +64,17 @@ absl::StatusOr<std::unique_ptr<RouterCore>> MakeRouterCore(const std::string& mo
 absl::Status RouterCore::SetServedNames(std::vector<std::string> names) {
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string& n = names[i];
-    const bool printable = std::all_of(n.begin(), n.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f; });
+    const bool printable = std::all_of(n.begin(), n.end(), [](char c) {
+      return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f;
+    });
     if (n.empty() || n.size() > 256 || !printable) {
       return absl::InvalidArgumentError(
           absl::StrCat("--served-model-name '", n, "': names are 1 to 256 printable bytes"));
     }
-    if (std::find(names.begin(), names.begin() + static_cast<ptrdiff_t>(i), n) != names.begin() + static_cast<ptrdiff_t>(i)) {
-      return absl::InvalidArgumentError(absl::StrCat("--served-model-name '", n, "' is given twice"));
+    if (std::find(names.begin(), names.begin() + static_cast<ptrdiff_t>(i), n) !=
+        names.begin() + static_cast<ptrdiff_t>(i)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--served-model-name '", n, "' is given twice"));
     }
   }
   served_names_ = std::move(names);
@@ -78,19 +83,22 @@ absl::Status RouterCore::SetServedNames(std::vector<std::string> names) {
 
 absl::Status RouterCore::CheckModel(const std::string& name) const {
   const std::vector<std::string> names = served_names();
-  if (name.empty() || std::find(names.begin(), names.end(), name) != names.end()) return absl::OkStatus();
-  return absl::NotFoundError(
-      absl::StrCat("The model '", name, "' does not exist (this server serves '", absl::StrJoin(names, "', '"), "')"));
+  if (name.empty() || std::find(names.begin(), names.end(), name) != names.end())
+    return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat("The model '", name,
+                                          "' does not exist (this server serves '",
+                                          absl::StrJoin(names, "', '"), "')"));
 }
 
-absl::StatusOr<std::vector<int32_t>> RouterCore::EncodeChat(const std::vector<tokenizer::ChatMessage>& messages,
-                                                            const tokenizer::ChatOptions& options) const {
+absl::StatusOr<std::vector<int32_t>> RouterCore::EncodeChat(
+    const std::vector<tokenizer::ChatMessage>& messages,
+    const tokenizer::ChatOptions& options) const {
   // Every transport's messages (HTTP maps OpenAI's "developer" to "system" first).
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& role = messages[i].role;
     if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
-      return absl::InvalidArgumentError(absl::StrCat("'messages[", i, "].role': unknown role '", role,
-                                                     "' (system, user, assistant or tool)"));
+      return absl::InvalidArgumentError(absl::StrCat("'messages[", i, "].role': unknown role '",
+                                                     role, "' (system, user, assistant or tool)"));
     }
   }
   // The model's own chat template (Mistral's format when it has none), as transformers renders it.
@@ -105,50 +113,58 @@ absl::StatusOr<std::vector<int32_t>> RouterCore::EncodeText(const std::string& t
 absl::Status ValidateTextRequest(const TextRequest& request, int64_t vocab_size) {
   RETURN_IF_ERROR(generation::ValidateSamplingParams(request.sampling));
   if (request.max_tokens < 1 || request.max_tokens > kMaxTokensLimit) {
-    return absl::InvalidArgumentError(absl::StrCat("'max_tokens': must be between 1 and ", kMaxTokensLimit));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'max_tokens': must be between 1 and ", kMaxTokensLimit));
   }
   if (request.min_tokens < 0 || request.min_tokens > request.max_tokens) {
     return absl::InvalidArgumentError(
         absl::StrCat("'min_tokens': must be between 0 and max_tokens (", request.max_tokens, ")"));
   }
   if (request.stop_strings.size() > kMaxStopStrings) {
-    return absl::InvalidArgumentError(absl::StrCat("'stop': at most ", kMaxStopStrings, " stop strings"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'stop': at most ", kMaxStopStrings, " stop strings"));
   }
   for (const auto& s : request.stop_strings) {
     if (s.empty()) return absl::InvalidArgumentError("'stop': stop strings must not be empty");
     if (s.size() > kMaxStopStringBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("'stop': stop strings must be at most ", kMaxStopStringBytes, " bytes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("'stop': stop strings must be at most ", kMaxStopStringBytes, " bytes"));
     }
   }
   if (request.stop_tokens.size() > kMaxStopTokens) {
-    return absl::InvalidArgumentError(absl::StrCat("'stop_token_ids': at most ", kMaxStopTokens, " ids"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'stop_token_ids': at most ", kMaxStopTokens, " ids"));
   }
   for (int32_t t : request.stop_tokens) {
     if (t < 0 || (vocab_size > 0 && t >= vocab_size)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'stop_token_ids': ", t, " is outside the vocabulary (size ", vocab_size, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'stop_token_ids': ", t, " is outside the vocabulary (size ", vocab_size, ")"));
     }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request, const std::function<bool(const Delta&)>& on_delta) {
+absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request,
+                                           const std::function<bool(const Delta&)>& on_delta) {
   RETURN_IF_ERROR(ValidateTextRequest(request, vocab_size_));
   const int64_t n_prompt = static_cast<int64_t>(request.prompt.size());
   if (n_prompt == 0) return absl::InvalidArgumentError("the prompt is empty");
   if (n_prompt >= context_length_) {
-    return absl::InvalidArgumentError(absl::StrCat("This model's maximum context length is ", context_length_,
-                                                   " tokens, but the prompt has ", n_prompt, " tokens"));
+    return absl::InvalidArgumentError(absl::StrCat("This model's maximum context length is ",
+                                                   context_length_, " tokens, but the prompt has ",
+                                                   n_prompt, " tokens"));
   }
   ComputeRequest cr = request;  // the compute part of the request, then clamped to the context
   cr.max_tokens = std::min(request.max_tokens, context_length_ - n_prompt);
   cr.min_tokens = std::min(request.min_tokens, cr.max_tokens);
   // The conversation's node (ComputePool: affinity, hints, failover before the first token).
-  const uint64_t key = request.affinity_key != 0 ? request.affinity_key
-                                                 : ComputePool::Key(request.session_id, request.prompt);
+  const uint64_t key = request.affinity_key != 0
+                           ? request.affinity_key
+                           : ComputePool::Key(request.session_id, request.prompt);
   const std::vector<expert_source::ExpertId> hints =
-      hint_experts_ > 0 && !request.session_id.empty() ? heat_.Hints(request.session_id, hint_experts_)
-                                                       : std::vector<expert_source::ExpertId>();
+      hint_experts_ > 0 && !request.session_id.empty()
+          ? heat_.Hints(request.session_id, hint_experts_)
+          : std::vector<expert_source::ExpertId>();
 
   tokenizer::StreamDecoder decoder(tok_.get());
   StopStringMatcher stops(request.stop_strings);

@@ -46,7 +46,7 @@ inline constexpr int64_t kMaxTokensLimit = int64_t{1} << 24;
 absl::Status ValidateTextRequest(const TextRequest& request, int64_t vocab_size);
 
 struct Delta {
-  std::string text;                          // new text (complete UTF-8 characters only)
+  std::string text;                              // new text (complete UTF-8 characters only)
   std::vector<generation::SampledToken> tokens;  // tokens sampled since the previous delta
 };
 
@@ -54,21 +54,23 @@ struct TextResult {
   generation::FinishReason finish = generation::FinishReason::kLength;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
-  int64_t cached_prompt_tokens = 0;          // prompt tokens whose KV compute reused
-  std::string text;                          // everything emitted
-  std::string stop_string;                   // the stop string that ended it, if one did
+  int64_t cached_prompt_tokens = 0;  // prompt tokens whose KV compute reused
+  std::string text;                  // everything emitted
+  std::string stop_string;           // the stop string that ended it, if one did
 };
 
 class RouterCore {
  public:
-  RouterCore(std::string model_name, std::unique_ptr<tokenizer::Tokenizer> tok, std::unique_ptr<ComputeClient> compute,
-             int64_t context_length);
+  RouterCore(std::string model_name, std::unique_ptr<tokenizer::Tokenizer> tok,
+             std::unique_ptr<ComputeClient> compute, int64_t context_length);
   // Several compute nodes: each request goes to its conversation's node (compute_pool.h).
   RouterCore(std::string model_name, std::unique_ptr<tokenizer::Tokenizer> tok,
              std::vector<std::unique_ptr<ComputeClient>> computes, int64_t context_length);
 
   // The name responses carry: the first served name (SetServedNames), else the model's own.
-  const std::string& model_name() const { return served_names_.empty() ? model_name_ : served_names_[0]; }
+  const std::string& model_name() const {
+    return served_names_.empty() ? model_name_ : served_names_[0];
+  }
   // The names clients may ask for (/v1/models lists them): the served names, else the model's.
   std::vector<std::string> served_names() const {
     return served_names_.empty() ? std::vector<std::string>{model_name_} : served_names_;
@@ -83,8 +85,9 @@ class RouterCore {
   // The model's vocabulary (compute's; the tokenizer's may be smaller): stop ids are checked on it.
   void set_vocab_size(int64_t n) { vocab_size_ = n; }
 
-  absl::StatusOr<std::vector<int32_t>> EncodeChat(const std::vector<tokenizer::ChatMessage>& messages,
-                                                  const tokenizer::ChatOptions& options = {}) const;
+  absl::StatusOr<std::vector<int32_t>> EncodeChat(
+      const std::vector<tokenizer::ChatMessage>& messages,
+      const tokenizer::ChatOptions& options = {}) const;
   absl::StatusOr<std::vector<int32_t>> EncodeText(const std::string& text) const;
   // Checks a model name given by a client: empty or a served name is fine, anything else is
   // NotFound.
@@ -94,7 +97,8 @@ class RouterCore {
   // request.cancel (at once, even while queued or prefilling). The request is validated first
   // (ValidateTextRequest); prompts that leave no room to generate are InvalidArgument naming
   // both lengths.
-  absl::StatusOr<TextResult> Run(const TextRequest& request, const std::function<bool(const Delta&)>& on_delta);
+  absl::StatusOr<TextResult> Run(const TextRequest& request,
+                                 const std::function<bool(const Delta&)>& on_delta);
 
   // Prefetch hints: before a request of a conversation compute has served before, tell compute
   // to warm up to `max_experts` of the experts its earlier turns used most (0: off; the binaries
@@ -119,7 +123,7 @@ absl::StatusOr<std::unique_ptr<RouterCore>> MakeRouterCore(const std::string& mo
                                                            std::unique_ptr<ComputeClient> compute);
 // Over several compute nodes, which must all serve the same model (FailedPrecondition naming the
 // odd one otherwise).
-absl::StatusOr<std::unique_ptr<RouterCore>> MakeRouterCore(const std::string& model_dir,
-                                                           std::vector<std::unique_ptr<ComputeClient>> computes);
+absl::StatusOr<std::unique_ptr<RouterCore>> MakeRouterCore(
+    const std::string& model_dir, std::vector<std::unique_ptr<ComputeClient>> computes);
 
 }  // namespace colibri::router

@@ -1,21 +1,22 @@
-#include "colibri/router/testing/fake_compute.h"
-#include "colibri/router/testing/micro_model.h"
-#include "request_proto.h"
 #include "router_core.h"
-#include "sessions.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
-#include <functional>
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
+
+#include "colibri/router/testing/fake_compute.h"
+#include "colibri/router/testing/micro_model.h"
+#include "request_proto.h"
+#include "sessions.h"
 
 namespace colibri::router {
 namespace {
@@ -56,16 +57,18 @@ class RouterCoreTest : public ::testing::Test {
   }
 
   // A core whose compute streams `script`; `context` tokens of context.
-  std::unique_ptr<RouterCore> Core(std::vector<int32_t> script, int64_t context = 64,
-                                   generation::FinishReason finish = generation::FinishReason::kLength) {
+  std::unique_ptr<RouterCore> Core(
+      std::vector<int32_t> script, int64_t context = 64,
+      generation::FinishReason finish = generation::FinishReason::kLength) {
     auto compute = std::make_unique<FakeCompute>(std::move(script), &log_, finish);
     fake_ = compute.get();
-    return std::make_unique<RouterCore>("tiny-moe", std::move(own_tok_), std::move(compute), context);
+    return std::make_unique<RouterCore>("tiny-moe", std::move(own_tok_), std::move(compute),
+                                        context);
   }
 
   // Runs `request` collecting the deltas; `cancel_after` deltas, then on_delta returns false.
-  absl::StatusOr<TextResult> Run(RouterCore& core, const TextRequest& request, std::vector<Delta>* deltas,
-                                 size_t cancel_after = SIZE_MAX) {
+  absl::StatusOr<TextResult> Run(RouterCore& core, const TextRequest& request,
+                                 std::vector<Delta>* deltas, size_t cancel_after = SIZE_MAX) {
     return core.Run(request, [&](const Delta& d) {
       deltas->push_back(d);
       return deltas->size() < cancel_after;
@@ -185,12 +188,15 @@ TEST_F(RouterCoreTest, StopStringAcrossTokenBoundariesCutsExactly) {
   // Compute was told to stop at the token that completed the stop string, and not asked again.
   ASSERT_FALSE(log_.on_token_returned.empty());
   EXPECT_FALSE(log_.on_token_returned.back());
-  for (size_t i = 0; i + 1 < log_.on_token_returned.size(); ++i) EXPECT_TRUE(log_.on_token_returned[i]);
+  for (size_t i = 0; i + 1 < log_.on_token_returned.size(); ++i)
+    EXPECT_TRUE(log_.on_token_returned[i]);
   const size_t used = log_.on_token_returned.size();
   EXPECT_LT(used, script.size());
   // The tokens consumed decode to text that contains the stop string; one fewer does not.
-  const std::string consumed = tok_->Decode(std::vector<int32_t>(script.begin(), script.begin() + used), true);
-  const std::string before = tok_->Decode(std::vector<int32_t>(script.begin(), script.begin() + used - 1), true);
+  const std::string consumed =
+      tok_->Decode(std::vector<int32_t>(script.begin(), script.begin() + used), true);
+  const std::string before =
+      tok_->Decode(std::vector<int32_t>(script.begin(), script.begin() + used - 1), true);
   EXPECT_NE(consumed.find("er ru"), std::string::npos) << consumed;
   EXPECT_EQ(before.find("er ru"), std::string::npos) << before;
   EXPECT_EQ(TokenCount(deltas), used);
@@ -238,7 +244,8 @@ TEST_F(RouterCoreTest, StopStringCases) {
       EXPECT_EQ(r->stop_string, "");
     }
     for (const auto& d : deltas) {
-      for (const auto& s : c.stops) EXPECT_EQ(d.text.find(s), std::string::npos) << "stop string leaked";
+      for (const auto& s : c.stops)
+        EXPECT_EQ(d.text.find(s), std::string::npos) << "stop string leaked";
     }
   }
 }
@@ -268,7 +275,8 @@ TEST(RequestProto, StopConditionsCarryIgnoreEosAndMinTokens) {
   stop.set_max_tokens(9);
   stop.set_min_tokens(7);
   stop.set_ignore_eos(true);
-  const TextRequest r = TextRequestFromProto(sampling, stop, std::chrono::system_clock::time_point::max());
+  const TextRequest r =
+      TextRequestFromProto(sampling, stop, std::chrono::system_clock::time_point::max());
   EXPECT_EQ(r.max_tokens, 9);
   EXPECT_EQ(r.min_tokens, 7);
   EXPECT_TRUE(r.ignore_eos);
@@ -372,10 +380,15 @@ TEST_F(RouterCoreTest, EveryTransportsRequestIsValidatedBeforeCompute) {
       {"top_p", [](TextRequest& r) { r.sampling.top_p = INFINITY; }},
       {"presence_penalty", [](TextRequest& r) { r.sampling.presence_penalty = 3; }},
       {"max_tokens", [](TextRequest& r) { r.max_tokens = 0; }},
-      {"stop", [](TextRequest& r) { r.stop_strings = {"a", "b", "c", "d", "e"}; }},
+      {"stop",
+       [](TextRequest& r) {
+         r.stop_strings = {"a", "b", "c", "d", "e"};
+       }},
       {"stop", [](TextRequest& r) { r.stop_strings = {""}; }},
-      {"stop", [](TextRequest& r) { r.stop_strings = {std::string(kMaxStopStringBytes + 1, 'x')}; }},
-      {"stop_token_ids", [](TextRequest& r) { r.stop_tokens = {512}; }},  // the fake's vocabulary is 512
+      {"stop",
+       [](TextRequest& r) { r.stop_strings = {std::string(kMaxStopStringBytes + 1, 'x')}; }},
+      {"stop_token_ids",
+       [](TextRequest& r) { r.stop_tokens = {512}; }},  // the fake's vocabulary is 512
       {"stop_token_ids", [](TextRequest& r) { r.stop_tokens = {-1}; }},
       {"stop_token_ids", [](TextRequest& r) { r.stop_tokens.assign(kMaxStopTokens + 1, 1); }},
       {"min_tokens", [](TextRequest& r) { r.min_tokens = r.max_tokens + 1; }},
@@ -389,7 +402,8 @@ TEST_F(RouterCoreTest, EveryTransportsRequestIsValidatedBeforeCompute) {
     auto res = Run(*core, r, &deltas);
     ASSERT_FALSE(res.ok()) << c.field;
     EXPECT_EQ(res.status().code(), absl::StatusCode::kInvalidArgument) << c.field;
-    EXPECT_EQ(res.status().message().find(std::string("'") + c.field + "'"), 0u) << res.status().message();
+    EXPECT_EQ(res.status().message().find(std::string("'") + c.field + "'"), 0u)
+        << res.status().message();
   }
   EXPECT_TRUE(log_.requests.empty());  // nothing reached compute
   TextRequest ok = Request();
@@ -471,7 +485,8 @@ TEST_F(RouterCoreTest, EncodeTextAndChat) {
 
   // The model's chat template (from gen_tiny_model.py: Mistral's [INST] format), encoded
   // without adding another BOS.
-  const std::vector<tokenizer::ChatMessage> messages = {{"user", "Hi there"}, {"assistant", "Hello"}, {"user", "Bye"}};
+  const std::vector<tokenizer::ChatMessage> messages = {
+      {"user", "Hi there"}, {"assistant", "Hello"}, {"user", "Bye"}};
   auto rendered = tokenizer::RenderChat(core->tokenizer(), messages);
   ASSERT_TRUE(rendered.ok()) << rendered.status();
   EXPECT_EQ(*rendered, "<s>[INST] Hi there [/INST]Hello</s>[INST] Bye [/INST]");
@@ -518,7 +533,8 @@ TEST_F(RouterCoreTest, MakeRouterCoreChecksTheVocabulary) {
   EXPECT_EQ(odd.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(odd.status().message().find("another"), std::string::npos) << odd.status();
 
-  auto missing = MakeRouterCore((*dir_ / "nowhere").string(), std::make_unique<FakeCompute>(std::vector<int32_t>{}, &log_));
+  auto missing = MakeRouterCore((*dir_ / "nowhere").string(),
+                                std::make_unique<FakeCompute>(std::vector<int32_t>{}, &log_));
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
 }
@@ -585,7 +601,8 @@ TEST_F(RouterCoreTest, SessionTurnCancelledOrConcurrentLeavesItUnchanged) {
   int seen = 0;
   auto cancelled = sessions.Send(s->id, {"user", "Hi"}, r, [&](const Delta&) {
     // A second message while the first is being answered is refused.
-    concurrent = sessions.Send(s->id, {"user", "Hi again"}, r, [](const Delta&) { return true; }).status();
+    concurrent =
+        sessions.Send(s->id, {"user", "Hi again"}, r, [](const Delta&) { return true; }).status();
     return ++seen < 2;
   });
   ASSERT_TRUE(cancelled.ok());
@@ -635,7 +652,8 @@ TEST_F(RouterCoreTest, SessionSystemPromptMustFitTheContext) {
   for (int i = 0; i < 200; ++i) words += "the river ";
   auto full = sessions.Create("", words);
   ASSERT_FALSE(full.ok());
-  EXPECT_NE(full.status().message().find("leaves no room in the context of 64"), std::string::npos) << full.status();
+  EXPECT_NE(full.status().message().find("leaves no room in the context of 64"), std::string::npos)
+      << full.status();
   EXPECT_TRUE(sessions.Create("", "Be brief.").ok());
   EXPECT_EQ(sessions.size(), 1u);
 }
@@ -648,7 +666,8 @@ TEST_F(RouterCoreTest, SessionsBeyondTheLimitForgetTheIdleLongest) {
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_TRUE(sessions.Get(a->id).ok());
   TextRequest r;
-  ASSERT_TRUE(sessions.Send(a->id, {"user", "Hi"}, r, [](const Delta&) { return true; }).ok());  // a is recent
+  ASSERT_TRUE(sessions.Send(a->id, {"user", "Hi"}, r, [](const Delta&) { return true; })
+                  .ok());  // a is recent
   auto c = sessions.Create("", "");
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(sessions.size(), 2u);
@@ -668,7 +687,8 @@ TEST_F(RouterCoreTest, SessionsBelongToTheKeyThatCreatedThem) {
   // Another key: the session does not exist for it, and its attempts change nothing.
   EXPECT_EQ(sessions.Get(mine->id, "key-2").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(sessions.Get(mine->id).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(sessions.Send(mine->id, {"user", "Hi"}, r, ok, "key-2").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(sessions.Send(mine->id, {"user", "Hi"}, r, ok, "key-2").status().code(),
+            absl::StatusCode::kNotFound);
   EXPECT_FALSE(sessions.Delete(mine->id, "key-2"));
   auto view = sessions.Get(mine->id, "key-1");
   ASSERT_TRUE(view.ok()) << view.status();
@@ -834,12 +854,13 @@ TEST_F(RouterCoreTest, ConversationsStickToOneComputeNodeAndFailOver) {
 TEST(ComputePoolTest, ChatKeyIsTheSameInEveryTurn) {
   using M = tokenizer::ChatMessage;
   const std::vector<M> turn1 = {{"system", "Be brief."}, {"user", "Hi"}};
-  const std::vector<M> turn2 = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "More?"}};
+  const std::vector<M> turn2 = {
+      {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "More?"}};
   const uint64_t key = ComputePool::ChatKey(turn1);
   EXPECT_NE(key, 0u);
   EXPECT_EQ(ComputePool::ChatKey(turn2), key);
   EXPECT_NE(ComputePool::ChatKey({{"system", "Be brief."}, {"user", "Hello"}}), key);
-  EXPECT_NE(ComputePool::ChatKey({{"user", "Hi"}}), key);   // the system prompt counts
+  EXPECT_NE(ComputePool::ChatKey({{"user", "Hi"}}), key);     // the system prompt counts
   EXPECT_EQ(ComputePool::ChatKey({{"system", "only"}}), 0u);  // no user message: prompt key
   // The prompt key without a session: a short first turn's prompt keys differently from its
   // continuation (why chats use ChatKey), a long one's the same.

@@ -2,9 +2,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "colibri/auth/grpc_auth.h"
+#include "colibri/generation/proto.h"
 #include "colibri/rpc/queued_write_reactor.h"
 #include "colibri/rpc/status.h"
-#include "colibri/generation/proto.h"
 #include "request_proto.h"
 
 namespace colibri::router {
@@ -28,18 +28,18 @@ grpc::ServerUnaryReactor* Refused(grpc::CallbackServerContext* ctx, const absl::
 
 }  // namespace
 
-RouterService::RouterService(RouterCore* core, RouterMetrics* metrics, int max_concurrent, size_t max_sessions,
-                             int max_pending, size_t max_sessions_per_key)
+RouterService::RouterService(RouterCore* core, RouterMetrics* metrics, int max_concurrent,
+                             size_t max_sessions, int max_pending, size_t max_sessions_per_key)
     : core_(core),
       metrics_(metrics),
       sessions_(core, max_sessions, max_sessions_per_key),
       pending_(max_pending),
       executor_(max_concurrent + 1) {}
 
-
 grpc::Status RouterService::StreamRun(
     Writer* out, const std::string& endpoint,
-    const std::function<absl::StatusOr<TextResult>(const std::function<bool(const Delta&)>&)>& run) {
+    const std::function<absl::StatusOr<TextResult>(const std::function<bool(const Delta&)>&)>&
+        run) {
   metrics_->active_requests->Increment();
   auto result = run([&](const Delta& d) {
     v1::RouterGenerateResponse msg;
@@ -52,59 +52,63 @@ grpc::Status RouterService::StreamRun(
     metrics_->CountRequest(endpoint, rpc::HttpStatus(result.status()));
     return rpc::ToGrpc(result.status());
   }
-  if (result->finish == generation::FinishReason::kCancelled) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+  if (result->finish == generation::FinishReason::kCancelled)
+    return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
   metrics_->prompt_tokens->Increment(static_cast<double>(result->prompt_tokens));
   metrics_->completion_tokens->Increment(static_cast<double>(result->completion_tokens));
   v1::RouterGenerateResponse last;
   last.set_finish_reason(generation::FinishToProto(result->finish));
   last.mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(result->prompt_tokens));
   last.mutable_usage()->set_completion_tokens(static_cast<uint32_t>(result->completion_tokens));
-  last.mutable_usage()->set_cached_prompt_tokens(static_cast<uint32_t>(result->cached_prompt_tokens));
+  last.mutable_usage()->set_cached_prompt_tokens(
+      static_cast<uint32_t>(result->cached_prompt_tokens));
   out->Push(std::move(last));
   metrics_->CountRequest(endpoint, 200);
   return grpc::Status::OK;
 }
 
-grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::Generate(grpc::CallbackServerContext* ctx,
-                                                                              const v1::RouterGenerateRequest* req) {
+grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::Generate(
+    grpc::CallbackServerContext* ctx, const v1::RouterGenerateRequest* req) {
   auto who = auth::Authenticate(keys_.get(), *ctx);
   if (!who.ok()) return new RefusedStream(who.status());
   auto ticket = pending_.TryAcquire();
-  if (!ticket) return new RefusedStream(absl::ResourceExhaustedError(absl::StrCat("router: ", pending_.limit(), " requests are waiting already")));
+  if (!ticket)
+    return new RefusedStream(absl::ResourceExhaustedError(
+        absl::StrCat("router: ", pending_.limit(), " requests are waiting already")));
   v1::RouterGenerateRequest copy = *req;
   const auto deadline = ctx->deadline();
-  return new Writer(&executor_, [this, req = std::move(copy), deadline, ticket, owner = *who](Writer* out) -> grpc::Status {
-    auto fail = [&](const absl::Status& st) {
-      metrics_->CountRequest("grpc_generate", rpc::HttpStatus(st));
-      return rpc::ToGrpc(st);
-    };
-    if (auto st = core_->CheckModel(req.model()); !st.ok()) return fail(st);
-    absl::StatusOr<std::vector<int32_t>> ids;
-    uint64_t chat_key = 0;
-    switch (req.input_case()) {
-      case v1::RouterGenerateRequest::kPrompt:
-        ids = core_->EncodeText(req.prompt());
-        break;
-      case v1::RouterGenerateRequest::kChat: {
-        std::vector<tokenizer::ChatMessage> msgs = ChatFromProto(req.chat());
-        ids = core_->EncodeChat(msgs);
-        chat_key = ComputePool::ChatKey(msgs);
-        break;
-      }
-      case v1::RouterGenerateRequest::kTokens:
-        ids = std::vector<int32_t>(req.tokens().ids().begin(), req.tokens().ids().end());
-        break;
-      default:
-        ids = absl::InvalidArgumentError("one of prompt, chat or tokens is required");
-    }
-    if (!ids.ok()) return fail(ids.status());
-    TextRequest tr = TextRequestFromProto(req.sampling(), req.stop(), deadline);
-    tr.prompt = std::move(*ids);
-    tr.session_id = ScopedSessionId(owner, req.session_id());
-    tr.cancel = out->cancel_token();
-    if (tr.session_id.empty()) tr.affinity_key = chat_key;
-    return StreamRun(out, "grpc_generate", [&](const auto& on_delta) { return core_->Run(tr, on_delta); });
-  });
+  return new Writer(
+      &executor_,
+      [this, req = std::move(copy), deadline, ticket, owner = *who](Writer* out) -> grpc::Status {
+        auto fail = [&](const absl::Status& st) {
+          metrics_->CountRequest("grpc_generate", rpc::HttpStatus(st));
+          return rpc::ToGrpc(st);
+        };
+        if (auto st = core_->CheckModel(req.model()); !st.ok()) return fail(st);
+        absl::StatusOr<std::vector<int32_t>> ids;
+        uint64_t chat_key = 0;
+        switch (req.input_case()) {
+          case v1::RouterGenerateRequest::kPrompt: ids = core_->EncodeText(req.prompt()); break;
+          case v1::RouterGenerateRequest::kChat: {
+            std::vector<tokenizer::ChatMessage> msgs = ChatFromProto(req.chat());
+            ids = core_->EncodeChat(msgs);
+            chat_key = ComputePool::ChatKey(msgs);
+            break;
+          }
+          case v1::RouterGenerateRequest::kTokens:
+            ids = std::vector<int32_t>(req.tokens().ids().begin(), req.tokens().ids().end());
+            break;
+          default: ids = absl::InvalidArgumentError("one of prompt, chat or tokens is required");
+        }
+        if (!ids.ok()) return fail(ids.status());
+        TextRequest tr = TextRequestFromProto(req.sampling(), req.stop(), deadline);
+        tr.prompt = std::move(*ids);
+        tr.session_id = ScopedSessionId(owner, req.session_id());
+        tr.cancel = out->cancel_token();
+        if (tr.session_id.empty()) tr.affinity_key = chat_key;
+        return StreamRun(out, "grpc_generate",
+                         [&](const auto& on_delta) { return core_->Run(tr, on_delta); });
+      });
 }
 
 grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::SendMessage(
@@ -112,17 +116,21 @@ grpc::ServerWriteReactor<v1::RouterGenerateResponse>* RouterService::SendMessage
   auto who = auth::Authenticate(keys_.get(), *ctx);
   if (!who.ok()) return new RefusedStream(who.status());
   auto ticket = pending_.TryAcquire();
-  if (!ticket) return new RefusedStream(absl::ResourceExhaustedError(absl::StrCat("router: ", pending_.limit(), " requests are waiting already")));
+  if (!ticket)
+    return new RefusedStream(absl::ResourceExhaustedError(
+        absl::StrCat("router: ", pending_.limit(), " requests are waiting already")));
   v1::SendMessageRequest copy = *req;
   const auto deadline = ctx->deadline();
-  return new Writer(&executor_, [this, req = std::move(copy), deadline, ticket, owner = *who](Writer* out) -> grpc::Status {
-    TextRequest tr = TextRequestFromProto(req.sampling(), req.stop(), deadline);
-    tr.cancel = out->cancel_token();
-    tokenizer::ChatMessage m{req.message().role(), req.message().content()};
-    return StreamRun(out, "grpc_session_send", [&](const auto& on_delta) {
-      return sessions_.Send(req.session_id(), std::move(m), std::move(tr), on_delta, owner);
-    });
-  });
+  return new Writer(
+      &executor_,
+      [this, req = std::move(copy), deadline, ticket, owner = *who](Writer* out) -> grpc::Status {
+        TextRequest tr = TextRequestFromProto(req.sampling(), req.stop(), deadline);
+        tr.cancel = out->cancel_token();
+        tokenizer::ChatMessage m{req.message().role(), req.message().content()};
+        return StreamRun(out, "grpc_session_send", [&](const auto& on_delta) {
+          return sessions_.Send(req.session_id(), std::move(m), std::move(tr), on_delta, owner);
+        });
+      });
 }
 
 namespace {
@@ -141,7 +149,8 @@ void FillSessionInfo(const SessionView& v, const std::string& model, v1::Session
 }  // namespace
 
 grpc::ServerUnaryReactor* RouterService::CreateSession(grpc::CallbackServerContext* ctx,
-                                                       const v1::CreateSessionRequest* req, v1::SessionInfo* resp) {
+                                                       const v1::CreateSessionRequest* req,
+                                                       v1::SessionInfo* resp) {
   auto who = auth::Authenticate(keys_.get(), *ctx);
   if (!who.ok()) return Refused(ctx, who.status());
   auto* reactor = ctx->DefaultReactor();
@@ -151,7 +160,8 @@ grpc::ServerUnaryReactor* RouterService::CreateSession(grpc::CallbackServerConte
   return reactor;
 }
 
-grpc::ServerUnaryReactor* RouterService::GetSession(grpc::CallbackServerContext* ctx, const v1::GetSessionRequest* req,
+grpc::ServerUnaryReactor* RouterService::GetSession(grpc::CallbackServerContext* ctx,
+                                                    const v1::GetSessionRequest* req,
                                                     v1::SessionInfo* resp) {
   auto who = auth::Authenticate(keys_.get(), *ctx);
   if (!who.ok()) return Refused(ctx, who.status());

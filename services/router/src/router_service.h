@@ -7,10 +7,10 @@
 
 #include "colibri/auth/api_keys.h"
 #include "colibri/core/thread_pool.h"
-#include "colibri/v1/router.grpc.pb.h"
-#include "router_core.h"
 #include "colibri/rpc/pending_limit.h"
 #include "colibri/rpc/queued_write_reactor.h"
+#include "colibri/v1/router.grpc.pb.h"
+#include "router_core.h"
 #include "router_metrics.h"
 #include "sessions.h"
 
@@ -22,20 +22,25 @@ class RouterService final : public v1::Router::CallbackService {
   // `max_pending`: Generate/SendMessage calls held at once (waiting or running); past it
   // RESOURCE_EXHAUSTED at once.
   // `max_sessions_per_key`: sessions one API key may hold (SessionManager).
-  RouterService(RouterCore* core, RouterMetrics* metrics, int max_concurrent, size_t max_sessions = 4096,
-                int max_pending = 256, size_t max_sessions_per_key = 256);
+  RouterService(RouterCore* core, RouterMetrics* metrics, int max_concurrent,
+                size_t max_sessions = 4096, int max_pending = 256,
+                size_t max_sessions_per_key = 256);
 
-  grpc::ServerWriteReactor<v1::RouterGenerateResponse>* Generate(grpc::CallbackServerContext* ctx,
-                                                                 const v1::RouterGenerateRequest* req) override;
-  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* ctx, const v1::RouterListModelsRequest* req,
+  grpc::ServerWriteReactor<v1::RouterGenerateResponse>* Generate(
+      grpc::CallbackServerContext* ctx, const v1::RouterGenerateRequest* req) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* ctx,
+                                       const v1::RouterListModelsRequest* req,
                                        v1::RouterListModelsResponse* resp) override;
-  grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* ctx, const v1::CreateSessionRequest* req,
+  grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* ctx,
+                                          const v1::CreateSessionRequest* req,
                                           v1::SessionInfo* resp) override;
-  grpc::ServerWriteReactor<v1::RouterGenerateResponse>* SendMessage(grpc::CallbackServerContext* ctx,
-                                                                    const v1::SendMessageRequest* req) override;
-  grpc::ServerUnaryReactor* GetSession(grpc::CallbackServerContext* ctx, const v1::GetSessionRequest* req,
+  grpc::ServerWriteReactor<v1::RouterGenerateResponse>* SendMessage(
+      grpc::CallbackServerContext* ctx, const v1::SendMessageRequest* req) override;
+  grpc::ServerUnaryReactor* GetSession(grpc::CallbackServerContext* ctx,
+                                       const v1::GetSessionRequest* req,
                                        v1::SessionInfo* resp) override;
-  grpc::ServerUnaryReactor* DeleteSession(grpc::CallbackServerContext* ctx, const v1::DeleteSessionRequest* req,
+  grpc::ServerUnaryReactor* DeleteSession(grpc::CallbackServerContext* ctx,
+                                          const v1::DeleteSessionRequest* req,
                                           v1::DeleteSessionResponse* resp) override;
 
   SessionManager& sessions() { return sessions_; }
@@ -48,7 +53,8 @@ class RouterService final : public v1::Router::CallbackService {
   // (finish reason, usage); counts it under `endpoint` in the metrics.
   grpc::Status StreamRun(
       rpc::QueuedWriteReactor<v1::RouterGenerateResponse>* out, const std::string& endpoint,
-      const std::function<absl::StatusOr<TextResult>(const std::function<bool(const Delta&)>&)>& run);
+      const std::function<absl::StatusOr<TextResult>(const std::function<bool(const Delta&)>&)>&
+          run);
 
   RouterCore* core_;
   RouterMetrics* metrics_;

@@ -27,23 +27,27 @@ SessionManager::SessionManager(RouterCore* core, size_t max_sessions, size_t max
 
 void SessionManager::TouchLocked(Session* s) { lru_.splice(lru_.begin(), lru_, s->lru); }
 
-SessionManager::Session* SessionManager::FindLocked(const std::string& id, const std::string& owner) const {
+SessionManager::Session* SessionManager::FindLocked(const std::string& id,
+                                                    const std::string& owner) const {
   auto it = sessions_.find(id);
   if (it == sessions_.end() || it->second->owner != owner) return nullptr;
   return it->second.get();
 }
 
-absl::StatusOr<SessionView> SessionManager::Create(const std::string& model, const std::string& system_prompt,
+absl::StatusOr<SessionView> SessionManager::Create(const std::string& model,
+                                                   const std::string& system_prompt,
                                                    const std::string& owner) {
   RETURN_IF_ERROR(core_->CheckModel(model));
   // A system prompt the context cannot hold would only make every turn fail: refused here,
   // cheaply by size first, then by its tokens.
   if (system_prompt.size() > kMaxSystemPromptBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("system prompt of ", system_prompt.size(), " bytes is over the limit of ",
+    return absl::InvalidArgumentError(absl::StrCat("system prompt of ", system_prompt.size(),
+                                                   " bytes is over the limit of ",
                                                    kMaxSystemPromptBytes));
   }
   if (!system_prompt.empty()) {
-    ASSIGN_OR_RETURN(std::vector<int32_t> ids, core_->EncodeText(system_prompt));  // what any template adds to
+    ASSIGN_OR_RETURN(std::vector<int32_t> ids,
+                     core_->EncodeText(system_prompt));  // what any template adds to
     if (static_cast<int64_t>(ids.size()) >= core_->context_length()) {
       return absl::InvalidArgumentError(absl::StrCat("system prompt of ", ids.size(),
                                                      " tokens leaves no room in the context of ",
@@ -70,8 +74,8 @@ absl::StatusOr<SessionView> SessionManager::Create(const std::string& model, con
       }
     }
     if (!freed) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("this key holds ", owned, " sessions, all answering now (limit ", max_per_owner_, ")"));
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "this key holds ", owned, " sessions, all answering now (limit ", max_per_owner_, ")"));
     }
   }
   // Forget the sessions idle longest (never one being answered).
@@ -90,7 +94,8 @@ absl::StatusOr<SessionView> SessionManager::Create(const std::string& model, con
   return view;
 }
 
-absl::StatusOr<SessionView> SessionManager::Get(const std::string& id, const std::string& owner) const {
+absl::StatusOr<SessionView> SessionManager::Get(const std::string& id,
+                                                const std::string& owner) const {
   std::lock_guard<std::mutex> lock(mu_);
   const Session* s = FindLocked(id, owner);
   if (s == nullptr) return absl::NotFoundError(absl::StrCat("no session '", id, "'"));
@@ -111,8 +116,8 @@ size_t SessionManager::size() const {
   return sessions_.size();
 }
 
-absl::StatusOr<TextResult> SessionManager::Send(const std::string& id, tokenizer::ChatMessage message,
-                                                TextRequest request,
+absl::StatusOr<TextResult> SessionManager::Send(const std::string& id,
+                                                tokenizer::ChatMessage message, TextRequest request,
                                                 const std::function<bool(const Delta&)>& on_delta,
                                                 const std::string& owner) {
   if (message.role.empty()) message.role = "user";
@@ -122,7 +127,8 @@ absl::StatusOr<TextResult> SessionManager::Send(const std::string& id, tokenizer
     Session* s = FindLocked(id, owner);
     if (s == nullptr) return absl::NotFoundError(absl::StrCat("no session '", id, "'"));
     if (s->busy) {
-      return absl::FailedPreconditionError(absl::StrCat("session '", id, "' is still answering its previous message"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("session '", id, "' is still answering its previous message"));
     }
     s->busy = true;
     TouchLocked(s);

@@ -52,8 +52,10 @@ class SessionManager {
   // Adds `message` to session `id`, runs the conversation with `request`'s sampling and stop
   // settings (its prompt and session id are set here) and, when it finishes (stop or length),
   // adds the answer as an assistant message.
-  absl::StatusOr<TextResult> Send(const std::string& id, tokenizer::ChatMessage message, TextRequest request,
-                                  const std::function<bool(const Delta&)>& on_delta, const std::string& owner = "");
+  absl::StatusOr<TextResult> Send(const std::string& id, tokenizer::ChatMessage message,
+                                  TextRequest request,
+                                  const std::function<bool(const Delta&)>& on_delta,
+                                  const std::string& owner = "");
 
   size_t size() const;
 

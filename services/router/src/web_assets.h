@@ -8,7 +8,7 @@
 namespace colibri::router {
 
 struct EmbeddedFile {
-  std::string_view name;   // file name: "index.html", "app.js", "style.css"
+  std::string_view name;  // file name: "index.html", "app.js", "style.css"
   std::string_view bytes;
 };
 

@@ -33,7 +33,8 @@ class ApiKeys {
   // `keys` as given on the command line, then the keys of `key_file` (when not empty).
   // InvalidArgument for an empty key, a key holding whitespace, a duplicate, or a key file
   // without a key; NotFound for an unreadable file. Warns when the file is readable by others.
-  static absl::StatusOr<ApiKeys> Load(const std::vector<std::string>& keys, const std::string& key_file);
+  static absl::StatusOr<ApiKeys> Load(const std::vector<std::string>& keys,
+                                      const std::string& key_file);
 
   bool empty() const { return keys_.empty(); }
   size_t size() const { return keys_.size(); }

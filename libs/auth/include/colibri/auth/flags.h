@@ -37,8 +37,8 @@ struct Security {
   HttpPolicy http() const { return {keys, metrics_public}; }
   // Credentials for a gRPC listener (see Transport::ServerCredentials), warning when `listen`
   // is reachable from other hosts and no key guards `what` (a service with an API).
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ListenerCredentials(const std::string& listen,
-                                                                               const char* what) const;
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ListenerCredentials(
+      const std::string& listen, const char* what) const;
 };
 
 // The keys (ApiKeys::Load) and the transport (Transport::Create) the flags name; the error

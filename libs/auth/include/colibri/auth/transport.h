@@ -36,7 +36,8 @@ class Transport {
 
   bool tls() const { return !cert_.empty(); }
 
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const std::string& listen) const;
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
+      const std::string& listen) const;
   // A channel to `target` (validated: host:port or unix:/path) with `args`.
   absl::StatusOr<std::shared_ptr<grpc::Channel>> Channel(const std::string& target,
                                                          grpc::ChannelArguments args = {}) const;

@@ -65,17 +65,17 @@ struct RopeParams {
 // of positions 0..p, or with a sliding window to (p - window, p]. Optional sinks (gpt-oss): a
 // learned logit per head that joins each softmax denominator and contributes no value.
 struct AttentionArgs {
-  const float* q = nullptr;        // [n, n_heads * head_dim]
-  const float* k_cache = nullptr;  // [capacity, n_kv_heads * head_dim], positions 0..pos
-  const float* v_cache = nullptr;  // same layout
+  const float* q = nullptr;            // [n, n_heads * head_dim]
+  const float* k_cache = nullptr;      // [capacity, n_kv_heads * head_dim], positions 0..pos
+  const float* v_cache = nullptr;      // same layout
   const int32_t* positions = nullptr;  // host memory: position of each query row
   int64_t n = 0;
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
   float scale = 1.0f;
-  float* out = nullptr;            // [n, n_heads * head_dim]
-  int64_t window = 0;              // > 0: sliding window of this many positions (the query's own included)
-  int64_t ring = 0;                // > 0: the caches are rings of this many rows, position j in row j % ring
-  const float* sinks = nullptr;    // [n_heads] (backend memory) or nullptr
+  float* out = nullptr;  // [n, n_heads * head_dim]
+  int64_t window = 0;    // > 0: sliding window of this many positions (the query's own included)
+  int64_t ring = 0;      // > 0: the caches are rings of this many rows, position j in row j % ring
+  const float* sinks = nullptr;  // [n_heads] (backend memory) or nullptr
 };
 
 // A point in a backend's op queue (see Backend::RecordFence).
@@ -115,17 +115,19 @@ class Backend {
   // out[i, :] = dequantized row ids[i] of `table` (host ids).
   virtual void GetRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) = 0;
   // y = x · Wᵀ (accumulate: y += x · Wᵀ).
-  virtual void MatMul(const WeightRef& w, const float* x, int64_t n, float* y, bool accumulate = false) = 0;
+  virtual void MatMul(const WeightRef& w, const float* x, int64_t n, float* y,
+                      bool accumulate = false) = 0;
   // x[i, :] += bias for each of n rows of dim.
   virtual void AddBias(float* x, const float* bias, int64_t n, int64_t dim) = 0;
   // y[i, :] = x[i, :] / sqrt(mean(x[i, :]²) + eps) * weight, rows of `dim`. In place allowed.
-  virtual void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) = 0;
+  virtual void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps,
+                       float* y) = 0;
   // Rotates each head of x[n, n_heads * head_dim] in place by its row's position.
-  virtual void Rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions,
-                    const RopeParams& rope) = 0;
+  virtual void Rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim,
+                    const int32_t* positions, const RopeParams& rope) = 0;
   // Writes k/v rows [n, kv_dim] into the caches at rows positions[i].
-  virtual void StoreKv(const float* k, const float* v, const int32_t* positions, int64_t n, int64_t kv_dim,
-                       float* k_cache, float* v_cache) = 0;
+  virtual void StoreKv(const float* k, const float* v, const int32_t* positions, int64_t n,
+                       int64_t kv_dim, float* k_cache, float* v_cache) = 0;
   virtual void Attention(const AttentionArgs& args) = 0;
   // gate[i] = silu(gate[i]) * up[i] over n elements.
   virtual void SiluMul(float* gate, const float* up, int64_t n) = 0;
@@ -135,11 +137,12 @@ class Backend {
   // x += y over n elements.
   virtual void Add(float* x, const float* y, int64_t n) = 0;
   // dst[i, :] = src[rows[i], :]  (host row indices).
-  virtual void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* dst) = 0;
+  virtual void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t dim,
+                          float* dst) = 0;
   // dst[i * dst_stride + j] = src[i * src_stride + j] for i < rows, j < cols: a column slice
   // of one row-major matrix into another (regions must not overlap).
-  virtual void CopyStrided(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
-                           int64_t cols) = 0;
+  virtual void CopyStrided(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
+                           int64_t rows, int64_t cols) = 0;
   // dst[rows[i], :] += scales[i] * src[i, :]  (host indices and scales; rows distinct).
   virtual void ScatterAddRows(const float* src, const int32_t* rows, const float* scales, int64_t n,
                               int64_t dim, float* dst) = 0;

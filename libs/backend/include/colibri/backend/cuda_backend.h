@@ -49,7 +49,7 @@ int CudaDeviceCount();
 
 struct CudaDeviceInfo {
   std::string name;
-  int compute_capability = 0;      // major * 10 + minor
+  int compute_capability = 0;  // major * 10 + minor
   uint64_t total_bytes = 0;
   uint64_t free_bytes = 0;
   double memory_bandwidth_gbps = 0;  // theoretical peak from the memory clock and bus width

@@ -19,9 +19,9 @@ struct DeviceLikeCounters {
   std::atomic<uint64_t> peak_bytes{0};
   std::atomic<uint64_t> allocations{0};
   std::atomic<uint64_t> failed_allocations{0};
-  std::atomic<uint64_t> imports{0};          // ImportWeight calls (each a copy)
+  std::atomic<uint64_t> imports{0};  // ImportWeight calls (each a copy)
   std::atomic<uint64_t> bytes_imported{0};
-  std::atomic<uint64_t> transfers{0};        // TransferIn calls
+  std::atomic<uint64_t> transfers{0};  // TransferIn calls
   std::atomic<uint64_t> bytes_transferred{0};
   std::atomic<uint64_t> fences{0};
 };
@@ -41,26 +41,29 @@ class DeviceLikeBackend final : public Backend {
   void Copy(void* dst, const void* src, size_t bytes) override;
   void Zero(void* dst, size_t bytes) override;
   bool zero_copy() const override { return false; }
-  absl::StatusOr<WeightRef> ImportWeight(quant::DType dtype, int64_t rows, int64_t cols, const void* host_data,
+  absl::StatusOr<WeightRef> ImportWeight(quant::DType dtype, int64_t rows, int64_t cols,
+                                         const void* host_data,
                                          std::unique_ptr<Buffer>* storage) override;
 
   void GetRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) override;
   void MatMul(const WeightRef& w, const float* x, int64_t n, float* y, bool accumulate) override;
   void AddBias(float* x, const float* bias, int64_t n, int64_t dim) override;
-  void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) override;
+  void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps,
+               float* y) override;
   void Rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions,
             const RopeParams& rope) override;
-  void StoreKv(const float* k, const float* v, const int32_t* positions, int64_t n, int64_t kv_dim, float* k_cache,
-               float* v_cache) override;
+  void StoreKv(const float* k, const float* v, const int32_t* positions, int64_t n, int64_t kv_dim,
+               float* k_cache, float* v_cache) override;
   void Attention(const AttentionArgs& args) override;
   void SiluMul(float* gate, const float* up, int64_t n) override;
   void ClampedSwiGlu(float* gate, const float* up, int64_t n, float alpha, float limit) override;
   void Add(float* x, const float* y, int64_t n) override;
-  void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* dst) override;
-  void CopyStrided(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
-                   int64_t cols) override;
-  void ScatterAddRows(const float* src, const int32_t* rows, const float* scales, int64_t n, int64_t dim,
-                      float* dst) override;
+  void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t dim,
+                  float* dst) override;
+  void CopyStrided(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
+                   int64_t rows, int64_t cols) override;
+  void ScatterAddRows(const float* src, const int32_t* rows, const float* scales, int64_t n,
+                      int64_t dim, float* dst) override;
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
   absl::Status TransferIn(void* dst, const void* host_src, size_t bytes) override;

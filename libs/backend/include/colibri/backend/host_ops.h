@@ -45,7 +45,8 @@ class HostOps {
   virtual void ApplyExperts(const GroupedExpertsArgs& args) = 0;
   // ys[i] = x · ws[i]ᵀ (Backend::MatMul for each): with one width and activation type (q, k
   // and v; gate and up) x is quantized once and every row goes in one parallel region.
-  virtual void MatMuls(std::span<const WeightRef> ws, const float* x, int64_t n, std::span<float* const> ys) = 0;
+  virtual void MatMuls(std::span<const WeightRef> ws, const float* x, int64_t n,
+                       std::span<float* const> ys) = 0;
   // Parallel regions run so far (each ends in a synchronisation of the worker threads).
   virtual uint64_t parallel_regions() const = 0;
 };

@@ -19,7 +19,8 @@ absl::StatusOr<std::string> ReadFileToString(const std::filesystem::path& path);
 // Writes `data` to `path` atomically: a temp file beside it ("<path>.tmp", created with `mode`
 // less the umask), fsync, rename, fsync of the directory. A crash leaves either the old file or
 // the new one, never a partial one; a failed write (ENOSPC, EIO, ...) removes its temp file.
-absl::Status WriteFileAtomic(const std::filesystem::path& path, std::string_view data, unsigned mode = 0644);
+absl::Status WriteFileAtomic(const std::filesystem::path& path, std::string_view data,
+                             unsigned mode = 0644);
 
 // fsyncs a directory so that renames inside it are durable.
 absl::Status SyncDirectory(const std::filesystem::path& dir);
@@ -51,6 +52,7 @@ struct AlignedDeleter {
   void operator()(uint8_t* p) const;
 };
 using AlignedBytes = std::unique_ptr<uint8_t[], AlignedDeleter>;
-absl::StatusOr<AlignedBytes> AllocateAligned(size_t size, size_t alignment = 4096, bool zero = true);
+absl::StatusOr<AlignedBytes> AllocateAligned(size_t size, size_t alignment = 4096,
+                                             bool zero = true);
 
 }  // namespace colibri

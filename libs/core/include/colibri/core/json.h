@@ -22,8 +22,8 @@ inline constexpr int kMaxJsonDepth = 64;
 // `too_deep`, when given, says whether a failure was the nesting bound (callers that word their
 // own error).
 template <class Json = nlohmann::json>
-absl::StatusOr<Json> ParseJson(std::string_view text, std::string_view what, int max_depth = kMaxJsonDepth,
-                               bool* too_deep_out = nullptr) {
+absl::StatusOr<Json> ParseJson(std::string_view text, std::string_view what,
+                               int max_depth = kMaxJsonDepth, bool* too_deep_out = nullptr) {
   bool too_deep = false;
   // `depth` is the nesting of the value being started: 0 for the outermost one.
   auto bound = [&](int depth, nlohmann::detail::parse_event_t event, Json&) {
@@ -38,10 +38,11 @@ absl::StatusOr<Json> ParseJson(std::string_view text, std::string_view what, int
   Json j = Json::parse(text.begin(), text.end(), bound, /*allow_exceptions=*/false);
   if (too_deep_out != nullptr) *too_deep_out = too_deep;
   if (too_deep) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(std::string(what), ": JSON nested deeper than ", max_depth, " levels (the limit)"));
+    return absl::InvalidArgumentError(absl::StrCat(std::string(what), ": JSON nested deeper than ",
+                                                   max_depth, " levels (the limit)"));
   }
-  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(std::string(what), " is not valid JSON"));
+  if (j.is_discarded())
+    return absl::InvalidArgumentError(absl::StrCat(std::string(what), " is not valid JSON"));
   return j;
 }
 

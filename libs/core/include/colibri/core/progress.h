@@ -22,8 +22,8 @@ class ProgressMeter {
 
   // The text of one report: "label [#####.....]  42% 1.20 GiB / 2.86 GiB  310 MiB/s  ETA 5s  what"
   // (without the bar when `bar` is false). `rate` in bytes/s; ETA omitted when rate is 0.
-  static std::string Line(std::string_view label, uint64_t done, uint64_t total, double rate, std::string_view what,
-                          bool bar);
+  static std::string Line(std::string_view label, uint64_t done, uint64_t total, double rate,
+                          std::string_view what, bool bar);
 
  private:
   using Clock = std::chrono::steady_clock;

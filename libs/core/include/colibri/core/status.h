@@ -16,9 +16,9 @@
 #define COLIBRI_STATUS_CONCAT(a, b) COLIBRI_STATUS_CONCAT_INNER(a, b)
 
 // Returns from the enclosing function if `expr` (an absl::Status) is not OK.
-#define RETURN_IF_ERROR(expr)                       \
-  do {                                              \
-    ::absl::Status colibri_status_ = (expr);        \
+#define RETURN_IF_ERROR(expr)                          \
+  do {                                                 \
+    ::absl::Status colibri_status_ = (expr);           \
     if (!colibri_status_.ok()) return colibri_status_; \
   } while (0)
 

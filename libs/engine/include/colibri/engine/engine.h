@@ -83,20 +83,20 @@ uint64_t KvRingBytes(const model::ModelConfig& c, int64_t batch_rows);
 int64_t KvSnapshotDim(const model::ModelConfig& c);
 
 struct EngineOptions {
-  int64_t prefill_chunk = 512;     // prompt tokens per sequence per step
-  int64_t max_batch_tokens = 1024; // tokens per forward step (decode rows + prefill chunks)
-  int max_active = 16;             // sequences in the running batch
-  int max_queued = 256;            // waiting requests; more is ResourceExhausted
-  uint64_t kv_cache_limit = 0;     // bytes of KV (active + pooled); 0: unlimited
-  int kv_pool_entries = 64;        // finished sequences kept for reuse
-  KvStore* kv_store = nullptr;     // where evicted caches go (not owned; outlives the engine)
+  int64_t prefill_chunk = 512;      // prompt tokens per sequence per step
+  int64_t max_batch_tokens = 1024;  // tokens per forward step (decode rows + prefill chunks)
+  int max_active = 16;              // sequences in the running batch
+  int max_queued = 256;             // waiting requests; more is ResourceExhausted
+  uint64_t kv_cache_limit = 0;      // bytes of KV (active + pooled); 0: unlimited
+  int kv_pool_entries = 64;         // finished sequences kept for reuse
+  KvStore* kv_store = nullptr;      // where evicted caches go (not owned; outlives the engine)
   // Speculative decoding. auto: per sequence, when it decodes alone (no other sequence in the
   // batch, no prefill), drafting as far as the controller finds it pays; ngram/self/draft: every
   // decoding sequence drafts up to draft_max tokens with that drafter. self and draft draft with
   // draft_model (auto too when it is set; else auto uses the n-gram drafter).
   SpeculativeMode speculative = SpeculativeMode::kOff;
-  int draft_max = 4;               // drafted tokens per pass, at most
-  Model* draft_model = nullptr;    // not owned; outlives the engine; same vocabulary as the model
+  int draft_max = 4;             // drafted tokens per pass, at most
+  Model* draft_model = nullptr;  // not owned; outlives the engine; same vocabulary as the model
 };
 
 struct EngineCounters {
@@ -131,8 +131,8 @@ class Engine {
   // prompts (empty, ids outside the vocabulary, longer than the context) and sampling
   // parameters (ValidateSamplingParams), ResourceExhausted when the queue is full
   // or the request's KV cannot fit the limit, and whatever the expert source reports.
-  absl::StatusOr<GenerationResult> Generate(const GenerationRequest& request,
-                                            const std::function<bool(const SampledToken&)>& on_token);
+  absl::StatusOr<GenerationResult> Generate(
+      const GenerationRequest& request, const std::function<bool(const SampledToken&)>& on_token);
 
   // Drops every pooled KV cache (not the ones in use).
   void ClearKvPool();
@@ -183,8 +183,8 @@ class Engine {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Sequence>> queue_;
   std::vector<std::shared_ptr<Sequence>> active_;  // scheduler thread only
-  PassCosts pass_costs_;                            // scheduler thread only
-  std::list<PoolEntry> pool_;                       // front = most recently used
+  PassCosts pass_costs_;                           // scheduler thread only
+  std::list<PoolEntry> pool_;                      // front = most recently used
   bool stop_ = false;
   std::thread scheduler_;
 };

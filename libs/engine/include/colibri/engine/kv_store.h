@@ -26,11 +26,11 @@
 // Thread-safe.
 #pragma once
 
-#include <cstdint>
 #include <condition_variable>
+#include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <functional>
-#include <deque>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -57,7 +57,8 @@ struct KvSnapshot {
   // Row `t` of layer `l`'s K (side 0) or V (side 1).
   uint8_t* Row(int64_t l, int side, int64_t t) {
     return rows.data() + ((static_cast<size_t>(l) * 2 + static_cast<size_t>(side)) * tokens.size() +
-                          static_cast<size_t>(t)) * RowBytes();
+                          static_cast<size_t>(t)) *
+                             RowBytes();
   }
   const uint8_t* Row(int64_t l, int side, int64_t t) const {
     return const_cast<KvSnapshot*>(this)->Row(l, side, t);
@@ -68,14 +69,14 @@ struct KvSnapshot {
 };
 
 struct KvStoreOptions {
-  uint64_t ram_limit = 0;        // bytes of snapshots kept in host RAM (0: none in RAM)
-  bool eight_bit = false;        // store Q8_0 rows (when kv_dim is a multiple of 32)
-  std::filesystem::path dir;     // persistence directory; empty: nothing on disk
-  uint64_t disk_limit = 0;       // bytes of files kept there, oldest deleted first (0: no cap)
-  std::string model_fingerprint; // caches of another model are never used
-  int64_t n_layers = 0;          // shape every snapshot must have
+  uint64_t ram_limit = 0;         // bytes of snapshots kept in host RAM (0: none in RAM)
+  bool eight_bit = false;         // store Q8_0 rows (when kv_dim is a multiple of 32)
+  std::filesystem::path dir;      // persistence directory; empty: nothing on disk
+  uint64_t disk_limit = 0;        // bytes of files kept there, oldest deleted first (0: no cap)
+  std::string model_fingerprint;  // caches of another model are never used
+  int64_t n_layers = 0;           // shape every snapshot must have
   int64_t kv_dim = 0;
-  int64_t context_length = 0;    // files with more positions are skipped (0: not checked)
+  int64_t context_length = 0;  // files with more positions are skipped (0: not checked)
   // Testing: called with a file's path just before TakeBest reads it (no lock held).
   std::function<void(const std::filesystem::path&)> before_disk_read;
 };
@@ -114,8 +115,8 @@ class KvStore {
   // that prefix, the entry staying for its own conversation. nullopt when nothing matches or
   // the file turned out unreadable (logged; counted in load_errors; the file is dropped). Only
   // a match longer than `longer_than` tokens is taken (the caller's own best alternative).
-  std::optional<KvSnapshot> TakeBest(const std::vector<int32_t>& prompt, const std::string& session_id,
-                                     size_t longer_than = 0);
+  std::optional<KvSnapshot> TakeBest(const std::vector<int32_t>& prompt,
+                                     const std::string& session_id, size_t longer_than = 0);
 
   // Writes every RAM entry to the directory (shutdown). No-op without a directory.
   absl::Status PersistAll();
@@ -135,14 +136,14 @@ class KvStore {
     std::string session_id;
     std::shared_ptr<KvSnapshot> ram;  // set: in RAM; else on disk at `path`
     std::filesystem::path path;
-    uint64_t disk_bytes = 0;          // size of the file at `path`
+    uint64_t disk_bytes = 0;  // size of the file at `path`
     uint64_t id = 0;
-    bool spilling = false;            // queued for, or being written by, the writer thread
+    bool spilling = false;  // queued for, or being written by, the writer thread
   };
   explicit KvStore(KvStoreOptions options) : options_(std::move(options)) {}
   absl::Status Index();
-  std::list<Entry>::iterator BestLocked(const std::vector<int32_t>& prompt, const std::string& session_id,
-                                        size_t* len);
+  std::list<Entry>::iterator BestLocked(const std::vector<int32_t>& prompt,
+                                        const std::string& session_id, size_t* len);
   void SpillLocked();
   // Deletes the oldest files until the directory holds at most disk_limit bytes.
   void EnforceDiskLimitLocked();
@@ -158,8 +159,8 @@ class KvStore {
   uint64_t spilling_bytes_ = 0;  // RAM bytes queued for the writer
   KvStoreStats stats_;
   // The writer thread (with a directory only).
-  std::condition_variable cv_;       // work for the writer, or stop
-  std::condition_variable idle_cv_;  // the writer finished an item
+  std::condition_variable cv_;                             // work for the writer, or stop
+  std::condition_variable idle_cv_;                        // the writer finished an item
   std::deque<std::pair<uint64_t, uint64_t>> spill_queue_;  // (entry id, its RAM bytes)
   int writing_ = 0;
   bool stop_ = false;

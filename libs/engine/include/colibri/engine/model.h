@@ -23,9 +23,9 @@
 
 #include "absl/status/statusor.h"
 #include "colibri/backend/backend.h"
+#include "colibri/engine/kv_store.h"
 #include "colibri/expert_source/expert_source.h"
 #include "colibri/expert_source/routing_trace.h"
-#include "colibri/engine/kv_store.h"
 #include "colibri/model/container.h"
 
 namespace colibri::engine {
@@ -61,9 +61,9 @@ class KvCache {
   int64_t n_past_ = 0;
   int64_t capacity_ = 0;  // rows of each full-attention layer
   int64_t kv_dim_ = 0;
-  int64_t window_ = 0;    // sliding layers' window (0: none)
-  int64_t ring_ = 0;      // rows of each sliding layer's ring
-  int64_t ring_lo_ = 0;   // every ring holds positions [ring_lo_, n_past_)
+  int64_t window_ = 0;   // sliding layers' window (0: none)
+  int64_t ring_ = 0;     // rows of each sliding layer's ring
+  int64_t ring_lo_ = 0;  // every ring holds positions [ring_lo_, n_past_)
   std::vector<bool> sliding_;
   std::vector<std::unique_ptr<backend::Buffer>> k_, v_;  // per layer
 };
@@ -72,14 +72,14 @@ class KvCache {
 struct BatchItem {
   KvCache* cache = nullptr;
   int32_t token = 0;
-  int32_t position = 0;      // must equal cache->n_past() + (earlier items of the same cache)
+  int32_t position = 0;  // must equal cache->n_past() + (earlier items of the same cache)
   bool want_logits = false;
 };
 
 struct ForwardStats {
-  int64_t experts_applied = 0;    // unique (layer, expert) blocks applied
-  int64_t expert_rows = 0;        // token-expert pairs computed
-  double expert_wait_seconds = 0; // blocked waiting for expert blocks (not computing)
+  int64_t experts_applied = 0;     // unique (layer, expert) blocks applied
+  int64_t expert_rows = 0;         // token-expert pairs computed
+  double expert_wait_seconds = 0;  // blocked waiting for expert blocks (not computing)
   // The routing of every row: per MoE layer in order, batch size * top_k expert ids.
   std::vector<int32_t> routed;
 };
@@ -100,8 +100,8 @@ struct ModelOptions {
 // Totals since Load; read from any thread.
 struct ModelCounters {
   std::atomic<uint64_t> forward_passes{0};
-  std::atomic<uint64_t> rows{0};                 // tokens forwarded (prompt and generated)
-  std::atomic<uint64_t> expert_wait_ns{0};       // blocked on expert blocks
+  std::atomic<uint64_t> rows{0};            // tokens forwarded (prompt and generated)
+  std::atomic<uint64_t> expert_wait_ns{0};  // blocked on expert blocks
   std::atomic<uint64_t> experts_applied{0};
   // Lookahead: experts predicted (and prefetched), how many of those the router then picked,
   // and how many experts the router picked at layers that can be predicted (layer > 0).
@@ -115,7 +115,8 @@ struct Routing;
 
 class Model {
  public:
-  static absl::StatusOr<std::unique_ptr<Model>> Load(const model::Container& container, backend::Backend* backend,
+  static absl::StatusOr<std::unique_ptr<Model>> Load(const model::Container& container,
+                                                     backend::Backend* backend,
                                                      expert_source::ExpertSource* experts,
                                                      const ModelOptions& options = {});
   ~Model();
@@ -135,18 +136,21 @@ class Model {
 
   std::unique_ptr<KvCache> NewCache() const;
   // Grows `cache` to hold `positions` tokens now (Forward grows it by doubling otherwise).
-  absl::Status ReserveKv(KvCache* cache, int64_t positions) { return EnsureCapacity(cache, positions, 1); }
+  absl::Status ReserveKv(KvCache* cache, int64_t positions) {
+    return EnsureCapacity(cache, positions, 1);
+  }
 
   // Copies positions [0, tokens.size()) of `cache` out of backend memory into a snapshot with
   // rows in `dtype` (kF32: exact; kQ8_0: 8-bit). tokens.size() <= cache.n_past().
-  absl::StatusOr<KvSnapshot> SnapshotKv(const KvCache& cache, std::vector<int32_t> tokens, std::string session_id,
-                                        quant::DType dtype) const;
+  absl::StatusOr<KvSnapshot> SnapshotKv(const KvCache& cache, std::vector<int32_t> tokens,
+                                        std::string session_id, quant::DType dtype) const;
   // A new cache holding the snapshot's positions (n_past = its token count).
   absl::StatusOr<std::unique_ptr<KvCache>> RestoreKv(const KvSnapshot& snapshot);
 
   // Runs the batch; appends to `logits` one row of vocab_size floats per item with
   // want_logits, in batch order. Items of one cache must be contiguous and in position order.
-  absl::Status Forward(std::span<const BatchItem> batch, std::vector<float>* logits, ForwardStats* stats = nullptr);
+  absl::Status Forward(std::span<const BatchItem> batch, std::vector<float>* logits,
+                       ForwardStats* stats = nullptr);
 
  private:
   struct LayerWeights {
@@ -158,18 +162,19 @@ class Model {
     const float* sinks = nullptr;  // [n_heads]
     const float* ffn_norm = nullptr;
     bool moe = true;
-    backend::WeightRef router;            // [n_experts, hidden]
+    backend::WeightRef router;  // [n_experts, hidden]
     // f32 [n_experts], host memory (Route reads it): selection only, or gpt-oss's logit bias.
     const float* router_bias = nullptr;
     backend::WeightRef shexp_gate, shexp_up, shexp_down, shexp_router;
-    backend::WeightRef ffn_gate, ffn_up, ffn_down;  // dense layers: [dense_ffn, hidden] x2, [hidden, dense_ffn]
+    backend::WeightRef ffn_gate, ffn_up,
+        ffn_down;  // dense layers: [dense_ffn, hidden] x2, [hidden, dense_ffn]
     // Latent attention (q is attn_q_b, or attn_q without q LoRA; o is attn_output):
-    backend::WeightRef q_a;                // [q_lora_rank, hidden]
-    const float* q_a_norm = nullptr;       // f32 [q_lora_rank]
-    backend::WeightRef kv_a;               // [kv_lora_rank + qk_rope_head_dim, hidden]
-    const float* kv_a_norm = nullptr;      // f32 [kv_lora_rank]
-    std::vector<backend::WeightRef> k_b;   // per head [kv_lora_rank, qk_nope_head_dim]
-    std::vector<backend::WeightRef> v_b;   // per head [v_head_dim, kv_lora_rank]
+    backend::WeightRef q_a;               // [q_lora_rank, hidden]
+    const float* q_a_norm = nullptr;      // f32 [q_lora_rank]
+    backend::WeightRef kv_a;              // [kv_lora_rank + qk_rope_head_dim, hidden]
+    const float* kv_a_norm = nullptr;     // f32 [kv_lora_rank]
+    std::vector<backend::WeightRef> k_b;  // per head [kv_lora_rank, qk_nope_head_dim]
+    std::vector<backend::WeightRef> v_b;  // per head [v_head_dim, kv_lora_rank]
   };
   struct Workspace;
   // Items [begin, end) of a batch that share one KV cache.
@@ -194,8 +199,8 @@ class Model {
   // The model's RoPE (rotary_dims() dims, its frequency table) at `offset` within each head.
   backend::RopeParams RopeAt(int64_t offset) const;
   // SwiGLU down(silu(gate h) * up h) of w.h into `out` (the workspace's h: [n, hidden]).
-  void SwiGlu(const backend::WeightRef& gate, const backend::WeightRef& up, const backend::WeightRef& down,
-              int64_t ffn, int64_t n, float* out);
+  void SwiGlu(const backend::WeightRef& gate, const backend::WeightRef& up,
+              const backend::WeightRef& down, int64_t ffn, int64_t n, float* out);
   // Tells the expert source what the router decided (hints) and writes the trace lines.
   void ReportRouting(int layer, const Routing& routing);
 

@@ -31,12 +31,14 @@ class ResidentExperts final : public expert_source::ExpertSource {
   // its blocks; the source's errors as they are.
   static absl::StatusOr<std::unique_ptr<ResidentExperts>> Load(const model::Manifest& manifest,
                                                                expert_source::ExpertSource* from,
-                                                               std::optional<quant::DType> dtype, int threads = 4);
+                                                               std::optional<quant::DType> dtype,
+                                                               int threads = 4);
 
   const model::Manifest& manifest() const { return manifest_; }
   uint64_t bytes() const { return bytes_; }  // of all blocks held
 
-  absl::StatusOr<expert_source::Lease> Fetch(expert_source::ExpertId id, expert_source::Priority priority) override;
+  absl::StatusOr<expert_source::Lease> Fetch(expert_source::ExpertId id,
+                                             expert_source::Priority priority) override;
   uint64_t BlockSize(expert_source::ExpertId id) const override;
 
  private:

@@ -38,15 +38,18 @@ class Drafter {
   virtual ~Drafter() = default;
   // Up to max_tokens tokens expected to follow `context` (the sequence so far: prompt and
   // generated tokens, the last one not yet fed to the target). Fewer, or none, without a guess.
-  virtual absl::StatusOr<std::vector<int32_t>> Draft(std::span<const int32_t> context, int max_tokens) = 0;
+  virtual absl::StatusOr<std::vector<int32_t>> Draft(std::span<const int32_t> context,
+                                                     int max_tokens) = 0;
 };
 
 // Prompt lookup (no model): the latest earlier occurrence of the context's last n tokens, n from
 // max_ngram down to min_ngram, and the tokens that followed it. Strong on code, edits, quotes.
 class NgramDrafter : public Drafter {
  public:
-  explicit NgramDrafter(int min_ngram = 1, int max_ngram = 4) : min_ngram_(min_ngram), max_ngram_(max_ngram) {}
-  absl::StatusOr<std::vector<int32_t>> Draft(std::span<const int32_t> context, int max_tokens) override;
+  explicit NgramDrafter(int min_ngram = 1, int max_ngram = 4)
+      : min_ngram_(min_ngram), max_ngram_(max_ngram) {}
+  absl::StatusOr<std::vector<int32_t>> Draft(std::span<const int32_t> context,
+                                             int max_tokens) override;
 
  private:
   int min_ngram_, max_ngram_;
@@ -59,7 +62,8 @@ class NgramDrafter : public Drafter {
 class ModelDrafter : public Drafter {
  public:
   explicit ModelDrafter(Model* model) : model_(model), cache_(model->NewCache()) {}
-  absl::StatusOr<std::vector<int32_t>> Draft(std::span<const int32_t> context, int max_tokens) override;
+  absl::StatusOr<std::vector<int32_t>> Draft(std::span<const int32_t> context,
+                                             int max_tokens) override;
 
  private:
   Model* model_;
@@ -92,7 +96,8 @@ class SpeculationController {
   static constexpr double kMinGain = 1.05;
   static constexpr int kProbeInterval = 64;
 
-  SpeculationController(int draft_max, bool adaptive) : draft_max_(draft_max), adaptive_(adaptive) {}
+  SpeculationController(int draft_max, bool adaptive)
+      : draft_max_(draft_max), adaptive_(adaptive) {}
   // Tokens to draft for the next pass (0: a plain step).
   int DraftLength(const PassCosts& costs);
   // A verify pass: `drafted` tokens proposed, the first `accepted` kept; drafting took `seconds`.

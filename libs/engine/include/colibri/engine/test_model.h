@@ -44,8 +44,8 @@ struct OpenedTestModel {
 // directory: destroy it after the containers opened from it.
 class TestModelDir {
  public:
-  static absl::StatusOr<std::unique_ptr<TestModelDir>> Write(const std::string& dir_name,
-                                                             const model::SyntheticModelOptions& options);
+  static absl::StatusOr<std::unique_ptr<TestModelDir>> Write(
+      const std::string& dir_name, const model::SyntheticModelOptions& options);
   ~TestModelDir();
   TestModelDir(const TestModelDir&) = delete;
   TestModelDir& operator=(const TestModelDir&) = delete;
@@ -74,7 +74,8 @@ class TestModelSuite : public ::testing::Test {
     dir_ = nullptr;
   }
   void SetUp() override {
-    ASSERT_NE(dir_, nullptr) << "no model: the suite's SetUpTestSuite failed or did not call WriteModel";
+    ASSERT_NE(dir_, nullptr)
+        << "no model: the suite's SetUpTestSuite failed or did not call WriteModel";
     auto opened = dir_->Open();
     ASSERT_TRUE(opened.ok()) << opened.status();
     container_ = std::move(opened->container);
@@ -95,8 +96,9 @@ struct VramTierStack {
   std::unique_ptr<expert_source::DeviceTierMemory> memory;
   std::unique_ptr<expert_source::CacheTier> vram;  // the engine's expert source
 };
-absl::StatusOr<VramTierStack> StackVramTier(backend::Backend* backend, expert_source::ExpertSource* source,
-                                            uint64_t ram_bytes, uint64_t slots, uint64_t slot_bytes);
+absl::StatusOr<VramTierStack> StackVramTier(backend::Backend* backend,
+                                            expert_source::ExpertSource* source, uint64_t ram_bytes,
+                                            uint64_t slots, uint64_t slot_bytes);
 
 struct GreedyRun {
   std::vector<int32_t> tokens;  // one per step

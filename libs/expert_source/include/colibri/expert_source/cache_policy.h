@@ -75,9 +75,9 @@ struct CachePolicyParams {
   int n_layers = 0;
   int n_experts = 0;
   int top_k = 0;
-  double fast_weight = 0.9;      // a of the recency estimate
-  double slow_weight = 0.05;     // a of the frequency estimate
-  double picked_weight = 0.5;    // s: "picked" vs the router's probability in a visit's estimate
+  double fast_weight = 0.9;    // a of the recency estimate
+  double slow_weight = 0.05;   // a of the frequency estimate
+  double picked_weight = 0.5;  // s: "picked" vs the router's probability in a visit's estimate
   // adaptive: blocks the tier holds (0: the most ever resident at once).
   uint64_t capacity_blocks = 0;
   double adaptive_window = 8;     // adaptive: hits are compared over this many cache turnovers
@@ -112,6 +112,7 @@ std::unique_ptr<CachePolicy> MakeCachePolicy(CachePolicyKind kind, const CachePo
 
 // The parameters every tier uses: scaled to a cache of `capacity_blocks` blocks of a model of
 // n_layers x n_experts experts, top_k per token.
-CachePolicyParams DefaultPolicyParams(uint64_t capacity_blocks, int n_layers, int n_experts, int top_k);
+CachePolicyParams DefaultPolicyParams(uint64_t capacity_blocks, int n_layers, int n_experts,
+                                      int top_k);
 
 }  // namespace colibri::expert_source

@@ -62,58 +62,62 @@ namespace colibri::expert_source {
 class RoutingHeat;
 
 struct CacheTierOptions {
-  std::string name = "ram";           // the tier's label in stats and metrics: ram | vram
+  std::string name = "ram";  // the tier's label in stats and metrics: ram | vram
   uint64_t capacity_bytes = 0;
   CachePolicyKind policy = CachePolicyKind::kLru;
-  CachePolicyParams policy_params;    // zeros: derived from the capacity (see cache_tier.cc)
-  int io_threads = 0;                 // reader threads; 0: read on the caller's thread
-  int max_prefetch_reads = 0;         // prefetch reads at once (0: io_threads - 1, at least 1),
-                                      // so a demand read always finds a free reader
+  CachePolicyParams policy_params;  // zeros: derived from the capacity (see cache_tier.cc)
+  int io_threads = 0;               // reader threads; 0: read on the caller's thread
+  int max_prefetch_reads = 0;       // prefetch reads at once (0: io_threads - 1, at least 1),
+                                    // so a demand read always finds a free reader
   size_t max_queued_prefetches = 512;
-  uint64_t protect_ticks = 256;       // how long a prefetched block waits for its use
+  uint64_t protect_ticks = 256;  // how long a prefetched block waits for its use
   std::chrono::milliseconds room_wait{30000};
-  TierMemory* memory = nullptr;       // nullptr: keep the source's blocks (host RAM)
-  RoutingHeat* heat = nullptr;        // hints are also recorded here; not owned
+  TierMemory* memory = nullptr;  // nullptr: keep the source's blocks (host RAM)
+  RoutingHeat* heat = nullptr;   // hints are also recorded here; not owned
 };
 
 struct CacheStats {
   std::string tier;
   // Demand lookups = hits + in_flight_hits + misses.
-  uint64_t hits = 0;                  // resident
-  uint64_t in_flight_hits = 0;        // already being read (by a prefetch or another request)
-  uint64_t misses = 0;                // a read had to start (or was queued, not started)
+  uint64_t hits = 0;            // resident
+  uint64_t in_flight_hits = 0;  // already being read (by a prefetch or another request)
+  uint64_t misses = 0;          // a read had to start (or was queued, not started)
   uint64_t evictions = 0;
-  uint64_t room_waits = 0;            // demand reads that waited for a lease to be dropped
-  uint64_t bytes_fetched = 0;         // read from the next source (demand and prefetch)
-  uint64_t bytes_cached = 0;          // resident now
+  uint64_t room_waits = 0;     // demand reads that waited for a lease to be dropped
+  uint64_t bytes_fetched = 0;  // read from the next source (demand and prefetch)
+  uint64_t bytes_cached = 0;   // resident now
   uint64_t blocks_cached = 0;
-  uint64_t bytes_reserved = 0;        // reads in flight
-  uint64_t bytes_leased = 0;          // resident blocks with a live lease
-  uint64_t bytes_pinned = 0;          // resident and pinned
+  uint64_t bytes_reserved = 0;  // reads in flight
+  uint64_t bytes_leased = 0;    // resident blocks with a live lease
+  uint64_t bytes_pinned = 0;    // resident and pinned
   uint64_t blocks_pinned = 0;
-  uint64_t pins = 0;                  // pinned set (resident or not)
+  uint64_t pins = 0;  // pinned set (resident or not)
   uint64_t capacity_bytes = 0;
   // Prefetch.
-  uint64_t prefetch_requested = 0;    // Prefetch ids not resident or in flight: queued
-  uint64_t prefetch_reads = 0;        // prefetch reads started
-  uint64_t prefetch_bytes = 0;        // bytes they read
-  uint64_t prefetch_used = 0;         // prefetch reads (started) a demand request then used
-  uint64_t prefetch_promoted = 0;     // queued prefetches a demand request turned into demand reads
-  uint64_t prefetch_cancelled = 0;    // removed from the queue by Cancel before reading
-  uint64_t prefetch_aborted = 0;      // stopped by Cancel while being read (the source stopped)
-  uint64_t prefetch_dropped = 0;      // queue full, or no room without evicting protected data
-  uint64_t prefetch_wasted_bytes = 0; // prefetched, then evicted or cleared without a use
+  uint64_t prefetch_requested = 0;  // Prefetch ids not resident or in flight: queued
+  uint64_t prefetch_reads = 0;      // prefetch reads started
+  uint64_t prefetch_bytes = 0;      // bytes they read
+  uint64_t prefetch_used = 0;       // prefetch reads (started) a demand request then used
+  uint64_t prefetch_promoted = 0;   // queued prefetches a demand request turned into demand reads
+  uint64_t prefetch_cancelled = 0;  // removed from the queue by Cancel before reading
+  uint64_t prefetch_aborted = 0;    // stopped by Cancel while being read (the source stopped)
+  uint64_t prefetch_dropped = 0;    // queue full, or no room without evicting protected data
+  uint64_t prefetch_wasted_bytes = 0;  // prefetched, then evicted or cleared without a use
   // Warming.
-  uint64_t warm_queued = 0;           // waiting now
-  uint64_t warm_reads = 0;            // warm reads done
-  uint64_t warm_bytes = 0;            // bytes they read
-  uint64_t warm_skipped = 0;          // dropped: resident or in flight already, or no free room
+  uint64_t warm_queued = 0;   // waiting now
+  uint64_t warm_reads = 0;    // warm reads done
+  uint64_t warm_bytes = 0;    // bytes they read
+  uint64_t warm_skipped = 0;  // dropped: resident or in flight already, or no free room
   uint64_t lookups() const { return hits + in_flight_hits + misses; }
   // Demanded blocks that were resident or already being read.
-  double coverage() const { return lookups() ? static_cast<double>(hits + in_flight_hits) / lookups() : 0; }
+  double coverage() const {
+    return lookups() ? static_cast<double>(hits + in_flight_hits) / lookups() : 0;
+  }
   double hit_rate() const { return lookups() ? static_cast<double>(hits) / lookups() : 0; }
   // Prefetch reads that a demand request then used.
-  double prefetch_precision() const { return prefetch_reads ? static_cast<double>(prefetch_used) / prefetch_reads : 0; }
+  double prefetch_precision() const {
+    return prefetch_reads ? static_cast<double>(prefetch_used) / prefetch_reads : 0;
+  }
 };
 
 class CacheTier final : public ExpertSource {
@@ -126,10 +130,12 @@ class CacheTier final : public ExpertSource {
 
   absl::StatusOr<Lease> Fetch(ExpertId id, Priority priority) override;
   // Hits are handed out first, then the misses as their reads land.
-  absl::Status FetchMany(std::span<const ExpertId> ids, const std::function<void(size_t, Lease)>& on_ready) override;
+  absl::Status FetchMany(std::span<const ExpertId> ids,
+                         const std::function<void(size_t, Lease)>& on_ready) override;
   // The hits as one group, then every batch of reads found landed at one wake-up.
-  absl::Status FetchGroups(std::span<const ExpertId> ids,
-                           const std::function<void(std::span<std::pair<size_t, Lease>>)>& on_group) override;
+  absl::Status FetchGroups(
+      std::span<const ExpertId> ids,
+      const std::function<void(std::span<std::pair<size_t, Lease>>)>& on_group) override;
   void Prefetch(std::span<const ExpertId> ids) override;
   // Queues background reads in this order (see Warming above). Ignored with io_threads == 0.
   void Warm(std::span<const ExpertId> ids);
@@ -164,7 +170,8 @@ class CacheTier final : public ExpertSource {
 
   // Bytes a block of `block_bytes` takes in this tier's memory (TierMemory::Footprint).
   uint64_t Charge(uint64_t block_bytes) const {
-    return options_.memory != nullptr && block_bytes > 0 ? options_.memory->Footprint(block_bytes) : block_bytes;
+    return options_.memory != nullptr && block_bytes > 0 ? options_.memory->Footprint(block_bytes)
+                                                         : block_bytes;
   }
   // A read job for `id`, its size charged as this tier's memory takes it.
   std::shared_ptr<Job> NewJob(ExpertId id) const;

@@ -40,19 +40,19 @@ struct DeviceTierMemoryOptions {
 struct DeviceTierStats {
   uint64_t slots = 0;
   uint64_t slots_used = 0;
-  uint64_t arena_bytes = 0;       // backend memory held (slots * slot_bytes)
-  uint64_t uploads = 0;           // blocks copied in
+  uint64_t arena_bytes = 0;  // backend memory held (slots * slot_bytes)
+  uint64_t uploads = 0;      // blocks copied in
   uint64_t bytes_uploaded = 0;
-  uint64_t upload_ns = 0;         // time in TransferIn
-  uint64_t fence_waits = 0;       // slots reused before their last reader had finished
+  uint64_t upload_ns = 0;    // time in TransferIn
+  uint64_t fence_waits = 0;  // slots reused before their last reader had finished
 };
 
 class DeviceTierMemory final : public TierMemory {
  public:
   // InvalidArgument when the budget holds fewer than two slots; ResourceExhausted when the
   // backend cannot allocate the arena.
-  static absl::StatusOr<std::unique_ptr<DeviceTierMemory>> Create(backend::Backend* backend,
-                                                                  const DeviceTierMemoryOptions& options);
+  static absl::StatusOr<std::unique_ptr<DeviceTierMemory>> Create(
+      backend::Backend* backend, const DeviceTierMemoryOptions& options);
   ~DeviceTierMemory() override;
 
   std::string_view name() const override { return name_; }
@@ -66,7 +66,8 @@ class DeviceTierMemory final : public TierMemory {
 
  private:
   struct State;
-  DeviceTierMemory(std::string name, uint64_t slot_bytes, uint64_t slots, std::shared_ptr<State> state);
+  DeviceTierMemory(std::string name, uint64_t slot_bytes, uint64_t slots,
+                   std::shared_ptr<State> state);
 
   const std::string name_;
   const uint64_t slot_bytes_;

@@ -36,7 +36,7 @@ namespace colibri::expert_source {
 struct DiskSourceOptions {
   bool direct_io = false;
   uint64_t prefetch_chunk_bytes = 4ull << 20;  // piece size, a multiple of 4 KiB
-  int read_parallelism = 4;                     // threads reading the pieces of one block
+  int read_parallelism = 4;                    // threads reading the pieces of one block
 };
 
 class DiskSource final : public ExpertSource {

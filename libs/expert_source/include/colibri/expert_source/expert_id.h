@@ -10,7 +10,9 @@ struct ExpertId {
   int32_t layer = 0;
   int32_t expert = 0;
   bool operator==(const ExpertId&) const = default;
-  uint64_t Key() const { return (static_cast<uint64_t>(layer) << 32) | static_cast<uint32_t>(expert); }
+  uint64_t Key() const {
+    return (static_cast<uint64_t>(layer) << 32) | static_cast<uint32_t>(expert);
+  }
 };
 
 // One expert and how many rows of a request were routed to it (compute's routing report to the

@@ -41,8 +41,8 @@ struct RoutingHint {
 // (then data() is null: host code must not read them; ops take `device` directly).
 struct Block {
   ExpertId id;
-  AlignedBytes bytes;  // at least `size` bytes, 4 KiB aligned
-  uint64_t size = 0;   // checksummed length
+  AlignedBytes bytes;                          // at least `size` bytes, 4 KiB aligned
+  uint64_t size = 0;                           // checksummed length
   const uint8_t* external = nullptr;           // when set: the bytes (4 KiB aligned)
   std::shared_ptr<const void> external_owner;  // keeps `external` valid
   const uint8_t* device = nullptr;             // when set: the bytes in backend (device) memory
@@ -66,8 +66,9 @@ class ExpertSource {
   // gets (index, lease) pairs in arrival order, on the calling thread, one group at a time,
   // each index exactly once over all groups. The default hands over one block per group; a
   // cache hands its hits over as one group, then each batch of reads that landed together.
-  virtual absl::Status FetchGroups(std::span<const ExpertId> ids,
-                                   const std::function<void(std::span<std::pair<size_t, Lease>>)>& on_group);
+  virtual absl::Status FetchGroups(
+      std::span<const ExpertId> ids,
+      const std::function<void(std::span<std::pair<size_t, Lease>>)>& on_group);
 
   // Advisory: start loading these at prefetch priority.
   virtual void Prefetch(std::span<const ExpertId> ids) {}

@@ -28,24 +28,26 @@
 namespace colibri::expert_source {
 
 // Errors (InvalidArgument) name the offending entry; duplicates are removed.
-absl::StatusOr<std::vector<ExpertId>> ParsePinnedExperts(std::string_view json, int n_layers, int n_experts);
-absl::StatusOr<std::vector<ExpertId>> LoadPinnedExperts(const std::filesystem::path& path, int n_layers,
-                                                        int n_experts);
+absl::StatusOr<std::vector<ExpertId>> ParsePinnedExperts(std::string_view json, int n_layers,
+                                                         int n_experts);
+absl::StatusOr<std::vector<ExpertId>> LoadPinnedExperts(const std::filesystem::path& path,
+                                                        int n_layers, int n_experts);
 
 // The learned pin set: from `ranked` (hottest first), experts not in `exclude` with heat >=
 // `min_heat` whose blocks fit in `budget_bytes`. Members of `current` stay unless an outsider is
 // hotter by the factor (1 + hysteresis). Deterministic.
 std::vector<ExpertId> PlanLearnedPins(const std::vector<std::pair<ExpertId, double>>& ranked,
                                       const std::vector<ExpertId>& current, uint64_t budget_bytes,
-                                      const std::function<uint64_t(ExpertId)>& block_size, double hysteresis,
-                                      double min_heat, const std::unordered_set<uint64_t>& exclude);
+                                      const std::function<uint64_t(ExpertId)>& block_size,
+                                      double hysteresis, double min_heat,
+                                      const std::unordered_set<uint64_t>& exclude);
 
 struct PinControllerOptions {
   std::vector<ExpertId> fixed;        // from the pinned-experts file
   uint64_t learned_budget_bytes = 0;  // 0: no learned pins
   double hysteresis = 0.25;
-  double min_heat = 1.0;              // never pin an expert picked less than about once
-  std::filesystem::path heat_path;    // empty: the heat is not persisted
+  double min_heat = 1.0;                      // never pin an expert picked less than about once
+  std::filesystem::path heat_path;            // empty: the heat is not persisted
   std::chrono::milliseconds interval{10000};  // re-plan and save period; 0: only on Rebalance()
 };
 

@@ -25,7 +25,8 @@ namespace colibri::expert_source {
 
 class RoutingHeat {
  public:
-  RoutingHeat(std::string model, int n_layers, int n_experts, int top_k, double half_life_tokens = 4096);
+  RoutingHeat(std::string model, int n_layers, int n_experts, int top_k,
+              double half_life_tokens = 4096);
 
   void Record(std::span<const RoutingHint> hints);
   // Heat now (decayed to the current token clock).
@@ -44,7 +45,8 @@ class RoutingHeat {
 
  private:
   size_t Index(ExpertId id) const {
-    return static_cast<size_t>(id.layer) * static_cast<size_t>(n_experts_) + static_cast<size_t>(id.expert);
+    return static_cast<size_t>(id.layer) * static_cast<size_t>(n_experts_) +
+           static_cast<size_t>(id.expert);
   }
   double DecayedLocked(size_t i) const;
 
@@ -52,8 +54,8 @@ class RoutingHeat {
   const int n_layers_, n_experts_, top_k_;
   const double half_life_;
   mutable std::mutex mu_;
-  double clock_ = 0;            // tokens routed at layer 0
-  std::vector<double> heat_;    // as of stamp_[i]
+  double clock_ = 0;          // tokens routed at layer 0
+  std::vector<double> heat_;  // as of stamp_[i]
   std::vector<double> stamp_;
 };
 

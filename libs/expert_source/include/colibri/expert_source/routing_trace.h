@@ -97,7 +97,9 @@ std::vector<TraceAccess> TraceAccesses(const Trace& trace);
 struct ReplayResult {
   uint64_t lookups = 0;
   uint64_t hits = 0;
-  double hit_rate() const { return lookups ? static_cast<double>(hits) / static_cast<double>(lookups) : 0; }
+  double hit_rate() const {
+    return lookups ? static_cast<double>(hits) / static_cast<double>(lookups) : 0;
+  }
 };
 
 // Replays the accesses through a real CacheTier holding `capacity_blocks` blocks (unit-sized,
@@ -106,27 +108,31 @@ ReplayResult ReplayWithPolicy(const std::vector<TraceAccess>& accesses, uint64_t
                               CachePolicyKind policy, const CachePolicyParams& params);
 // The same with the budget split evenly per layer (one tier per layer, the remainder going to
 // the first layers) instead of one pool.
-ReplayResult ReplayPerLayer(const std::vector<TraceAccess>& accesses, int n_layers, uint64_t capacity_blocks,
-                            CachePolicyKind policy, int n_experts, int top_k);
+ReplayResult ReplayPerLayer(const std::vector<TraceAccess>& accesses, int n_layers,
+                            uint64_t capacity_blocks, CachePolicyKind policy, int n_experts,
+                            int top_k);
 
 struct PrefetchReplayResult {
   uint64_t lookups = 0;
-  uint64_t hits = 0;             // resident at the demand (prefetched blocks included)
-  uint64_t prefetch_hits = 0;    // of those, blocks a prefetch had read: in time by construction
-  uint64_t prefetch_reads = 0;   // blocks read by prefetch
-  uint64_t prefetch_wasted = 0;  // prefetch reads no demand used
-  uint64_t prefetch_dropped = 0; // predictions not read: no room without evicting guarded blocks
-  uint64_t wasted_bytes = 0;     // prefetch_wasted x the trace's block_bytes (x 1 without one)
+  uint64_t hits = 0;              // resident at the demand (prefetched blocks included)
+  uint64_t prefetch_hits = 0;     // of those, blocks a prefetch had read: in time by construction
+  uint64_t prefetch_reads = 0;    // blocks read by prefetch
+  uint64_t prefetch_wasted = 0;   // prefetch reads no demand used
+  uint64_t prefetch_dropped = 0;  // predictions not read: no room without evicting guarded blocks
+  uint64_t wasted_bytes = 0;      // prefetch_wasted x the trace's block_bytes (x 1 without one)
   // Demanded blocks that were resident, whether cached or prefetched in time.
-  double coverage() const { return lookups ? static_cast<double>(hits) / static_cast<double>(lookups) : 0; }
+  double coverage() const {
+    return lookups ? static_cast<double>(hits) / static_cast<double>(lookups) : 0;
+  }
 };
 // Replays the accesses as the engine runs them, through a real CacheTier of `capacity_blocks`
 // unit blocks: per layer, Prefetch(the predictions of the next `depth` layers, nearest first),
 // Hint, Cancel(the layer's mispredicted blocks), FetchMany. Every prefetch completes before the
 // next demand (the bound for a disk fast enough to read a prediction within a layer's compute);
 // a prefetched block is guarded for two tokens. depth 0: no prefetch.
-PrefetchReplayResult ReplayWithPrefetch(const std::vector<TraceAccess>& accesses, uint64_t capacity_blocks,
-                                        CachePolicyKind policy, const CachePolicyParams& params, int depth,
+PrefetchReplayResult ReplayWithPrefetch(const std::vector<TraceAccess>& accesses,
+                                        uint64_t capacity_blocks, CachePolicyKind policy,
+                                        const CachePolicyParams& params, int depth,
                                         uint64_t block_bytes);
 // Belady's MIN: the offline optimum for the same accesses and capacity (every miss admitted,
 // the block whose next use is furthest away evicted).

@@ -34,7 +34,7 @@ struct SyntheticRouter {
   double rho_first = 0.2, rho_mid = 0.7, rho_last = 0.5;
   double cross_layer = 0.4;  // correlation of a token's innovation with the previous layer's
   int prompts = 12;
-  int min_tokens = 80, max_tokens = 254;  // decode tokens per prompt (uniform)
+  int min_tokens = 80, max_tokens = 254;             // decode tokens per prompt (uniform)
   std::vector<double> lookahead_noise = {0.6, 0.9};  // per depth; empty: no predictions
   bool partial_probs = false;  // record only the chosen experts' gate weights, as public dumps do
   uint64_t block_bytes = 0;

@@ -16,11 +16,12 @@ namespace colibri::generation {
 
 struct SamplingParams {
   float temperature = 0.0f;
-  float top_p = 1.0f;              // <= 0 or >= 1: disabled
-  int32_t top_k = 0;               // <= 0: disabled
-  float min_p = 0.0f;              // <= 0: disabled
+  float top_p = 1.0f;  // <= 0 or >= 1: disabled
+  int32_t top_k = 0;   // <= 0: disabled
+  float min_p = 0.0f;  // <= 0: disabled
   uint64_t seed = 0;
-  float repetition_penalty = 1.0f; // <= 0 or 1: disabled (divides positive logits, multiplies negative)
+  float repetition_penalty =
+      1.0f;  // <= 0 or 1: disabled (divides positive logits, multiplies negative)
   float presence_penalty = 0.0f;   // subtracted once per token id present in the history
   float frequency_penalty = 0.0f;  // subtracted per occurrence in the history
   int32_t top_logprobs = 0;        // report this many alternatives (0..20)
@@ -36,8 +37,8 @@ absl::Status ValidateSamplingParams(const SamplingParams& params);
 
 struct SampledToken {
   int32_t id = 0;
-  float logprob = 0.0f;                            // when logprobs requested
-  std::vector<std::pair<int32_t, float>> top;      // top_logprobs alternatives, best first
+  float logprob = 0.0f;                        // when logprobs requested
+  std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives, best first
 };
 
 enum class FinishReason { kStop, kLength, kCancelled };
@@ -47,8 +48,8 @@ enum class FinishReason { kStop, kLength, kCancelled };
 struct Request {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
-  int64_t max_tokens = 256;         // 0: score the prompt only
-  std::vector<int32_t> stop_tokens; // in addition to the model's EOS ids unless ignore_eos
+  int64_t max_tokens = 256;          // 0: score the prompt only
+  std::vector<int32_t> stop_tokens;  // in addition to the model's EOS ids unless ignore_eos
   bool ignore_eos = false;
   // Until this many tokens are generated, EOS and the stop tokens are masked out of sampling
   // (vLLM's and llama-server's min_tokens); at most max_tokens.

@@ -45,11 +45,10 @@ void AddJsonRoutes(httplib::Server& server, const std::vector<HttpRoute>& routes
 // without "Authorization: Bearer KEY".
 class MetricsServer {
  public:
-  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& host, int port,
-                                                              std::shared_ptr<prometheus::Registry> registry,
-                                                              std::function<void()> before_scrape = {},
-                                                              std::vector<HttpRoute> routes = {},
-                                                              auth::HttpPolicy access = {});
+  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
+      const std::string& host, int port, std::shared_ptr<prometheus::Registry> registry,
+      std::function<void()> before_scrape = {}, std::vector<HttpRoute> routes = {},
+      auth::HttpPolicy access = {});
   ~MetricsServer();
   int port() const { return port_; }
 

@@ -19,10 +19,10 @@ namespace colibri::model {
 // A read-only view of one tensor's bytes in memory.
 struct TensorView {
   quant::DType dtype = quant::DType::kF32;
-  int64_t rows = 0;   // outer dimension(s) flattened
-  int64_t cols = 0;   // innermost dimension (elements per row)
+  int64_t rows = 0;  // outer dimension(s) flattened
+  int64_t cols = 0;  // innermost dimension (elements per row)
   const uint8_t* data = nullptr;
-  size_t size = 0;    // bytes
+  size_t size = 0;  // bytes
 };
 
 TensorView ViewOf(const TensorEntry& entry, const uint8_t* base);
@@ -37,7 +37,7 @@ class ContainerWriter {
     bool overwrite = false;      // replace an existing <out>
   };
   struct Part {
-    std::string name;            // gate | up | down; gate_bias | up_bias | down_bias (F32 [1, n])
+    std::string name;  // gate | up | down; gate_bias | up_bias | down_bias (F32 [1, n])
     quant::DType dtype;
     std::vector<int64_t> shape;  // [rows, cols]
     std::span<const uint8_t> bytes;
@@ -65,11 +65,12 @@ class ContainerWriter {
 
  private:
   ContainerWriter() = default;
-  absl::Status AppendAligned(std::FILE* f, uint64_t* pos, uint64_t align, std::span<const uint8_t> bytes,
-                             const std::filesystem::path& path);
+  absl::Status AppendAligned(std::FILE* f, uint64_t* pos, uint64_t align,
+                             std::span<const uint8_t> bytes, const std::filesystem::path& path);
   // Appends one checksummed tensor to `file` (dense.bin or extra.bin) and lists it in `list`.
-  absl::Status AddTensor(std::FILE* f, uint64_t* pos, const std::string& file, std::vector<TensorEntry>* list,
-                         const std::string& name, quant::DType dtype, std::vector<int64_t> shape,
+  absl::Status AddTensor(std::FILE* f, uint64_t* pos, const std::string& file,
+                         std::vector<TensorEntry>* list, const std::string& name,
+                         quant::DType dtype, std::vector<int64_t> shape,
                          std::span<const uint8_t> bytes);
 
   std::filesystem::path out_, partial_;

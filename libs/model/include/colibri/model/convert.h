@@ -21,7 +21,7 @@ struct ConvertOptions {
   // the mixed presets q5_k_m, q4_k_m, q3_k_m, or keep (GGUF: blocks copied unchanged).
   // Norms, biases and routers stay F32.
   std::string quantize = "f16";
-  std::string name;              // model name in the manifest; default: output directory name
+  std::string name;  // model name in the manifest; default: output directory name
   bool split_experts = false;
   bool overwrite = false;
   // Called after each tensor group with the source bytes read so far and in all (done may pass
@@ -31,8 +31,8 @@ struct ConvertOptions {
 
 // Hugging Face directory (config.json + model.safetensors or a sharded index; F32/F16/BF16
 // tensors) of a supported family -> colibri model directory.
-absl::Status ConvertHuggingFace(const std::filesystem::path& input, const std::filesystem::path& output,
-                                const ConvertOptions& options);
+absl::Status ConvertHuggingFace(const std::filesystem::path& input,
+                                const std::filesystem::path& output, const ConvertOptions& options);
 
 // GGUF file (v2/v3) of architecture llama (with experts: Mixtral), qwen2moe, olmoe or qwen3moe
 // -> colibri model directory: stacked expert tensors split into one block per expert, blocks
@@ -40,7 +40,8 @@ absl::Status ConvertHuggingFace(const std::filesystem::path& input, const std::f
 absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& file);
 // The `<arch>.rope.scaling.*` keys (none, linear, yarn); `context` is the YaRN original context
 // when the file has no rope.scaling.original_context_length.
-absl::StatusOr<RopeScaling> RopeScalingFromGguf(const GgufFile& file, const std::string& arch, int64_t context);
+absl::StatusOr<RopeScaling> RopeScalingFromGguf(const GgufFile& file, const std::string& arch,
+                                                int64_t context);
 absl::Status ConvertGguf(const std::filesystem::path& input, const std::filesystem::path& output,
                          const ConvertOptions& options);
 

@@ -111,7 +111,7 @@ struct GgufTensorInfo {
   quant::DType type = quant::DType::kF32;
   uint64_t offset = 0;  // from the start of the data section of its file (part)
   uint64_t size_bytes = 0;
-  uint32_t part = 0;    // which file of a split model holds it (0: the first / only one)
+  uint32_t part = 0;  // which file of a split model holds it (0: the first / only one)
 
   int64_t num_elements() const;
   int64_t num_rows() const;  // num_elements() / dims[0] (1 for a scalar)

@@ -29,6 +29,7 @@ struct HubEnvironment {
 //  - `org/name` (not an existing path): <cache>/models--org--name resolved as above.
 // NotFound naming the cache directory and the download command when `org/name` is not cached;
 // FailedPrecondition when an entry has several snapshots and no refs/main, or none at all.
-absl::StatusOr<std::filesystem::path> ResolveModelInput(const std::string& input, const HubEnvironment& env);
+absl::StatusOr<std::filesystem::path> ResolveModelInput(const std::string& input,
+                                                        const HubEnvironment& env);
 
 }  // namespace colibri::model

@@ -30,12 +30,12 @@ inline constexpr uint64_t kExpertBlockAlignment = 4096;
 inline constexpr uint64_t kDenseAlignment = 64;
 
 struct TensorEntry {
-  std::string name;              // canonical: token_embd, output_norm, output, blk.N.attn_q, ...
+  std::string name;  // canonical: token_embd, output_norm, output, blk.N.attn_q, ...
   quant::DType dtype = quant::DType::kF32;
-  std::vector<int64_t> shape;    // outermost first
-  uint64_t offset = 0;           // in dense.bin (dense) or inside the block (expert parts)
-  uint64_t size = 0;             // bytes
-  uint64_t checksum = 0;         // dense tensors only
+  std::vector<int64_t> shape;  // outermost first
+  uint64_t offset = 0;         // in dense.bin (dense) or inside the block (expert parts)
+  uint64_t size = 0;           // bytes
+  uint64_t checksum = 0;       // dense tensors only
 
   int64_t numel() const;
   int64_t rows() const { return shape.size() == 2 ? shape[0] : 1; }
@@ -45,10 +45,10 @@ struct TensorEntry {
 struct ExpertBlock {
   int64_t layer = 0;
   int64_t expert = 0;
-  std::string file;              // relative to the model directory
-  uint64_t offset = 0;           // 4 KiB aligned
-  uint64_t size = 0;             // bytes covered by the checksum
-  uint64_t padded_size = 0;      // size rounded up to 4 KiB: what an O_DIRECT read fetches
+  std::string file;          // relative to the model directory
+  uint64_t offset = 0;       // 4 KiB aligned
+  uint64_t size = 0;         // bytes covered by the checksum
+  uint64_t padded_size = 0;  // size rounded up to 4 KiB: what an O_DIRECT read fetches
   uint64_t checksum = 0;
   std::vector<TensorEntry> parts;  // gate [ffn, hidden], up [ffn, hidden], down [hidden, ffn]
 
@@ -84,8 +84,10 @@ struct Manifest {
     return static_cast<size_t>(config.MoeLayerRank(layer) * config.n_experts + expert);
   }
   // Requires HasExpert(layer, expert).
-  const ExpertBlock& Expert(int64_t layer, int64_t expert) const { return experts[ExpertIndex(layer, expert)]; }
-  uint64_t TotalExpertBytes() const;   // checksummed bytes of every block
+  const ExpertBlock& Expert(int64_t layer, int64_t expert) const {
+    return experts[ExpertIndex(layer, expert)];
+  }
+  uint64_t TotalExpertBytes() const;  // checksummed bytes of every block
   // Bytes of every block rounded to 4 KiB: what reading them all (O_DIRECT) moves and what a
   // cache tier holding them all takes.
   uint64_t PaddedExpertBytes() const;

@@ -33,24 +33,24 @@ enum class GroupScoring { kMax, kTopTwoSum };
 
 struct ModelConfig {
   Architecture architecture = Architecture::kMixtral;
-  int64_t hidden_size = 0;         // d_model
+  int64_t hidden_size = 0;  // d_model
   int64_t n_layers = 0;
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
-  int64_t expert_ffn = 0;          // d_ff of one routed expert
+  int64_t expert_ffn = 0;  // d_ff of one routed expert
   int64_t n_experts = 0;
   int64_t top_k = 0;
-  int64_t shared_expert_ffn = 0;   // 0: no shared expert; else its d_ff (all shared experts fused)
+  int64_t shared_expert_ffn = 0;  // 0: no shared expert; else its d_ff (all shared experts fused)
   bool shared_expert_gated = false;  // Qwen2-MoE: scaled by sigmoid(ffn_gate_inp_shexp . h)
   int64_t vocab_size = 0;
   int64_t context_length = 4096;
   double rms_norm_eps = 1e-5;
   double rope_theta = 1e6;
   RopeStyle rope_style = RopeStyle::kHalfSplit;
-  int64_t rope_dims = 0;           // rotated dims per head (partial rotary); 0: all of head_dim
+  int64_t rope_dims = 0;  // rotated dims per head (partial rotary); 0: all of head_dim
   RopeScaling rope_scaling;
-  double attention_scale = 0;      // softmax scale of q·k; 0: 1/sqrt(head_dim)
+  double attention_scale = 0;  // softmax scale of q·k; 0: 1/sqrt(head_dim)
   QkNorm qk_norm = QkNorm::kNone;
   bool qkv_bias = false;
   // Routing. Scores come from `router_scoring`; with `router_bias` a per-expert bias
@@ -63,7 +63,7 @@ struct ModelConfig {
   int64_t n_expert_groups = 1;
   int64_t topk_groups = 1;
   GroupScoring group_scoring = GroupScoring::kTopTwoSum;
-  bool norm_topk_prob = true;      // renormalise the k routing weights to sum to 1
+  bool norm_topk_prob = true;  // renormalise the k routing weights to sum to 1
   double routed_scaling_factor = 1.0;
   // Layers with a dense SwiGLU MLP of `dense_ffn` instead of experts (ascending; DeepSeek's
   // first_k_dense_replace, Qwen-MoE's mlp_only_layers / decoder_sparse_step). Their weights
@@ -103,8 +103,8 @@ struct ModelConfig {
   // (its own included) when sliding_layers[l] is true; empty sliding_layers: no sliding layer.
   int64_t sliding_window = 0;
   std::vector<bool> sliding_layers;
-  bool attn_sinks = false;          // a learned logit per head in each softmax denominator
-  bool attn_output_bias = false;    // o_proj has a bias
+  bool attn_sinks = false;        // a learned logit per head in each softmax denominator
+  bool attn_output_bias = false;  // o_proj has a bias
   // router_bias (above): gpt-oss adds it to the logits, which also changes the weights.
   bool softmax_after_topk = false;  // top-k of the logits first, softmax over the k selected
   bool expert_bias = false;         // gate/up/down biases per expert (parts of the expert block)
@@ -113,7 +113,8 @@ struct ModelConfig {
   double swiglu_limit = 0;
 
   bool IsSliding(int64_t layer) const {
-    return sliding_window > 0 && layer >= 0 && layer < static_cast<int64_t>(sliding_layers.size()) &&
+    return sliding_window > 0 && layer >= 0 &&
+           layer < static_cast<int64_t>(sliding_layers.size()) &&
            sliding_layers[static_cast<size_t>(layer)];
   }
 

@@ -19,10 +19,23 @@
 namespace colibri::model {
 
 enum class TensorKind {
-  kEmbedding, kOutput, kAttnQ, kAttnK, kAttnV, kAttnOutput,
-  kExpertGate, kExpertUp, kExpertDown, kSharedGate, kSharedUp, kSharedDown,
-  kDenseGate, kDenseUp, kDenseDown,  // the MLP of a dense layer
-  kRouter, kVector,
+  kEmbedding,
+  kOutput,
+  kAttnQ,
+  kAttnK,
+  kAttnV,
+  kAttnOutput,
+  kExpertGate,
+  kExpertUp,
+  kExpertDown,
+  kSharedGate,
+  kSharedUp,
+  kSharedDown,
+  kDenseGate,
+  kDenseUp,
+  kDenseDown,  // the MLP of a dense layer
+  kRouter,
+  kVector,
 };
 
 struct TensorRole {

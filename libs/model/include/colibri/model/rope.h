@@ -50,7 +50,8 @@ RopeTable MakeRopeTable(double theta, int64_t n_rot, const RopeScaling& scaling)
 // config's max_position_embeddings, the YaRN original context when the object has none. Types
 // whose frequencies depend on the sequence (dynamic NTK) or that no supported family uses are
 // refused, naming the type.
-absl::StatusOr<RopeScaling> RopeScalingFromHuggingFace(const nlohmann::json& rope_scaling, int64_t max_position,
+absl::StatusOr<RopeScaling> RopeScalingFromHuggingFace(const nlohmann::json& rope_scaling,
+                                                       int64_t max_position,
                                                        const std::string& where);
 
 // Manifest form: the Hugging Face object with every field written out (type "default": none).

@@ -22,9 +22,9 @@ enum class StDType { kF32, kF16, kBF16, kF8E4M3, kF64, kI64, kI32, kI16, kI8, kU
 struct SafetensorsTensor {
   std::string name;
   StDType dtype = StDType::kF32;
-  std::string dtype_name;           // as written in the header ("F32", "BF16", ...)
-  std::vector<int64_t> shape;       // row-major, outermost first (as PyTorch)
-  std::span<const uint8_t> data;    // exactly numel * element size bytes
+  std::string dtype_name;         // as written in the header ("F32", "BF16", ...)
+  std::vector<int64_t> shape;     // row-major, outermost first (as PyTorch)
+  std::span<const uint8_t> data;  // exactly numel * element size bytes
 
   int64_t numel() const;
 };
@@ -47,7 +47,8 @@ class SafetensorsFile {
 // A whole checkpoint directory: model.safetensors, or shards via model.safetensors.index.json.
 class SafetensorsCheckpoint {
  public:
-  static absl::StatusOr<std::unique_ptr<SafetensorsCheckpoint>> Open(const std::filesystem::path& dir);
+  static absl::StatusOr<std::unique_ptr<SafetensorsCheckpoint>> Open(
+      const std::filesystem::path& dir);
 
   const SafetensorsTensor* Find(const std::string& name) const;
   // Like Find, but a missing tensor is a NotFound error naming it and the directory.

@@ -22,13 +22,13 @@ namespace colibri::model {
 
 struct SyntheticModelOptions {
   std::string name = "synthetic";
-  ModelConfig config;                   // see DefaultSyntheticConfig(); dense layers, shared
-                                        // experts and the router bias as the config says
+  ModelConfig config;                       // see DefaultSyntheticConfig(); dense layers, shared
+                                            // experts and the router bias as the config says
   quant::DType dtype = quant::DType::kF32;  // matrices (norms and routers stay f32)
   uint64_t seed = 1;
-  float residual_scale = 1.0f;          // scale of attn_output and expert down projections
-  float embedding_shared = 0.0f;        // 0..1: weight of the shared direction in embeddings
-  float router_scale = 2.0f;            // router logits ~ N(0, router_scale^2) per expert
+  float residual_scale = 1.0f;    // scale of attn_output and expert down projections
+  float embedding_shared = 0.0f;  // 0..1: weight of the shared direction in embeddings
+  float router_scale = 2.0f;      // router logits ~ N(0, router_scale^2) per expert
   bool split_experts = false;
   bool overwrite = true;
 };
@@ -36,6 +36,7 @@ struct SyntheticModelOptions {
 // hidden 32, expert ffn 64, 2 layers, 4 experts top-2, vocab 64: a test fixture.
 ModelConfig DefaultSyntheticConfig();
 
-absl::Status WriteSyntheticModel(const std::filesystem::path& dir, const SyntheticModelOptions& options);
+absl::Status WriteSyntheticModel(const std::filesystem::path& dir,
+                                 const SyntheticModelOptions& options);
 
 }  // namespace colibri::model

@@ -34,21 +34,24 @@ struct Finding {
 
 // Completeness (and, deep, checksums) of a model directory. `model` is filled when the
 // manifest could be read.
-std::vector<Finding> CheckModelDirectory(const std::filesystem::path& dir, bool deep, ModelFacts* model);
+std::vector<Finding> CheckModelDirectory(const std::filesystem::path& dir, bool deep,
+                                         ModelFacts* model);
 
 // The storage under `dir`: described from `roots` (fake trees in tests); free space and
 // O_DIRECT (of `probe_file`, when it exists) measured on the real path.
-std::vector<Finding> CheckStorage(const std::filesystem::path& dir, const std::filesystem::path& probe_file,
+std::vector<Finding> CheckStorage(const std::filesystem::path& dir,
+                                  const std::filesystem::path& probe_file,
                                   const sysinfo::Roots& roots);
 
 // Memory against the plan for `model` (nullptr: only swap is checked).
-std::vector<Finding> CheckMemory(const MachineFacts& machine, const ModelFacts* model, const PlanRequest& request);
+std::vector<Finding> CheckMemory(const MachineFacts& machine, const ModelFacts* model,
+                                 const PlanRequest& request);
 
 struct CudaFacts {
   bool built = false;
   int device_count = 0;
-  int driver_version = 0;   // cudaDriverGetVersion: 12040 = 12.4
-  int runtime_version = 0;  // cudaRuntimeGetVersion
+  int driver_version = 0;           // cudaDriverGetVersion: 12040 = 12.4
+  int runtime_version = 0;          // cudaRuntimeGetVersion
   std::string build_architectures;  // CMAKE_CUDA_ARCHITECTURES, e.g. "80-real;86-real;89-real;90"
   std::vector<GpuFacts> gpus;
 };

@@ -23,7 +23,7 @@ struct GpuFacts {
 struct DiskFacts {
   std::string path;  // a directory on the disk (the model directory, or a --disk)
   sysinfo::DiskKind kind = sysinfo::DiskKind::kUnknown;
-  std::string device;             // nvme0n1, sda, vda ("" when none)
+  std::string device;                // nvme0n1, sda, vda ("" when none)
   double read_bytes_per_second = 0;  // measured random reads of expert blocks (0: not measured)
   bool read_direct = false;          // the measurement used O_DIRECT
 };

@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <string>
 
-
 namespace colibri::plan {
 
 struct KvLimitInputs {

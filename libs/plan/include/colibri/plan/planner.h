@@ -55,10 +55,10 @@ struct Plan {
   Choice<uint64_t> kv_cache_bytes;
   Choice<int> prefetch_layers;
   Choice<int> io_threads;
-  double expected_hit_rate = 0;        // expert reads served by the cache, warm
-  double disk_bytes_per_token = 0;     // expert bytes read from disk per decoded token
+  double expected_hit_rate = 0;     // expert reads served by the cache, warm
+  double disk_bytes_per_token = 0;  // expert bytes read from disk per decoded token
   double expected_decode_tps = 0;
-  std::string bottleneck;              // disk | memory bandwidth | compute | PCIe
+  std::string bottleneck;  // disk | memory bandwidth | compute | PCIe
   std::string estimate_reason;
   std::vector<std::string> warnings;
 };
@@ -66,7 +66,8 @@ struct Plan {
 // ResourceExhausted when the model cannot run at all (dense weights and two expert blocks do
 // not fit, naming the numbers); FailedPrecondition for --backend cuda without a GPU in the
 // facts; InvalidArgument for an unknown backend.
-absl::StatusOr<Plan> MakePlan(const MachineFacts& machine, const ModelFacts& model, const PlanRequest& request);
+absl::StatusOr<Plan> MakePlan(const MachineFacts& machine, const ModelFacts& model,
+                              const PlanRequest& request);
 
 // Bytes/s a disk of this kind gives random block reads when not measured.
 double TypicalReadBandwidth(sysinfo::DiskKind kind);

@@ -21,16 +21,17 @@
 namespace colibri::plan {
 
 struct ProbeOptions {
-  std::filesystem::path model_dir;      // disks[0]
+  std::filesystem::path model_dir;       // disks[0]
   std::vector<std::string> extra_disks;  // --disk directories (described, not measured)
-  bool measure = false;                 // measure read and memory bandwidth
+  bool measure = false;                  // measure read and memory bandwidth
   double read_seconds = 0.5;
   int read_threads = 4;
   sysinfo::Roots roots;
 };
 
 // `container` may be null (no read measurement, the model directory's disk still described).
-absl::StatusOr<MachineFacts> ProbeMachine(const ProbeOptions& options, const model::Container* container);
+absl::StatusOr<MachineFacts> ProbeMachine(const ProbeOptions& options,
+                                          const model::Container* container);
 
 // The CUDA side of the machine for the doctor: build, driver/runtime versions, devices.
 CudaFacts ProbeCuda(const MachineFacts& machine);

@@ -182,7 +182,7 @@ static_assert(sizeof(BlockIQ2_XS) == 74, "IQ2_XS block must be 74 bytes");
 // qh[g] << 8; its 8 sign bits are qs[32 + 4g + l] (bit j negates value j, no parity rule).
 // Scales as IQ2_XS: y = d * (0.5 + s) * 0.25 * grid * sign.
 struct BlockIQ2_S {
-  uint16_t d;  // f16
+  uint16_t d;             // f16
   uint8_t qs[kQK_K / 4];  // 32 bytes of grid indices, then 32 bytes of signs
   uint8_t qh[kQK_K / 32];
   uint8_t scales[kQK_K / 32];
@@ -237,7 +237,8 @@ static_assert(sizeof(BlockIQ1_M) == 56, "IQ1_M block must be 56 bytes");
 // MXFP4 (OCP microscaling, gpt-oss): 32 e2m1 values sharing a power-of-two scale
 // 2^(e - 127); nibbles laid out as in Q4_0. kMxfp4Values holds the e2m1 levels doubled (GGML's
 // int8 table), so y = 2^(e - 128) * kMxfp4Values[nibble].
-inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+inline constexpr int8_t kMxfp4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
 
 struct BlockMXFP4 {
   uint8_t e;  // E8M0 exponent

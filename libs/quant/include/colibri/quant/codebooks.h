@@ -16,12 +16,12 @@ struct Codebook {
   T v[kPoints];
 };
 
-extern const Codebook<uint64_t, 256> kIq2xxsGrid;   // bytes from {8, 25, 43}
-extern const Codebook<uint64_t, 512> kIq2xsGrid;    // bytes from {8, 25, 43}
-extern const Codebook<uint64_t, 1024> kIq2sGrid;    // bytes from {8, 25, 43}
-extern const Codebook<uint32_t, 256> kIq3xxsGrid;   // bytes from {4, 12, ..., 52, 62}
-extern const Codebook<uint32_t, 512> kIq3sGrid;     // bytes from {1, 3, ..., 15}
-extern const Codebook<uint64_t, 2048> kIq1sGrid;    // int8 bytes from {-1, 0, 1}
+extern const Codebook<uint64_t, 256> kIq2xxsGrid;  // bytes from {8, 25, 43}
+extern const Codebook<uint64_t, 512> kIq2xsGrid;   // bytes from {8, 25, 43}
+extern const Codebook<uint64_t, 1024> kIq2sGrid;   // bytes from {8, 25, 43}
+extern const Codebook<uint32_t, 256> kIq3xxsGrid;  // bytes from {4, 12, ..., 52, 62}
+extern const Codebook<uint32_t, 512> kIq3sGrid;    // bytes from {1, 3, ..., 15}
+extern const Codebook<uint64_t, 2048> kIq1sGrid;   // int8 bytes from {-1, 0, 1}
 
 // The 128 sign patterns with an even number of negatives: a 7-bit field i gives i plus, in bit
 // 7, the parity of i. Bit j set negates value j.

@@ -35,7 +35,8 @@ class Arrivals {
   // Waits for `count` completions and calls on_ready(i, lease) for each, in arrival order, with
   // no lock held. Returns the first failed completion's status, or DeadlineExceeded with
   // `timeout_message` when `deadline` passes first; the remaining completions are not handed out.
-  absl::Status Drain(size_t count, std::chrono::steady_clock::time_point deadline, const std::string& timeout_message,
+  absl::Status Drain(size_t count, std::chrono::steady_clock::time_point deadline,
+                     const std::string& timeout_message,
                      const std::function<void(size_t, expert_source::Lease)>& on_ready) {
     std::unique_lock<std::mutex> lock(state_->mu);
     for (size_t handed = 0; handed < count; ++handed) {

@@ -55,9 +55,11 @@ class MultiStoreSource final : public expert_source::ExpertSource {
                                                                    const model::Manifest* manifest);
   ~MultiStoreSource() override;
 
-  absl::StatusOr<expert_source::Lease> Fetch(expert_source::ExpertId id, expert_source::Priority priority) override;
-  absl::Status FetchMany(std::span<const expert_source::ExpertId> ids,
-                         const std::function<void(size_t, expert_source::Lease)>& on_ready) override;
+  absl::StatusOr<expert_source::Lease> Fetch(expert_source::ExpertId id,
+                                             expert_source::Priority priority) override;
+  absl::Status FetchMany(
+      std::span<const expert_source::ExpertId> ids,
+      const std::function<void(size_t, expert_source::Lease)>& on_ready) override;
   uint64_t BlockSize(expert_source::ExpertId id) const override;
 
   // Adds a store to a running source; it takes reads once a probe finds it up.
@@ -87,7 +89,8 @@ class MultiStoreSource final : public expert_source::ExpertSource {
   void AttemptOnce(const std::shared_ptr<Request>& req);
   void MarkDown(Store& store, const absl::Status& why);
   void ProbeLoop();
-  absl::Status RunMany(std::span<const expert_source::ExpertId> ids, expert_source::Priority priority,
+  absl::Status RunMany(std::span<const expert_source::ExpertId> ids,
+                       expert_source::Priority priority,
                        const std::function<void(size_t, expert_source::Lease)>& on_ready);
 
   const MultiStoreOptions options_;

@@ -24,7 +24,8 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Response> {
  public:
   using Producer = std::function<grpc::Status(QueuedWriteReactor*)>;
 
-  QueuedWriteReactor(ThreadPool* executor, Producer produce, size_t max_queued = 1024) : max_queued_(max_queued) {
+  QueuedWriteReactor(ThreadPool* executor, Producer produce, size_t max_queued = 1024)
+      : max_queued_(max_queued) {
     executor->Submit([this, produce = std::move(produce)] {
       grpc::Status status = produce(this);
       bool last;
@@ -104,8 +105,9 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Response> {
     }
     if (!producer_done_) return;
     finished_ = true;
-    this->Finish(broken_ && final_status_.ok() ? grpc::Status(grpc::StatusCode::CANCELLED, "cancelled")
-                                               : final_status_);
+    this->Finish(broken_ && final_status_.ok()
+                     ? grpc::Status(grpc::StatusCode::CANCELLED, "cancelled")
+                     : final_status_);
   }
 
   const size_t max_queued_;

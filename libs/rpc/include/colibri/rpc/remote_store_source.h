@@ -42,7 +42,8 @@ struct RemoteStoreOptions {
   std::string model;   // model name as the store knows it
   std::chrono::milliseconds fetch_timeout{60000};
   std::string client_name;  // sent as colibri-client metadata (the store's per-client metrics)
-  uint64_t shm_bytes = 0;   // > 0 with a unix: target: shared-memory delivery through a region this big
+  uint64_t shm_bytes =
+      0;  // > 0 with a unix: target: shared-memory delivery through a region this big
   // How the channel is secured (mutual TLS, or plaintext on loopback / unix). Null: plaintext,
   // refused for a non-loopback target.
   std::shared_ptr<const auth::Transport> transport;
@@ -65,17 +66,19 @@ class RemoteStoreSource final : public expert_source::ExpertSource {
   // `manifest` (the model's, read by compute) must outlive the source; it gives block sizes
   // and the checksums every received block is verified against. Fails (Unavailable, NotFound)
   // when the store is unreachable or does not hold the model.
-  static absl::StatusOr<std::unique_ptr<RemoteStoreSource>> Connect(const RemoteStoreOptions& options,
-                                                                    const model::Manifest* manifest);
+  static absl::StatusOr<std::unique_ptr<RemoteStoreSource>> Connect(
+      const RemoteStoreOptions& options, const model::Manifest* manifest);
   // As Connect, without contacting the store (call Probe() to learn what it holds). Fails only
   // for a malformed target or one the transport refuses (InvalidArgument).
-  static absl::StatusOr<std::unique_ptr<RemoteStoreSource>> Create(const RemoteStoreOptions& options,
-                                                                   const model::Manifest* manifest);
+  static absl::StatusOr<std::unique_ptr<RemoteStoreSource>> Create(
+      const RemoteStoreOptions& options, const model::Manifest* manifest);
   ~RemoteStoreSource() override;
 
-  absl::StatusOr<expert_source::Lease> Fetch(expert_source::ExpertId id, expert_source::Priority priority) override;
-  absl::Status FetchMany(std::span<const expert_source::ExpertId> ids,
-                         const std::function<void(size_t, expert_source::Lease)>& on_ready) override;
+  absl::StatusOr<expert_source::Lease> Fetch(expert_source::ExpertId id,
+                                             expert_source::Priority priority) override;
+  absl::Status FetchMany(
+      std::span<const expert_source::ExpertId> ids,
+      const std::function<void(size_t, expert_source::Lease)>& on_ready) override;
   uint64_t BlockSize(expert_source::ExpertId id) const override;
   RemoteStoreStats Stats() const;
 
@@ -96,7 +99,9 @@ class RemoteStoreSource final : public expert_source::ExpertSource {
   void Abandon(uint64_t handle);
   // Called (on the reader thread) when a stream breaks, with or without fetches in flight.
   // Set before the first fetch.
-  void OnStreamBroken(std::function<void(const absl::Status&)> listener) { on_broken_ = std::move(listener); }
+  void OnStreamBroken(std::function<void(const absl::Status&)> listener) {
+    on_broken_ = std::move(listener);
+  }
 
  private:
   struct Pending {
@@ -122,15 +127,16 @@ class RemoteStoreSource final : public expert_source::ExpertSource {
   RemoteStoreSource(const RemoteStoreOptions& options, const model::Manifest* manifest);
   absl::Status EnsureStreamLocked();
   bool WriteLocked(std::unique_lock<std::mutex>& lock, const v1::FetchRequest& req);
-  void ReaderLoop(std::shared_ptr<grpc::ClientContext> ctx, std::shared_ptr<Stream> stream, uint64_t generation,
-                  std::shared_ptr<ShmArena> arena);
+  void ReaderLoop(std::shared_ptr<grpc::ClientContext> ctx, std::shared_ptr<Stream> stream,
+                  uint64_t generation, std::shared_ptr<ShmArena> arena);
   // Sends a request again on a new stream (once): it was written to a stream the store ended
   // as idle (status OK) before the reader saw the end. Fails it when that is not possible.
   void Resend(uint64_t rid);
   // Handles one response; appends completions to run after unlocking.
   void HandleResponseLocked(const v1::FetchResponse& resp, std::shared_ptr<ShmArena> arena,
                             std::vector<Completion>* out);
-  void FinishLocked(uint64_t rid, absl::StatusOr<expert_source::Lease> result, std::vector<Completion>* out);
+  void FinishLocked(uint64_t rid, absl::StatusOr<expert_source::Lease> result,
+                    std::vector<Completion>* out);
   static void Run(std::vector<Completion>& completions);
 
   const RemoteStoreOptions options_;

@@ -90,15 +90,18 @@ class BlockStore {
   const std::vector<std::unique_ptr<StoredModel>>& models() const { return models_; }
   const StoredModel* FindModel(std::string_view name) const;
   // The block, or NotFound naming the model and the expert.
-  absl::StatusOr<const BlockRecord*> FindBlock(std::string_view model, int64_t layer, int64_t expert,
+  absl::StatusOr<const BlockRecord*> FindBlock(std::string_view model, int64_t layer,
+                                               int64_t expert,
                                                const StoredModel** found = nullptr) const;
 
   // Reads the block into `dst` (>= padded_size bytes, 4 KiB aligned) and verifies it. `done`
   // runs once: on an engine thread, or inline before ReadInto returns on a read-cache hit.
-  void ReadInto(const StoredModel& model, const BlockRecord& block, uint8_t* dst, Priority priority, Done done);
+  void ReadInto(const StoredModel& model, const BlockRecord& block, uint8_t* dst, Priority priority,
+                Done done);
   // Reads the block into a shared buffer through the read cache (when there is one);
   // concurrent reads of one block are coalesced. `done` as for ReadInto.
-  void ReadShared(const StoredModel& model, const BlockRecord& block, Priority priority, SharedDone done);
+  void ReadShared(const StoredModel& model, const BlockRecord& block, Priority priority,
+                  SharedDone done);
 
   IoEngine& io() { return *io_; }
   // Engine disks: the striped disks by index, then one per plain model directory.
@@ -113,7 +116,8 @@ class BlockStore {
   BlockStore() = default;
   absl::Status AddStriped(const Catalog& catalog, const std::vector<std::filesystem::path>& roots);
   absl::Status AddModelDir(const std::filesystem::path& dir, uint32_t disk);
-  void ReadRaw(const StoredModel& model, const BlockRecord& block, uint8_t* dst, Priority priority, Done done);
+  void ReadRaw(const StoredModel& model, const BlockRecord& block, uint8_t* dst, Priority priority,
+               Done done);
   static uint64_t CacheKey(const StoredModel& model, const BlockRecord& block);
 
   std::unique_ptr<IoEngine> io_;

@@ -34,8 +34,8 @@ absl::StatusOr<std::filesystem::path> FindCatalog(std::span<const std::filesyste
 
 // The roots ordered by the catalog's disk indices. Errors name the disk: one the catalog
 // expects that was not given (or lost its identity file), one of another store, a duplicate.
-absl::StatusOr<std::vector<std::filesystem::path>> ResolveDisks(const StoreMeta& meta,
-                                                                std::span<const std::filesystem::path> roots);
+absl::StatusOr<std::vector<std::filesystem::path>> ResolveDisks(
+    const StoreMeta& meta, std::span<const std::filesystem::path> roots);
 
 // 32 random hex digits.
 std::string RandomId();

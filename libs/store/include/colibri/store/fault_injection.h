@@ -50,7 +50,8 @@ class FaultInjector {
 
   // Engine hook: a read of [offset, offset + length) on `disk` returned `*result` (bytes, or
   // -errno) into the buffers `dst`. May change `*result` and the bytes.
-  void AfterRead(uint32_t disk, uint64_t offset, uint64_t length, std::span<const iovec> dst, int64_t* result);
+  void AfterRead(uint32_t disk, uint64_t offset, uint64_t length, std::span<const iovec> dst,
+                 int64_t* result);
   uint64_t DiskBandwidth(uint32_t disk) const;
   // Times a rule of this kind fired.
   uint64_t fired(FaultKind kind) const { return fired_[static_cast<int>(kind)].load(); }

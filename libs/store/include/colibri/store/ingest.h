@@ -48,8 +48,8 @@ struct ImportResult {
   uint64_t bytes_written = 0;
 };
 
-absl::StatusOr<ImportResult> ImportModel(const std::filesystem::path& model_dir, const StoreLocation& store,
-                                         const ImportOptions& options);
+absl::StatusOr<ImportResult> ImportModel(const std::filesystem::path& model_dir,
+                                         const StoreLocation& store, const ImportOptions& options);
 
 struct ListedModel {
   ModelRecord record;

@@ -69,7 +69,8 @@ class IoEngine {
 
   // Reads [offset, offset + length) of `file` into `dst`. `offset`, `length` and `dst` must be
   // 4 KiB aligned (O_DIRECT). `done` gets OK once all bytes are in `dst`.
-  void Read(uint32_t file, uint64_t offset, uint64_t length, uint8_t* dst, Priority priority, Done done);
+  void Read(uint32_t file, uint64_t offset, uint64_t length, uint8_t* dst, Priority priority,
+            Done done);
   // Reads consecutive file bytes from `offset` into several buffers (each base and length 4 KiB
   // aligned): one request to the device for pieces that are contiguous on disk only.
   void ReadV(uint32_t file, uint64_t offset, std::vector<iovec> iov, Priority priority, Done done);

@@ -49,7 +49,8 @@ struct StripePlan {
 };
 
 // `padded_sizes` are multiples of 4 KiB; `stripe_size` a non-zero multiple of 4 KiB.
-StripePlan PlanStripes(std::span<const uint64_t> padded_sizes, uint64_t stripe_size, uint32_t n_disks);
+StripePlan PlanStripes(std::span<const uint64_t> padded_sizes, uint64_t stripe_size,
+                       uint32_t n_disks);
 
 // InvalidArgument unless `stripe_size` is a multiple of 4 KiB between 4 KiB and 64 MiB.
 absl::Status ValidateStripeSize(uint64_t stripe_size);
@@ -59,6 +60,7 @@ absl::Status ValidateStripeSize(uint64_t stripe_size);
 std::string ModelDirName(std::string_view model_name);
 
 // <disk root>/models/<ModelDirName>/stripes.bin
-std::filesystem::path StripeFilePath(const std::filesystem::path& disk_root, std::string_view model_name);
+std::filesystem::path StripeFilePath(const std::filesystem::path& disk_root,
+                                     std::string_view model_name);
 
 }  // namespace colibri::store

@@ -17,11 +17,14 @@ namespace colibri::store {
 class StripedSource final : public expert_source::ExpertSource {
  public:
   // NotFound when the store does not hold `model`.
-  static absl::StatusOr<std::unique_ptr<StripedSource>> Create(BlockStore* store, std::string_view model);
+  static absl::StatusOr<std::unique_ptr<StripedSource>> Create(BlockStore* store,
+                                                               std::string_view model);
 
-  absl::StatusOr<expert_source::Lease> Fetch(expert_source::ExpertId id, expert_source::Priority priority) override;
-  absl::Status FetchMany(std::span<const expert_source::ExpertId> ids,
-                         const std::function<void(size_t, expert_source::Lease)>& on_ready) override;
+  absl::StatusOr<expert_source::Lease> Fetch(expert_source::ExpertId id,
+                                             expert_source::Priority priority) override;
+  absl::Status FetchMany(
+      std::span<const expert_source::ExpertId> ids,
+      const std::function<void(size_t, expert_source::Lease)>& on_ready) override;
   uint64_t BlockSize(expert_source::ExpertId id) const override;
 
  private:

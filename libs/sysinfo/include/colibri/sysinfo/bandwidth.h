@@ -23,7 +23,7 @@ struct ReadExtent {
 
 struct ReadBandwidthOptions {
   int threads = 4;
-  double seconds = 0.5;     // time budget
+  double seconds = 0.5;             // time budget
   uint64_t max_bytes = 1ull << 30;  // stop after this much
   uint64_t seed = 1;
 };

@@ -26,7 +26,9 @@ struct MemoryFacts {
   uint64_t available_bytes = 0;  // MemAvailable
   uint64_t swap_total_bytes = 0;
   uint64_t swap_free_bytes = 0;
-  uint64_t swap_used_bytes() const { return swap_total_bytes - std::min(swap_free_bytes, swap_total_bytes); }
+  uint64_t swap_used_bytes() const {
+    return swap_total_bytes - std::min(swap_free_bytes, swap_total_bytes);
+  }
 };
 // <proc>/meminfo. NotFound without MemTotal or MemAvailable.
 absl::StatusOr<MemoryFacts> ReadMemory(const Roots& roots = {});

@@ -20,9 +20,9 @@ namespace colibri::sysinfo {
 
 struct MountFacts {
   std::string mount_point;
-  std::string fs_type;   // ext4, xfs, btrfs, tmpfs, overlay, nfs4, ...
-  std::string source;    // /dev/nvme0n1p2, tmpfs, server:/export
-  std::string options;   // per-mount and superblock options, comma-joined
+  std::string fs_type;  // ext4, xfs, btrfs, tmpfs, overlay, nfs4, ...
+  std::string source;   // /dev/nvme0n1p2, tmpfs, server:/export
+  std::string options;  // per-mount and superblock options, comma-joined
   uint32_t major = 0, minor = 0;
   bool HasOption(const std::string& option) const;  // exact match of one comma-separated item
 };
@@ -43,17 +43,18 @@ struct TemperatureFacts {
 };
 
 struct DiskFacts {
-  std::string device;     // the whole disk: nvme0n1, sda, vda (empty when none)
+  std::string device;  // the whole disk: nvme0n1, sda, vda (empty when none)
   DiskKind kind = DiskKind::kUnknown;
   std::string transport;  // nvme, sata, usb, virtio, scsi, dm (device-mapper over `device`)
   std::string model;      // device/model, trimmed
   bool rotational = false;
   std::optional<TemperatureFacts> temperature;  // hwmon under the disk's device, when present
-  std::string note;       // why kind is what it is, when not plain
+  std::string note;                             // why kind is what it is, when not plain
 };
 // The disk behind block device major:minor (a partition resolves to its disk, a device-mapper
 // volume to its first slave) from <sys>/dev/block/M:m. NotFound when sysfs has no such device.
-absl::StatusOr<DiskFacts> DescribeBlockDevice(uint32_t major, uint32_t minor, const Roots& roots = {});
+absl::StatusOr<DiskFacts> DescribeBlockDevice(uint32_t major, uint32_t minor,
+                                              const Roots& roots = {});
 // Mount and disk of a path in one: the disk of the mount's device, or, for filesystems without
 // one, kMemory (tmpfs, ramfs), kNetwork (nfs, cifs, fuse.sshfs, ...) or kUnknown (overlay: the
 // layers' disk is not named in mountinfo).
@@ -61,7 +62,8 @@ struct PathStorage {
   MountFacts mount;
   DiskFacts disk;
 };
-absl::StatusOr<PathStorage> DescribePathStorage(const std::filesystem::path& path, const Roots& roots = {});
+absl::StatusOr<PathStorage> DescribePathStorage(const std::filesystem::path& path,
+                                                const Roots& roots = {});
 
 struct SpaceFacts {
   uint64_t total_bytes = 0;

@@ -24,8 +24,8 @@
 namespace colibri::tokenizer {
 
 enum class ChatOutputFormat {
-  kPlain,  // the whole completion is content
-  kGlm45,  // <think> reasoning and <tool_call>/<arg_key>/<arg_value> calls (GLM-4.5, 4.6)
+  kPlain,    // the whole completion is content
+  kGlm45,    // <think> reasoning and <tool_call>/<arg_key>/<arg_value> calls (GLM-4.5, 4.6)
   kHarmony,  // gpt-oss's channels: analysis = reasoning, to=functions.NAME = tool calls
 };
 
@@ -40,8 +40,8 @@ bool DecodesSpecialTokens(ChatOutputFormat format);
 
 struct AssistantOutput {
   std::string content;
-  std::string reasoning_content;                            // "" = none
-  nlohmann::json tool_calls = nlohmann::json::array();      // OpenAI shape; arguments as a JSON string
+  std::string reasoning_content;                        // "" = none
+  nlohmann::json tool_calls = nlohmann::json::array();  // OpenAI shape; arguments as a JSON string
 };
 
 // Never fails: text that is not a complete, well-formed call (e.g. cut off by max_tokens) stays
@@ -64,7 +64,9 @@ class AssistantStream {
     std::string content;
     std::string reasoning_content;
     nlohmann::json tool_calls = nlohmann::json::array();  // new calls, OpenAI shape plus "index"
-    bool empty() const { return content.empty() && reasoning_content.empty() && tool_calls.empty(); }
+    bool empty() const {
+      return content.empty() && reasoning_content.empty() && tool_calls.empty();
+    }
   };
 
   AssistantStream(ChatOutputFormat format, std::string_view tools_json = "");

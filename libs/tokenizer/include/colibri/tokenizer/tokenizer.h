@@ -84,7 +84,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerFromJson(
 class StreamDecoder {
  public:
   // `skip_special` as in Tokenizer::Decode (false for formats whose markers are special tokens).
-  explicit StreamDecoder(const Tokenizer* tok, bool skip_special = true) : tok_(tok), skip_special_(skip_special) {}
+  explicit StreamDecoder(const Tokenizer* tok, bool skip_special = true)
+      : tok_(tok), skip_special_(skip_special) {}
   // Appends `id`; returns the newly completed text (possibly empty).
   std::string Push(int32_t id);
   // Whatever remains (an incomplete tail becomes U+FFFD).

@@ -21,7 +21,8 @@ class FakeCompute final : public ComputeClient {
     std::vector<std::vector<expert_source::ExpertId>> prefetches;
   };
 
-  FakeCompute(std::vector<int32_t> script, Log* log, generation::FinishReason finish = generation::FinishReason::kLength)
+  FakeCompute(std::vector<int32_t> script, Log* log,
+              generation::FinishReason finish = generation::FinishReason::kLength)
       : script_(std::move(script)), log_(log), finish_(finish) {}
 
   absl::StatusOr<ModelInfo> Info() override {
@@ -29,8 +30,9 @@ class FakeCompute final : public ComputeClient {
     return info_;
   }
 
-  absl::StatusOr<ComputeResult> Generate(const ComputeRequest& request,
-                                         const std::function<bool(const generation::SampledToken&)>& on_token) override {
+  absl::StatusOr<ComputeResult> Generate(
+      const ComputeRequest& request,
+      const std::function<bool(const generation::SampledToken&)>& on_token) override {
     log_->requests.push_back(request);
     if (!error_.ok() && !fail_after_script_) return error_;
     ComputeResult r;
@@ -65,7 +67,7 @@ class FakeCompute final : public ComputeClient {
   absl::Status prefetch_error_;  // what Prefetch answers (after logging the call)
 
   std::vector<expert_source::ExpertUse> counts_;  // the routing report every Generate returns
-  bool fail_after_script_ = false;   // stream the script, then return error_
+  bool fail_after_script_ = false;                // stream the script, then return error_
 
   ModelInfo info_{"tiny-moe", "mixtral", 512, 64};
   absl::Status error_;

@@ -15,10 +15,11 @@ class MicroModelDir {
  public:
   // `name` keeps suites of one binary apart.
   explicit MicroModelDir(const std::string& name)
-      : dir_(std::filesystem::temp_directory_path() / ("colibri_" + name + "_" + std::to_string(::getpid()))) {
+      : dir_(std::filesystem::temp_directory_path() /
+             ("colibri_" + name + "_" + std::to_string(::getpid()))) {
     std::filesystem::remove_all(dir_);
-    const std::string cmd =
-        "/usr/bin/python3 tools/gen_tiny_model.py --out '" + dir_.string() + "' --preset micro > /dev/null";
+    const std::string cmd = "/usr/bin/python3 tools/gen_tiny_model.py --out '" + dir_.string() +
+                            "' --preset micro > /dev/null";
     ok_ = std::system(cmd.c_str()) == 0;
   }
   ~MicroModelDir() { std::filesystem::remove_all(dir_); }
