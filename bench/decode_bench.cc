@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
   app.add_flag("--keep", keep, "leave the model in --dir");
   app.add_flag("--json", json, "one JSON object instead of the table");
   CLI11_PARSE(app, argc, argv);
-  if (threads <= 0) threads = colibri::PhysicalCoreCount();
+  if (threads <= 0) threads = colibri::UsableCoreCount();
   if (dense_quant.empty()) dense_quant = quant;
   auto dt = colibri::quant::ParseDType(quant);
   if (!dt.ok()) return Fail("--quant: " + std::string(dt.status().message()));

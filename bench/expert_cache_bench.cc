@@ -156,7 +156,7 @@ int RunDecode(const RunFlags& f) {
   if (!container.ok()) return Fail(std::string(container.status().message()));
   const auto& m = (*container)->manifest();
   auto backend = colibri::backend::CreateCpuBackend(
-      {.threads = f.threads > 0 ? f.threads : colibri::PhysicalCoreCount()});
+      {.threads = f.threads > 0 ? f.threads : colibri::UsableCoreCount()});
   std::unique_ptr<es::ExpertSource> origin;
   es::DiskSource* disk = nullptr;
   std::unique_ptr<colibri::compute::ExpertCache> cache;

@@ -479,7 +479,7 @@ void CpuBackend::ApplyExperts(const GroupedExpertsArgs& a) {
 }  // namespace
 
 std::unique_ptr<Backend> CreateCpuBackend(const CpuBackendOptions& options) {
-  int threads = options.threads > 0 ? options.threads : PhysicalCoreCount();
+  int threads = options.threads > 0 ? options.threads : UsableCoreCount();
   return std::make_unique<CpuBackend>(threads);
 }
 

@@ -1,10 +1,15 @@
 #include "colibri/core/thread_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -137,9 +142,10 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   call->cv.wait(lock, [&] { return call->joined.load() == 0; });
 }
 
-int CountPhysicalCores(std::string_view cpuinfo) {
+int CountPhysicalCores(std::string_view cpuinfo, const std::set<int>& allowed) {
   std::set<std::pair<std::string_view, std::string_view>> cores;
   std::string_view physical_id;
+  bool counted = true;  // the current processor is in `allowed`
   while (!cpuinfo.empty()) {
     const size_t eol = cpuinfo.find('\n');
     std::string_view line = cpuinfo.substr(0, eol);
@@ -152,19 +158,115 @@ int CountPhysicalCores(std::string_view cpuinfo) {
       return v;
     };
     const std::string_view key = trim(line.substr(0, colon)), value = trim(line.substr(colon + 1));
-    if (key == "processor") physical_id = {};
+    if (key == "processor") {
+      physical_id = {};
+      int number = -1;
+      std::from_chars(value.data(), value.data() + value.size(), number);
+      counted = allowed.empty() || allowed.contains(number);
+    }
     if (key == "physical id") physical_id = value;
-    if (key == "core id") cores.insert({physical_id, value});
+    if (key == "core id" && counted) cores.insert({physical_id, value});
   }
   return static_cast<int>(cores.size());
 }
 
+namespace {
+
+std::string ReadSmallFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::string_view TrimSpace(std::string_view v) {
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t' || v.front() == '\n'))
+    v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t' || v.back() == '\n'))
+    v.remove_suffix(1);
+  return v;
+}
+
+// A whole decimal integer (optionally negative), or nullopt.
+std::optional<int64_t> ParseInt(std::string_view v) {
+  v = TrimSpace(v);
+  int64_t out = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (v.empty() || ec != std::errc() || end != v.data() + v.size()) return std::nullopt;
+  return out;
+}
+
+double QuotaCores(std::optional<int64_t> quota, std::optional<int64_t> period) {
+  if (!quota || !period || *quota <= 0 || *period <= 0) return 0;
+  return static_cast<double>(*quota) / static_cast<double>(*period);
+}
+
+}  // namespace
+
+double CgroupV2CpuLimit(std::string_view cpu_max) {
+  cpu_max = TrimSpace(cpu_max);
+  const size_t space = cpu_max.find(' ');
+  if (space == std::string_view::npos) return 0;
+  const std::string_view quota = cpu_max.substr(0, space);
+  if (quota == "max") return 0;
+  return QuotaCores(ParseInt(quota), ParseInt(cpu_max.substr(space + 1)));
+}
+
+double CgroupV1CpuLimit(std::string_view quota_us, std::string_view period_us) {
+  return QuotaCores(ParseInt(quota_us), ParseInt(period_us));
+}
+
+std::string CgroupV2Path(std::string_view proc_self_cgroup) {
+  while (!proc_self_cgroup.empty()) {
+    const size_t eol = proc_self_cgroup.find('\n');
+    const std::string_view line = proc_self_cgroup.substr(0, eol);
+    proc_self_cgroup =
+        eol == std::string_view::npos ? std::string_view() : proc_self_cgroup.substr(eol + 1);
+    if (line.starts_with("0::")) return std::string(TrimSpace(line.substr(3)));
+  }
+  return "";
+}
+
 int PhysicalCoreCount() {
-  std::ifstream in("/proc/cpuinfo");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (const int cores = CountPhysicalCores(text); cores > 0) return cores;
+  if (const int cores = CountPhysicalCores(ReadSmallFile("/proc/cpuinfo")); cores > 0) return cores;
   unsigned hc = std::thread::hardware_concurrency();
   return hc == 0 ? 1 : static_cast<int>(hc);
+}
+
+namespace {
+
+// The cgroup CPU quota of this process as cores; 0 when there is none (or no cgroup fs).
+double CgroupCpuLimit() {
+  const std::string v2 = CgroupV2Path(ReadSmallFile("/proc/self/cgroup"));
+  // Inside a cgroup namespace (containers) the process's own group is the mount's root.
+  for (const std::string& dir :
+       {std::string("/sys/fs/cgroup") + (v2 == "/" ? "" : v2), std::string("/sys/fs/cgroup")}) {
+    if (const double limit = CgroupV2CpuLimit(ReadSmallFile(dir + "/cpu.max")); limit > 0)
+      return limit;
+  }
+  for (const char* dir : {"/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu"}) {
+    const std::string d(dir);
+    if (const double limit = CgroupV1CpuLimit(ReadSmallFile(d + "/cpu.cfs_quota_us"),
+                                              ReadSmallFile(d + "/cpu.cfs_period_us"));
+        limit > 0)
+      return limit;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int UsableCoreCount() {
+  std::set<int> allowed;
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof(mask), &mask) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+      if (CPU_ISSET(cpu, &mask)) allowed.insert(cpu);
+  }
+  int cores = CountPhysicalCores(ReadSmallFile("/proc/cpuinfo"), allowed);
+  if (cores <= 0) cores = allowed.empty() ? PhysicalCoreCount() : static_cast<int>(allowed.size());
+  if (const double limit = CgroupCpuLimit(); limit > 0)
+    cores = std::min(cores, static_cast<int>(std::ceil(limit - 1e-9)));
+  return std::max(1, cores);
 }
 
 }  // namespace colibri

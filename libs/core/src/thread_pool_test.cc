@@ -1,6 +1,7 @@
 #include "colibri/core/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -51,6 +52,49 @@ TEST(ThreadPool, CountPhysicalCoresPairsSocketAndCore) {
   EXPECT_EQ(CountPhysicalCores("processor : 0\nmodel name : x\n"),
             0);  // no core ids: caller falls back
   EXPECT_EQ(CountPhysicalCores(""), 0);
+  // CPUs 0-3 are socket 0 (cores 0, 1, 0, 1), 4-7 socket 1: CPUs 0 and 2 are the two threads
+  // of one core, 0 and 4 two cores; 8 names no processor.
+  EXPECT_EQ(CountPhysicalCores(text, {0, 2}), 1);
+  EXPECT_EQ(CountPhysicalCores(text, {0, 4}), 2);
+  EXPECT_EQ(CountPhysicalCores(text, {0, 1, 2}), 2);
+  EXPECT_EQ(CountPhysicalCores(text, {2, 3, 4, 5}), 4);
+  EXPECT_EQ(CountPhysicalCores(text, {8}), 0);
+}
+
+TEST(ThreadPool, CgroupCpuQuotas) {
+  EXPECT_EQ(CgroupV2CpuLimit("max 100000\n"), 0);
+  EXPECT_DOUBLE_EQ(CgroupV2CpuLimit("200000 100000\n"), 2.0);
+  EXPECT_DOUBLE_EQ(CgroupV2CpuLimit("150000 100000"), 1.5);
+  for (const char* bad : {"", "garbage", "100000", "-1 100000", "100 0", "1x 100"})
+    EXPECT_EQ(CgroupV2CpuLimit(bad), 0) << bad;
+  EXPECT_EQ(CgroupV1CpuLimit("-1\n", "100000\n"), 0);
+  EXPECT_DOUBLE_EQ(CgroupV1CpuLimit("50000\n", "100000\n"), 0.5);
+  EXPECT_EQ(CgroupV1CpuLimit("", ""), 0);
+  EXPECT_EQ(CgroupV2Path("12:cpu,cpuacct:/a\n0::/user.slice/app.scope\n"), "/user.slice/app.scope");
+  EXPECT_EQ(CgroupV2Path("12:cpu,cpuacct:/a\n"), "");
+}
+
+TEST(ThreadPool, UsableCoresWithinAffinityAndHardware) {
+  const int usable = UsableCoreCount();
+  EXPECT_GE(usable, 1);
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mask), &mask), 0);
+  EXPECT_LE(usable, CPU_COUNT(&mask));
+  // Pinned to one CPU (a thread's own mask is what sched_getaffinity(0) reads), one core.
+  std::thread pinned([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &mask)) {
+        CPU_SET(cpu, &one);
+        break;
+      }
+    }
+    ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+    EXPECT_EQ(UsableCoreCount(), 1);
+  });
+  pinned.join();
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ namespace {
 // Quantizing is the converter's bottleneck (k-quant searches run at ~20-30 M weights/s per
 // core), so rows are spread over every core.
 ThreadPool& Pool() {
-  static ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  static ThreadPool pool(UsableCoreCount());
   return pool;
 }
 

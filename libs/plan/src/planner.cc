@@ -236,10 +236,10 @@ absl::StatusOr<Plan> MakePlan(const MachineFacts& machine, const ModelFacts& mod
                      absl::StrCat(FormatSize(static_cast<uint64_t>(active)), "/token at ", Gb(bw),
                                   mem_measured ? " (measured)" : " (typical)")});
     const double compute_bw =
-        CoreWeightBytesPerSecond(machine) * std::max(machine.physical_cores, 1);
+        CoreWeightBytesPerSecond(machine) * std::max(machine.compute_cores(), 1);
     terms.push_back(
         {"compute", active / compute_bw,
-         absl::StrCat(machine.physical_cores, " cores x ", Gb(CoreWeightBytesPerSecond(machine)),
+         absl::StrCat(machine.compute_cores(), " cores x ", Gb(CoreWeightBytesPerSecond(machine)),
                       " of quantized weights each")});
   }
   const Term* worst = &terms[0];
@@ -308,6 +308,7 @@ nlohmann::json PlanToJson(const Plan& p, const MachineFacts& m, const ModelFacts
             {"cpu_model", m.cpu_model},
             {"physical_cores", m.physical_cores},
             {"logical_cpus", m.logical_cpus},
+            {"usable_cores", m.compute_cores()},
             {"cpu_features", m.cpu_features},
             {"memory_bandwidth_bps", m.memory_bandwidth_bps},
             {"gpus", gpus},
@@ -342,9 +343,13 @@ std::string PlanToText(const Plan& p, const MachineFacts& m, const ModelFacts& m
   absl::StrAppend(
       &out, "machine: ", m.cpu_model.empty() ? "CPU" : m.cpu_model, ", ", m.physical_cores,
       " physical cores (", m.logical_cpus, " threads", m.cpu_features.empty() ? "" : "; ",
-      absl::StrJoin(m.cpu_features, " "), "), RAM ", FormatSize(m.ram_total_bytes), " (",
-      FormatSize(m.ram_available_bytes), " available), swap ", FormatSize(m.swap_used_bytes),
-      " of ", FormatSize(m.swap_total_bytes), " in use",
+      absl::StrJoin(m.cpu_features, " "), ")",
+      m.compute_cores() < m.physical_cores
+          ? absl::StrCat(", ", m.compute_cores(), " usable (affinity mask / cgroup CPU quota)")
+          : "",
+      ", RAM ", FormatSize(m.ram_total_bytes), " (", FormatSize(m.ram_available_bytes),
+      " available), swap ", FormatSize(m.swap_used_bytes), " of ", FormatSize(m.swap_total_bytes),
+      " in use",
       m.memory_bandwidth_bps > 0 ? absl::StrCat(", memcpy ", Gb(m.memory_bandwidth_bps)) : "",
       "\n");
   for (const auto& g : m.gpus) {

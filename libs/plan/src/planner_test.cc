@@ -77,6 +77,25 @@ TEST(Planner, SmallModelIsCachedWholeAndComputeBound) {
   EXPECT_NEAR(p->expected_decode_tps, 8 * 2.5e9 / (1.0 * kGiB + 16 * 8 * 16 * kMiB), 1e-9);
 }
 
+TEST(Planner, ComputeEstimateUsesTheUsableCores) {
+  ModelFacts f = BigModel();
+  f.n_layers = 16;
+  f.n_experts = 8;
+  f.expert_bytes = 16 * 8 * 16 * kMiB;
+  f.dense_bytes = 1 * kGiB;
+  MachineFacts m = Workstation();
+  m.usable_cores = 2;  // e.g. a container held to 2 CPUs by its cgroup quota
+  auto p = MakePlan(m, f, {});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->bottleneck, "compute");
+  EXPECT_NEAR(p->expected_decode_tps, 2 * 2.5e9 / (1.0 * kGiB + 16 * 8 * 16 * kMiB), 1e-9);
+  const std::string text = PlanToText(*p, m, f);
+  EXPECT_NE(text.find("8 physical cores (16 threads; avx2 fma f16c), 2 usable"), std::string::npos)
+      << text;
+  m.usable_cores = 16;  // more than the physical cores (hyperthreads): the physical count
+  EXPECT_EQ(m.compute_cores(), 8);
+}
+
 TEST(Planner, FixedValuesAreKeptAndPlannedAround) {
   PlanRequest r;
   r.expert_cache_bytes = 4 * kGiB;

@@ -2,6 +2,7 @@
 
 #include "colibri/backend/cuda_backend.h"
 #include "colibri/core/status.h"
+#include "colibri/core/thread_pool.h"
 #include "colibri/sysinfo/storage.h"
 
 namespace colibri::plan {
@@ -52,6 +53,8 @@ absl::StatusOr<MachineFacts> ProbeMachine(const ProbeOptions& o,
   m.cpu_model = cpu.model;
   m.physical_cores = cpu.physical_cores;
   m.logical_cpus = cpu.logical_cpus;
+  // The affinity mask and cgroup are this process's: only read them for the real /proc.
+  if (o.roots.proc == sysinfo::Roots{}.proc) m.usable_cores = UsableCoreCount();
   m.cpu_features = cpu.features;
   for (int i = 0; i < backend::CudaDeviceCount(); ++i) {
     auto info = backend::GetCudaDeviceInfo(i);

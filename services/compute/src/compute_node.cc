@@ -13,6 +13,7 @@
 #include "colibri/backend/cuda_backend.h"
 #include "colibri/core/checksum.h"
 #include "colibri/core/status.h"
+#include "colibri/core/thread_pool.h"
 #include "colibri/core/units.h"
 #include "spdlog/spdlog.h"
 
@@ -80,9 +81,7 @@ absl::Status ComputeNode::LoadDrafter(const ComputeNodeOptions& o) {
   if (mode == engine::SpeculativeMode::kOff || mode == engine::SpeculativeMode::kNgram)
     return absl::OkStatus();
   const model::Manifest& m = container_->manifest();
-  const int threads = o.threads > 0
-                          ? o.threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = o.threads > 0 ? o.threads : UsableCoreCount();
   const auto start = std::chrono::steady_clock::now();
   if (!o.draft_experts.empty()) {
     auto dtype = quant::ParseDType(o.draft_experts);

@@ -9,7 +9,7 @@
 namespace colibri::backend {
 
 struct CpuBackendOptions {
-  int threads = 0;  // 0: number of physical cores
+  int threads = 0;  // 0: the cores this process may use (core/thread_pool.h UsableCoreCount)
 };
 
 std::unique_ptr<Backend> CreateCpuBackend(const CpuBackendOptions& options);

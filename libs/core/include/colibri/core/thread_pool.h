@@ -8,6 +8,8 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <set>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -48,7 +50,21 @@ class ThreadPool {
 // Number of physical cores (distinct core ids in /proc/cpuinfo), falling back to
 // std::thread::hardware_concurrency().
 int PhysicalCoreCount();
+// The cores this process may actually run on, at least 1: the physical cores among the CPUs of
+// its affinity mask (taskset, cpusets), capped by its cgroup's CPU quota rounded up (cgroup v2
+// cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us). The default worker count: a container held
+// to 2 CPUs on a 64-core host runs 2 workers, not 64 that the quota then throttles in turn.
+int UsableCoreCount();
 // Distinct (physical id, core id) pairs in the text of a /proc/cpuinfo; 0 when it names none.
-int CountPhysicalCores(std::string_view cpuinfo);
+// With `allowed` non-empty, only the processors numbered in it count.
+int CountPhysicalCores(std::string_view cpuinfo, const std::set<int>& allowed = {});
+// A cgroup v2 cpu.max ("max 100000", "150000 100000") as cores (quota / period); 0 when
+// unlimited or malformed.
+double CgroupV2CpuLimit(std::string_view cpu_max);
+// cgroup v1 cpu.cfs_quota_us and cpu.cfs_period_us as cores; 0 when unlimited (-1) or malformed.
+double CgroupV1CpuLimit(std::string_view quota_us, std::string_view period_us);
+// The process's cgroup v2 path from the text of /proc/self/cgroup (its "0::/path" line), or ""
+// when it has none (cgroup v1 only).
+std::string CgroupV2Path(std::string_view proc_self_cgroup);
 
 }  // namespace colibri

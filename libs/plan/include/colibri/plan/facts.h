@@ -36,6 +36,12 @@ struct MachineFacts {
   std::string cpu_model;
   int physical_cores = 1;
   int logical_cpus = 1;
+  // Cores this process may run on (affinity mask, cgroup CPU quota: core/thread_pool.h's
+  // UsableCoreCount); 0: all physical_cores. The planner's compute estimate uses it.
+  int usable_cores = 0;
+  int compute_cores() const {
+    return usable_cores > 0 && usable_cores < physical_cores ? usable_cores : physical_cores;
+  }
   std::vector<std::string> cpu_features;  // sysinfo::CpuFacts::features
   double memory_bandwidth_bps = 0;        // measured host memcpy bandwidth (0: not measured)
   std::vector<GpuFacts> gpus;
