@@ -100,6 +100,9 @@ cleanup() {
   [ $rc -eq 0 ] && echo "smoke: PASSED" || echo "smoke: FAILED (rc $rc); logs in $WORK/logs"
 }
 trap cleanup EXIT
+# A signal (CI's timeout sends TERM) must end in a failed exit status, which cleanup reports.
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 # --- 0. packages and the container runtime ---------------------------------------------------
 phase_start "packages + container runtime"
@@ -178,6 +181,8 @@ phase_end
 # --- 2. images -------------------------------------------------------------------------------
 phase_start "images ($ENGINE build)"
 BUILD_DEADLINE=$(( $(date +%s) + ${SMOKE_BUILD_BUDGET:-1000000000} ))
+# The host cache's size limit (its ccache.conf or CCACHE_MAXSIZE), for the builds that mount it.
+CCACHE_LIMIT=$(CCACHE_DIR="$CCACHE_HOST" ccache -k max_size 2>/dev/null || echo "${CCACHE_MAXSIZE:-}")
 build() {  # build IMAGE DOCKERFILE
   local left=$(( BUILD_DEADLINE - $(date +%s) ))
   [ "$left" -gt 0 ] || cannot "the image builds did not finish within SMOKE_BUILD_BUDGET=${SMOKE_BUILD_BUDGET}s (a cold compile; ccache keeps what it compiled for the next run)"
@@ -190,11 +195,18 @@ build() {  # build IMAGE DOCKERFILE
     # docs/DEPLOYMENT.md's podman commands (without it, runc/crun fail on this host's limits or
     # cgroups). Docker's format keeps the images' HEALTHCHECK; the host's ccache is mounted.
     args+=(--format docker -v "$CCACHE_HOST:/ccache")
+    [ -z "$CCACHE_LIMIT" ] || args+=(--build-arg CCACHE_MAXSIZE="$CCACHE_LIMIT")
+    # ccache hashes the locale: the host's, so its builds' objects hit in the image's build.
+    [ -z "${LANG:-}" ] || args+=(--build-arg LANG="$LANG")
+    [ -z "${LC_ALL:-}" ] || args+=(--build-arg LC_ALL="$LC_ALL")
     local rc=0
     "${limit[@]}" podman build "${args[@]}" "$CONTEXT" > "$log" 2>&1 || rc=$?
   else
     local rc=0
     DOCKER_BUILDKIT=1 "${limit[@]}" docker build "${args[@]}" "$CONTEXT" > "$log" 2>&1 || rc=$?
+    if grep -q "buildx component is missing" "$log"; then
+      cannot "docker build: this Docker client ($(docker version --format '{{.Client.Version}}' 2>/dev/null)) needs the buildx plugin for BuildKit (the Dockerfiles' cache mount); install it, use a client of Docker 20.10-22 (Debian 12's docker.io), or COLIBRI_CONTAINER_ENGINE=podman"
+    fi
   fi
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
     cannot "building $1 ran past SMOKE_BUILD_BUDGET=${SMOKE_BUILD_BUDGET}s (a cold compile; ccache keeps what it compiled for the next run)"
@@ -212,7 +224,7 @@ for svc in expert-store compute router tools; do
   timed_build "$svc" "$CONTEXT/docker/Dockerfile.$svc"
 done
 timed_build prometheus "$REPO/deploy/smoke/Dockerfile.prometheus"
-grep -hE '^(Hits|Misses|cache hit|cache miss)|^ +(Hits|Misses):' "$WORK"/logs/build-colibri-*.log | sed 's/^ */  ccache in the build stage: /' || true
+grep -hE '^ *(Hits|Misses):' "$WORK"/logs/build-colibri-*.log | sed 's/^ */  ccache of the compile: /' || true
 ctr images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E "colibri-.*:$TAG" | sed 's/^/  /'
 phase_end
 
