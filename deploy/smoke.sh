@@ -3,17 +3,20 @@
 #  0. installs what it needs from Debian (debootstrap; podman, podman-compose and runc unless a
 #     Docker daemon answers) and picks the engine and OCI runtime with deploy/container-runtime.sh,
 #     which runs a trivial container with each candidate (docker, podman+crun, podman+runc) and
-#     says which one it takes and why,
+#     says which one it takes and why; then checks the override (COLIBRI_CONTAINER_ENGINE) agrees:
+#     the chosen candidate alone gives the same choice, each one refused is refused alone too,
 #  1. makes a local Debian 12 base image with debootstrap (once; reused while it exists),
 #  2. builds the colibri images from docker/ (ccache shared with the host's builds under podman,
-#     a BuildKit cache mount under Docker), and a Prometheus image from Debian's package,
+#     a BuildKit cache mount under Docker), and a Prometheus image from Debian's package; podman's
+#     builds get their runtime and ulimits from CONTAINERS_CONF only, as docs/DEPLOYMENT.md says,
 #  3. brings deploy/docker-compose.yml up (Grafana left out: Debian has no package of it; the
 #     dashboards are checked by tests/deploy instead), with 2 store nodes,
 #  4. sends a chat completion and a completion through the router; the completion's tokens must
 #     equal colibri-cli's on the same model (the embedded engine reading the model directory),
 #  5. scales the store nodes from 2 to 3; compute must discover the third by DNS and read from it
 #     (without a restart), Prometheus must have every target up, the answer must not change,
-#  6. scales back to 2 while two clients send requests: no request may fail,
+#  6. scales back to 2 while two clients send requests: no request may fail, and the answers
+#     after the removal must have read expert bytes from the 2 remaining stores,
 #  7. restarts compute (KV persistence on, in the compute-state volume): the next turn of a
 #     conversation from before the restart prefills only its new tokens (usage.cached_tokens,
 #     colibri_compute_kv_restored_tokens_total and colibri_compute_prompt_tokens_total agree),
@@ -50,7 +53,10 @@ declare -a TIMES=()
 
 say() { printf '== [%4ss] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
 phase_start() { PHASE="$1"; PHASE_T=$(date +%s); say "$1"; }
-phase_end() { TIMES+=("$(printf '%-38s %5ss' "$PHASE" "$(( $(date +%s) - PHASE_T ))")"); }
+phase_end() {
+  TIMES+=("$(printf '%-38s %5ss' "$PHASE" "$(( $(date +%s) - PHASE_T ))")")
+  [ "$PHASE" != "images ($ENGINE build)" ] || TIMES+=("${IMAGE_TIMES[@]}")
+}
 die() { echo "smoke: FAILED: $*" >&2; exit 1; }
 # Exit 77: this host cannot run the test (no container runtime that works, no root, or the image
 # builds did not finish within SMOKE_BUILD_BUDGET): not a failure of what is tested.
@@ -94,6 +100,9 @@ cleanup() {
   [ $rc -eq 0 ] && echo "smoke: PASSED" || echo "smoke: FAILED (rc $rc); logs in $WORK/logs"
 }
 trap cleanup EXIT
+# A signal (CI's timeout sends TERM) must end in a failed exit status, which cleanup reports.
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 # --- 0. packages and the container runtime ---------------------------------------------------
 phase_start "packages + container runtime"
@@ -123,6 +132,25 @@ choice=$("$REPO/deploy/container-runtime.sh" --containers-conf "$CONTAINERS_CONF
 sed 's/^/  /' "$WORK/logs/runtime.log"
 read -r ENGINE RUNTIME <<< "$choice"
 say "  engine: $ENGINE, runtime: $RUNTIME"
+# The override a user sets (COLIBRI_CONTAINER_ENGINE, or the probe's --only) must say the same as
+# the full probe: the candidate it chose runs alone, and each one it passed over because a
+# container failed (crun on a hybrid host) is refused alone, with the same reason.
+only() { case "$1" in docker*) echo docker ;; *) echo "$1" ;; esac; }
+chosen=$(only "$ENGINE:$RUNTIME")
+COLIBRI_CONTAINER_ENGINE="$chosen" "$REPO/deploy/container-runtime.sh" > "$WORK/logs/runtime-only.out" \
+  2> "$WORK/logs/runtime-only.log" && [ "$(cat "$WORK/logs/runtime-only.out")" = "$choice" ] ||
+  { cat "$WORK/logs/runtime-only.log"; die "COLIBRI_CONTAINER_ENGINE=$chosen does not give '$choice'"; }
+say "  COLIBRI_CONTAINER_ENGINE=$chosen: $choice"
+for c in $(sed -n 's/^container-runtime: \([a-z]*\) \([a-z]*\): a trivial container fails.*/\1:\2/p' "$WORK/logs/runtime.log"); do
+  c=$(only "$c")
+  log="$WORK/logs/runtime-only-${c/:/-}.log"
+  ! COLIBRI_CONTAINER_ENGINE="$c" "$REPO/deploy/container-runtime.sh" > /dev/null 2> "$log" ||
+    die "COLIBRI_CONTAINER_ENGINE=$c runs a container, where the probe found it failing"
+  why=$(grep -o 'a trivial container fails: .*' "$log" || true)
+  [ -n "$why" ] && grep -qF "$why" "$WORK/logs/runtime.log" ||
+    { cat "$log"; die "COLIBRI_CONTAINER_ENGINE=$c is refused for another reason than the probe's"; }
+  say "  COLIBRI_CONTAINER_ENGINE=$c: refused (exit 1), $why"
+done
 if [ "$ENGINE" = podman ]; then
   [ "$(id -u)" -eq 0 ] || cannot "podman runs rootful here: run as root (sudo $0)"
   export CONTAINERS_CONF
@@ -152,9 +180,9 @@ phase_end
 
 # --- 2. images -------------------------------------------------------------------------------
 phase_start "images ($ENGINE build)"
-nofile=$(ulimit -Hn); [ "$nofile" = unlimited ] && nofile=1048576
-[ "$nofile" -gt 65536 ] && nofile=65536
 BUILD_DEADLINE=$(( $(date +%s) + ${SMOKE_BUILD_BUDGET:-1000000000} ))
+# The host cache's size limit (its ccache.conf or CCACHE_MAXSIZE), for the builds that mount it.
+CCACHE_LIMIT=$(CCACHE_DIR="$CCACHE_HOST" ccache -k max_size 2>/dev/null || echo "${CCACHE_MAXSIZE:-}")
 build() {  # build IMAGE DOCKERFILE
   local left=$(( BUILD_DEADLINE - $(date +%s) ))
   [ "$left" -gt 0 ] || cannot "the image builds did not finish within SMOKE_BUILD_BUDGET=${SMOKE_BUILD_BUDGET}s (a cold compile; ccache keeps what it compiled for the next run)"
@@ -163,25 +191,40 @@ build() {  # build IMAGE DOCKERFILE
   log="$WORK/logs/build-$(basename "$1" | cut -d: -f1).log"
   local -a args=(-f "$2" --build-arg BASE="$BASE_IMAGE" --build-arg RUNTIME_BASE="$BASE_IMAGE" -t "$1")
   if [ "$ENGINE" = podman ]; then
-    # The build's RUN steps run with the runtime chosen above; the host's ccache is mounted.
-    args+=(--runtime "$RUNTIME" --format docker --ulimit "nofile=$((nofile * 4 / 5)):$((nofile * 4 / 5))"
-           -v "$CCACHE_HOST:/ccache")
+    # The build's RUN steps get the runtime and the ulimits from CONTAINERS_CONF alone, as in
+    # docs/DEPLOYMENT.md's podman commands (without it, runc/crun fail on this host's limits or
+    # cgroups). Docker's format keeps the images' HEALTHCHECK; the host's ccache is mounted.
+    args+=(--format docker -v "$CCACHE_HOST:/ccache")
+    [ -z "$CCACHE_LIMIT" ] || args+=(--build-arg CCACHE_MAXSIZE="$CCACHE_LIMIT")
+    # ccache hashes the locale: the host's, so its builds' objects hit in the image's build.
+    [ -z "${LANG:-}" ] || args+=(--build-arg LANG="$LANG")
+    [ -z "${LC_ALL:-}" ] || args+=(--build-arg LC_ALL="$LC_ALL")
     local rc=0
     "${limit[@]}" podman build "${args[@]}" "$CONTEXT" > "$log" 2>&1 || rc=$?
   else
     local rc=0
     DOCKER_BUILDKIT=1 "${limit[@]}" docker build "${args[@]}" "$CONTEXT" > "$log" 2>&1 || rc=$?
+    if grep -q "buildx component is missing" "$log"; then
+      cannot "docker build: this Docker client ($(docker version --format '{{.Client.Version}}' 2>/dev/null)) needs the buildx plugin for BuildKit (the Dockerfiles' cache mount); install it, use a client of Docker 20.10-22 (Debian 12's docker.io), or COLIBRI_CONTAINER_ENGINE=podman"
+    fi
   fi
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
     cannot "building $1 ran past SMOKE_BUILD_BUDGET=${SMOKE_BUILD_BUDGET}s (a cold compile; ccache keeps what it compiled for the next run)"
   fi
   [ "$rc" -eq 0 ] || { tail -n 30 "$log"; die "$ENGINE build $2"; }
 }
+IMAGE_TIMES=()
+timed_build() {  # timed_build NAME DOCKERFILE: build, and keep how long it took for the summary
+  local t=$(date +%s)
+  build "localhost/colibri-$1:$TAG" "$2"
+  IMAGE_TIMES+=("$(printf '  image colibri-%-22s %5ss' "$1" "$(( $(date +%s) - t ))")")
+  say "  built localhost/colibri-$1:$TAG in $(( $(date +%s) - t ))s"
+}
 for svc in expert-store compute router tools; do
-  build "localhost/colibri-$svc:$TAG" "$CONTEXT/docker/Dockerfile.$svc"
-  say "  built localhost/colibri-$svc:$TAG"
+  timed_build "$svc" "$CONTEXT/docker/Dockerfile.$svc"
 done
-build "localhost/colibri-prometheus:$TAG" "$REPO/deploy/smoke/Dockerfile.prometheus"
+timed_build prometheus "$REPO/deploy/smoke/Dockerfile.prometheus"
+grep -hE '^ *(Hits|Misses):' "$WORK"/logs/build-colibri-*.log | sed 's/^ */  ccache of the compile: /' || true
 ctr images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E "colibri-.*:$TAG" | sed 's/^/  /'
 phase_end
 
@@ -288,6 +331,9 @@ load_done() { cat "$WORK/load.json.count" 2>/dev/null || echo 0; }
 load_beyond() { [ "$(load_done)" -ge "$1" ]; }
 wait_for "the load clients' first answers" load_beyond 4
 STORE3=$(service_container expert-store 3)
+# docs/DEPLOYMENT.md names the replica to remove by podman-compose's rule: PROJECT_SERVICE_N.
+[ "$ENGINE" != podman ] || [ "$STORE3" = "${PROJECT}_expert-store_3" ] ||
+  die "the third store is '$STORE3', not ${PROJECT}_expert-store_3 as docs/DEPLOYMENT.md says"
 REMOVE_T0=$(date +%s.%N)
 if [ "$ENGINE" = podman ]; then
   # podman-compose 1.0 does not scale down: stop (SIGTERM, 10 s grace) and remove the replica.
@@ -302,8 +348,19 @@ REMOVE_T1=$(date +%s.%N)
 wait_for "compute to mark the removed store down" promql_eq 'count(colibri_compute_store_up == 1)' 2
 wait_for "8 more answers with 2 stores" load_beyond $(( $(load_done) + 8 ))
 touch "$WORK/load.stop"; wait "$LOAD_PID"; LOAD_PID=""
+LOAD_END=$(date +%s)
 REPORT=$(client load-report "$WORK/load.json" "$REMOVE_T0" "$REMOVE_T1") || die "requests failed while a store was removed"
 say "  $REPORT"
+# The answers after the removal must have read experts from the 2 remaining stores (a cache
+# holding every expert would make removing a store trivial): their bytes at a scrape after the
+# load ended less their bytes at the removal, with PromQL's @ modifier.
+wait_for "Prometheus to scrape compute after the load" \
+  promql_eq "count(timestamp(colibri_compute_requests_total) > $LOAD_END)" 1
+UP='and on(store) colibri_compute_store_up == 1'
+READ=$(promql "sum(colibri_compute_store_received_bytes_total $UP) - sum(colibri_compute_store_received_bytes_total @ $REMOVE_T1 $UP)")
+say "  compute read ${READ:-no} bytes from the 2 remaining stores after the removal"
+$PY -c 'import sys; sys.exit(not float(sys.argv[1] or 0) > 0)' "${READ:-0}" ||
+  die "compute read nothing from the remaining stores after the removal: the load did not exercise them"
 say "  compute failovers: $(promql 'sum(colibri_compute_store_failovers_total)')"
 phase_end
 

@@ -14,7 +14,8 @@ Usage: client.py COMMAND ARGS...   (/usr/bin/python3, standard library only)
                                     to OUT (JSON)
   load-report OUT T0 T1             checks OUT: no request failed, at least one was in flight
                                     between T0 and T1 (epoch seconds) and some finished after T1
-  promql PROM EXPR                  prints the first value of the instant query EXPR (or nothing)
+  promql PROM EXPR [TIME]           prints the first value of the instant query EXPR at TIME
+                                    (epoch seconds; default now), or nothing
   targets PROM JOB=COUNT...         exit 0 when every active target is up and each JOB has COUNT
   rules PROM RECORD...              exit 0 when every rule evaluates without error and each
                                     recording rule RECORD has a value
@@ -137,8 +138,9 @@ def load_report(out, t0, t1):
         fail(f'only {len(after)} requests after the removal')
 
 
-def promql(prom, expr):
-    res = get_json(prom + '/api/v1/query?' + urllib.parse.urlencode({'query': expr}))['data']['result']
+def promql(prom, expr, at=None):
+    params = {'query': expr} if at is None else {'query': expr, 'time': at}
+    res = get_json(prom + '/api/v1/query?' + urllib.parse.urlencode(params))['data']['result']
     print(res[0]['value'][1] if res else '')
 
 
