@@ -6,9 +6,7 @@
 
 #include "CLI/CLI.hpp"
 #include "cache_admin.h"
-#include "cache_flags.h"
 #include "colibri/auth/address.h"
-#include "colibri/auth/flags.h"
 #include "colibri/core/logging.h"
 #include "colibri/core/port_file.h"
 #include "colibri/core/signals.h"
@@ -21,42 +19,19 @@
 #include "in_process_compute.h"
 #include "router_core.h"
 #include "router_service.h"
+#include "server_config.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
   colibri::BlockShutdownSignals();
   colibri::InitLogging();
-  std::string model_dir, grpc_listen = "", port_file, grpc_port_file;
-  int threads = 0;
-  colibri::router::HttpOptions http;
-  size_t prefetch_hints = 64;
+  colibri::server::ServerConfig cfg;
   CLI::App app{"colibri-server: the whole of colibri in one process (OpenAI API on --port)"};
-  app.add_option("--model", model_dir, "Model directory made by colibri-convert")
-      ->required()
-      ->check(CLI::ExistingDirectory);
-  app.add_option("--threads", threads, "Compute threads (0: physical cores)")
-      ->capture_default_str();
-  colibri::router::AddHttpFlags(&app, &http);
-  std::vector<std::string> served_names;
-  colibri::router::AddServedNameFlag(&app, &served_names);
-  app.add_option("--grpc-listen", grpc_listen, "Also serve the Router gRPC API here (host:port)");
-  app.add_option("--port-file", port_file, "Write the bound HTTP port to this file");
-  app.add_option("--grpc-port-file", grpc_port_file,
-                 "Write the bound gRPC port to this file (--grpc-listen)");
-  app.add_option("--prefetch-hints", prefetch_hints,
-                 "Before a request of a known conversation (session_id / user), ask compute to "
-                 "warm up to N of "
-                 "the experts its earlier turns used most (0: off)")
-      ->capture_default_str();
-  colibri::compute::CacheFlags cache_flags;
-  colibri::compute::AddCacheFlags(&app, &cache_flags);
-  colibri::auth::KeyFlags key_flags;
-  colibri::auth::AddKeyFlags(&app, &key_flags);
-  colibri::auth::TlsFiles tls_files;
-  colibri::auth::AddTlsFlags(&app, &tls_files);
+  colibri::server::AddServerFlags(&app, &cfg);
   CLI11_PARSE(app, argc, argv);
 
-  auto security = colibri::auth::LoadSecurity(key_flags, tls_files);
+  auto security = colibri::auth::LoadSecurity(cfg.security);
+  const std::string& grpc_listen = cfg.grpc_listen;
   auto grpc_credentials = !security.ok() ? security.status()
                           : grpc_listen.empty()
                               ? absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>(nullptr)
@@ -65,29 +40,27 @@ int main(int argc, char** argv) {
     spdlog::error("{}", std::string(grpc_credentials.status().message()));
     return 2;
   }
+  colibri::router::HttpOptions http = cfg.front.http;
   http.access = security->http();
   colibri::auth::WarnIfOpen("the HTTP API", http.host, security->has_keys());
 
-  colibri::compute::ComputeNodeOptions options;
-  options.model_dir = model_dir;
-  options.threads = threads;
-  if (auto st = colibri::compute::ApplyCacheFlags(cache_flags, &options); !st.ok()) {
-    spdlog::error("{}", std::string(st.message()));
+  auto options = colibri::compute::ResolveNodeFlags(cfg.node);
+  if (!options.ok()) {
+    spdlog::error("{}", std::string(options.status().message()));
     return 2;
   }
-  auto node = colibri::compute::ComputeNode::Create(options);
+  auto node = colibri::compute::ComputeNode::Create(*options);
   if (!node.ok()) {
     spdlog::error("{}", std::string(node.status().message()));
     return 1;
   }
   auto core = colibri::router::MakeRouterCore(
-      model_dir, colibri::router::MakeInProcessComputeClient(node->get()));
+      options->model_dir, colibri::router::MakeInProcessComputeClient(node->get()));
   if (!core.ok()) {
     spdlog::error("{}", std::string(core.status().message()));
     return 1;
   }
-  (*core)->set_prefetch_hints(prefetch_hints);
-  if (auto st = (*core)->SetServedNames(served_names); !st.ok()) {
+  if (auto st = colibri::router::ApplyFrontFlags(cfg.front, core->get()); !st.ok()) {
     spdlog::error("{}", std::string(st.message()));
     return 2;
   }
@@ -124,9 +97,9 @@ int main(int argc, char** argv) {
     spdlog::error("{}", std::string(api.status().message()));
     return 1;
   }
-  if (auto st = colibri::WritePortFile(port_file, (*api)->port()); !st.ok()) return 1;
+  if (auto st = colibri::WritePortFile(cfg.front.port_file, (*api)->port()); !st.ok()) return 1;
   if (server) {
-    if (auto st = colibri::WritePortFile(grpc_port_file, grpc_port); !st.ok()) return 1;
+    if (auto st = colibri::WritePortFile(cfg.front.grpc_port_file, grpc_port); !st.ok()) return 1;
   }
   const auto& m = (*node)->manifest();
   spdlog::info(

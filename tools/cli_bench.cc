@@ -145,7 +145,7 @@ std::vector<Row> RunBench(ComputeNode& node, const BenchFlags& f) {
         for (int rep = 0; rep < f.repetitions; ++rep) {
           if (cold) {
             node.ClearCache();
-            DropPageCache(f.node.model_dir);
+            DropPageCache(f.node.options.model_dir);
           }
           row.samples.push_back(RunOnce(node, prompt_test, n, seed++));
         }
@@ -187,8 +187,8 @@ void PrintMarkdown(const std::vector<Row>& rows, const ComputeNode& node, const 
       "%s\n\n",
       m.name.c_str(), static_cast<int>(m.config.n_layers), static_cast<int>(m.config.n_experts),
       static_cast<int>(m.config.top_k), colibri::FormatSize(m.dense_size).c_str(),
-      colibri::FormatSize(m.TotalExpertBytes()).c_str(), f.node.cache.expert_cache_size.c_str(),
-      f.node.cache.backend.c_str());
+      colibri::FormatSize(m.TotalExpertBytes()).c_str(), f.node.expert_cache_size.c_str(),
+      f.node.options.backend.c_str());
   std::printf("| mode | test | t/s | hit rate | expert bytes/token | disk GB/s |\n");
   std::printf("| ---- | ---: | --: | -------: | -----------------: | --------: |\n");
   for (const Row& r : rows) {
@@ -209,7 +209,7 @@ void PrintMarkdown(const std::vector<Row>& rows, const ComputeNode& node, const 
     std::printf(
         "speculative (--speculative %s), %s %s: %.1f%% of %ld drafted tokens accepted, %.2f tokens "
         "per pass\n",
-        f.node.cache.speculative.c_str(), r.mode.c_str(), r.test.c_str(),
+        f.node.options.speculative.c_str(), r.mode.c_str(), r.test.c_str(),
         100.0 * static_cast<double>(t.accepted_draft_tokens) / static_cast<double>(t.draft_tokens),
         static_cast<long>(t.draft_tokens),
         static_cast<double>(t.accepted_draft_tokens + t.verify_passes) /
@@ -238,7 +238,7 @@ int Bench(const BenchFlags& f) {
   const std::vector<Row> rows = RunBench(**node, f);
   if (f.output == "json") {
     Json out = {{"model", (*node)->manifest().name},
-                {"expert_cache", f.node.cache.expert_cache_size},
+                {"expert_cache", f.node.expert_cache_size},
                 {"results", Json::array()}};
     for (const Row& r : rows) out["results"].push_back(RowJson(r));
     std::cout << out.dump(2) << std::endl;
@@ -254,7 +254,7 @@ void AddBenchCommand(CLI::App& app) {
   auto f = std::make_shared<BenchFlags>();
   auto* cmd = app.add_subcommand(
       "bench", "Prompt and generation throughput (llama-bench style), cold and warm");
-  AddNodeFlags(cmd, &f->node);
+  AddCliNodeFlags(cmd, &f->node);
   cmd->add_option("-p,--n-prompt", f->prompt_sizes, "Prompt sizes (comma-separated)")
       ->delimiter(',')
       ->capture_default_str();

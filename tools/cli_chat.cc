@@ -75,7 +75,7 @@ class LocalBackend : public ChatBackend {
     auto b = std::unique_ptr<LocalBackend>(new LocalBackend(f));
     b->node_ = std::move(node);
     ASSIGN_OR_RETURN(b->core_, colibri::router::MakeRouterCore(
-                                   f.node.model_dir,
+                                   f.node.options.model_dir,
                                    colibri::router::MakeInProcessComputeClient(b->node_.get())));
     return b;
   }
@@ -276,7 +276,7 @@ std::string TurnLine(const Turn& t) {
 }
 
 int Chat(const ChatFlags& f) {
-  if (f.url.empty() == f.node.model_dir.empty())
+  if (f.url.empty() == f.node.options.model_dir.empty())
     Fail(2, "chat: give --model DIR or --url URL (one of them)");
   std::unique_ptr<ChatBackend> backend;
   if (f.url.empty()) {
@@ -298,7 +298,7 @@ int Chat(const ChatFlags& f) {
   int64_t tokens = 0, decoded = 0;  // decoded: tokens after each turn's first (tok/s as per turn)
   double decode_seconds = 0, ttft = 0;
   std::printf("colibri chat (%s). /reset, /stats, /quit\n",
-              f.url.empty() ? f.node.model_dir.c_str() : f.url.c_str());
+              f.url.empty() ? f.node.options.model_dir.c_str() : f.url.c_str());
   std::string line;
   for (;;) {
     std::printf("> ");
@@ -349,7 +349,7 @@ void AddChatCommand(CLI::App& app) {
   auto f = std::make_shared<ChatFlags>();
   auto* cmd = app.add_subcommand(
       "chat", "Interactive chat in the terminal (a model here, or a server's API)");
-  AddNodeFlags(cmd, &f->node, /*model_required=*/false);
+  AddCliNodeFlags(cmd, &f->node, /*model_required=*/false);
   cmd->add_option("--url", f->url,
                   "A running colibri-server or router (http://host:port) instead of --model");
   cmd->add_option("--api-key", f->api_key, "Bearer key for --url, if the server needs one");

@@ -7,22 +7,19 @@ void Fail(int code, const std::string& what) {
   throw CLI::RuntimeError(code);
 }
 
-void AddNodeFlags(CLI::App* app, NodeFlags* f, bool model_required) {
-  auto* model = app->add_option("--model", f->model_dir, "Model directory");
+void AddCliNodeFlags(CLI::App* app, NodeFlags* f, bool model_required) {
+  auto* model = app->add_option("--model", f->options.model_dir, "Model directory");
   if (model_required) model->required();
-  app->add_option("--threads", f->threads, "Compute threads (0: physical cores)");
-  colibri::compute::AddCacheFlags(app, &f->cache);
+  colibri::compute::AddNodeFlags(app, f);
 }
 
 int CreateNode(const NodeFlags& f, std::unique_ptr<colibri::compute::ComputeNode>* node) {
-  colibri::compute::ComputeNodeOptions options;
-  options.model_dir = f.model_dir;
-  options.threads = f.threads;
-  if (auto st = colibri::compute::ApplyCacheFlags(f.cache, &options); !st.ok()) {
-    std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
+  auto options = colibri::compute::ResolveNodeFlags(f);
+  if (!options.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(options.status().message()).c_str());
     return 2;
   }
-  auto created = colibri::compute::ComputeNode::Create(options);
+  auto created = colibri::compute::ComputeNode::Create(*options);
   if (!created.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(created.status().message()).c_str());
     return 1;

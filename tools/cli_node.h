@@ -1,6 +1,7 @@
-// The flags colibri-cli's in-process commands (run, bench, chat --model) share to build a
-// compute node over a model directory: --model, --threads, --expert-cache-size and the cache
-// flags (cache_flags.h). One definition, so every command takes the same settings.
+// The flags colibri-cli's in-process commands (run, bench, chat --model, tune) share to build a
+// compute node over a model directory: --model and the compute node's flags (NodeFlags, the
+// same as colibri-server and colibri-compute take). One definition, so every command takes the
+// same settings.
 #pragma once
 
 #include <memory>
@@ -8,17 +9,14 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
-#include "cache_flags.h"
 #include "compute_node.h"
+#include "node_flags.h"
 
-struct NodeFlags {
-  std::string model_dir;
-  int threads = 0;
-  colibri::compute::CacheFlags cache;  // --expert-cache-size is among them (auto by default)
-};
+using colibri::compute::NodeFlags;
 
-// `model_required`: chat makes --model optional (it can use --url instead).
-void AddNodeFlags(CLI::App* app, NodeFlags* flags, bool model_required = true);
+// --model (into flags->options.model_dir) and the node's flags. `model_required`: chat makes
+// --model optional (it can use --url instead).
+void AddCliNodeFlags(CLI::App* app, NodeFlags* flags, bool model_required = true);
 
 // Ends a subcommand: prints "error: what" and makes `code` main()'s exit status (CLI11 turns a
 // RuntimeError thrown from a subcommand callback into it).

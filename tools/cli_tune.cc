@@ -18,7 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "cache_flags.h"
+#include "cli_node.h"
 #include "colibri/core/status.h"
 #include "colibri/plan/probe.h"
 #include "colibri/plan/tune_profile.h"
@@ -29,15 +29,13 @@
 namespace {
 
 struct TuneFlags {
-  std::string model_dir;
+  NodeFlags node;  // --model and the node's flags (cli_node.h)
   std::string prompt_tokens;
   int64_t max_tokens = 16;
   int repeats = 3;
   std::string out;
   std::string state = "cold";
   double min_gain = 0.03;
-  int threads = 0;
-  colibri::compute::CacheFlags cache;
 };
 
 struct Knobs {
@@ -102,13 +100,12 @@ int RunTune(const TuneFlags& f) {
     spdlog::error("tune: --repeats and --max-tokens must be >= 2, --state cold or warm");
     return 2;
   }
-  colibri::compute::ComputeNodeOptions base;
-  base.model_dir = f.model_dir;
-  base.threads = f.threads;
-  if (auto st = colibri::compute::ApplyCacheFlags(f.cache, &base); !st.ok()) {
-    spdlog::error("{}", std::string(st.message()));
+  auto resolved_flags = colibri::compute::ResolveNodeFlags(f.node);
+  if (!resolved_flags.ok()) {
+    spdlog::error("{}", std::string(resolved_flags.status().message()));
     return 2;
   }
+  colibri::compute::ComputeNodeOptions base = *std::move(resolved_flags);
   base.tune_profile = "none";  // measure from the plan, never from an older profile
   // The plan's values for the knobs left on auto (one node, then the others reuse them).
   auto planned = colibri::compute::ComputeNode::Create(base);
@@ -195,7 +192,7 @@ int RunTune(const TuneFlags& f) {
   try_knob([](Knobs& k, double v) { k.learned_pins = v; }, std::vector<double>{0.0, 0.25, 0.5});
   spdlog::set_level(level);
 
-  auto machine = colibri::plan::ProbeMachine({.model_dir = f.model_dir}, nullptr);
+  auto machine = colibri::plan::ProbeMachine({.model_dir = f.node.options.model_dir}, nullptr);
   if (!machine.ok()) {
     spdlog::error("{}", std::string(machine.status().message()));
     return 1;
@@ -204,9 +201,9 @@ int RunTune(const TuneFlags& f) {
   profile.fingerprint = colibri::plan::CurrentFingerprint(manifest, *machine);
   profile.settings = {best.prefetch_layers, best.io_threads, best.policy, best.learned_pins};
   profile.measurements = measurements;
-  const std::filesystem::path out = f.out.empty()
-                                        ? colibri::plan::DefaultTuneProfilePath(f.model_dir)
-                                        : std::filesystem::path(f.out);
+  const std::filesystem::path out =
+      f.out.empty() ? colibri::plan::DefaultTuneProfilePath(f.node.options.model_dir)
+                    : std::filesystem::path(f.out);
   if (auto st = colibri::plan::WriteTuneProfile(out, profile); !st.ok()) {
     spdlog::error("{}", std::string(st.message()));
     return 1;
@@ -227,7 +224,7 @@ void AddTuneCommand(CLI::App& app) {
       "Measure prefetch depth, reader threads, cache policy and pin share on this machine; keep "
       "what is "
       "faster beyond noise with identical greedy tokens; save a profile colibri-server applies");
-  tune->add_option("--model", f.model_dir, "Model directory")->required();
+  AddCliNodeFlags(tune, &f.node);
   tune->add_option("--prompt-tokens", f.prompt_tokens,
                    "Prompt as comma-separated ids (default: ids 1..16)");
   tune->add_option("--max-tokens", f.max_tokens, "Tokens generated per run")->capture_default_str();
@@ -237,10 +234,7 @@ void AddTuneCommand(CLI::App& app) {
       ->capture_default_str();
   tune->add_option("--min-gain", f.min_gain, "Smallest relative speed-up kept")
       ->capture_default_str();
-  tune->add_option("--threads", f.threads, "Compute threads (0: physical cores)")
-      ->capture_default_str();
   tune->add_option("--out", f.out,
                    "Profile file (default <model>/tune_profile.json, where the server looks)");
-  colibri::compute::AddCacheFlags(tune, &f.cache);
   tune->callback([shared] { throw CLI::RuntimeError(RunTune(*shared)); });
 }

@@ -9,7 +9,6 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "cache_flags.h"
 #include "cli_node.h"
 #include "colibri/core/logging.h"
 #include "colibri/core/units.h"
@@ -55,7 +54,7 @@ int Run(const NodeFlags& node_flags, const std::string& prompt_tokens,
         const std::string& prompt_text, int64_t max_tokens,
         const colibri::engine::SamplingParams& sampling, bool ignore_eos,
         const std::string& logits_out) {
-  const std::string& model_dir = node_flags.model_dir;
+  const std::string& model_dir = node_flags.options.model_dir;
   std::unique_ptr<colibri::compute::ComputeNode> created;
   if (int rc = CreateNode(node_flags, &created)) return rc;
   auto node = &created;
@@ -221,7 +220,7 @@ int main(int argc, char** argv) {
   NodeFlags run_node;
   auto* run =
       app.add_subcommand("run", "Generate from a prompt; prints the generated token ids as JSON");
-  AddNodeFlags(run, &run_node);
+  AddCliNodeFlags(run, &run_node);
   auto* pt =
       run->add_option("--prompt-tokens", prompt_tokens, "Prompt as comma-separated token ids");
   run->add_option("--prompt", prompt_text, "Prompt text (tokenized with the model's tokenizer)")

@@ -1,238 +1,188 @@
 // colibri-compute: runs the model. Dense weights resident; experts streamed from expert-store
-// services (--store) or from the model directory, through a host-RAM cache.
-#include <signal.h>
-#include <unistd.h>
-
+// services (--store, --store-dns) or from the model directory, through a host-RAM cache.
+// main reads as its steps: parse the flags, build the node (waiting for stores found by DNS),
+// serve it over gRPC and the metrics port, shut down on SIGINT/SIGTERM.
+#include <algorithm>
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "absl/cleanup/cleanup.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cache_admin.h"
 #include "colibri/auth/address.h"
-#include "colibri/auth/flags.h"
 #include "colibri/core/logging.h"
 #include "colibri/core/port_file.h"
 #include "colibri/core/signals.h"
+#include "colibri/core/status.h"
 #include "colibri/core/units.h"
-#include "fmt/ranges.h"
+#include "compute_config.h"
+#include "compute_metrics.h"
+#include "compute_service.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
-#include "src/cache_admin.h"
-#include "src/cache_flags.h"
-#include "src/compute_metrics.h"
-#include "src/compute_service.h"
-#include "src/store_admin.h"
-#include "src/store_discovery.h"
+#include "store_admin.h"
+#include "store_discovery.h"
+
+namespace {
+
+namespace compute = colibri::compute;
+
+// The node and, with --store-dns, the discovery that adds stores found later to it (declared
+// after the node: it stops polling before the node goes).
+struct RunningNode {
+  std::unique_ptr<compute::ComputeNode> node;
+  std::unique_ptr<compute::StoreDiscovery> discovery;
+};
+
+// Builds the node. With --store-dns the stores may still be starting (or importing the model):
+// waits for the names to resolve and for a store to answer, up to --store-wait, then keeps
+// resolving every --store-dns-interval so new replicas join. Cancelled when SIGINT/SIGTERM ends
+// the wait.
+absl::StatusOr<std::unique_ptr<RunningNode>> BuildNode(const compute::ComputeConfig& cfg,
+                                                       compute::ComputeNodeOptions options,
+                                                       std::vector<compute::DnsName> dns) {
+  auto running = std::make_unique<RunningNode>();
+  if (dns.empty()) {
+    ASSIGN_OR_RETURN(running->node, compute::ComputeNode::Create(options));
+    return running;
+  }
+  RunningNode* r = running.get();
+  running->discovery = std::make_unique<compute::StoreDiscovery>(
+      std::move(dns), compute::ResolveHost, [r](const std::string& target) {
+        if (!r->node) return;  // while waiting, Current() has it
+        if (auto st = r->node->AddStore(target); !st.ok())
+          spdlog::error("adding store {}: {}", target, std::string(st.message()));
+      });
+  const std::vector<std::string> given = options.stores;
+  const auto wait_until =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(cfg.store_wait_s);
+  absl::StatusOr<std::unique_ptr<compute::ComputeNode>> node =
+      absl::UnavailableError("not started");
+  while (true) {
+    running->discovery->Poll();
+    options.stores = given;
+    for (const auto& t : running->discovery->Current()) options.stores.push_back(t);
+    if (!options.stores.empty()) node = compute::ComputeNode::Create(options);
+    const bool retry =
+        options.stores.empty() || node.status().code() == absl::StatusCode::kUnavailable;
+    if (!retry || std::chrono::steady_clock::now() >= wait_until) break;
+    spdlog::info("waiting for expert stores ({}): {}", absl::StrJoin(cfg.store_dns, ", "),
+                 options.stores.empty() ? std::string("no address yet")
+                                        : std::string(node.status().message()));
+    if (int sig = colibri::WaitForShutdownSignalFor(std::chrono::seconds(2)); sig > 0) {
+      return absl::CancelledError(
+          absl::StrCat("signal ", sig, " while waiting for expert stores: exiting"));
+    }
+  }
+  if (options.stores.empty()) {
+    return absl::UnavailableError(absl::StrCat("--store-dns ", absl::StrJoin(cfg.store_dns, ", "),
+                                               ": no address after ", cfg.store_wait_s, " s"));
+  }
+  if (!node.ok()) return node.status();
+  running->node = std::move(*node);
+  // Stores that resolved by now are in the node already; later answers are added to it.
+  running->discovery->MarkKnown(options.stores);
+  running->discovery->Start(
+      std::chrono::milliseconds(static_cast<int64_t>(cfg.store_dns_interval_s * 1000)));
+  return running;
+}
+
+// The node's listeners: ComputeService over gRPC and the metrics port (with the admin routes
+// where AdminRoutesAllowed). Members in the order they must be built; destroyed in reverse.
+struct Serving {
+  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<compute::ComputeMetrics> metrics;
+  std::unique_ptr<compute::ComputeService> service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+  std::unique_ptr<colibri::metrics::MetricsServer> metrics_server;
+};
+
+absl::StatusOr<std::unique_ptr<Serving>> Serve(
+    const compute::ComputeConfig& cfg, const colibri::auth::Security& security,
+    const std::shared_ptr<grpc::ServerCredentials>& credentials, compute::ComputeNode* node) {
+  auto s = std::make_unique<Serving>();
+  s->metrics = std::make_unique<compute::ComputeMetrics>(s->registry);
+  s->service = std::make_unique<compute::ComputeService>(node, s->metrics.get(),
+                                                         std::max(1, cfg.max_pending_requests));
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(cfg.listen, credentials, &s->port);
+  builder.RegisterService(s->service.get());
+  s->server = builder.BuildAndStart();
+  if (!s->server || s->port == 0)
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", cfg.listen));
+  std::vector<colibri::metrics::HttpRoute> admin_routes;
+  if (colibri::auth::AdminRoutesAllowed("the metrics port", cfg.metrics.host,
+                                        security.has_keys())) {
+    admin_routes = compute::AdminRoutes(node);
+    for (auto& r : compute::StoreAdminRoutes(node)) admin_routes.push_back(std::move(r));
+  }
+  ASSIGN_OR_RETURN(s->metrics_server, colibri::metrics::StartMetricsListener(
+                                          cfg.metrics, s->registry,
+                                          [m = s->metrics.get(), node] { m->Refresh(*node); },
+                                          std::move(admin_routes), security.http()));
+  RETURN_IF_ERROR(colibri::WritePortFile(cfg.port_file, s->port));
+  return s;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   colibri::BlockShutdownSignals();
   colibri::InitLogging();
-  std::string model_dir, listen = "127.0.0.1:50052", metrics_host = "127.0.0.1", port_file,
-                         metrics_port_file;
-  std::vector<std::string> stores;
-  int metrics_port = 9102, threads = 0, max_pending = 64;
+
+  // 1. Parse: the flags, the security they name, the node's options.
+  compute::ComputeConfig cfg;
   CLI::App app{"colibri-compute: runs the model, streaming experts from expert stores"};
-  app.add_option("--model", model_dir, "Model directory (manifest and dense weights)")
-      ->required()
-      ->check(CLI::ExistingDirectory);
-  app.add_option(
-      "--store", stores,
-      "Expert store address host:port or unix:/path (repeatable: reads spread over the holders; "
-      "default: read experts from --model)");
-  std::vector<std::string> store_dns;
-  app.add_option(
-      "--store-dns", store_dns,
-      "Expert stores by DNS name host:port (repeatable): every address the name resolves to is a "
-      "store, re-resolved every --store-dns-interval so new replicas join without a restart");
-  double store_dns_interval = 5, store_wait = 300;
-  app.add_option("--store-dns-interval", store_dns_interval,
-                 "Seconds between --store-dns resolutions")
-      ->capture_default_str()
-      ->check(CLI::Range(0.1, 3600.0));
-  app.add_option("--store-wait", store_wait,
-                 "Seconds to wait at start for --store-dns names to resolve and a store to answer")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 86400.0));
-  std::string store_shm = "auto", client_name;
-  app.add_option(
-         "--store-shm-size", store_shm,
-         "Shared-memory region per unix: store (auto: cache size + two layers in flight; 0: off)")
-      ->capture_default_str();
-  app.add_option("--client-name", client_name,
-                 "This node's name in the stores' metrics (default: host name)");
-  app.add_option("--threads", threads, "Compute threads (0: physical cores)")
-      ->capture_default_str();
-  app.add_option("--listen", listen, "gRPC address (port 0 picks one)")->capture_default_str();
-  app.add_option("--metrics-port", metrics_port,
-                 "Prometheus /metrics port (0 picks one, -1 disables)")
-      ->capture_default_str();
-  app.add_option("--metrics-host", metrics_host,
-                 "Bind address of the metrics port (/metrics, /health, /admin/...; 0.0.0.0: every "
-                 "interface)")
-      ->capture_default_str();
-  app.add_option("--max-pending-requests", max_pending, "Requests allowed to wait for the engine")
-      ->capture_default_str();
-  app.add_option("--port-file", port_file, "Write the bound gRPC port to this file");
-  app.add_option("--metrics-port-file", metrics_port_file,
-                 "Write the bound metrics port to this file");
-  colibri::compute::CacheFlags cache_flags;
-  colibri::compute::AddCacheFlags(&app, &cache_flags);
-  colibri::auth::KeyFlags key_flags;
-  colibri::auth::AddKeyFlags(&app, &key_flags);
-  colibri::auth::TlsFiles tls_files;
-  colibri::auth::AddTlsFlags(&app, &tls_files);
+  compute::AddComputeFlags(&app, &cfg);
   CLI11_PARSE(app, argc, argv);
-
-  auto security = colibri::auth::LoadSecurity(key_flags, tls_files);
+  auto security = colibri::auth::LoadSecurity(cfg.security);
   auto credentials =
-      security.ok() ? security->ListenerCredentials(listen, nullptr) : security.status();
-  if (!credentials.ok()) {
-    spdlog::error("{}", std::string(credentials.status().message()));
-    return 2;
+      security.ok() ? security->ListenerCredentials(cfg.listen, nullptr) : security.status();
+  auto options = compute::ResolveComputeNode(cfg);
+  auto dns = compute::ResolveStoreDns(cfg);
+  for (const absl::Status& st : {credentials.status(), options.status(), dns.status()}) {
+    if (!st.ok()) {
+      spdlog::error("{}", std::string(st.message()));
+      return 2;
+    }
   }
+  options->transport = security->transport;
 
-  std::vector<colibri::compute::DnsName> dns_names;
-  for (const auto& n : store_dns) {
-    auto parsed = colibri::compute::ParseDnsName(n);
-    if (!parsed.ok()) {
-      spdlog::error("{}", std::string(parsed.status().message()));
-      return 2;
-    }
-    dns_names.push_back(*parsed);
-  }
-  colibri::compute::ComputeNodeOptions options;
-  options.model_dir = model_dir;
-  options.stores = stores;
-  if (store_shm != "auto") {
-    auto shm = colibri::ParseSize(store_shm);
-    if (!shm.ok()) {
-      spdlog::error("--store-shm-size: {}", std::string(shm.status().message()));
-      return 2;
-    }
-    options.store_shm_bytes = *shm;
-  }
-  if (client_name.empty()) {
-    char host[256] = {};
-    if (gethostname(host, sizeof(host) - 1) == 0) client_name = host;
-  }
-  options.client_name = client_name;
-  options.transport = security->transport;
-  options.threads = threads;
-  if (auto st = colibri::compute::ApplyCacheFlags(cache_flags, &options); !st.ok()) {
-    spdlog::error("{}", std::string(st.message()));
-    return 2;
-  }
-  // With --store-dns the stores may still be starting (or importing the model): wait for the
-  // names to resolve and for a store to answer, up to --store-wait. New replicas join later.
-  std::unique_ptr<colibri::compute::StoreDiscovery> discovery;
-  std::function<void(const std::string&)> add_store = [](const std::string&) {};
-  if (!dns_names.empty()) {
-    discovery = std::make_unique<colibri::compute::StoreDiscovery>(
-        dns_names, colibri::compute::ResolveHost,
-        [&add_store](const std::string& t) { add_store(t); });
-  }
-  const auto wait_until =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(store_wait);
-  absl::StatusOr<std::unique_ptr<colibri::compute::ComputeNode>> node =
-      absl::UnavailableError("not started");
-  while (true) {
-    if (discovery) {
-      discovery->Poll();
-      options.stores = stores;
-      for (const auto& t : discovery->Current()) options.stores.push_back(t);
-    }
-    if (!options.stores.empty() || dns_names.empty())
-      node = colibri::compute::ComputeNode::Create(options);
-    const bool retry = discovery && (options.stores.empty() ||
-                                     node.status().code() == absl::StatusCode::kUnavailable);
-    if (!retry || std::chrono::steady_clock::now() >= wait_until) break;
-    spdlog::info("waiting for expert stores ({}): {}", fmt::join(store_dns, ", "),
-                 options.stores.empty() ? std::string("no address yet")
-                                        : std::string(node.status().message()));
-    // Sleep 2 s, ending early on SIGINT/SIGTERM (blocked in every thread, so wait for them here).
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    const timespec pause{2, 0};
-    if (int sig = sigtimedwait(&set, nullptr, &pause); sig > 0) {
-      spdlog::info("signal {} while waiting for expert stores: exiting", sig);
+  // 2. Build the node.
+  auto running = BuildNode(cfg, *std::move(options), *std::move(dns));
+  if (!running.ok()) {
+    if (absl::IsCancelled(running.status())) {
+      spdlog::info("{}", std::string(running.status().message()));
       return 0;
     }
-  }
-  if (discovery && options.stores.empty()) {
-    spdlog::error("--store-dns {}: no address after {} s", fmt::join(store_dns, ", "), store_wait);
+    spdlog::error("{}", std::string(running.status().message()));
     return 1;
   }
-  if (!node.ok()) {
-    spdlog::error("{}", std::string(node.status().message()));
+  compute::ComputeNode& node = *(*running)->node;
+
+  // 3. Serve.
+  auto serving = Serve(cfg, *security, *credentials, &node);
+  if (!serving.ok()) {
+    spdlog::error("{}", std::string(serving.status().message()));
     return 1;
   }
-  // Stop polling before the node goes (discovery was made first, so it would be destroyed last).
-  absl::Cleanup stop_discovery = [&discovery] { discovery.reset(); };
-  if (discovery) {
-    // Stores that resolved at start are in the node already; later answers are added to it.
-    discovery->MarkKnown(options.stores);
-    add_store = [n = node->get()](const std::string& t) {
-      if (auto st = n->AddStore(t); !st.ok())
-        spdlog::error("adding store {}: {}", t, std::string(st.message()));
-    };
-    discovery->Start(std::chrono::milliseconds(static_cast<int64_t>(store_dns_interval * 1000)));
-  }
-  auto registry = std::make_shared<prometheus::Registry>();
-  colibri::compute::ComputeMetrics metrics(registry);
-  colibri::compute::ComputeService service(node->get(), &metrics, std::max(1, max_pending));
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(listen, *credentials, &port);
-  builder.RegisterService(&service);
-  auto server = builder.BuildAndStart();
-  if (!server || port == 0) {
-    spdlog::error("cannot listen on {}", listen);
-    return 1;
-  }
-  std::unique_ptr<colibri::metrics::MetricsServer> metrics_server;
-  if (metrics_port >= 0) {
-    std::vector<colibri::metrics::HttpRoute> admin_routes;
-    if (colibri::auth::AdminRoutesAllowed("the metrics port", metrics_host, security->has_keys())) {
-      admin_routes = colibri::compute::AdminRoutes(node->get());
-      for (auto& r : colibri::compute::StoreAdminRoutes(node->get()))
-        admin_routes.push_back(std::move(r));
-    }
-    auto ms = colibri::metrics::MetricsServer::Start(
-        metrics_host, metrics_port, registry, [&] { metrics.Refresh(**node); }, admin_routes,
-        security->http());
-    if (!ms.ok()) {
-      spdlog::error("{}", std::string(ms.status().message()));
-      return 1;
-    }
-    metrics_server = std::move(*ms);
-  }
-  if (metrics_server) {
-    if (auto st = colibri::WritePortFile(metrics_port_file, metrics_server->port()); !st.ok()) {
-      spdlog::error("{}", std::string(st.message()));
-      return 1;
-    }
-  }
-  if (auto st = colibri::WritePortFile(port_file, port); !st.ok()) {
-    spdlog::error("{}", std::string(st.message()));
-    return 1;
-  }
-  std::string origin = model_dir;
-  if (!options.stores.empty()) {
-    origin.clear();
-    for (const auto& s : options.stores) origin += (origin.empty() ? "" : ", ") + s;
-  }
+  const auto& stores = node.options().stores;
   spdlog::info("colibri-compute serving model '{}' on port {} (experts from {}, cache {})",
-               (*node)->model_name(), port, origin,
-               colibri::FormatSize((*node)->options().expert_cache_bytes));
+               node.model_name(), (*serving)->port,
+               stores.empty() ? node.options().model_dir : absl::StrJoin(stores, ", "),
+               colibri::FormatSize(node.options().expert_cache_bytes));
+
+  // 4. Shut down: gRPC first (in-flight calls get 5 s), then the metrics port, the discovery
+  // and the node, in that order as they go out of scope.
   int sig = colibri::WaitForShutdownSignal();
   spdlog::info("signal {}: shutting down", sig);
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  (*serving)->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   return 0;
 }

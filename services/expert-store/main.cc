@@ -1,10 +1,5 @@
 // colibri-expert-store: serves expert blocks from striped disks (and/or plain model
-// directories) over gRPC, and manages what the disks hold.
-//
-//   colibri-expert-store --disk D1 --disk D2 [--model DIR] [serving flags]   serve
-//   colibri-expert-store import --model DIR --disk D1 --disk D2 [--stripe-size 512K]
-//   colibri-expert-store list --disk D1 --disk D2
-//   colibri-expert-store remove --disk D1 --disk D2 NAME
+// directories) over gRPC, and manages what the disks hold (the commands: src/store_config.h).
 #include <unistd.h>
 
 #include <chrono>
@@ -17,50 +12,23 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "colibri/auth/flags.h"
 #include "colibri/core/logging.h"
 #include "colibri/core/port_file.h"
 #include "colibri/core/progress.h"
 #include "colibri/core/signals.h"
 #include "colibri/core/units.h"
-#include "colibri/metrics/metrics.h"
+#include "colibri/metrics/listen_flags.h"
 #include "colibri/store/block_store.h"
 #include "colibri/store/ingest.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
-#include "src/store_service.h"
+#include "store_config.h"
+#include "store_service.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-
-struct ServeConfig {
-  std::vector<std::string> models;
-  std::vector<std::string> disks;
-  std::string catalog;
-  std::vector<std::string> listen = {"127.0.0.1:50051"};
-  std::string metrics_listen_host = "127.0.0.1";
-  int metrics_port = 9101;
-  std::string chunk_size = "1M";
-  std::string read_cache_size = "0";
-  std::string max_buffered = "64M";
-  int queue_depth = 32;
-  int max_reads_in_flight = 16;
-  int max_queued = 1024;
-  int max_streams = 256;
-  int max_streams_per_client = 64;
-  double idle_stream_timeout_s = 300;
-  int io_threads = 0;  // accepted for compatibility; the I/O engine sizes itself by --queue-depth
-  std::string io_backend = "auto";
-  bool no_direct_io = false;
-  bool no_shm = false;
-  std::vector<std::string> faults;
-  std::string port_file;
-  std::string metrics_port_file;
-  colibri::auth::KeyFlags keys;
-  colibri::auth::TlsFiles tls;
-};
 
 std::vector<fs::path> Paths(const std::vector<std::string>& v) { return {v.begin(), v.end()}; }
 
@@ -69,7 +37,7 @@ int Fail(const absl::Status& s) {
   return 1;
 }
 
-int Serve(const ServeConfig& cfg) {
+int Serve(const colibri::store::StoreConfig& cfg) {
   auto chunk = colibri::ParseSize(cfg.chunk_size);
   if (!chunk.ok() || *chunk < (1u << 20) || *chunk > (4u << 20)) {
     spdlog::error("--chunk-size must be between 1M and 4M");
@@ -102,7 +70,7 @@ int Serve(const ServeConfig& cfg) {
                   : cfg.io_backend == "threads" ? colibri::store::IoEngineOptions::Backend::kThreads
                                                 : colibri::store::IoEngineOptions::Backend::kAuto;
   if (!cfg.faults.empty()) bo.io.faults = &faults;
-  auto security = colibri::auth::LoadSecurity(cfg.keys, cfg.tls);
+  auto security = colibri::auth::LoadSecurity(cfg.security);
   if (!security.ok()) return Fail(security.status());
   std::vector<std::shared_ptr<grpc::ServerCredentials>> credentials;
   for (const auto& l : cfg.listen) {
@@ -122,7 +90,7 @@ int Serve(const ServeConfig& cfg) {
   options.chunk_bytes = *chunk;
   options.max_buffered_bytes = *buffered;
   options.max_reads_in_flight = static_cast<size_t>(std::max(1, cfg.max_reads_in_flight));
-  options.max_queued = static_cast<size_t>(std::max(1, cfg.max_queued));
+  options.max_queued = static_cast<size_t>(std::max(1, cfg.max_queued_requests));
   options.max_streams = static_cast<size_t>(std::max(1, cfg.max_streams));
   options.max_streams_per_client = static_cast<size_t>(std::max(1, cfg.max_streams_per_client));
   options.idle_stream_timeout = std::chrono::milliseconds(
@@ -147,16 +115,9 @@ int Serve(const ServeConfig& cfg) {
     }
     if (!unix_socket && tcp_port == 0) tcp_port = ports[i];
   }
-  std::unique_ptr<colibri::metrics::MetricsServer> metrics_server;
-  if (cfg.metrics_port >= 0) {
-    auto ms = colibri::metrics::MetricsServer::Start(
-        cfg.metrics_listen_host, cfg.metrics_port, registry, [&] { metrics.Refresh(**store); }, {},
-        security->http());
-    if (!ms.ok()) return Fail(ms.status());
-    metrics_server = std::move(*ms);
-    if (auto st = colibri::WritePortFile(cfg.metrics_port_file, metrics_server->port()); !st.ok())
-      return Fail(st);
-  }
+  auto metrics_server = colibri::metrics::StartMetricsListener(
+      cfg.metrics, registry, [&] { metrics.Refresh(**store); }, {}, security->http());
+  if (!metrics_server.ok()) return Fail(metrics_server.status());
   // The port file announces readiness (0 when listening on unix sockets only).
   if (auto st = colibri::WritePortFile(cfg.port_file, tcp_port); !st.ok()) return Fail(st);
   const auto& io = (*store)->io();
@@ -171,7 +132,7 @@ int Serve(const ServeConfig& cfg) {
   for (size_t i = 0; i < cfg.listen.size(); ++i)
     spdlog::info("listening on {} (port {})", cfg.listen[i], ports[i]);
   spdlog::info("colibri-expert-store ready (read cache {}, metrics on {})",
-               colibri::FormatSize(*cache), metrics_server ? metrics_server->port() : -1);
+               colibri::FormatSize(*cache), *metrics_server ? (*metrics_server)->port() : -1);
   int sig = colibri::WaitForShutdownSignal();
   spdlog::info("signal {}: shutting down", sig);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -181,15 +142,15 @@ int Serve(const ServeConfig& cfg) {
   return 0;
 }
 
-int Import(const std::string& model, const colibri::store::StoreLocation& loc,
-           const std::string& stripe, const std::string& name, const std::string& layers) {
+int Import(const colibri::store::StoreConfig& cfg, const colibri::store::StoreLocation& loc) {
   colibri::store::ImportOptions o;
-  auto s = colibri::ParseSize(stripe);
+  auto s = colibri::ParseSize(cfg.import_stripe_size);
   if (!s.ok()) return Fail(s.status());
   o.stripe_size = *s;
-  o.name = name;
-  if (!layers.empty()) {
-    std::pair<std::string, std::string> ab = absl::StrSplit(layers, absl::MaxSplits('-', 1));
+  o.name = cfg.import_name;
+  if (!cfg.import_layers.empty()) {
+    std::pair<std::string, std::string> ab =
+        absl::StrSplit(cfg.import_layers, absl::MaxSplits('-', 1));
     if (!absl::SimpleAtoi(ab.first, &o.first_layer) ||
         !absl::SimpleAtoi(ab.second, &o.last_layer)) {
       spdlog::error("--layers must be FIRST-LAST, e.g. 0-15");
@@ -199,7 +160,7 @@ int Import(const std::string& model, const colibri::store::StoreLocation& loc,
   colibri::ProgressMeter meter("import", stderr, isatty(fileno(stderr)));
   o.progress = [&](uint64_t done, uint64_t total) { meter.Update(done, total); };
   const auto t0 = std::chrono::steady_clock::now();
-  auto r = colibri::store::ImportModel(model, loc, o);
+  auto r = colibri::store::ImportModel(cfg.import_model, loc, o);
   meter.Finish();
   if (!r.ok()) return Fail(r.status());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -236,102 +197,22 @@ int List(const colibri::store::StoreLocation& loc) {
 int main(int argc, char** argv) {
   colibri::BlockShutdownSignals();
   colibri::InitLogging();
-  ServeConfig cfg;
+  colibri::store::StoreConfig cfg;
   CLI::App app{
       "colibri-expert-store: serves expert blocks from striped disks over ExpertStore.Fetch"};
-  app.require_subcommand(0, 1);
-  app.add_option("--disk", cfg.disks, "A disk root of the store (repeatable, any order)");
-  app.add_option("--catalog", cfg.catalog, "The catalog directory (default: found on the disks)");
-  app.add_option("--model", cfg.models, "Also serve this model directory as it is (repeatable)")
-      ->check(CLI::ExistingDirectory);
-  app.add_option("--listen", cfg.listen,
-                 "Address: host:port (port 0 picks one) or unix:/path (repeatable)")
-      ->capture_default_str();
-  app.add_option("--metrics-port", cfg.metrics_port,
-                 "Prometheus /metrics port (0 picks one, -1 disables)")
-      ->capture_default_str();
-  app.add_option("--metrics-host", cfg.metrics_listen_host,
-                 "Bind address of the metrics port (0.0.0.0: every interface)")
-      ->capture_default_str();
-  colibri::auth::AddKeyFlags(&app, &cfg.keys);
-  colibri::auth::AddTlsFlags(&app, &cfg.tls);
-  app.add_option("--read-cache-size", cfg.read_cache_size,
-                 "RAM cache of recently read blocks (0: none)")
-      ->capture_default_str();
-  app.add_option("--queue-depth", cfg.queue_depth, "Reads in flight per disk")
-      ->capture_default_str();
-  app.add_option("--chunk-size", cfg.chunk_size, "Bytes per streamed chunk (1M..4M)")
-      ->capture_default_str();
-  app.add_option("--max-reads-in-flight", cfg.max_reads_in_flight,
-                 "Block reads in progress per stream")
-      ->capture_default_str();
-  app.add_option("--max-buffered", cfg.max_buffered,
-                 "Read bytes waiting for the network per stream")
-      ->capture_default_str();
-  app.add_option("--max-queued-requests", cfg.max_queued,
-                 "Requests queued per stream (RESOURCE_EXHAUSTED past it)")
-      ->capture_default_str();
-  app.add_option("--max-streams", cfg.max_streams,
-                 "Open Fetch streams (RESOURCE_EXHAUSTED past it)")
-      ->capture_default_str();
-  app.add_option("--max-streams-per-client", cfg.max_streams_per_client,
-                 "Open Fetch streams from one peer host (RESOURCE_EXHAUSTED past it)")
-      ->capture_default_str();
-  app.add_option(
-         "--idle-stream-timeout", cfg.idle_stream_timeout_s,
-         "Seconds a Fetch stream may go without a request before the store ends it (0: never)")
-      ->capture_default_str();
-  app.add_flag("--no-shm", cfg.no_shm, "Refuse shared-memory delivery to co-located clients");
-  app.add_option("--port-file", cfg.port_file,
-                 "Write the bound TCP port (0: unix only) here once serving");
-  app.add_option("--metrics-port-file", cfg.metrics_port_file,
-                 "Write the bound metrics port to this file");
-  auto* tuning = app.add_option_group("Testing and tuning");
-  tuning->add_option("--io-backend", cfg.io_backend, "auto | io_uring | threads")
-      ->capture_default_str();
-  tuning->add_flag("--no-direct-io", cfg.no_direct_io,
-                   "Read through the page cache instead of O_DIRECT");
-  tuning->add_option(
-      "--inject-fault", cfg.faults,
-      "Fault injection for tests: kind=eio|short|eof|corrupt[,disk=N][,offset=A-B][,count=N] or "
-      "kind=slow,disk=N,rate=100M (repeatable)");
-  tuning->add_option("--io-threads", cfg.io_threads,
-                     "Ignored (kept for old scripts; see --queue-depth)");
-
-  std::string imp_model, imp_name, imp_layers;
-  std::string imp_stripe = std::to_string(colibri::store::kDefaultStripeSize / 1024) + "K";
-  std::vector<std::string> sub_disks;
-  std::string sub_catalog;
-  auto* imp = app.add_subcommand(
-      "import", "Stripe a converted model directory onto the disks (atomic, resumable)");
-  imp->add_option("--model", imp_model, "Converted model directory")
-      ->required()
-      ->check(CLI::ExistingDirectory);
-  imp->add_option("--disk", sub_disks,
-                  "A disk root (repeatable; the first import creates the store)")
-      ->required();
-  imp->add_option("--catalog", sub_catalog, "Catalog directory (default: on the first disk)");
-  imp->add_option("--stripe-size", imp_stripe, "Stripe unit (multiple of 4K)")
-      ->capture_default_str();
-  imp->add_option("--name", imp_name, "Name in the store (default: the model's)");
-  imp->add_option("--layers", imp_layers, "Hold only layers FIRST-LAST (a partial copy)");
-  auto* lst = app.add_subcommand("list", "List the models on the disks");
-  lst->add_option("--disk", sub_disks, "A disk root (repeatable)")->required();
-  lst->add_option("--catalog", sub_catalog, "Catalog directory (default: found on the disks)");
-  std::string rm_name;
-  auto* rm = app.add_subcommand("remove", "Remove a model from the disks");
-  rm->add_option("--disk", sub_disks, "A disk root (repeatable)")->required();
-  rm->add_option("--catalog", sub_catalog, "Catalog directory (default: found on the disks)");
-  rm->add_option("name", rm_name, "Model name")->required();
+  colibri::store::AddStoreFlags(&app, &cfg);
   CLI11_PARSE(app, argc, argv);
 
-  const colibri::store::StoreLocation loc{Paths(sub_disks), sub_catalog};
-  if (*imp) return Import(imp_model, loc, imp_stripe, imp_name, imp_layers);
-  if (*lst) return List(loc);
-  if (*rm) {
-    if (auto st = colibri::store::RemoveModel(loc, rm_name); !st.ok()) return Fail(st);
-    spdlog::info("removed '{}'", rm_name);
-    return 0;
+  using Command = colibri::store::StoreConfig::Command;
+  const colibri::store::StoreLocation loc{Paths(cfg.sub_disks), cfg.sub_catalog};
+  switch (cfg.command) {
+    case Command::kImport: return Import(cfg, loc);
+    case Command::kList: return List(loc);
+    case Command::kRemove:
+      if (auto st = colibri::store::RemoveModel(loc, cfg.remove_name); !st.ok()) return Fail(st);
+      spdlog::info("removed '{}'", cfg.remove_name);
+      return 0;
+    case Command::kServe: break;
   }
   return Serve(cfg);
 }

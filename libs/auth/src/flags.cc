@@ -36,13 +36,18 @@ void AddTlsFlags(CLI::App* app, TlsFiles* files) {
               "effect with TLS)");
 }
 
-absl::StatusOr<Security> LoadSecurity(const KeyFlags& keys, const TlsFiles& tls) {
-  auto loaded = ApiKeys::Load(keys.api_keys, keys.api_key_file);
+void AddSecurityFlags(CLI::App* app, SecurityFlags* flags) {
+  AddKeyFlags(app, &flags->keys);
+  AddTlsFlags(app, &flags->tls);
+}
+
+absl::StatusOr<Security> LoadSecurity(const SecurityFlags& flags) {
+  auto loaded = ApiKeys::Load(flags.keys.api_keys, flags.keys.api_key_file);
   if (!loaded.ok()) return loaded.status();
-  auto transport = Transport::Create(tls);
+  auto transport = Transport::Create(flags.tls);
   if (!transport.ok()) return transport.status();
   return Security{std::make_shared<const ApiKeys>(std::move(*loaded)), std::move(*transport),
-                  keys.metrics_public};
+                  flags.keys.metrics_public};
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Security::ListenerCredentials(

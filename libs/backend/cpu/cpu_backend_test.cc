@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "colibri/backend/host_ops.h"
-#include "colibri/backend/test_data.h"
+#include "colibri/backend/testing/test_data.h"
 #include "colibri/quant/dtype.h"
 #include "colibri/quant/quantize.h"
 #include "colibri/quant/vec_dot.h"

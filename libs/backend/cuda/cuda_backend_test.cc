@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "colibri/backend/cpu_backend.h"
-#include "colibri/backend/test_data.h"
+#include "colibri/backend/testing/test_data.h"
 #include "colibri/quant/dtype.h"
 #include "colibri/quant/quantize.h"
 

@@ -1,4 +1,4 @@
-#include "colibri/backend/device_like_backend.h"
+#include "colibri/backend/testing/device_like_backend.h"
 
 #include <cstring>
 

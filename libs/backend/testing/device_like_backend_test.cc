@@ -1,5 +1,5 @@
 // The device-like test backend: its own memory, counted and capped.
-#include "colibri/backend/device_like_backend.h"
+#include "colibri/backend/testing/device_like_backend.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "colibri/backend/test_data.h"
+#include "colibri/backend/testing/test_data.h"
 
 #include <cstring>
 #include <random>

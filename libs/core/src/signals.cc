@@ -31,4 +31,13 @@ int WaitForShutdownSignal() {
   return sig;
 }
 
+int WaitForShutdownSignalFor(std::chrono::milliseconds timeout) {
+  sigset_t set = ShutdownSet();
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(timeout);
+  const timespec pause{static_cast<time_t>(seconds.count()),
+                       static_cast<long>((timeout - seconds).count() * 1000000)};
+  const int sig = sigtimedwait(&set, nullptr, &pause);
+  return sig > 0 ? sig : 0;
+}
+
 }  // namespace colibri

@@ -8,9 +8,9 @@
 #include <algorithm>
 
 #include "colibri/backend/cpu_backend.h"
-#include "colibri/backend/device_like_backend.h"
+#include "colibri/backend/testing/device_like_backend.h"
 #include "colibri/engine/model.h"
-#include "colibri/engine/test_model.h"
+#include "colibri/engine/testing/test_model.h"
 #include "colibri/expert_source/cache_tier.h"
 #include "colibri/expert_source/device_tier_memory.h"
 #include "colibri/expert_source/disk_source.h"

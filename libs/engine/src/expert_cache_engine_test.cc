@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "colibri/backend/cpu_backend.h"
 #include "colibri/engine/model.h"
-#include "colibri/engine/test_model.h"
+#include "colibri/engine/testing/test_model.h"
 #include "colibri/expert_source/cache_tier.h"
 #include "colibri/expert_source/disk_source.h"
 #include "colibri/expert_source/routing_trace.h"

@@ -17,11 +17,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "colibri/backend/cpu_backend.h"
-#include "colibri/backend/device_like_backend.h"
+#include "colibri/backend/testing/device_like_backend.h"
 #include "colibri/engine/engine.h"
 #include "colibri/engine/kv_store.h"
 #include "colibri/engine/model.h"
-#include "colibri/engine/test_model.h"
+#include "colibri/engine/testing/test_model.h"
 #include "colibri/expert_source/cache_tier.h"
 #include "colibri/expert_source/routing_trace.h"
 #include "colibri/model/container.h"

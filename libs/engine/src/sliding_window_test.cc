@@ -9,7 +9,7 @@
 
 #include "colibri/backend/cpu_backend.h"
 #include "colibri/engine/model.h"
-#include "colibri/engine/test_model.h"
+#include "colibri/engine/testing/test_model.h"
 
 namespace colibri::engine {
 namespace {

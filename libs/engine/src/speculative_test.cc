@@ -12,7 +12,7 @@
 #include "colibri/backend/cpu_backend.h"
 #include "colibri/engine/engine.h"
 #include "colibri/engine/resident_experts.h"
-#include "colibri/engine/test_model.h"
+#include "colibri/engine/testing/test_model.h"
 
 namespace colibri::engine {
 namespace {

@@ -1,4 +1,4 @@
-#include "colibri/engine/test_model.h"
+#include "colibri/engine/testing/test_model.h"
 
 #include <unistd.h>
 

@@ -10,7 +10,7 @@
 #include <set>
 #include <vector>
 
-#include "colibri/backend/device_like_backend.h"
+#include "colibri/backend/testing/device_like_backend.h"
 #include "colibri/expert_source/cache_tier.h"
 #include "test_sources.h"
 

@@ -27,6 +27,13 @@ struct KeyFlags {
 void AddKeyFlags(CLI::App* app, KeyFlags* flags);
 void AddTlsFlags(CLI::App* app, TlsFiles* files);
 
+// Both groups: what every service binary takes (colibri-health takes only the TLS one).
+struct SecurityFlags {
+  KeyFlags keys;
+  TlsFiles tls;
+};
+void AddSecurityFlags(CLI::App* app, SecurityFlags* flags);
+
 // What the flags configure, loaded once and shared by every listener of the binary.
 struct Security {
   std::shared_ptr<const ApiKeys> keys;
@@ -43,6 +50,6 @@ struct Security {
 
 // The keys (ApiKeys::Load) and the transport (Transport::Create) the flags name; the error
 // names the flag.
-absl::StatusOr<Security> LoadSecurity(const KeyFlags& keys, const TlsFiles& tls);
+absl::StatusOr<Security> LoadSecurity(const SecurityFlags& flags);
 
 }  // namespace colibri::auth

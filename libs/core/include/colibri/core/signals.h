@@ -2,10 +2,15 @@
 // any thread starts), then wait for one of them on the main thread.
 #pragma once
 
+#include <chrono>
+
 namespace colibri {
 
 void BlockShutdownSignals();
 // Returns the signal number received (SIGINT or SIGTERM).
 int WaitForShutdownSignal();
+// Waits at most `timeout` for SIGINT or SIGTERM (blocked by BlockShutdownSignals): the signal
+// number, or 0 when none came in time.
+int WaitForShutdownSignalFor(std::chrono::milliseconds timeout);
 
 }  // namespace colibri

@@ -1,7 +1,11 @@
-// The expert-cache flags shared by colibri-server, colibri-compute and colibri-cli run, parsed
-// into ComputeNodeOptions. "auto" (the default of the budgets and knobs marked so) leaves the
-// value to the planner (colibri/plan/planner.h) and a matching tune profile, resolved and
-// logged by ComputeNode::Create; a value given explicitly always wins.
+// The flags of a compute node, one definition for every binary that builds one (colibri-server,
+// colibri-compute, colibri-cli run / bench / chat / tune): threads, backend, expert cache, KV,
+// batching and speculative decoding. A flag whose value is the option's own is bound straight
+// into ComputeNodeOptions (its default is the one in compute_node.h); a flag typed as text
+// ("auto" or a size) is parsed by ResolveNodeFlags. "auto" (the default of the budgets and knobs
+// marked so) leaves the value to the planner (colibri/plan/planner.h) and a matching tune
+// profile, resolved and logged by ComputeNode::Create; a value given explicitly always wins.
+//   --threads N               compute threads (0: physical cores)
 //   --expert-cache-size SIZE  host-RAM expert cache budget (auto)
 //   --backend cpu|cuda        where layers compute (cpu)
 //   --device N                CUDA device index (0)
@@ -28,44 +32,38 @@
 //   --draft-max N             drafted tokens per verify pass, at most (4)
 //   --draft-experts TYPE      self drafter: the experts quantized to TYPE (q2_k) held in RAM
 //   --draft-model DIR         draft drafter: a second colibri model, same vocabulary, in RAM
+//   --max-batch N             sequences decoded together (16)
+//   --max-queued N            requests waiting for a batch slot (256)
+//   --prefill-chunk N         prompt tokens per sequence per forward step (512)
 #pragma once
 
 #include <string>
 
 #include "CLI/CLI.hpp"
-#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "compute_node.h"
 
 namespace colibri::compute {
 
-struct CacheFlags {
+struct NodeFlags {
+  // Bound directly: model_dir and stores are the binary's to bind (--model, --store); the
+  // rest below from the flags of AddNodeFlags.
+  ComputeNodeOptions options;
+  // Typed as text, parsed by ResolveNodeFlags.
   std::string expert_cache_size = "auto";
-  std::string backend = "cpu";
-  int device = 0;
   std::string vram_budget = "auto";
   std::string kv_cache_limit = "auto";
   std::string kv_offload_limit = "0";
-  bool kv_offload_8bit = false;
-  std::string kv_persist_dir;
   std::string kv_persist_limit = "0";
   std::string prefetch_layers = "auto";
   std::string io_threads = "auto";
   std::string cache_policy = "auto";
   std::string learned_pins = "auto";
-  std::string tune_profile;
-  ExpertCacheConfig cache;  // the other cache settings, bound directly
-  bool kv_flag_added = false;
-  int max_batch = 16;           // sequences decoded together (continuous batching)
-  int max_queued = 256;         // requests waiting for a batch slot
-  int64_t prefill_chunk = 512;  // prompt tokens per sequence per forward step
-  std::string speculative = "off";
-  int draft_max = 4;
-  std::string draft_experts;
-  std::string draft_model;
 };
 
-void AddCacheFlags(CLI::App* app, CacheFlags* flags);
-// Sizes parsed and checked; InvalidArgument naming the flag.
-absl::Status ApplyCacheFlags(const CacheFlags& flags, ComputeNodeOptions* options);
+void AddNodeFlags(CLI::App* app, NodeFlags* flags);
+// flags.options with the text flags parsed and every value checked; InvalidArgument naming the
+// flag.
+absl::StatusOr<ComputeNodeOptions> ResolveNodeFlags(const NodeFlags& flags);
 
 }  // namespace colibri::compute

@@ -1,4 +1,4 @@
-#include "cache_flags.h"
+#include "node_flags.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -8,41 +8,40 @@
 
 namespace colibri::compute {
 
-void AddCacheFlags(CLI::App* app, CacheFlags* f) {
-  ExpertCacheConfig& c = f->cache;
+void AddNodeFlags(CLI::App* app, NodeFlags* f) {
+  ComputeNodeOptions& o = f->options;
+  ExpertCacheConfig& c = o.cache;
+  app->add_option("--threads", o.threads, "Compute threads (0: physical cores)")
+      ->capture_default_str();
   app->add_option("--expert-cache-size", f->expert_cache_size,
                   "Host-RAM expert cache budget, e.g. 512M, 8G (auto: every expert if they fit in "
                   "3/4 of free RAM, "
                   "else that 3/4; see colibri-cli plan)")
       ->capture_default_str();
-  app->add_option("--backend", f->backend, "Where layers compute: cpu, or cuda (an NVIDIA GPU)")
+  app->add_option("--backend", o.backend, "Where layers compute: cpu, or cuda (an NVIDIA GPU)")
       ->capture_default_str();
-  app->add_option("--device", f->device, "CUDA device index (--backend cuda)")
+  app->add_option("--device", o.device, "CUDA device index (--backend cuda)")
       ->capture_default_str();
   app->add_option("--vram-budget", f->vram_budget,
                   "VRAM expert cache budget (--backend cuda; auto: 3/4 of the device memory left; "
                   "the CPU backend "
                   "ignores it)")
       ->capture_default_str();
-  // Another component may define the flag too: never twice.
-  if (app->get_option_no_throw("--kv-cache-limit") == nullptr) {
-    app->add_option("--kv-cache-limit", f->kv_cache_limit,
-                    "Bytes of KV caches, apart from dense weights (auto: max-batch full contexts "
-                    "within a share of "
-                    "free memory, logged at start; 0: unlimited)")
-        ->capture_default_str();
-    f->kv_flag_added = true;
-  }
+  app->add_option("--kv-cache-limit", f->kv_cache_limit,
+                  "Bytes of KV caches, apart from dense weights (auto: max-batch full contexts "
+                  "within a share of "
+                  "free memory, logged at start; 0: unlimited)")
+      ->capture_default_str();
   app->add_option("--kv-offload-limit", f->kv_offload_limit,
                   "Host RAM for KV caches evicted from --kv-cache-limit, reused when a "
                   "conversation resumes (0: "
                   "dropped)")
       ->capture_default_str();
   app->add_flag(
-      "--kv-offload-8bit", f->kv_offload_8bit,
+      "--kv-offload-8bit", o.kv_offload_8bit,
       "Keep offloaded/persisted KV as 8-bit (Q8_0): 3.8x smaller, restored approximately");
   app->add_option(
-      "--kv-persist-dir", f->kv_persist_dir,
+      "--kv-persist-dir", o.kv_persist_dir,
       "Directory for KV caches across restarts (written when RAM is full and at shutdown)");
   app->add_option(
          "--kv-persist-limit", f->kv_persist_limit,
@@ -80,42 +79,46 @@ void AddCacheFlags(CLI::App* app, CacheFlags* f) {
       ->check(CLI::IsMember({"auto", "off"}))
       ->capture_default_str();
   app->add_option(
-      "--tune-profile", f->tune_profile,
+      "--tune-profile", o.tune_profile,
       "Settings measured by colibri-cli tune, applied to those left on auto when binary, model and "
       "machine match (default <model>/tune_profile.json; 'none': not read)");
   app->add_option("--trace-out", c.trace_out,
                   "Write a routing trace (one JSON line per token and layer)");
-  app->add_option("--max-batch", f->max_batch,
+  app->add_option("--max-batch", o.max_batch,
                   "Requests decoded together in one batch (1: one at a time)")
       ->capture_default_str();
-  app->add_option("--prefill-chunk", f->prefill_chunk,
+  app->add_option("--prefill-chunk", o.prefill_chunk,
                   "Prompt tokens per sequence in one forward step (smaller: decode rows of other "
                   "requests wait less)")
       ->capture_default_str();
-  app->add_option("--max-queued", f->max_queued, "Requests waiting for a batch slot; more get 429")
+  app->add_option("--max-queued", o.max_queued, "Requests waiting for a batch slot; more get 429")
       ->capture_default_str();
-  app->add_option("--speculative", f->speculative,
+  app->add_option("--speculative", o.speculative,
                   "Speculative decoding: off, auto (drafts per sequence when measured to pay), "
                   "ngram (prompt lookup), "
                   "self (--draft-experts) or draft (--draft-model)")
       ->capture_default_str();
-  app->add_option("--draft-max", f->draft_max, "Drafted tokens verified per pass, at most (1..16)")
+  app->add_option("--draft-max", o.draft_max, "Drafted tokens verified per pass, at most (1..16)")
       ->capture_default_str();
-  app->add_option("--draft-experts", f->draft_experts,
+  app->add_option("--draft-experts", o.draft_experts,
                   "Self-speculation: a copy of the experts quantized to this type at load (e.g. "
                   "q2_k), held in RAM");
-  app->add_option("--draft-model", f->draft_model,
+  app->add_option("--draft-model", o.draft_model_dir,
                   "Speculation with a second colibri model (same vocabulary), held in RAM");
 }
 
 namespace {
 
-// "auto" -> kAuto; else a size.
-absl::StatusOr<uint64_t> AutoSize(const std::string& flag, const std::string& value) {
-  if (value == "auto") return ComputeNodeOptions::kAuto;
+absl::StatusOr<uint64_t> Size(const std::string& flag, const std::string& value) {
   auto v = ParseSize(value);
   if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", v.status().message()));
   return *v;
+}
+
+// "auto" -> kAuto; else a size.
+absl::StatusOr<uint64_t> AutoSize(const std::string& flag, const std::string& value) {
+  if (value == "auto") return ComputeNodeOptions::kAuto;
+  return Size(flag, value);
 }
 
 // "auto" -> -1; else an integer in [lo, hi].
@@ -131,67 +134,44 @@ absl::StatusOr<int> AutoInt(const std::string& flag, const std::string& value, i
 
 }  // namespace
 
-absl::Status ApplyCacheFlags(const CacheFlags& f, ComputeNodeOptions* o) {
-  o->cache = f.cache;
-  ASSIGN_OR_RETURN(o->expert_cache_bytes, AutoSize("--expert-cache-size", f.expert_cache_size));
-  ASSIGN_OR_RETURN(o->cache.vram_bytes, AutoSize("--vram-budget", f.vram_budget));
-  ASSIGN_OR_RETURN(o->cache.prefetch_layers, AutoInt("--prefetch-layers", f.prefetch_layers, 0, 8));
-  ASSIGN_OR_RETURN(o->cache.io_threads, AutoInt("--io-threads", f.io_threads, 0, 64));
-  o->cache.policy = f.cache_policy == "auto" ? "" : f.cache_policy;
+absl::StatusOr<ComputeNodeOptions> ResolveNodeFlags(const NodeFlags& f) {
+  ComputeNodeOptions o = f.options;
+  ASSIGN_OR_RETURN(o.expert_cache_bytes, AutoSize("--expert-cache-size", f.expert_cache_size));
+  ASSIGN_OR_RETURN(o.cache.vram_bytes, AutoSize("--vram-budget", f.vram_budget));
+  ASSIGN_OR_RETURN(o.cache.prefetch_layers, AutoInt("--prefetch-layers", f.prefetch_layers, 0, 8));
+  ASSIGN_OR_RETURN(o.cache.io_threads, AutoInt("--io-threads", f.io_threads, 0, 64));
+  ASSIGN_OR_RETURN(o.kv_cache_limit, AutoSize("--kv-cache-limit", f.kv_cache_limit));
+  ASSIGN_OR_RETURN(o.kv_offload_limit, Size("--kv-offload-limit", f.kv_offload_limit));
+  ASSIGN_OR_RETURN(o.kv_persist_limit, Size("--kv-persist-limit", f.kv_persist_limit));
+  o.cache.policy = f.cache_policy == "auto" ? "" : f.cache_policy;
+  if (auto p = expert_source::ParseCachePolicy(o.cache.policy);
+      !o.cache.policy.empty() && !p.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--cache-policy: ", p.status().message()));
+  }
   if (f.learned_pins == "auto") {
-    o->cache.learned_pin_fraction = -1;
-  } else if (!absl::SimpleAtod(f.learned_pins, &o->cache.learned_pin_fraction) ||
-             o->cache.learned_pin_fraction < 0 || o->cache.learned_pin_fraction > 0.9) {
+    o.cache.learned_pin_fraction = -1;
+  } else if (!absl::SimpleAtod(f.learned_pins, &o.cache.learned_pin_fraction) ||
+             o.cache.learned_pin_fraction < 0 || o.cache.learned_pin_fraction > 0.9) {
     return absl::InvalidArgumentError(
         absl::StrCat("--learned-pins '", f.learned_pins, "': expected auto or 0 to 0.9"));
   }
-  o->tune_profile = f.tune_profile;
-  if (f.backend != "cpu" && f.backend != "cuda") {
+  if (o.backend != "cpu" && o.backend != "cuda") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--backend '", f.backend, "': expected cpu or cuda"));
+        absl::StrCat("--backend '", o.backend, "': expected cpu or cuda"));
   }
-  if (f.device < 0) return absl::InvalidArgumentError("--device must be >= 0");
-  o->backend = f.backend;
-  o->device = f.device;
-  if (f.kv_flag_added) {
-    ASSIGN_OR_RETURN(o->kv_cache_limit, AutoSize("--kv-cache-limit", f.kv_cache_limit));
-  }
-  auto offload = ParseSize(f.kv_offload_limit);
-  if (!offload.ok())
-    return absl::InvalidArgumentError(
-        absl::StrCat("--kv-offload-limit: ", offload.status().message()));
-  o->kv_offload_limit = *offload;
-  o->kv_offload_8bit = f.kv_offload_8bit;
-  o->kv_persist_dir = f.kv_persist_dir;
-  auto persist_limit = ParseSize(f.kv_persist_limit);
-  if (!persist_limit.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--kv-persist-limit: ", persist_limit.status().message()));
-  }
-  o->kv_persist_limit = *persist_limit;
-  if (auto p = expert_source::ParseCachePolicy(o->cache.policy);
-      !o->cache.policy.empty() && !p.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--cache-policy: ", p.status().message()));
-  }
-  if (f.max_batch < 1 || f.max_queued < 0) {
+  if (o.device < 0) return absl::InvalidArgumentError("--device must be >= 0");
+  if (o.max_batch < 1 || o.max_queued < 0) {
     return absl::InvalidArgumentError("--max-batch must be >= 1 and --max-queued >= 0");
   }
-  o->max_batch = f.max_batch;
-  o->max_queued = f.max_queued;
-  if (f.prefill_chunk < 1 || f.prefill_chunk > 65536) {
+  if (o.prefill_chunk < 1 || o.prefill_chunk > 65536) {
     return absl::InvalidArgumentError("--prefill-chunk must be between 1 and 65536");
   }
-  o->prefill_chunk = f.prefill_chunk;
-  if (auto m = engine::ParseSpeculativeMode(f.speculative); !m.ok()) {
+  if (auto m = engine::ParseSpeculativeMode(o.speculative); !m.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--speculative: ", m.status().message()));
   }
-  if (f.draft_max < 1 || f.draft_max > 16)
+  if (o.draft_max < 1 || o.draft_max > 16)
     return absl::InvalidArgumentError("--draft-max must be between 1 and 16");
-  o->speculative = f.speculative;
-  o->draft_max = f.draft_max;
-  o->draft_experts = f.draft_experts;
-  o->draft_model_dir = f.draft_model;
-  return absl::OkStatus();
+  return o;
 }
 
 }  // namespace colibri::compute

@@ -1,4 +1,4 @@
-#include "cache_flags.h"
+#include "node_flags.h"
 
 #include <gtest/gtest.h>
 
@@ -14,12 +14,11 @@ namespace {
 // --kv-cache-limit as the three binaries parse it: auto by default, 0 the explicit opt-out.
 absl::StatusOr<uint64_t> ParsedKvLimit(std::vector<std::string> args) {
   CLI::App app;
-  CacheFlags flags;
-  AddCacheFlags(&app, &flags);
+  NodeFlags flags;
+  AddNodeFlags(&app, &flags);
   std::reverse(args.begin(), args.end());  // CLI11 takes them last first
   app.parse(args);
-  ComputeNodeOptions o;
-  RETURN_IF_ERROR(ApplyCacheFlags(flags, &o));
+  ASSIGN_OR_RETURN(ComputeNodeOptions o, ResolveNodeFlags(flags));
   return o.kv_cache_limit;
 }
 
