@@ -64,7 +64,7 @@ struct ComputeNodeOptions {
   uint64_t kv_persist_limit = 0;  // bytes of files there, oldest deleted first (0: no cap)
   int max_batch = 16;             // sequences in one continuous batch
   int max_queued = 256;           // requests waiting for a slot (more: ResourceExhausted)
-  int threads = 0;                // 0: physical cores
+  int threads = 0;                // 0: UsableCoreCount() (affinity mask, cgroup quota)
   std::string backend = "cpu";    // --backend cpu | cuda
   int device = 0;                 // --device: CUDA device index
   int64_t prefill_chunk = 512;

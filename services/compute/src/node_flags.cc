@@ -11,7 +11,9 @@ namespace colibri::compute {
 void AddNodeFlags(CLI::App* app, NodeFlags* f) {
   ComputeNodeOptions& o = f->options;
   ExpertCacheConfig& c = o.cache;
-  app->add_option("--threads", o.threads, "Compute threads (0: physical cores)")
+  app->add_option(
+         "--threads", o.threads,
+         "Compute threads (0: the cores this process may use: affinity mask, cgroup CPU quota)")
       ->capture_default_str();
   app->add_option("--expert-cache-size", f->expert_cache_size,
                   "Host-RAM expert cache budget, e.g. 512M, 8G (auto: every expert if they fit in "

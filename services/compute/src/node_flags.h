@@ -5,7 +5,7 @@
 // ("auto" or a size) is parsed by ResolveNodeFlags. "auto" (the default of the budgets and knobs
 // marked so) leaves the value to the planner (colibri/plan/planner.h) and a matching tune
 // profile, resolved and logged by ComputeNode::Create; a value given explicitly always wins.
-//   --threads N               compute threads (0: physical cores)
+//   --threads N               compute threads (0: the usable cores: affinity mask, cgroup quota)
 //   --expert-cache-size SIZE  host-RAM expert cache budget (auto)
 //   --backend cpu|cuda        where layers compute (cpu)
 //   --device N                CUDA device index (0)
