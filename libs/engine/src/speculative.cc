@@ -10,12 +10,13 @@
 namespace colibri::engine {
 
 absl::StatusOr<SpeculativeMode> ParseSpeculativeMode(std::string_view name) {
-  for (SpeculativeMode m : {SpeculativeMode::kOff, SpeculativeMode::kAuto, SpeculativeMode::kNgram,
-                            SpeculativeMode::kSelf, SpeculativeMode::kDraft}) {
+  for (SpeculativeMode m :
+       {SpeculativeMode::kOff, SpeculativeMode::kAuto, SpeculativeMode::kNgram,
+        SpeculativeMode::kSelf, SpeculativeMode::kDraft, SpeculativeMode::kMtp}) {
     if (SpeculativeModeName(m) == name) return m;
   }
-  return absl::InvalidArgumentError(absl::StrCat("speculative mode '", std::string(name),
-                                                 "': expected auto, off, ngram, self or draft"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "speculative mode '", std::string(name), "': expected auto, off, ngram, self, draft or mtp"));
 }
 
 std::string_view SpeculativeModeName(SpeculativeMode mode) {
@@ -25,6 +26,7 @@ std::string_view SpeculativeModeName(SpeculativeMode mode) {
     case SpeculativeMode::kNgram: return "ngram";
     case SpeculativeMode::kSelf: return "self";
     case SpeculativeMode::kDraft: return "draft";
+    case SpeculativeMode::kMtp: return "mtp";
   }
   return "off";
 }

@@ -34,10 +34,10 @@ TEST(NgramDrafterTest, ProposesWhatFollowedTheLatestMatch) {
 
 TEST(ParseSpeculativeModeTest, NamesRoundTripAndBadNamesAreRefused) {
   for (auto m : {SpeculativeMode::kOff, SpeculativeMode::kAuto, SpeculativeMode::kNgram,
-                 SpeculativeMode::kSelf, SpeculativeMode::kDraft}) {
+                 SpeculativeMode::kSelf, SpeculativeMode::kDraft, SpeculativeMode::kMtp}) {
     EXPECT_EQ(*ParseSpeculativeMode(SpeculativeModeName(m)), m);
   }
-  EXPECT_EQ(ParseSpeculativeMode("mtp").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseSpeculativeMode("eagle").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // Rejection sampling against a point-mass draft must leave the target distribution as it is.
