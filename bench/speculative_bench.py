@@ -10,6 +10,10 @@ self drafter), each run --repeats times in turn, the median tok/s reported:
 decode tok/s, speed-up over off, acceptance, tokens per verify pass, expert bytes read per
 generated token. The disk-bound limit of plain decoding is the disk's random O_DIRECT block read
 rate (testlib.disk_read_rate: colibri-cli plan's probe) over off's bytes per token. Prints a markdown table and the load average.
+
+The MTP drafter needs a model with an MTP/NextN layer, which gen_tiny_model.py does not write: a second
+table runs the GLM-4.5 micro model of the oracle directory (testlib.ORACLE; random weights, all experts
+cached) with --speculative off, mtp and auto (which picks the MTP layer there).
 """
 import argparse
 import json
@@ -47,6 +51,49 @@ def run(model, prompt, tokens, cache, draft_max, extra):
             'drafted': drafted, 'ids': json.loads(p.stdout.strip().splitlines()[-1])}
 
 
+MTP_DRAFTERS = (
+    ('off', ('--speculative', 'off')),
+    ('mtp', ('--speculative', 'mtp')),
+    ('auto (mtp)', ('--speculative', 'auto')),
+)
+
+
+def table_rows(model, prompt, a, label, cache, drafters):
+    """Runs every drafter a.repeats times in turn (so that load changes hit every drafter alike) and
+    prints one row each of their medians; returns off's."""
+    runs = {name: [] for name, _ in drafters}
+    for _ in range(a.repeats):
+        for name, extra in drafters:
+            runs[name].append(run(model, prompt, a.tokens, cache, a.draft_max, extra))
+    base = None
+    for name, _ in drafters:
+        rs = sorted(runs[name], key=lambda r: r['tok_s'])
+        r = rs[len(rs) // 2]
+        base = base or r
+        acc = f'{100 * r["accepted"] / r["drafted"]:.0f}%' if r['drafted'] else '-'
+        tpp = f'{(r["accepted"] + r["passes"]) / r["passes"]:.2f}' if r['passes'] else '-'
+        print(f'| {label} | {name} | {r["tok_s"]:.1f} | {r["tok_s"] / base["tok_s"]:.2f}x | {acc} | {tpp} | '
+              f'{r["read"] / 1024:.0f} KiB | {"yes" if r["ids"] == base["ids"] else "NO"} |')
+    return base
+
+
+HEADER = ('| expert cache | drafter | tok/s | vs off | acceptance | tokens/pass | expert bytes read/token |'
+          ' same tokens |\n|---|---|---|---|---|---|---|---|')
+
+
+def mtp_table(d, a):
+    src = os.path.join(testlib.ORACLE, 'glm4moe', 'glm4moe-micro-f32')
+    if not os.path.isdir(src):
+        print(f'\n(no MTP table: no GLM-4.5 oracle model at {src})')
+        return
+    model = testlib.convert(src, os.path.join(d, 'glm'), 'f32')
+    prompt = [1] + list(range(300, 315)) + list(range(300, 308))
+    print(f'\nmodel: glm4moe micro (oracle, random weights, with its NextN layer), f32; '
+          f'{a.tokens} greedy tokens, draft max {a.draft_max}, 2 threads\n')
+    print(HEADER)
+    table_rows(model, prompt, a, 'all experts', 1 << 30, MTP_DRAFTERS)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--preset', default='demo')
@@ -68,26 +115,13 @@ def main():
         print(f'model: mixtral {a.preset}, {a.layers} layers, {a.quantize}, {len(blocks)} expert blocks, '
               f'{expert_bytes / 2**20:.1f} MiB of experts; {a.tokens} greedy tokens, draft max {a.draft_max}, '
               f'2 threads; O_DIRECT random block reads {disk / 1e9:.2f} GB/s; load average {os.getloadavg()[0]:.1f}\n')
-        print('| expert cache | drafter | tok/s | vs off | acceptance | tokens/pass | expert bytes read/token |'
-              ' same tokens |')
-        print('|---|---|---|---|---|---|---|---|')
+        print(HEADER)
         for label, cache in (('1/4 of experts (disk-bound)', expert_bytes // 4), ('all experts', expert_bytes * 2)):
-            runs = {name: [] for name, _ in DRAFTERS}
-            for _ in range(a.repeats):  # in turn, so that load changes hit every drafter alike
-                for name, extra in DRAFTERS:
-                    runs[name].append(run(model, prompt, a.tokens, cache, a.draft_max, extra))
-            base = None
-            for name, _ in DRAFTERS:
-                rs = sorted(runs[name], key=lambda r: r['tok_s'])
-                r = rs[len(rs) // 2]
-                base = base or r
-                acc = f'{100 * r["accepted"] / r["drafted"]:.0f}%' if r['drafted'] else '-'
-                tpp = f'{(r["accepted"] + r["passes"]) / r["passes"]:.2f}' if r['passes'] else '-'
-                print(f'| {label} | {name} | {r["tok_s"]:.1f} | {r["tok_s"] / base["tok_s"]:.2f}x | {acc} | {tpp} | '
-                      f'{r["read"] / 1024:.0f} KiB | {"yes" if r["ids"] == base["ids"] else "NO"} |')
+            base = table_rows(model, prompt, a, label, cache, DRAFTERS)
             if label.startswith('1/4') and base['read'] > 0 and disk > 0:
                 print(f'| {label} | disk-bound limit of off (disk read rate / bytes per token) | {disk / base["read"]:.1f} |'
                       ' | | | | |')
+        mtp_table(d, a)
         print(f'\nload average after: {os.getloadavg()[0]:.1f}')
     finally:
         testlib.rmtree(d)

@@ -29,10 +29,12 @@ void AddTuneCommand(CLI::App& app);
 void AddBenchCommand(CLI::App& app);
 // chat (cli_chat.cc).
 void AddChatCommand(CLI::App& app);
+// mtp-logits (cli_mtp.cc).
+void AddMtpCommand(CLI::App& app);
 
-namespace {
+// Writes a float32 C-order .npy file of shape [rows, cols] (cli_mtp.cc writes with it too).
+bool WriteNpy(const std::string& path, const std::vector<float>& data, int64_t rows, int64_t cols);
 
-// Writes a float32 C-order .npy file of shape [rows, cols].
 bool WriteNpy(const std::string& path, const std::vector<float>& data, int64_t rows, int64_t cols) {
   std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
                        std::to_string(rows) + ", " + std::to_string(cols) + "), }";
@@ -49,6 +51,8 @@ bool WriteNpy(const std::string& path, const std::vector<float>& data, int64_t r
             static_cast<std::streamsize>(data.size() * sizeof(float)));
   return static_cast<bool>(out);
 }
+
+namespace {
 
 int Run(const NodeFlags& node_flags, const std::string& prompt_tokens,
         const std::string& prompt_text, int64_t max_tokens,
@@ -212,6 +216,7 @@ int main(int argc, char** argv) {
   AddTuneCommand(app);
   AddBenchCommand(app);
   AddChatCommand(app);
+  AddMtpCommand(app);
 
   std::string model_dir, prompt_tokens, prompt_text, logits_out;
   int64_t max_tokens = 32;

@@ -30,7 +30,10 @@ Equations (config names in brackets):
     moe_intermediate_size * n_shared_experts.
   The checkpoint's NextN/MTP layer (model.layers.<num_hidden_layers>.*, GGUF blk.<n_layer>.*
   with nextn.* tensors) is not part of the forward pass; it is loaded and listed
-  (--nextn-out) so tests can compare what an importer kept.
+  (--nextn-out) so tests can compare what an importer kept, and Model.mtp_logits runs it
+  (Hugging Face checkpoints): eh_proj [enorm(embed(t_{j+1})); hnorm(h_j)] -> one decoder block
+  at position j -> shared_head.norm -> shared_head.head, predicting t_{j+2}
+  (--mtp-logits-out: float32 [len(tokens) - 1, V]).
 """
 
 import argparse
@@ -131,18 +134,58 @@ class Model(moe_ref.Model):
             out[rows] += w[rows, slot][:, None] * self._mlp(h[rows], L["gate"][e], L["up"][e], L["down"][e])
         return out + self._mlp(h, L["sh_gate"], L["sh_up"], L["sh_down"])
 
-    def forward(self, tokens, cache):
+    def _block(self, L, x, pos, cache, dense):
+        x = x + self._attention(L, self._rms(x, L["attn_norm"]), pos, cache)
+        h = self._rms(x, L["ffn_norm"])
+        if dense:
+            return x + self._mlp(h, L["mlp_gate"], L["mlp_up"], L["mlp_down"])
+        return x + self._moe(L, h)
+
+    def hidden(self, tokens, cache):
+        """The last layer's output before the final norm, [n, hidden]."""
         start = sum(block.shape[0] for block in cache[0][0])
         pos = np.arange(start, start + len(tokens))
         x = self.embed[np.asarray(tokens, dtype=np.int64)]
         for i, (L, c) in enumerate(zip(self.layers, cache)):
-            x = x + self._attention(L, self._rms(x, L["attn_norm"]), pos, c)
-            h = self._rms(x, L["ffn_norm"])
-            if i < self.spec.first_dense:
-                x = x + self._mlp(h, L["mlp_gate"], L["mlp_up"], L["mlp_down"])
-            else:
-                x = x + self._moe(L, h)
-        return self._rms(x, self.final_norm) @ self.lm_head.T
+            x = self._block(L, x, pos, c, i < self.spec.first_dense)
+        return x
+
+    def forward(self, tokens, cache):
+        return self._rms(self.hidden(tokens, cache), self.final_norm) @ self.lm_head.T
+
+    def mtp_logits(self, tokens):
+        """The NextN/MTP layer's logits [len(tokens) - 1, V] (Hugging Face names only).
+
+        Row j: h_j = the target's hidden state at position j (tokens fed as one batch), the
+        layer's input eh_proj [enorm(embed(tokens[j+1])); hnorm(h_j)] (embedding first, as the
+        checkpoints' eh_proj columns are ordered), one decoder block (its own attention over rows
+        0..j at positions j, its MoE), then shared_head.norm and shared_head.head; the layer's
+        own embed_tokens / shared_head.head, else the target's. It predicts tokens[j+2]."""
+        s = self.spec
+        p = f"model.layers.{s.n_layers}."
+        t = {k[len(p):]: v for k, v in self.nextn.items()}
+        if "eh_proj.weight" not in t:
+            raise ValueError("the model has no NextN layer")
+        L = {"attn_norm": t["input_layernorm.weight"], "ffn_norm": t["post_attention_layernorm.weight"],
+             "wq": t["self_attn.q_proj.weight"], "wk": t["self_attn.k_proj.weight"],
+             "wv": t["self_attn.v_proj.weight"], "wo": t["self_attn.o_proj.weight"],
+             "router": t["mlp.gate.weight"], "bias": t["mlp.gate.e_score_correction_bias"]}
+        if "self_attn.q_proj.bias" in t:
+            for x in "qkv":
+                L["b" + x] = t[f"self_attn.{x}_proj.bias"]
+        if s.qk_norm:
+            L["q_norm"], L["k_norm"] = t["self_attn.q_norm.weight"], t["self_attn.k_norm.weight"]
+        for x in ("gate", "up", "down"):
+            L[x] = np.stack([t[f"mlp.experts.{e}.{x}_proj.weight"] for e in range(s.n_experts)])
+            L["sh_" + x] = t[f"mlp.shared_experts.{x}_proj.weight"]
+        embed = t.get("embed_tokens.weight", self.embed)
+        head = t.get("shared_head.head.weight", self.lm_head)
+        h = self.hidden(list(tokens[:-1]), self.new_cache())
+        e = embed[np.asarray(tokens[1:], dtype=np.int64)]
+        x = np.concatenate([self._rms(e, t["enorm.weight"]), self._rms(h, t["hnorm.weight"])], axis=-1)
+        x = x @ t["eh_proj.weight"].T
+        x = self._block(L, x, np.arange(len(tokens) - 1), ([], []), dense=False)
+        return self._rms(x, t["shared_head.norm.weight"]) @ head.T
 
 
 # ----------------------------------------------------------------------------
@@ -262,6 +305,7 @@ def main(argv=None):
     ap.add_argument("--logits-out", help="write float32 [len(tokens)+N, V] logits (.npy)")
     ap.add_argument("--json-out", help="write prompt_ids / greedy_ids / greedy_top1_minus_top2")
     ap.add_argument("--nextn-out", help="write the NextN layer's tensor names and shapes (.json)")
+    ap.add_argument("--mtp-logits-out", help="write the NextN layer's float32 [len(tokens)-1, V] logits (.npy)")
     a = ap.parse_args(argv)
     try:
         model = load_model(a.model)
@@ -272,6 +316,8 @@ def main(argv=None):
     except (ValueError, KeyError, OSError) as e:
         print(f"glm4moe_ref: error: {e}", file=sys.stderr)
         return 2
+    if a.mtp_logits_out:
+        np.save(a.mtp_logits_out, model.mtp_logits(prompt).astype(np.float32))
     if a.nextn_out:
         with open(a.nextn_out, "w") as f:
             json.dump({k: list(v.shape) for k, v in sorted(model.nextn.items())}, f, indent=1)

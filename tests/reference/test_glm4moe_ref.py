@@ -96,6 +96,20 @@ class Glm4MoeOracleTests(unittest.TestCase):
             b = gg.nextn[f"blk.4.{gguf_name}.weight"]
             np.testing.assert_array_equal(a, b, hf_name)
 
+    def test_mtp_logits_are_causal_and_read_both_inputs(self):
+        """Row j of the MTP layer depends on tokens[: j + 2] only; the embedding and the hidden
+        state both enter (swapping enorm and hnorm, or the halves of eh_proj, changes it)."""
+        model = glm4moe_ref.load_model(HF_DIR)
+        j, _ = case("p16")
+        tokens = j["prompt_ids"]
+        full = model.mtp_logits(tokens)
+        self.assertEqual(full.shape, (len(tokens) - 1, model.spec.vocab))
+        np.testing.assert_allclose(model.mtp_logits(tokens[:6]), full[:5], rtol=0, atol=1e-12)
+        p = "model.layers.4."
+        w = model.nextn[p + "eh_proj.weight"]
+        model.nextn[p + "eh_proj.weight"] = np.concatenate([w[:, 64:], w[:, :64]], axis=1)
+        self.assertGreater(float(np.abs(model.mtp_logits(tokens) - full).max()), 0.05)
+
     def test_cli(self):
         j, ref = case("p16")
         with tempfile.TemporaryDirectory() as tmp:

@@ -390,9 +390,13 @@ std::unique_ptr<Drafter> Engine::NewDrafter(const GenerationRequest& request) co
     case SpeculativeMode::kDraft:
       if (options_.draft_model == nullptr) return nullptr;
       return std::make_unique<ModelDrafter>(options_.draft_model);
+    case SpeculativeMode::kMtp:
+      if (options_.mtp_model == nullptr) return nullptr;
+      return std::make_unique<MtpDrafter>(options_.mtp_model);
     case SpeculativeMode::kAuto:
       if (options_.draft_model != nullptr)
         return std::make_unique<ModelDrafter>(options_.draft_model);
+      if (options_.mtp_model != nullptr) return std::make_unique<MtpDrafter>(options_.mtp_model);
       return std::make_unique<NgramDrafter>();
   }
   return nullptr;
@@ -567,8 +571,14 @@ void Engine::Step() {
   }
   std::vector<float> logits;
   ForwardStats stats;
+  // The MTP drafter reads every row's hidden state.
+  std::vector<float> hidden;
+  const HiddenIo hidden_io{nullptr, &hidden};
+  const bool want_hidden = std::any_of(spans.begin(), spans.end(), [](const Span& sp) {
+    return sp.seq->drafter && sp.seq->drafter->wants_hidden();
+  });
   const auto forward_start = Clock::now();
-  absl::Status st = model_->Forward(batch, &logits, &stats);
+  absl::Status st = model_->Forward(batch, &logits, &stats, want_hidden ? &hidden_io : nullptr);
   if (alone && st.ok())
     pass_costs_.Record(static_cast<int>(batch.size()), Seconds(forward_start, Clock::now()));
   counters_.steps++;
@@ -606,6 +616,11 @@ void Engine::Step() {
       s->result.logits.insert(s->result.logits.end(), rows, rows + sp.logit_rows * V);
     for (int64_t i = 0; i < sp.rows_in_batch; ++i)
       s->fed.push_back(batch[item + static_cast<size_t>(i)].token);
+    if (want_hidden && s->drafter && s->drafter->wants_hidden()) {
+      s->drafter->ObserveHidden(batch[item].position,
+                                hidden.data() + item * static_cast<size_t>(c.hidden_size),
+                                sp.rows_in_batch);
+    }
     item += static_cast<size_t>(sp.rows_in_batch);
     row += static_cast<size_t>(sp.logit_rows);
     if (sp.prefill) {

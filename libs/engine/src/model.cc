@@ -116,6 +116,14 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& conta
   m->dense_size_ = m->dense_.size;
   const auto& c = m->config_;
   m->rope_ = model::MakeRopeTable(c.rope_theta, c.rotary_dims(), c.rope_scaling);
+  RETURN_IF_ERROR(LoadWeights(m.get(), nullptr));
+  return m;
+}
+
+absl::Status Model::LoadWeights(Model* m, const Model* base) {
+  const auto& c = m->config_;
+  const ModelOptions& options = m->options_;
+  backend::Backend* backend = m->backend_;
 
   auto weight = [&](const std::string& name, int64_t rows,
                     int64_t cols) -> absl::StatusOr<WeightRef> {
@@ -170,9 +178,25 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& conta
     if (storage) m->weight_storage_.push_back(std::move(storage));
     return ref;
   };
-  ASSIGN_OR_RETURN(m->token_embd_, weight("token_embd", c.vocab_size, c.hidden_size));
-  ASSIGN_OR_RETURN(m->output_, weight("output", c.vocab_size, c.hidden_size));
+  // An MTP layer without its own embedding or head uses the target's.
+  const bool own_embd = base == nullptr || m->manifest_.FindDense("token_embd") != nullptr;
+  const bool own_output = base == nullptr || m->manifest_.FindDense("output") != nullptr;
+  if (own_embd) {
+    ASSIGN_OR_RETURN(m->token_embd_, weight("token_embd", c.vocab_size, c.hidden_size));
+  } else {
+    m->token_embd_ = base->token_embd_;
+  }
+  if (own_output) {
+    ASSIGN_OR_RETURN(m->output_, weight("output", c.vocab_size, c.hidden_size));
+  } else {
+    m->output_ = base->output_;
+  }
   ASSIGN_OR_RETURN(m->output_norm_, vec("output_norm", c.hidden_size));
+  if (base != nullptr) {
+    ASSIGN_OR_RETURN(m->eh_proj_, weight("mtp.eh_proj", c.hidden_size, 2 * c.hidden_size));
+    ASSIGN_OR_RETURN(m->enorm_, vec("mtp.enorm", c.hidden_size));
+    ASSIGN_OR_RETURN(m->hnorm_, vec("mtp.hnorm", c.hidden_size));
+  }
   const int64_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string b = absl::StrCat("blk.", l, ".");
@@ -254,11 +278,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const model::Container& conta
     std::vector<Lookahead::LayerGate> gates;
     for (const LayerWeights& w : m->layers_)
       gates.push_back({w.moe, w.ffn_norm, w.router, w.router_bias});
-    m->lookahead_ = std::make_unique<Lookahead>(backend, experts, std::move(gates), m->config_,
+    m->lookahead_ = std::make_unique<Lookahead>(backend, m->experts_, std::move(gates), m->config_,
                                                 options.prefetch_layers,
                                                 options.prefetch_min_weight, &m->counters_);
   }
-  return m;
+  return absl::OkStatus();
 }
 
 Model::~Model() = default;
@@ -374,6 +398,7 @@ absl::Status Model::EnsureWorkspace(int64_t n) {
   RETURN_IF_ERROR(alloc(&w.rows_in, n * c.hidden_size));
   RETURN_IF_ERROR(alloc(&w.rows_out, n * c.hidden_size));
   RETURN_IF_ERROR(alloc(&w.shexp_logit, n));
+  if (is_mtp()) RETURN_IF_ERROR(alloc(&w.mtp_cat, n * 2 * c.hidden_size));
   if (c.mla()) {
     const int64_t H = c.n_heads, L = c.kv_lora_rank, R = c.qk_rope_head_dim, D = L + R;
     RETURN_IF_ERROR(alloc(&w.mla_qlat, n * std::max<int64_t>(c.q_lora_rank, 1)));
@@ -390,10 +415,14 @@ absl::Status Model::EnsureWorkspace(int64_t n) {
 }
 
 absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>* logits,
-                            ForwardStats* stats) {
+                            ForwardStats* stats, const HiddenIo* hidden) {
   const int64_t n = static_cast<int64_t>(batch.size());
   if (n == 0) return absl::OkStatus();
   const auto& c = config_;
+  if (is_mtp() && (hidden == nullptr || hidden->prev == nullptr)) {
+    return absl::InvalidArgumentError(
+        "an MTP model's forward pass needs the target's hidden states (HiddenIo::prev)");
+  }
   for (const auto& item : batch) {
     if (item.token < 0 || item.token >= c.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -440,7 +469,11 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
   const backend::RopeParams rope = RopeAt(0);
   float* x = w.x->f32();
   float* h = w.h->f32();
-  be.GetRows(token_embd_, tokens.data(), n, x);
+  if (is_mtp()) {
+    MtpInput(tokens.data(), hidden->prev, n);
+  } else {
+    be.GetRows(token_embd_, tokens.data(), n, x);
+  }
   if (lookahead_) lookahead_->BeginForward();
   if (options_.trace) trace_step_ = options_.trace->NextStep();
   counters_.forward_passes++;
@@ -511,6 +544,11 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
       r.cache->ring_lo_ = std::max(r.cache->ring_lo_, r.cache->n_past_ - r.cache->ring_);
   }
 
+  if (hidden != nullptr && hidden->out != nullptr) {
+    const size_t old = hidden->out->size();
+    hidden->out->resize(old + static_cast<size_t>(n * H));
+    be.Download(hidden->out->data() + old, x, static_cast<size_t>(n * H) * sizeof(float));
+  }
   // Logits for the rows that want them.
   std::vector<int32_t> rows;
   for (int64_t i = 0; i < n; ++i) {

@@ -17,6 +17,8 @@ struct Model::Workspace {
       rows_out, shexp_logit;
   // Latent attention (mla_attention.cc).
   std::unique_ptr<backend::Buffer> mla_qlat, mla_kva, mla_c, mla_qry, mla_out, mla_a, mla_b;
+  // MTP models: the rows [enorm(embed(token)); hnorm(prev)], [n, 2 * hidden].
+  std::unique_ptr<backend::Buffer> mtp_cat;
   // Host-side copies of per-token metadata: positions, and their rows in sliding layers' rings.
   std::vector<int32_t> positions, ring_rows;
 };

@@ -125,6 +125,15 @@ absl::StatusOr<std::unique_ptr<ResidentExperts>> ResidentExperts::Load(
   return r;
 }
 
+std::unique_ptr<ResidentExperts> ResidentExperts::Adopt(model::Manifest manifest,
+                                                        std::vector<expert_source::Lease> blocks) {
+  std::unique_ptr<ResidentExperts> r(new ResidentExperts());
+  r->manifest_ = std::move(manifest);
+  r->blocks_ = std::move(blocks);
+  for (const auto& b : r->manifest_.experts) r->bytes_ += b.size;
+  return r;
+}
+
 absl::StatusOr<expert_source::Lease> ResidentExperts::Fetch(expert_source::ExpertId id,
                                                             expert_source::Priority) {
   if (!manifest_.HasExpert(id.layer, id.expert)) {

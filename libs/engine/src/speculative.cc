@@ -10,12 +10,13 @@
 namespace colibri::engine {
 
 absl::StatusOr<SpeculativeMode> ParseSpeculativeMode(std::string_view name) {
-  for (SpeculativeMode m : {SpeculativeMode::kOff, SpeculativeMode::kAuto, SpeculativeMode::kNgram,
-                            SpeculativeMode::kSelf, SpeculativeMode::kDraft}) {
+  for (SpeculativeMode m :
+       {SpeculativeMode::kOff, SpeculativeMode::kAuto, SpeculativeMode::kNgram,
+        SpeculativeMode::kSelf, SpeculativeMode::kDraft, SpeculativeMode::kMtp}) {
     if (SpeculativeModeName(m) == name) return m;
   }
-  return absl::InvalidArgumentError(absl::StrCat("speculative mode '", std::string(name),
-                                                 "': expected auto, off, ngram, self or draft"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "speculative mode '", std::string(name), "': expected auto, off, ngram, self, draft or mtp"));
 }
 
 std::string_view SpeculativeModeName(SpeculativeMode mode) {
@@ -25,6 +26,7 @@ std::string_view SpeculativeModeName(SpeculativeMode mode) {
     case SpeculativeMode::kNgram: return "ngram";
     case SpeculativeMode::kSelf: return "self";
     case SpeculativeMode::kDraft: return "draft";
+    case SpeculativeMode::kMtp: return "mtp";
   }
   return "off";
 }
@@ -81,6 +83,15 @@ void PassCosts::Record(int rows, double seconds) {
   if (rows < 1 || rows > max_rows()) return;
   double& s = seconds_[static_cast<size_t>(rows)];
   s = s == 0 ? seconds : 0.8 * s + 0.2 * seconds;
+  // A pass never costs less than a narrower one: a narrower size measured dearer was measured
+  // cold (a sequence's first plain step allocates; verify passes then rarely re-measure it), and
+  // left so it made drafting look cheaper than plain steps. Measured on the GLM-4.5 micro model
+  // (bench/speculative_bench.py, MTP table): auto at 0.56x of off before, drafting every pass
+  // with nothing accepted.
+  for (int r = 1; r < rows; ++r) {
+    double& narrower = seconds_[static_cast<size_t>(r)];
+    if (narrower > s) narrower = s;
+  }
 }
 
 double PassCosts::Seconds(int rows) const {

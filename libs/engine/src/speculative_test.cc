@@ -34,10 +34,10 @@ TEST(NgramDrafterTest, ProposesWhatFollowedTheLatestMatch) {
 
 TEST(ParseSpeculativeModeTest, NamesRoundTripAndBadNamesAreRefused) {
   for (auto m : {SpeculativeMode::kOff, SpeculativeMode::kAuto, SpeculativeMode::kNgram,
-                 SpeculativeMode::kSelf, SpeculativeMode::kDraft}) {
+                 SpeculativeMode::kSelf, SpeculativeMode::kDraft, SpeculativeMode::kMtp}) {
     EXPECT_EQ(*ParseSpeculativeMode(SpeculativeModeName(m)), m);
   }
-  EXPECT_EQ(ParseSpeculativeMode("mtp").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseSpeculativeMode("eagle").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // Rejection sampling against a point-mass draft must leave the target distribution as it is.
@@ -131,6 +131,17 @@ TEST(SpeculationControllerTest, DraftsWhenItPaysAndStopsWhenItDoesNot) {
   EXPECT_GT(c.acceptance(), 0.9);
   EXPECT_EQ(c.DraftLength(costs), 4);
   EXPECT_GT(c.Gain(4, costs), 2.0);
+  // A wider pass measured cheaper than a narrower one caps it (the narrower was measured cold).
+  {
+    PassCosts cold(3);
+    cold.Record(1, 0.050);
+    cold.Record(3, 0.012);
+    EXPECT_DOUBLE_EQ(cold.Seconds(1), 0.012);
+    EXPECT_DOUBLE_EQ(cold.Seconds(3), 0.012);
+    cold.Record(2, 0.020);  // dearer than the wider one: kept as measured
+    EXPECT_DOUBLE_EQ(cold.Seconds(2), 0.020);
+    EXPECT_DOUBLE_EQ(cold.Seconds(1), 0.012);
+  }
   // Nothing accepted: no draft length pays; it stays off, probing one token every 64 steps.
   for (int i = 0; i < 40; ++i) c.Observe(4, 0, 0.0);
   EXPECT_LT(c.acceptance(), 0.1);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <span>
 #include <vector>
@@ -52,18 +53,23 @@ std::vector<uint8_t> RandomRows(DType type, int64_t rows, int64_t cols, float sc
 // down projection with its RMSNorm, the per-head key / value up projections and the output.
 // Matrices whose width is not a whole number of `o.dtype` blocks (the up projections' 8..128
 // wide heads) are stored f32.
-absl::Status WriteLatentAttention(ContainerWriter& w, const std::string& b, const ModelConfig& c,
-                                  const SyntheticModelOptions& o, std::mt19937_64& rng) {
+// Where a writer puts a tensor: ContainerWriter::AddDense, or AddExtra for the NextN layer.
+using AddTensor = std::function<absl::Status(const std::string&, DType, std::vector<int64_t>,
+                                             std::span<const uint8_t>)>;
+
+absl::Status WriteLatentAttention(const AddTensor& add, const std::string& b, const ModelConfig& c,
+                                  const SyntheticModelOptions& o, std::mt19937_64& rng,
+                                  bool whole_kv_b) {
   const int64_t H = c.hidden_size, NH = c.n_heads, L = c.kv_lora_rank, R = c.qk_rope_head_dim,
                 V = c.v_head_dim, qd = NH * c.head_dim;
   auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, float scale) {
     const DType t = cols % quant::Traits(o.dtype).block_elems == 0 ? o.dtype : DType::kF32;
     auto bytes = RandomRows(t, rows, cols, scale, rng);
-    return w.AddDense(name, t, {rows, cols}, bytes);
+    return add(name, t, {rows, cols}, bytes);
   };
   auto ones = [&](const std::string& name, int64_t n) {
     const std::vector<float> v(static_cast<size_t>(n), 1.0f);
-    return w.AddDense(name, DType::kF32, {n}, Bytes(v));
+    return add(name, DType::kF32, {n}, Bytes(v));
   };
   if (c.q_lora_rank > 0) {
     RETURN_IF_ERROR(matrix(b + "attn_q_a", c.q_lora_rank, H, 1.0f));
@@ -74,9 +80,79 @@ absl::Status WriteLatentAttention(ContainerWriter& w, const std::string& b, cons
   }
   RETURN_IF_ERROR(matrix(b + "attn_kv_a_mqa", L + R, H, 1.0f));
   RETURN_IF_ERROR(ones(b + "attn_kv_a_norm", L));
-  RETURN_IF_ERROR(matrix(b + "attn_k_b", NH * L, c.qk_nope_head_dim, 1.0f));
-  RETURN_IF_ERROR(matrix(b + "attn_v_b", NH * V, L, 1.0f));
+  if (whole_kv_b) {
+    // Hugging Face's kv_b_proj, as the NextN import keeps it: per head nope key rows, v rows.
+    RETURN_IF_ERROR(matrix(b + "attn_kv_b", NH * (c.qk_nope_head_dim + V), L, 1.0f));
+  } else {
+    RETURN_IF_ERROR(matrix(b + "attn_k_b", NH * L, c.qk_nope_head_dim, 1.0f));
+    RETURN_IF_ERROR(matrix(b + "attn_v_b", NH * V, L, 1.0f));
+  }
   return matrix(b + "attn_output", H, NH * V, o.residual_scale);
+}
+
+// The NextN / MTP layer `index` as the importers keep it (nextn_import.h): extra tensors
+// "nextn.<index>.<suffix>" with the stacked experts; its own shared head, the target's
+// embedding (no embed_tokens, as some GLM-4.5 conversions).
+absl::Status WriteNextnLayer(ContainerWriter& w, int64_t index, const SyntheticModelOptions& o,
+                             std::mt19937_64& rng) {
+  const ModelConfig& c = o.config;
+  const int64_t H = c.hidden_size, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
+  const std::string b = absl::StrCat("nextn.", index, ".");
+  const AddTensor add = [&](const std::string& name, DType t, std::vector<int64_t> shape,
+                            std::span<const uint8_t> bytes) {
+    return w.AddExtra(name, t, std::move(shape), bytes);
+  };
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, float scale) {
+    auto bytes = RandomRows(o.dtype, rows, cols, scale, rng);
+    return add(b + name, o.dtype, {rows, cols}, bytes);
+  };
+  // Norm weights near 1 (not exactly: a swapped enorm / hnorm must change the result).
+  auto norm = [&](const std::string& name, int64_t n) {
+    std::normal_distribution<float> nd(1.0f, 0.2f);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = nd(rng);
+    return add(b + name, DType::kF32, {n}, Bytes(v));
+  };
+  RETURN_IF_ERROR(matrix("eh_proj", H, 2 * H, 1.0f));
+  RETURN_IF_ERROR(norm("enorm", H));
+  RETURN_IF_ERROR(norm("hnorm", H));
+  RETURN_IF_ERROR(norm("shared_head_norm", H));
+  RETURN_IF_ERROR(matrix("shared_head_head", c.vocab_size, H, 3.0f));
+  RETURN_IF_ERROR(norm("attn_norm", H));
+  RETURN_IF_ERROR(norm("ffn_norm", H));
+  if (c.mla()) {
+    RETURN_IF_ERROR(WriteLatentAttention(add, b, c, o, rng, /*whole_kv_b=*/true));
+  } else {
+    RETURN_IF_ERROR(matrix("attn_q", qd, H, 1.0f));
+    RETURN_IF_ERROR(matrix("attn_k", kvd, H, 1.0f));
+    RETURN_IF_ERROR(matrix("attn_v", kvd, H, 1.0f));
+    RETURN_IF_ERROR(matrix("attn_output", H, qd, o.residual_scale));
+  }
+  if (c.shared_expert_ffn > 0) {
+    RETURN_IF_ERROR(matrix("ffn_gate_shexp", c.shared_expert_ffn, H, 1.0f));
+    RETURN_IF_ERROR(matrix("ffn_up_shexp", c.shared_expert_ffn, H, 1.0f));
+    RETURN_IF_ERROR(matrix("ffn_down_shexp", H, c.shared_expert_ffn, o.residual_scale));
+  }
+  if (c.router_bias) {
+    std::normal_distribution<float> nd(0.0f, 0.1f);
+    std::vector<float> bias(static_cast<size_t>(c.n_experts));
+    for (auto& x : bias) x = nd(rng);
+    RETURN_IF_ERROR(add(b + "ffn_exp_probs_b", DType::kF32, {c.n_experts}, Bytes(bias)));
+  }
+  {
+    std::normal_distribution<float> nd(0.0f, o.router_scale / std::sqrt(static_cast<float>(H)));
+    std::vector<float> router(static_cast<size_t>(c.n_experts * H));
+    for (auto& x : router) x = nd(rng);
+    RETURN_IF_ERROR(add(b + "ffn_gate_inp", DType::kF32, {c.n_experts, H}, Bytes(router)));
+  }
+  for (const char* part : {"gate", "up", "down"}) {
+    const bool down = std::string(part) == "down";
+    const int64_t rows = down ? H : c.expert_ffn, cols = down ? c.expert_ffn : H;
+    auto bytes = RandomRows(o.dtype, c.n_experts * rows, cols, down ? o.residual_scale : 1.0f, rng);
+    RETURN_IF_ERROR(
+        add(absl::StrCat(b, "ffn_", part, "_exps"), o.dtype, {c.n_experts, rows, cols}, bytes));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -139,7 +215,11 @@ absl::Status WriteSyntheticModel(const std::filesystem::path& dir, const Synthet
     RETURN_IF_ERROR(f32(b + "attn_norm", {H}, std::vector<float>(ones.begin(), ones.begin() + H)));
     RETURN_IF_ERROR(f32(b + "ffn_norm", {H}, std::vector<float>(ones.begin(), ones.begin() + H)));
     if (c.mla()) {
-      RETURN_IF_ERROR(WriteLatentAttention(*w, b, c, o, rng));
+      const AddTensor add = [&](const std::string& name, DType t, std::vector<int64_t> shape,
+                                std::span<const uint8_t> bytes) {
+        return w->AddDense(name, t, std::move(shape), bytes);
+      };
+      RETURN_IF_ERROR(WriteLatentAttention(add, b, c, o, rng, /*whole_kv_b=*/false));
     } else {
       RETURN_IF_ERROR(dense(b + "attn_q", qd, H, 1.0f));
       RETURN_IF_ERROR(dense(b + "attn_k", kvd, H, 1.0f));
@@ -183,6 +263,7 @@ absl::Status WriteSyntheticModel(const std::filesystem::path& dir, const Synthet
                                     {"down", o.dtype, {H, c.expert_ffn}, d}}));
     }
   }
+  for (int64_t i = 0; i < c.nextn_layers; ++i) RETURN_IF_ERROR(WriteNextnLayer(*w, i, o, rng));
   return w->Finish();
 }
 

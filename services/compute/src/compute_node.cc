@@ -78,9 +78,29 @@ absl::Status ComputeNode::LoadDrafter(const ComputeNodeOptions& o) {
   if (mode == engine::SpeculativeMode::kDraft && o.draft_model_dir.empty()) {
     return absl::InvalidArgumentError("--speculative draft needs --draft-model DIR");
   }
+  const model::Manifest& m = container_->manifest();
+  const bool own_drafter = !o.draft_experts.empty() || !o.draft_model_dir.empty();
+  if (mode == engine::SpeculativeMode::kMtp && own_drafter) {
+    return absl::InvalidArgumentError(
+        "--speculative mtp drafts with the model's own MTP layer: drop --draft-experts and "
+        "--draft-model");
+  }
+  // auto considers the MTP layer when the model has one and no other drafter is given.
+  const bool has_mtp = m.config.nextn_layers > 0 && m.FindExtra("nextn.0.eh_proj") != nullptr;
+  if (mode == engine::SpeculativeMode::kMtp ||
+      (mode == engine::SpeculativeMode::kAuto && has_mtp && !own_drafter)) {
+    const auto start = std::chrono::steady_clock::now();
+    ASSIGN_OR_RETURN(mtp_model_, model_->LoadMtp(*container_));
+    spdlog::info(
+        "speculative decoding ({}): the model's MTP layer, {} dense + {} experts in RAM, loaded "
+        "in {:.2f} s",
+        o.speculative, FormatSize(mtp_model_->dense_bytes()),
+        FormatSize(mtp_model_->manifest().TotalExpertBytes()),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return absl::OkStatus();
+  }
   if (mode == engine::SpeculativeMode::kOff || mode == engine::SpeculativeMode::kNgram)
     return absl::OkStatus();
-  const model::Manifest& m = container_->manifest();
   const int threads = o.threads > 0 ? o.threads : UsableCoreCount();
   const auto start = std::chrono::steady_clock::now();
   if (!o.draft_experts.empty()) {
@@ -204,6 +224,7 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(
   ASSIGN_OR_RETURN(eo.speculative, engine::ParseSpeculativeMode(options.speculative));
   eo.draft_max = options.draft_max;
   eo.draft_model = node->draft_model_.get();
+  eo.mtp_model = node->mtp_model_.get();
   node->engine_ = std::make_unique<engine::Engine>(node->model_.get(), eo);
 #ifdef __GLIBC__
   // Start-up built and dropped JSON trees of the manifest (the parse, the fingerprints): glibc

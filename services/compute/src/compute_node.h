@@ -68,7 +68,7 @@ struct ComputeNodeOptions {
   std::string backend = "cpu";    // --backend cpu | cuda
   int device = 0;                 // --device: CUDA device index
   int64_t prefill_chunk = 512;
-  // Speculative decoding (colibri/engine/speculative.h): --speculative off|auto|ngram|self|draft,
+  // Speculative decoding (colibri/engine/speculative.h): --speculative off|auto|ngram|self|draft|mtp,
   // --draft-max, and the drafter models: --draft-experts TYPE (self: a copy of the experts
   // quantized to TYPE at load and held in RAM, with the dense weights) or --draft-model DIR
   // (draft: a second colibri model with the same vocabulary, its experts held in RAM).
@@ -140,6 +140,7 @@ class ComputeNode {
   std::unique_ptr<expert_source::DiskSource> draft_disk_;
   std::unique_ptr<engine::ResidentExperts> draft_experts_;
   std::unique_ptr<engine::Model> draft_model_;
+  std::unique_ptr<engine::Model> mtp_model_;   // the model's MTP layer (--speculative mtp, auto)
   std::unique_ptr<engine::KvStore> kv_store_;  // outlives engine_ (which persists into it)
   std::unique_ptr<engine::Engine> engine_;
   std::atomic<uint64_t> prefetch_hints_{0};  // expert prefetches started from router hints

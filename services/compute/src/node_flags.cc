@@ -98,7 +98,8 @@ void AddNodeFlags(CLI::App* app, NodeFlags* f) {
   app->add_option("--speculative", o.speculative,
                   "Speculative decoding: off, auto (drafts per sequence when measured to pay), "
                   "ngram (prompt lookup), "
-                  "self (--draft-experts) or draft (--draft-model)")
+                  "self (--draft-experts), draft (--draft-model) or mtp (the model's own "
+                  "MTP/NextN layer: DeepSeek-V3, GLM-4.5)")
       ->capture_default_str();
   app->add_option("--draft-max", o.draft_max, "Drafted tokens verified per pass, at most (1..16)")
       ->capture_default_str();

@@ -28,7 +28,7 @@
 //   --warm-start auto|off     read experts into the cache in the background at start-up (auto:
 //                             all of them when they fit, else the hottest by routing heat)
 //   --trace-out FILE          routing trace: one JSON line per token and layer
-//   --speculative MODE        off | auto | ngram | self | draft (speculative decoding; off)
+//   --speculative MODE        off | auto | ngram | self | draft | mtp (speculative decoding; off)
 //   --draft-max N             drafted tokens per verify pass, at most (4)
 //   --draft-experts TYPE      self drafter: the experts quantized to TYPE (q2_k) held in RAM
 //   --draft-model DIR         draft drafter: a second colibri model, same vocabulary, in RAM

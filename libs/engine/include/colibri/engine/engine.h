@@ -91,12 +91,14 @@ struct EngineOptions {
   int kv_pool_entries = 64;         // finished sequences kept for reuse
   KvStore* kv_store = nullptr;      // where evicted caches go (not owned; outlives the engine)
   // Speculative decoding. auto: per sequence, when it decodes alone (no other sequence in the
-  // batch, no prefill), drafting as far as the controller finds it pays; ngram/self/draft: every
-  // decoding sequence drafts up to draft_max tokens with that drafter. self and draft draft with
-  // draft_model (auto too when it is set; else auto uses the n-gram drafter).
+  // batch, no prefill), drafting as far as the controller finds it pays; ngram/self/draft/mtp:
+  // every decoding sequence drafts up to draft_max tokens with that drafter. self and draft
+  // draft with draft_model, mtp with mtp_model (auto with draft_model when it is set, else with
+  // mtp_model when it is set, else with the n-gram drafter).
   SpeculativeMode speculative = SpeculativeMode::kOff;
   int draft_max = 4;             // drafted tokens per pass, at most
   Model* draft_model = nullptr;  // not owned; outlives the engine; same vocabulary as the model
+  Model* mtp_model = nullptr;    // the model's MTP layer (Model::LoadMtp); not owned; outlives it
 };
 
 struct EngineCounters {

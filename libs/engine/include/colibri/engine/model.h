@@ -12,6 +12,10 @@
 // and, with ModelOptions::trace, written one line per token and layer. With prefetch_layers > 0,
 // the experts of the next layers are predicted and prefetched while a layer runs (lookahead.h);
 // that never changes results.
+// An MTP model (LoadMtp: the NextN / multi-token-prediction layer DeepSeek-V3 and GLM-4.5
+// checkpoints carry, as a one-layer model) takes, instead of the token embedding, the input
+// eh_proj([enorm(embed(token)); hnorm(prev)]) where prev is a hidden state of the target model
+// (HiddenIo::prev), and its head is shared_head.norm + shared_head.head.
 // Thread safety: one Forward at a time (the caller serialises); the expert source is shared.
 #pragma once
 
@@ -84,6 +88,15 @@ struct ForwardStats {
   std::vector<int32_t> routed;
 };
 
+// Hidden states into and out of a forward pass (speculative decoding's MTP drafter).
+struct HiddenIo {
+  // Host rows [n, hidden]: the target model's hidden state for each batch item. Required by, and
+  // only read by, an MTP model.
+  const float* prev = nullptr;
+  // When set, gets every item's last-layer output before the final norm appended: [n, hidden].
+  std::vector<float>* out = nullptr;
+};
+
 struct ModelOptions {
   // Lookahead prefetch: while layer L runs, predict and prefetch the experts of layers
   // L+1..L+prefetch_layers (see lookahead.h). 0: off. Never changes results.
@@ -128,6 +141,15 @@ class Model {
   absl::StatusOr<std::unique_ptr<Model>> NewDrafter(const model::Manifest& experts_manifest,
                                                     expert_source::ExpertSource* experts) const;
 
+  // The model's MTP / NextN layer `index` (kept in extra.bin at import) as a one-layer model on
+  // this model's backend: its attention with its own KV cache, its FFN (a MoE layer's experts
+  // held in host RAM by the returned model), its shared head; the embedding and output of this
+  // model where the layer has none. This model must outlive it. FailedPrecondition when the
+  // model has no such layer; the container's errors (NotFound, DataLoss) as they are.
+  absl::StatusOr<std::unique_ptr<Model>> LoadMtp(const model::Container& container,
+                                                 int index = 0) const;
+  bool is_mtp() const { return eh_proj_.data != nullptr; }
+
   const model::ModelConfig& config() const { return config_; }
   const model::Manifest& manifest() const { return manifest_; }
   uint64_t dense_bytes() const { return dense_size_; }
@@ -149,8 +171,9 @@ class Model {
 
   // Runs the batch; appends to `logits` one row of vocab_size floats per item with
   // want_logits, in batch order. Items of one cache must be contiguous and in position order.
+  // `hidden`: see HiddenIo (an MTP model without hidden->prev is InvalidArgument).
   absl::Status Forward(std::span<const BatchItem> batch, std::vector<float>* logits,
-                       ForwardStats* stats = nullptr);
+                       ForwardStats* stats = nullptr, const HiddenIo* hidden = nullptr);
 
  private:
   struct LayerWeights {
@@ -184,6 +207,11 @@ class Model {
   };
 
   Model() = default;
+  // Everything after the manifest and dense weights are in place: the weights by name (with
+  // `base`, an MTP model's fallback for token_embd and output), the workspace, the lookahead.
+  static absl::Status LoadWeights(Model* m, const Model* base);
+  // The MTP input rows eh_proj([enorm(embed(tokens)); hnorm(prev)]) into the workspace's x.
+  void MtpInput(const int32_t* tokens, const float* prev, int64_t n);
   // Room for `positions` positions, fed `batch_rows` at a time (the rings' size).
   absl::Status EnsureCapacity(KvCache* cache, int64_t positions, int64_t batch_rows);
   absl::Status GrowRings(KvCache* cache, int64_t rows);
@@ -214,6 +242,11 @@ class Model {
   std::vector<std::unique_ptr<backend::Buffer>> weight_storage_;  // non-zero-copy backends
   backend::WeightRef token_embd_, output_;
   const float* output_norm_ = nullptr;
+  // MTP models only: eh_proj [hidden, 2 * hidden], enorm and hnorm f32 [hidden], and the
+  // experts of the layer (held in RAM, owned).
+  backend::WeightRef eh_proj_;
+  const float *enorm_ = nullptr, *hnorm_ = nullptr;
+  std::unique_ptr<expert_source::ExpertSource> owned_experts_;
   std::vector<LayerWeights> layers_;
   std::unique_ptr<Workspace> ws_;
   ModelOptions options_;

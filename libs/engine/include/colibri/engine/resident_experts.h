@@ -34,6 +34,11 @@ class ResidentExperts final : public expert_source::ExpertSource {
                                                                std::optional<quant::DType> dtype,
                                                                int threads = 4);
 
+  // Blocks already in memory: blocks[i] holds manifest.experts[i] as that entry describes it
+  // (an MTP layer's experts, cut from its stacked tensors by Model::LoadMtp).
+  static std::unique_ptr<ResidentExperts> Adopt(model::Manifest manifest,
+                                                std::vector<expert_source::Lease> blocks);
+
   const model::Manifest& manifest() const { return manifest_; }
   uint64_t bytes() const { return bytes_; }  // of all blocks held
 

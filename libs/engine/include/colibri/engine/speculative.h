@@ -26,9 +26,10 @@
 namespace colibri::engine {
 
 // --speculative: off; auto (the controller decides, per sequence, whether and how far to draft;
-// the n-gram drafter, or the self drafter when one is loaded); ngram, self, draft (that drafter,
-// always drafting draft_max tokens when it has a guess: for measuring each drafter).
-enum class SpeculativeMode { kOff, kAuto, kNgram, kSelf, kDraft };
+// the self or draft model's drafter when one is loaded, else the MTP drafter when the model has
+// the layer, else the n-gram drafter); ngram, self, draft, mtp (that drafter, always drafting
+// draft_max tokens when it has a guess: for measuring each drafter).
+enum class SpeculativeMode { kOff, kAuto, kNgram, kSelf, kDraft, kMtp };
 absl::StatusOr<SpeculativeMode> ParseSpeculativeMode(std::string_view name);
 std::string_view SpeculativeModeName(SpeculativeMode mode);
 
@@ -40,6 +41,13 @@ class Drafter {
   // generated tokens, the last one not yet fed to the target). Fewer, or none, without a guess.
   virtual absl::StatusOr<std::vector<int32_t>> Draft(std::span<const int32_t> context,
                                                      int max_tokens) = 0;
+  // Whether the drafter reads the target's hidden states: the engine then hands it, after every
+  // forward pass of the sequence, ObserveHidden for the positions that pass computed.
+  virtual bool wants_hidden() const { return false; }
+  // The target's last-layer output before its final norm ([n, hidden] f32) at the sequence's
+  // positions [first, first + n); a later call for a position replaces what an earlier one gave
+  // (a verify pass's rejected positions are recomputed).
+  virtual void ObserveHidden(int64_t /*first*/, const float* /*rows*/, int64_t /*n*/) {}
 };
 
 // Prompt lookup (no model): the latest earlier occurrence of the context's last n tokens, n from
@@ -69,6 +77,33 @@ class ModelDrafter : public Drafter {
   Model* model_;
   std::unique_ptr<KvCache> cache_;
   std::vector<int32_t> fed_;  // tokens whose KV is in cache_
+};
+
+// Drafting with the model's MTP / NextN layer (Model::LoadMtp; DeepSeek-V3, GLM-4.5). With h_j
+// the target's hidden state at position j and t the context, the layer's input at j is
+// eh_proj([enorm(embed(t[j+1])); hnorm(h_j)]); its attention (over its own KV cache of those
+// rows, at position j) and FFN give h'_j, and shared_head(h'_j) predicts t[j+2]. The first draft
+// is the prediction at the last fed position (after the pending token); each further one feeds
+// h' and the previous draft back (chained as vLLM does, one position further), so one MTP layer
+// drafts any k. Chained rows are dropped from the MTP cache at the next call. A sequence that
+// started from a reused KV prefix has no hidden states before it: the MTP cache starts where
+// they do (positions relative to that start; RoPE sees the same distances). `mtp` is not owned
+// and is used from one thread at a time.
+class MtpDrafter : public Drafter {
+ public:
+  explicit MtpDrafter(Model* mtp) : mtp_(mtp), cache_(mtp->NewCache()) {}
+  absl::StatusOr<std::vector<int32_t>> Draft(std::span<const int32_t> context,
+                                             int max_tokens) override;
+  bool wants_hidden() const override { return true; }
+  void ObserveHidden(int64_t first, const float* rows, int64_t n) override;
+
+ private:
+  Model* mtp_;
+  std::unique_ptr<KvCache> cache_;
+  int64_t origin_ = -1;        // the sequence position of the MTP cache's position 0
+  int64_t fed_ = 0;            // MTP rows from the target's hidden states (origin_ + fed_: next)
+  int64_t hidden_first_ = 0;   // the sequence position of hidden_'s first row
+  std::vector<float> hidden_;  // target hidden states not yet fed, from hidden_first_
 };
 
 // Seconds of a forward pass by its rows (1..max_rows), an exponential moving average of the

@@ -1,7 +1,9 @@
 // Synthetic Mixtral-shaped models with random weights (valid GGML blocks), written straight
 // into a colibri container: fixtures for tests and multi-GB models for benchmarks. Same options
 // and seed, same bytes. A config with kv_lora_rank > 0 gets DeepSeek's latent attention tensors
-// (matrices whose width is not a whole number of blocks of `dtype` are stored f32).
+// (matrices whose width is not a whole number of blocks of `dtype` are stored f32). With
+// config.nextn_layers > 0, the NextN / MTP layers too, as extra tensors named as the importers
+// name them (nextn_import.h; latent attention's kv_b whole, the experts stacked; a MoE layer).
 //
 // Trained MoE models route with locality: the residual stream changes little from one layer to
 // the next (so the next layer's router, applied early, predicts its choice), and tokens share a
