@@ -90,9 +90,24 @@ class ExpertStoreService::FetchReactor final
     }
     switch (request_.kind_case()) {
       case v1::FetchRequest::kBlock: scheduler_.Submit(FromProto(request_.block())); break;
+      case v1::FetchRequest::kBatch: {
+        std::vector<FetchBlock> blocks;
+        blocks.reserve(static_cast<size_t>(request_.batch().blocks_size()));
+        for (const auto& b : request_.batch().blocks()) blocks.push_back(FromProto(b));
+        scheduler_.SubmitBatch(blocks);
+        break;
+      }
       case v1::FetchRequest::kCancel: {
-        const uint64_t ids[] = {request_.cancel().request_id()};
+        std::vector<uint64_t> ids = {request_.cancel().request_id()};
+        ids.insert(ids.end(), request_.cancel().more_request_ids().begin(),
+                   request_.cancel().more_request_ids().end());
         scheduler_.Cancel(ids);
+        break;
+      }
+      case v1::FetchRequest::kPromote: {
+        const std::vector<uint64_t> ids(request_.promote().request_ids().begin(),
+                                        request_.promote().request_ids().end());
+        scheduler_.Promote(ids);
         break;
       }
       case v1::FetchRequest::kShmAttach: Attach(request_.shm_attach()); break;
