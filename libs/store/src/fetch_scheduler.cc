@@ -53,7 +53,7 @@ FetchScheduler::FetchScheduler(FetchReads* reads, FetchObserver* observer, Fetch
       sink_(sink),
       limits_(limits),
       now_(now ? std::move(now) : Now([] { return Clock::now(); })),
-      last_request_(now_()) {}
+      last_active_(now_()) {}
 
 void FetchScheduler::Submit(const FetchBlock& request) {
   OnMessage([&](std::vector<Request>*) { AcceptLocked(request); });
@@ -126,7 +126,7 @@ void FetchScheduler::OnMessage(const std::function<void(std::vector<Request>*)>&
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_ || done_) return;
-    last_request_ = now_();
+    last_active_ = now_();
     handle(&starts);
     ScheduleLocked(&starts);
     if (!finished_) sink_->ReadNext();
@@ -146,6 +146,7 @@ void FetchScheduler::WriteDone(bool ok) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     writing_ = false;
+    if (ok) last_active_ = now_();  // an answer just went out: the stream is not idle
     if (!ok) broken_ = true;
     WriteNextLocked();
     ScheduleLocked(&starts);
@@ -171,7 +172,7 @@ bool FetchScheduler::Done() {
 FetchScheduler::Idle FetchScheduler::ExpireIfIdle(Clock::time_point now,
                                                   std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (finished_ || done_ || broken_ || !in_flight_.empty() || now - last_request_ < timeout)
+  if (finished_ || done_ || broken_ || !in_flight_.empty() || now - last_active_ < timeout)
     return Idle::kBusy;
   observer_->IdleEnded();
   if (writing_ || !demand_out_.empty() || !prefetch_out_.empty()) {

@@ -543,10 +543,11 @@ TEST_F(FetchSchedulerTest, IdleStreamsEnd) {
   reads_->Complete(0);  // its answer is being written and not acknowledged
   EXPECT_EQ(sched_->ExpireIfIdle(now_, timeout), FetchScheduler::Idle::kStuck);
   EXPECT_EQ(sink_.aborted, 1);
-  Drain();
-  EXPECT_EQ(sched_->ExpireIfIdle(now_ - std::chrono::milliseconds(900), timeout),
-            FetchScheduler::Idle::kBusy);  // too recent
-  EXPECT_EQ(sched_->ExpireIfIdle(now_, timeout), FetchScheduler::Idle::kFinished);
+  Drain();  // the answer went out now: the stream was active then
+  EXPECT_EQ(sched_->ExpireIfIdle(now_ + std::chrono::milliseconds(100), timeout),
+            FetchScheduler::Idle::kBusy);
+  EXPECT_EQ(sched_->ExpireIfIdle(now_ + std::chrono::milliseconds(300), timeout),
+            FetchScheduler::Idle::kFinished);
   EXPECT_TRUE(sink_.done);
   EXPECT_TRUE(sink_.finish.ok());
   EXPECT_EQ(obs_.idle_ended, 2);

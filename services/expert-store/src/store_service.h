@@ -7,10 +7,10 @@
 //
 // Store-wide: at most `max_streams` streams, and at most `max_streams_per_client` from one
 // peer host (all unix-socket peers are one client), RESOURCE_EXHAUSTED past either. A stream
-// with no request for `idle_stream_timeout` and no read in progress is ended by the store (OK
-// when nothing is owed to the client; cancelled when answers wait for a client that stopped
-// reading), so abandoned or hostile streams do not hold a slot forever; clients open a new
-// stream on their next request. On unix-socket connections a client may attach a
+// with no request and no answer written for `idle_stream_timeout` and no read in progress is
+// ended by the store (OK when nothing is owed to the client; cancelled when answers wait for a
+// client that stopped reading), so abandoned or hostile streams do not hold a slot forever;
+// clients open a new stream on their next request. On unix-socket connections a client may attach a
 // shared-memory region (ShmAttach); the reactor maps it and blocks asked for there are read
 // straight into it (O_DIRECT, no copy), only descriptors travel on the stream.
 #pragma once

@@ -461,7 +461,7 @@ TEST_F(StoreServiceTest, AStreamWithoutRequestsIsEndedAndTheClientReconnects) {
 }
 
 TEST_F(StoreServiceTest, ABatchIsAnsweredPerRequestDemandFirst) {
-  auto server = ServeOneReadAtATime(2 << 20);
+  auto server = ServeOneReadAtATime(256 << 10);  // ~40 ms a block
   v1::FetchRequest batch;
   for (const auto& r :
        {Block(1, 0, 0, false), Block(2, 0, 1, false), Block(3, 1, 9, true), Block(4, 1, 7, true)}) {
@@ -500,7 +500,7 @@ TEST_F(StoreServiceTest, EmptyAndOversizedBatchesGetTheStreamsError) {
 }
 
 TEST_F(StoreServiceTest, PromoteMovesAQueuedPrefetchAhead) {
-  auto server = ServeOneReadAtATime(2 << 20);
+  auto server = ServeOneReadAtATime(256 << 10);  // ~40 ms a block
   v1::FetchRequest promote;
   promote.mutable_promote()->add_request_ids(3);
   promote.mutable_promote()->add_request_ids(42);  // unknown: ignored
@@ -517,7 +517,7 @@ TEST_F(StoreServiceTest, PromoteMovesAQueuedPrefetchAhead) {
 }
 
 TEST_F(StoreServiceTest, OneCancelMessageCancelsSeveralRequests) {
-  auto server = ServeOneReadAtATime(1 << 20);
+  auto server = ServeOneReadAtATime(128 << 10);  // ~80 ms a block
   v1::FetchRequest cancel = Cancel(2);
   cancel.mutable_cancel()->add_more_request_ids(3);
   cancel.mutable_cancel()->add_more_request_ids(1);

@@ -22,7 +22,8 @@
 //   into it (4 KiB aligned, inside the region, else the request's error answer) and answered
 //   with a descriptor.
 // - End: the stream finishes OK once the client stopped sending and every answer is written,
-//   or CANCELLED when the transport broke. ExpireIfIdle ends streams that are silent.
+//   or CANCELLED when the transport broke. ExpireIfIdle ends streams that are silent (no
+//   client message and no completed write for the timeout, no read in progress).
 //
 // Threading: every method may be called from any thread; FetchSink and FetchObserver calls
 // are made under the scheduler's lock (they must not call back into it), reads are started
@@ -192,8 +193,8 @@ class FetchScheduler {
   bool Done();
 
   enum class Idle { kBusy, kFinished, kStuck };
-  // Ends the stream when nothing came from the client for `timeout` and no read is in
-  // progress: kFinished (finished OK: nothing was owed) or kStuck (answers wait for a client
+  // Ends the stream when nothing came from the client and no write completed for `timeout`,
+  // and no read is in progress: kFinished (finished OK: nothing was owed) or kStuck (answers wait for a client
   // that stopped reading: FetchSink::Abort was called). kBusy otherwise.
   Idle ExpireIfIdle(Clock::time_point now, std::chrono::milliseconds timeout);
 
@@ -246,7 +247,7 @@ class FetchScheduler {
   const FetchLimits limits_;
   const Now now_;
   mutable std::mutex mu_;
-  Clock::time_point last_request_;  // the last message from the client
+  Clock::time_point last_active_;  // the last client message or completed write
   std::deque<Request> demand_, prefetch_;
   std::unordered_map<uint64_t, InFlight> in_flight_;
   std::deque<Out> demand_out_, prefetch_out_;
