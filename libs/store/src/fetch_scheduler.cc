@@ -30,21 +30,25 @@ absl::StatusOr<FetchTarget> BlockStoreReads::Find(std::string_view model, int64_
   return t;
 }
 
-void BlockStoreReads::Read(const FetchTarget& target, Priority priority, uint8_t* dst, Done done) {
+FetchReads::Handle BlockStoreReads::Read(const FetchTarget& target, Priority priority, uint8_t* dst,
+                                         Done done) {
   if (dst != nullptr) {
-    store_->ReadInto(*target.model, *target.block, dst, priority,
-                     [done = std::move(done)](absl::Status s) { done(std::move(s), nullptr); });
-    return;
+    return store_->ReadInto(
+        *target.model, *target.block, dst, priority,
+        [done = std::move(done)](absl::Status s) { done(std::move(s), nullptr); });
   }
-  store_->ReadShared(*target.model, *target.block, priority,
-                     [done = std::move(done)](absl::StatusOr<SharedBlock> b) {
-                       if (b.ok()) {
-                         done(absl::OkStatus(), std::move(*b));
-                       } else {
-                         done(b.status(), nullptr);
-                       }
-                     });
+  return store_->ReadShared(*target.model, *target.block, priority,
+                            [done = std::move(done)](absl::StatusOr<SharedBlock> b) {
+                              if (b.ok()) {
+                                done(absl::OkStatus(), std::move(*b));
+                              } else {
+                                done(b.status(), nullptr);
+                              }
+                            });
 }
+
+void BlockStoreReads::Cancel(const Handle& read) { store_->Cancel(read); }
+void BlockStoreReads::Promote(const Handle& read) { store_->Promote(read); }
 
 FetchScheduler::FetchScheduler(FetchReads* reads, FetchObserver* observer, FetchSink* sink,
                                FetchLimits limits, Now now)
@@ -242,8 +246,10 @@ void FetchScheduler::CancelLocked(uint64_t id) {
     }
   }
   if (auto it = in_flight_.find(id); it != in_flight_.end()) {
-    if (!it->second.cancelled) observer_->Cancelled();
-    it->second.cancelled = true;  // answered when the read ends
+    if (it->second.cancelled) return;
+    observer_->Cancelled();
+    it->second.cancelled = true;                               // answered when the read ends
+    if (it->second.handle) reads_->Cancel(it->second.handle);  // else once Read returned
     return;
   }
   for (auto* q : {&prefetch_out_, &demand_out_}) {
@@ -268,7 +274,9 @@ void FetchScheduler::PromoteLocked(uint64_t id) {
     return;
   }
   if (auto it = in_flight_.find(id); it != in_flight_.end()) {
+    if (it->second.demand) return;
     it->second.demand = true;
+    if (it->second.handle) reads_->Promote(it->second.handle);  // else once Read returned
     return;
   }
   for (auto it = prefetch_out_.begin(); it != prefetch_out_.end(); ++it) {
@@ -331,7 +339,8 @@ void FetchScheduler::ScheduleLocked(std::vector<Request>* starts) {
       continue;
     }
     if (r.shm_dst == nullptr) chunk_bytes_in_flight_ += rec.size;
-    in_flight_[r.id] = InFlight{false, r.demand};
+    r.seq = next_seq_++;
+    in_flight_[r.id] = InFlight{false, r.demand, r.seq, nullptr};
     tasks_++;
     observer_->ReadsInFlightChanged(1);
     starts->push_back(r);
@@ -344,15 +353,28 @@ void FetchScheduler::HoldLocked(const std::vector<Request>& starts) {
 
 void FetchScheduler::StartReads(const std::vector<Request>& starts) {
   if (starts.empty()) return;
+  std::vector<FetchReads::Handle> handles;
+  handles.reserve(starts.size());
   for (const Request& r : starts) {
-    reads_->Read(r.target, r.demand ? Priority::kDemand : Priority::kPrefetch, r.shm_dst,
-                 [this, r](absl::Status s, SharedBlock b) {
-                   OnReadComplete(r, std::move(s), std::move(b));
-                 });
+    handles.push_back(reads_->Read(r.target, r.demand ? Priority::kDemand : Priority::kPrefetch,
+                                   r.shm_dst, [this, r](absl::Status s, SharedBlock b) {
+                                     OnReadComplete(r, std::move(s), std::move(b));
+                                   }));
   }
   bool last;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // Cancels and promotes that came while the reads started reach the disks now.
+    for (size_t i = 0; i < starts.size(); ++i) {
+      auto it = in_flight_.find(starts[i].id);
+      if (!handles[i] || it == in_flight_.end() || it->second.seq != starts[i].seq) continue;
+      it->second.handle = std::move(handles[i]);
+      if (it->second.cancelled) {
+        reads_->Cancel(it->second.handle);
+      } else if (it->second.demand && !starts[i].demand) {
+        reads_->Promote(it->second.handle);
+      }
+    }
     tasks_--;  // HoldLocked's
     last = done_ && tasks_ == 0;
   }

@@ -41,9 +41,15 @@ class HeldReads : public FetchReads {
     }
     return FetchTarget{nullptr, &records_[static_cast<size_t>(expert)]};
   }
-  void Read(const FetchTarget& target, Priority priority, uint8_t* dst, Done done) override {
+  Handle Read(const FetchTarget& target, Priority priority, uint8_t* dst, Done done) override {
     reads_.push_back({target.block->expert, priority, dst, std::move(done)});
+    handles_.push_back(std::make_shared<BlockRead>());
+    return handles_.back();
   }
+  void Cancel(const Handle& read) override { cancelled.push_back(ReadOf(read)); }
+  void Promote(const Handle& read) override { promoted.push_back(ReadOf(read)); }
+  // Reads (by start order) the scheduler cancelled or promoted down here.
+  std::vector<int> cancelled, promoted;
 
   struct Pending {
     int32_t expert;
@@ -81,8 +87,15 @@ class HeldReads : public FetchReads {
   }
 
  private:
+  int ReadOf(const Handle& h) const {
+    for (size_t i = 0; i < handles_.size(); ++i) {
+      if (handles_[i] == h) return static_cast<int>(i);
+    }
+    return -1;
+  }
   std::vector<BlockRecord> records_;
   std::vector<Pending> reads_;
+  std::vector<Handle> handles_;
 };
 
 class RecordingSink : public FetchSink {
@@ -357,6 +370,29 @@ TEST_F(FetchSchedulerTest, PromoteMovesPrefetchesAhead) {
   EXPECT_EQ(reads_->read(2).priority, Priority::kDemand);
   EXPECT_EQ(obs_.served_demand, 3);  // 1 counts as demand: promoted while read
   EXPECT_EQ(obs_.served_prefetch, 1);
+}
+
+TEST_F(FetchSchedulerTest, CancelAndPromoteOfReadsInProgressReachTheDisks) {
+  Make(Limits(2));
+  sched_->Submit(Req(1, 1, false));
+  sched_->Submit(Req(2, 2, false));
+  sched_->Submit(Req(3, 3, false));  // queued: promoted and cancelled here, not below
+  const uint64_t promote[] = {2, 3, 2};
+  sched_->Promote(promote);
+  const uint64_t cancel[] = {1, 3, 1};
+  sched_->Cancel(cancel);
+  EXPECT_EQ(reads_->promoted, std::vector<int>{1});  // read 1 is request 2's
+  EXPECT_EQ(reads_->cancelled, std::vector<int>{0});
+  reads_->Complete(0, absl::CancelledError("cancelled before it reached disk d0"));
+  reads_->Complete(1);
+  Drain();
+  EXPECT_EQ(CodeOf(1), absl::StatusCode::kCancelled);
+  EXPECT_EQ(FinalOf(1)->error.message(), "cancelled by the client");
+  EXPECT_EQ(CodeOf(2), absl::StatusCode::kOk);
+  EXPECT_EQ(CodeOf(3), absl::StatusCode::kCancelled);
+  EXPECT_EQ(reads_->started(), 2u);  // request 3 never reached the reads
+  EXPECT_EQ(obs_.served_demand, 1);
+  EXPECT_EQ(obs_.failed, 0);  // a cancelled read is no read error
 }
 
 TEST_F(FetchSchedulerTest, PromotedAnswerOvertakesWaitingPrefetchAnswers) {

@@ -12,9 +12,11 @@
 //   bytes wait for the network (back-pressure; shared-memory reads only take a read slot).
 // - Deadlines: a request queued or read past its timeout_ms is answered DEADLINE_EXCEEDED.
 // - Cancel: a queued request, or a read answer still waiting for the network, is answered
-//   CANCELLED at once; a read in progress is answered CANCELLED when it ends (so a
+//   CANCELLED at once; a read in progress is cancelled down to the disks (its parts still
+//   queued there never reach the device) and answered CANCELLED when it ends (so a
 //   shared-memory slot is free once the answer arrives). Unknown or finished ids are ignored.
-// - Promote: a queued prefetch moves to the demand queue, a read in progress and its waiting
+// - Promote: a queued prefetch moves to the demand queue; a read in progress is promoted down
+//   to the disks (its queued parts go ahead of queued prefetch reads) and it and its waiting
 //   answer count as demand from then on. Unknown or finished ids are ignored.
 // - Chunking: a read block is cut into `chunk_bytes` chunks as writes complete, each with its
 //   XXH3-64, so the block is held once, not as copies. One write is outstanding at a time.
@@ -102,15 +104,21 @@ struct FetchTarget {
 class FetchReads {
  public:
   using Done = std::function<void(absl::Status, SharedBlock)>;
+  using Handle = BlockStore::ReadHandle;
   virtual ~FetchReads() = default;
   // The block, or NotFound naming the model and the expert.
   virtual absl::StatusOr<FetchTarget> Find(std::string_view model, int64_t layer,
                                            int64_t expert) const = 0;
   // Reads the block: into `dst` (padded_size bytes, 4 KiB aligned) when set, then `done` gets
   // a null block; else into a shared buffer handed to `done`. `done` runs exactly once, on any
-  // thread, possibly before Read returns.
-  virtual void Read(const FetchTarget& target, expert_source::Priority priority, uint8_t* dst,
-                    Done done) = 0;
+  // thread, possibly before Read returns. The handle (null when there is nothing left to
+  // steer) names the read for Cancel and Promote.
+  virtual Handle Read(const FetchTarget& target, expert_source::Priority priority, uint8_t* dst,
+                      Done done) = 0;
+  // Advisory, down to the disks: parts of the read not yet at the device are dropped (`done`
+  // then gets Cancelled) or moved ahead of queued prefetch reads. Never runs `done` inline.
+  virtual void Cancel(const Handle& read) = 0;
+  virtual void Promote(const Handle& read) = 0;
 };
 
 // FetchReads over a BlockStore (which must outlive it).
@@ -119,8 +127,10 @@ class BlockStoreReads final : public FetchReads {
   explicit BlockStoreReads(BlockStore* store) : store_(store) {}
   absl::StatusOr<FetchTarget> Find(std::string_view model, int64_t layer,
                                    int64_t expert) const override;
-  void Read(const FetchTarget& target, expert_source::Priority priority, uint8_t* dst,
-            Done done) override;
+  Handle Read(const FetchTarget& target, expert_source::Priority priority, uint8_t* dst,
+              Done done) override;
+  void Cancel(const Handle& read) override;
+  void Promote(const Handle& read) override;
 
  private:
   BlockStore* store_;
@@ -210,6 +220,7 @@ class FetchScheduler {
     uint8_t* shm_dst = nullptr;  // set: read into the attached region
     uint64_t shm_offset = 0;
     Clock::time_point started;
+    uint64_t seq = 0;  // tells a read from a later one that reuses its request id
   };
   // An answer waiting for the network: a read block cut into chunks as writes complete, or a
   // ready answer.
@@ -222,6 +233,8 @@ class FetchScheduler {
   struct InFlight {
     bool cancelled = false;
     bool demand = true;
+    uint64_t seq = 0;
+    FetchReads::Handle handle;  // set once Read returned
   };
 
   void OnMessage(const std::function<void(std::vector<Request>*)>& handle);
@@ -255,6 +268,7 @@ class FetchScheduler {
   uint64_t chunk_bytes_in_flight_ = 0;  // bytes of reads that will become chunks
   uint8_t* shm_base_ = nullptr;
   uint64_t shm_size_ = 0;
+  uint64_t next_seq_ = 1;
   int tasks_ = 0;  // reads started and not yet completed, and StartReads calls running
   bool writing_ = false, client_done_ = false, broken_ = false, finished_ = false, done_ = false;
 };
