@@ -259,7 +259,7 @@ uint64_t BlockStore::CacheKey(const StoredModel& model, const BlockRecord& block
 }
 
 void BlockStore::ReadRaw(const StoredModel& model, const BlockRecord& block, uint8_t* dst,
-                         Priority priority, Done done) {
+                         Priority priority, BlockRead* read, Done done) {
   // A block's stripe units on one disk lie back to back in that disk's file (the plan deals
   // them in order), so each disk gets one vectored read per run of units (up to kMaxRunBytes):
   // large sequential requests whatever the stripe size. Each unit is still verified alone.
@@ -298,7 +298,7 @@ void BlockStore::ReadRaw(const StoredModel& model, const BlockRecord& block, uin
   for (Run& run : runs) {
     const uint32_t file = run.file;
     const uint64_t run_offset = run.offset;
-    io_->ReadV(
+    const IoEngine::Ticket t = io_->ReadV(
         file, run.offset, std::move(run.iov), priority,
         [this, state, &model, &block, file, run_offset, units = std::move(run.units),
          unit_at = std::move(run.at), dst](absl::Status s) {
@@ -350,49 +350,61 @@ void BlockStore::ReadRaw(const StoredModel& model, const BlockRecord& block, uin
           }
           state->done(std::move(final_status));
         });
+    // Not held across ReadV: after a shutdown `done` runs inside it. A Cancel racing with the
+    // start misses the reads not recorded yet (it is advisory).
+    std::lock_guard<std::mutex> lock(read->mu);
+    read->tickets.push_back(t);
   }
 }
 
-void BlockStore::ReadInto(const StoredModel& model, const BlockRecord& block, uint8_t* dst,
-                          Priority priority, Done done) {
+BlockStore::ReadHandle BlockStore::ReadInto(const StoredModel& model, const BlockRecord& block,
+                                            uint8_t* dst, Priority priority, Done done) {
   if (!cache_) {
-    ReadRaw(model, block, dst, priority, std::move(done));
-    return;
+    auto read = std::make_shared<BlockRead>();
+    ReadRaw(model, block, dst, priority, read.get(), std::move(done));
+    return read;
   }
-  ReadShared(model, block, priority, [dst, done = std::move(done)](absl::StatusOr<SharedBlock> b) {
-    if (!b.ok()) {
-      done(b.status());
-      return;
-    }
-    std::memcpy(dst, (*b)->data(), (*b)->padded_size);
-    done(absl::OkStatus());
-  });
+  return ReadShared(model, block, priority,
+                    [dst, done = std::move(done)](absl::StatusOr<SharedBlock> b) {
+                      if (!b.ok()) {
+                        done(b.status());
+                        return;
+                      }
+                      std::memcpy(dst, (*b)->data(), (*b)->padded_size);
+                      done(absl::OkStatus());
+                    });
 }
 
-void BlockStore::ReadShared(const StoredModel& model, const BlockRecord& block, Priority priority,
-                            SharedDone done) {
+BlockStore::ReadHandle BlockStore::ReadShared(const StoredModel& model, const BlockRecord& block,
+                                              Priority priority, SharedDone done) {
   const uint64_t key = CacheKey(model, block);
   if (cache_) {
     if (SharedBlock hit = cache_->Lookup(key)) {
       done(std::move(hit));
-      return;
+      return nullptr;
     }
   }
+  ReadHandle read;
   {
     std::lock_guard<std::mutex> lock(inflight_mu_);
     auto it = inflight_.find(key);
     if (it != inflight_.end()) {
-      it->second.push_back(std::move(done));
-      return;
+      it->second->waiters.push_back(std::move(done));
+      return it->second;
     }
-    inflight_[key].push_back(std::move(done));
+    read = std::make_shared<BlockRead>();
+    read->key = key;
+    read->shared = true;
+    read->waiters.push_back(std::move(done));
+    inflight_[key] = read;
   }
-  auto finish = [this, key](absl::StatusOr<SharedBlock> result) {
+  auto finish = [this, read](absl::StatusOr<SharedBlock> result) {
     std::vector<SharedDone> waiters;
     {
       std::lock_guard<std::mutex> lock(inflight_mu_);
-      waiters = std::move(inflight_[key]);
-      inflight_.erase(key);
+      auto it = inflight_.find(read->key);
+      if (it != inflight_.end() && it->second == read) inflight_.erase(it);
+      waiters = std::move(read->waiters);
     }
     for (auto& w : waiters) w(result);
   };
@@ -402,11 +414,11 @@ void BlockStore::ReadShared(const StoredModel& model, const BlockRecord& block, 
   auto bytes = BufferPool::Default().Get(block.padded_size);
   if (!bytes.ok()) {
     finish(bytes.status());
-    return;
+    return nullptr;
   }
   buffer->bytes = std::move(*bytes);
   uint8_t* dst = buffer->bytes.get();
-  ReadRaw(model, block, dst, priority, [this, key, buffer, finish](absl::Status s) {
+  ReadRaw(model, block, dst, priority, read.get(), [this, key, buffer, finish](absl::Status s) {
     if (!s.ok()) {
       finish(s);
       return;
@@ -415,6 +427,26 @@ void BlockStore::ReadShared(const StoredModel& model, const BlockRecord& block, 
     if (cache_) cache_->Insert(key, shared);
     finish(std::move(shared));
   });
+  return read;
+}
+
+void BlockStore::Cancel(const ReadHandle& read) {
+  if (!read) return;
+  if (read->shared) {
+    std::lock_guard<std::mutex> lock(inflight_mu_);
+    if (read->waiters.size() > 1) return;  // someone else still wants the block
+    // A caller asking for the block from now on starts a read of its own.
+    auto it = inflight_.find(read->key);
+    if (it != inflight_.end() && it->second == read) inflight_.erase(it);
+  }
+  std::lock_guard<std::mutex> lock(read->mu);
+  for (IoEngine::Ticket t : read->tickets) io_->Cancel(t);
+}
+
+void BlockStore::Promote(const ReadHandle& read) {
+  if (!read) return;
+  std::lock_guard<std::mutex> lock(read->mu);
+  for (IoEngine::Ticket t : read->tickets) io_->Promote(t);
 }
 
 }  // namespace colibri::store

@@ -2,9 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
 
 #include "colibri/core/checksum.h"
+#include "colibri/core/file_util.h"
 #include "colibri/expert_source/cache_tier.h"
 #include "colibri/store/disk_set.h"
 #include "colibri/store/ingest.h"
@@ -362,6 +368,103 @@ TEST_F(StoreTest, ServesPlainModelDirectoriesBeside) {
   auto bad = (*src)->Fetch({0, 2}, Priority::kDemand);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(bad.status().message().find("checksum mismatch"), std::string::npos);
+}
+
+// One read slot per disk and slow disks: a first demand read holds every disk while the
+// reads after it queue.
+class HeldStoreTest : public StoreTest {
+ protected:
+  void SetUp() override {
+    StoreTest::SetUp();
+    Import();
+    for (uint32_t d = 0; d < 3; ++d) faults_.SetDiskBandwidth(d, 1 << 20);  // 8 KiB: ~8 ms
+    BlockStoreOptions o;
+    o.io.queue_depth = 1;
+    o.io.faults = &faults_;
+    store_ = OpenStore(o);
+    ASSERT_NE(store_, nullptr);
+    model_ = store_->FindModel("tiny");
+    auto buf = AllocateAligned(8 * 20480);
+    ASSERT_TRUE(buf.ok());
+    buf_ = std::move(*buf);
+    store_->ReadInto(*model_, *model_->Find(0, 0), buf_.get(), Priority::kDemand, landed_.Add(0));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (uint32_t d = 0; d < 3; ++d) {
+      while (store_->io().Stats(d).in_flight == 0 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::yield();
+      ASSERT_EQ(store_->io().Stats(d).in_flight, 1u) << d;
+    }
+  }
+  // ReadShared's callback, reporting to landed_.
+  BlockStore::SharedDone Shared(int tag) {
+    return [done = landed_.Add(tag)](absl::StatusOr<SharedBlock> b) { done(b.status()); };
+  }
+  uint8_t* Slot(int i) { return buf_.get() + i * 20480; }
+  const BlockRecord& Block(int32_t expert) { return *model_->Find(0, expert); }
+  DiskStats Total() {
+    DiskStats t;
+    for (uint32_t d = 0; d < 3; ++d) {
+      const DiskStats s = store_->io().Stats(d);
+      t.reads += s.reads;
+      t.cancelled += s.cancelled;
+      t.errors += s.errors;
+    }
+    return t;
+  }
+
+  FaultInjector faults_;
+  std::unique_ptr<BlockStore> store_;
+  const StoredModel* model_ = nullptr;
+  AlignedBytes buf_;
+  testing::Completions landed_;
+};
+
+TEST_F(HeldStoreTest, ACancelledQueuedReadNeverReachesTheDisks) {
+  auto h1 = store_->ReadShared(*model_, Block(1), Priority::kPrefetch, Shared(1));
+  auto h2 = store_->ReadInto(*model_, Block(2), Slot(2), Priority::kPrefetch, landed_.Add(2));
+  store_->Cancel(h1);
+  ASSERT_TRUE(landed_.Wait(3));
+  EXPECT_EQ(landed_.order(), (std::vector<int>{1, 0, 2}));
+  EXPECT_EQ(landed_.status(1).code(), absl::StatusCode::kCancelled) << landed_.status(1);
+  EXPECT_NE(landed_.status(1).message().find("expert (layer 0, id 1)"), std::string::npos)
+      << landed_.status(1);
+  EXPECT_TRUE(landed_.status(2).ok()) << landed_.status(2);
+  const DiskStats t = Total();
+  EXPECT_EQ(t.cancelled, Block(1).extents.size());  // every stripe of block 1, none read
+  EXPECT_EQ(t.reads, Block(0).extents.size() + Block(2).extents.size());
+  EXPECT_EQ(t.errors, 0u);
+  // A later read of the cancelled block starts afresh.
+  store_->ReadShared(*model_, Block(1), Priority::kDemand, Shared(3));
+  ASSERT_TRUE(landed_.Wait(4));
+  EXPECT_TRUE(landed_.status(3).ok()) << landed_.status(3);
+  store_->Cancel(h2);  // finished: nothing happens
+  EXPECT_EQ(Total().cancelled, Block(1).extents.size());
+}
+
+TEST_F(HeldStoreTest, AReadOthersWaitForIsNotCancelled) {
+  auto h1 = store_->ReadShared(*model_, Block(1), Priority::kPrefetch, Shared(1));
+  auto h2 = store_->ReadShared(*model_, Block(1), Priority::kPrefetch, Shared(2));
+  EXPECT_EQ(h1, h2);  // coalesced
+  store_->Cancel(h1);
+  ASSERT_TRUE(landed_.Wait(3));
+  EXPECT_TRUE(landed_.status(1).ok()) << landed_.status(1);
+  EXPECT_TRUE(landed_.status(2).ok()) << landed_.status(2);
+  EXPECT_EQ(Total().cancelled, 0u);
+}
+
+TEST_F(HeldStoreTest, APromotedReadGoesBeforeQueuedPrefetches) {
+  store_->ReadInto(*model_, Block(1), Slot(1), Priority::kPrefetch, landed_.Add(1));
+  store_->ReadInto(*model_, Block(2), Slot(2), Priority::kPrefetch, landed_.Add(2));
+  auto h3 = store_->ReadInto(*model_, Block(3), Slot(3), Priority::kPrefetch, landed_.Add(3));
+  store_->Promote(h3);
+  ASSERT_TRUE(landed_.Wait(4));
+  EXPECT_EQ(landed_.order(), (std::vector<int>{0, 3, 1, 2}));
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(landed_.status(i).ok()) << landed_.status(i);
+  for (int32_t e = 1; e < 4; ++e) {
+    auto want = container_->ReadExpertBlock(0, e);
+    ASSERT_TRUE(want.ok());
+    EXPECT_EQ(std::memcmp(Slot(e), want->get(), Block(e).size), 0) << e;
+  }
 }
 
 TEST_F(StoreTest, CacheTierInFrontOfTheStripedSource) {

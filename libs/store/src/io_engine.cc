@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -46,6 +47,8 @@ struct Op {
   std::vector<iovec> iov;  // where the bytes go, in file order
   std::vector<iovec> cur;  // what is left to read (kept alive while the kernel reads into it)
   expert_source::Priority priority = expert_source::Priority::kDemand;
+  IoEngine::Ticket ticket = 0;
+  bool cancelled = false;  // taken out of its queue by Cancel: never submitted
   IoEngine::Done done;
   uint64_t done_bytes = 0;
   bool use_buffered = false;  // a misaligned remainder: finish it without O_DIRECT
@@ -71,7 +74,7 @@ class IoEngine::Impl {
     std::thread reaper;
     std::vector<std::thread> workers;
     Clock::time_point busy_until{};
-    std::atomic<uint64_t> reads{0}, bytes{0}, errors{0};
+    std::atomic<uint64_t> reads{0}, bytes{0}, errors{0}, cancelled{0};
     std::atomic<bool> direct{true};
   };
 
@@ -203,8 +206,12 @@ class IoEngine::Impl {
     return static_cast<uint32_t>(files_.size() - 1);
   }
 
-  void Read(uint32_t file, uint64_t offset, std::vector<iovec> iov, Priority priority, Done done) {
+  Ticket Read(uint32_t file, uint64_t offset, std::vector<iovec> iov, Priority priority,
+              Done done) {
     Op* op = new Op;
+    // The disk in the low bits: Cancel and Promote find the queue without a global map.
+    const Ticket ticket = (next_ticket_++ << kDiskBits) | files_[file]->disk;
+    op->ticket = ticket;
     op->file = file;
     op->offset = offset;
     for (const iovec& v : iov) op->length += v.iov_len;
@@ -219,7 +226,7 @@ class IoEngine::Impl {
       Done cb = std::move(op->done);
       delete op;
       cb(absl::CancelledError("I/O engine shut down"));
-      return;
+      return ticket;
     }
     if (uring_ && d.in_flight < static_cast<uint64_t>(options_.queue_depth)) {
       d.in_flight++;
@@ -228,10 +235,48 @@ class IoEngine::Impl {
         lock.unlock();
         RunSoon(op);  // completes with its error on the timer thread, never inside Read()
       }
-      return;
+      return ticket;
     }
     (priority == Priority::kDemand ? d.demand : d.prefetch).push_back(op);
     if (!uring_) d.cv.notify_one();
+    return ticket;
+  }
+
+  bool Cancel(Ticket ticket) {
+    Disk* d = DiskOf(ticket);
+    if (d == nullptr) return false;
+    Op* op = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(d->mu);
+      for (auto* q : {&d->prefetch, &d->demand}) {
+        auto it = std::find_if(q->begin(), q->end(), [&](Op* o) { return o->ticket == ticket; });
+        if (it == q->end()) continue;
+        op = *it;
+        q->erase(it);
+        break;
+      }
+    }
+    if (op == nullptr) return false;
+    op->cancelled = true;
+    op->status = absl::CancelledError(absl::StrCat("read of '", files_[op->file]->path.string(),
+                                                   "' at offset ", op->offset,
+                                                   " cancelled before it reached disk ", d->name));
+    RunSoon(op);  // `done` on the timer thread, never inside Cancel()
+    return true;
+  }
+
+  bool Promote(Ticket ticket) {
+    Disk* d = DiskOf(ticket);
+    if (d == nullptr) return false;
+    std::lock_guard<std::mutex> lock(d->mu);
+    auto it = std::find_if(d->prefetch.begin(), d->prefetch.end(),
+                           [&](Op* o) { return o->ticket == ticket; });
+    if (it == d->prefetch.end()) return false;
+    Op* op = *it;
+    d->prefetch.erase(it);
+    op->priority = Priority::kDemand;
+    d->demand.push_back(op);
+    return true;
   }
 
   uint32_t disk_count() const { return static_cast<uint32_t>(disks_.size()); }
@@ -247,6 +292,7 @@ class IoEngine::Impl {
     s.reads = d.reads.load();
     s.bytes = d.bytes.load();
     s.errors = d.errors.load();
+    s.cancelled = d.cancelled.load();
     s.direct = d.direct.load();
     std::lock_guard<std::mutex> lock(d.mu);
     s.in_flight = d.in_flight;
@@ -255,6 +301,13 @@ class IoEngine::Impl {
   }
 
  private:
+  static constexpr int kDiskBits = 16;
+
+  Disk* DiskOf(Ticket ticket) {
+    const uint64_t disk = ticket & ((uint64_t{1} << kDiskBits) - 1);
+    return ticket == 0 || disk >= disks_.size() ? nullptr : disks_[disk].get();
+  }
+
   void NoteDirectRefused(Disk& d, const fs::path& path) {
     d.direct = false;
     if (!direct_refused_logged_.exchange(true)) {
@@ -382,7 +435,10 @@ class IoEngine::Impl {
       Op* op = work.back();
       work.pop_back();
       Disk& d = *disks_[files_[op->file]->disk];
-      if (op->status.ok()) {
+      const bool cancelled = op->cancelled;
+      if (cancelled) {
+        d.cancelled++;
+      } else if (op->status.ok()) {
         d.reads++;
         d.bytes += op->length;
       } else {
@@ -395,7 +451,7 @@ class IoEngine::Impl {
         // The slot is free before `done` runs, so a callback that reads again gets it. The
         // destructor still waits for this callback: it joins the thread running it.
         std::lock_guard<std::mutex> lock(d.mu);
-        d.in_flight--;
+        if (!cancelled) d.in_flight--;  // a cancelled read never took a slot
         if (uring_) {
           while (d.in_flight < static_cast<uint64_t>(options_.queue_depth) &&
                  (!d.demand.empty() || !d.prefetch.empty())) {
@@ -505,6 +561,7 @@ class IoEngine::Impl {
   std::vector<std::unique_ptr<Disk>> disks_;
   std::vector<std::unique_ptr<File>> files_;
   std::atomic<bool> direct_refused_logged_{false};
+  std::atomic<uint64_t> next_ticket_{1};
   std::mutex timer_mu_;
   std::condition_variable timer_cv_;
   std::multimap<Clock::time_point, Op*> timers_;
@@ -532,14 +589,16 @@ void IoEngine::Shutdown() { impl_->Shutdown(); }
 absl::StatusOr<uint32_t> IoEngine::OpenFile(uint32_t disk, const fs::path& path) {
   return impl_->OpenFile(disk, path);
 }
-void IoEngine::Read(uint32_t file, uint64_t offset, uint64_t length, uint8_t* dst,
-                    Priority priority, Done done) {
-  impl_->Read(file, offset, {iovec{dst, length}}, priority, std::move(done));
+IoEngine::Ticket IoEngine::Read(uint32_t file, uint64_t offset, uint64_t length, uint8_t* dst,
+                                Priority priority, Done done) {
+  return impl_->Read(file, offset, {iovec{dst, length}}, priority, std::move(done));
 }
-void IoEngine::ReadV(uint32_t file, uint64_t offset, std::vector<iovec> iov, Priority priority,
-                     Done done) {
-  impl_->Read(file, offset, std::move(iov), priority, std::move(done));
+IoEngine::Ticket IoEngine::ReadV(uint32_t file, uint64_t offset, std::vector<iovec> iov,
+                                 Priority priority, Done done) {
+  return impl_->Read(file, offset, std::move(iov), priority, std::move(done));
 }
+bool IoEngine::Cancel(Ticket ticket) { return impl_->Cancel(ticket); }
+bool IoEngine::Promote(Ticket ticket) { return impl_->Promote(ticket); }
 uint32_t IoEngine::disk_count() const { return impl_->disk_count(); }
 const std::string& IoEngine::disk_name(uint32_t disk) const { return impl_->disk_name(disk); }
 const fs::path& IoEngine::file_path(uint32_t file) const { return impl_->file_path(file); }

@@ -17,40 +17,9 @@ namespace colibri::store {
 namespace {
 
 using expert_source::Priority;
+using testing::Completions;
 using testing::ScratchDir;
 using Backend = IoEngineOptions::Backend;
-
-// Waits for a number of completions and records their order and statuses.
-class Completions {
- public:
-  IoEngine::Done Add(int tag) {
-    return [this, tag](absl::Status s) {
-      std::lock_guard<std::mutex> lock(mu_);
-      order_.push_back(tag);
-      statuses_[tag] = std::move(s);
-      cv_.notify_all();
-    };
-  }
-  // Waits (with a deadline) until `n` completions arrived.
-  bool Wait(size_t n) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, std::chrono::seconds(30), [&] { return order_.size() >= n; });
-  }
-  std::vector<int> order() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return order_;
-  }
-  absl::Status status(int tag) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return statuses_[tag];
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<int> order_;
-  std::map<int, absl::Status> statuses_;
-};
 
 class IoEngineTest : public ::testing::TestWithParam<Backend> {
  protected:
@@ -67,6 +36,15 @@ class IoEngineTest : public ::testing::TestWithParam<Backend> {
     auto e = IoEngine::Create({"disk0", "disk1"}, options);
     EXPECT_TRUE(e.ok()) << e.status();
     return e.ok() ? std::move(*e) : nullptr;
+  }
+  // Queue depth 1 and disk 0 slow (64 KiB takes ~16 ms): a first read holds the only slot
+  // while the reads after it queue.
+  std::unique_ptr<IoEngine> SlowEngine(FaultInjector* faults) {
+    faults->SetDiskBandwidth(0, 4 << 20);
+    IoEngineOptions o;
+    o.queue_depth = 1;
+    o.faults = faults;
+    return Engine(o);
   }
   // Reads [offset, offset + n) synchronously.
   absl::Status ReadAt(IoEngine& e, uint32_t file, uint64_t offset, uint64_t n, uint8_t* dst) {
@@ -163,27 +141,98 @@ TEST_P(IoEngineTest, EioAndEofAreErrorsNamingTheFile) {
   EXPECT_NE(s.message().find("ends after 4096 of 16384 bytes"), std::string::npos) << s;
 }
 
-TEST_P(IoEngineTest, DemandOvertakesQueuedPrefetch) {
-  // Queue depth 1 and a slow disk: the first read holds the slot while the others queue.
-  FaultInjector faults;
-  faults.SetDiskBandwidth(0, 4 << 20);  // 64 KiB takes ~16 ms
-  IoEngineOptions o;
-  o.queue_depth = 1;
-  o.faults = &faults;
-  auto e = Engine(o);
-  auto f = e->OpenFile(0, file_);
-  auto buf = AllocateAligned(5 * 65536);
+// Reads of 64 KiB at i * 64 KiB of one file. Read 0 (a prefetch) starts first and holds the
+// only slot of a SlowEngine while the reads after it queue.
+class HeldQueue {
+ public:
+  HeldQueue(IoEngine& e, const std::filesystem::path& file, int reads) : e_(e) {
+    auto f = e.OpenFile(0, file);
+    EXPECT_TRUE(f.ok()) << f.status();
+    file_ = f.ok() ? *f : 0;
+    auto buf = AllocateAligned(static_cast<size_t>(reads) * 65536);
+    EXPECT_TRUE(buf.ok());
+    buf_ = std::move(*buf);
+    first_ = Read(0, Priority::kPrefetch);
+    // The thread backend picks reads up asynchronously: wait until read 0 holds the slot.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (e_.Stats(0).in_flight == 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    held_ = e_.Stats(0).in_flight == 1;
+  }
+  IoEngine::Ticket Read(int i, Priority p) {
+    return e_.Read(file_, static_cast<uint64_t>(i) * 65536, 65536, buf_.get() + i * 65536, p,
+                   c.Add(i));
+  }
+  bool held() const { return held_; }
+  IoEngine::Ticket first() const { return first_; }
+  const uint8_t* bytes(int i) const { return buf_.get() + i * 65536; }
   Completions c;
-  e->Read(*f, 0, 65536, buf->get(), Priority::kPrefetch, c.Add(0));
-  // The thread backend picks reads up asynchronously: wait until the first one holds the slot.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (e->Stats(0).in_flight == 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::yield();
-  e->Read(*f, 65536, 65536, buf->get() + 65536, Priority::kPrefetch, c.Add(1));
-  e->Read(*f, 131072, 65536, buf->get() + 131072, Priority::kPrefetch, c.Add(2));
-  e->Read(*f, 196608, 65536, buf->get() + 196608, Priority::kDemand, c.Add(3));
-  ASSERT_TRUE(c.Wait(4));
-  EXPECT_EQ(c.order(), (std::vector<int>{0, 3, 1, 2}));
+
+ private:
+  IoEngine& e_;
+  uint32_t file_ = 0;
+  AlignedBytes buf_;
+  bool held_ = false;
+  IoEngine::Ticket first_ = 0;
+};
+
+TEST_P(IoEngineTest, DemandOvertakesQueuedPrefetch) {
+  FaultInjector faults;
+  auto e = SlowEngine(&faults);
+  HeldQueue q(*e, file_, 5);
+  ASSERT_TRUE(q.held());
+  q.Read(1, Priority::kPrefetch);
+  q.Read(2, Priority::kPrefetch);
+  q.Read(3, Priority::kDemand);
+  ASSERT_TRUE(q.c.Wait(4));
+  EXPECT_EQ(q.c.order(), (std::vector<int>{0, 3, 1, 2}));
+}
+
+TEST_P(IoEngineTest, CancelledQueuedReadNeverReachesTheDisk) {
+  FaultInjector faults;
+  auto e = SlowEngine(&faults);
+  HeldQueue q(*e, file_, 4);
+  ASSERT_TRUE(q.held());
+  q.Read(1, Priority::kPrefetch);
+  const IoEngine::Ticket t2 = q.Read(2, Priority::kPrefetch);
+  const IoEngine::Ticket t3 = q.Read(3, Priority::kDemand);
+  EXPECT_EQ(e->Stats(0).queued, 3u);
+  EXPECT_TRUE(e->Cancel(t2));
+  EXPECT_FALSE(e->Cancel(t2));         // once
+  EXPECT_FALSE(e->Cancel(q.first()));  // submitted: it finishes as it is
+  EXPECT_FALSE(e->Cancel(0));
+  ASSERT_TRUE(q.c.Wait(4));
+  EXPECT_EQ(q.c.order(), (std::vector<int>{2, 0, 3, 1}));  // the cancel is answered at once
+  EXPECT_EQ(q.c.status(2).code(), absl::StatusCode::kCancelled) << q.c.status(2);
+  EXPECT_NE(q.c.status(2).message().find("cancelled before it reached disk disk0"),
+            std::string::npos)
+      << q.c.status(2);
+  const DiskStats s = e->Stats(0);
+  EXPECT_EQ(s.reads, 3u);  // read 2 never reached the device
+  EXPECT_EQ(s.bytes, 3u * 65536);
+  EXPECT_EQ(s.cancelled, 1u);
+  EXPECT_EQ(s.errors, 0u);
+  EXPECT_EQ(s.in_flight + s.queued, 0u);
+  EXPECT_FALSE(e->Cancel(t3));  // finished
+  EXPECT_EQ(std::memcmp(q.bytes(1), data_.data() + 65536, 65536), 0);
+}
+
+TEST_P(IoEngineTest, PromotedReadGoesBeforeQueuedPrefetches) {
+  FaultInjector faults;
+  auto e = SlowEngine(&faults);
+  HeldQueue q(*e, file_, 5);
+  ASSERT_TRUE(q.held());
+  q.Read(1, Priority::kPrefetch);
+  q.Read(2, Priority::kDemand);
+  q.Read(3, Priority::kPrefetch);
+  const IoEngine::Ticket t4 = q.Read(4, Priority::kPrefetch);
+  EXPECT_TRUE(e->Promote(t4));
+  EXPECT_FALSE(e->Promote(t4));  // already demand
+  ASSERT_TRUE(q.c.Wait(5));
+  // Demand 2 was queued first, then the promoted 4; the prefetches keep their order.
+  EXPECT_EQ(q.c.order(), (std::vector<int>{0, 2, 4, 1, 3}));
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(q.c.status(i).ok()) << q.c.status(i);
+  EXPECT_EQ(std::memcmp(q.bytes(0), data_.data(), 5 * 65536), 0);
 }
 
 TEST_P(IoEngineTest, BandwidthCapHoldsCompletions) {

@@ -1,15 +1,21 @@
-// Test helpers: a small model directory with distinct bytes in every expert block, and
-// scratch directories that clean up after themselves.
+// Test helpers: a small model directory with distinct bytes in every expert block, scratch
+// directories that clean up after themselves, and a recorder of read completions.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "colibri/model/container.h"
 #include "colibri/quant/dtype.h"
 
@@ -79,6 +85,38 @@ inline void WriteTinyModel(const fs::path& dir, const std::string& name, int64_t
   }
   ASSERT_TRUE((*w)->Finish().ok());
 }
+
+// Waits for a number of completions and records their order and statuses.
+class Completions {
+ public:
+  std::function<void(absl::Status)> Add(int tag) {
+    return [this, tag](absl::Status s) {
+      std::lock_guard<std::mutex> lock(mu_);
+      order_.push_back(tag);
+      statuses_[tag] = std::move(s);
+      cv_.notify_all();
+    };
+  }
+  // Waits (with a deadline) until `n` completions arrived.
+  bool Wait(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(30), [&] { return order_.size() >= n; });
+  }
+  std::vector<int> order() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return order_;
+  }
+  absl::Status status(int tag) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return statuses_[tag];
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int> order_;
+  std::map<int, absl::Status> statuses_;
+};
 
 inline void FlipByteAt(const fs::path& file, uint64_t offset) {
   std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);

@@ -78,11 +78,22 @@ class StoredModel {
 // I/O layer may also report as DataLoss, e.g. EIO).
 bool IsChecksumMismatch(const absl::Status& status);
 
+// A block read in progress, for BlockStore::Cancel and Promote: the engine reads (one per run
+// of stripe units on a disk) it is made of. Opaque to callers.
+struct BlockRead {
+  std::mutex mu;
+  std::vector<IoEngine::Ticket> tickets;  // mu
+  uint64_t key = 0;                       // read-cache key of a shared read
+  bool shared = false;                    // a ReadShared read other callers may wait for too
+  std::vector<std::function<void(absl::StatusOr<SharedBlock>)>> waiters;  // store's inflight_mu_
+};
+
 class BlockStore {
  public:
   using Priority = expert_source::Priority;
   using Done = std::function<void(absl::Status)>;
   using SharedDone = std::function<void(absl::StatusOr<SharedBlock>)>;
+  using ReadHandle = std::shared_ptr<BlockRead>;  // null: nothing to cancel (a cache hit)
 
   static absl::StatusOr<std::unique_ptr<BlockStore>> Open(const BlockStoreOptions& options);
   ~BlockStore();
@@ -96,12 +107,20 @@ class BlockStore {
 
   // Reads the block into `dst` (>= padded_size bytes, 4 KiB aligned) and verifies it. `done`
   // runs once: on an engine thread, or inline before ReadInto returns on a read-cache hit.
-  void ReadInto(const StoredModel& model, const BlockRecord& block, uint8_t* dst, Priority priority,
-                Done done);
+  ReadHandle ReadInto(const StoredModel& model, const BlockRecord& block, uint8_t* dst,
+                      Priority priority, Done done);
   // Reads the block into a shared buffer through the read cache (when there is one);
   // concurrent reads of one block are coalesced. `done` as for ReadInto.
-  void ReadShared(const StoredModel& model, const BlockRecord& block, Priority priority,
-                  SharedDone done);
+  ReadHandle ReadShared(const StoredModel& model, const BlockRecord& block, Priority priority,
+                        SharedDone done);
+
+  // Advisory. Cancels the parts of the read still queued at the disks (they never reach the
+  // device); `done` then gets Cancelled once the parts already submitted have landed. A shared
+  // read that another caller waits for too is left alone.
+  void Cancel(const ReadHandle& read);
+  // Advisory. Moves the parts of the read still queued at the disks as prefetch ahead of every
+  // queued prefetch read.
+  void Promote(const ReadHandle& read);
 
   IoEngine& io() { return *io_; }
   // Engine disks: the striped disks by index, then one per plain model directory.
@@ -116,8 +135,9 @@ class BlockStore {
   BlockStore() = default;
   absl::Status AddStriped(const Catalog& catalog, const std::vector<std::filesystem::path>& roots);
   absl::Status AddModelDir(const std::filesystem::path& dir, uint32_t disk);
+  // Starts the engine reads of the block, recording their tickets in `read`.
   void ReadRaw(const StoredModel& model, const BlockRecord& block, uint8_t* dst, Priority priority,
-               Done done);
+               BlockRead* read, Done done);
   static uint64_t CacheKey(const StoredModel& model, const BlockRecord& block);
 
   std::unique_ptr<IoEngine> io_;
@@ -126,7 +146,7 @@ class BlockStore {
   std::unique_ptr<std::atomic<uint64_t>[]> checksum_failures_;
   std::unique_ptr<ReadCache> cache_;
   std::mutex inflight_mu_;
-  std::unordered_map<uint64_t, std::vector<SharedDone>> inflight_;  // coalesced shared reads
+  std::unordered_map<uint64_t, ReadHandle> inflight_;  // coalesced shared reads by cache key
 };
 
 }  // namespace colibri::store

@@ -1,7 +1,10 @@
 // The store's I/O engine: asynchronous reads from a set of disks, every disk in parallel.
 //
 // - One io_uring per disk (liburing) with up to `queue_depth` reads in flight on it; reads
-//   beyond that wait in the disk's queue, demand before prefetch. A reaper thread per disk
+//   beyond that wait in the disk's queue, demand before prefetch: a queued demand read is
+//   always submitted to the device before any queued prefetch read. A queued read can be
+//   cancelled (it never reaches the device) or promoted to demand (Cancel, Promote: both
+//   advisory, a read already submitted finishes as it is). A reaper thread per disk
 //   takes completions. Where io_uring is unavailable (old kernels, seccomp profiles that block
 //   it) a pool of `queue_depth` pread threads per disk does the same job; logged once.
 // - Files are opened O_DIRECT (reads DMA straight into the caller's 4 KiB-aligned buffer, no
@@ -49,6 +52,7 @@ struct DiskStats {
   uint64_t errors = 0;     // reads that ended in an error
   uint64_t in_flight = 0;  // reads submitted to the device (or held by a bandwidth cap)
   uint64_t queued = 0;     // reads waiting for a queue slot
+  uint64_t cancelled = 0;  // reads cancelled while queued (they never reached the device)
   bool direct = true;      // false once a file of the disk fell back to buffered reads
 };
 
@@ -56,6 +60,8 @@ class IoEngine {
  public:
   using Done = std::function<void(absl::Status)>;
   using Priority = expert_source::Priority;
+  // Names one read for Cancel and Promote. Never 0.
+  using Ticket = uint64_t;
 
   // One queue per entry of `disk_names` (used in messages and stats).
   static absl::StatusOr<std::unique_ptr<IoEngine>> Create(std::vector<std::string> disk_names,
@@ -69,11 +75,20 @@ class IoEngine {
 
   // Reads [offset, offset + length) of `file` into `dst`. `offset`, `length` and `dst` must be
   // 4 KiB aligned (O_DIRECT). `done` gets OK once all bytes are in `dst`.
-  void Read(uint32_t file, uint64_t offset, uint64_t length, uint8_t* dst, Priority priority,
-            Done done);
+  Ticket Read(uint32_t file, uint64_t offset, uint64_t length, uint8_t* dst, Priority priority,
+              Done done);
   // Reads consecutive file bytes from `offset` into several buffers (each base and length 4 KiB
   // aligned): one request to the device for pieces that are contiguous on disk only.
-  void ReadV(uint32_t file, uint64_t offset, std::vector<iovec> iov, Priority priority, Done done);
+  Ticket ReadV(uint32_t file, uint64_t offset, std::vector<iovec> iov, Priority priority,
+               Done done);
+
+  // Cancels the read if it still waits in its disk's queue: it never reaches the device and
+  // its `done` runs with Cancelled on an engine thread (never inside Cancel). False when it was
+  // already submitted (it finishes normally), has finished, or the ticket is unknown.
+  bool Cancel(Ticket ticket);
+  // Moves the read, if it waits in its disk's queue as a prefetch, to the end of the demand
+  // queue: it is submitted before every queued prefetch. False otherwise.
+  bool Promote(Ticket ticket);
 
   // Fails queued reads with Cancelled and waits for the ones in flight (their callbacks run);
   // later reads fail with Cancelled. The destructor does this too.
