@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "colibri/core/status.h"
@@ -35,10 +36,11 @@ struct Engine::Sequence {
   int64_t budget = 0;       // tokens to generate
   uint64_t kv_reserve = 0;  // bytes of KV this request may grow to
   std::unique_ptr<KvCache> cache;
-  std::vector<int32_t> fed;  // tokens whose KV is in `cache`
-  size_t prompt_fed = 0;     // prompt tokens in `fed`
-  int32_t pending = -1;      // sampled, not yet fed
-  bool final_feed = false;   // feeding the last token only for its logits
+  std::vector<int32_t> fed;        // tokens whose KV is in `cache`
+  size_t prompt_fed = 0;           // prompt tokens in `fed`
+  int32_t pending = -1;            // sampled, not yet fed
+  size_t restore_longer_than = 0;  // restores: the pool's best prefix when it was queued
+  bool final_feed = false;         // feeding the last token only for its logits
   FinishReason final_reason = FinishReason::kLength;
   std::vector<int32_t> history;  // prompt + generated, for the penalties
   Sampler sampler;
@@ -62,6 +64,7 @@ struct Engine::Sequence {
 Engine::Engine(Model* model, EngineOptions options)
     : model_(model), options_(options), pass_costs_(std::max(1, options.draft_max) + 1) {
   scheduler_ = std::thread([this] { SchedulerLoop(); });
+  if (options_.kv_store != nullptr) restorer_ = std::thread([this] { RestoreLoop(); });
 }
 
 Engine::~Engine() {
@@ -70,31 +73,42 @@ Engine::~Engine() {
     stop_ = true;
   }
   cv_.notify_all();
-  scheduler_.join();
+  scheduler_.join();  // after every queued and restoring request is done
   if (options_.kv_store == nullptr) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  // Oldest first, so the store's recency order matches the pool's.
-  while (!pool_.empty()) {
-    EvictLocked(std::move(pool_.back()));
-    pool_.pop_back();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_restorer_ = true;
+    // Oldest first, so the store's recency order matches the pool's.
+    while (!pool_.empty()) {
+      evicted_.push_back(std::move(pool_.back()));
+      pool_.pop_back();
+    }
   }
+  restore_cv_.notify_all();
+  restorer_.join();
+  OffloadEvicted();
   if (absl::Status st = options_.kv_store->PersistAll(); !st.ok()) {
     spdlog::error("KV caches not persisted at shutdown: {}", std::string(st.message()));
   }
 }
 
-void Engine::EvictLocked(PoolEntry entry) {
-  if (options_.kv_store == nullptr || !entry.cache || entry.tokens.empty()) return;
-  const size_t n = std::min(entry.tokens.size(), static_cast<size_t>(entry.cache->n_past()));
-  entry.tokens.resize(n);
-  absl::StatusOr<KvSnapshot> s =
-      model_->SnapshotKv(*entry.cache, std::move(entry.tokens), std::move(entry.session_id),
-                         options_.kv_store->snapshot_dtype());
-  if (!s.ok()) {
-    spdlog::warn("KV cache dropped instead of offloaded: {}", std::string(s.status().message()));
-    return;
+void Engine::OffloadEvicted() {
+  std::vector<PoolEntry> evicted = std::exchange(evicted_, {});
+  if (options_.kv_store == nullptr) return;  // dropped (their caches freed here)
+  for (PoolEntry& entry : evicted) {
+    if (!entry.cache || entry.tokens.empty()) continue;
+    const size_t n = std::min(entry.tokens.size(), static_cast<size_t>(entry.cache->n_past()));
+    entry.tokens.resize(n);
+    absl::StatusOr<KvSnapshot> s =
+        model_->SnapshotKv(*entry.cache, std::move(entry.tokens), std::move(entry.session_id),
+                           options_.kv_store->snapshot_dtype());
+    entry.cache.reset();
+    if (!s.ok()) {
+      spdlog::warn("KV cache dropped instead of offloaded: {}", std::string(s.status().message()));
+      continue;
+    }
+    options_.kv_store->Put(std::move(*s));
   }
-  options_.kv_store->Put(std::move(*s));
 }
 
 namespace {
@@ -137,21 +151,16 @@ uint64_t Engine::KvBytesLocked() const {
 }
 
 void Engine::EnforceKvLimitLocked() {
-  if (options_.kv_cache_limit == 0) {
-    while (static_cast<int>(pool_.size()) > options_.kv_pool_entries) {
-      EvictLocked(std::move(pool_.back()));
-      pool_.pop_back();
-    }
-    return;
-  }
   uint64_t reserved = 0;
   for (const auto& s : active_) reserved += s->kv_reserve;
+  for (const auto& s : restoring_) reserved += s->kv_reserve;
   uint64_t pooled = 0;
   for (const auto& e : pool_) pooled += e.cache->bytes();
-  while (!pool_.empty() && (reserved + pooled > options_.kv_cache_limit ||
+  const bool limited = options_.kv_cache_limit > 0;
+  while (!pool_.empty() && ((limited && reserved + pooled > options_.kv_cache_limit) ||
                             static_cast<int>(pool_.size()) > options_.kv_pool_entries)) {
     pooled -= pool_.back().cache->bytes();
-    EvictLocked(std::move(pool_.back()));
+    evicted_.push_back(std::move(pool_.back()));
     pool_.pop_back();
   }
 }
@@ -247,12 +256,121 @@ void Engine::SchedulerLoop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty() || !active_.empty(); });
-      if (stop_ && queue_.empty() && active_.empty()) return;
+      cv_.wait(lock, [&] { return HasWorkLocked(); });
+      if (stop_ && queue_.empty() && active_.empty() && restoring_.empty()) return;
     }
     Admit();
     Step();
   }
+}
+
+bool Engine::HasWorkLocked() const {
+  if (!active_.empty() || !restored_.empty()) return true;
+  if (!queue_.empty()) return CanAdmitLocked(*queue_.front());
+  return stop_ && restoring_.empty();
+}
+
+// Admission --------------------------------------------------------------------------------------
+
+void Engine::Admit() {
+  std::unique_lock<std::mutex> lock(mu_);
+  FinishCancelledQueuedLocked();
+  // Sequences whose KvStore read is done join first: they left the queue before the others.
+  while (!restored_.empty()) {
+    Restored r = std::move(restored_.front());
+    restored_.pop_front();
+    lock.unlock();
+    std::unique_ptr<KvCache> cache =
+        r.snapshot ? CacheFromSnapshot(r.seq.get(), *r.snapshot) : nullptr;
+    r.snapshot.reset();
+    lock.lock();
+    std::erase(restoring_, r.seq);
+    // The pool may have gained a match meanwhile; without a restored cache it is searched again.
+    if (!cache) cache = TakeFromPoolLocked(r.seq.get());
+    JoinLocked(std::move(r.seq), std::move(cache));
+  }
+  while (!queue_.empty() && CanAdmitLocked(*queue_.front())) {
+    std::shared_ptr<Sequence> seq = std::move(queue_.front());
+    queue_.pop_front();
+    if (StartRestoreLocked(seq)) continue;  // joins once the restore thread has read it
+    std::unique_ptr<KvCache> cache = TakeFromPoolLocked(seq.get());
+    JoinLocked(std::move(seq), std::move(cache));
+  }
+  counters_.queued = queue_.size();
+  counters_.active = active_.size();
+  lock.unlock();
+  OffloadEvicted();
+}
+
+void Engine::FinishCancelledQueuedLocked() {
+  // A request whose client left while it waited does no work at all.
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (!IsCancelled((*it)->req.cancel)) {
+      ++it;
+      continue;
+    }
+    (*it)->result.finish = FinishReason::kCancelled;
+    counters_.cancelled++;
+    (*it)->admitted = Clock::now();
+    Finish(it->get(), absl::OkStatus());  // no cache yet: Finish does not take mu_
+    it = queue_.erase(it);
+  }
+}
+
+bool Engine::CanAdmitLocked(const Sequence& seq) const {
+  if (active_.size() + restoring_.size() >= static_cast<size_t>(options_.max_active)) return false;
+  if (options_.kv_cache_limit == 0) return true;
+  uint64_t reserved = seq.kv_reserve;
+  for (const auto& s : active_) reserved += s->kv_reserve;
+  for (const auto& s : restoring_) reserved += s->kv_reserve;
+  return reserved <= options_.kv_cache_limit;  // else it waits for an active request to finish
+}
+
+bool Engine::StartRestoreLocked(const std::shared_ptr<Sequence>& seq) {
+  // A longer prefix offloaded to the KV store (host RAM or disk) wins over the pool's.
+  if (options_.kv_store == nullptr || seq->req.record_logits) return false;
+  size_t pool_len = 0;
+  BestPoolEntryLocked(*seq, &pool_len);
+  if (options_.kv_store->BestPrefix(seq->req.prompt, seq->req.session_id) <= pool_len) return false;
+  seq->restore_longer_than = pool_len;
+  restoring_.push_back(seq);
+  restore_queue_.push_back(seq);
+  restore_cv_.notify_one();
+  return true;
+}
+
+void Engine::RestoreLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    restore_cv_.wait(lock, [&] { return stop_restorer_ || !restore_queue_.empty(); });
+    if (restore_queue_.empty()) return;  // stopping, and nothing left to read
+    std::shared_ptr<Sequence> seq = std::move(restore_queue_.front());
+    restore_queue_.pop_front();
+    lock.unlock();
+    // The store's own lock is not held while it reads a file either.
+    std::optional<KvSnapshot> snapshot =
+        options_.kv_store->TakeBest(seq->req.prompt, seq->req.session_id, seq->restore_longer_than);
+    lock.lock();
+    restored_.push_back(Restored{std::move(seq), std::move(snapshot)});
+    cv_.notify_all();
+  }
+}
+
+void Engine::JoinLocked(std::shared_ptr<Sequence> seq, std::unique_ptr<KvCache> cache) {
+  seq->cache = std::move(cache);
+  seq->admitted = Clock::now();
+  if (absl::Status st = model_->ReserveKv(
+          seq->cache.get(), static_cast<int64_t>(seq->req.prompt.size()) + seq->budget + 1);
+      !st.ok()) {
+    Finish(seq.get(), st);  // not ok: Finish does not take mu_
+    return;
+  }
+  seq->result.prompt_tokens = static_cast<int64_t>(seq->req.prompt.size());
+  seq->drafter = NewDrafter(seq->req);
+  seq->controller =
+      SpeculationController(options_.draft_max, options_.speculative == SpeculativeMode::kAuto);
+  active_.push_back(std::move(seq));
+  EnforceKvLimitLocked();
 }
 
 std::list<Engine::PoolEntry>::iterator Engine::BestPoolEntryLocked(const Sequence& seq,
@@ -271,12 +389,9 @@ std::list<Engine::PoolEntry>::iterator Engine::BestPoolEntryLocked(const Sequenc
   return best;
 }
 
-std::unique_ptr<KvCache> Engine::RestoreFromStore(Sequence* seq, size_t longer_than) {
-  std::optional<KvSnapshot> snap =
-      options_.kv_store->TakeBest(seq->req.prompt, seq->req.session_id, longer_than);
-  if (!snap) return nullptr;
-  size_t n = std::min(CommonPrefix(snap->tokens, seq->req.prompt), seq->req.prompt.size() - 1);
-  absl::StatusOr<std::unique_ptr<KvCache>> restored = model_->RestoreKv(*snap);
+std::unique_ptr<KvCache> Engine::CacheFromSnapshot(Sequence* seq, const KvSnapshot& snap) {
+  size_t n = std::min(CommonPrefix(snap.tokens, seq->req.prompt), seq->req.prompt.size() - 1);
+  absl::StatusOr<std::unique_ptr<KvCache>> restored = model_->RestoreKv(snap);
   if (!restored.ok()) {
     spdlog::warn("offloaded KV cache not restored: {}", std::string(restored.status().message()));
     return nullptr;
@@ -293,23 +408,13 @@ std::unique_ptr<KvCache> Engine::RestoreFromStore(Sequence* seq, size_t longer_t
   return cache;
 }
 
-std::unique_ptr<KvCache> Engine::TakeCache(Sequence* seq, std::unique_lock<std::mutex>& lock) {
+std::unique_ptr<KvCache> Engine::TakeFromPoolLocked(Sequence* seq) {
   // The pooled cache whose history shares the longest prefix with the prompt (a session's own
   // entry first); at least one prompt token is always recomputed so the request gets the
   // logits it samples from.
   if (seq->req.record_logits) return model_->NewCache();
   size_t best_len = 0;
   auto best = BestPoolEntryLocked(*seq, &best_len);
-  // A longer prefix offloaded to the KV store (host RAM or disk) wins over the pool's. Only this
-  // (scheduler) thread takes from the pool; ClearKvPool may empty it meanwhile, so it is
-  // searched again afterwards.
-  if (options_.kv_store != nullptr) {
-    lock.unlock();
-    std::unique_ptr<KvCache> restored = RestoreFromStore(seq, best_len);
-    lock.lock();
-    if (restored) return restored;
-    best = BestPoolEntryLocked(*seq, &best_len);
-  }
   if (best == pool_.end() || best_len == 0) return model_->NewCache();
   std::unique_ptr<KvCache> cache = std::move(best->cache);
   pool_.erase(best);
@@ -321,47 +426,6 @@ std::unique_ptr<KvCache> Engine::TakeCache(Sequence* seq, std::unique_lock<std::
   return cache;
 }
 
-void Engine::Admit() {
-  std::unique_lock<std::mutex> lock(mu_);
-  // A request whose client left while it waited does no work at all.
-  for (auto it = queue_.begin(); it != queue_.end();) {
-    if (!IsCancelled((*it)->req.cancel)) {
-      ++it;
-      continue;
-    }
-    (*it)->result.finish = FinishReason::kCancelled;
-    counters_.cancelled++;
-    (*it)->admitted = Clock::now();
-    Finish(it->get(), absl::OkStatus());  // no cache yet: Finish does not take mu_
-    it = queue_.erase(it);
-  }
-  while (!queue_.empty() && static_cast<int>(active_.size()) < options_.max_active) {
-    std::shared_ptr<Sequence> seq = queue_.front();
-    if (options_.kv_cache_limit > 0) {
-      uint64_t reserved = seq->kv_reserve;
-      for (const auto& s : active_) reserved += s->kv_reserve;
-      if (reserved > options_.kv_cache_limit) break;  // waits for an active request to finish
-    }
-    queue_.pop_front();
-    seq->cache = TakeCache(seq.get(), lock);
-    seq->admitted = Clock::now();
-    if (absl::Status st = model_->ReserveKv(
-            seq->cache.get(), static_cast<int64_t>(seq->req.prompt.size()) + seq->budget + 1);
-        !st.ok()) {
-      Finish(seq.get(), st);
-      continue;
-    }
-    seq->result.prompt_tokens = static_cast<int64_t>(seq->req.prompt.size());
-    seq->drafter = NewDrafter(seq->req);
-    seq->controller =
-        SpeculationController(options_.draft_max, options_.speculative == SpeculativeMode::kAuto);
-    active_.push_back(std::move(seq));
-    EnforceKvLimitLocked();
-  }
-  counters_.queued = queue_.size();
-  counters_.active = active_.size();
-}
-
 void Engine::Finish(Sequence* seq, absl::Status status) {
   const auto now = Clock::now();
   seq->result.decode_seconds =
@@ -370,9 +434,12 @@ void Engine::Finish(Sequence* seq, absl::Status status) {
     seq->result.prefill_seconds = Seconds(seq->admitted, now);
   // A cleanly finished request leaves its KV for the next turn.
   if (status.ok() && !seq->req.record_logits && seq->cache && seq->cache->n_past() > 0) {
-    std::lock_guard<std::mutex> lock(mu_);
-    pool_.push_front(PoolEntry{std::move(seq->fed), std::move(seq->cache), seq->req.session_id});
-    EnforceKvLimitLocked();  // before the caller hears of the finish: its next request sees the result
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pool_.push_front(PoolEntry{std::move(seq->fed), std::move(seq->cache), seq->req.session_id});
+      EnforceKvLimitLocked();
+    }
+    OffloadEvicted();  // before the caller hears of the finish: its next request sees the result
   }
   seq->cache.reset();
   std::lock_guard<std::mutex> lock(seq->mu);
@@ -504,18 +571,29 @@ void Engine::SampleRows(Sequence* s, const float* rows, int64_t n_rows, int64_t 
   for (SampledToken& t : toks) Emit(s, std::move(t));
 }
 
+// The step -----------------------------------------------------------------------------------------
+
 void Engine::Step() {
-  const auto& c = model_->config();
-  struct Span {
-    Sequence* seq;
-    int64_t rows_in_batch;  // items of this sequence in the batch
-    int64_t logit_rows;     // logits rows it produces
-    bool prefill;
-  };
-  std::vector<BatchItem> batch;
-  std::vector<Span> spans;
-  int64_t room = options_.max_batch_tokens;
-  // Cancelled requests leave first; then decode rows (one each), then prefill chunks.
+  FinishCancelled();
+  const Batch batch = BuildBatch();
+  if (batch.items.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_.active = active_.size();
+    return;
+  }
+  std::vector<float> logits, hidden;
+  ForwardStats stats;
+  if (absl::Status st = RunForward(batch, &logits, &hidden, &stats); !st.ok()) {
+    for (const Span& sp : batch.spans) Finish(sp.seq, st);
+    std::erase_if(active_, [](const auto& s) { return s->done; });
+    return;
+  }
+  AccountRouting(batch, stats);
+  for (const Span& sp : batch.spans) Advance(batch, sp, logits, hidden);
+  EndStep();
+}
+
+void Engine::FinishCancelled() {
   for (auto& s : active_) {
     if (s->cancelled.load() || IsCancelled(s->req.cancel)) {
       s->result.finish = FinishReason::kCancelled;
@@ -524,6 +602,10 @@ void Engine::Step() {
     }
   }
   std::erase_if(active_, [](const auto& s) { return s->done; });
+}
+
+Engine::Batch Engine::BuildBatch() {
+  Batch batch;
   // Speculation in auto mode only for a sequence decoding alone: in a batch the other rows
   // already share the experts' reads, and the passes' costs are measured on a lone sequence.
   int64_t decoding = 0;
@@ -532,123 +614,136 @@ void Engine::Step() {
     prefilling |= s->prompt_fed < s->req.prompt.size();
     decoding += s->prompt_fed >= s->req.prompt.size() && s->pending >= 0;
   }
-  const bool alone = decoding == 1 && !prefilling;
+  batch.alone = decoding == 1 && !prefilling;
+  int64_t room = options_.max_batch_tokens;
+  AddDecodeRows(&batch, &room);
+  AddPrefillChunks(&batch, &room);
+  return batch;
+}
+
+void Engine::AddDecodeRows(Batch* batch, int64_t* room) {
   for (auto& s : active_) {
-    if (s->prompt_fed < s->req.prompt.size() || s->pending < 0 || room <= 0) continue;
+    if (s->prompt_fed < s->req.prompt.size() || s->pending < 0 || *room <= 0) continue;
     s->draft.clear();
-    if (s->drafter && !s->final_feed && (alone || options_.speculative != SpeculativeMode::kAuto)) {
-      DraftFor(s.get(), std::min<int64_t>(room - 1, options_.draft_max));
+    if (s->drafter && !s->final_feed &&
+        (batch->alone || options_.speculative != SpeculativeMode::kAuto)) {
+      DraftFor(s.get(), std::min<int64_t>(*room - 1, options_.draft_max));
     }
     const auto pos = static_cast<int32_t>(s->cache->n_past());
-    batch.push_back(BatchItem{s->cache.get(), s->pending, pos, true});
+    const size_t first = batch->items.size();
+    batch->items.push_back(BatchItem{s->cache.get(), s->pending, pos, true});
     for (size_t i = 0; i < s->draft.size(); ++i) {
-      batch.push_back(
+      batch->items.push_back(
           BatchItem{s->cache.get(), s->draft[i], pos + 1 + static_cast<int32_t>(i), true});
     }
     const auto rows = 1 + static_cast<int64_t>(s->draft.size());
-    spans.push_back({s.get(), rows, rows, false});
-    room -= rows;
+    batch->spans.push_back({s.get(), first, rows, batch->logit_rows, rows, false});
+    batch->logit_rows += static_cast<size_t>(rows);
+    *room -= rows;
   }
+}
+
+void Engine::AddPrefillChunks(Batch* batch, int64_t* room) {
   for (auto& s : active_) {
     const int64_t remaining = static_cast<int64_t>(s->req.prompt.size() - s->prompt_fed);
-    if (remaining <= 0 || room <= 0) continue;
-    const int64_t n = std::min({remaining, options_.prefill_chunk, room});
+    if (remaining <= 0 || *room <= 0) continue;
+    const int64_t n = std::min({remaining, options_.prefill_chunk, *room});
+    const size_t first = batch->items.size();
     int64_t logit_rows = 0;
     for (int64_t i = 0; i < n; ++i) {
       const size_t idx = s->prompt_fed + static_cast<size_t>(i);
       const bool want = s->req.record_logits || idx + 1 == s->req.prompt.size();
       logit_rows += want;
-      batch.push_back(BatchItem{s->cache.get(), s->req.prompt[idx],
-                                static_cast<int32_t>(s->cache->n_past() + i), want});
+      batch->items.push_back(BatchItem{s->cache.get(), s->req.prompt[idx],
+                                       static_cast<int32_t>(s->cache->n_past() + i), want});
     }
-    spans.push_back({s.get(), n, logit_rows, true});
-    room -= n;
+    batch->spans.push_back({s.get(), first, n, batch->logit_rows, logit_rows, true});
+    batch->logit_rows += static_cast<size_t>(logit_rows);
+    *room -= n;
   }
-  if (batch.empty()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    counters_.active = active_.size();
-    return;
-  }
-  std::vector<float> logits;
-  ForwardStats stats;
+}
+
+absl::Status Engine::RunForward(const Batch& batch, std::vector<float>* logits,
+                                std::vector<float>* hidden, ForwardStats* stats) {
   // The MTP drafter reads every row's hidden state.
-  std::vector<float> hidden;
-  const HiddenIo hidden_io{nullptr, &hidden};
-  const bool want_hidden = std::any_of(spans.begin(), spans.end(), [](const Span& sp) {
+  const HiddenIo hidden_io{nullptr, hidden};
+  const bool want_hidden = std::any_of(batch.spans.begin(), batch.spans.end(), [](const Span& sp) {
     return sp.seq->drafter && sp.seq->drafter->wants_hidden();
   });
-  const auto forward_start = Clock::now();
-  absl::Status st = model_->Forward(batch, &logits, &stats, want_hidden ? &hidden_io : nullptr);
-  if (alone && st.ok())
-    pass_costs_.Record(static_cast<int>(batch.size()), Seconds(forward_start, Clock::now()));
+  const auto start = Clock::now();
+  absl::Status st = model_->Forward(batch.items, logits, stats, want_hidden ? &hidden_io : nullptr);
+  if (batch.alone && st.ok())
+    pass_costs_.Record(static_cast<int>(batch.items.size()), Seconds(start, Clock::now()));
   counters_.steps++;
-  counters_.batched_rows += batch.size();
-  if (!st.ok()) {
-    for (const Span& sp : spans) Finish(sp.seq, st);
-    std::erase_if(active_, [](const auto& s) { return s->done; });
-    return;
-  }
-  // Which experts each sequence's rows went to (for the router's prefetch hints).
+  counters_.batched_rows += batch.items.size();
+  return st;
+}
+
+void Engine::AccountRouting(const Batch& batch, const ForwardStats& stats) {
+  const auto& c = model_->config();
   const size_t K = static_cast<size_t>(c.top_k), E = static_cast<size_t>(c.n_experts);
-  const size_t L = static_cast<size_t>(c.n_layers), nb = batch.size();
-  if (stats.routed.size() == static_cast<size_t>(c.n_moe_layers()) * nb * K) {
-    size_t first = 0;
-    for (const Span& sp : spans) {
-      auto& counts = sp.seq->result.expert_counts;
-      if (counts.empty()) counts.assign(L * E, 0);
-      for (size_t l = 0; l < L; ++l) {
-        if (!c.IsMoeLayer(static_cast<int64_t>(l))) continue;  // dense layers route nothing
-        const int32_t* r = stats.routed.data() +
-                           static_cast<size_t>(c.MoeLayerRank(static_cast<int64_t>(l))) * nb * K;
-        for (size_t i = first; i < first + static_cast<size_t>(sp.rows_in_batch); ++i) {
-          for (size_t k = 0; k < K; ++k) counts[l * E + static_cast<size_t>(r[i * K + k])]++;
-        }
+  const size_t L = static_cast<size_t>(c.n_layers), nb = batch.items.size();
+  if (stats.routed.size() != static_cast<size_t>(c.n_moe_layers()) * nb * K) return;
+  for (const Span& sp : batch.spans) {
+    auto& counts = sp.seq->result.expert_counts;
+    if (counts.empty()) counts.assign(L * E, 0);
+    for (size_t l = 0; l < L; ++l) {
+      if (!c.IsMoeLayer(static_cast<int64_t>(l))) continue;  // dense layers route nothing
+      const int32_t* r = stats.routed.data() +
+                         static_cast<size_t>(c.MoeLayerRank(static_cast<int64_t>(l))) * nb * K;
+      const size_t end = sp.first_item + static_cast<size_t>(sp.rows_in_batch);
+      for (size_t i = sp.first_item; i < end; ++i) {
+        for (size_t k = 0; k < K; ++k) counts[l * E + static_cast<size_t>(r[i * K + k])]++;
       }
-      first += static_cast<size_t>(sp.rows_in_batch);
     }
   }
-  const int64_t V = c.vocab_size;
-  size_t item = 0, row = 0;
-  for (const Span& sp : spans) {
-    Sequence* s = sp.seq;
-    const float* rows = logits.data() + row * static_cast<size_t>(V);
-    if (s->req.record_logits)
-      s->result.logits.insert(s->result.logits.end(), rows, rows + sp.logit_rows * V);
-    for (int64_t i = 0; i < sp.rows_in_batch; ++i)
-      s->fed.push_back(batch[item + static_cast<size_t>(i)].token);
-    if (want_hidden && s->drafter && s->drafter->wants_hidden()) {
-      s->drafter->ObserveHidden(batch[item].position,
-                                hidden.data() + item * static_cast<size_t>(c.hidden_size),
-                                sp.rows_in_batch);
-    }
-    item += static_cast<size_t>(sp.rows_in_batch);
-    row += static_cast<size_t>(sp.logit_rows);
-    if (sp.prefill) {
-      s->prompt_fed += static_cast<size_t>(sp.rows_in_batch);
-      counters_.prompt_tokens += static_cast<uint64_t>(sp.rows_in_batch);
-      if (s->prompt_fed < s->req.prompt.size()) continue;
-      counters_.cached_prompt_tokens += static_cast<uint64_t>(s->result.cached_prompt_tokens);
-      if (s->budget <= 0) {
-        s->result.finish = FinishReason::kLength;
-        Finish(s, absl::OkStatus());
-        continue;
-      }
-    } else {
-      s->pending = -1;
-      if (s->final_feed) {
-        s->result.finish = s->final_reason;
-        Finish(s, absl::OkStatus());
-        continue;
-      }
-    }
-    // The prompt's last row, or a decode span's rows (its pending token's, then its drafts').
-    SampleRows(s, rows, sp.logit_rows, sp.prefill ? 0 : sp.rows_in_batch - 1);
+}
+
+void Engine::Advance(const Batch& batch, const Span& sp, const std::vector<float>& logits,
+                     const std::vector<float>& hidden) {
+  const int64_t V = model_->config().vocab_size;
+  Sequence* s = sp.seq;
+  const float* rows = logits.data() + sp.first_logit_row * static_cast<size_t>(V);
+  if (s->req.record_logits)
+    s->result.logits.insert(s->result.logits.end(), rows, rows + sp.logit_rows * V);
+  for (int64_t i = 0; i < sp.rows_in_batch; ++i)
+    s->fed.push_back(batch.items[sp.first_item + static_cast<size_t>(i)].token);
+  if (!hidden.empty() && s->drafter && s->drafter->wants_hidden()) {
+    const auto hidden_size = static_cast<size_t>(model_->config().hidden_size);
+    s->drafter->ObserveHidden(batch.items[sp.first_item].position,
+                              hidden.data() + sp.first_item * hidden_size, sp.rows_in_batch);
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  std::erase_if(active_, [](const auto& s) { return s->done; });
-  EnforceKvLimitLocked();
-  counters_.active = active_.size();
-  counters_.kv_bytes = KvBytesLocked();
+  if (sp.prefill) {
+    s->prompt_fed += static_cast<size_t>(sp.rows_in_batch);
+    counters_.prompt_tokens += static_cast<uint64_t>(sp.rows_in_batch);
+    if (s->prompt_fed < s->req.prompt.size()) return;
+    counters_.cached_prompt_tokens += static_cast<uint64_t>(s->result.cached_prompt_tokens);
+    if (s->budget <= 0) {
+      s->result.finish = FinishReason::kLength;
+      Finish(s, absl::OkStatus());
+      return;
+    }
+  } else {
+    s->pending = -1;
+    if (s->final_feed) {
+      s->result.finish = s->final_reason;
+      Finish(s, absl::OkStatus());
+      return;
+    }
+  }
+  // The prompt's last row, or a decode span's rows (its pending token's, then its drafts').
+  SampleRows(s, rows, sp.logit_rows, sp.prefill ? 0 : sp.rows_in_batch - 1);
+}
+
+void Engine::EndStep() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase_if(active_, [](const auto& s) { return s->done; });
+    EnforceKvLimitLocked();
+    counters_.active = active_.size();
+    counters_.kv_bytes = KvBytesLocked();
+  }
+  OffloadEvicted();
 }
 
 }  // namespace colibri::engine

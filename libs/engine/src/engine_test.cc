@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -10,6 +11,7 @@
 #include <thread>
 
 #include "colibri/backend/cpu_backend.h"
+#include "colibri/core/status.h"
 #include "colibri/expert_source/disk_source.h"
 #include "colibri/model/container.h"
 
@@ -103,6 +105,12 @@ class EngineTest : public ::testing::Test {
   static absl::StatusOr<GenerationResult> Run(Engine& e, const GenerationRequest& r) {
     return e.Generate(r, [](const SampledToken&) { return true; });
   }
+
+  // Runs `prompt` for `n` tokens on an engine over a KV store in `kv_dir` and shuts both down,
+  // so the conversation is persisted there; returns its answer.
+  absl::StatusOr<std::vector<int32_t>> PersistConversation(const fs::path& kv_dir,
+                                                           const std::vector<int32_t>& prompt,
+                                                           int64_t n);
 
   fs::path dir_;
   std::unique_ptr<model::Container> container_;
@@ -328,6 +336,14 @@ KvStoreOptions StoreOptions(const Model& m, fs::path dir = {}) {
   return o;
 }
 
+absl::StatusOr<std::vector<int32_t>> EngineTest::PersistConversation(
+    const fs::path& kv_dir, const std::vector<int32_t>& prompt, int64_t n) {
+  ASSIGN_OR_RETURN(std::unique_ptr<KvStore> store, KvStore::Open(StoreOptions(*model_, kv_dir)));
+  auto e = NewEngine({.kv_store = store.get()});
+  ASSIGN_OR_RETURN(GenerationResult first, Run(*e, Greedy(prompt, n)));
+  return first.tokens;
+}
+
 std::vector<int32_t> NextTurn(std::vector<int32_t> prompt, const std::vector<int32_t>& answer,
                               std::initializer_list<int32_t> user) {
   prompt.insert(prompt.end(), answer.begin(), answer.end());
@@ -395,17 +411,11 @@ TEST_F(EngineTest, KvPersistsAcrossARestart) {
 TEST_F(EngineTest, ARestoreFromDiskHoldsNoEngineLock) {
   const fs::path kv_dir = dir_ / "kv";
   const std::vector<int32_t> a = {1, 21, 22, 23};
-  std::vector<int32_t> answer;
-  {
-    auto store = KvStore::Open(StoreOptions(*model_, kv_dir));
-    ASSERT_TRUE(store.ok()) << store.status();
-    auto e = NewEngine({.kv_store = store->get()});
-    auto first = Run(*e, Greedy(a, 5));
-    ASSERT_TRUE(first.ok());
-    answer = first->tokens;
-  }
-  // While the scheduler reads the file, other threads use the engine: queueing a request and
-  // clearing the pool both take the engine's lock, and must not wait for the disk.
+  absl::StatusOr<std::vector<int32_t>> persisted = PersistConversation(kv_dir, a, 5);
+  ASSERT_TRUE(persisted.ok()) << persisted.status();
+  const std::vector<int32_t> answer = *persisted;
+  // While the restore thread reads the file, other threads use the engine: queueing a request
+  // and clearing the pool both take the engine's lock, and must not wait for the disk.
   Engine* engine = nullptr;
   std::future<absl::StatusOr<GenerationResult>> queued;
   bool cleared_meanwhile = false;
@@ -432,18 +442,118 @@ TEST_F(EngineTest, ARestoreFromDiskHoldsNoEngineLock) {
   EXPECT_EQ(other->tokens.size(), 2u);
 }
 
+// A test hook's gate: the hook waits at it until the test opens it (60 s at most, so a failing
+// test ends instead of hanging); `reached` is set the first time a hook arrives.
+struct HookGate {
+  std::promise<void> reached_promise, open_promise;
+  std::future<void> reached = reached_promise.get_future();
+  std::shared_future<void> opened = open_promise.get_future().share();
+  std::atomic<int> arrivals{0};
+  void Arrive() {
+    if (arrivals++ == 0) reached_promise.set_value();
+    opened.wait_for(std::chrono::seconds(60));
+  }
+  void Open() { open_promise.set_value(); }
+};
+
+TEST_F(EngineTest, OtherRequestsDecodeWhileAKvFileIsRead) {
+  const fs::path kv_dir = dir_ / "kv";
+  const std::vector<int32_t> a = {1, 24, 25, 26};
+  absl::StatusOr<std::vector<int32_t>> persisted = PersistConversation(kv_dir, a, 5);
+  ASSERT_TRUE(persisted.ok()) << persisted.status();
+  const std::vector<int32_t> answer = *persisted;
+  HookGate gate;
+  KvStoreOptions o = StoreOptions(*model_, kv_dir);
+  o.before_disk_read = [&](const fs::path&) { gate.Arrive(); };
+  auto store = KvStore::Open(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto e = NewEngine({.kv_store = store->get()});
+  const std::vector<int32_t> second = NextTurn(a, answer, {36});
+  auto warm = std::async(std::launch::async, [&] { return Run(*e, Greedy(second, 4)); });
+  const bool read_started =
+      gate.reached.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  // While the file's read is held, another request is admitted and decodes to its end.
+  std::vector<int32_t> streamed;
+  auto other = std::async(std::launch::async, [&] {
+    return e->Generate(Greedy({3, 52, 53}, 6), [&](const SampledToken& t) {
+      streamed.push_back(t.id);
+      return true;
+    });
+  });
+  const bool decoded_during_read =
+      other.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  gate.Open();
+  EXPECT_TRUE(read_started);
+  EXPECT_TRUE(decoded_during_read);
+  auto other_result = other.get();
+  ASSERT_TRUE(other_result.ok()) << other_result.status();
+  EXPECT_EQ(other_result->tokens.size(), 6u);
+  EXPECT_EQ(streamed, other_result->tokens);
+  auto warm_result = warm.get();
+  ASSERT_TRUE(warm_result.ok()) << warm_result.status();
+  EXPECT_EQ(gate.arrivals.load(), 1);
+  EXPECT_EQ(warm_result->cached_prompt_tokens, 4 + 5 - 1);
+  auto cold_engine = NewEngine();
+  auto cold = Run(*cold_engine, Greedy(second, 4));
+  ASSERT_TRUE(cold.ok());
+  EXPECT_EQ(warm_result->tokens, cold->tokens);
+  auto alone = Run(*cold_engine, Greedy({3, 52, 53}, 6));
+  ASSERT_TRUE(alone.ok());
+  EXPECT_EQ(other_result->tokens, alone->tokens);
+}
+
+TEST_F(EngineTest, RequestsRunOnWhileAKvFileIsWritten) {
+  HookGate gate;
+  KvStoreOptions o = StoreOptions(*model_, dir_ / "kv");
+  o.ram_limit = 0;  // every offloaded cache is written to disk at once
+  o.before_disk_write = [&](const fs::path&) { gate.Arrive(); };
+  auto store = KvStore::Open(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto e = NewEngine({.kv_pool_entries = 1, .kv_store = store->get()});
+  const std::vector<int32_t> a = {1, 7, 8, 9, 10, 11};
+  auto first = Run(*e, Greedy(a, 6));
+  ASSERT_TRUE(first.ok());
+  const std::vector<int32_t> second = NextTurn(a, first->tokens, {30, 31});
+  struct During {
+    bool write_started = false;
+    absl::StatusOr<GenerationResult> b, c, warm;
+  };
+  // b pushes a out of the pool: its file's write is held. c pushes b out behind it, and a's next
+  // turn takes a's cache back from RAM while it is still being written.
+  auto during = std::async(std::launch::async, [&] {
+    During d;
+    d.b = Run(*e, Greedy({2, 40, 41, 42}, 5));
+    d.write_started = gate.reached.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+    d.c = Run(*e, Greedy({3, 44, 45}, 5));
+    d.warm = Run(*e, Greedy(second, 6));
+    return d;
+  });
+  const bool ran_during_write =
+      during.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  gate.Open();
+  EXPECT_TRUE(ran_during_write);
+  During d = during.get();
+  EXPECT_TRUE(d.write_started);
+  ASSERT_TRUE(d.b.ok()) << d.b.status();
+  ASSERT_TRUE(d.c.ok()) << d.c.status();
+  ASSERT_TRUE(d.warm.ok()) << d.warm.status();
+  EXPECT_EQ(d.b->tokens.size(), 5u);
+  EXPECT_EQ(d.c->tokens.size(), 5u);
+  EXPECT_EQ(d.warm->cached_prompt_tokens, 6 + 6 - 1);
+  auto cold_engine = NewEngine();
+  auto cold = Run(*cold_engine, Greedy(second, 6));
+  ASSERT_TRUE(cold.ok());
+  EXPECT_EQ(d.warm->tokens, cold->tokens);
+  (*store)->Flush();
+  EXPECT_GE(gate.arrivals.load(), 1);
+}
+
 TEST_F(EngineTest, CorruptPersistedKvIsSkippedAndTheRequestRunsCold) {
   const fs::path kv_dir = dir_ / "kv";
   const std::vector<int32_t> a = {1, 21, 22, 23};
-  std::vector<int32_t> answer;
-  {
-    auto store = KvStore::Open(StoreOptions(*model_, kv_dir));
-    ASSERT_TRUE(store.ok());
-    auto e = NewEngine({.kv_store = store->get()});
-    auto first = Run(*e, Greedy(a, 4));
-    ASSERT_TRUE(first.ok());
-    answer = first->tokens;
-  }
+  absl::StatusOr<std::vector<int32_t>> persisted = PersistConversation(kv_dir, a, 4);
+  ASSERT_TRUE(persisted.ok()) << persisted.status();
+  const std::vector<int32_t> answer = *persisted;
   const fs::path file = fs::directory_iterator(kv_dir)->path();
   {
     std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);

@@ -178,6 +178,7 @@ void KvStore::WriterLoop() {
     lock.unlock();
     const std::string encoded = Encode(*snap, options_.model_fingerprint);
     const fs::path path = options_.dir / name;
+    if (options_.before_disk_write) options_.before_disk_write(path);
     absl::Status st = WriteFileAtomic(path, encoded, kFileMode);
     lock.lock();
     writing_--;

@@ -144,9 +144,79 @@ absl::Status ValidateTextRequest(const TextRequest& request, int64_t vocab_size)
   return absl::OkStatus();
 }
 
-absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request,
-                                           const std::function<bool(const Delta&)>& on_delta) {
-  RETURN_IF_ERROR(ValidateTextRequest(request, vocab_size_));
+namespace {
+
+// One request's output as text: tokens decoded into UTF-8-safe deltas, stop strings matched
+// across token boundaries (once min_tokens tokens are out, as vLLM), what the client took.
+class TextStream {
+ public:
+  TextStream(const tokenizer::Tokenizer* tok, const TextRequest& request,
+             const std::function<bool(const Delta&)>& on_delta)
+      : decoder_(tok),
+        stops_(request.stop_strings),
+        min_tokens_(request.min_tokens),
+        on_delta_(on_delta) {}
+
+  // A sampled token; false ends the generation (a stop string, or the client cancelled).
+  bool Push(const generation::SampledToken& t) {
+    delta_.tokens.push_back(t);
+    std::string text = decoder_.Push(t.id);
+    if (++tokens_out_ >= min_tokens_) {
+      StopStringMatcher::Step step = stops_.Push(text);
+      if (step.stopped) {
+        stopped_by_string_ = true;
+        result_.stop_string = std::move(step.stop);
+        cancelled_by_client_ = !Emit(std::move(step.text));
+        return false;
+      }
+      text = std::move(step.text);
+      if (text.empty() && delta_.tokens.empty()) return true;
+    }
+    if (!Emit(std::move(text))) {
+      cancelled_by_client_ = true;
+      return false;
+    }
+    return true;
+  }
+
+  // The result once compute is done: the text held back is flushed unless the stream stopped.
+  TextResult Finish(const ComputeResult& generated, int64_t n_prompt) {
+    result_.prompt_tokens = generated.prompt_tokens > 0 ? generated.prompt_tokens : n_prompt;
+    result_.completion_tokens = generated.completion_tokens;
+    result_.cached_prompt_tokens = generated.cached_prompt_tokens;
+    result_.finish = generated.finish;
+    if (stopped_by_string_) {
+      result_.finish = generation::FinishReason::kStop;
+    } else if (!cancelled_by_client_) {
+      std::string rest = stops_.Flush() + decoder_.Flush();
+      if (!rest.empty() || !delta_.tokens.empty()) Emit(rest);
+    }
+    if (cancelled_by_client_) result_.finish = generation::FinishReason::kCancelled;
+    return std::move(result_);
+  }
+
+ private:
+  bool Emit(std::string text) {
+    delta_.text = std::move(text);
+    result_.text += delta_.text;
+    const bool keep = on_delta_(delta_);
+    delta_.tokens.clear();
+    return keep;
+  }
+
+  tokenizer::StreamDecoder decoder_;
+  StopStringMatcher stops_;
+  const int64_t min_tokens_;
+  const std::function<bool(const Delta&)>& on_delta_;
+  TextResult result_;
+  Delta delta_;
+  int64_t tokens_out_ = 0;
+  bool stopped_by_string_ = false, cancelled_by_client_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<ComputeRequest> RouterCore::FitToContext(const TextRequest& request) const {
   const int64_t n_prompt = static_cast<int64_t>(request.prompt.size());
   if (n_prompt == 0) return absl::InvalidArgumentError("the prompt is empty");
   if (n_prompt >= context_length_) {
@@ -154,69 +224,32 @@ absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request,
                                                    context_length_, " tokens, but the prompt has ",
                                                    n_prompt, " tokens"));
   }
-  ComputeRequest cr = request;  // the compute part of the request, then clamped to the context
+  ComputeRequest cr = request;  // the compute part of the request, clamped to the context
   cr.max_tokens = std::min(request.max_tokens, context_length_ - n_prompt);
   cr.min_tokens = std::min(request.min_tokens, cr.max_tokens);
+  return cr;
+}
+
+std::vector<expert_source::ExpertId> RouterCore::HintsFor(const TextRequest& request) const {
+  if (hint_experts_ == 0 || request.session_id.empty()) return {};
+  return heat_.Hints(request.session_id, hint_experts_);
+}
+
+absl::StatusOr<TextResult> RouterCore::Run(const TextRequest& request,
+                                           const std::function<bool(const Delta&)>& on_delta) {
+  RETURN_IF_ERROR(ValidateTextRequest(request, vocab_size_));
+  ASSIGN_OR_RETURN(const ComputeRequest cr, FitToContext(request));
   // The conversation's node (ComputePool: affinity, hints, failover before the first token).
   const uint64_t key = request.affinity_key != 0
                            ? request.affinity_key
                            : ComputePool::Key(request.session_id, request.prompt);
-  const std::vector<expert_source::ExpertId> hints =
-      hint_experts_ > 0 && !request.session_id.empty()
-          ? heat_.Hints(request.session_id, hint_experts_)
-          : std::vector<expert_source::ExpertId>();
-
-  tokenizer::StreamDecoder decoder(tok_.get());
-  StopStringMatcher stops(request.stop_strings);
-  TextResult result;
-  Delta delta;
-  bool stopped_by_string = false, cancelled_by_client = false;
-  auto emit = [&](std::string text) -> bool {
-    delta.text = std::move(text);
-    result.text += delta.text;
-    bool keep = on_delta(delta);
-    delta.tokens.clear();
-    return keep;
-  };
-  int64_t tokens_out = 0;
-  auto on_token = [&](const generation::SampledToken& t) -> bool {
-    delta.tokens.push_back(t);
-    std::string text = decoder.Push(t.id);
-    // As vLLM: stop strings count only once min_tokens tokens are out (until then the text
-    // passes straight through).
-    if (++tokens_out >= request.min_tokens) {
-      StopStringMatcher::Step step = stops.Push(text);
-      if (step.stopped) {
-        stopped_by_string = true;
-        result.stop_string = std::move(step.stop);
-        cancelled_by_client = !emit(std::move(step.text));
-        return false;
-      }
-      text = std::move(step.text);
-      if (text.empty() && delta.tokens.empty()) return true;
-    }
-    if (!emit(std::move(text))) {
-      cancelled_by_client = true;
-      return false;
-    }
-    return true;
-  };
-  absl::StatusOr<ComputeResult> generated = computes_->Generate(key, cr, hints, on_token);
-  if (!generated.ok()) return generated.status();
-  ComputeResult cres = std::move(*generated);
-  result.prompt_tokens = cres.prompt_tokens > 0 ? cres.prompt_tokens : n_prompt;
-  result.completion_tokens = cres.completion_tokens;
-  result.cached_prompt_tokens = cres.cached_prompt_tokens;
-  heat_.Record(request.session_id, cres.expert_counts);
-  result.finish = cres.finish;
-  if (stopped_by_string) {
-    result.finish = generation::FinishReason::kStop;
-  } else if (!cancelled_by_client) {
-    std::string rest = stops.Flush() + decoder.Flush();
-    if (!rest.empty() || !delta.tokens.empty()) emit(rest);
-  }
-  if (cancelled_by_client) result.finish = generation::FinishReason::kCancelled;
-  return result;
+  TextStream stream(tok_.get(), request, on_delta);
+  ASSIGN_OR_RETURN(
+      const ComputeResult generated,
+      computes_->Generate(key, cr, HintsFor(request),
+                          [&](const generation::SampledToken& t) { return stream.Push(t); }));
+  heat_.Record(request.session_id, generated.expert_counts);
+  return stream.Finish(generated, static_cast<int64_t>(request.prompt.size()));
 }
 
 }  // namespace colibri::router

@@ -108,6 +108,12 @@ class RouterCore {
   ComputePool& computes() { return *computes_; }
 
  private:
+  // The compute request: the prompt checked against the context (InvalidArgument naming both
+  // lengths), max_tokens and min_tokens clamped to the room left.
+  absl::StatusOr<ComputeRequest> FitToContext(const TextRequest& request) const;
+  // The experts to warm up before a conversation's request (set_prefetch_hints).
+  std::vector<expert_source::ExpertId> HintsFor(const TextRequest& request) const;
+
   std::string model_name_;
   std::vector<std::string> served_names_;
   std::unique_ptr<tokenizer::Tokenizer> tok_;

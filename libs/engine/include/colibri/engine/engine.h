@@ -14,6 +14,13 @@
 // when a later prompt continues them. At destruction the whole pool is written to the store
 // (and persisted when it has a directory), so a restarted node resumes conversations warm.
 //
+// Threads. The scheduler thread runs every step (Step: build the batch, run the forward pass,
+// account the routing, advance each sequence) and is the only one touching the backend. A
+// request whose KV is in the KvStore is read from there (host RAM, or a file on disk) by a
+// restore thread while the batch keeps running; it joins the batch at a later step, once the
+// read is done. Evicted caches are copied out of backend memory on the scheduler thread with no
+// lock held, and the store writes them to disk on its own writer thread.
+//
 // Speculative decoding (speculative.h): with EngineOptions::speculative, a decoding sequence
 // may add drafted tokens to its row; the pass verifies them and the sequence keeps the accepted
 // ones. Greedy output is the same as without; sampled output has the same distribution.
@@ -30,6 +37,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -150,10 +158,67 @@ class Engine {
     std::string session_id;
   };
 
+  // The rows of one sequence in a step's batch.
+  struct Span {
+    Sequence* seq;
+    size_t first_item;       // its first item in Batch::items
+    int64_t rows_in_batch;   // its items
+    size_t first_logit_row;  // its first row of the pass's logits
+    int64_t logit_rows;      // logits rows it produces
+    bool prefill;
+  };
+  // One forward step's input: the items of every sequence that runs, and whose they are.
+  struct Batch {
+    std::vector<BatchItem> items;
+    std::vector<Span> spans;
+    size_t logit_rows = 0;
+    // One sequence decoding and nothing prefilling: auto speculation drafts, the pass is timed.
+    bool alone = false;
+  };
+  // A KvStore read done by the restore thread for a sequence about to join the batch.
+  struct Restored {
+    std::shared_ptr<Sequence> seq;
+    std::optional<KvSnapshot> snapshot;  // nullopt: nothing usable, it starts from the pool
+  };
+
   void SchedulerLoop();
-  // One forward step over the active sequences. Returns false when there was nothing to run.
+  // Whether the scheduler has something to do now. mu_.
+  bool HasWorkLocked() const;
+
+  // One step (scheduler thread): the parts below, in order.
   void Step();
+  // Cancelled sequences leave the batch.
+  void FinishCancelled();
+  // Decode rows (with their drafts), then prefill chunks, within max_batch_tokens.
+  Batch BuildBatch();
+  void AddDecodeRows(Batch* batch, int64_t* room);
+  void AddPrefillChunks(Batch* batch, int64_t* room);
+  // The forward pass over the batch (and its costs and counters); `hidden` gets every row's
+  // last hidden state when a sequence's drafter reads them (MTP), else stays empty.
+  absl::Status RunForward(const Batch& batch, std::vector<float>* logits,
+                          std::vector<float>* hidden, ForwardStats* stats);
+  // Which experts each sequence's rows went to (its expert_counts: the router's heat).
+  void AccountRouting(const Batch& batch, const ForwardStats& stats);
+  // A span's sequence after the pass: its fed tokens, prefill progress, sampling and stop.
+  void Advance(const Batch& batch, const Span& span, const std::vector<float>& logits,
+               const std::vector<float>& hidden);
+  // Finished sequences leave; the KV limit is enforced and evicted caches offloaded.
+  void EndStep();
+
+  // Admission (scheduler thread): restored sequences join, then queued ones that fit.
   void Admit();
+  void FinishCancelledQueuedLocked();
+  // Room in the batch (max_active) and in the KV limit for `seq` next to the active and the
+  // restoring sequences. mu_.
+  bool CanAdmitLocked(const Sequence& seq) const;
+  // Hands `seq` to the restore thread when the KvStore holds a longer prefix of its prompt than
+  // the pool; false when it does not. mu_.
+  bool StartRestoreLocked(const std::shared_ptr<Sequence>& seq);
+  // `seq` joins the batch with `cache`. mu_.
+  void JoinLocked(std::shared_ptr<Sequence> seq, std::unique_ptr<KvCache> cache);
+  // The restore thread: takes queued sequences' snapshots from the KvStore (disk reads).
+  void RestoreLoop();
+
   void Finish(Sequence* seq, absl::Status status);
   // The drafter a new sequence gets (nullptr: it does not speculate).
   std::unique_ptr<Drafter> NewDrafter(const GenerationRequest& request) const;
@@ -165,16 +230,19 @@ class Engine {
   void SampleRows(Sequence* seq, const float* rows, int64_t n_rows, int64_t drafted);
   // Hands a sampled token to the caller; finishes the sequence on a stop token or its budget.
   void Emit(Sequence* seq, SampledToken tok);
-  // Holds `lock` (mu_) on entry and return, but releases it while a KvStore cache is read (from
-  // disk) and restored, so Generate, ClearKvPool and evictions never wait for a disk.
-  std::unique_ptr<KvCache> TakeCache(Sequence* seq, std::unique_lock<std::mutex>& lock);
+  // The pooled cache sharing the longest prefix with the prompt, taken out of the pool (a new
+  // cache when none shares one). mu_.
+  std::unique_ptr<KvCache> TakeFromPoolLocked(Sequence* seq);
   // The pooled cache sharing the longest prefix with the prompt (pool_.end() if none). mu_.
   std::list<PoolEntry>::iterator BestPoolEntryLocked(const Sequence& seq, size_t* len);
-  // The KV store's cache for the prompt if it is longer than `longer_than`, restored. No lock.
-  std::unique_ptr<KvCache> RestoreFromStore(Sequence* seq, size_t longer_than);
+  // A cache restored from a KvStore snapshot for the prompt (nullptr: nothing reusable). Copies
+  // into backend memory: scheduler thread, no lock.
+  std::unique_ptr<KvCache> CacheFromSnapshot(Sequence* seq, const KvSnapshot& snapshot);
+  // Moves pool entries beyond the KV limit into evicted_. mu_.
   void EnforceKvLimitLocked();
-  // Moves a pool entry into the KV store (or drops it without one).
-  void EvictLocked(PoolEntry entry);
+  // Copies the evicted caches out of backend memory into the KV store (or drops them without
+  // one). Scheduler thread (or the destructor), no lock.
+  void OffloadEvicted();
   uint64_t KvBytesLocked() const;
 
   Model* const model_;
@@ -187,8 +255,17 @@ class Engine {
   std::vector<std::shared_ptr<Sequence>> active_;  // scheduler thread only
   PassCosts pass_costs_;                           // scheduler thread only
   std::list<PoolEntry> pool_;                      // front = most recently used
+  std::vector<PoolEntry> evicted_;                 // scheduler thread: to offload, oldest first
+  // Restores: sequences waiting for the restore thread, those it has read, and all of them
+  // until they join (they count against max_active and the KV limit).
+  std::deque<std::shared_ptr<Sequence>> restore_queue_;
+  std::deque<Restored> restored_;
+  std::vector<std::shared_ptr<Sequence>> restoring_;
+  std::condition_variable restore_cv_;
   bool stop_ = false;
+  bool stop_restorer_ = false;
   std::thread scheduler_;
+  std::thread restorer_;  // with a KvStore only
 };
 
 }  // namespace colibri::engine

@@ -17,7 +17,8 @@
 //
 // Spilling to disk runs on the store's own writer thread: Put() never waits for a disk (RAM may
 // exceed its limit by the caches being written meanwhile). TakeBest() reads a file with no lock
-// held, so a slow disk never stalls Put() (called by the engine under its own lock).
+// held, so a slow disk never stalls Put(); the engine calls it on its restore thread, so a slow
+// disk never stalls the batch either.
 //
 // Files hold conversations: they are created 0600 (the directory 0700 when the store creates
 // it); a write that fails (a full disk) leaves no partial or temp file. The disk limit deletes
@@ -79,6 +80,8 @@ struct KvStoreOptions {
   int64_t context_length = 0;  // files with more positions are skipped (0: not checked)
   // Testing: called with a file's path just before TakeBest reads it (no lock held).
   std::function<void(const std::filesystem::path&)> before_disk_read;
+  // Testing: called with a file's path just before the writer thread writes it (no lock held).
+  std::function<void(const std::filesystem::path&)> before_disk_write;
 };
 
 struct KvStoreStats {
