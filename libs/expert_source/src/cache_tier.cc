@@ -361,15 +361,19 @@ absl::StatusOr<Lease> CacheTier::Fetch(ExpertId id, Priority) {
 }
 
 absl::Status CacheTier::FetchMany(std::span<const ExpertId> ids,
-                                  const std::function<void(size_t, Lease)>& on_ready) {
-  return FetchGroups(ids, [&](std::span<std::pair<size_t, Lease>> group) {
-    for (auto& [i, lease] : group) on_ready(i, std::move(lease));
-  });
+                                  const std::function<void(size_t, Lease)>& on_ready,
+                                  Priority priority) {
+  return FetchGroups(
+      ids,
+      [&](std::span<std::pair<size_t, Lease>> group) {
+        for (auto& [i, lease] : group) on_ready(i, std::move(lease));
+      },
+      priority);
 }
 
 absl::Status CacheTier::FetchGroups(
     std::span<const ExpertId> ids,
-    const std::function<void(std::span<std::pair<size_t, Lease>>)>& on_group) {
+    const std::function<void(std::span<std::pair<size_t, Lease>>)>& on_group, Priority) {
   State& s = *s_;
   auto done = std::make_shared<Completion>();
   std::vector<std::pair<size_t, Lease>> hits;

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "colibri/expert_source/cache_tier.h"
-#include "test_sources.h"
+#include "colibri/expert_source/testing/recording_source.h"
 
 namespace colibri::expert_source {
 namespace {
@@ -233,55 +233,15 @@ namespace {
 
 // A source whose reads of gated ids wait until opened; a prefetch read cancelled meanwhile then
 // fails Cancelled, as DiskSource stops a read between pieces.
-class CancellableSource final : public ExpertSource {
- public:
-  absl::StatusOr<Lease> Fetch(ExpertId id, Priority priority) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    reads_.push_back({id, priority});
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return !gated_.count(id.Key()); });
-    if (priority == Priority::kPrefetch && cancelled_.erase(id.Key()))
-      return absl::CancelledError("stopped");
-    lock.unlock();
-    auto block = std::make_shared<Block>();
-    block->id = id;
-    block->size = 100;
-    block->bytes = *AllocateAligned(100, 64);
-    return Lease(std::move(block));
-  }
-  void Cancel(std::span<const ExpertId> ids) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& id : ids) cancelled_.insert(id.Key());
-    cv_.notify_all();
-  }
-  uint64_t BlockSize(ExpertId) const override { return 100; }
-  void Gate(ExpertId id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    gated_.insert(id.Key());
-  }
-  void Open(ExpertId id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    gated_.erase(id.Key());
-    cv_.notify_all();
-  }
-  bool WaitForReads(size_t n) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, kDeadline, [&] { return reads_.size() >= n; });
-  }
-  std::vector<std::pair<ExpertId, Priority>> reads() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return reads_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::set<uint64_t> gated_, cancelled_;
-  std::vector<std::pair<ExpertId, Priority>> reads_;
-};
+testing::RecordingSourceOptions Cancellable() {
+  testing::RecordingSourceOptions o;
+  o.block_size = 100;
+  o.cancel_stops_prefetch = true;
+  return o;
+}
 
 TEST(Prefetch, CancelStopsAReadInProgress) {
-  CancellableSource src;
+  RecordingSource src(Cancellable());
   CacheTier tier(&src, Options(1000));
   src.Gate(kA);
   const std::vector<ExpertId> ids = {kA};
@@ -298,7 +258,7 @@ TEST(Prefetch, CancelStopsAReadInProgress) {
 }
 
 TEST(Prefetch, AStoppedReadThatADemandJoinedIsReadAgain) {
-  CancellableSource src;
+  RecordingSource src(Cancellable());
   CacheTier tier(&src, Options(1000));
   src.Gate(kA);
   const std::vector<ExpertId> ids = {kA};
@@ -314,7 +274,7 @@ TEST(Prefetch, AStoppedReadThatADemandJoinedIsReadAgain) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_TRUE(tier.Contains(kA));
   EXPECT_EQ(tier.Stats().prefetch_aborted, 0u);
-  const auto reads = src.reads();
+  const auto reads = src.Reads();
   ASSERT_EQ(reads.size(), 2u);  // the stopped prefetch, then a demand read
   EXPECT_EQ(reads[0].second, Priority::kPrefetch);
   EXPECT_EQ(reads[1].second, Priority::kDemand);

@@ -379,8 +379,9 @@ absl::StatusOr<Lease> MultiStoreSource::Fetch(ExpertId id, Priority priority) {
 }
 
 absl::Status MultiStoreSource::FetchMany(std::span<const ExpertId> ids,
-                                         const std::function<void(size_t, Lease)>& on_ready) {
-  return RunMany(ids, Priority::kDemand, on_ready);
+                                         const std::function<void(size_t, Lease)>& on_ready,
+                                         Priority priority) {
+  return RunMany(ids, priority, on_ready);
 }
 
 }  // namespace colibri::rpc

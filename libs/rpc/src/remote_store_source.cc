@@ -508,20 +508,22 @@ void RemoteStoreSource::Resend(uint64_t rid) {
 
 absl::StatusOr<Lease> RemoteStoreSource::Fetch(ExpertId id, Priority priority) {
   Lease out;
-  absl::Status st = FetchMany(std::span<const ExpertId>(&id, 1),
-                              [&](size_t, Lease lease) { out = std::move(lease); });
+  absl::Status st = FetchMany(
+      std::span<const ExpertId>(&id, 1), [&](size_t, Lease lease) { out = std::move(lease); },
+      priority);
   if (!st.ok()) return st;
   return out;
 }
 
 absl::Status RemoteStoreSource::FetchMany(std::span<const ExpertId> ids,
-                                          const std::function<void(size_t, Lease)>& on_ready) {
+                                          const std::function<void(size_t, Lease)>& on_ready,
+                                          Priority priority) {
   Arrivals arrivals;
   const auto deadline = Clock::now() + options_.fetch_timeout;
   std::vector<uint64_t> handles;
   absl::Status first_error;
   for (size_t i = 0; i < ids.size(); ++i) {
-    auto h = StartFetch(ids[i], Priority::kDemand, deadline, arrivals.Slot(i));
+    auto h = StartFetch(ids[i], priority, deadline, arrivals.Slot(i));
     if (!h.ok()) {
       first_error = h.status();
       break;

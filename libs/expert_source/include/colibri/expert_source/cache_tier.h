@@ -131,11 +131,12 @@ class CacheTier final : public ExpertSource {
   absl::StatusOr<Lease> Fetch(ExpertId id, Priority priority) override;
   // Hits are handed out first, then the misses as their reads land.
   absl::Status FetchMany(std::span<const ExpertId> ids,
-                         const std::function<void(size_t, Lease)>& on_ready) override;
+                         const std::function<void(size_t, Lease)>& on_ready,
+                         Priority priority = Priority::kDemand) override;
   // The hits as one group, then every batch of reads found landed at one wake-up.
-  absl::Status FetchGroups(
-      std::span<const ExpertId> ids,
-      const std::function<void(std::span<std::pair<size_t, Lease>>)>& on_group) override;
+  absl::Status FetchGroups(std::span<const ExpertId> ids,
+                           const std::function<void(std::span<std::pair<size_t, Lease>>)>& on_group,
+                           Priority priority = Priority::kDemand) override;
   void Prefetch(std::span<const ExpertId> ids) override;
   // Queues background reads in this order (see Warming above). Ignored with io_threads == 0.
   void Warm(std::span<const ExpertId> ids);
