@@ -360,5 +360,89 @@ TEST(Warm, ClearDropsTheQueueAndNoReadersMeansNoWarming) {
   EXPECT_EQ(inline_tier.Stats().warm_queued, 0u);
 }
 
+// What reaches the source below: one batch per request's misses, prefetches as prefetch
+// batches, Promote for a demanded prefetch in flight, Cancel for one no longer wanted.
+TEST(CacheTierBatches, AllMissesOfARequestGoDownAsOneDemandBatch) {
+  for (int io_threads : {0, 2}) {
+    SCOPED_TRACE(io_threads);
+    RecordingSource src(100);
+    CacheTier tier(&src, Options(1000, io_threads));
+    ASSERT_TRUE(tier.Fetch(kB, Priority::kDemand).ok());
+    const std::vector<ExpertId> ids = {kA, kB, kC, kD};
+    std::set<size_t> got;
+    ASSERT_TRUE(tier.FetchMany(ids, [&](size_t i, Lease) { got.insert(i); }).ok());
+    EXPECT_EQ(got, std::set<size_t>({0, 1, 2, 3}));
+    const auto batches = src.Batches();
+    ASSERT_EQ(batches.size(), 2u);  // kB's own, then this request's three misses
+    EXPECT_EQ(batches[1], std::vector<ExpertId>({kA, kC, kD}));
+    EXPECT_EQ(src.BatchPriorities(), std::vector<Priority>({Priority::kDemand, Priority::kDemand}));
+    for (const auto& call : src.Calls()) EXPECT_EQ(call.call, testing::Call::kBatch);
+  }
+}
+
+TEST(CacheTierBatches, PrefetchesGoDownAsAPrefetchBatch) {
+  RecordingSource src(100);
+  CacheTier tier(&src, Options(1000, /*io_threads=*/3));  // two prefetch reads at once
+  const std::vector<ExpertId> ids = {kA, kB};
+  tier.Prefetch(ids);
+  ASSERT_TRUE(tier.WaitIdle(Deadline()));
+  EXPECT_EQ(src.Batches(), std::vector<std::vector<ExpertId>>({{kA, kB}}));
+  EXPECT_EQ(src.BatchPriorities(), std::vector<Priority>({Priority::kPrefetch}));
+  EXPECT_EQ(tier.Stats().prefetch_reads, 2u);
+}
+
+TEST(CacheTierBatches, PromoteAndCancelOfReadsInFlightReachTheSource) {
+  RecordingSource src(100);
+  CacheTier tier(&src, Options(1000, /*io_threads=*/1));
+  src.Gate(kA);
+  const std::vector<ExpertId> a = {kA}, b = {kB};
+  tier.Prefetch(a);
+  ASSERT_TRUE(src.WaitForFetch(kA));
+  tier.Prefetch(b);  // queued behind A
+  std::thread demand([&] { EXPECT_TRUE(tier.Fetch(kA, Priority::kDemand).ok()); });
+  ASSERT_TRUE(src.WaitForPromoted(1));
+  EXPECT_EQ(src.Promoted(), std::vector<ExpertId>({kA}));
+  tier.Cancel(b);  // queued: dropped here, nothing to tell the source
+  EXPECT_TRUE(src.Cancelled().empty());
+  src.Open(kA);
+  demand.join();
+  ASSERT_TRUE(tier.WaitIdle(Deadline()));
+  src.Gate(kC);
+  const std::vector<ExpertId> c = {kC};
+  tier.Prefetch(c);
+  ASSERT_TRUE(src.WaitForFetch(kC));
+  tier.Cancel(c);  // being read: the source is told
+  EXPECT_EQ(src.Cancelled(), std::vector<ExpertId>({kC}));
+  src.Open(kC);
+  ASSERT_TRUE(tier.WaitIdle(Deadline()));
+  EXPECT_EQ(src.Count(kB), 0u);
+  EXPECT_EQ(tier.Stats().prefetch_cancelled, 1u);
+}
+
+TEST(CacheTierBatches, TheOtherBlocksOfAStoppedPrefetchBatchAreReadAgain) {
+  RecordingSource src(Cancellable());
+  CacheTier tier(&src, Options(1000, /*io_threads=*/3));
+  src.Gate(kA);
+  src.Gate(kB);
+  const std::vector<ExpertId> ids = {kA, kB};
+  tier.Prefetch(ids);
+  ASSERT_TRUE(src.WaitForReads(2));
+  const std::vector<ExpertId> wrong = {kA};
+  tier.Cancel(wrong);
+  src.Open(kA);  // the source stops A, and with it the batch
+  src.Open(kB);
+  ASSERT_TRUE(tier.WaitIdle(Deadline()));
+  EXPECT_FALSE(tier.Contains(kA));
+  EXPECT_TRUE(tier.Contains(kB));
+  EXPECT_EQ(src.Count(kB), 2u);
+  EXPECT_EQ(src.PrioritiesOf(kB),
+            std::vector<Priority>({Priority::kPrefetch, Priority::kPrefetch}));
+  const CacheStats s = tier.Stats();
+  EXPECT_EQ(s.prefetch_aborted, 1u);
+  EXPECT_EQ(s.prefetch_reads, 2u);
+  EXPECT_EQ(s.bytes_reserved, 0u);
+  EXPECT_EQ(s.bytes_cached, 100u);
+}
+
 }  // namespace
 }  // namespace colibri::expert_source
