@@ -2,15 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
-#include <limits>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "colibri/core/checksum.h"
 #include "colibri/rpc/shm_region.h"
+#include "colibri/rpc/status.h"
 
 namespace colibri::store {
 
@@ -38,29 +35,34 @@ std::string ClientName(grpc::CallbackServerContext* ctx) {
 
 }  // namespace
 
+// Adapts one Fetch stream to its FetchScheduler: client messages in, answers out, metrics.
 class ExpertStoreService::FetchReactor final
-    : public grpc::ServerBidiReactor<v1::FetchRequest, v1::FetchResponse> {
+    : public grpc::ServerBidiReactor<v1::FetchRequest, v1::FetchResponse>,
+      private FetchSink,
+      private FetchObserver {
  public:
   FetchReactor(ExpertStoreService* svc, grpc::CallbackServerContext* ctx)
-      : svc_(svc), ctx_(ctx), peer_(PeerHost(ctx)), last_request_(Clock::now()) {
-    unix_peer_ = ctx->peer().rfind("unix:", 0) == 0;
-    client_bytes_ = svc_->metrics_->ClientBytes(ClientName(ctx));
+      : svc_(svc),
+        ctx_(ctx),
+        peer_(PeerHost(ctx)),
+        unix_peer_(ctx->peer().rfind("unix:", 0) == 0),
+        client_bytes_(svc->metrics_->ClientBytes(ClientName(ctx))),
+        scheduler_(&svc->reads_, this, this, svc->limits_) {
     std::lock_guard<std::mutex> reactors(
         svc_->reactors_mu_);  // the idle thread waits for the start
     svc_->reactors_++;
     svc_->live_.insert(this);
-    std::lock_guard<std::mutex> lock(mu_);
     if (svc_->open_streams_.fetch_add(1) >= svc_->options_.max_streams) {
       svc_->open_streams_--;
-      RejectLocked(absl::StrCat("expert store: more than ", svc_->options_.max_streams,
-                                " Fetch streams are open"));
+      Reject(absl::StrCat("expert store: more than ", svc_->options_.max_streams,
+                          " Fetch streams are open"));
       return;
     }
     if (!svc_->AddPeerStream(peer_)) {
       svc_->open_streams_--;
-      RejectLocked(absl::StrCat("expert store: client ", peer_, " already has ",
-                                svc_->options_.max_streams_per_client,
-                                " Fetch streams open (--max-streams-per-client)"));
+      Reject(absl::StrCat("expert store: client ", peer_, " already has ",
+                          svc_->options_.max_streams_per_client,
+                          " Fetch streams open (--max-streams-per-client)"));
       return;
     }
     counted_ = true;
@@ -76,397 +78,182 @@ class ExpertStoreService::FetchReactor final
     svc_->reactors_cv_.notify_all();
   }
 
-  // Ends the stream when no request came for `timeout` and no read is in progress. Called by
-  // the service's idle thread (under reactors_mu_, so the reactor is alive).
+  // Called by the service's idle thread (under reactors_mu_, so the reactor is alive).
   void ExpireIfIdle(Clock::time_point now, std::chrono::milliseconds timeout) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (finished_ || done_ || broken_ || !in_flight_.empty() || now - last_request_ < timeout)
-      return;
-    svc_->metrics_->idle_streams_closed->Increment();
-    if (writing_ || !demand_out_.empty() || !prefetch_out_.empty()) {
-      ctx_->TryCancel();  // answers wait for a client that stopped reading: OnCancel finishes
-      return;
-    }
-    svc_->metrics_->queued_requests->Decrement(
-        static_cast<double>(demand_.size() + prefetch_.size()));
-    demand_.clear();
-    prefetch_.clear();
-    finished_ = true;
-    Finish(grpc::Status::OK);
+    scheduler_.ExpireIfIdle(now, timeout);
   }
 
   void OnReadDone(bool ok) override {
-    std::vector<Request> starts;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!ok) {
-        reads_done_ = true;
-        MaybeFinishLocked();
-        return;
-      }
-      last_request_ = Clock::now();
-      if (request_.has_block()) {
-        EnqueueLocked(request_.block());
-      } else if (request_.has_cancel()) {
-        CancelLocked(request_.cancel().request_id());
-      } else if (request_.has_shm_attach()) {
-        AttachLocked(request_.shm_attach());
-      }
-      ScheduleLocked(&starts);
-      // Under the lock: a read must never be started after Finish (OnCancel may finish the
-      // stream from another thread). gRPC never runs a reaction inside Start*.
-      if (!finished_) StartRead(&request_);
+    if (!ok) {
+      scheduler_.ClientDone();
+      return;
     }
-    StartReads(starts);
+    switch (request_.kind_case()) {
+      case v1::FetchRequest::kBlock: scheduler_.Submit(FromProto(request_.block())); break;
+      case v1::FetchRequest::kBatch: {
+        std::vector<FetchBlock> blocks;
+        blocks.reserve(static_cast<size_t>(request_.batch().blocks_size()));
+        for (const auto& b : request_.batch().blocks()) blocks.push_back(FromProto(b));
+        scheduler_.SubmitBatch(blocks);
+        break;
+      }
+      case v1::FetchRequest::kCancel: {
+        std::vector<uint64_t> ids = {request_.cancel().request_id()};
+        ids.insert(ids.end(), request_.cancel().more_request_ids().begin(),
+                   request_.cancel().more_request_ids().end());
+        scheduler_.Cancel(ids);
+        break;
+      }
+      case v1::FetchRequest::kPromote: {
+        const std::vector<uint64_t> ids(request_.promote().request_ids().begin(),
+                                        request_.promote().request_ids().end());
+        scheduler_.Promote(ids);
+        break;
+      }
+      case v1::FetchRequest::kShmAttach: Attach(request_.shm_attach()); break;
+      default: scheduler_.Skip(); break;
+    }
   }
 
-  void OnWriteDone(bool ok) override {
-    std::vector<Request> starts;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      writing_ = false;
-      if (!ok) broken_ = true;
-      WriteNextLocked();
-      ScheduleLocked(&starts);
-      MaybeFinishLocked();
-    }
-    StartReads(starts);
-  }
-
-  void OnCancel() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    broken_ = true;
-    MaybeFinishLocked();
-  }
+  void OnWriteDone(bool ok) override { scheduler_.WriteDone(ok); }
+  void OnCancel() override { scheduler_.Broken(); }
 
   void OnDone() override {
-    bool last;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-      svc_->metrics_->queued_requests->Decrement(
-          static_cast<double>(demand_.size() + prefetch_.size()));
-      demand_.clear();
-      prefetch_.clear();
-      last = tasks_ == 0;
-    }
+    // The bookkeeping first: once the scheduler is done, the last read may delete this.
     if (counted_) {
       svc_->open_streams_--;
       svc_->RemovePeerStream(peer_);
       svc_->metrics_->open_streams->Decrement();
     }
-    if (last) delete this;
+    if (scheduler_.Done()) delete this;
   }
 
  private:
-  void RejectLocked(const std::string& why) {
+  static FetchBlock FromProto(const v1::BlockRequest& b) {
+    FetchBlock f;
+    f.request_id = b.request_id();
+    f.model = b.key().model();
+    f.layer = b.key().layer();
+    f.expert = b.key().expert();
+    f.priority = b.priority() == v1::PRIORITY_PREFETCH ? Priority::kPrefetch : Priority::kDemand;
+    f.timeout_ms = b.timeout_ms();
+    f.has_shm_offset = b.has_shm_offset();
+    f.shm_offset = b.shm_offset();
+    return f;
+  }
+
+  void Reject(const std::string& why) {
     svc_->metrics_->rejected_streams->Increment();
-    finished_ = true;
-    Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, why));
+    scheduler_.Refuse(absl::ResourceExhaustedError(why));
   }
 
-  struct Request {
-    uint64_t id = 0;
-    const StoredModel* model = nullptr;
-    const BlockRecord* block = nullptr;
-    bool demand = true;
-    Clock::time_point deadline = Clock::time_point::max();
-    uint32_t timeout_ms = 0;
-    uint8_t* shm_dst = nullptr;  // set: read into the client's shared memory
-    uint64_t shm_offset = 0;
-    Clock::time_point started;
-  };
-  // An answer waiting for the network: a read block cut into chunks as writes complete, or a
-  // ready message (error, ShmBlock, ShmAttached).
-  struct Out {
-    uint64_t id = 0;
-    SharedBlock block;
-    const BlockRecord* record = nullptr;
-    uint64_t next = 0;
-    v1::FetchResponse message;
-  };
-
-  void EnqueueLocked(const v1::BlockRequest& b) {
-    auto& m = *svc_->metrics_;
-    if (demand_.size() + prefetch_.size() >= svc_->options_.max_queued) {
-      m.rejected_requests->Increment();
-      PushErrorLocked(b.request_id(), absl::ResourceExhaustedError(absl::StrCat(
-                                          "expert store: more than ", svc_->options_.max_queued,
-                                          " requests queued on this stream")));
-      return;
-    }
-    Request r;
-    r.id = b.request_id();
-    auto rec =
-        svc_->store_->FindBlock(b.key().model(), b.key().layer(), b.key().expert(), &r.model);
-    if (!rec.ok()) {
-      m.read_errors->Increment();
-      PushErrorLocked(r.id, rec.status());
-      return;
-    }
-    r.block = *rec;
-    r.demand = b.priority() != v1::PRIORITY_PREFETCH;
-    r.timeout_ms = b.timeout_ms();
-    if (b.timeout_ms() > 0) r.deadline = Clock::now() + std::chrono::milliseconds(b.timeout_ms());
-    if (b.has_shm_offset()) {
-      if (!shm_) {
-        PushErrorLocked(r.id, absl::FailedPreconditionError(
-                                  "no shared-memory region is attached to this stream"));
-        return;
-      }
-      const uint64_t off = b.shm_offset();
-      if (off % 4096 != 0 || off > shm_->size() || r.block->padded_size > shm_->size() - off) {
-        PushErrorLocked(r.id, absl::InvalidArgumentError(absl::StrCat(
-                                  "shared-memory offset ", off, " (+", r.block->padded_size,
-                                  " bytes) is not inside the region")));
-        return;
-      }
-      r.shm_dst = shm_->data() + off;
-      r.shm_offset = off;
-    }
-    (r.demand ? demand_ : prefetch_).push_back(r);
-    m.queued_requests->Increment();
-  }
-
-  void CancelLocked(uint64_t id) {
-    auto& m = *svc_->metrics_;
-    for (auto* q : {&prefetch_, &demand_}) {
-      for (auto it = q->begin(); it != q->end(); ++it) {
-        if (it->id != id) continue;
-        q->erase(it);
-        m.queued_requests->Decrement();
-        m.cancellations->Increment();
-        PushErrorLocked(id, absl::CancelledError("cancelled by the client"));
-        return;
-      }
-    }
-    if (auto it = in_flight_.find(id); it != in_flight_.end()) {
-      if (!it->second) m.cancellations->Increment();
-      it->second = true;  // answered when the read ends
-      return;
-    }
-    for (auto* q : {&prefetch_out_, &demand_out_}) {
-      for (auto it = q->begin(); it != q->end(); ++it) {
-        if (it->id != id || !it->block) continue;
-        buffered_bytes_ -= it->block->size - it->next;
-        q->erase(it);
-        m.cancellations->Increment();
-        PushErrorLocked(id, absl::CancelledError("cancelled by the client"));
-        return;
-      }
-    }
-  }
-
-  void AttachLocked(const v1::ShmAttach& a) {
-    v1::FetchResponse resp;
-    auto* ans = resp.mutable_shm_attached();
+  // Maps the client's region; the scheduler answers ShmAttached.
+  void Attach(const v1::ShmAttach& a) {
+    std::string why;
     if (shm_) {
-      ans->set_message("a shared-memory region is already attached to this stream");
+      why = "a shared-memory region is already attached to this stream";
     } else if (!svc_->options_.allow_shm) {
-      ans->set_message("shared memory is disabled on this store (--no-shm)");
+      why = "shared memory is disabled on this store (--no-shm)";
     } else if (!unix_peer_) {
-      ans->set_message("shared memory needs a unix-socket connection");
+      why = "shared memory needs a unix-socket connection";
     } else {
       auto region = rpc::ShmRegion::Attach(a.name(), a.size());
       if (region.ok()) {
         shm_ = std::move(*region);
-        ans->set_ok(true);
-      } else {
-        ans->set_message(std::string(region.status().message()));
+        scheduler_.Attached(true, "", shm_->data(), shm_->size());
+        return;
       }
+      why = std::string(region.status().message());
     }
-    Out o;
-    o.message = std::move(resp);
-    demand_out_.push_back(std::move(o));
-    WriteNextLocked();
+    scheduler_.Attached(false, why, nullptr, 0);
   }
 
-  void PushErrorLocked(uint64_t id, const absl::Status& status) {
-    Out o;
-    o.id = id;
-    o.message.set_request_id(id);
-    o.message.mutable_error()->set_code(static_cast<int>(status.code()));
-    o.message.mutable_error()->set_message(std::string(status.message()));
-    demand_out_.push_back(std::move(o));
-    WriteNextLocked();
-  }
-
-  // Picks requests to read (demand first) while the stream has read slots and buffer room.
-  // The reads start after the caller releases the lock (StartReads).
-  void ScheduleLocked(std::vector<Request>* starts) {
-    if (broken_ || done_ || finished_) return;
-    auto& m = *svc_->metrics_;
-    while (in_flight_.size() < svc_->options_.max_reads_in_flight) {
-      std::deque<Request>* q = !demand_.empty()     ? &demand_
-                               : !prefetch_.empty() ? &prefetch_
-                                                    : nullptr;
-      if (q == nullptr) break;
-      // Bytes read for the network count against the buffer; shared-memory reads land in the
-      // client's memory and only take a read slot.
-      if (q->front().shm_dst == nullptr &&
-          chunk_bytes_in_flight_ + buffered_bytes_ >= svc_->options_.max_buffered_bytes) {
+  // FetchSink (under the scheduler's lock).
+  void Write(const FetchAnswer& a) override {
+    current_.Clear();
+    current_.set_request_id(a.request_id);
+    switch (a.kind) {
+      case FetchAnswer::Kind::kChunk: {
+        auto* c = current_.mutable_chunk();
+        c->set_offset(a.offset);
+        c->set_data(a.data, a.length);
+        c->set_chunk_checksum(a.chunk_checksum);
+        c->set_block_size(a.block_size);
+        c->set_block_checksum(a.block_checksum);
+        c->set_last(a.last);
         break;
       }
-      Request r = q->front();
-      q->pop_front();
-      m.queued_requests->Decrement();
-      r.started = Clock::now();
-      if (r.started > r.deadline) {
-        m.deadline_exceeded->Increment();
-        PushErrorLocked(r.id,
-                        absl::DeadlineExceededError(absl::StrCat(
-                            "expert (layer ", r.block->layer, ", id ", r.block->expert,
-                            "): still queued after the request's ", r.timeout_ms, " ms timeout")));
-        continue;
+      case FetchAnswer::Kind::kError:
+        current_.mutable_error()->set_code(static_cast<int>(a.error.code()));
+        current_.mutable_error()->set_message(std::string(a.error.message()));
+        break;
+      case FetchAnswer::Kind::kShmBlock: {
+        auto* d = current_.mutable_shm_block();
+        d->set_offset(a.shm_offset);
+        d->set_block_size(a.block_size);
+        d->set_block_checksum(a.block_checksum);
+        break;
       }
-      if (r.shm_dst == nullptr) chunk_bytes_in_flight_ += r.block->size;
-      in_flight_[r.id] = false;
-      tasks_++;
-      m.reads_in_flight->Increment();
-      starts->push_back(r);
+      case FetchAnswer::Kind::kShmAttached:
+        current_.mutable_shm_attached()->set_ok(a.attach_ok);
+        current_.mutable_shm_attached()->set_message(a.attach_message);
+        break;
     }
-  }
-
-  void StartReads(const std::vector<Request>& starts) {
-    for (const Request& r : starts) {
-      const Priority p = r.demand ? Priority::kDemand : Priority::kPrefetch;
-      if (r.shm_dst != nullptr) {
-        svc_->store_->ReadInto(*r.model, *r.block, r.shm_dst, p, [this, r](absl::Status s) {
-          OnReadComplete(r, std::move(s), nullptr);
-        });
-      } else {
-        svc_->store_->ReadShared(*r.model, *r.block, p, [this, r](absl::StatusOr<SharedBlock> b) {
-          OnReadComplete(r, b.status(), b.ok() ? std::move(*b) : nullptr);
-        });
-      }
-    }
-  }
-
-  void OnReadComplete(const Request& r, absl::Status status, SharedBlock block) {
-    auto& m = *svc_->metrics_;
-    (r.demand ? m.read_seconds_demand : m.read_seconds_prefetch)
-        ->Observe(std::chrono::duration<double>(Clock::now() - r.started).count());
-    m.reads_in_flight->Decrement();
-    std::vector<Request> starts;
-    bool last;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      tasks_--;
-      if (r.shm_dst == nullptr) chunk_bytes_in_flight_ -= r.block->size;
-      const bool cancelled = in_flight_[r.id];
-      in_flight_.erase(r.id);
-      if (!done_ && !broken_) {
-        if (cancelled) {
-          PushErrorLocked(r.id, absl::CancelledError("cancelled by the client"));
-        } else if (Clock::now() > r.deadline) {
-          m.deadline_exceeded->Increment();
-          PushErrorLocked(
-              r.id, absl::DeadlineExceededError(absl::StrCat(
-                        "expert (layer ", r.block->layer, ", id ", r.block->expert,
-                        "): read finished after the request's ", r.timeout_ms, " ms timeout")));
-        } else if (!status.ok()) {
-          (IsChecksumMismatch(status) ? m.checksum_failures : m.read_errors)->Increment();
-          PushErrorLocked(r.id, status);
-        } else {
-          (r.demand ? m.blocks_served_demand : m.blocks_served_prefetch)->Increment();
-          const double bytes = static_cast<double>(r.block->size);
-          m.bytes_served->Increment(bytes);
-          client_bytes_->Increment(bytes);
-          Out o;
-          o.id = r.id;
-          if (r.shm_dst != nullptr) {
-            m.shm_bytes_served->Increment(bytes);
-            o.message.set_request_id(r.id);
-            auto* d = o.message.mutable_shm_block();
-            d->set_offset(r.shm_offset);
-            d->set_block_size(r.block->size);
-            d->set_block_checksum(r.block->checksum);
-            demand_out_.push_back(std::move(o));
-          } else {
-            o.block = std::move(block);
-            o.record = r.block;
-            buffered_bytes_ += r.block->size;
-            (r.demand ? demand_out_ : prefetch_out_).push_back(std::move(o));
-          }
-        }
-        WriteNextLocked();
-        ScheduleLocked(&starts);
-        MaybeFinishLocked();
-      }
-      last = done_ && tasks_ == 0;
-    }
-    StartReads(starts);
-    if (last) delete this;
-  }
-
-  // Starts the next write: demand answers first; a block's next chunk is cut here.
-  void WriteNextLocked() {
-    if (writing_ || finished_ || broken_) return;
-    std::deque<Out>* q = !demand_out_.empty()     ? &demand_out_
-                         : !prefetch_out_.empty() ? &prefetch_out_
-                                                  : nullptr;
-    if (q == nullptr) return;
-    Out& o = q->front();
-    if (o.block) {
-      const uint64_t size = o.block->size;
-      const uint64_t n = std::min<uint64_t>(svc_->options_.chunk_bytes, size - o.next);
-      current_.Clear();
-      current_.set_request_id(o.id);
-      auto* c = current_.mutable_chunk();
-      c->set_offset(o.next);
-      c->set_data(o.block->data() + o.next, n);
-      c->set_chunk_checksum(Checksum64(o.block->data() + o.next, n));
-      c->set_block_size(size);
-      c->set_block_checksum(o.record->checksum);
-      o.next += n;
-      buffered_bytes_ -= n;
-      c->set_last(o.next >= size);
-      if (o.next >= size) q->pop_front();
-    } else {
-      current_ = std::move(o.message);
-      q->pop_front();
-    }
-    writing_ = true;
     StartWrite(&current_);
   }
+  void ReadNext() override { StartRead(&request_); }
+  void Finish(const absl::Status& status) override {
+    ServerBidiReactor::Finish(rpc::ToGrpc(status));
+  }
+  void Abort() override { ctx_->TryCancel(); }
+  void Released() override { delete this; }
 
-  void MaybeFinishLocked() {
-    if (finished_ || writing_) return;
-    if (broken_) {
-      finished_ = true;
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled"));
-      return;
-    }
-    if (reads_done_ && demand_.empty() && prefetch_.empty() && in_flight_.empty() &&
-        demand_out_.empty() && prefetch_out_.empty()) {
-      finished_ = true;
-      Finish(grpc::Status::OK);
-    }
+  // FetchObserver (under the scheduler's lock).
+  void QueuedChanged(int64_t delta) override { Add(svc_->metrics_->queued_requests, delta); }
+  void ReadsInFlightChanged(int64_t delta) override { Add(svc_->metrics_->reads_in_flight, delta); }
+  void Rejected() override { svc_->metrics_->rejected_requests->Increment(); }
+  void Cancelled() override { svc_->metrics_->cancellations->Increment(); }
+  void DeadlineExceeded() override { svc_->metrics_->deadline_exceeded->Increment(); }
+  void Failed(const absl::Status& status) override {
+    auto& m = *svc_->metrics_;
+    (IsChecksumMismatch(status) ? m.checksum_failures : m.read_errors)->Increment();
+  }
+  void Served(bool demand, uint64_t bytes, bool shm) override {
+    auto& m = *svc_->metrics_;
+    (demand ? m.blocks_served_demand : m.blocks_served_prefetch)->Increment();
+    m.bytes_served->Increment(static_cast<double>(bytes));
+    client_bytes_->Increment(static_cast<double>(bytes));
+    if (shm) m.shm_bytes_served->Increment(static_cast<double>(bytes));
+  }
+  void IdleEnded() override { svc_->metrics_->idle_streams_closed->Increment(); }
+  void ReadTime(bool demand, double seconds) override {
+    auto& m = *svc_->metrics_;
+    (demand ? m.read_seconds_demand : m.read_seconds_prefetch)->Observe(seconds);
+  }
+  static void Add(prometheus::Gauge* g, int64_t delta) {
+    if (delta > 0) g->Increment(static_cast<double>(delta));
+    if (delta < 0) g->Decrement(static_cast<double>(-delta));
   }
 
   ExpertStoreService* svc_;
   grpc::CallbackServerContext* ctx_;  // valid until OnDone
   const std::string peer_;            // the quota's key
-  Clock::time_point last_request_;    // the last message from the client (mu_)
-  prometheus::Counter* client_bytes_ = nullptr;
-  bool unix_peer_ = false;
+  const bool unix_peer_;
+  prometheus::Counter* client_bytes_;
   bool counted_ = false;
-  std::mutex mu_;
-  v1::FetchRequest request_;
-  v1::FetchResponse current_;  // being written while writing_
-  std::deque<Request> demand_, prefetch_;
-  std::unordered_map<uint64_t, bool> in_flight_;  // request id -> cancelled
-  std::deque<Out> demand_out_, prefetch_out_;
-  uint64_t buffered_bytes_ = 0;          // read bytes not yet cut into written chunks
-  uint64_t chunk_bytes_in_flight_ = 0;   // bytes of reads that will become chunks
+  v1::FetchRequest request_;             // being read (one read outstanding)
+  v1::FetchResponse current_;            // being written (one write outstanding)
   std::unique_ptr<rpc::ShmRegion> shm_;  // outlives every read into it (deleted with the reactor)
-  int tasks_ = 0;
-  bool writing_ = false, reads_done_ = false, broken_ = false, finished_ = false, done_ = false;
+  FetchScheduler scheduler_;
 };
 
 ExpertStoreService::ExpertStoreService(BlockStore* store, StoreOptions options,
                                        StoreMetrics* metrics)
-    : store_(store), options_(options), metrics_(metrics) {
+    : store_(store), options_(options), metrics_(metrics), reads_(store) {
+  limits_.chunk_bytes = options_.chunk_bytes;
+  limits_.max_queued = options_.max_queued;
+  limits_.max_buffered_bytes = options_.max_buffered_bytes;
+  limits_.max_reads_in_flight = options_.max_reads_in_flight;
   if (options_.idle_stream_timeout.count() > 0) idle_thread_ = std::thread([this] { IdleLoop(); });
 }
 

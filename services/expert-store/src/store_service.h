@@ -1,24 +1,18 @@
 // ExpertStore gRPC service: serves verified expert blocks from a BlockStore (striped disks
-// and/or plain model directories) over the bidirectional Fetch stream. Thin: requests go to
-// per-stream priority queues; block reads run on the store's I/O engine (never inside a
-// reaction), up to `max_reads_in_flight` per stream so every disk stays busy; answers go back
-// with one outstanding write per stream.
+// and/or plain model directories) over the bidirectional Fetch stream. Thin: each stream's
+// reactor hands the client's messages to a FetchScheduler (colibri/store/fetch_scheduler.h:
+// queues, demand first, caps, deadlines, cancel, promote, batches, chunking, shared-memory
+// slots, idle detection) and writes the answers it produces; block reads run on the store's
+// I/O engine, never inside a reaction.
 //
-// Per stream: demand requests are served before queued prefetches (when reads start and when
-// answers are written: chunks of a demand block overtake queued prefetch chunks); queued and
-// in-progress requests can be cancelled (answered CANCELLED); a request queued or read past its
-// timeout_ms is answered DEADLINE_EXCEEDED; at most `max_queued` requests wait
-// (RESOURCE_EXHAUSTED past it) and at most `max_buffered_bytes` of read blocks wait for the
-// network (reads pause: back-pressure). Chunks are cut from the read block as the previous
-// write completes, so a block is held once, not as copies. Store-wide: at most `max_streams`
-// streams, and at most `max_streams_per_client` from one peer host (all unix-socket peers are
-// one client), RESOURCE_EXHAUSTED past either. A stream with no request for
-// `idle_stream_timeout` and no read in progress is ended by the store (OK when nothing is owed
-// to the client; cancelled when answers wait for a client that stopped reading), so abandoned
-// or hostile streams do not hold a slot forever; clients open a new stream on their next
-// request. On unix-socket connections a client may attach a shared-memory
-// region; blocks it asks for there are read straight into it (O_DIRECT, no copy) and only
-// descriptors travel on the stream.
+// Store-wide: at most `max_streams` streams, and at most `max_streams_per_client` from one
+// peer host (all unix-socket peers are one client), RESOURCE_EXHAUSTED past either. A stream
+// with no request for `idle_stream_timeout` and no read in progress is ended by the store (OK
+// when nothing is owed to the client; cancelled when answers wait for a client that stopped
+// reading), so abandoned or hostile streams do not hold a slot forever; clients open a new
+// stream on their next request. On unix-socket connections a client may attach a
+// shared-memory region (ShmAttach); the reactor maps it and blocks asked for there are read
+// straight into it (O_DIRECT, no copy), only descriptors travel on the stream.
 #pragma once
 
 #include <atomic>
@@ -33,6 +27,7 @@
 #include <unordered_map>
 
 #include "colibri/store/block_store.h"
+#include "colibri/store/fetch_scheduler.h"
 #include "colibri/v1/expert_store.grpc.pb.h"
 #include "store_metrics.h"
 
@@ -74,6 +69,8 @@ class ExpertStoreService final : public v1::ExpertStore::CallbackService {
   BlockStore* store_;
   StoreOptions options_;
   StoreMetrics* metrics_;
+  BlockStoreReads reads_;
+  FetchLimits limits_;
   std::atomic<size_t> open_streams_{0};
   std::mutex peers_mu_;
   std::unordered_map<std::string, size_t> peer_streams_;  // only peers with open streams

@@ -84,6 +84,16 @@ class StoreServiceTest : public ::testing::Test {
     return std::make_unique<TestServer>(bo, so, (dir_.path() / (name + ".sock")).string());
   }
 
+  // One read in flight per stream and both disks capped at `rate` bytes/s: requests sent
+  // together queue behind the first read.
+  std::unique_ptr<TestServer> ServeOneReadAtATime(uint64_t rate) {
+    slow_.SetDiskBandwidth(0, rate);
+    slow_.SetDiskBandwidth(1, rate);
+    StoreOptions so;
+    so.max_reads_in_flight = 1;
+    return Serve(so, &slow_);
+  }
+
   rpc::RemoteStoreOptions Client(const TestServer& s, uint64_t shm_bytes = 0) {
     rpc::RemoteStoreOptions o;
     o.target = s.target();
@@ -156,6 +166,7 @@ class StoreServiceTest : public ::testing::Test {
   }
 
   ScratchDir dir_{"colibri_store_service_test"};
+  FaultInjector slow_;  // ServeOneReadAtATime's
   fs::path model_dir_;
   std::unique_ptr<model::Container> container_;
   std::vector<fs::path> disks_;
@@ -447,6 +458,82 @@ TEST_F(StoreServiceTest, AStreamWithoutRequestsIsEndedAndTheClientReconnects) {
   ExpectBlock(*second, 1, 3);
   EXPECT_EQ((*src)->Stats().reconnects, 1u);
   EXPECT_FALSE(broken);
+}
+
+TEST_F(StoreServiceTest, ABatchIsAnsweredPerRequestDemandFirst) {
+  auto server = ServeOneReadAtATime(2 << 20);
+  v1::FetchRequest batch;
+  for (const auto& r :
+       {Block(1, 0, 0, false), Block(2, 0, 1, false), Block(3, 1, 9, true), Block(4, 1, 7, true)}) {
+    *batch.mutable_batch()->add_blocks() = r.block();
+  }
+  auto answers = RawExchange(*server, {batch}, 4);
+  ASSERT_EQ(answers.size(), 4u);
+  std::vector<uint64_t> order;
+  for (const auto& a : answers) order.push_back(a.id);
+  // Demand first; the missing expert is answered on its own, the others are served.
+  EXPECT_EQ(order, (std::vector<uint64_t>{3, 4, 1, 2}));
+  EXPECT_EQ(answers[0].code, absl::StatusCode::kNotFound) << answers[0].message;
+  for (size_t i = 1; i < 4; ++i) EXPECT_EQ(answers[i].code, absl::StatusCode::kOk) << i;
+  EXPECT_EQ(server->metrics().blocks_served_demand->Value(), 1);
+  EXPECT_EQ(server->metrics().blocks_served_prefetch->Value(), 2);
+}
+
+TEST_F(StoreServiceTest, EmptyAndOversizedBatchesGetTheStreamsError) {
+  auto server = Serve();
+  v1::FetchRequest empty;
+  empty.mutable_batch();
+  v1::FetchRequest big;
+  for (int i = 0; i < 4097; ++i)
+    *big.mutable_batch()->add_blocks() = Block(100 + i, 0, 0, true).block();
+  auto answers = RawExchange(*server, {empty, big, Block(7, 1, 2, true)}, 3);
+  ASSERT_EQ(answers.size(), 3u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(answers[i].id, 0u);
+    EXPECT_EQ(answers[i].code, absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(answers[i].message.find(i == 0 ? "holds 0" : "holds 4097"), std::string::npos)
+        << answers[i].message;
+  }
+  // The stream goes on.
+  EXPECT_EQ(answers[2].id, 7u);
+  EXPECT_EQ(answers[2].code, absl::StatusCode::kOk) << answers[2].message;
+}
+
+TEST_F(StoreServiceTest, PromoteMovesAQueuedPrefetchAhead) {
+  auto server = ServeOneReadAtATime(2 << 20);
+  v1::FetchRequest promote;
+  promote.mutable_promote()->add_request_ids(3);
+  promote.mutable_promote()->add_request_ids(42);  // unknown: ignored
+  auto answers = RawExchange(
+      *server, {Block(1, 0, 0, false), Block(2, 0, 1, false), Block(3, 0, 2, false), promote}, 3);
+  ASSERT_EQ(answers.size(), 3u);
+  std::vector<uint64_t> order;
+  for (const auto& a : answers) {
+    EXPECT_EQ(a.code, absl::StatusCode::kOk) << a.message;
+    order.push_back(a.id);
+  }
+  EXPECT_EQ(order, (std::vector<uint64_t>{1, 3, 2}));
+  EXPECT_EQ(server->metrics().blocks_served_demand->Value(), 1);  // the promoted one
+}
+
+TEST_F(StoreServiceTest, OneCancelMessageCancelsSeveralRequests) {
+  auto server = ServeOneReadAtATime(1 << 20);
+  v1::FetchRequest cancel = Cancel(2);
+  cancel.mutable_cancel()->add_more_request_ids(3);
+  cancel.mutable_cancel()->add_more_request_ids(1);
+  cancel.mutable_cancel()->add_more_request_ids(99);
+  auto answers = RawExchange(*server,
+                             {Block(1, 0, 0, false), Block(2, 0, 1, false), Block(3, 0, 2, false),
+                              cancel, Block(4, 1, 1, true)},
+                             4);
+  ASSERT_EQ(answers.size(), 4u);
+  std::map<uint64_t, absl::StatusCode> codes;
+  for (const auto& a : answers) codes[a.id] = a.code;
+  EXPECT_EQ(codes[1], absl::StatusCode::kCancelled);  // in flight: when its read ended
+  EXPECT_EQ(codes[2], absl::StatusCode::kCancelled);
+  EXPECT_EQ(codes[3], absl::StatusCode::kCancelled);
+  EXPECT_EQ(codes[4], absl::StatusCode::kOk);
+  EXPECT_EQ(server->metrics().cancellations->Value(), 3);
 }
 
 TEST(StoreMetricsTest, PerClientSeriesAreBounded) {
