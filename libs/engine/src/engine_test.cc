@@ -13,6 +13,7 @@
 #include "colibri/backend/cpu_backend.h"
 #include "colibri/core/status.h"
 #include "colibri/expert_source/disk_source.h"
+#include "colibri/expert_source/testing/recording_source.h"
 #include "colibri/model/container.h"
 
 namespace colibri::engine {
@@ -237,22 +238,15 @@ TEST_F(EngineTest, RequestCancelledWhileQueuedDoesNoWork) {
 
 // Slows every expert read, so a prefill of one token per step takes long enough to cancel
 // midway on a busy machine.
-class SlowSource : public expert_source::ExpertSource {
- public:
-  explicit SlowSource(expert_source::ExpertSource* inner) : inner_(inner) {}
-  absl::StatusOr<expert_source::Lease> Fetch(expert_source::ExpertId id,
-                                             expert_source::Priority p) override {
-    std::this_thread::sleep_for(std::chrono::microseconds(500));
-    return inner_->Fetch(id, p);
-  }
-  uint64_t BlockSize(expert_source::ExpertId id) const override { return inner_->BlockSize(id); }
-
- private:
-  expert_source::ExpertSource* inner_;
-};
+expert_source::testing::RecordingSourceOptions Slow(expert_source::ExpertSource* inner) {
+  expert_source::testing::RecordingSourceOptions o;
+  o.next = inner;
+  o.read_delay = std::chrono::microseconds(500);
+  return o;
+}
 
 TEST_F(EngineTest, CancelDuringPrefillStopsBetweenChunks) {
-  SlowSource slow(source_.get());
+  expert_source::testing::RecordingSource slow(Slow(source_.get()));
   auto m = Model::Load(*container_, backend_.get(), &slow);
   ASSERT_TRUE(m.ok()) << m.status();
   Engine e(m->get(), {.prefill_chunk = 1});

@@ -15,6 +15,7 @@
 #include "colibri/expert_source/cache_tier.h"
 #include "colibri/expert_source/disk_source.h"
 #include "colibri/expert_source/routing_trace.h"
+#include "colibri/expert_source/testing/recording_source.h"
 #include "colibri/model/container.h"
 
 namespace colibri::engine {
@@ -25,53 +26,7 @@ using expert_source::ExpertId;
 using expert_source::Lease;
 
 // Records what the engine asks for, passing every call on.
-class RecordingSource final : public expert_source::ExpertSource {
- public:
-  explicit RecordingSource(expert_source::ExpertSource* next) : next_(next) {}
-  absl::StatusOr<Lease> Fetch(ExpertId id, expert_source::Priority p) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      fetches_[id.Key()]++;
-    }
-    return next_->Fetch(id, p);
-  }
-  absl::Status FetchMany(std::span<const ExpertId> ids,
-                         const std::function<void(size_t, Lease)>& on_ready) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      batches_.emplace_back(ids.begin(), ids.end());
-    }
-    return next_->FetchMany(ids, on_ready);
-  }
-  void Hint(std::span<const expert_source::RoutingHint> hints) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      hints_.emplace_back(hints.begin(), hints.end());
-    }
-    next_->Hint(hints);
-  }
-  uint64_t BlockSize(ExpertId id) const override { return next_->BlockSize(id); }
-
-  std::vector<std::vector<ExpertId>> TakeBatches() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return std::exchange(batches_, {});
-  }
-  std::vector<std::vector<expert_source::RoutingHint>> TakeHints() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return std::exchange(hints_, {});
-  }
-  std::map<uint64_t, int> TakeFetches() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return std::exchange(fetches_, {});
-  }
-
- private:
-  expert_source::ExpertSource* const next_;
-  std::mutex mu_;
-  std::vector<std::vector<ExpertId>> batches_;
-  std::vector<std::vector<expert_source::RoutingHint>> hints_;
-  std::map<uint64_t, int> fetches_;
-};
+using expert_source::testing::RecordingSource;
 
 class ExpertCacheEngineTest : public TestModelSuite<ExpertCacheEngineTest> {
  protected:
@@ -158,7 +113,7 @@ TEST_F(ExpertCacheEngineTest, BatchReadsEachUniqueExpertOnce) {
   tier.Clear();
   front.TakeBatches();
   front.TakeHints();
-  rec.TakeFetches();
+  rec.TakeReadCounts();
   // ...then one decode step for both in one batch; one of them twice over (same token, same
   // position in a third sequence) so rows surely share experts.
   auto c = (*model)->NewCache();
@@ -168,7 +123,7 @@ TEST_F(ExpertCacheEngineTest, BatchReadsEachUniqueExpertOnce) {
   tier.Clear();
   front.TakeBatches();
   front.TakeHints();
-  rec.TakeFetches();
+  rec.TakeReadCounts();
   std::vector<BatchItem> step = {
       {a.get(), 7, 2, true}, {b.get(), 8, 3, true}, {c.get(), 8, 3, true}};
   std::vector<float> logits;
@@ -200,7 +155,7 @@ TEST_F(ExpertCacheEngineTest, BatchReadsEachUniqueExpertOnce) {
   EXPECT_EQ(stats.experts_applied, unique);  // ...and each shared one was applied once
   EXPECT_EQ(stats.expert_rows, row_choices);
   // Below the cache, every unique expert was read from disk exactly once.
-  for (const auto& [key, n] : rec.TakeFetches()) EXPECT_EQ(n, 1) << key;
+  for (const auto& [key, n] : rec.TakeReadCounts()) EXPECT_EQ(n, 1) << key;
   EXPECT_EQ(tier.Stats().misses - misses_before, static_cast<uint64_t>(unique));
   EXPECT_EQ(logits.size(), 3 * static_cast<size_t>(container_->manifest().config.vocab_size));
   // Rows b and c are the same token at the same position: the same logits.

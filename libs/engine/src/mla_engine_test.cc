@@ -24,6 +24,7 @@
 #include "colibri/engine/testing/test_model.h"
 #include "colibri/expert_source/cache_tier.h"
 #include "colibri/expert_source/routing_trace.h"
+#include "colibri/expert_source/testing/recording_source.h"
 #include "colibri/model/container.h"
 
 namespace colibri::engine {
@@ -267,34 +268,12 @@ TEST_F(MlaLookaheadTest, PredictionsUseTheRoutingsSelectionRule) {
   EXPECT_GT(plain_top_k_differs, 0);
 }
 
-// Passes everything on to `next`; records what is prefetched.
-class PrefetchRecorder final : public expert_source::ExpertSource {
- public:
-  explicit PrefetchRecorder(expert_source::ExpertSource* next) : next_(next) {}
-  absl::StatusOr<expert_source::Lease> Fetch(expert_source::ExpertId id,
-                                             expert_source::Priority p) override {
-    return next_->Fetch(id, p);
-  }
-  absl::Status FetchMany(
-      std::span<const expert_source::ExpertId> ids,
-      const std::function<void(size_t, expert_source::Lease)>& on_ready) override {
-    return next_->FetchMany(ids, on_ready);
-  }
-  void Prefetch(std::span<const expert_source::ExpertId> ids) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& id : ids) prefetched_.insert({id.layer, id.expert});
-  }
-  uint64_t BlockSize(expert_source::ExpertId id) const override { return next_->BlockSize(id); }
-  std::set<std::pair<int32_t, int32_t>> Take() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return std::exchange(prefetched_, {});
-  }
-
- private:
-  expert_source::ExpertSource* const next_;
-  std::mutex mu_;
-  std::set<std::pair<int32_t, int32_t>> prefetched_;
-};
+// What `rec` (passing everything on) was asked to prefetch since the last call.
+std::set<std::pair<int32_t, int32_t>> TakePrefetched(expert_source::testing::RecordingSource& rec) {
+  std::set<std::pair<int32_t, int32_t>> out;
+  for (const auto& id : rec.TakePrefetched()) out.insert({id.layer, id.expert});
+  return out;
+}
 
 TEST_F(MlaLookaheadTest, PrefetchMinWeightIsAShareOfTheUnscaledWeights) {
   // --prefetch-min-weight 0.33 with routed_scaling_factor 2.5: an expert is prefetched when its
@@ -305,7 +284,7 @@ TEST_F(MlaLookaheadTest, PrefetchMinWeightIsAShareOfTheUnscaledWeights) {
   const fs::path path =
       fs::temp_directory_path() / absl::StrCat("colibri_mla_minw_", ::getpid(), ".jsonl");
   auto backend = backend::CreateCpuBackend({.threads = 2});
-  PrefetchRecorder rec(disk_.get());
+  expert_source::testing::RecordingSource rec(disk_.get());
   std::vector<std::set<std::pair<int32_t, int32_t>>> prefetched;  // per forward pass
   {
     auto trace = expert_source::RoutingTraceWriter::Open(
@@ -325,7 +304,7 @@ TEST_F(MlaLookaheadTest, PrefetchMinWeightIsAShareOfTheUnscaledWeights) {
     for (int step = 0; step < 6; ++step) {
       std::vector<float> logits;
       ASSERT_TRUE((*model)->Forward(batch, &logits).ok());
-      prefetched.push_back(rec.Take());
+      prefetched.push_back(TakePrefetched(rec));
       const auto next =
           static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       batch = {{cache.get(), next, static_cast<int32_t>(cache->n_past()), true}};

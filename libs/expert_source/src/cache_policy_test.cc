@@ -4,7 +4,7 @@
 
 #include "colibri/expert_source/cache_tier.h"
 #include "colibri/expert_source/routing_trace.h"
-#include "test_sources.h"
+#include "colibri/expert_source/testing/recording_source.h"
 
 namespace colibri::expert_source {
 namespace {

@@ -16,11 +16,14 @@ struct CacheTier::Job {
   uint64_t size = 0;      // bytes reserved for it (the source's BlockSize)
   bool prefetch = false;  // queued by Prefetch or SetPinned (no demand request at the time)
   bool pin = false;
-  bool warm = false;  // queued by Warm: reads only into free room
-  bool reading = false;
-  bool cancelled = false;  // Cancel named it while it was being read
-  bool used = false;       // a demand request joined it
-  std::vector<std::pair<std::shared_ptr<Completion>, size_t>> waiters;
+  bool warm = false;         // queued by Warm: reads only into free room
+  bool reading = false;      // part of a batch sent to the next source
+  bool demand_read = false;  // ... sent at demand priority
+  bool reserved = false;     // its `size` bytes are counted in bytes_reserved
+  bool cancelled = false;    // Cancel named it while it was being read
+  bool used = false;         // a demand request joined it
+  int attempts = 0;          // batches it was sent in
+  Waiters waiters;
 };
 
 // Where one FetchMany call collects its blocks, in arrival order.
@@ -50,7 +53,7 @@ struct CacheTier::State {
   std::condition_variable idle_cv;  // a job finished
   std::unordered_map<uint64_t, Entry> entries;
   std::unordered_map<uint64_t, std::shared_ptr<Job>> in_flight;  // queued or being read
-  std::deque<std::shared_ptr<Job>> demand_q, prefetch_q, warm_q;
+  std::deque<std::shared_ptr<Job>> prefetch_q, warm_q;           // for the reader threads
   std::unordered_set<uint64_t> pinned;
   std::unique_ptr<CachePolicy> policy;
   CacheStats stats;
@@ -192,7 +195,7 @@ CacheTier::~CacheTier() {
   {
     std::lock_guard<std::mutex> lock(s_->mu);
     s_->stop = true;
-    for (auto* q : {&s_->demand_q, &s_->prefetch_q, &s_->warm_q}) {
+    for (auto* q : {&s_->prefetch_q, &s_->warm_q}) {
       dropped.insert(dropped.end(), q->begin(), q->end());
       q->clear();
     }
@@ -216,98 +219,104 @@ void CacheTier::WorkerLoop() {
   std::unique_lock<std::mutex> lock(s.mu);
   for (;;) {
     s.io_cv.wait(lock, [&] {
-      return s.stop || !s.demand_q.empty() ||
-             ((!s.prefetch_q.empty() || !s.warm_q.empty()) &&
-              s.prefetch_reading < s.max_prefetch_reads);
+      return s.stop || ((!s.prefetch_q.empty() || !s.warm_q.empty()) &&
+                        s.prefetch_reading < s.max_prefetch_reads);
     });
     if (s.stop) return;
-    auto& q = !s.demand_q.empty() ? s.demand_q : !s.prefetch_q.empty() ? s.prefetch_q : s.warm_q;
-    std::shared_ptr<Job> job = std::move(q.front());
-    q.pop_front();
-    RunJobLocked(job, lock);
+    // One batch of queued prefetches (then warm reads), as many as may be read at once and fit.
+    std::vector<std::shared_ptr<Job>> batch, dropped;
+    std::vector<Waiters> drop;
+    while (s.prefetch_reading + static_cast<int>(batch.size()) < s.max_prefetch_reads) {
+      auto& q = !s.prefetch_q.empty() ? s.prefetch_q : s.warm_q;
+      if (q.empty()) break;
+      std::shared_ptr<Job> job = std::move(q.front());
+      q.pop_front();
+      absl::Status no_room;
+      if (ReserveJobLocked(*job, /*demand=*/false, lock, &no_room)) {
+        batch.push_back(std::move(job));
+      } else if (job->warm) {
+        // Full: warming ends here (the blocks after this one would not fit either, or only by
+        // luck).
+        s.DropWarmLocked(&dropped);
+        s.stats.warm_skipped++;
+        s.in_flight.erase(job->key);
+        s.idle_cv.notify_all();
+        dropped.push_back(std::move(job));
+      } else {
+        FinishJobLocked(job, no_room, &drop);
+      }
+    }
+    if (!batch.empty())
+      ReadBatchLocked(batch, /*demand=*/false, Priority::kPrefetch, lock, nullptr);
+    lock.unlock();
+    drop.clear();
+    dropped.clear();
+    lock.lock();
   }
 }
 
-void CacheTier::RunJobLocked(const std::shared_ptr<Job>& job, std::unique_lock<std::mutex>& lock) {
+bool CacheTier::ReserveJobLocked(Job& job, bool demand, std::unique_lock<std::mutex>& lock,
+                                 absl::Status* no_room) {
   State& s = *s_;
-  job->reading = true;
-  const bool demand = !job->waiters.empty();
-  const uint64_t need = job->size;
-  absl::StatusOr<Lease> result = absl::CancelledError(
-      absl::StrCat("expert cache tier '", options_.name, "' is shutting down"));
-  const bool warm = job->warm && !demand;
-  bool reserved = warm ? s.ReserveFreeLocked(need) : s.ReserveLocked(need, demand);
-  if (!reserved && warm) {
-    // Full: warming ends here (the blocks after this one would not fit either, or only by luck).
-    std::vector<std::shared_ptr<Job>> dropped;
-    s.DropWarmLocked(&dropped);
-    s.stats.warm_skipped++;
-    s.in_flight.erase(job->key);
-    s.idle_cv.notify_all();
-    lock.unlock();
-    dropped.clear();
-    lock.lock();
-    return;
+  const uint64_t need = job.size;
+  const bool warm = job.warm && !demand;
+  if (warm ? s.ReserveFreeLocked(need) : s.ReserveLocked(need, demand)) {
+    job.reserved = true;
+    return true;
   }
-  if (!reserved && demand) {
-    if (need > s.capacity - std::min(s.capacity, s.stats.bytes_pinned)) {
-      result = absl::ResourceExhaustedError(absl::StrCat(
-          "expert (layer ", job->id.layer, ", id ", job->id.expert, ") needs ", FormatSize(need),
-          " but the '", options_.name, "' expert cache has ", FormatSize(s.capacity), " of which ",
-          FormatSize(s.stats.bytes_pinned), " are pinned"));
-    } else {
-      s.stats.room_waits++;
-      const auto deadline = std::chrono::steady_clock::now() + options_.room_wait;
-      while (!(reserved = s.ReserveLocked(need, true)) && !s.stop) {
-        if (s.room_cv.wait_until(lock, deadline) == std::cv_status::timeout) {
-          reserved = s.ReserveLocked(need, true);
-          break;
-        }
-      }
-      if (!reserved) {
-        result = absl::ResourceExhaustedError(absl::StrCat(
-            "the '", options_.name, "' expert cache (", FormatSize(s.capacity),
-            ") is full of leased blocks (", FormatSize(s.stats.bytes_leased),
-            " leased) and none was released within ", options_.room_wait.count(),
-            " ms; expert (layer ", job->id.layer, ", id ", job->id.expert, ") cannot be read"));
-      }
+  if (warm) {
+    *no_room = absl::ResourceExhaustedError("no free room to warm");
+    return false;
+  }
+  if (!demand) {
+    s.stats.prefetch_dropped++;
+    *no_room = absl::ResourceExhaustedError("no room for a prefetch");
+    return false;
+  }
+  if (need > s.capacity - std::min(s.capacity, s.stats.bytes_pinned)) {
+    *no_room = absl::ResourceExhaustedError(absl::StrCat(
+        "expert (layer ", job.id.layer, ", id ", job.id.expert, ") needs ", FormatSize(need),
+        " but the '", options_.name, "' expert cache has ", FormatSize(s.capacity), " of which ",
+        FormatSize(s.stats.bytes_pinned), " are pinned"));
+    return false;
+  }
+  s.stats.room_waits++;
+  const auto deadline = std::chrono::steady_clock::now() + options_.room_wait;
+  bool reserved;
+  while (!(reserved = s.ReserveLocked(need, true)) && !s.stop) {
+    if (s.room_cv.wait_until(lock, deadline) == std::cv_status::timeout) {
+      reserved = s.ReserveLocked(need, true);
+      break;
     }
   }
   if (reserved) {
-    if (!demand && !job->pin && !job->warm) s.stats.prefetch_reads++;
-    if (!demand) s.prefetch_reading++;
-    lock.unlock();
-    result = next_->Fetch(job->id, demand ? Priority::kDemand : Priority::kPrefetch);
-    lock.lock();
-    if (!demand) {
-      s.prefetch_reading--;
-      s.io_cv.notify_one();
-    }
-    if (absl::IsCancelled(result.status()) && !demand) {
-      if (job->waiters.empty()) {
-        s.stats.prefetch_aborted++;
-      } else {
-        // Stopped by a Cancel, but a demand request joined meanwhile: read it again for them.
-        lock.unlock();
-        result = next_->Fetch(job->id, Priority::kDemand);
-        lock.lock();
-      }
-    }
-    if (result.ok() && options_.memory != nullptr) {
-      lock.unlock();
-      result = options_.memory->Adopt(*result);
-      lock.lock();
-    }
-    s.stats.bytes_reserved -= need;
-  } else if (!demand) {
-    s.stats.prefetch_dropped++;
-    result = absl::ResourceExhaustedError("no room for a prefetch");
+    job.reserved = true;
+    return true;
   }
-  std::vector<std::pair<std::shared_ptr<Completion>, size_t>> waiters = std::move(job->waiters);
+  *no_room =
+      s.stop
+          ? absl::CancelledError(
+                absl::StrCat("expert cache tier '", options_.name, "' is shutting down"))
+          : absl::ResourceExhaustedError(absl::StrCat(
+                "the '", options_.name, "' expert cache (", FormatSize(s.capacity),
+                ") is full of leased blocks (", FormatSize(s.stats.bytes_leased),
+                " leased) and none was released within ", options_.room_wait.count(),
+                " ms; expert (layer ", job.id.layer, ", id ", job.id.expert, ") cannot be read"));
+  return false;
+}
+
+void CacheTier::FinishJobLocked(const std::shared_ptr<Job>& job, absl::StatusOr<Lease> result,
+                                std::vector<Waiters>* drop) {
+  State& s = *s_;
+  if (job->reserved) {
+    s.stats.bytes_reserved -= job->size;
+    job->reserved = false;
+  }
+  auto waiters = std::move(job->waiters);
   job->waiters.clear();
   if (result.ok()) {
     Lease lease = std::move(*result);
-    uint64_t size = need;
+    uint64_t size = job->size;
     if (size == 0) {
       // The source did not know the size up front: account it now (the one case where the
       // tier can overshoot its budget, by this block, until leases are dropped).
@@ -318,7 +327,7 @@ void CacheTier::RunJobLocked(const std::shared_ptr<Job>& job, std::unique_lock<s
     s.largest_block = std::max(s.largest_block, size);
     s.stats.bytes_fetched += lease->size;
     if (job->prefetch && !job->pin) s.stats.prefetch_bytes += size;
-    if (warm) {
+    if (job->warm && !job->demand_read) {
       s.stats.warm_reads++;
       s.stats.warm_bytes += size;
     }
@@ -335,13 +344,119 @@ void CacheTier::RunJobLocked(const std::shared_ptr<Job>& job, std::unique_lock<s
       done->cv.notify_all();
     }
   }
-  s.in_flight.erase(job->key);
+  if (auto it = s.in_flight.find(job->key); it != s.in_flight.end() && it->second == job) {
+    s.in_flight.erase(it);
+  }
   s.room_cv.notify_all();
   s.idle_cv.notify_all();
-  // Completions whose caller has returned hold handed-out leases: drop them unlocked.
+  drop->push_back(std::move(waiters));
+}
+
+void CacheTier::ReadBatchLocked(const std::vector<std::shared_ptr<Job>>& batch, bool demand,
+                                Priority priority, std::unique_lock<std::mutex>& lock,
+                                const std::function<void()>& landed_some) {
+  State& s = *s_;
+  std::vector<ExpertId> ids;
+  for (const auto& job : batch) {
+    job->reading = true;
+    job->demand_read = demand;
+    if (!demand && job->attempts == 0 && !job->pin && !job->warm) s.stats.prefetch_reads++;
+    job->attempts++;
+    ids.push_back(job->id);
+  }
+  if (!demand) s.prefetch_reading += static_cast<int>(batch.size());
+  std::vector<bool> landed(batch.size(), false);
+  std::vector<Waiters> drop;
   lock.unlock();
-  waiters.clear();
+  const absl::Status st = next_->FetchGroups(
+      ids,
+      [&](std::span<std::pair<size_t, Lease>> group) {
+        std::vector<std::pair<size_t, absl::StatusOr<Lease>>> results;
+        for (auto& [i, lease] : group) {
+          if (i >= batch.size() || landed[i]) continue;  // a source bug: ignore, never crash
+          results.emplace_back(i, options_.memory != nullptr ? options_.memory->Adopt(lease)
+                                                             : absl::StatusOr<Lease>(lease));
+          lease.reset();
+        }
+        lock.lock();
+        for (auto& [i, result] : results) {
+          landed[i] = true;
+          if (!demand) s.prefetch_reading--;
+          FinishJobLocked(batch[i], std::move(result), &drop);
+        }
+        if (!demand) s.io_cv.notify_all();
+        lock.unlock();
+        drop.clear();
+        if (landed_some) landed_some();
+      },
+      priority);
   lock.lock();
+  // What did not land: a prefetch batch the source stopped (Cancel names some of its blocks)
+  // is read again for the blocks still wanted (once); the rest fail with the batch's error.
+  std::vector<std::shared_ptr<Job>> for_demand, for_prefetch;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (landed[i]) continue;
+    const auto& job = batch[i];
+    if (!demand) s.prefetch_reading--;
+    if (!demand && absl::IsCancelled(st) && job->attempts == 1) {
+      if (!job->waiters.empty()) {
+        for_demand.push_back(job);  // stopped, but a demand request joined meanwhile
+        continue;
+      }
+      if (!job->cancelled) {
+        for_prefetch.push_back(job);  // stopped with another block of its batch
+        continue;
+      }
+      s.stats.prefetch_aborted++;
+    }
+    FinishJobLocked(
+        job,
+        st.ok() ? absl::InternalError(absl::StrCat("the source below the '", options_.name,
+                                                   "' expert cache returned without expert (layer ",
+                                                   job->id.layer, ", id ", job->id.expert, ")"))
+                : st,
+        &drop);
+  }
+  if (!demand) s.io_cv.notify_all();
+  lock.unlock();
+  drop.clear();
+  lock.lock();
+  if (!for_demand.empty()) {
+    ReadBatchLocked(for_demand, /*demand=*/true, Priority::kDemand, lock, landed_some);
+  }
+  if (!for_prefetch.empty()) {
+    ReadBatchLocked(for_prefetch, /*demand=*/false, Priority::kPrefetch, lock, landed_some);
+  }
+}
+
+void CacheTier::ReadJobsLocked(const std::vector<std::shared_ptr<Job>>& jobs, bool demand,
+                               Priority priority, std::unique_lock<std::mutex>& lock,
+                               const std::function<void()>& landed_some) {
+  size_t next = 0;
+  while (next < jobs.size()) {
+    // The longest run of jobs that fits now goes as one batch; the first one waits for room.
+    std::vector<std::shared_ptr<Job>> batch;
+    std::vector<Waiters> drop;
+    while (next < jobs.size()) {
+      const auto& job = jobs[next];
+      const bool d = demand || !job->waiters.empty();
+      if (batch.empty()) {
+        absl::Status no_room;
+        if (!ReserveJobLocked(*job, d, lock, &no_room)) FinishJobLocked(job, no_room, &drop);
+      } else if (s_->ReserveLocked(job->size, d)) {
+        job->reserved = true;
+      } else {
+        break;
+      }
+      if (job->reserved) batch.push_back(job);
+      next++;
+    }
+    if (!batch.empty()) ReadBatchLocked(batch, demand, priority, lock, landed_some);
+    lock.unlock();
+    drop.clear();
+    if (landed_some) landed_some();
+    lock.lock();
+  }
 }
 
 std::shared_ptr<CacheTier::Job> CacheTier::NewJob(ExpertId id) const {
@@ -361,20 +476,24 @@ absl::StatusOr<Lease> CacheTier::Fetch(ExpertId id, Priority) {
 }
 
 absl::Status CacheTier::FetchMany(std::span<const ExpertId> ids,
-                                  const std::function<void(size_t, Lease)>& on_ready) {
-  return FetchGroups(ids, [&](std::span<std::pair<size_t, Lease>> group) {
-    for (auto& [i, lease] : group) on_ready(i, std::move(lease));
-  });
+                                  const std::function<void(size_t, Lease)>& on_ready,
+                                  Priority priority) {
+  return FetchGroups(
+      ids,
+      [&](std::span<std::pair<size_t, Lease>> group) {
+        for (auto& [i, lease] : group) on_ready(i, std::move(lease));
+      },
+      priority);
 }
 
 absl::Status CacheTier::FetchGroups(
     std::span<const ExpertId> ids,
-    const std::function<void(std::span<std::pair<size_t, Lease>>)>& on_group) {
+    const std::function<void(std::span<std::pair<size_t, Lease>>)>& on_group, Priority priority) {
   State& s = *s_;
   auto done = std::make_shared<Completion>();
   std::vector<std::pair<size_t, Lease>> hits;
   std::vector<ExpertId> promote;           // prefetch reads in progress that a demand now waits for
-  std::vector<std::shared_ptr<Job>> mine;  // reads this call runs itself (io_threads == 0)
+  std::vector<std::shared_ptr<Job>> mine;  // the misses this call reads, as one batch
   size_t waiting = 0;
   {
     std::lock_guard<std::mutex> lock(s.mu);
@@ -399,36 +518,29 @@ absl::Status CacheTier::FetchGroups(
         if (job.reading) {
           s.stats.in_flight_hits++;
           if (job.prefetch && !job.used && !job.pin) s.stats.prefetch_used++;
-          if ((job.prefetch || job.warm) && !job.used) promote.push_back(ids[i]);
+          if ((job.prefetch || job.warm) && !job.used && !job.demand_read) {
+            promote.push_back(ids[i]);
+          }
         } else {
           // Queued, not started: the request waits for a whole read, like a miss.
           s.stats.misses++;
           if (job.prefetch && !job.pin) s.stats.prefetch_promoted++;
+          // A queued prefetch, pin or warm read is now a demand read, in this call's batch.
+          auto& from = job.warm ? s.warm_q : s.prefetch_q;
+          if (auto pos = std::find(from.begin(), from.end(), j->second); pos != from.end()) {
+            mine.push_back(*pos);
+            from.erase(pos);
+          }
         }
         job.used = true;
         job.waiters.emplace_back(done, i);
-        if (!job.reading) {
-          // A queued prefetch, pin or warm read is now a demand read.
-          auto& from = job.warm ? s.warm_q : s.prefetch_q;
-          auto pos = std::find(from.begin(), from.end(), j->second);
-          if (pos != from.end()) {
-            s.demand_q.push_back(*pos);
-            from.erase(pos);
-            s.io_cv.notify_one();
-          }
-        }
         continue;
       }
       s.stats.misses++;
       auto job = NewJob(ids[i]);
       job->waiters.emplace_back(done, i);
       s.in_flight[key] = job;
-      if (workers_.empty()) {
-        mine.push_back(std::move(job));
-      } else {
-        s.demand_q.push_back(std::move(job));
-        s.io_cv.notify_one();
-      }
+      mine.push_back(std::move(job));
     }
     s.policy->OnRequestEnd();
   }
@@ -436,30 +548,21 @@ absl::Status CacheTier::FetchGroups(
   if (!hits.empty()) on_group(hits);
   hits.clear();
 
+  // Everything that has landed goes over as one group (up to the first failed read): the
+  // blocks of this call's batch as the source delivers them, and those of reads it joined.
   absl::Status first_error;
-  std::unique_lock<std::mutex> lock(s.mu);
-  size_t next_mine = 0;
-  std::vector<std::pair<size_t, absl::StatusOr<Lease>>> landed;
-  std::vector<std::pair<size_t, Lease>> group;
-  while (waiting > 0) {
-    if (done->ready.empty()) {
-      if (next_mine < mine.size()) {
-        RunJobLocked(mine[next_mine++], lock);
-      } else if (first_error.ok()) {
-        done->cv.wait(lock);
-      } else {
-        break;
+  auto hand_over = [&] {
+    std::vector<std::pair<size_t, absl::StatusOr<Lease>>> landed;
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      while (!done->ready.empty()) {
+        landed.push_back(std::move(done->ready.front()));
+        done->ready.pop_front();
       }
-      continue;
     }
-    // Everything that has landed goes over as one group (up to the first failed read).
-    while (!done->ready.empty()) {
-      landed.push_back(std::move(done->ready.front()));
-      done->ready.pop_front();
-      waiting--;
-    }
-    lock.unlock();
+    std::vector<std::pair<size_t, Lease>> group;
     for (auto& [i, result] : landed) {
+      waiting--;
       if (!result.ok()) {
         if (first_error.ok()) first_error = result.status();
       } else if (first_error.ok()) {
@@ -467,11 +570,18 @@ absl::Status CacheTier::FetchGroups(
       }
     }
     if (!group.empty()) on_group(group);
-    group.clear();  // drops the leases unlocked
-    landed.clear();
+  };
+  std::unique_lock<std::mutex> lock(s.mu);
+  if (!mine.empty()) {
+    // The caller waits for these, whatever the priority it gave: the source below reads them
+    // at that priority.
+    ReadJobsLocked(mine, /*demand=*/true, priority, lock, hand_over);
+  }
+  while (waiting > 0 && first_error.ok()) {
+    done->cv.wait(lock, [&] { return !done->ready.empty(); });
+    lock.unlock();
+    hand_over();
     lock.lock();
-    // Reads this call owns must still run (others may be waiting on them).
-    if (!first_error.ok() && next_mine >= mine.size()) break;
   }
   lock.unlock();
   return first_error;
@@ -613,7 +723,7 @@ absl::Status CacheTier::SetPinned(std::span<const ExpertId> ids) {
       s.io_cv.notify_one();
     }
   }
-  for (auto& job : loads) RunJobLocked(job, lock);
+  ReadJobsLocked(loads, /*demand=*/false, Priority::kPrefetch, lock, nullptr);
   s.room_cv.notify_all();
   return absl::OkStatus();
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "colibri/expert_source/testing/recording_source.h"
 
 namespace colibri::expert_source {
 
@@ -21,148 +22,19 @@ namespace {
 
 constexpr auto kDeadline = std::chrono::seconds(10);
 
-// The byte every position of a fake block holds: derived from its id.
-uint8_t Fill(ExpertId id) { return static_cast<uint8_t>(id.layer * 16 + id.expert + 1); }
+using testing::RecordingSource;
+using testing::RecordingSourceOptions;
 
-// An upstream source that records every call. Blocks are `size_of(id)` bytes of Fill(id).
-// Fetches of a "gated" id block until Open() is called; ids in `fail_once` fail their next fetch.
-class FakeSource final : public ExpertSource {
- public:
-  explicit FakeSource(uint64_t default_size = 1000) : default_size_(default_size) {}
+uint8_t Fill(ExpertId id) { return RecordingSource::Fill(id); }
 
-  absl::StatusOr<Lease> Fetch(ExpertId id, Priority priority) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    fetches_.push_back(id);
-    priorities_.push_back(priority);
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return !gated_.count(id.Key()); });
-    if (fail_once_.erase(id.Key())) {
-      return absl::UnavailableError(
-          absl::StrCat("fake: expert (layer ", id.layer, ", id ", id.expert, ") failed"));
-    }
-    lock.unlock();
-    return MakeLease(id);
-  }
-
-  // Delivers misses in reverse order, as a source whose reads complete out of order might.
-  absl::Status FetchMany(std::span<const ExpertId> ids,
-                         const std::function<void(size_t, Lease)>& on_ready) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      batches_.emplace_back(ids.begin(), ids.end());
-    }
-    for (size_t k = ids.size(); k-- > 0;) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (fail_once_.erase(ids[k].Key()))
-          return absl::UnavailableError("fake: batch read failed");
-      }
-      on_ready(k, MakeLease(ids[k]));
-    }
-    return absl::OkStatus();
-  }
-
-  uint64_t BlockSize(ExpertId id) const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return SizeLocked(id);
-  }
-
-  void SetSize(ExpertId id, uint64_t size) {
-    std::lock_guard<std::mutex> lock(mu_);
-    sizes_[id.Key()] = size;
-  }
-  void Gate(ExpertId id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    gated_.insert(id.Key());
-  }
-  void Open(ExpertId id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    gated_.erase(id.Key());
-    cv_.notify_all();
-  }
-  void FailOnce(ExpertId id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    fail_once_.insert(id.Key());
-  }
-  // Waits until `n` Fetch calls have started; false on timeout.
-  bool WaitForFetches(size_t n) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, kDeadline, [&] { return fetches_.size() >= n; });
-  }
-
-  std::vector<ExpertId> fetches() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return fetches_;
-  }
-  std::vector<Priority> priorities() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return priorities_;
-  }
-  std::vector<std::vector<ExpertId>> batches() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return batches_;
-  }
-  size_t FetchCount(ExpertId id) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    size_t n = 0;
-    for (const auto& f : fetches_) n += f == id;
-    return n;
-  }
-  // Reads of `id` asked of this source, by Fetch or inside a FetchMany batch.
-  size_t UpstreamReads(ExpertId id) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    size_t n = 0;
-    for (const auto& f : fetches_) n += f == id;
-    for (const auto& b : batches_) {
-      for (const auto& f : b) n += f == id;
-    }
-    return n;
-  }
-  size_t TotalUpstreamReads() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    size_t n = fetches_.size();
-    for (const auto& b : batches_) n += b.size();
-    return n;
-  }
-
-  void Hint(std::span<const RoutingHint> hints) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    hints_.insert(hints_.end(), hints.begin(), hints.end());
-  }
-  std::vector<RoutingHint> hints() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return hints_;
-  }
-
- private:
-  uint64_t SizeLocked(ExpertId id) const {
-    auto it = sizes_.find(id.Key());
-    return it == sizes_.end() ? default_size_ : it->second;
-  }
-  Lease MakeLease(ExpertId id) {
-    uint64_t size;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      size = SizeLocked(id);
-    }
-    auto block = std::make_shared<Block>();
-    block->id = id;
-    block->size = size;
-    block->bytes = *AllocateAligned(size, 4096);
-    std::memset(block->bytes.get(), Fill(id), size);
-    return block;
-  }
-
-  const uint64_t default_size_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<uint64_t, uint64_t> sizes_;
-  std::set<uint64_t> gated_, fail_once_;
-  std::vector<ExpertId> fetches_;
-  std::vector<Priority> priorities_;
-  std::vector<std::vector<ExpertId>> batches_;
-  std::vector<RoutingHint> hints_;
-};
+// The upstream source records every call; its batches land last block first, as a source
+// whose reads complete out of order might.
+RecordingSourceOptions Upstream(uint64_t block_size) {
+  RecordingSourceOptions o;
+  o.block_size = block_size;
+  o.reverse_batches = true;
+  return o;
+}
 
 void ExpectBlockOf(const Lease& lease, ExpertId id, uint64_t size) {
   ASSERT_NE(lease, nullptr);
@@ -191,7 +63,7 @@ void ExpectConsistent(const CacheTier& cache) {
 }
 
 TEST(CacheTier, MissThenHit) {
-  FakeSource fake(1000);
+  RecordingSource fake(Upstream(1000));
   CacheTier cache(&fake, 10000);
   auto first = cache.Fetch(kA, Priority::kDemand);
   ASSERT_TRUE(first.ok()) << first.status();
@@ -200,7 +72,7 @@ TEST(CacheTier, MissThenHit) {
   ASSERT_TRUE(second.ok());
   ExpectBlockOf(*second, kA, 1000);
   EXPECT_EQ(second->get()->data(), first->get()->data());  // the cached bytes, not a second read
-  EXPECT_EQ(fake.UpstreamReads(kA), 1u);
+  EXPECT_EQ(fake.Count(kA), 1u);
   CacheStats s = cache.Stats();
   EXPECT_EQ(s.hits, 1u);
   EXPECT_EQ(s.misses, 1u);
@@ -221,7 +93,7 @@ TEST(CacheTier, MissThenHit) {
 }
 
 TEST(CacheTier, EvictsLeastRecentlyUsed) {
-  FakeSource fake(1000);
+  RecordingSource fake(Upstream(1000));
   CacheTier cache(&fake, 3000);  // three blocks
   for (ExpertId id : {kA, kB, kC}) ASSERT_TRUE(cache.Fetch(id, Priority::kDemand).ok());
   ASSERT_TRUE(cache.Fetch(kA, Priority::kDemand).ok());  // A becomes the most recent: B is LRU
@@ -239,7 +111,7 @@ TEST(CacheTier, EvictsLeastRecentlyUsed) {
   EXPECT_TRUE(cache.Contains(kE));
 
   ASSERT_TRUE(cache.Fetch(kB, Priority::kDemand).ok());  // read again; evicts A
-  EXPECT_EQ(fake.UpstreamReads(kB), 2u);
+  EXPECT_EQ(fake.Count(kB), 2u);
   EXPECT_FALSE(cache.Contains(kA));
   const CacheStats s = cache.Stats();
   EXPECT_EQ(s.hits, 1u);
@@ -248,11 +120,11 @@ TEST(CacheTier, EvictsLeastRecentlyUsed) {
   EXPECT_EQ(s.blocks_cached, 3u);
   EXPECT_EQ(s.bytes_cached, 3000u);
   EXPECT_EQ(s.bytes_fetched, 6000u);
-  EXPECT_EQ(fake.TotalUpstreamReads(), 6u);
+  EXPECT_EQ(fake.TotalReads(), 6u);
 }
 
 TEST(CacheTier, BytesNeverExceedCapacity) {
-  FakeSource fake;
+  RecordingSource fake(Upstream(1000));
   std::mt19937 rng(3);
   std::vector<ExpertId> ids;
   std::map<uint64_t, uint64_t> sizes;
@@ -294,7 +166,7 @@ TEST(CacheTier, BytesNeverExceedCapacity) {
 }
 
 TEST(CacheTier, LeasedBlocksAreNeverEvicted) {
-  FakeSource fake(1000);
+  RecordingSource fake(Upstream(1000));
   CacheTier cache(&fake, 3000);
   auto a = cache.Fetch(kA, Priority::kDemand);  // the LRU block, but leased
   ASSERT_TRUE(a.ok());
@@ -310,7 +182,7 @@ TEST(CacheTier, LeasedBlocksAreNeverEvicted) {
 }
 
 TEST(CacheTier, DemandWaitsForALeaseToBeDroppedThenGivesUp) {
-  FakeSource fake(1000);
+  RecordingSource fake(Upstream(1000));
   CacheTierOptions options;
   options.name = "ram";
   options.capacity_bytes = 2000;
@@ -339,7 +211,7 @@ TEST(CacheTier, DemandWaitsForALeaseToBeDroppedThenGivesUp) {
 }
 
 TEST(CacheTier, DemandWaitingForRoomProceedsWhenALeaseIsDropped) {
-  FakeSource fake(1000);
+  RecordingSource fake(Upstream(1000));
   CacheTierOptions options;
   options.capacity_bytes = 2000;
   options.room_wait = std::chrono::seconds(30);
@@ -363,7 +235,7 @@ TEST(CacheTier, DemandWaitingForRoomProceedsWhenALeaseIsDropped) {
 }
 
 TEST(CacheTier, BlockLargerThanTheBudgetFails) {
-  FakeSource fake(1000);
+  RecordingSource fake(Upstream(1000));
   fake.SetSize(kE, 5000);
   CacheTier cache(&fake, 4000);
   ASSERT_TRUE(cache.Fetch(kA, Priority::kDemand).ok());
@@ -376,7 +248,7 @@ TEST(CacheTier, BlockLargerThanTheBudgetFails) {
 }
 
 TEST(CacheTier, ClearKeepsLeasedBlocks) {
-  FakeSource fake(1000);
+  RecordingSource fake(Upstream(1000));
   CacheTier cache(&fake, 10000);
   auto a = cache.Fetch(kA, Priority::kDemand);
   ASSERT_TRUE(cache.Fetch(kB, Priority::kDemand).ok());
@@ -397,11 +269,11 @@ TEST(CacheTier, ClearKeepsLeasedBlocks) {
   EXPECT_EQ(cache.Stats().bytes_cached, 0u);
   // Still usable afterwards.
   ASSERT_TRUE(cache.Fetch(kA, Priority::kDemand).ok());
-  EXPECT_EQ(fake.UpstreamReads(kA), 2u);
+  EXPECT_EQ(fake.Count(kA), 2u);
 }
 
 TEST(CacheTier, LeasesOutliveTheTier) {
-  FakeSource fake(1000);
+  RecordingSource fake(Upstream(1000));
   Lease kept;
   {
     CacheTier cache(&fake, 10000);
@@ -413,7 +285,7 @@ TEST(CacheTier, LeasesOutliveTheTier) {
 }
 
 TEST(CacheTier, ErrorsPassThroughAndAreNotCached) {
-  FakeSource fake(1000);
+  RecordingSource fake(Upstream(1000));
   CacheTier cache(&fake, 10000);
   fake.FailOnce(kB);
   auto r = cache.Fetch(kB, Priority::kDemand);
@@ -424,15 +296,15 @@ TEST(CacheTier, ErrorsPassThroughAndAreNotCached) {
   EXPECT_EQ(cache.Stats().bytes_cached, 0u);
   auto again = cache.Fetch(kB, Priority::kDemand);
   ASSERT_TRUE(again.ok());
-  EXPECT_EQ(fake.UpstreamReads(kB), 2u);
+  EXPECT_EQ(fake.Count(kB), 2u);
 }
 
 TEST(CacheTier, HintsArePassedOn) {
-  FakeSource fake(1000);
+  RecordingSource fake(Upstream(1000));
   CacheTier cache(&fake, 10000);
   const std::vector<RoutingHint> hints = {{kA, 0.75f, 1}, {kB, 0.25f, 0}};
   cache.Hint(hints);
-  const std::vector<RoutingHint> got = fake.hints();
+  const std::vector<RoutingHint> got = fake.Hints();
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0].id.Key(), kA.Key());
   EXPECT_FLOAT_EQ(got[0].probability, 0.75f);
@@ -481,7 +353,7 @@ struct Fetchers {
 TEST(CacheTier, ConcurrentFetchesOfOneExpertAreCoalesced) {
   for (int io_threads : {0, 2}) {
     SCOPED_TRACE(io_threads);
-    FakeSource fake(1000);
+    RecordingSource fake(Upstream(1000));
     CacheTierOptions options;
     options.capacity_bytes = 10000;
     options.io_threads = io_threads;
@@ -489,7 +361,7 @@ TEST(CacheTier, ConcurrentFetchesOfOneExpertAreCoalesced) {
     fake.Gate(kC);
     Fetchers f;
     f.Start(&cache, kC, 1);
-    ASSERT_TRUE(fake.WaitForFetches(1));  // the first read is inside the upstream source
+    ASSERT_TRUE(fake.WaitForReads(1));  // the first read is inside the upstream source
     f.Start(&cache, kC, 5);
     ASSERT_TRUE(f.WaitStarted(6));
     // The five late requests join the read in flight (wait until they have, when observable).
@@ -497,7 +369,7 @@ TEST(CacheTier, ConcurrentFetchesOfOneExpertAreCoalesced) {
     EXPECT_EQ(cache.Stats().bytes_reserved, 1000u);
     fake.Open(kC);
     f.Join();
-    EXPECT_EQ(fake.UpstreamReads(kC), 1u);
+    EXPECT_EQ(fake.Count(kC), 1u);
     ASSERT_EQ(f.results.size(), 6u);
     const uint8_t* bytes = nullptr;
     for (const auto& r : f.results) {
@@ -515,12 +387,12 @@ TEST(CacheTier, ConcurrentFetchesOfOneExpertAreCoalesced) {
 }
 
 TEST(CacheTier, ConcurrentFetchesOfDifferentExpertsDoNotWaitForEachOther) {
-  FakeSource fake(1000);
+  RecordingSource fake(Upstream(1000));
   CacheTier cache(&fake, 10000);
   fake.Gate(kA);
   Fetchers f;
   f.Start(&cache, kA, 1);
-  ASSERT_TRUE(fake.WaitForFetches(1));
+  ASSERT_TRUE(fake.WaitForReads(1));
   // While A's read is stuck upstream, B is read and served on this thread.
   auto b = cache.Fetch(kB, Priority::kDemand);
   ASSERT_TRUE(b.ok());
@@ -534,7 +406,7 @@ TEST(CacheTier, ConcurrentFetchesOfDifferentExpertsDoNotWaitForEachOther) {
 TEST(CacheTier, FetchManyHandsHitsFirstThenMissesAndCachesThem) {
   for (int io_threads : {0, 2}) {
     SCOPED_TRACE(io_threads);
-    FakeSource fake(1000);
+    RecordingSource fake(Upstream(1000));
     CacheTierOptions options;
     options.capacity_bytes = 10000;
     options.io_threads = io_threads;
@@ -554,10 +426,10 @@ TEST(CacheTier, FetchManyHandsHitsFirstThenMissesAndCachesThem) {
     EXPECT_EQ(order[1], 2u);
     EXPECT_EQ(std::set<size_t>(order.begin() + 2, order.end()), std::set<size_t>({1, 3, 4}));
     for (ExpertId id : {kB, kD, kE}) {
-      EXPECT_EQ(fake.UpstreamReads(id), 1u);
+      EXPECT_EQ(fake.Count(id), 1u);
       EXPECT_TRUE(cache.Contains(id));
     }
-    EXPECT_EQ(fake.UpstreamReads(kA), 1u);  // only its first Fetch
+    EXPECT_EQ(fake.Count(kA), 1u);  // only its first Fetch
     CacheStats st = cache.Stats();
     EXPECT_EQ(st.hits, 2u);
     EXPECT_EQ(st.misses, 5u);
@@ -566,15 +438,15 @@ TEST(CacheTier, FetchManyHandsHitsFirstThenMissesAndCachesThem) {
 
     // Everything is a hit now: nothing goes upstream.
     order.clear();
-    const size_t reads = fake.TotalUpstreamReads();
+    const size_t reads = fake.TotalReads();
     ASSERT_TRUE(cache.FetchMany(ids, [&](size_t i, Lease) { order.push_back(i); }).ok());
     EXPECT_EQ(order, std::vector<size_t>({0, 1, 2, 3, 4}));
-    EXPECT_EQ(fake.TotalUpstreamReads(), reads);
+    EXPECT_EQ(fake.TotalReads(), reads);
   }
 }
 
 TEST(CacheTier, FetchManyReportsUpstreamErrors) {
-  FakeSource fake(1000);
+  RecordingSource fake(Upstream(1000));
   CacheTier cache(&fake, 10000);
   fake.FailOnce(kB);
   const std::vector<ExpertId> ids = {kB, kD};
@@ -589,7 +461,7 @@ TEST(CacheTier, FetchManyReportsUpstreamErrors) {
 }
 
 TEST(CacheTier, FetchGroupsHandsTheHitsOverTogetherThenWhatLandsTogether) {
-  FakeSource fake(1000);
+  RecordingSource fake(Upstream(1000));
   CacheTierOptions options;
   options.capacity_bytes = 10000;
   options.io_threads = 2;
@@ -637,7 +509,7 @@ TEST(CacheTier, FetchGroupsHandsTheHitsOverTogetherThenWhatLandsTogether) {
 }
 
 TEST(ExpertSource, FetchGroupsDefaultsToOneBlockPerGroupInArrivalOrder) {
-  FakeSource fake(1000);
+  RecordingSource fake(Upstream(1000));
   const std::vector<ExpertId> ids = {kA, kB, kC};
   std::vector<std::vector<size_t>> groups;
   ASSERT_TRUE(fake.FetchGroups(ids,

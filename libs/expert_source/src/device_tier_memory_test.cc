@@ -12,7 +12,7 @@
 
 #include "colibri/backend/testing/device_like_backend.h"
 #include "colibri/expert_source/cache_tier.h"
-#include "test_sources.h"
+#include "colibri/expert_source/testing/recording_source.h"
 
 namespace colibri::expert_source {
 namespace {
@@ -20,18 +20,11 @@ namespace {
 using testing::RecordingSource;
 
 // Blocks of a size that depends on the expert (mixed quant types give mixed block sizes).
-class MixedSizeSource final : public ExpertSource {
- public:
-  absl::StatusOr<Lease> Fetch(ExpertId id, Priority) override {
-    auto block = std::make_shared<Block>();
-    block->id = id;
-    block->size = BlockSize(id);
-    block->bytes = *AllocateAligned(block->size, 64);
-    std::memset(block->bytes.get(), RecordingSource::Fill(id), block->size);
-    return Lease(std::move(block));
-  }
-  uint64_t BlockSize(ExpertId id) const override { return id.expert % 2 == 0 ? 1000 : 700; }
-};
+testing::RecordingSourceOptions MixedSizes() {
+  testing::RecordingSourceOptions o;
+  o.size_of = [](ExpertId id) -> uint64_t { return id.expert % 2 == 0 ? 1000 : 700; };
+  return o;
+}
 
 std::vector<uint8_t> DeviceBytes(backend::Backend& be, const Lease& lease) {
   std::vector<uint8_t> out(lease->size);
@@ -47,7 +40,7 @@ TEST(DeviceTierMemoryTest, TierOverDeviceMemoryStaysWithinItsSlots) {
   EXPECT_EQ((*mem)->capacity_bytes(), 4u * 1024);
   EXPECT_EQ(be.counters().bytes_allocated.load(), 4u * 1024);
 
-  MixedSizeSource src;
+  RecordingSource src(MixedSizes());
   CacheTierOptions o;
   o.name = "vram";
   o.capacity_bytes = (*mem)->capacity_bytes();

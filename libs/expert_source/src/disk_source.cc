@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 
 #include "absl/strings/str_cat.h"
 #include "colibri/core/checksum.h"
@@ -215,6 +216,77 @@ absl::StatusOr<Lease> DiskSource::Fetch(ExpertId id, Priority priority) {
   if (got != b.checksum)
     return model::ExpertChecksumError(b, container_->ExpertFilePath(b).string(), got);
   return Lease(std::move(block));
+}
+
+absl::Status DiskSource::FetchMany(std::span<const ExpertId> ids,
+                                   const std::function<void(size_t, Lease)>& on_ready,
+                                   Priority priority) {
+  // Prefetch reads run on their caller only: a paused prefetch must never hold a helper.
+  if (ids.size() < 2 || !helpers_ || helpers_->size() < 2 || priority == Priority::kPrefetch) {
+    return ExpertSource::FetchMany(ids, on_ready, priority);
+  }
+  // Blocks are claimed in order by the helpers and by this thread (between handing blocks out),
+  // so a batch keeps several blocks in flight like the cache's reader threads used to.
+  struct Batch {
+    std::vector<ExpertId> ids;
+    Priority priority = Priority::kDemand;
+    std::atomic<size_t> next{0};
+    std::atomic<bool> stop{false};
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::pair<size_t, absl::StatusOr<Lease>>> landed;
+    size_t helpers_running = 0;
+  };
+  auto b = std::make_shared<Batch>();
+  b->ids.assign(ids.begin(), ids.end());
+  b->priority = priority;
+  auto read_one = [this, b]() -> bool {
+    const size_t i = b->next++;
+    if (i >= b->ids.size() || b->stop.load()) return false;
+    absl::StatusOr<Lease> r = Fetch(b->ids[i], b->priority);
+    std::lock_guard<std::mutex> lock(b->mu);
+    b->landed.emplace_back(i, std::move(r));
+    b->cv.notify_all();
+    return true;
+  };
+  const size_t helpers = std::min(ids.size() - 1, static_cast<size_t>(helpers_->size() - 1));
+  b->helpers_running = helpers;
+  for (size_t k = 0; k < helpers; ++k) {
+    helpers_->Submit([b, read_one] {
+      while (read_one()) {
+      }
+      std::lock_guard<std::mutex> lock(b->mu);
+      b->helpers_running--;
+      b->cv.notify_all();
+    });
+  }
+  absl::Status first_error;
+  for (size_t handed = 0; handed < ids.size() && first_error.ok();) {
+    std::unique_lock<std::mutex> lock(b->mu);
+    if (b->landed.empty()) {
+      if (b->next.load() < ids.size()) {
+        lock.unlock();
+        read_one();
+      } else {
+        b->cv.wait(lock, [&] { return !b->landed.empty(); });
+      }
+      continue;
+    }
+    auto [i, r] = std::move(b->landed.front());
+    b->landed.pop_front();
+    lock.unlock();
+    handed++;
+    if (!r.ok()) {
+      first_error = r.status();
+      b->stop = true;
+      break;
+    }
+    on_ready(i, std::move(*r));
+  }
+  // The helpers read through this source: none may outlive the call.
+  std::unique_lock<std::mutex> lock(b->mu);
+  b->cv.wait(lock, [&] { return b->helpers_running == 0; });
+  return first_error;
 }
 
 }  // namespace colibri::expert_source

@@ -180,6 +180,30 @@ TEST_P(DiskSourceTest, FetchManyDeliversEveryIndexOnce) {
   EXPECT_EQ(calls, std::vector<int>({1, 1, 1}));
 }
 
+TEST_P(DiskSourceTest, ABatchReadInParallelStopsAtACorruptBlock) {
+  FlipByte(1, 2, 100);
+  auto src = DiskSource::Open(container_.get(), {.read_parallelism = 4});
+  ASSERT_TRUE(src.ok());
+  const std::vector<ExpertId> ids = {{0, 0}, {1, 2}, {0, 1}, {1, 1}, {0, 2}};
+  std::vector<int> calls(ids.size(), 0);
+  absl::Status s = (*src)->FetchMany(ids, [&](size_t i, Lease lease) {
+    ++calls[i];
+    ExpectWritten(lease, ids[i].layer, ids[i].expert);
+  });
+  ASSERT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("layer 1, id 2"), std::string::npos) << s;
+  EXPECT_EQ(calls[1], 0);
+  for (int c : calls) EXPECT_LE(c, 1);
+  // The source is still usable: the same batch at prefetch priority, one block at a time.
+  const std::vector<ExpertId> good = {{0, 0}, {0, 1}, {1, 1}};
+  std::vector<int> again(good.size(), 0);
+  ASSERT_TRUE((*src)
+                  ->FetchMany(
+                      good, [&](size_t i, Lease) { ++again[i]; }, Priority::kPrefetch)
+                  .ok());
+  EXPECT_EQ(again, std::vector<int>({1, 1, 1}));
+}
+
 TEST_P(DiskSourceTest, UnknownExpertIsNotFound) {
   auto src = DiskSource::Open(container_.get());
   ASSERT_TRUE(src.ok());

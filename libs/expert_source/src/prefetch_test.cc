@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "colibri/expert_source/cache_tier.h"
-#include "test_sources.h"
+#include "colibri/expert_source/testing/recording_source.h"
 
 namespace colibri::expert_source {
 namespace {
@@ -233,55 +233,15 @@ namespace {
 
 // A source whose reads of gated ids wait until opened; a prefetch read cancelled meanwhile then
 // fails Cancelled, as DiskSource stops a read between pieces.
-class CancellableSource final : public ExpertSource {
- public:
-  absl::StatusOr<Lease> Fetch(ExpertId id, Priority priority) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    reads_.push_back({id, priority});
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return !gated_.count(id.Key()); });
-    if (priority == Priority::kPrefetch && cancelled_.erase(id.Key()))
-      return absl::CancelledError("stopped");
-    lock.unlock();
-    auto block = std::make_shared<Block>();
-    block->id = id;
-    block->size = 100;
-    block->bytes = *AllocateAligned(100, 64);
-    return Lease(std::move(block));
-  }
-  void Cancel(std::span<const ExpertId> ids) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& id : ids) cancelled_.insert(id.Key());
-    cv_.notify_all();
-  }
-  uint64_t BlockSize(ExpertId) const override { return 100; }
-  void Gate(ExpertId id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    gated_.insert(id.Key());
-  }
-  void Open(ExpertId id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    gated_.erase(id.Key());
-    cv_.notify_all();
-  }
-  bool WaitForReads(size_t n) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, kDeadline, [&] { return reads_.size() >= n; });
-  }
-  std::vector<std::pair<ExpertId, Priority>> reads() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return reads_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::set<uint64_t> gated_, cancelled_;
-  std::vector<std::pair<ExpertId, Priority>> reads_;
-};
+testing::RecordingSourceOptions Cancellable() {
+  testing::RecordingSourceOptions o;
+  o.block_size = 100;
+  o.cancel_stops_prefetch = true;
+  return o;
+}
 
 TEST(Prefetch, CancelStopsAReadInProgress) {
-  CancellableSource src;
+  RecordingSource src(Cancellable());
   CacheTier tier(&src, Options(1000));
   src.Gate(kA);
   const std::vector<ExpertId> ids = {kA};
@@ -298,7 +258,7 @@ TEST(Prefetch, CancelStopsAReadInProgress) {
 }
 
 TEST(Prefetch, AStoppedReadThatADemandJoinedIsReadAgain) {
-  CancellableSource src;
+  RecordingSource src(Cancellable());
   CacheTier tier(&src, Options(1000));
   src.Gate(kA);
   const std::vector<ExpertId> ids = {kA};
@@ -314,7 +274,7 @@ TEST(Prefetch, AStoppedReadThatADemandJoinedIsReadAgain) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_TRUE(tier.Contains(kA));
   EXPECT_EQ(tier.Stats().prefetch_aborted, 0u);
-  const auto reads = src.reads();
+  const auto reads = src.Reads();
   ASSERT_EQ(reads.size(), 2u);  // the stopped prefetch, then a demand read
   EXPECT_EQ(reads[0].second, Priority::kPrefetch);
   EXPECT_EQ(reads[1].second, Priority::kDemand);
@@ -398,6 +358,90 @@ TEST(Warm, ClearDropsTheQueueAndNoReadersMeansNoWarming) {
   inline_tier.Warm(one);
   EXPECT_EQ(src.Count(kD), 0u);
   EXPECT_EQ(inline_tier.Stats().warm_queued, 0u);
+}
+
+// What reaches the source below: one batch per request's misses, prefetches as prefetch
+// batches, Promote for a demanded prefetch in flight, Cancel for one no longer wanted.
+TEST(CacheTierBatches, AllMissesOfARequestGoDownAsOneDemandBatch) {
+  for (int io_threads : {0, 2}) {
+    SCOPED_TRACE(io_threads);
+    RecordingSource src(100);
+    CacheTier tier(&src, Options(1000, io_threads));
+    ASSERT_TRUE(tier.Fetch(kB, Priority::kDemand).ok());
+    const std::vector<ExpertId> ids = {kA, kB, kC, kD};
+    std::set<size_t> got;
+    ASSERT_TRUE(tier.FetchMany(ids, [&](size_t i, Lease) { got.insert(i); }).ok());
+    EXPECT_EQ(got, std::set<size_t>({0, 1, 2, 3}));
+    const auto batches = src.Batches();
+    ASSERT_EQ(batches.size(), 2u);  // kB's own, then this request's three misses
+    EXPECT_EQ(batches[1], std::vector<ExpertId>({kA, kC, kD}));
+    EXPECT_EQ(src.BatchPriorities(), std::vector<Priority>({Priority::kDemand, Priority::kDemand}));
+    for (const auto& call : src.Calls()) EXPECT_EQ(call.call, testing::Call::kBatch);
+  }
+}
+
+TEST(CacheTierBatches, PrefetchesGoDownAsAPrefetchBatch) {
+  RecordingSource src(100);
+  CacheTier tier(&src, Options(1000, /*io_threads=*/3));  // two prefetch reads at once
+  const std::vector<ExpertId> ids = {kA, kB};
+  tier.Prefetch(ids);
+  ASSERT_TRUE(tier.WaitIdle(Deadline()));
+  EXPECT_EQ(src.Batches(), std::vector<std::vector<ExpertId>>({{kA, kB}}));
+  EXPECT_EQ(src.BatchPriorities(), std::vector<Priority>({Priority::kPrefetch}));
+  EXPECT_EQ(tier.Stats().prefetch_reads, 2u);
+}
+
+TEST(CacheTierBatches, PromoteAndCancelOfReadsInFlightReachTheSource) {
+  RecordingSource src(100);
+  CacheTier tier(&src, Options(1000, /*io_threads=*/1));
+  src.Gate(kA);
+  const std::vector<ExpertId> a = {kA}, b = {kB};
+  tier.Prefetch(a);
+  ASSERT_TRUE(src.WaitForFetch(kA));
+  tier.Prefetch(b);  // queued behind A
+  std::thread demand([&] { EXPECT_TRUE(tier.Fetch(kA, Priority::kDemand).ok()); });
+  ASSERT_TRUE(src.WaitForPromoted(1));
+  EXPECT_EQ(src.Promoted(), std::vector<ExpertId>({kA}));
+  tier.Cancel(b);  // queued: dropped here, nothing to tell the source
+  EXPECT_TRUE(src.Cancelled().empty());
+  src.Open(kA);
+  demand.join();
+  ASSERT_TRUE(tier.WaitIdle(Deadline()));
+  src.Gate(kC);
+  const std::vector<ExpertId> c = {kC};
+  tier.Prefetch(c);
+  ASSERT_TRUE(src.WaitForFetch(kC));
+  tier.Cancel(c);  // being read: the source is told
+  EXPECT_EQ(src.Cancelled(), std::vector<ExpertId>({kC}));
+  src.Open(kC);
+  ASSERT_TRUE(tier.WaitIdle(Deadline()));
+  EXPECT_EQ(src.Count(kB), 0u);
+  EXPECT_EQ(tier.Stats().prefetch_cancelled, 1u);
+}
+
+TEST(CacheTierBatches, TheOtherBlocksOfAStoppedPrefetchBatchAreReadAgain) {
+  RecordingSource src(Cancellable());
+  CacheTier tier(&src, Options(1000, /*io_threads=*/3));
+  src.Gate(kA);
+  src.Gate(kB);
+  const std::vector<ExpertId> ids = {kA, kB};
+  tier.Prefetch(ids);
+  ASSERT_TRUE(src.WaitForReads(2));
+  const std::vector<ExpertId> wrong = {kA};
+  tier.Cancel(wrong);
+  src.Open(kA);  // the source stops A, and with it the batch
+  src.Open(kB);
+  ASSERT_TRUE(tier.WaitIdle(Deadline()));
+  EXPECT_FALSE(tier.Contains(kA));
+  EXPECT_TRUE(tier.Contains(kB));
+  EXPECT_EQ(src.Count(kB), 2u);
+  EXPECT_EQ(src.PrioritiesOf(kB),
+            std::vector<Priority>({Priority::kPrefetch, Priority::kPrefetch}));
+  const CacheStats s = tier.Stats();
+  EXPECT_EQ(s.prefetch_aborted, 1u);
+  EXPECT_EQ(s.prefetch_reads, 2u);
+  EXPECT_EQ(s.bytes_reserved, 0u);
+  EXPECT_EQ(s.bytes_cached, 100u);
 }
 
 }  // namespace

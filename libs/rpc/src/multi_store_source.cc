@@ -2,6 +2,7 @@
 
 #include <deque>
 #include <limits>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -36,7 +37,7 @@ class MultiStoreSource::Request {
   bool abandoned = false;
   absl::Status last_error;
 
-  bool Tried(const Store* s) {
+  bool Tried(const Store* s) const {
     for (const auto& t : tried) {
       if (t == s) return true;
     }
@@ -220,103 +221,126 @@ void MultiStoreSource::Attempt(const std::shared_ptr<Request>& req) {
   probe_cv_.notify_all();
 }
 
-void MultiStoreSource::AttemptOnce(const std::shared_ptr<Request>& req) {
-  const uint64_t size = manifest_->Expert(req->id.layer, req->id.expert).size;
-  for (;;) {
-    // The holder with the least outstanding work (bytes asked for and not delivered); stores
-    // that are down come last (a probe may not have noticed they are back).
-    Store* best = nullptr;
-    bool best_up = false;
-    double best_cost = std::numeric_limits<double>::max();
-    auto stores = Snapshot();
-    const size_t n = stores.size();
-    const size_t start = n == 0 ? 0 : rotation_++ % n;  // ties rotate
-    const int64_t now_ns = Clock::now().time_since_epoch().count();
-    // Unknown (or stale) rates count as the best known one: new stores get their share.
-    double best_rate = 0;
-    for (Store* s : stores) {
-      if (now_ns - s->rate_at_ns.load() < kRateMemoryNs)
-        best_rate = std::max(best_rate, s->rate.load());
+MultiStoreSource::Store* MultiStoreSource::Choose(const Request& req,
+                                                  const std::vector<Store*>& stores,
+                                                  const std::map<const Store*, uint64_t>& planned) {
+  const uint64_t size = manifest_->Expert(req.id.layer, req.id.expert).size;
+  // The holder with the least outstanding work (bytes asked for and not delivered, plus what
+  // this batch is about to send there) for its measured rate; stores that are down come last (a
+  // probe may not have noticed they are back).
+  Store* best = nullptr;
+  bool best_up = false;
+  double best_cost = std::numeric_limits<double>::max();
+  const size_t n = stores.size();
+  const size_t start = n == 0 ? 0 : rotation_++ % n;  // ties rotate
+  const int64_t now_ns = Clock::now().time_since_epoch().count();
+  // Unknown (or stale) rates count as the best known one: new stores get their share.
+  double best_rate = 0;
+  for (Store* s : stores) {
+    if (now_ns - s->rate_at_ns.load() < kRateMemoryNs)
+      best_rate = std::max(best_rate, s->rate.load());
+  }
+  if (best_rate <= 0) best_rate = 1e9;
+  for (size_t k = 0; k < n; ++k) {
+    Store* s = stores[(start + k) % n];
+    if (req.Tried(s) || !s->source->Holds(req.id)) continue;
+    const bool up = s->up.load();
+    const double rate = now_ns - s->rate_at_ns.load() < kRateMemoryNs ? s->rate.load() : best_rate;
+    auto extra = planned.find(s);
+    const double queued = static_cast<double>(s->source->Stats().outstanding_bytes + size +
+                                              (extra == planned.end() ? 0 : extra->second));
+    const double cost = queued / std::max(rate, 1.0);
+    if (!best || (up && !best_up) || (up == best_up && cost < best_cost)) {
+      best = s;
+      best_up = up;
+      best_cost = cost;
     }
-    if (best_rate <= 0) best_rate = 1e9;
+  }
+  return best;
+}
+
+RemoteStoreSource::Callback MultiStoreSource::OnAnswer(const std::shared_ptr<Request>& req,
+                                                       Store* store) {
+  const uint64_t size = manifest_->Expert(req->id.layer, req->id.expert).size;
+  std::weak_ptr<Request> weak = req;
+  // The callback holds the store by pointer: stores live as long as this source, and a
+  // callback owning one could end up destroying it on its own reader thread.
+  return [this, weak, store, size, t0 = Clock::now()](absl::StatusOr<Lease> r) {
+    if (r.ok()) {
+      // Delivery rate of this fetch, queueing included: a busy store looks slower.
+      const auto now = Clock::now();
+      const double secs = std::max(1e-6, std::chrono::duration<double>(now - t0).count());
+      const double sample = static_cast<double>(size) / secs;
+      const double old = store->rate.load();
+      const bool fresh = now.time_since_epoch().count() - store->rate_at_ns.load() < kRateMemoryNs;
+      store->rate = fresh && old > 0 ? 0.7 * old + 0.3 * sample : sample;
+      store->rate_at_ns = now.time_since_epoch().count();
+    }
+    auto req = weak.lock();
+    if (!req) return;
+    if (r.ok()) {
+      {
+        std::lock_guard<std::mutex> lock(req->mu);
+        req->finished = true;
+      }
+      req->done(std::move(r));
+      return;
+    }
+    const auto code = r.status().code();
+    if (code == absl::StatusCode::kUnavailable) MarkDown(*store, r.status());
+    bool retry;
+    {
+      std::lock_guard<std::mutex> lock(req->mu);
+      retry = !req->abandoned && Clock::now() < req->deadline &&
+              (code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDataLoss ||
+               code == absl::StatusCode::kNotFound);
+      req->last_error = r.status();
+      if (!retry) req->finished = true;
+    }
+    if (retry) {
+      Attempt(req);
+    } else {
+      req->done(std::move(r));
+    }
+  };
+}
+
+bool MultiStoreSource::Assign(const std::shared_ptr<Request>& req, Store* best) {
+  {
+    std::lock_guard<std::mutex> lock(req->mu);
+    if (req->abandoned) return false;
+    if (best) {
+      req->tried.push_back(best);
+      req->current = best;
+      if (req->tried.size() > 1) failovers_++;
+      return true;
+    }
+    req->finished = true;
+  }
+  FailUnheld(req);
+  return false;
+}
+
+void MultiStoreSource::FailUnheld(const std::shared_ptr<Request>& req) {
+  absl::Status err =
+      req->last_error.ok()
+          ? absl::UnavailableError(absl::StrCat("no expert store holds expert (layer ",
+                                                req->id.layer, ", id ", req->id.expert, ")"))
+          : req->last_error;
+  req->done(err);
+}
+
+void MultiStoreSource::AttemptOnce(const std::shared_ptr<Request>& req) {
+  for (;;) {
+    Store* best;
     {
       std::lock_guard<std::mutex> lock(req->mu);
       if (req->abandoned) return;
-      for (size_t k = 0; k < n; ++k) {
-        Store* s = stores[(start + k) % n];
-        if (req->Tried(s) || !s->source->Holds(req->id)) continue;
-        const bool up = s->up.load();
-        const double rate =
-            now_ns - s->rate_at_ns.load() < kRateMemoryNs ? s->rate.load() : best_rate;
-        const double cost =
-            static_cast<double>(s->source->Stats().outstanding_bytes + size) / std::max(rate, 1.0);
-        if (!best || (up && !best_up) || (up == best_up && cost < best_cost)) {
-          best = s;
-          best_up = up;
-          best_cost = cost;
-        }
-      }
-      if (!best) {
-        req->finished = true;
-      } else {
-        req->tried.push_back(best);
-        req->current = best;
-        if (req->tried.size() > 1) failovers_++;
-      }
+      best = Choose(*req, Snapshot(), {});
     }
-    if (!best) {
-      absl::Status err =
-          req->last_error.ok()
-              ? absl::UnavailableError(absl::StrCat("no expert store holds expert (layer ",
-                                                    req->id.layer, ", id ", req->id.expert, ")"))
-              : req->last_error;
-      req->done(err);
-      return;
-    }
-    std::weak_ptr<Request> weak = req;
-    // The callback holds the store by pointer: stores live as long as this source, and a
-    // callback owning one could end up destroying it on its own reader thread.
-    auto handle = best->source->StartFetch(
-        req->id, req->priority, req->deadline,
-        [this, weak, store = best, size, t0 = Clock::now()](absl::StatusOr<Lease> r) {
-          if (r.ok()) {
-            // Delivery rate of this fetch, queueing included: a busy store looks slower.
-            const auto now = Clock::now();
-            const double secs = std::max(1e-6, std::chrono::duration<double>(now - t0).count());
-            const double sample = static_cast<double>(size) / secs;
-            const double old = store->rate.load();
-            const bool fresh =
-                now.time_since_epoch().count() - store->rate_at_ns.load() < kRateMemoryNs;
-            store->rate = fresh && old > 0 ? 0.7 * old + 0.3 * sample : sample;
-            store->rate_at_ns = now.time_since_epoch().count();
-          }
-          auto req = weak.lock();
-          if (!req) return;
-          if (r.ok()) {
-            {
-              std::lock_guard<std::mutex> lock(req->mu);
-              req->finished = true;
-            }
-            req->done(std::move(r));
-            return;
-          }
-          const auto code = r.status().code();
-          if (code == absl::StatusCode::kUnavailable) MarkDown(*store, r.status());
-          bool retry;
-          {
-            std::lock_guard<std::mutex> lock(req->mu);
-            retry = !req->abandoned && Clock::now() < req->deadline &&
-                    (code == absl::StatusCode::kUnavailable ||
-                     code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kNotFound);
-            req->last_error = r.status();
-            if (!retry) req->finished = true;
-          }
-          if (retry) {
-            Attempt(req);
-          } else {
-            req->done(std::move(r));
-          }
-        });
+    if (!Assign(req, best)) return;
+    auto handle =
+        best->source->StartFetch(req->id, req->priority, req->deadline, OnAnswer(req, best));
     if (handle.ok()) {
       std::lock_guard<std::mutex> lock(req->mu);
       req->handle = *handle;
@@ -327,6 +351,64 @@ void MultiStoreSource::AttemptOnce(const std::shared_ptr<Request>& req) {
     std::lock_guard<std::mutex> lock(req->mu);
     req->last_error = handle.status();
   }
+}
+
+void MultiStoreSource::StartBatch(const std::vector<std::shared_ptr<Request>>& reqs,
+                                  Priority priority, Clock::time_point deadline) {
+  bool stopping;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping = stopping_;
+    if (!stopping) attempts_running_++;
+  }
+  if (stopping) {
+    for (const auto& req : reqs) Attempt(req);  // each fails Cancelled
+    return;
+  }
+  // Each request to the holder that should deliver it first, then one batch per store.
+  const std::vector<Store*> stores = Snapshot();
+  std::map<const Store*, uint64_t> planned;
+  std::map<Store*, std::vector<std::shared_ptr<Request>>> by_store;
+  for (const auto& req : reqs) {
+    Store* best;
+    {
+      std::lock_guard<std::mutex> lock(req->mu);
+      best = Choose(*req, stores, planned);
+    }
+    if (!Assign(req, best)) continue;
+    planned[best] += manifest_->Expert(req->id.layer, req->id.expert).size;
+    by_store[best].push_back(req);
+  }
+  for (auto& [store, batch] : by_store) {
+    std::vector<ExpertId> ids;
+    std::vector<RemoteStoreSource::Callback> dones;
+    for (const auto& req : batch) {
+      ids.push_back(req->id);
+      dones.push_back(OnAnswer(req, store));
+    }
+    auto handles = store->source->StartFetches(ids, priority, deadline, std::move(dones));
+    if (handles.ok()) {
+      for (size_t k = 0; k < batch.size(); ++k) {
+        std::lock_guard<std::mutex> lock(batch[k]->mu);
+        batch[k]->handle = (*handles)[k];
+      }
+      continue;
+    }
+    // Could not even start there (stream cannot open): each tries the next holder.
+    if (handles.status().code() == absl::StatusCode::kUnavailable) {
+      MarkDown(*store, handles.status());
+    }
+    for (const auto& req : batch) {
+      {
+        std::lock_guard<std::mutex> lock(req->mu);
+        req->last_error = handles.status();
+      }
+      Attempt(req);
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  attempts_running_--;
+  probe_cv_.notify_all();
 }
 
 absl::Status MultiStoreSource::RunMany(std::span<const ExpertId> ids, Priority priority,
@@ -348,12 +430,12 @@ absl::Status MultiStoreSource::RunMany(std::span<const ExpertId> ids, Priority p
     req->deadline = deadline;
     req->done = arrivals.Slot(i);
     reqs.push_back(req);
-    Attempt(req);
   }
+  StartBatch(reqs, priority, deadline);
   const absl::Status first_error = arrivals.Drain(
       ids.size(), deadline,
       absl::StrCat("expert fetch timed out after ", options_.fetch_timeout.count(), " ms"),
-      on_ready);
+      on_ready, /*skip_cancelled=*/priority == Priority::kPrefetch);
   if (!first_error.ok()) {
     for (const auto& req : reqs) {
       Store* store = nullptr;
@@ -371,6 +453,15 @@ absl::Status MultiStoreSource::RunMany(std::span<const ExpertId> ids, Priority p
   return first_error;
 }
 
+void MultiStoreSource::Promote(std::span<const ExpertId> ids) {
+  // Only the store whose requests these are sends anything.
+  for (Store* s : Snapshot()) s->source->Promote(ids);
+}
+
+void MultiStoreSource::Cancel(std::span<const ExpertId> ids) {
+  for (Store* s : Snapshot()) s->source->Cancel(ids);
+}
+
 absl::StatusOr<Lease> MultiStoreSource::Fetch(ExpertId id, Priority priority) {
   Lease out;
   RETURN_IF_ERROR(RunMany(std::span<const ExpertId>(&id, 1), priority,
@@ -379,8 +470,9 @@ absl::StatusOr<Lease> MultiStoreSource::Fetch(ExpertId id, Priority priority) {
 }
 
 absl::Status MultiStoreSource::FetchMany(std::span<const ExpertId> ids,
-                                         const std::function<void(size_t, Lease)>& on_ready) {
-  return RunMany(ids, Priority::kDemand, on_ready);
+                                         const std::function<void(size_t, Lease)>& on_ready,
+                                         Priority priority) {
+  return RunMany(ids, priority, on_ready);
 }
 
 }  // namespace colibri::rpc

@@ -187,57 +187,152 @@ absl::Status RemoteStoreSource::EnsureStreamLocked() {
 
 absl::StatusOr<uint64_t> RemoteStoreSource::StartFetch(ExpertId id, Priority priority,
                                                        Clock::time_point deadline, Callback done) {
-  if (!manifest_->HasExpert(id.layer, id.expert)) {
-    return absl::NotFoundError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert,
-                                            ") is not in model '", options_.model, "'"));
-  }
+  std::vector<Callback> dones;
+  dones.push_back(std::move(done));
+  ASSIGN_OR_RETURN(
+      std::vector<uint64_t> handles,
+      StartFetches(std::span<const ExpertId>(&id, 1), priority, deadline, std::move(dones)));
+  return handles.front();
+}
+
+v1::FetchRequest RemoteStoreSource::NewRequestLocked(uint64_t rid, ExpertId id, Priority priority,
+                                                     Clock::time_point deadline, Pending& p) {
   const model::ExpertBlock& want = manifest_->Expert(id.layer, id.expert);
-  std::unique_lock<std::mutex> lock(mu_);
-  // A stream the store just ended (idle) may not have been noticed by the reader yet: a write
-  // that fails on it is tried once more on a new stream.
-  for (int attempt = 0;; ++attempt) {
-    RETURN_IF_ERROR(EnsureStreamLocked());
-    const uint64_t rid = next_request_id_++;
-    Pending& p = pending_[rid];
-    p.id = id;
-    p.generation = generation_;
-    p.done = std::move(done);
-    p.bytes = want.size;
-    outstanding_bytes_ += want.size;
-    v1::FetchRequest req;
-    auto* b = req.mutable_block();
-    b->set_request_id(rid);
-    b->mutable_key()->set_model(options_.model);
-    b->mutable_key()->set_layer(static_cast<uint32_t>(id.layer));
-    b->mutable_key()->set_expert(static_cast<uint32_t>(id.expert));
-    b->set_priority(priority == Priority::kDemand ? v1::PRIORITY_DEMAND : v1::PRIORITY_PREFETCH);
-    if (deadline != Clock::time_point::max()) {
-      const auto ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      b->set_timeout_ms(static_cast<uint32_t>(std::clamp<int64_t>(ms, 1, 0xffffffff)));
+  v1::FetchRequest req;
+  auto* b = req.mutable_block();
+  b->set_request_id(rid);
+  b->mutable_key()->set_model(options_.model);
+  b->mutable_key()->set_layer(static_cast<uint32_t>(id.layer));
+  b->mutable_key()->set_expert(static_cast<uint32_t>(id.expert));
+  b->set_priority(priority == Priority::kDemand ? v1::PRIORITY_DEMAND : v1::PRIORITY_PREFETCH);
+  if (deadline != Clock::time_point::max()) {
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    b->set_timeout_ms(static_cast<uint32_t>(std::clamp<int64_t>(ms, 1, 0xffffffff)));
+  }
+  if (shm_active_ && arena_) {
+    if (auto off = arena_->Allocate(want.padded_size)) {
+      p.arena = arena_;
+      p.shm_offset = *off;
+      p.shm_bytes = want.padded_size;
+      b->set_shm_offset(*off);
     }
-    if (shm_active_ && arena_) {
-      if (auto off = arena_->Allocate(want.padded_size)) {
-        p.arena = arena_;
-        p.shm_offset = *off;
-        p.shm_bytes = want.padded_size;
-        b->set_shm_offset(*off);
+  }
+  return req;
+}
+
+absl::StatusOr<std::vector<uint64_t>> RemoteStoreSource::StartFetches(std::span<const ExpertId> ids,
+                                                                      Priority priority,
+                                                                      Clock::time_point deadline,
+                                                                      std::vector<Callback> dones) {
+  for (const ExpertId& id : ids) {
+    if (!manifest_->HasExpert(id.layer, id.expert)) {
+      return absl::NotFoundError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert,
+                                              ") is not in model '", options_.model, "'"));
+    }
+  }
+  if (dones.size() != ids.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ids.size(), " fetches with ", dones.size(), " callbacks"));
+  }
+  std::vector<uint64_t> rids(ids.size(), 0);
+  std::vector<size_t> unsent(ids.size());  // indices of `ids` not on a stream yet
+  for (size_t i = 0; i < ids.size(); ++i) unsent[i] = i;
+  absl::Status failed;
+  std::vector<Callback> to_fail;  // taken back after the second failed write
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    // A stream the store just ended (idle) may not have been noticed by the reader yet: a write
+    // that fails on it is tried once more on a new stream.
+    for (int attempt = 0; !unsent.empty(); ++attempt) {
+      RETURN_IF_ERROR(EnsureStreamLocked());
+      const uint64_t gen = generation_;
+      // One message: a BlockBatch (at most kMaxBatch requests each) or, alone, a BlockRequest.
+      std::vector<v1::FetchRequest> messages;
+      for (size_t k = 0; k < unsent.size(); ++k) {
+        const size_t i = unsent[k];
+        const uint64_t rid = next_request_id_++;
+        rids[i] = rid;
+        Pending& p = pending_[rid];
+        p.id = ids[i];
+        p.priority = priority;
+        p.generation = gen;
+        p.done = std::move(dones[i]);
+        p.bytes = manifest_->Expert(ids[i].layer, ids[i].expert).size;
+        outstanding_bytes_ += p.bytes;
+        p.request = NewRequestLocked(rid, ids[i], priority, deadline, p);
+        if (unsent.size() == 1) {
+          messages.push_back(p.request);
+          break;
+        }
+        if (k % kMaxBatch == 0) messages.emplace_back();
+        *messages.back().mutable_batch()->add_blocks() = p.request.block();
+      }
+      bool ok = true;
+      for (const auto& m : messages) ok = ok && WriteLocked(lock, m);
+      if (ok) {
+        unsent.clear();
+        break;
+      }
+      // Not failed by the reader yet: take them back, without running `done`. Those it already
+      // failed (it ran `done`): the caller hears of them there.
+      std::vector<size_t> again;
+      for (size_t i : unsent) {
+        auto it = pending_.find(rids[i]);
+        if (it == pending_.end() || !it->second.done || it->second.generation != gen) continue;
+        outstanding_bytes_ -= it->second.bytes;
+        if (it->second.arena) it->second.arena->Free(it->second.shm_offset, it->second.shm_bytes);
+        dones[i] = std::move(it->second.done);
+        pending_.erase(it);
+        again.push_back(i);
+      }
+      unsent = std::move(again);
+      if (attempt > 0 && !unsent.empty()) {
+        failed = absl::UnavailableError(
+            absl::StrCat("expert store at ", options_.target, " closed the stream"));
+        if (unsent.size() == ids.size()) return failed;  // nothing started: no callback runs
+        for (size_t i : unsent) to_fail.push_back(std::move(dones[i]));
+        break;
       }
     }
-    const uint64_t gen = p.generation;
-    p.request = req;
-    if (WriteLocked(lock, req)) return rid;
-    auto it = pending_.find(rid);
-    // Already failed by the reader (it ran `done`): the caller hears of it there.
-    if (it == pending_.end() || !it->second.done || it->second.generation != gen) return rid;
-    // Not failed by the reader yet: take it back, without running `done`.
-    outstanding_bytes_ -= it->second.bytes;
-    done = std::move(it->second.done);
-    pending_.erase(it);
-    if (attempt > 0)
-      return absl::UnavailableError(
-          absl::StrCat("expert store at ", options_.target, " closed the stream"));
   }
+  for (auto& done : to_fail) done(failed);
+  return rids;
+}
+
+std::vector<uint64_t> RemoteStoreSource::PrefetchesInFlightLocked(std::span<const ExpertId> ids) {
+  std::vector<uint64_t> rids;
+  for (auto& [rid, p] : pending_) {
+    if (!p.done || p.priority != Priority::kPrefetch || p.generation != generation_) continue;
+    if (std::find(ids.begin(), ids.end(), p.id) != ids.end()) rids.push_back(rid);
+  }
+  std::sort(rids.begin(), rids.end());
+  return rids;
+}
+
+void RemoteStoreSource::Promote(std::span<const ExpertId> ids) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const std::vector<uint64_t> rids = PrefetchesInFlightLocked(ids);
+  if (rids.empty()) return;
+  v1::FetchRequest req;
+  for (uint64_t rid : rids) {
+    pending_[rid].priority = Priority::kDemand;
+    req.mutable_promote()->add_request_ids(rid);
+  }
+  stats_.promoted += rids.size();
+  WriteLocked(lock, req);
+}
+
+void RemoteStoreSource::Cancel(std::span<const ExpertId> ids) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const std::vector<uint64_t> rids = PrefetchesInFlightLocked(ids);
+  if (rids.empty()) return;
+  // The store answers CANCELLED (or the block, when it was read already).
+  v1::FetchRequest req;
+  req.mutable_cancel()->set_request_id(rids.front());
+  for (size_t k = 1; k < rids.size(); ++k) req.mutable_cancel()->add_more_request_ids(rids[k]);
+  stats_.cancelled += rids.size();
+  WriteLocked(lock, req);
 }
 
 void RemoteStoreSource::Abandon(uint64_t rid) {
@@ -508,38 +603,34 @@ void RemoteStoreSource::Resend(uint64_t rid) {
 
 absl::StatusOr<Lease> RemoteStoreSource::Fetch(ExpertId id, Priority priority) {
   Lease out;
-  absl::Status st = FetchMany(std::span<const ExpertId>(&id, 1),
-                              [&](size_t, Lease lease) { out = std::move(lease); });
+  absl::Status st = FetchMany(
+      std::span<const ExpertId>(&id, 1), [&](size_t, Lease lease) { out = std::move(lease); },
+      priority);
   if (!st.ok()) return st;
   return out;
 }
 
 absl::Status RemoteStoreSource::FetchMany(std::span<const ExpertId> ids,
-                                          const std::function<void(size_t, Lease)>& on_ready) {
+                                          const std::function<void(size_t, Lease)>& on_ready,
+                                          Priority priority) {
+  if (ids.empty()) return absl::OkStatus();
   Arrivals arrivals;
   const auto deadline = Clock::now() + options_.fetch_timeout;
-  std::vector<uint64_t> handles;
-  absl::Status first_error;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    auto h = StartFetch(ids[i], Priority::kDemand, deadline, arrivals.Slot(i));
-    if (!h.ok()) {
-      first_error = h.status();
-      break;
-    }
-    handles.push_back(*h);
-  }
-  // Hand out blocks in arrival order so compute starts on the first one that lands.
-  if (first_error.ok()) {
-    first_error =
-        arrivals.Drain(handles.size(), deadline,
-                       absl::StrCat("expert fetch from ", options_.target, " timed out after ",
-                                    options_.fetch_timeout.count(), " ms"),
-                       on_ready);
-  }
-  if (!first_error.ok()) {
+  std::vector<Callback> dones;
+  for (size_t i = 0; i < ids.size(); ++i) dones.push_back(arrivals.Slot(i));
+  ASSIGN_OR_RETURN(std::vector<uint64_t> handles,
+                   StartFetches(ids, priority, deadline, std::move(dones)));
+  // Hand out blocks in arrival order so compute starts on the first one that lands. A prefetch
+  // the store cancelled (Cancel) is skipped; the others are still handed out.
+  const absl::Status st =
+      arrivals.Drain(handles.size(), deadline,
+                     absl::StrCat("expert fetch from ", options_.target, " timed out after ",
+                                  options_.fetch_timeout.count(), " ms"),
+                     on_ready, /*skip_cancelled=*/priority == Priority::kPrefetch);
+  if (!st.ok()) {
     for (uint64_t h : handles) Abandon(h);  // no-op for the ones that completed
   }
-  return first_error;
+  return st;
 }
 
 }  // namespace colibri::rpc

@@ -31,13 +31,15 @@ uint64_t StripedSource::BlockSize(ExpertId id) const {
 
 absl::StatusOr<Lease> StripedSource::Fetch(ExpertId id, Priority priority) {
   absl::StatusOr<Lease> out = absl::InternalError("unset");
-  RETURN_IF_ERROR(FetchMany(std::span<const ExpertId>(&id, 1),
-                            [&](size_t, Lease lease) { out = std::move(lease); }));
+  RETURN_IF_ERROR(FetchMany(
+      std::span<const ExpertId>(&id, 1), [&](size_t, Lease lease) { out = std::move(lease); },
+      priority));
   return out;
 }
 
 absl::Status StripedSource::FetchMany(std::span<const ExpertId> ids,
-                                      const std::function<void(size_t, Lease)>& on_ready) {
+                                      const std::function<void(size_t, Lease)>& on_ready,
+                                      Priority priority) {
   struct Slot {
     std::shared_ptr<Block> block;
     absl::Status status;
@@ -69,7 +71,7 @@ absl::Status StripedSource::FetchMany(std::span<const ExpertId> ids,
       std::lock_guard<std::mutex> lock(mu);
       outstanding++;
     }
-    store_->ReadInto(*model_, *rec, const_cast<uint8_t*>(block->external), Priority::kDemand,
+    store_->ReadInto(*model_, *rec, const_cast<uint8_t*>(block->external), priority,
                      [&, i](absl::Status s) {
                        std::lock_guard<std::mutex> lock(mu);
                        slots[i].status = std::move(s);

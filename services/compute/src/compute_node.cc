@@ -1,5 +1,6 @@
 #include "compute_node.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #ifdef __GLIBC__
@@ -158,8 +159,12 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(
   }
   if (options.stores.empty()) {
     ASSIGN_OR_RETURN(auto disk,
-                     expert_source::DiskSource::Open(node->container_.get(),
-                                                     {.direct_io = options.cache.direct_io}));
+                     expert_source::DiskSource::Open(
+                         node->container_.get(),
+                         // A step's misses arrive as one batch: read as many blocks at once as
+                         // the cache's reader threads used to.
+                         {.direct_io = options.cache.direct_io,
+                          .read_parallelism = std::max(4, options.cache.io_threads)}));
     node->disk_ = disk.get();
     node->origin_ = std::move(disk);
   } else {

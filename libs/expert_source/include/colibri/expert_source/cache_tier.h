@@ -13,11 +13,14 @@
 // the unpinned budget fails at once. Leases are tracked exactly (the tier knows when the last
 // copy of a lease is dropped), so no block is ever handed out uncached.
 //
-// Reads. With io_threads > 0, misses are read by a pool of reader threads: demand reads first,
-// then queued prefetches in FIFO order; FetchMany hands each block to the caller's thread as it
-// lands. With io_threads == 0, misses are read one at a time on the caller's thread and
-// Prefetch is ignored. Concurrent requests for one block share a single read ("single flight");
-// a demand request for a queued prefetch promotes it to demand priority.
+// Reads. A request's misses are read on the calling thread as one batch: one FetchGroups call
+// to the next source at the request's priority, each block handed over as it lands. Misses that
+// do not all fit at once go as several batches, the first block of each waiting for room. With
+// io_threads > 0, reader threads read queued prefetches (then warm reads) as prefetch-priority
+// batches, at most max_prefetch_reads blocks in flight; with io_threads == 0, Prefetch is
+// ignored. Concurrent requests for one block share a single read ("single flight"): a demand
+// request for a queued prefetch takes it into its own batch (a demand read), and one for a
+// prefetch already being read tells the next source with Promote.
 //
 // Prefetch. Prefetch(ids) queues reads at prefetch priority (at most max_queued_prefetches;
 // the rest are dropped and counted; at most max_prefetch_reads run at once). A prefetched block,
@@ -25,7 +28,8 @@
 // demand request uses it, Cancel names it, or `protect_ticks` demand accesses pass. Cancel
 // removes queued reads, passes the cancel on to the source for reads in progress (a source may
 // stop them: DiskSource does), and demotes prefetched blocks nobody used (evicted first; their
-// bytes count as wasted). A stopped read that a demand request joined meanwhile is read again.
+// bytes count as wasted). A stopped read that a demand request joined meanwhile is read again,
+// and so are the other blocks of a batch the source stopped (once).
 //
 // Warming. Warm(ids) queues background reads of blocks, in the order given, behind demand reads
 // and prefetches (they share the prefetch read slots). A warm read never evicts: it runs only
@@ -67,8 +71,8 @@ struct CacheTierOptions {
   CachePolicyKind policy = CachePolicyKind::kLru;
   CachePolicyParams policy_params;  // zeros: derived from the capacity (see cache_tier.cc)
   int io_threads = 0;               // reader threads; 0: read on the caller's thread
-  int max_prefetch_reads = 0;       // prefetch reads at once (0: io_threads - 1, at least 1),
-                                    // so a demand read always finds a free reader
+  int max_prefetch_reads = 0;       // prefetch blocks in flight at once, over all batches
+                                    // (0: io_threads - 1, at least 1)
   size_t max_queued_prefetches = 512;
   uint64_t protect_ticks = 256;  // how long a prefetched block waits for its use
   std::chrono::milliseconds room_wait{30000};
@@ -131,11 +135,12 @@ class CacheTier final : public ExpertSource {
   absl::StatusOr<Lease> Fetch(ExpertId id, Priority priority) override;
   // Hits are handed out first, then the misses as their reads land.
   absl::Status FetchMany(std::span<const ExpertId> ids,
-                         const std::function<void(size_t, Lease)>& on_ready) override;
+                         const std::function<void(size_t, Lease)>& on_ready,
+                         Priority priority = Priority::kDemand) override;
   // The hits as one group, then every batch of reads found landed at one wake-up.
-  absl::Status FetchGroups(
-      std::span<const ExpertId> ids,
-      const std::function<void(std::span<std::pair<size_t, Lease>>)>& on_group) override;
+  absl::Status FetchGroups(std::span<const ExpertId> ids,
+                           const std::function<void(std::span<std::pair<size_t, Lease>>)>& on_group,
+                           Priority priority = Priority::kDemand) override;
   void Prefetch(std::span<const ExpertId> ids) override;
   // Queues background reads in this order (see Warming above). Ignored with io_threads == 0.
   void Warm(std::span<const ExpertId> ids);
@@ -167,6 +172,7 @@ class CacheTier final : public ExpertSource {
   struct State;
   struct Job;
   struct Completion;
+  using Waiters = std::vector<std::pair<std::shared_ptr<Completion>, size_t>>;
 
   // Bytes a block of `block_bytes` takes in this tier's memory (TierMemory::Footprint).
   uint64_t Charge(uint64_t block_bytes) const {
@@ -175,10 +181,27 @@ class CacheTier final : public ExpertSource {
   }
   // A read job for `id`, its size charged as this tier's memory takes it.
   std::shared_ptr<Job> NewJob(ExpertId id) const;
+  // Reads queued prefetches and warm reads, a batch at a time.
   void WorkerLoop();
-  // Reserves room for the job, reads it from `next_` (unlocking meanwhile), inserts it and
-  // hands it to its waiters. Requires `lock` held on the state's mutex.
-  void RunJobLocked(const std::shared_ptr<Job>& job, std::unique_lock<std::mutex>& lock);
+  // The functions below require `lock` held on the state's mutex; they unlock it while the next
+  // source reads, and while `landed_some` runs (after each group of blocks lands).
+  // Reserves room for the job (a demand read waits for leases to be dropped); false, with the
+  // reason, when there is none.
+  bool ReserveJobLocked(Job& job, bool demand, std::unique_lock<std::mutex>& lock,
+                        absl::Status* no_room);
+  // Reads `jobs` in order as batches: each the longest run that fits, the first waiting for room.
+  void ReadJobsLocked(const std::vector<std::shared_ptr<Job>>& jobs, bool demand, Priority priority,
+                      std::unique_lock<std::mutex>& lock, const std::function<void()>& landed_some);
+  // Reads reserved jobs with one FetchGroups call to the next source; each block is inserted
+  // and handed to its waiters as it lands.
+  void ReadBatchLocked(const std::vector<std::shared_ptr<Job>>& batch, bool demand,
+                       Priority priority, std::unique_lock<std::mutex>& lock,
+                       const std::function<void()>& landed_some);
+  // Ends a job: releases its reservation, inserts the block and hands it (or the error) to its
+  // waiters, who go to `drop`: destroyed unlocked (a completion whose caller returned holds
+  // handed-out leases, whose release takes the lock).
+  void FinishJobLocked(const std::shared_ptr<Job>& job, absl::StatusOr<Lease> result,
+                       std::vector<Waiters>* drop);
 
   ExpertSource* const next_;
   CacheTierOptions options_;

@@ -47,6 +47,11 @@ class DiskSource final : public ExpertSource {
   ~DiskSource() override;
 
   absl::StatusOr<Lease> Fetch(ExpertId id, Priority priority) override;
+  // Reads the blocks of a demand batch in parallel: up to read_parallelism of them at once (on
+  // the helpers and the calling thread), each as Fetch would; a prefetch batch one by one.
+  absl::Status FetchMany(std::span<const ExpertId> ids,
+                         const std::function<void(size_t, Lease)>& on_ready,
+                         Priority priority = Priority::kDemand) override;
   void Cancel(std::span<const ExpertId> ids) override;
   void Promote(std::span<const ExpertId> ids) override;
   uint64_t BlockSize(ExpertId id) const override;

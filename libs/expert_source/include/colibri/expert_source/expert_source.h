@@ -57,20 +57,25 @@ class ExpertSource {
   // Blocks until the expert's block is available.
   virtual absl::StatusOr<Lease> Fetch(ExpertId id, Priority priority = Priority::kDemand) = 0;
 
-  // Fetches several blocks, calling on_ready(i, lease) for each as it becomes available: on the
-  // calling thread, one call at a time, in arrival order, exactly once per index. Returns after
-  // every callback ran, or with the first error (later callbacks are then skipped).
+  // Fetches several blocks as one batch (one request to a store, all reads submitted together),
+  // calling on_ready(i, lease) for each as it becomes available: on the calling thread, one
+  // call at a time, in arrival order, exactly once per index. Returns after every callback ran,
+  // or with the first error (later callbacks are then skipped). `priority` applies to the whole
+  // batch: kPrefetch is a cache filling ahead of use (a Cancel of its ids may stop those reads:
+  // the call then fails Cancelled), kDemand a caller waiting for the blocks.
   virtual absl::Status FetchMany(std::span<const ExpertId> ids,
-                                 const std::function<void(size_t, Lease)>& on_ready);
+                                 const std::function<void(size_t, Lease)>& on_ready,
+                                 Priority priority = Priority::kDemand);
   // FetchMany, handing over at once every block that is available together: on_group(ready)
   // gets (index, lease) pairs in arrival order, on the calling thread, one group at a time,
   // each index exactly once over all groups. The default hands over one block per group; a
   // cache hands its hits over as one group, then each batch of reads that landed together.
   virtual absl::Status FetchGroups(
       std::span<const ExpertId> ids,
-      const std::function<void(std::span<std::pair<size_t, Lease>>)>& on_group);
+      const std::function<void(std::span<std::pair<size_t, Lease>>)>& on_group,
+      Priority priority = Priority::kDemand);
 
-  // Advisory: start loading these at prefetch priority.
+  // Advisory: start loading these at prefetch priority (one batch).
   virtual void Prefetch(std::span<const ExpertId> ids) {}
   // Advisory: prefetches of these are no longer wanted.
   virtual void Cancel(std::span<const ExpertId> ids) {}

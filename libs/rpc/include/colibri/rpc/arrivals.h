@@ -35,9 +35,13 @@ class Arrivals {
   // Waits for `count` completions and calls on_ready(i, lease) for each, in arrival order, with
   // no lock held. Returns the first failed completion's status, or DeadlineExceeded with
   // `timeout_message` when `deadline` passes first; the remaining completions are not handed out.
+  // With `skip_cancelled` (a prefetch batch), Cancelled completions are passed over and the
+  // first of them returned once the others have been handed out.
   absl::Status Drain(size_t count, std::chrono::steady_clock::time_point deadline,
                      const std::string& timeout_message,
-                     const std::function<void(size_t, expert_source::Lease)>& on_ready) {
+                     const std::function<void(size_t, expert_source::Lease)>& on_ready,
+                     bool skip_cancelled = false) {
+    absl::Status cancelled;
     std::unique_lock<std::mutex> lock(state_->mu);
     for (size_t handed = 0; handed < count; ++handed) {
       if (!state_->cv.wait_until(lock, deadline, [&] { return !state_->arrived.empty(); })) {
@@ -45,12 +49,16 @@ class Arrivals {
       }
       auto [i, r] = std::move(state_->arrived.front());
       state_->arrived.pop_front();
+      if (skip_cancelled && absl::IsCancelled(r.status())) {
+        if (cancelled.ok()) cancelled = r.status();
+        continue;
+      }
       if (!r.ok()) return r.status();
       lock.unlock();
       on_ready(i, std::move(*r));
       lock.lock();
     }
-    return absl::OkStatus();
+    return cancelled;
   }
 
  private:

@@ -4,7 +4,9 @@
 //   fetch goes to the holder that should deliver it first: (bytes outstanding there + the
 //   block) / the store's measured rate. A faster store takes more of the load, a slow one
 //   less, and adding a store adds its bandwidth. Rates older than a few seconds are forgotten,
-//   so a store that recovered gets tried again.
+//   so a store that recovered gets tried again. A batch (FetchMany) is split by holder, each
+//   block counting the bytes the batch already sends there, and goes as one batch per store;
+//   Promote and Cancel reach the store holding the request.
 // - A fetch that fails on one store with Unavailable (the store died or its stream broke),
 //   DataLoss (a corrupt copy) or NotFound (it no longer holds the block) is retried on another
 //   holder, so a dying store does not fail a request while another copy exists. Reads are
@@ -18,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -59,7 +62,11 @@ class MultiStoreSource final : public expert_source::ExpertSource {
                                              expert_source::Priority priority) override;
   absl::Status FetchMany(
       std::span<const expert_source::ExpertId> ids,
-      const std::function<void(size_t, expert_source::Lease)>& on_ready) override;
+      const std::function<void(size_t, expert_source::Lease)>& on_ready,
+      expert_source::Priority priority = expert_source::Priority::kDemand) override;
+  // Passed on to every store; the one whose requests these are tells its store.
+  void Promote(std::span<const expert_source::ExpertId> ids) override;
+  void Cancel(std::span<const expert_source::ExpertId> ids) override;
   uint64_t BlockSize(expert_source::ExpertId id) const override;
 
   // Adds a store to a running source; it takes reads once a probe finds it up.
@@ -87,6 +94,19 @@ class MultiStoreSource final : public expert_source::ExpertSource {
   // Starts (or restarts after a failure) a fetch on the best holder not tried yet.
   void Attempt(const std::shared_ptr<Request>& req);
   void AttemptOnce(const std::shared_ptr<Request>& req);
+  // The first attempt of a batch's requests: each to its best holder, one batch per store.
+  void StartBatch(const std::vector<std::shared_ptr<Request>>& reqs,
+                  expert_source::Priority priority, std::chrono::steady_clock::time_point deadline);
+  // The holder not tried yet that should deliver `req` first (nullptr: none), counting
+  // `planned` bytes about to be sent to each store. Requires req.mu.
+  Store* Choose(const Request& req, const std::vector<Store*>& stores,
+                const std::map<const Store*, uint64_t>& planned);
+  // Records the choice; false when abandoned, or when no holder is left (then `done` ran).
+  bool Assign(const std::shared_ptr<Request>& req, Store* best);
+  // Fails a request no store (left) holds, with its last error.
+  void FailUnheld(const std::shared_ptr<Request>& req);
+  // What a store's answer to `req` does: rate sample, then done, or a retry elsewhere.
+  RemoteStoreSource::Callback OnAnswer(const std::shared_ptr<Request>& req, Store* store);
   void MarkDown(Store& store, const absl::Status& why);
   void ProbeLoop();
   absl::Status RunMany(std::span<const expert_source::ExpertId> ids,

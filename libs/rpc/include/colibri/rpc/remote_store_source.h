@@ -6,6 +6,12 @@
 // the request. A broken stream fails the fetches in flight with Unavailable and is re-opened on
 // the next fetch. Every request carries its timeout, so the store drops work nobody waits for.
 //
+// Batches and advice: FetchMany sends its blocks as one BlockBatch message (one BlockRequest when
+// alone) at the batch's priority; Promote and Cancel name this source's prefetch requests in
+// flight for those ids (one PromoteRequest, one CancelRequest with more_request_ids). A prefetch
+// batch hands out every block the store sends and skips the ones it cancelled (the call then
+// returns Cancelled); a demand batch stops at its first error.
+//
 // Shared memory: with `shm_bytes` > 0 and a unix: target, each stream creates a shared-memory
 // region, offers it to the store (ShmAttach) and, once accepted, asks for blocks to be written
 // into slots of it: no bytes on the stream, no copy on either side. The block's lease points
@@ -13,7 +19,7 @@
 // keeps (size it as the cache plus the reads in flight); a request that finds no room falls back
 // to chunks. The checksum is verified over the shared bytes before the lease is handed out.
 //
-// Asynchronous use (MultiStoreSource): StartFetch/Abandon. Thread-safe.
+// Asynchronous use (MultiStoreSource): StartFetch/StartFetches/Abandon. Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -55,6 +61,8 @@ struct RemoteStoreStats {
   uint64_t reconnects = 0;
   uint64_t shm_blocks = 0;         // of `blocks`, delivered through shared memory
   uint64_t outstanding_bytes = 0;  // requested and not answered yet
+  uint64_t promoted = 0;           // prefetch requests raised to demand (PromoteRequest)
+  uint64_t cancelled = 0;          // prefetch requests cancelled (CancelRequest)
   bool shm_active = false;         // the current stream has shared memory attached
 };
 
@@ -78,7 +86,13 @@ class RemoteStoreSource final : public expert_source::ExpertSource {
                                              expert_source::Priority priority) override;
   absl::Status FetchMany(
       std::span<const expert_source::ExpertId> ids,
-      const std::function<void(size_t, expert_source::Lease)>& on_ready) override;
+      const std::function<void(size_t, expert_source::Lease)>& on_ready,
+      expert_source::Priority priority = expert_source::Priority::kDemand) override;
+  // Raises this source's prefetch requests in flight for these ids to demand (PromoteRequest).
+  void Promote(std::span<const expert_source::ExpertId> ids) override;
+  // Cancels this source's prefetch requests in flight for these ids (one CancelRequest): the
+  // store answers them CANCELLED, and a prefetch FetchMany skips them.
+  void Cancel(std::span<const expert_source::ExpertId> ids) override;
   uint64_t BlockSize(expert_source::ExpertId id) const override;
   RemoteStoreStats Stats() const;
 
@@ -94,6 +108,15 @@ class RemoteStoreSource final : public expert_source::ExpertSource {
   // runs. The returned handle names the fetch for Abandon.
   absl::StatusOr<uint64_t> StartFetch(expert_source::ExpertId id, expert_source::Priority priority,
                                       Clock::time_point deadline, Callback done);
+  // StartFetch of several blocks as one message (a BlockBatch of up to kMaxBatch requests),
+  // dones[i] for ids[i]; the handles in the same order. An error returned means no `done` runs;
+  // when the store closes the stream twice while some were already failed by the reader, the
+  // others' `done` runs (Unavailable) before this returns.
+  absl::StatusOr<std::vector<uint64_t>> StartFetches(std::span<const expert_source::ExpertId> ids,
+                                                     expert_source::Priority priority,
+                                                     Clock::time_point deadline,
+                                                     std::vector<Callback> dones);
+  static constexpr size_t kMaxBatch = 4096;  // requests in one BlockBatch (the proto's limit)
   // Gives up on a fetch: `done` runs now with Cancelled (unless it already ran) and the store is
   // told to cancel. A shared-memory slot stays reserved until the store answers.
   void Abandon(uint64_t handle);
@@ -106,6 +129,7 @@ class RemoteStoreSource final : public expert_source::ExpertSource {
  private:
   struct Pending {
     expert_source::ExpertId id;
+    expert_source::Priority priority = expert_source::Priority::kDemand;  // raised by Promote
     std::shared_ptr<expert_source::Block> block;
     uint64_t generation = 0;  // the stream it was sent on
     uint64_t received = 0;
@@ -127,6 +151,12 @@ class RemoteStoreSource final : public expert_source::ExpertSource {
   RemoteStoreSource(const RemoteStoreOptions& options, const model::Manifest* manifest);
   absl::Status EnsureStreamLocked();
   bool WriteLocked(std::unique_lock<std::mutex>& lock, const v1::FetchRequest& req);
+  // The request ids of this stream's prefetches in flight for `ids`, ascending.
+  std::vector<uint64_t> PrefetchesInFlightLocked(std::span<const expert_source::ExpertId> ids);
+  // The BlockRequest of one fetch (a shared-memory slot reserved in `p` when there is room).
+  v1::FetchRequest NewRequestLocked(uint64_t rid, expert_source::ExpertId id,
+                                    expert_source::Priority priority, Clock::time_point deadline,
+                                    Pending& p);
   void ReaderLoop(std::shared_ptr<grpc::ClientContext> ctx, std::shared_ptr<Stream> stream,
                   uint64_t generation, std::shared_ptr<ShmArena> arena);
   // Sends a request again on a new stream (once): it was written to a stream the store ended

@@ -24,7 +24,8 @@ class StripedSource final : public expert_source::ExpertSource {
                                              expert_source::Priority priority) override;
   absl::Status FetchMany(
       std::span<const expert_source::ExpertId> ids,
-      const std::function<void(size_t, expert_source::Lease)>& on_ready) override;
+      const std::function<void(size_t, expert_source::Lease)>& on_ready,
+      expert_source::Priority priority = expert_source::Priority::kDemand) override;
   uint64_t BlockSize(expert_source::ExpertId id) const override;
 
  private:
