@@ -11,7 +11,7 @@
 #include "colibri/engine/engine.h"
 #include "colibri/engine/sampler.h"
 #include "colibri/engine/speculative.h"
-#include "colibri/engine/test_model.h"
+#include "colibri/engine/testing/test_model.h"
 
 namespace colibri::engine {
 namespace {
