@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "../../libs/store/src/store_test_util.h"
+#include "colibri/core/testing/wait.h"
 #include "colibri/expert_source/cache_tier.h"
 #include "colibri/rpc/remote_store_source.h"
 #include "colibri/store/fault_injection.h"
@@ -79,12 +80,7 @@ class RecorderFactory final : public grpc::experimental::ServerInterceptorFactor
 };
 
 bool WaitUntil(const std::function<bool()>& done) {
-  const auto deadline = std::chrono::steady_clock::now() + kDeadline;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::yield();
-  }
-  return true;
+  return ::colibri::testing::WaitUntil(done, kDeadline);
 }
 
 TEST(DataPath, BatchesPromotesAndCancelsReachTheStore) {

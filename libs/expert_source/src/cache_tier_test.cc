@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "colibri/core/testing/wait.h"
 #include "colibri/expert_source/testing/recording_source.h"
 
 namespace colibri::expert_source {
@@ -45,14 +46,8 @@ void ExpectBlockOf(const Lease& lease, ExpertId id, uint64_t size) {
 
 const ExpertId kA{0, 0}, kB{0, 1}, kC{1, 0}, kD{1, 1}, kE{2, 5};
 
-// Spins (yielding) until `done()` or the deadline; for states only observable through Stats().
 bool WaitUntil(const std::function<bool()>& done) {
-  const auto deadline = std::chrono::steady_clock::now() + kDeadline;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::yield();
-  }
-  return true;
+  return ::colibri::testing::WaitUntil(done, kDeadline);
 }
 
 // The accounting invariants that hold at any moment.

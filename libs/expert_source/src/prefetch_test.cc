@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "colibri/core/testing/wait.h"
 #include "colibri/expert_source/cache_tier.h"
 #include "colibri/expert_source/testing/recording_source.h"
 
@@ -21,14 +22,8 @@ const ExpertId kA{0, 0}, kB{0, 1}, kC{1, 0}, kD{1, 1}, kE{2, 0};
 
 auto Deadline() { return std::chrono::steady_clock::now() + kDeadline; }
 
-// Yields until `done()` or the deadline, for states only observable through Stats().
 bool WaitUntil(const std::function<bool()>& done) {
-  const auto deadline = Deadline();
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::yield();
-  }
-  return true;
+  return ::colibri::testing::WaitUntil(done, kDeadline);
 }
 
 CacheTierOptions Options(uint64_t capacity, int io_threads = 2) {
