@@ -12,6 +12,9 @@
 #
 # Usage: scripts/smoke_ci.sh [run]   decide, and run the smoke when needed (exit: the smoke's)
 #        scripts/smoke_ci.sh record  after a green run: remember HEAD when on main
+#        scripts/smoke_ci.sh skip WHY  the run could not afford the smoke (CI's time budget)
+# A smoke that was needed and skipped (77, no root, `skip`) leaves $CI_STATE_DIR/smoke-skipped:
+# `record` then keeps the old commit, so the next run compares against it and runs the smoke.
 # A host that cannot run the test (deploy/smoke.sh exits 77: no working container runtime, no root,
 # or the image builds past SMOKE_BUILD_BUDGET, as a cold compile on a fresh CI machine is) is
 # reported and skipped, not failed; every check that runs must pass, within SMOKE_BUDGET.
@@ -23,19 +26,30 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 STATE="${CI_STATE_DIR:-$HOME/.cache/colibri-ci}"
 RECORD="$STATE/last-green-main"
+SKIPPED="$STATE/smoke-skipped"
+skipped() { mkdir -p "$STATE" && echo "$1" > "$SKIPPED"; }
 BRANCH="${CI_BRANCH:-$(git rev-parse --abbrev-ref HEAD 2>/dev/null || echo unknown)}"
 PATHS=(docker deploy services)
 
 case "${1:-run}" in
   record)
+    if [ -e "$SKIPPED" ]; then
+      echo "smoke_ci: not recorded: the smoke was needed and skipped ($(cat "$SKIPPED")); the next run tries it again"
+      rm -f "$SKIPPED"
+      exit 0
+    fi
     if [ "$BRANCH" = main ]; then
       mkdir -p "$STATE"
       git rev-parse HEAD > "$RECORD.tmp" && mv "$RECORD.tmp" "$RECORD"
       echo "smoke_ci: recorded $(cat "$RECORD") as the last green main"
     fi
     exit 0 ;;
+  skip)
+    skipped "${2:-no reason given}"
+    echo "smoke_ci: smoke not run: ${2:-no reason given}"
+    exit 0 ;;
   run) ;;
-  *) echo "smoke_ci: unknown command '$1' (run | record)" >&2; exit 2 ;;
+  *) echo "smoke_ci: unknown command '$1' (run | record | skip)" >&2; exit 2 ;;
 esac
 
 case "${SMOKE:-auto}" in
@@ -72,6 +86,7 @@ run=(deploy/smoke.sh)
 if [ "$(id -u)" -ne 0 ]; then
   if ! command -v sudo >/dev/null || ! sudo -n true 2>/dev/null; then
     echo "smoke_ci: SKIPPED: not root and no password-less sudo (podman runs rootful)"
+    skipped "not root"
     exit 0
   fi
   run=(sudo -E deploy/smoke.sh)
@@ -83,6 +98,7 @@ timeout -k 60 "$BUDGET" "${run[@]}" || rc=$?
 echo "smoke_ci: deploy/smoke.sh took ${SECONDS}s (rc $rc)"
 if [ $rc -eq 77 ]; then
   echo "smoke_ci: SKIPPED: this host cannot run the smoke test now (see the SKIPPED line above)"
+  skipped "deploy/smoke.sh exit 77"
   exit 0
 fi
 exit $rc

@@ -144,6 +144,34 @@ class SmokeCiTest(unittest.TestCase):
         self.assertIn('(rc 77)', out)
         self.assertIn('build budget 1200', out)
 
+    def test_a_skipped_smoke_is_not_recorded_as_green(self):
+        first = self.git('rev-parse', 'HEAD')
+        self.ci('record')
+        self.write('services/a.txt', 'edited')
+        second = self.commit('second')
+        # Needed, but the host could not run it (77): the record stays at the first commit...
+        rc, out = self.ci(SMOKE_RC='77')
+        self.assertEqual((rc, self.runs()), (0, 1), out)
+        rc, out = self.ci('record')
+        self.assertIn('not recorded: the smoke was needed and skipped', out)
+        with open(os.path.join(self.state, 'last-green-main')) as f:
+            self.assertEqual(f.read().strip(), first)
+        # ...so the next run still sees services/ changed and runs it; once it passes, HEAD is.
+        rc, out = self.ci()
+        self.assertEqual((rc, self.runs()), (0, 2), out)
+        self.ci('record')
+        with open(os.path.join(self.state, 'last-green-main')) as f:
+            self.assertEqual(f.read().strip(), second)
+        # CI's own time budget (`skip`) keeps the record the same way.
+        self.write('deploy/b.txt', 'new')
+        self.commit('third')
+        rc, out = self.ci('skip', 'out of time')
+        self.assertEqual(rc, 0, out)
+        rc, out = self.ci('record')
+        self.assertIn('(out of time)', out)
+        with open(os.path.join(self.state, 'last-green-main')) as f:
+            self.assertEqual(f.read().strip(), second)
+
 
 if __name__ == '__main__':
     unittest.main()
