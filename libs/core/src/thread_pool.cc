@@ -7,12 +7,12 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <set>
 #include <string>
 #include <utility>
+
+#include "colibri/core/file_util.h"
 
 namespace colibri {
 
@@ -142,41 +142,9 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   call->cv.wait(lock, [&] { return call->joined.load() == 0; });
 }
 
-int CountPhysicalCores(std::string_view cpuinfo, const std::set<int>& allowed) {
-  std::set<std::pair<std::string_view, std::string_view>> cores;
-  std::string_view physical_id;
-  bool counted = true;  // the current processor is in `allowed`
-  while (!cpuinfo.empty()) {
-    const size_t eol = cpuinfo.find('\n');
-    std::string_view line = cpuinfo.substr(0, eol);
-    cpuinfo = eol == std::string_view::npos ? std::string_view() : cpuinfo.substr(eol + 1);
-    const size_t colon = line.find(':');
-    if (colon == std::string_view::npos) continue;
-    auto trim = [](std::string_view v) {
-      while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-      while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-      return v;
-    };
-    const std::string_view key = trim(line.substr(0, colon)), value = trim(line.substr(colon + 1));
-    if (key == "processor") {
-      physical_id = {};
-      int number = -1;
-      std::from_chars(value.data(), value.data() + value.size(), number);
-      counted = allowed.empty() || allowed.contains(number);
-    }
-    if (key == "physical id") physical_id = value;
-    if (key == "core id" && counted) cores.insert({physical_id, value});
-  }
-  return static_cast<int>(cores.size());
-}
-
 namespace {
 
-std::string ReadSmallFile(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
+// Spaces, tabs and line ends off both ends (cpuinfo's "key\t: value", a file's last newline).
 std::string_view TrimSpace(std::string_view v) {
   while (!v.empty() && (v.front() == ' ' || v.front() == '\t' || v.front() == '\n'))
     v.remove_prefix(1);
@@ -194,12 +162,43 @@ std::optional<int64_t> ParseInt(std::string_view v) {
   return out;
 }
 
-double QuotaCores(std::optional<int64_t> quota, std::optional<int64_t> period) {
-  if (!quota || !period || *quota <= 0 || *period <= 0) return 0;
-  return static_cast<double>(*quota) / static_cast<double>(*period);
+// A /proc or /sys file's text; "" when it cannot be read (no such cgroup file, no /proc).
+std::string ReadOrEmpty(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  return text.ok() ? *std::move(text) : std::string();
+}
+
+// quota / period as cores; 0 unless both are whole positive numbers.
+double QuotaCores(std::string_view quota, std::string_view period) {
+  const std::optional<int64_t> q = ParseInt(quota), p = ParseInt(period);
+  if (!q || !p || *q <= 0 || *p <= 0) return 0;
+  return static_cast<double>(*q) / static_cast<double>(*p);
 }
 
 }  // namespace
+
+int CountPhysicalCores(std::string_view cpuinfo, const std::set<int>& allowed) {
+  std::set<std::pair<std::string_view, std::string_view>> cores;
+  std::string_view physical_id;
+  bool counted = true;  // the current processor is in `allowed`
+  while (!cpuinfo.empty()) {
+    const size_t eol = cpuinfo.find('\n');
+    std::string_view line = cpuinfo.substr(0, eol);
+    cpuinfo = eol == std::string_view::npos ? std::string_view() : cpuinfo.substr(eol + 1);
+    const size_t colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    const std::string_view key = TrimSpace(line.substr(0, colon));
+    const std::string_view value = TrimSpace(line.substr(colon + 1));
+    if (key == "processor") {
+      physical_id = {};
+      const std::optional<int64_t> number = ParseInt(value);
+      counted = allowed.empty() || (number && allowed.contains(static_cast<int>(*number)));
+    }
+    if (key == "physical id") physical_id = value;
+    if (key == "core id" && counted) cores.insert({physical_id, value});
+  }
+  return static_cast<int>(cores.size());
+}
 
 double CgroupV2CpuLimit(std::string_view cpu_max) {
   cpu_max = TrimSpace(cpu_max);
@@ -207,11 +206,11 @@ double CgroupV2CpuLimit(std::string_view cpu_max) {
   if (space == std::string_view::npos) return 0;
   const std::string_view quota = cpu_max.substr(0, space);
   if (quota == "max") return 0;
-  return QuotaCores(ParseInt(quota), ParseInt(cpu_max.substr(space + 1)));
+  return QuotaCores(quota, cpu_max.substr(space + 1));
 }
 
 double CgroupV1CpuLimit(std::string_view quota_us, std::string_view period_us) {
-  return QuotaCores(ParseInt(quota_us), ParseInt(period_us));
+  return QuotaCores(quota_us, period_us);
 }
 
 std::string CgroupV2Path(std::string_view proc_self_cgroup) {
@@ -226,7 +225,7 @@ std::string CgroupV2Path(std::string_view proc_self_cgroup) {
 }
 
 int PhysicalCoreCount() {
-  if (const int cores = CountPhysicalCores(ReadSmallFile("/proc/cpuinfo")); cores > 0) return cores;
+  if (const int cores = CountPhysicalCores(ReadOrEmpty("/proc/cpuinfo")); cores > 0) return cores;
   unsigned hc = std::thread::hardware_concurrency();
   return hc == 0 ? 1 : static_cast<int>(hc);
 }
@@ -235,17 +234,17 @@ namespace {
 
 // The cgroup CPU quota of this process as cores; 0 when there is none (or no cgroup fs).
 double CgroupCpuLimit() {
-  const std::string v2 = CgroupV2Path(ReadSmallFile("/proc/self/cgroup"));
+  const std::string v2 = CgroupV2Path(ReadOrEmpty("/proc/self/cgroup"));
   // Inside a cgroup namespace (containers) the process's own group is the mount's root.
   for (const std::string& dir :
        {std::string("/sys/fs/cgroup") + (v2 == "/" ? "" : v2), std::string("/sys/fs/cgroup")}) {
-    if (const double limit = CgroupV2CpuLimit(ReadSmallFile(dir + "/cpu.max")); limit > 0)
+    if (const double limit = CgroupV2CpuLimit(ReadOrEmpty(dir + "/cpu.max")); limit > 0)
       return limit;
   }
   for (const char* dir : {"/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu"}) {
     const std::string d(dir);
-    if (const double limit = CgroupV1CpuLimit(ReadSmallFile(d + "/cpu.cfs_quota_us"),
-                                              ReadSmallFile(d + "/cpu.cfs_period_us"));
+    if (const double limit = CgroupV1CpuLimit(ReadOrEmpty(d + "/cpu.cfs_quota_us"),
+                                              ReadOrEmpty(d + "/cpu.cfs_period_us"));
         limit > 0)
       return limit;
   }
@@ -262,8 +261,10 @@ int UsableCoreCount() {
     for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
       if (CPU_ISSET(cpu, &mask)) allowed.insert(cpu);
   }
-  int cores = CountPhysicalCores(ReadSmallFile("/proc/cpuinfo"), allowed);
-  if (cores <= 0) cores = allowed.empty() ? PhysicalCoreCount() : static_cast<int>(allowed.size());
+  int cores = CountPhysicalCores(ReadOrEmpty("/proc/cpuinfo"), allowed);
+  // No core ids (some VMs, ARM): every allowed logical CPU counts.
+  if (cores <= 0 && !allowed.empty()) cores = static_cast<int>(allowed.size());
+  if (cores <= 0) cores = static_cast<int>(std::thread::hardware_concurrency());
   if (const double limit = CgroupCpuLimit(); limit > 0)
     cores = std::min(cores, static_cast<int>(std::ceil(limit - 1e-9)));
   return std::max(1, cores);
