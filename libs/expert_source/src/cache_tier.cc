@@ -256,7 +256,7 @@ void CacheTier::WorkerLoop() {
 }
 
 bool CacheTier::ReserveJobLocked(Job& job, bool demand, std::unique_lock<std::mutex>& lock,
-                                 absl::Status* no_room) {
+                                 absl::Status* no_room, const std::function<void()>& landed_some) {
   State& s = *s_;
   const uint64_t need = job.size;
   const bool warm = job.warm && !demand;
@@ -284,6 +284,14 @@ bool CacheTier::ReserveJobLocked(Job& job, bool demand, std::unique_lock<std::mu
   const auto deadline = std::chrono::steady_clock::now() + options_.room_wait;
   bool reserved;
   while (!(reserved = s.ReserveLocked(need, true)) && !s.stop) {
+    if (landed_some) {
+      // Blocks this caller joined may have landed (leased to it, so not evictable) and be all
+      // that fills the tier: hand them over first, or the wait could only end at its deadline.
+      lock.unlock();
+      landed_some();
+      lock.lock();
+      if ((reserved = s.ReserveLocked(need, true)) || s.stop) break;
+    }
     if (s.room_cv.wait_until(lock, deadline) == std::cv_status::timeout) {
       reserved = s.ReserveLocked(need, true);
       break;
@@ -442,7 +450,9 @@ void CacheTier::ReadJobsLocked(const std::vector<std::shared_ptr<Job>>& jobs, bo
       const bool d = demand || !job->waiters.empty();
       if (batch.empty()) {
         absl::Status no_room;
-        if (!ReserveJobLocked(*job, d, lock, &no_room)) FinishJobLocked(job, no_room, &drop);
+        if (!ReserveJobLocked(*job, d, lock, &no_room, landed_some)) {
+          FinishJobLocked(job, no_room, &drop);
+        }
       } else if (s_->ReserveLocked(job->size, d)) {
         job->reserved = true;
       } else {

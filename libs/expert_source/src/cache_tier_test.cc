@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -227,6 +228,53 @@ TEST(CacheTier, DemandWaitingForRoomProceedsWhenALeaseIsDropped) {
   EXPECT_TRUE(cache.Contains(kC));
   EXPECT_EQ(cache.Stats().room_waits, 1u);
   ExpectConsistent(cache);
+}
+
+// A demand batch that joins reads in flight and misses a block the tier has no room for: the
+// joined blocks land leased to that caller, so they are what fills the tier. The caller must
+// take them (and drop them) while it waits for room, not sit on them until the wait times out.
+TEST(CacheTier, DemandWaitingForRoomHandsOverTheBlocksItJoined) {
+  for (int io_threads : {1, 2}) {
+    SCOPED_TRACE(io_threads);
+    RecordingSource fake(Upstream(1000));
+    CacheTierOptions options;
+    options.capacity_bytes = 2500;
+    options.io_threads = io_threads;
+    options.max_prefetch_reads = 2;
+    options.room_wait = std::chrono::seconds(20);
+    CacheTier cache(&fake, options);
+    fake.Gate(kA);
+    fake.Gate(kB);
+    const std::vector<ExpertId> pre = {kA, kB};
+    cache.Prefetch(pre);
+    ASSERT_TRUE(fake.WaitForReads(2)) << "the prefetches never started";
+    const std::vector<ExpertId> ids = {kA, kB, kC};
+    std::vector<size_t> order;
+    absl::Status st = absl::UnknownError("not run");
+    const auto start = std::chrono::steady_clock::now();
+    std::thread t([&] {
+      st = cache.FetchGroups(ids, [&](std::span<std::pair<size_t, Lease>> group) {
+        for (auto& [i, lease] : group) {
+          ExpectBlockOf(lease, ids[i], 1000);
+          order.push_back(i);
+        }
+      });
+    });
+    ASSERT_TRUE(WaitUntil([&] { return cache.Stats().room_waits >= 1; }))
+        << "C never waited for room";
+    fake.Open(kA);
+    fake.Open(kB);
+    t.join();
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10))
+        << "the wait for room ran to its deadline";
+    // Each block once, in the order they landed (C is read once A or B was handed over).
+    std::sort(order.begin(), order.end());
+    EXPECT_EQ(order, (std::vector<size_t>{0, 1, 2}));
+    EXPECT_TRUE(cache.Contains(kC));
+    EXPECT_EQ(cache.Stats().bytes_leased, 0u);
+    ExpectConsistent(cache);
+  }
 }
 
 TEST(CacheTier, BlockLargerThanTheBudgetFails) {

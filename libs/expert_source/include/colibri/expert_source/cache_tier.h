@@ -185,10 +185,11 @@ class CacheTier final : public ExpertSource {
   void WorkerLoop();
   // The functions below require `lock` held on the state's mutex; they unlock it while the next
   // source reads, and while `landed_some` runs (after each group of blocks lands).
-  // Reserves room for the job (a demand read waits for leases to be dropped); false, with the
-  // reason, when there is none.
+  // Reserves room for the job (a demand read waits for leases to be dropped, running
+  // `landed_some` first so the waiting caller's own landed blocks are handed over and can be
+  // released); false, with the reason, when there is none.
   bool ReserveJobLocked(Job& job, bool demand, std::unique_lock<std::mutex>& lock,
-                        absl::Status* no_room);
+                        absl::Status* no_room, const std::function<void()>& landed_some = nullptr);
   // Reads `jobs` in order as batches: each the longest run that fits, the first waiting for room.
   void ReadJobsLocked(const std::vector<std::shared_ptr<Job>>& jobs, bool demand, Priority priority,
                       std::unique_lock<std::mutex>& lock, const std::function<void()>& landed_some);
