@@ -1,15 +1,29 @@
 #!/usr/bin/python3
-"""End-to-end decode speed: engine direct (colibri-cli), embedded colibri-server, and the three
-services as separate processes, on the same generated model, measured in one run.
+"""End-to-end decode speed of every deployment, on one generated model, measured in one run.
 
-    bench/serve_bench.py [--preset demo] [--quantize q8_0] [--tokens 64]
+    bench/serve_bench.py [--layers 10 --hidden 1024 --ffn 4096 --experts 8 --top-k 2]
+                         [--quantize q8_0] [--tokens 48] [--rounds 3] [--parts paths,scale]
+                         [--store-rate 100M] [--max-stores 4] [--dir DIR]
 
-Prints a markdown table: decode tokens/s per mode with the expert cache holding the whole model
-and holding a quarter of it (experts stream from disk / the store).
+`paths`: decode tokens/s of the engine direct (colibri-cli run), the embedded colibri-server, and
+the three services as separate processes with the store over a unix socket (blocks through shared
+memory) and over TCP (streamed chunks), with the compute node's expert cache holding every expert
+and holding a quarter of them (misses stream from disk / the store).
+
+`scale`: one compute over 1..--max-stores stores, every store's disk capped at --store-rate (the
+store's own fault layer: a token bucket in its I/O engine) and the cache an eighth of the experts:
+decode tokens/s and the bandwidth delivered (the stores' served bytes over the decode time), each
+against N times the one-store figure (linear).
+
+The default model is Mixtral-shaped (8 experts top-2, FFN 4096, hidden 1024, 10 layers, Q8_0:
+1.07 GB of experts, 13.4 MB per expert). Decode rates are measured between the first and last
+streamed token of a greedy request after a warm-up request, so start-up and prefill are excluded.
 """
 import argparse
 import json
 import os
+import re
+import statistics
 import sys
 import time
 import urllib.request
@@ -17,76 +31,191 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'tests'))
 import testlib  # noqa: E402
 
+PROMPT = [1] + list(range(300, 332))
+
 
 def stream_decode_rate(url, prompt, n):
-    """Tokens/s between the first and the last streamed token (decode only)."""
-    body = {'prompt': prompt, 'max_tokens': n, 'temperature': 0, 'stream': True, 'return_token_ids': True}
+    """(tokens/s between the first and the last streamed token, tokens, seconds from sending the
+    request to its last token)."""
+    body = {'prompt': prompt, 'max_tokens': n, 'temperature': 0, 'stream': True, 'return_token_ids': True,
+            'ignore_eos': True}
     req = urllib.request.Request(url + '/v1/completions', data=json.dumps(body).encode(),
                                  headers={'Content-Type': 'application/json'})
     stamps = []
-    with urllib.request.urlopen(req, timeout=600) as r:
+    sent = time.perf_counter()
+    with urllib.request.urlopen(req, timeout=1800) as r:
         for raw in r:
             line = raw.decode().strip()
             if line.startswith('data: {'):
                 for c in json.loads(line[6:])['choices']:
                     stamps += [time.perf_counter()] * len(c.get('token_ids', []))
-    return (len(stamps) - 1) / (stamps[-1] - stamps[0]), len(stamps)
+    if len(stamps) < 2:
+        raise AssertionError(f'{url}: {len(stamps)} tokens streamed')
+    return (len(stamps) - 1) / (stamps[-1] - stamps[0]), len(stamps), stamps[-1] - sent
+
+
+def parse_size(text):
+    """'100M' -> bytes, binary multiples as the store's --inject-fault reads them."""
+    mult = {'k': 2**10, 'm': 2**20, 'g': 2**30}.get(text[-1].lower(), 1)
+    return float(text[:-1] if mult > 1 else text) * mult
+
+
+def metric_sum(port, name):
+    """The sum of every sample of counter `name` on the /metrics page at `port`."""
+    _, text = testlib.http('GET', f'http://127.0.0.1:{port}/metrics')
+    total = 0.0
+    for line in text.splitlines():
+        m = re.match(rf'^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$', line)
+        if m:
+            total += float(m.group(1))
+    return total
+
+
+class Bench:
+    def __init__(self, a, d, model, expert_bytes):
+        self.a, self.d, self.model, self.expert_bytes = a, d, model, expert_bytes
+        self.services = []
+
+    def start(self, name, args, tag, flags=('--port-file',)):
+        s = testlib.Service(name, args, self.d, flags, tag=tag)
+        self.services.append(s)
+        return s
+
+    def stop_all(self):
+        for s in reversed(self.services):
+            s.stop()
+        self.services.clear()
+
+    def decode(self, url, tokens):
+        """Warm-up request (routing, KV, streams), then the measured one."""
+        stream_decode_rate(url, PROMPT, 8)
+        return stream_decode_rate(url, [2] + PROMPT[1:], tokens)
+
+    def engine_direct(self, cache):
+        p = testlib.run([testlib.binary('colibri-cli'), 'run', '--model', self.model, '--prompt-tokens',
+                         ','.join(map(str, PROMPT)), '--max-tokens', str(self.a.tokens), '--temperature', '0',
+                         '--ignore-eos', '--expert-cache-size', str(cache), '--threads', '2'], timeout=3600)
+        return float(p.stderr.split('tok/s')[0].rsplit('(', 1)[1])
+
+    def embedded(self, cache):
+        try:
+            server = self.start('colibri-server', ['--model', self.model, '--port', '0', '--host', '127.0.0.1',
+                                                   '--expert-cache-size', str(cache), '--threads', '2'], 'server')
+            return self.decode(f'http://127.0.0.1:{server.port()}', self.a.tokens)[0]
+        finally:
+            self.stop_all()
+
+    def store(self, i, transport, extra=()):
+        args = ['--model', self.model, '--metrics-port', '0', *extra]
+        if transport == 'unix':
+            sock = os.path.join(self.d, f'store{i}.sock')
+            args += ['--listen', f'unix:{sock}']
+        else:
+            args += ['--listen', '127.0.0.1:0']
+        s = self.start('colibri-expert-store', args, f'store{i}', ('--port-file', '--metrics-port-file'))
+        port = s.port()
+        s.target = f'unix:{sock}' if transport == 'unix' else f'127.0.0.1:{port}'
+        return s
+
+    def cluster(self, stores, cache):
+        args = ['--model', self.model, '--listen', '127.0.0.1:0', '--metrics-port', '-1',
+                '--expert-cache-size', str(cache), '--threads', '2']
+        for s in stores:
+            args += ['--store', s.target]
+        compute = self.start('colibri-compute', args, 'compute')
+        router = self.start('colibri-router', ['--model', self.model, '--compute', f'127.0.0.1:{compute.port()}',
+                                               '--port', '0', '--host', '127.0.0.1'],
+                            'router')
+        return f'http://127.0.0.1:{router.port()}'
+
+    def three_processes(self, cache, transport):
+        try:
+            url = self.cluster([self.store(0, transport)], cache)
+            return self.decode(url, self.a.tokens)[0]
+        finally:
+            self.stop_all()
+
+    def scaled(self, n, cache):
+        """(decode tok/s, delivered bytes/s) with n rate-capped stores over TCP: the bytes the
+        stores served for the measured request over its whole time (prefill included)."""
+        try:
+            fault = ['--inject-fault', f'kind=slow,disk=0,rate={self.a.store_rate}']
+            stores = [self.store(i, 'tcp', fault) for i in range(n)]
+            url = self.cluster(stores, cache)
+            stream_decode_rate(url, PROMPT, 8)
+            ports = [s.port('--metrics-port-file') for s in stores]
+            before = sum(metric_sum(p, 'colibri_store_bytes_served_total') for p in ports)
+            rate, _, seconds = stream_decode_rate(url, [2] + PROMPT[1:], self.a.scale_tokens)
+            after = sum(metric_sum(p, 'colibri_store_bytes_served_total') for p in ports)
+            return rate, (after - before) / seconds
+        finally:
+            self.stop_all()
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument('--preset', default='demo')
+    ap.add_argument('--layers', type=int, default=10)
+    ap.add_argument('--hidden', type=int, default=1024)
+    ap.add_argument('--ffn', type=int, default=4096)
+    ap.add_argument('--experts', type=int, default=8)
+    ap.add_argument('--top-k', type=int, default=2)
     ap.add_argument('--quantize', default='q8_0')
-    ap.add_argument('--tokens', type=int, default=64)
+    ap.add_argument('--tokens', type=int, default=48)
+    ap.add_argument('--scale-tokens', type=int, default=24, help='scale: greedy tokens per run')
+    ap.add_argument('--rounds', type=int, default=3, help='paths: runs of every mode (medians)')
+    ap.add_argument('--parts', default='paths,scale')
+    ap.add_argument('--store-rate', default='100M', help='scale: each store disk\'s cap')
+    ap.add_argument('--max-stores', type=int, default=4)
+    ap.add_argument('--dir', help='work directory (kept, the model reused); default: a temporary one')
     a = ap.parse_args()
-    d = testlib.tempdir('colibri-serve-bench-')
+    parts = set(a.parts.split(','))
+    d = a.dir or testlib.tempdir('colibri-serve-bench-')
+    os.makedirs(d, exist_ok=True)
     try:
-        hf = testlib.gen_model(os.path.join(d, 'hf'), 'mixtral', a.preset, 'f32')
-        model = testlib.convert(hf, os.path.join(d, 'bench'), a.quantize)
+        model = os.path.join(d, 'bench')
+        if not os.path.exists(os.path.join(model, 'manifest.json')):
+            hf = testlib.gen_model(os.path.join(d, 'hf'), 'mixtral', 'demo', 'bf16', extra=(
+                '--layers', str(a.layers), '--hidden', str(a.hidden), '--ffn', str(a.ffn), '--experts',
+                str(a.experts), '--top-k', str(a.top_k), '--heads', '16', '--kv-heads', '4'))
+            testlib.convert(hf, model, a.quantize)
+            testlib.rmtree(hf)
         manifest = json.load(open(os.path.join(model, 'manifest.json')))
         blocks = manifest['experts']['blocks']
         expert_bytes = sum(b['padded_size'] for b in blocks)
-        prompt = [1] + list(range(300, 315))
-        rows = []
-        for label, cache in (('all experts cached', expert_bytes * 2), ('cache = 1/4 of experts', expert_bytes // 4)):
-            cache_arg = str(cache)
-            p = testlib.run([testlib.binary('colibri-cli'), 'run', '--model', model, '--prompt-tokens',
-                             ','.join(map(str, prompt)), '--max-tokens', str(a.tokens), '--temperature', '0',
-                             '--ignore-eos', '--expert-cache-size', cache_arg, '--threads', '2'])
-            cli_rate = float(p.stderr.split('tok/s')[0].rsplit('(', 1)[1])
-            services = []
-            try:
-                server = testlib.Service('colibri-server', ['--model', model, '--port', '0', '--host', '127.0.0.1',
-                                                            '--expert-cache-size', cache_arg, '--threads', '2'], d)
-                services.append(server)
-                emb, n_emb = stream_decode_rate(f'http://127.0.0.1:{server.port()}', prompt, a.tokens)
-                server.stop()
-                services.clear()
-                store = testlib.Service('colibri-expert-store', ['--model', model, '--listen', '127.0.0.1:0',
-                                                                 '--metrics-port', '-1'], d)
-                services.append(store)
-                compute = testlib.Service('colibri-compute', ['--model', model, '--store', f'127.0.0.1:{store.port()}',
-                                                              '--listen', '127.0.0.1:0', '--metrics-port', '-1',
-                                                              '--expert-cache-size', cache_arg, '--threads', '2'], d)
-                services.append(compute)
-                router = testlib.Service('colibri-router', ['--model', model, '--compute', f'127.0.0.1:{compute.port()}',
-                                                            '--port', '0', '--host', '127.0.0.1',
-                                                            '--grpc-listen', '127.0.0.1:0'], d)
-                services.append(router)
-                clu, n_clu = stream_decode_rate(f'http://127.0.0.1:{router.port()}', prompt, a.tokens)
-            finally:
-                for s in reversed(services):
-                    s.stop()
-            rows.append((label, cli_rate, emb, clu, min(n_emb, n_clu)))
-        print(f'model: {a.preset} preset, {a.quantize}, {manifest["config"]["n_layers"]} layers, '
-              f'{len(blocks)} expert blocks, {expert_bytes / 2**20:.1f} MiB of experts, dense '
-              f'{manifest["dense"]["size"] / 2**20:.1f} MiB; 2 threads\n')
-        print('| expert cache | engine direct (tok/s) | colibri-server HTTP (tok/s) | 3 processes (tok/s) | cluster / embedded |')
-        print('|---|---|---|---|---|')
-        for label, cli, emb, clu, n in rows:
-            print(f'| {label} | {cli:.1f} | {emb:.1f} | {clu:.1f} | {clu / emb:.2f} |')
+        b = Bench(a, d, model, expert_bytes)
+        print(f'model: Mixtral layout, {a.quantize}, {manifest["config"]["n_layers"]} layers, hidden {a.hidden}, '
+              f'{a.experts} experts top-{a.top_k}, FFN {a.ffn}: {len(blocks)} expert blocks, '
+              f'{expert_bytes / 1e9:.2f} GB of experts ({expert_bytes / len(blocks) / 1e6:.1f} MB each), '
+              f'dense {manifest["dense"]["size"] / 1e6:.1f} MB; 2 threads; {a.tokens} greedy tokens, '
+              f'medians of {a.rounds} alternating runs; '
+              f'load {os.getloadavg()[0]:.1f}\n', flush=True)
+        if 'paths' in parts:
+            rows = []
+            for label, cache in (('all experts cached', expert_bytes * 2), ('cache = 1/4 of experts', expert_bytes // 4)):
+                # The modes alternate, --rounds times: the disk's rate drifts from minute to minute.
+                runs = [[b.engine_direct(cache), b.embedded(cache), b.three_processes(cache, 'unix'),
+                         b.three_processes(cache, 'tcp')] for _ in range(a.rounds)]
+                rows.append((label, *[statistics.median(r[m] for r in runs) for m in range(4)]))
+            print('| expert cache | engine direct (tok/s) | colibri-server (tok/s) | 3 processes, unix + shm '
+                  '(tok/s) | 3 processes, TCP (tok/s) | unix / embedded | TCP / embedded |')
+            print('|---|---|---|---|---|---|---|')
+            for label, cli, emb, unix, tcp in rows:
+                print(f'| {label} | {cli:.2f} | {emb:.2f} | {unix:.2f} | {tcp:.2f} | {unix / emb:.2f} | {tcp / emb:.2f} |')
+            print(flush=True)
+        if 'scale' in parts:
+            cache = expert_bytes // 8
+            rows = [(n, *b.scaled(n, cache)) for n in range(1, a.max_stores + 1)]
+            cap = parse_size(a.store_rate)
+            print(f'Store scale-out: one compute (cache = 1/8 of the experts), N stores over TCP, each '
+                  f'disk capped at {a.store_rate}B/s ({cap / 1e6:.0f} MB/s); {a.scale_tokens} tokens\n')
+            print('| stores | decode (tok/s) | of linear | delivered (MB/s) | of linear | of the caps |')
+            print('|---|---|---|---|---|---|')
+            for n, rate, bw in rows:
+                print(f'| {n} | {rate:.2f} | {rate / (n * rows[0][1]):.2f} | {bw / 1e6:.0f} | '
+                      f'{bw / (n * rows[0][2]):.2f} | {bw / (n * cap):.2f} |')
     finally:
-        testlib.rmtree(d)
+        if not a.dir:
+            testlib.rmtree(d)
 
 
 if __name__ == '__main__':
