@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "colibri/core/checksum.h"
@@ -149,6 +150,8 @@ absl::StatusOr<Lease> DiskSource::Fetch(ExpertId id, Priority priority) {
     uint64_t finished = 0;
     absl::Status status;
     bool cancelled = false;
+    uint64_t short_at = std::numeric_limits<
+        uint64_t>::max();  // block offset of the first byte a piece could not read
   };
   auto sh = std::make_shared<Shared>();
   uint8_t* base = block->bytes.get();
@@ -167,6 +170,10 @@ absl::StatusOr<Lease> DiskSource::Fetch(ExpertId id, Priority priority) {
         auto n = ReadRange(fds, base + at, offset + at, len);
         if (n.ok()) {
           sh->bytes += *n;
+          if (*n < len) {
+            std::lock_guard<std::mutex> lock(sh->mu);
+            sh->short_at = std::min(sh->short_at, at + *n);
+          }
         } else {
           st = n.status();
         }
@@ -204,8 +211,12 @@ absl::StatusOr<Lease> DiskSource::Fetch(ExpertId id, Priority priority) {
         absl::StrCat("read expert (layer ", id.layer, ", id ", id.expert, ") from '",
                      container_->ExpertFilePath(b).string(), "': ", sh->status.message()));
   }
-  // Bytes past the end of the file were never read: the block is short.
-  const uint64_t file_end = std::min(b.offset + b.padded_size, fds.size);
+  // Bytes past the end of the file were never read: the block is short. The file may also have
+  // shrunk since it was opened (a concurrent rewrite): a piece that ended early says so, and the
+  // buffer's stale bytes past it must never reach the checksum (they may be a copy of the block).
+  const uint64_t read_end =
+      sh->short_at < b.padded_size ? b.offset + sh->short_at : std::numeric_limits<uint64_t>::max();
+  const uint64_t file_end = std::min({b.offset + b.padded_size, fds.size, read_end});
   if (file_end < b.offset + b.size) {
     return absl::DataLossError(
         absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") in '",
