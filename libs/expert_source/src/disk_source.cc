@@ -1,7 +1,6 @@
 #include "colibri/expert_source/disk_source.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,13 +29,6 @@ absl::StatusOr<std::unique_ptr<DiskSource>> DiskSource::Open(const model::Contai
     Fds fds;
     fds.buffered = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fds.buffered < 0) return ErrnoStatus(errno, "open expert file", path);
-    struct stat st;
-    if (::fstat(fds.buffered, &st) != 0) {
-      const int err = errno;
-      ::close(fds.buffered);
-      return ErrnoStatus(err, "stat expert file", path);
-    }
-    fds.size = static_cast<uint64_t>(st.st_size);
     if (options.direct_io) {
       fds.direct = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
       if (fds.direct >= 0) src->direct_files_++;
@@ -211,12 +203,10 @@ absl::StatusOr<Lease> DiskSource::Fetch(ExpertId id, Priority priority) {
         absl::StrCat("read expert (layer ", id.layer, ", id ", id.expert, ") from '",
                      container_->ExpertFilePath(b).string(), "': ", sh->status.message()));
   }
-  // Bytes past the end of the file were never read: the block is short. The file may also have
-  // shrunk since it was opened (a concurrent rewrite): a piece that ended early says so, and the
-  // buffer's stale bytes past it must never reach the checksum (they may be a copy of the block).
-  const uint64_t read_end =
-      sh->short_at < b.padded_size ? b.offset + sh->short_at : std::numeric_limits<uint64_t>::max();
-  const uint64_t file_end = std::min({b.offset + b.padded_size, fds.size, read_end});
+  // A piece that read short ended at the end of the file (as it was when opened, or since: a
+  // concurrent rewrite); the buffer's stale bytes past it must never reach the checksum (they
+  // may be a copy of the block), so a block cut before its checksummed size is short.
+  const uint64_t file_end = b.offset + std::min(sh->short_at, b.padded_size);
   if (file_end < b.offset + b.size) {
     return absl::DataLossError(
         absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") in '",

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "colibri/core/checksum.h"
+#include "colibri/core/testing/wait.h"
 #include "colibri/expert_source/cache_tier.h"
 #include "colibri/rpc/multi_store_source.h"
 
@@ -395,13 +396,14 @@ TEST(MultiStoreSource, ABatchIsSplitByHolderAndAdviceGoesToTheHolder) {
     EXPECT_TRUE((*multi)->Fetch(kC, Priority::kPrefetch).ok());
     done = true;
   });
-  const auto deadline = std::chrono::steady_clock::now() + kDeadline;
   ScriptedStore* holder = nullptr;
-  while (holder == nullptr && std::chrono::steady_clock::now() < deadline) {
-    if (one.store().Fetches().size() == 2) holder = &one.store();
-    if (two.store().Fetches().size() == 2) holder = &two.store();
-    std::this_thread::yield();
-  }
+  colibri::testing::WaitUntil(
+      [&] {
+        if (one.store().Fetches().size() == 2) holder = &one.store();
+        if (two.store().Fetches().size() == 2) holder = &two.store();
+        return holder != nullptr;
+      },
+      kDeadline);
   ASSERT_NE(holder, nullptr);
   ScriptedStore* other = holder == &one.store() ? &two.store() : &one.store();
   ASSERT_TRUE(holder->WaitForHeld(1));

@@ -11,6 +11,7 @@
 
 #include "colibri/core/checksum.h"
 #include "colibri/core/file_util.h"
+#include "colibri/core/testing/wait.h"
 #include "colibri/expert_source/cache_tier.h"
 #include "colibri/store/disk_set.h"
 #include "colibri/store/ingest.h"
@@ -388,10 +389,9 @@ class HeldStoreTest : public StoreTest {
     ASSERT_TRUE(buf.ok());
     buf_ = std::move(*buf);
     store_->ReadInto(*model_, *model_->Find(0, 0), buf_.get(), Priority::kDemand, landed_.Add(0));
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     for (uint32_t d = 0; d < 3; ++d) {
-      while (store_->io().Stats(d).in_flight == 0 && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::yield();
+      colibri::testing::WaitUntil([&] { return store_->io().Stats(d).in_flight != 0; },
+                                  std::chrono::seconds(10));
       ASSERT_EQ(store_->io().Stats(d).in_flight, 1u) << d;
     }
   }

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "colibri/core/file_util.h"
+#include "colibri/core/testing/wait.h"
 #include "store_test_util.h"
 
 namespace colibri::store {
@@ -154,9 +155,8 @@ class HeldQueue {
     buf_ = std::move(*buf);
     first_ = Read(0, Priority::kPrefetch);
     // The thread backend picks reads up asynchronously: wait until read 0 holds the slot.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (e_.Stats(0).in_flight == 0 && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::yield();
+    colibri::testing::WaitUntil([&] { return e_.Stats(0).in_flight != 0; },
+                                std::chrono::seconds(10));
     held_ = e_.Stats(0).in_flight == 1;
   }
   IoEngine::Ticket Read(int i, Priority p) {

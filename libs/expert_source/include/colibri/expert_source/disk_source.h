@@ -67,7 +67,6 @@ class DiskSource final : public ExpertSource {
   struct Fds {
     int buffered = -1;
     int direct = -1;  // -1: O_DIRECT unavailable for this file
-    uint64_t size = 0;
   };
   // Reads up to `len` bytes at `offset` (fewer at the end of the file); O_DIRECT falls back to
   // the buffered descriptor on EINVAL.
