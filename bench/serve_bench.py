@@ -3,14 +3,14 @@
 
     bench/serve_bench.py [--layers 10 --hidden 1024 --ffn 4096 --experts 8 --top-k 2]
                          [--quantize q8_0] [--tokens 48] [--rounds 3] [--parts paths,scale]
-                         [--store-rate 100M] [--max-stores 4] [--dir DIR]
+                         [--store-mib-s 100] [--max-stores 4] [--dir DIR]
 
 `paths`: decode tokens/s of the engine direct (colibri-cli run), the embedded colibri-server, and
 the three services as separate processes with the store over a unix socket (blocks through shared
 memory) and over TCP (streamed chunks), with the compute node's expert cache holding every expert
 and holding a quarter of them (misses stream from disk / the store).
 
-`scale`: one compute over 1..--max-stores stores, every store's disk capped at --store-rate (the
+`scale`: one compute over 1..--max-stores stores, every store's disk capped at --store-mib-s (the
 store's own fault layer: a token bucket in its I/O engine) and the cache an eighth of the experts:
 decode tokens/s and the bandwidth delivered (the stores' served bytes over the decode time), each
 against N times the one-store figure (linear).
@@ -22,7 +22,6 @@ streamed token of a greedy request after a warm-up request, so start-up and pref
 import argparse
 import json
 import os
-import re
 import statistics
 import sys
 import time
@@ -54,21 +53,17 @@ def stream_decode_rate(url, prompt, n):
     return (len(stamps) - 1) / (stamps[-1] - stamps[0]), len(stamps), stamps[-1] - sent
 
 
-def parse_size(text):
-    """'100M' -> bytes, binary multiples as the store's --inject-fault reads them."""
-    mult = {'k': 2**10, 'm': 2**20, 'g': 2**30}.get(text[-1].lower(), 1)
-    return float(text[:-1] if mult > 1 else text) * mult
+def served_bytes(port):
+    """colibri_store_bytes_served_total of the store whose /metrics is at `port`."""
+    return testlib.metric(testlib.http('GET', f'http://127.0.0.1:{port}/metrics')[1],
+                          'colibri_store_bytes_served_total')
 
 
-def metric_sum(port, name):
-    """The sum of every sample of counter `name` on the /metrics page at `port`."""
-    _, text = testlib.http('GET', f'http://127.0.0.1:{port}/metrics')
-    total = 0.0
-    for line in text.splitlines():
-        m = re.match(rf'^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$', line)
-        if m:
-            total += float(m.group(1))
-    return total
+def cpu_seconds(pid):
+    """User + system CPU seconds of process `pid` so far."""
+    with open(f'/proc/{pid}/stat') as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
 
 
 class Bench:
@@ -129,9 +124,16 @@ class Bench:
         return f'http://127.0.0.1:{router.port()}'
 
     def three_processes(self, cache, transport):
+        """(decode tok/s, the store's and the compute's CPU cores during the measured request)."""
         try:
-            url = self.cluster([self.store(0, transport)], cache)
-            return self.decode(url, self.a.tokens)[0]
+            store = self.store(0, transport)
+            url = self.cluster([store], cache)
+            stream_decode_rate(url, PROMPT, 8)
+            compute = self.services[1]
+            before = [cpu_seconds(store.proc.pid), cpu_seconds(compute.proc.pid)]
+            rate, _, seconds = stream_decode_rate(url, [2] + PROMPT[1:], self.a.tokens)
+            used = [cpu_seconds(store.proc.pid) - before[0], cpu_seconds(compute.proc.pid) - before[1]]
+            return rate, used[0] / seconds, used[1] / seconds
         finally:
             self.stop_all()
 
@@ -139,14 +141,14 @@ class Bench:
         """(decode tok/s, delivered bytes/s) with n rate-capped stores over TCP: the bytes the
         stores served for the measured request over its whole time (prefill included)."""
         try:
-            fault = ['--inject-fault', f'kind=slow,disk=0,rate={self.a.store_rate}']
+            fault = ['--inject-fault', f'kind=slow,disk=0,rate={self.a.store_mib_s}M']
             stores = [self.store(i, 'tcp', fault) for i in range(n)]
             url = self.cluster(stores, cache)
             stream_decode_rate(url, PROMPT, 8)
             ports = [s.port('--metrics-port-file') for s in stores]
-            before = sum(metric_sum(p, 'colibri_store_bytes_served_total') for p in ports)
+            before = sum(served_bytes(p) for p in ports)
             rate, _, seconds = stream_decode_rate(url, [2] + PROMPT[1:], self.a.scale_tokens)
-            after = sum(metric_sum(p, 'colibri_store_bytes_served_total') for p in ports)
+            after = sum(served_bytes(p) for p in ports)
             return rate, (after - before) / seconds
         finally:
             self.stop_all()
@@ -164,7 +166,7 @@ def main():
     ap.add_argument('--scale-tokens', type=int, default=24, help='scale: greedy tokens per run')
     ap.add_argument('--rounds', type=int, default=3, help='paths: runs of every mode (medians)')
     ap.add_argument('--parts', default='paths,scale')
-    ap.add_argument('--store-rate', default='100M', help='scale: each store disk\'s cap')
+    ap.add_argument('--store-mib-s', type=int, default=100, help='scale: each store disk\'s cap (MiB/s)')
     ap.add_argument('--max-stores', type=int, default=4)
     ap.add_argument('--dir', help='work directory (kept, the model reused); default: a temporary one')
     a = ap.parse_args()
@@ -193,21 +195,26 @@ def main():
             rows = []
             for label, cache in (('all experts cached', expert_bytes * 2), ('cache = 1/4 of experts', expert_bytes // 4)):
                 # The modes alternate, --rounds times: the disk's rate drifts from minute to minute.
-                runs = [[b.engine_direct(cache), b.embedded(cache), b.three_processes(cache, 'unix'),
-                         b.three_processes(cache, 'tcp')] for _ in range(a.rounds)]
-                rows.append((label, *[statistics.median(r[m] for r in runs) for m in range(4)]))
+                runs = [[b.engine_direct(cache), b.embedded(cache), *b.three_processes(cache, 'unix'),
+                         *b.three_processes(cache, 'tcp')] for _ in range(a.rounds)]
+                rows.append((label, *[statistics.median(r[m] for r in runs) for m in range(8)]))
             print('| expert cache | engine direct (tok/s) | colibri-server (tok/s) | 3 processes, unix + shm '
                   '(tok/s) | 3 processes, TCP (tok/s) | unix / embedded | TCP / embedded |')
             print('|---|---|---|---|---|---|---|')
-            for label, cli, emb, unix, tcp in rows:
+            for label, cli, emb, unix, _, _, tcp, _, _ in rows:
                 print(f'| {label} | {cli:.2f} | {emb:.2f} | {unix:.2f} | {tcp:.2f} | {unix / emb:.2f} | {tcp / emb:.2f} |')
+            print('\nCPU of the three processes\' store and compute during the measured request (cores):\n')
+            print('| expert cache | unix + shm: store | compute | TCP: store | compute |')
+            print('|---|---|---|---|---|')
+            for label, _, _, _, us, uc, _, ts, tc in rows:
+                print(f'| {label} | {us:.2f} | {uc:.2f} | {ts:.2f} | {tc:.2f} |')
             print(flush=True)
         if 'scale' in parts:
             cache = expert_bytes // 8
             rows = [(n, *b.scaled(n, cache)) for n in range(1, a.max_stores + 1)]
-            cap = parse_size(a.store_rate)
+            cap = a.store_mib_s * 2**20
             print(f'Store scale-out: one compute (cache = 1/8 of the experts), N stores over TCP, each '
-                  f'disk capped at {a.store_rate}B/s ({cap / 1e6:.0f} MB/s); {a.scale_tokens} tokens\n')
+                  f'disk capped at {a.store_mib_s} MiB/s ({cap / 1e6:.0f} MB/s); {a.scale_tokens} tokens\n')
             print('| stores | decode (tok/s) | of linear | delivered (MB/s) | of linear | of the caps |')
             print('|---|---|---|---|---|---|')
             for n, rate, bw in rows:
