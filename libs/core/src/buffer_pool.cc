@@ -1,5 +1,7 @@
 #include "colibri/core/buffer_pool.h"
 
+#include <malloc.h>
+
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
@@ -9,6 +11,12 @@
 #include "colibri/core/units.h"
 
 namespace colibri {
+
+void KeepFreedMemoryMapped() {
+  // Setting either turns off glibc's dynamic thresholds, which start at 128 KiB.
+  ::mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest for 64-bit heaps
+  ::mallopt(M_TRIM_THRESHOLD, 256 << 20);
+}
 
 struct BufferPool::State {
   std::mutex mu;

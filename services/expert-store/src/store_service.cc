@@ -170,7 +170,9 @@ class ExpertStoreService::FetchReactor final
 
   // FetchSink (under the scheduler's lock).
   void Write(const FetchAnswer& a) override {
-    current_.Clear();
+    // A chunk after a chunk reuses the message and its data string: clearing the oneof would
+    // free the string, and every chunk would then fault a fresh 1-4 MiB allocation in.
+    if (a.kind != FetchAnswer::Kind::kChunk || !current_.has_chunk()) current_.Clear();
     current_.set_request_id(a.request_id);
     switch (a.kind) {
       case FetchAnswer::Kind::kChunk: {

@@ -14,6 +14,14 @@
 
 namespace colibri {
 
+// Tunes the process's allocator to keep freed memory mapped: allocations up to 32 MiB come from
+// its heaps instead of fresh mmaps, and freed space is not handed back to the kernel until 256
+// MiB of it sits unused at a heap's top. For processes that stream blocks through buffers
+// allocated and freed per message (protobuf strings and gRPC slices of 1-4 MiB each): without it
+// every such buffer is faulted in page by page and unmapped again, which was half of an expert
+// store's CPU when serving over TCP (bench/RESULTS.md). Call once at the start of main.
+void KeepFreedMemoryMapped();
+
 class BufferPool {
  public:
   explicit BufferPool(uint64_t max_idle_bytes);
