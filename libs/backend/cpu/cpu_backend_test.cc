@@ -473,6 +473,30 @@ TEST_P(CpuBackendTest, AttentionAtPositionZeroReturnsV) {
   }
 }
 
+// Decode and prefill rows over several key blocks of 64 with a head of 80 (a 64-float slice of
+// the weighted value sum plus a tail) and one of 128 (two slices), grouped 4 query heads per KV
+// head: the blocked value accumulation against the double reference.
+TEST_P(CpuBackendTest, LongContextAttentionAtHeadDims80And128) {
+  for (const int64_t head_dim : {80, 128}) {
+    SCOPED_TRACE(testing::Message() << "head_dim " << head_dim);
+    const int64_t n_heads = 8, n_kv_heads = 2, len = 300;
+    const int64_t q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
+    const std::vector<float> k = RandomNormal(static_cast<size_t>(len * kv_dim), 41, 1.5f);
+    const std::vector<float> v = RandomNormal(static_cast<size_t>(len * kv_dim), 42);
+    const std::vector<int32_t> positions = {0, 63, 64, 200, static_cast<int32_t>(len - 1)};
+    const int64_t n = static_cast<int64_t>(positions.size());
+    const std::vector<float> q = RandomNormal(static_cast<size_t>(n * q_dim), 43, 1.5f);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    std::vector<float> out(static_cast<size_t>(n * q_dim), std::nanf(""));
+    AttentionArgs args{q.data(),   k.data(), v.data(), positions.data(), n, n_heads,
+                       n_kv_heads, head_dim, scale,    out.data()};
+    be_->Attention(args);
+    const std::vector<double> want =
+        AttentionRef(q, k, v, positions, n_heads, n_kv_heads, head_dim, scale);
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 2e-5) << i;
+  }
+}
+
 TEST_P(CpuBackendTest, AttentionWithLargeScoresStaysFinite) {
   // Scores of several hundred: a naive exp would overflow; the online softmax must not.
   const int64_t n_heads = 2, n_kv_heads = 2, head_dim = 4, len = 6;
