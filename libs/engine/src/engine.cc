@@ -473,10 +473,19 @@ void Engine::DraftFor(Sequence* s, int64_t room) {
   s->draft.clear();
   // At most the tokens left to generate after this pass's own one.
   const int64_t left = s->budget - static_cast<int64_t>(s->result.tokens.size()) - 1;
-  const int64_t k = std::min<int64_t>({s->controller.DraftLength(pass_costs_), room, left});
+  const int64_t behind = s->drafter->Behind(s->history);
+  const int64_t k =
+      std::min<int64_t>({s->controller.DraftLength(pass_costs_, behind, left), room, left});
   if (k <= 0) return;
+  // The catch-up (what the drafter has not seen since its last draft) is timed apart: it is
+  // not a cost per drafted token.
+  const auto catch_up_start = Clock::now();
+  const absl::Status caught_up = s->drafter->CatchUp(s->history);
   const auto start = Clock::now();
-  absl::StatusOr<std::vector<int32_t>> d = s->drafter->Draft(s->history, static_cast<int>(k));
+  if (caught_up.ok()) pass_costs_.RecordCatchUp(behind, Seconds(catch_up_start, start));
+  absl::StatusOr<std::vector<int32_t>> d = caught_up.ok()
+                                               ? s->drafter->Draft(s->history, static_cast<int>(k))
+                                               : absl::StatusOr<std::vector<int32_t>>(caught_up);
   s->draft_seconds = Seconds(start, Clock::now());
   if (!d.ok()) {
     // The request goes on without speculation (once per request, not per token).
@@ -559,7 +568,8 @@ void Engine::SampleRows(Sequence* s, const float* rows, int64_t n_rows, int64_t 
                                                  " positions failed")));
       return;
     }
-    s->controller.Observe(static_cast<int>(drafted), static_cast<int>(accepted), s->draft_seconds);
+    pass_costs_.RecordDraft(static_cast<int>(drafted), s->draft_seconds);
+    s->controller.Observe(static_cast<int>(drafted), static_cast<int>(accepted));
     s->result.verify_passes++;
     s->result.draft_tokens += drafted;
     s->result.accepted_draft_tokens += accepted;

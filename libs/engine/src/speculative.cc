@@ -55,11 +55,11 @@ absl::StatusOr<std::vector<int32_t>> ModelDrafter::Draft(std::span<const int32_t
   const int64_t room = model_->config().context_length - static_cast<int64_t>(context.size());
   max_tokens = static_cast<int>(std::min<int64_t>(max_tokens, room));
   if (max_tokens <= 0 || context.empty()) return out;
-  size_t n = 0;
-  while (n < fed_.size() && n < context.size() && fed_[n] == context[n]) ++n;
-  if (n == context.size()) --n;  // the last token is fed again for its logits
-  n = static_cast<size_t>(cache_->Truncate(static_cast<int64_t>(n)));
-  fed_.resize(n);
+  size_t n = KeepCommonPrefix(context);
+  if (n == context.size()) {  // the last token is fed again for its logits
+    n = static_cast<size_t>(cache_->Truncate(static_cast<int64_t>(n - 1)));
+    fed_.resize(n);
+  }
   std::vector<BatchItem> batch;
   for (size_t i = n; i < context.size(); ++i) {
     batch.push_back({cache_.get(), context[i], static_cast<int32_t>(i), i + 1 == context.size()});
@@ -77,6 +77,62 @@ absl::StatusOr<std::vector<int32_t>> ModelDrafter::Draft(std::span<const int32_t
     if (static_cast<int>(out.size()) >= max_tokens) return out;
     batch = {{cache_.get(), out.back(), static_cast<int32_t>(cache_->n_past()), true}};
   }
+}
+
+size_t ModelDrafter::KeepCommonPrefix(std::span<const int32_t> context) {
+  size_t n = 0;
+  while (n < fed_.size() && n < context.size() && fed_[n] == context[n]) ++n;
+  n = static_cast<size_t>(cache_->Truncate(static_cast<int64_t>(n)));
+  fed_.resize(n);
+  return n;
+}
+
+int64_t ModelDrafter::Behind(std::span<const int32_t> context) const {
+  if (context.size() < 2) return 0;
+  const size_t want =
+      std::min<size_t>(context.size() - 1, static_cast<size_t>(model_->config().context_length));
+  size_t n = 0;
+  while (n < fed_.size() && n < want && fed_[n] == context[n]) ++n;
+  return static_cast<int64_t>(want - n);
+}
+
+absl::Status ModelDrafter::CatchUp(std::span<const int32_t> context) {
+  if (context.size() < 2) return absl::OkStatus();
+  const size_t want =
+      std::min<size_t>(context.size() - 1, static_cast<size_t>(model_->config().context_length));
+  const size_t n = KeepCommonPrefix(context.first(want));
+  if (n >= want) return absl::OkStatus();
+  std::vector<BatchItem> batch;
+  for (size_t i = n; i < want; ++i) {
+    batch.push_back({cache_.get(), context[i], static_cast<int32_t>(i), false});
+  }
+  std::vector<float> logits;
+  if (absl::Status st = model_->Forward(batch, &logits); !st.ok()) {
+    cache_->Truncate(0);  // whatever the failed pass left is not trusted
+    fed_.clear();
+    return st;
+  }
+  for (const BatchItem& b : batch) fed_.push_back(b.token);
+  return absl::OkStatus();
+}
+
+void PassCosts::RecordDraft(int drafted, double seconds) {
+  if (drafted <= 0) return;
+  const double per_token = seconds / drafted;
+  draft_seconds_per_token_ =
+      draft_seconds_per_token_ == 0 ? per_token : 0.8 * draft_seconds_per_token_ + 0.2 * per_token;
+}
+
+void PassCosts::RecordCatchUp(int64_t tokens, double seconds) {
+  if (tokens <= 0) return;
+  const double per_token = seconds / static_cast<double>(tokens);
+  catch_up_seconds_per_token_ = catch_up_seconds_per_token_ == 0
+                                    ? per_token
+                                    : 0.8 * catch_up_seconds_per_token_ + 0.2 * per_token;
+}
+
+double PassCosts::CatchUpSecondsPerToken() const {
+  return catch_up_seconds_per_token_ > 0 ? catch_up_seconds_per_token_ : Seconds(1);
 }
 
 void PassCosts::Record(int rows, double seconds) {
@@ -109,47 +165,63 @@ double SpeculationController::PassSeconds(int rows, const PassCosts& costs) {
   return 0;
 }
 
-double SpeculationController::Gain(int k, const PassCosts& costs) const {
+double SpeculationController::GainAt(int k, double a, const PassCosts& costs) const {
   const double t1 = costs.Seconds(1);
   if (k == 0) return 1.0;
   if (t1 <= 0) return 0.0;
-  const double a = acceptance();
   double tokens = 0, ak = 1;
   for (int i = 0; i <= k; ++i, ak *= a) tokens += ak;
-  return tokens * t1 / (PassSeconds(k + 1, costs) + k * draft_seconds_per_token_);
+  return tokens * t1 / (PassSeconds(k + 1, costs) + k * costs.DraftSecondsPerToken());
 }
 
-int SpeculationController::DraftLength(const PassCosts& costs) {
+int SpeculationController::Longest(const PassCosts& costs) const {
+  return std::min(draft_max_, costs.max_rows() - 1);
+}
+
+bool SpeculationController::EarnsCatchUp(double gain, const PassCosts& costs, int64_t behind,
+                                         int64_t left) {
+  if (behind <= 0) return true;
+  if (gain <= 1.0) return false;
+  const double saving = static_cast<double>(left) * costs.Seconds(1) * (1.0 - 1.0 / gain);
+  return saving > static_cast<double>(behind) * costs.CatchUpSecondsPerToken();
+}
+
+int SpeculationController::DraftLength(const PassCosts& costs, int64_t behind, int64_t left) {
   if (!adaptive_) return draft_max_;
   if (costs.Seconds(1) <= 0) return 0;  // a plain step first: the cost everything is compared to
-  const int longest = std::min(draft_max_, costs.max_rows() - 1);
   int best = 0;
   double best_gain = kMinGain;
-  for (int k = 1; k <= longest; ++k) {
+  for (int k = 1; k <= Longest(costs); ++k) {
     const double g = Gain(k, costs);
     if (g > best_gain) {
       best = k;
       best_gain = g;
     }
   }
-  if (best > 0) {
+  if (best > 0 && EarnsCatchUp(best_gain, costs, behind, left)) {
     plain_steps_ = 0;
-    return best;
+    probe_interval_ = kProbeInterval;
+    return costs.DraftSecondsPerToken() > 0 ? best : 1;
   }
-  // Off: probe with one drafted token now and then, as acceptance depends on the text.
-  if (++plain_steps_ < kProbeInterval || draft_max_ < 1) return 0;
+  // Off. A probe re-measures acceptance, which depends on the text: pointless when even every
+  // draft accepted would not pay at the measured costs (a slow drafter, compute-bound passes),
+  // catch-up included.
+  double best_possible = 0;
+  for (int k = 1; k <= Longest(costs); ++k)
+    best_possible = std::max(best_possible, GainAt(k, 1.0, costs));
+  if (costs.DraftSecondsPerToken() > 0 && best_possible <= kMinGain) return 0;
+  if (!EarnsCatchUp(best_possible, costs, behind, left)) return 0;
+  if (++plain_steps_ < probe_interval_ || draft_max_ < 1) return 0;
   plain_steps_ = 0;
+  probe_interval_ = std::min(2 * probe_interval_, kMaxProbeInterval);
   return 1;
 }
 
-void SpeculationController::Observe(int drafted, int accepted, double draft_seconds) {
+void SpeculationController::Observe(int drafted, int accepted) {
   if (drafted <= 0) return;
   constexpr double kDecay = 0.9;
   accepted_ = kDecay * accepted_ + accepted;
   rejected_ = kDecay * rejected_ + (accepted < drafted ? 1 : 0);
-  const double per_token = draft_seconds / drafted;
-  draft_seconds_per_token_ =
-      draft_seconds_per_token_ == 0 ? per_token : 0.8 * draft_seconds_per_token_ + 0.2 * per_token;
 }
 
 }  // namespace colibri::engine

@@ -121,13 +121,17 @@ TEST(SpeculationControllerTest, DraftsWhenItPaysAndStopsWhenItDoesNot) {
   SpeculationController c(4, /*adaptive=*/true);
   EXPECT_EQ(c.DraftLength(costs), 0);  // no plain step measured yet
   costs.Record(1, 0.010);
+  // The drafter is not measured yet: one token first.
+  EXPECT_EQ(c.DraftLength(costs), 1);
+  costs.RecordDraft(1, 0.0002);
+  EXPECT_DOUBLE_EQ(costs.DraftSecondsPerToken(), 0.0002);
   // Unmeasured pass sizes are assumed to cost what the widest measured one does: the longest
   // draft is tried first (disk-bound, a wide pass may cost little more than a narrow one).
   EXPECT_DOUBLE_EQ(SpeculationController::PassSeconds(5, costs), 0.010);
   EXPECT_EQ(c.DraftLength(costs), 4);
   // Disk-bound: passes cost 1 + 0.15 per extra row, and every draft is accepted.
   for (int rows = 2; rows <= 5; ++rows) costs.Record(rows, 0.010 * (1 + 0.15 * (rows - 1)));
-  for (int i = 0; i < 20; ++i) c.Observe(4, 4, 0.0);
+  for (int i = 0; i < 20; ++i) c.Observe(4, 4);
   EXPECT_GT(c.acceptance(), 0.9);
   EXPECT_EQ(c.DraftLength(costs), 4);
   EXPECT_GT(c.Gain(4, costs), 2.0);
@@ -142,26 +146,75 @@ TEST(SpeculationControllerTest, DraftsWhenItPaysAndStopsWhenItDoesNot) {
     EXPECT_DOUBLE_EQ(cold.Seconds(2), 0.020);
     EXPECT_DOUBLE_EQ(cold.Seconds(1), 0.012);
   }
-  // Nothing accepted: no draft length pays; it stays off, probing one token every 64 steps.
-  for (int i = 0; i < 40; ++i) c.Observe(4, 0, 0.0);
+  // Nothing accepted: no draft length pays; it stays off, probing one token after 64 plain
+  // steps, then after 128, 256, ... (each probe that finds nothing doubles the wait).
+  for (int i = 0; i < 40; ++i) c.Observe(4, 0);
   EXPECT_LT(c.acceptance(), 0.1);
+  std::vector<int> probe_steps;
+  for (int i = 1; i <= 64 + 128 + 256; ++i) {
+    const int k = c.DraftLength(costs);
+    if (k > 0) probe_steps.push_back(i);
+    EXPECT_LE(k, 1);
+  }
+  EXPECT_EQ(probe_steps, (std::vector<int>{64, 64 + 128, 64 + 128 + 256}));
+  // A probe that is accepted turns drafting back on, and the wait starts again from 64.
+  for (int i = 0; i < 60; ++i) c.Observe(1, 1);
+  EXPECT_EQ(c.DraftLength(costs), 4);
+  for (int i = 0; i < 40; ++i) c.Observe(4, 0);
   int probes = 0;
-  for (int i = 0; i < 128; ++i) probes += c.DraftLength(costs);
-  EXPECT_EQ(probes, 2);
-  // Slow drafting (a draft model's tokens cost a plain step each) does not pay even when right.
+  for (int i = 0; i < 64; ++i) probes += c.DraftLength(costs);
+  EXPECT_EQ(probes, 1);
+  // Slow drafting (a draft model's tokens cost a plain step each) does not pay even when right,
+  // and is not probed: at those costs no acceptance could pay.
+  PassCosts slow_costs(5);
+  for (int rows = 1; rows <= 5; ++rows) slow_costs.Record(rows, 0.010 * (1 + 0.15 * (rows - 1)));
+  slow_costs.RecordDraft(4, 4 * 0.010);
   SpeculationController slow(4, true);
-  for (int i = 0; i < 20; ++i) slow.Observe(4, 4, 4 * 0.010);
-  EXPECT_LT(slow.Gain(4, costs), SpeculationController::kMinGain);
+  for (int i = 0; i < 20; ++i) slow.Observe(4, 4);
+  EXPECT_LT(slow.Gain(4, slow_costs), SpeculationController::kMinGain);
+  probes = 0;
+  for (int i = 0; i < 2048; ++i) probes += slow.DraftLength(slow_costs);
+  EXPECT_EQ(probes, 0);
   // Compute-bound passes (5 rows cost 5 steps) never pay, even with every draft accepted.
   PassCosts linear(5);
   for (int i = 1; i <= 5; ++i) linear.Record(i, 0.010 * i);
+  linear.RecordDraft(1, 0.0002);
   SpeculationController d(4, true);
-  for (int i = 0; i < 20; ++i) d.Observe(4, 4, 0.0);
+  for (int i = 0; i < 20; ++i) d.Observe(4, 4);
   EXPECT_LT(d.Gain(4, linear), 1.0);
   EXPECT_LT(d.Gain(1, linear), SpeculationController::kMinGain);
+  probes = 0;
+  for (int i = 0; i < 2048; ++i) probes += d.DraftLength(linear);
+  EXPECT_EQ(probes, 0);
   // Fixed: always draft_max.
   SpeculationController fixed(3, false);
   EXPECT_EQ(fixed.DraftLength(PassCosts(4)), 3);
+}
+
+// Turning drafting on first pays the drafter's catch-up: a long context with few tokens left
+// does not earn it back, the same context with many tokens left does.
+TEST(SpeculationControllerTest, CatchUpIsPaidOnlyWhenTheTokensLeftEarnItBack) {
+  PassCosts costs(5);
+  for (int rows = 1; rows <= 5; ++rows) costs.Record(rows, 0.010 * (1 + 0.15 * (rows - 1)));
+  costs.RecordDraft(1, 0.0005);
+  // Until measured, a catch-up token costs a plain step.
+  EXPECT_DOUBLE_EQ(costs.CatchUpSecondsPerToken(), 0.010);
+  costs.RecordCatchUp(100, 0.1);
+  EXPECT_DOUBLE_EQ(costs.CatchUpSecondsPerToken(), 0.001);
+  SpeculationController c(4, /*adaptive=*/true);
+  for (int i = 0; i < 20; ++i) c.Observe(4, 4);  // every draft accepted: a gain above 2
+  ASSERT_GT(c.Gain(4, costs), 2.0);
+  // 2000 tokens behind (2 s of catch-up) against 100 tokens left (at most 1 s of plain steps).
+  EXPECT_EQ(c.DraftLength(costs, 2000, 100), 0);
+  EXPECT_EQ(c.DraftLength(costs, 2000, 4000), 4);
+  EXPECT_EQ(c.DraftLength(costs, 0, 100), 4);  // nothing to catch up
+  // Off, a probe is skipped when even full acceptance could not earn the catch-up back.
+  for (int i = 0; i < 60; ++i) c.Observe(4, 0);
+  int probes = 0;
+  for (int i = 0; i < 256; ++i) probes += c.DraftLength(costs, 2000, 100);
+  EXPECT_EQ(probes, 0);
+  for (int i = 0; i < 256; ++i) probes += c.DraftLength(costs, 64, 4000);
+  EXPECT_GT(probes, 0);
 }
 
 // The engine with speculation against the engine without, on one synthetic model per suite.
@@ -259,6 +312,31 @@ TEST_P(SpeculativeEngineTest, GreedyOutputIsIdenticalForEveryDrafter) {
   EXPECT_LT(self.verify_passes, 20);
   const GenerationResult aut = Run(SpeculativeMode::kAuto, nullptr, prompt, 40);
   EXPECT_EQ(aut.tokens, plain.tokens);
+}
+
+// CatchUp feeds what the drafter has not seen (all but the last token) and changes nothing it
+// drafts: the same tokens as a drafter that catches up inside Draft.
+TEST_P(SpeculativeEngineTest, ModelDrafterCatchUpIsTheSameAsDraftingAtOnce) {
+  const std::vector<int32_t> context = {1, 5, 9, 2, 7, 3, 1, 5, 9, 2};
+  ModelDrafter at_once(drafter_.model.get());
+  ASSERT_EQ(at_once.Behind(context), 9);
+  auto want = at_once.Draft(context, 4);
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_EQ(want->size(), 4u);
+  ModelDrafter caught(target_.model.get());
+  ASSERT_TRUE(caught.CatchUp(context).ok());
+  EXPECT_EQ(caught.Behind(context), 0);
+  auto got = caught.Draft(context, 4);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, *want);
+  // Two more tokens of context (a step's and the pending one): the first was the drafter's own
+  // first draft, which it fed while drafting (nothing to catch up); any other is one token.
+  std::vector<int32_t> longer = context;
+  longer.push_back((*got)[0]);
+  longer.push_back(11);
+  EXPECT_EQ(caught.Behind(longer), 0);
+  longer[context.size()] = (*got)[0] == 3 ? 4 : 3;
+  EXPECT_EQ(caught.Behind(longer), 1);
 }
 
 TEST_P(SpeculativeEngineTest, RejectedDraftsAreRolledBackExactly) {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -41,6 +42,12 @@ class Drafter {
   // generated tokens, the last one not yet fed to the target). Fewer, or none, without a guess.
   virtual absl::StatusOr<std::vector<int32_t>> Draft(std::span<const int32_t> context,
                                                      int max_tokens) = 0;
+  // Brings the drafter's own state up to `context` less its last token (what it has not seen
+  // since its last call: the prompt, or the tokens of plain steps), so that Draft then costs the
+  // drafting alone. The engine times the two apart: a catch-up is not a cost per drafted token.
+  virtual absl::Status CatchUp(std::span<const int32_t> /*context*/) { return absl::OkStatus(); }
+  // How many tokens CatchUp(context) would feed.
+  virtual int64_t Behind(std::span<const int32_t> /*context*/) const { return 0; }
   // Whether the drafter reads the target's hidden states: the engine then hands it, after every
   // forward pass of the sequence, ObserveHidden for the positions that pass computed.
   virtual bool wants_hidden() const { return false; }
@@ -72,8 +79,13 @@ class ModelDrafter : public Drafter {
   explicit ModelDrafter(Model* model) : model_(model), cache_(model->NewCache()) {}
   absl::StatusOr<std::vector<int32_t>> Draft(std::span<const int32_t> context,
                                              int max_tokens) override;
+  absl::Status CatchUp(std::span<const int32_t> context) override;
+  int64_t Behind(std::span<const int32_t> context) const override;
 
  private:
+  // Truncates the cache to the longest prefix of `context` it holds; returns that length.
+  size_t KeepCommonPrefix(std::span<const int32_t> context);
+
   Model* model_;
   std::unique_ptr<KvCache> cache_;
   std::vector<int32_t> fed_;  // tokens whose KV is in cache_
@@ -106,17 +118,27 @@ class MtpDrafter : public Drafter {
   std::vector<float> hidden_;  // target hidden states not yet fed, from hidden_first_
 };
 
-// Seconds of a forward pass by its rows (1..max_rows), an exponential moving average of the
-// passes of one decoding sequence (the cost of a verify pass against a plain step). Engine-wide.
+// What speculation costs on this engine, exponential moving averages: seconds of a forward pass
+// by its rows (1..max_rows) for passes of one decoding sequence (a verify pass against a plain
+// step), and the drafter's seconds per drafted token (catch-ups excluded). Engine-wide: a
+// request starts from what earlier ones measured instead of exploring again.
 class PassCosts {
  public:
   explicit PassCosts(int max_rows) : seconds_(static_cast<size_t>(max_rows) + 1, 0.0) {}
   void Record(int rows, double seconds);
   double Seconds(int rows) const;  // 0: not measured yet
   int max_rows() const { return static_cast<int>(seconds_.size()) - 1; }
+  void RecordDraft(int drafted, double seconds);
+  double DraftSecondsPerToken() const { return draft_seconds_per_token_; }  // 0: not measured
+  void RecordCatchUp(int64_t tokens, double seconds);
+  // Seconds per token the drafter takes to catch up; a plain step's until measured (a catch-up
+  // is a batch through a model no larger than the target: cheaper per token than a step).
+  double CatchUpSecondsPerToken() const;
 
  private:
   std::vector<double> seconds_;
+  double draft_seconds_per_token_ = 0;
+  double catch_up_seconds_per_token_ = 0;
 };
 
 // The draft length of one sequence. Acceptance is estimated as a per-token rate a (accepted
@@ -124,31 +146,45 @@ class PassCosts {
 // yield (1 - a^(k+1)) / (1 - a) tokens per pass at the cost of a (k+1)-row pass plus k drafted
 // tokens, against one token per single-row pass. Adaptive: the k with the best ratio (a pass size
 // not measured yet is assumed to cost what the widest measured narrower one does, so it gets
-// tried once), 0 when none beats plain decoding by kMinGain (re-probed with one token every
-// kProbeInterval plain steps); fixed: always draft_max.
+// tried once; a drafter not measured yet drafts one token first, so a slow one costs one token to
+// find out), 0 when none beats plain decoding by kMinGain. Off, it probes with one token after
+// kProbeInterval plain steps, the wait doubling after each probe that does not turn it on (up to
+// kMaxProbeInterval), and not at all while even every draft accepted would not pay at the
+// measured costs. Turning drafting on (the first time, or a probe) first pays the drafter's
+// catch-up over the context it has not seen: it happens only when the expected saving over the
+// tokens left to generate exceeds that cost (a long prompt with a short answer never drafts).
+// Fixed: always draft_max.
 class SpeculationController {
  public:
   static constexpr double kMinGain = 1.05;
   static constexpr int kProbeInterval = 64;
+  static constexpr int kMaxProbeInterval = 1024;
 
   SpeculationController(int draft_max, bool adaptive)
       : draft_max_(draft_max), adaptive_(adaptive) {}
-  // Tokens to draft for the next pass (0: a plain step).
-  int DraftLength(const PassCosts& costs);
-  // A verify pass: `drafted` tokens proposed, the first `accepted` kept; drafting took `seconds`.
-  void Observe(int drafted, int accepted, double draft_seconds);
+  // Tokens to draft for the next pass (0: a plain step), with the drafter `behind` tokens of
+  // catch-up and `left` tokens still to generate.
+  int DraftLength(const PassCosts& costs, int64_t behind = 0,
+                  int64_t left = std::numeric_limits<int64_t>::max());
+  // A verify pass: `drafted` tokens proposed, the first `accepted` kept.
+  void Observe(int drafted, int accepted);
   double acceptance() const { return accepted_ / std::max(1e-9, accepted_ + rejected_); }
   // The expected speed-up of drafting k tokens (1 for k = 0; 0 before a plain step is measured).
-  double Gain(int k, const PassCosts& costs) const;
+  double Gain(int k, const PassCosts& costs) const { return GainAt(k, acceptance(), costs); }
   // Seconds of a pass of `rows` rows: measured, else the widest measured narrower pass's.
   static double PassSeconds(int rows, const PassCosts& costs);
 
  private:
+  double GainAt(int k, double a, const PassCosts& costs) const;
+  // Whether drafting at `gain` over `left` tokens saves more than a catch-up of `behind`.
+  static bool EarnsCatchUp(double gain, const PassCosts& costs, int64_t behind, int64_t left);
+  int Longest(const PassCosts& costs) const;
+
   int draft_max_;
   bool adaptive_;
   double accepted_ = 1.0, rejected_ = 1.0;  // decayed counts; the prior is a = 1/2
-  double draft_seconds_per_token_ = 0;
   int plain_steps_ = 0;
+  int probe_interval_ = kProbeInterval;
 };
 
 }  // namespace colibri::engine
