@@ -181,28 +181,33 @@ void KvStore::WriterLoop() {
     if (options_.before_disk_write) options_.before_disk_write(path);
     absl::Status st = WriteFileAtomic(path, encoded, kFileMode);
     lock.lock();
-    writing_--;
+    std::vector<fs::path> doomed;
     it = FindLocked(id);
     if (it != entries_.end() && it->ram == snap) {
       spilling_bytes_ -= bytes;
       it->spilling = false;
     }
     if (it == entries_.end() || it->ram != snap) {
-      std::error_code ec;
-      if (st.ok()) fs::remove(path, ec);  // nobody wants it any more
+      if (st.ok()) doomed.push_back(path);  // nobody wants it any more
     } else if (st.ok()) {
       it->path = path;
       it->disk_bytes = encoded.size();
       it->ram.reset();
       ram_bytes_ -= bytes;
       stats_.disk_entries++;
-      EnforceDiskLimitLocked();
+      EnforceDiskLimitLocked(&doomed);
     } else {
       spdlog::warn("KV cache not persisted: {}", std::string(st.message()));
       ram_bytes_ -= bytes;
       stats_.dropped++;
       entries_.erase(it);
     }
+    if (!doomed.empty()) {
+      lock.unlock();
+      RemoveFiles(doomed);
+      lock.lock();
+    }
+    writing_--;  // only now: Flush() returns with the deletions done
     idle_cv_.notify_all();
   }
 }
@@ -295,7 +300,9 @@ absl::Status KvStore::Index() {
     entries_.push_back(std::move(e));
     stats_.disk_entries++;
   }
-  EnforceDiskLimitLocked();
+  std::vector<fs::path> doomed;
+  EnforceDiskLimitLocked(&doomed);
+  RemoveFiles(doomed);
   if (!entries_.empty())
     spdlog::info("KV store: {} cached conversations in {}", entries_.size(), dir.string());
   return absl::OkStatus();
@@ -313,7 +320,7 @@ absl::Status KvStore::WriteLocked(Entry* e) {
   return absl::OkStatus();
 }
 
-void KvStore::EnforceDiskLimitLocked() {
+void KvStore::EnforceDiskLimitLocked(std::vector<fs::path>* doomed) {
   if (options_.disk_limit == 0) return;
   uint64_t total = 0;
   for (const Entry& e : entries_) total += e.ram ? 0 : e.disk_bytes;
@@ -322,12 +329,19 @@ void KvStore::EnforceDiskLimitLocked() {
       ++it;
       continue;
     }
-    std::error_code ec;
-    fs::remove(it->path, ec);
+    doomed->push_back(it->path);
     total -= it->disk_bytes;
     stats_.disk_entries--;
     stats_.dropped++;
     it = std::make_reverse_iterator(entries_.erase(std::next(it).base()));
+  }
+}
+
+void KvStore::RemoveFiles(const std::vector<fs::path>& paths) const {
+  for (const fs::path& p : paths) {
+    if (options_.before_disk_remove) options_.before_disk_remove(p);
+    std::error_code ec;
+    fs::remove(p, ec);  // best effort: the index no longer holds it either way
   }
 }
 
@@ -355,7 +369,15 @@ void KvStore::SpillLocked() {
 }
 
 void KvStore::Put(KvSnapshot snapshot) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<fs::path> doomed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    PutLocked(std::move(snapshot), &doomed);
+  }
+  RemoveFiles(doomed);
+}
+
+void KvStore::PutLocked(KvSnapshot snapshot, std::vector<fs::path>* doomed) {
   stats_.offloaded++;
   if (snapshot.tokens.empty()) return;
   // A newer cache of the same history (or of a history it extends) replaces the older one.
@@ -366,8 +388,7 @@ void KvStore::Put(KvSnapshot snapshot) {
         ram_bytes_ -= it->ram->bytes();
         if (it->spilling) spilling_bytes_ -= it->ram->bytes();
       } else {
-        std::error_code ec;
-        fs::remove(it->path, ec);
+        doomed->push_back(it->path);
         stats_.disk_entries--;
       }
       it = entries_.erase(it);
@@ -383,7 +404,7 @@ void KvStore::Put(KvSnapshot snapshot) {
   e.ram = std::make_shared<KvSnapshot>(std::move(snapshot));
   entries_.push_front(std::move(e));
   SpillLocked();
-  EnforceDiskLimitLocked();
+  EnforceDiskLimitLocked(doomed);
 }
 
 std::list<KvStore::Entry>::iterator KvStore::BestLocked(const std::vector<int32_t>& prompt,
@@ -480,20 +501,20 @@ std::optional<KvSnapshot> KvStore::TakeBest(const std::vector<int32_t>& prompt,
     s = absl::DataLossError(absl::StrCat(path.string(), ": changed since it was indexed"));
   }
   if (s.ok() && !whole) s = s->Prefix(len);
-  std::error_code ec;
-  if (whole) fs::remove(path, ec);  // taken, or unusable: either way it leaves the store
+  if (whole) RemoveFiles({path});  // taken, or unusable: either way it leaves the store
   lock.lock();
   if (!s.ok()) {
     if (!whole) {
       it = FindLocked(id);
       if (it == entries_.end() || it->path != path)
         return std::nullopt;  // deleted meanwhile: a plain miss
-      fs::remove(path, ec);
       stats_.disk_entries--;
       entries_.erase(it);
     }
     spdlog::warn("KV cache file unusable: {}", std::string(s.status().message()));
     stats_.load_errors++;
+    lock.unlock();
+    if (!whole) RemoveFiles({path});
     return std::nullopt;
   }
   stats_.restored++;
@@ -502,9 +523,10 @@ std::optional<KvSnapshot> KvStore::TakeBest(const std::vector<int32_t>& prompt,
 
 absl::Status KvStore::PersistAll() {
   Flush();
-  std::lock_guard<std::mutex> lock(mu_);
   if (options_.dir.empty()) return absl::OkStatus();
   absl::Status first_error;
+  std::vector<fs::path> doomed;
+  std::unique_lock<std::mutex> lock(mu_);
   for (Entry& e : entries_) {
     if (!e.ram) continue;
     if (absl::Status st = WriteLocked(&e); !st.ok()) {
@@ -517,7 +539,9 @@ absl::Status KvStore::PersistAll() {
     e.ram.reset();
     stats_.disk_entries++;
   }
-  EnforceDiskLimitLocked();
+  EnforceDiskLimitLocked(&doomed);
+  lock.unlock();
+  RemoveFiles(doomed);
   absl::Status synced = SyncDirectory(options_.dir);
   return first_error.ok() ? synced : first_error;
 }

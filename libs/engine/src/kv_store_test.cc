@@ -8,7 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <mutex>
 #include <numeric>
+#include <vector>
 
 #include "colibri/core/testing/small_tmpfs.h"
 
@@ -297,6 +299,57 @@ TEST_F(KvStoreTest, ADiskReadHoldsNoLock) {
   EXPECT_EQ(taken->rows, MakeSnapshot({60, 61, 62, 63}).rows);
   EXPECT_TRUE(others_ran);
   EXPECT_EQ((*store)->stats().offloaded, 2u);
+}
+
+TEST_F(KvStoreTest, DeletionsHoldNoLock) {
+  const uint64_t file = KvStore::Encode(MakeSnapshot({1, 2, 3, 4}), "fp").size();
+  KvStoreOptions o = Options(0, true);
+  o.disk_limit = file + file / 2;  // one file
+  KvStore* self = nullptr;
+  std::mutex mu;
+  std::vector<fs::path> removed;              // mu
+  std::vector<std::future<uint64_t>> others;  // mu
+  int unblocked = 0;                          // mu
+  o.before_disk_remove = [&](const fs::path& path) {
+    // Another thread uses the store while this one is about to delete: it must not wait for us.
+    // (Kept, not waited for on exit: under a held lock that would never return.)
+    auto other = std::async(std::launch::async, [&] { return self->stats().offloaded; });
+    const bool ran = other.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+    std::lock_guard<std::mutex> lock(mu);
+    removed.push_back(path);
+    unblocked += ran ? 1 : 0;
+    others.push_back(std::move(other));
+  };
+  auto store = KvStore::Open(o);
+  ASSERT_TRUE(store.ok());
+  self = store->get();
+  auto files = [&] {
+    std::vector<fs::path> found;
+    for (const auto& entry : fs::directory_iterator(dir_)) found.push_back(entry.path());
+    return found;
+  };
+  // The writer thread: the disk limit drops the older file.
+  (*store)->Put(MakeSnapshot({1, 2, 3, 4}));
+  (*store)->Flush();
+  const std::vector<fs::path> a = files();
+  ASSERT_EQ(a.size(), 1u);
+  (*store)->Put(MakeSnapshot({5, 6, 7, 8}));
+  (*store)->Flush();
+  const std::vector<fs::path> b = files();
+  ASSERT_EQ(b.size(), 1u);
+  // Put: a longer history replaces the one on disk (then spilled itself).
+  (*store)->Put(MakeSnapshot({5, 6, 7, 8, 9}));
+  (*store)->Flush();
+  const std::vector<fs::path> c = files();
+  ASSERT_EQ(c.size(), 1u);
+  // TakeBest: a shared start whose file turns out damaged drops it.
+  fs::resize_file(c[0], fs::file_size(c[0]) - 1);
+  EXPECT_FALSE((*store)->TakeBest({5, 6, 7, 1, 1}, "").has_value());
+  EXPECT_TRUE(files().empty());
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto& other : others) other.wait();
+  EXPECT_EQ(removed, (std::vector<fs::path>{a[0], b[0], c[0]}));
+  EXPECT_EQ(unblocked, 3);  // no deletion ran under the store's lock
 }
 
 TEST_F(KvStoreTest, IndexSkipsOddFilesAndCachesLongerThanTheContext) {

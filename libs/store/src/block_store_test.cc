@@ -378,7 +378,7 @@ class HeldStoreTest : public StoreTest {
   void SetUp() override {
     StoreTest::SetUp();
     Import();
-    for (uint32_t d = 0; d < 3; ++d) faults_.SetDiskBandwidth(d, 1 << 20);  // 8 KiB: ~8 ms
+    for (uint32_t d = 0; d < 3; ++d) faults_.SetDiskBandwidth(d, rate_);
     BlockStoreOptions o;
     o.io.queue_depth = 1;
     o.io.faults = &faults_;
@@ -412,6 +412,7 @@ class HeldStoreTest : public StoreTest {
     return t;
   }
 
+  uint64_t rate_ = 1 << 20;  // bytes/s per disk: 8 KiB take ~8 ms
   FaultInjector faults_;
   std::unique_ptr<BlockStore> store_;
   const StoredModel* model_ = nullptr;
@@ -465,6 +466,132 @@ TEST_F(HeldStoreTest, APromotedReadGoesBeforeQueuedPrefetches) {
     ASSERT_TRUE(want.ok());
     EXPECT_EQ(std::memcmp(Slot(e), want->get(), Block(e).size), 0) << e;
   }
+}
+
+// Slower disks, for reads started on another thread: they must all be queued before the first
+// read lands.
+class SlowHeldStoreTest : public HeldStoreTest {
+ protected:
+  SlowHeldStoreTest() { rate_ = 64 << 10; }  // 4 KiB take ~60 ms
+};
+
+// A FetchMany of the striped source on a thread of its own, recording what it handed out.
+class BackgroundFetch {
+ public:
+  BackgroundFetch(StripedSource* src, std::vector<ExpertId> ids, Priority priority)
+      : ids_(std::move(ids)), thread_([this, src, priority] {
+          status_ = src->FetchMany(
+              ids_,
+              [this](size_t i, Lease lease) {
+                std::lock_guard<std::mutex> lock(mu_);
+                handed_.push_back(i);
+                leases_[i] = std::move(lease);
+              },
+              priority);
+        }) {}
+  ~BackgroundFetch() { Join().IgnoreError(); }
+  absl::Status Join() {
+    if (thread_.joinable()) thread_.join();
+    return status_;
+  }
+  std::vector<size_t> handed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return handed_;
+  }
+  Lease lease(size_t i) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return leases_[i];
+  }
+
+ private:
+  std::vector<ExpertId> ids_;
+  std::mutex mu_;
+  std::vector<size_t> handed_;      // mu_
+  std::map<size_t, Lease> leases_;  // mu_
+  absl::Status status_;             // set by the thread
+  std::thread thread_;
+};
+
+// Reads waiting in the disks' queues, over all disks.
+uint64_t Queued(BlockStore& store) {
+  uint64_t n = 0;
+  for (uint32_t d = 0; d < store.disk_count(); ++d) n += store.io().Stats(d).queued;
+  return n;
+}
+
+TEST_F(SlowHeldStoreTest, StripedSourceCancelSkipsACancelledPrefetch) {
+  auto src = StripedSource::Create(store_.get(), "tiny");
+  ASSERT_TRUE(src.ok()) << src.status();
+  BackgroundFetch fetch(src->get(), {{0, 1}, {0, 2}}, Priority::kPrefetch);
+  ASSERT_TRUE(colibri::testing::WaitUntil(
+      [&] { return Queued(*store_) == Block(1).extents.size() + Block(2).extents.size(); }));
+  const ExpertId cancel{0, 1};
+  (*src)->Cancel(std::span<const ExpertId>(&cancel, 1));
+  const absl::Status st = fetch.Join();
+  EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
+  EXPECT_NE(st.message().find("expert (layer 0, id 1)"), std::string::npos) << st;
+  EXPECT_EQ(fetch.handed(), (std::vector<size_t>{1}));  // the other block still handed out
+  ExpectBlock(fetch.lease(1), 0, 2);
+  ASSERT_TRUE(landed_.Wait(1));
+  const DiskStats t = Total();
+  EXPECT_EQ(t.cancelled, Block(1).extents.size());  // block 1 never reached the disks
+  EXPECT_EQ(t.reads, Block(0).extents.size() + Block(2).extents.size());
+}
+
+TEST_F(SlowHeldStoreTest, StripedSourcePromoteMovesAPrefetchAheadOfQueuedOnes) {
+  auto src = StripedSource::Create(store_.get(), "tiny");
+  ASSERT_TRUE(src.ok()) << src.status();
+  BackgroundFetch fetch(src->get(), {{0, 1}, {0, 2}, {0, 3}}, Priority::kPrefetch);
+  ASSERT_TRUE(colibri::testing::WaitUntil([&] {
+    return Queued(*store_) ==
+           Block(1).extents.size() + Block(2).extents.size() + Block(3).extents.size();
+  }));
+  const ExpertId promote{0, 3};
+  (*src)->Promote(std::span<const ExpertId>(&promote, 1));
+  (*src)->Cancel(std::span<const ExpertId>(&promote, 1));  // wanted by a demand now: kept
+  ASSERT_TRUE(fetch.Join().ok());
+  EXPECT_EQ(fetch.handed(), (std::vector<size_t>{2, 0, 1}));
+  for (size_t i = 0; i < 3; ++i) ExpectBlock(fetch.lease(i), 0, static_cast<int64_t>(i) + 1);
+  EXPECT_EQ(Total().cancelled, 0u);
+}
+
+// A cancelled prefetch returns at once, also when its read is already at the device.
+TEST_F(StoreTest, StripedSourceCancelReturnsBeforeTheReadLands) {
+  Import();
+  FaultInjector faults;
+  for (uint32_t d = 0; d < 3; ++d) faults.SetDiskBandwidth(d, 16 << 10);  // 8 KiB: 500 ms
+  BlockStoreOptions o;
+  o.io.queue_depth = 1;
+  o.io.faults = &faults;
+  auto store = OpenStore(o);
+  ASSERT_NE(store, nullptr);
+  auto src = StripedSource::Create(store.get(), "tiny");
+  ASSERT_TRUE(src.ok()) << src.status();
+  const std::vector<ExpertId> ids = {{0, 0}, {0, 1}};
+  BackgroundFetch fetch(src->get(), ids, Priority::kPrefetch);
+  ASSERT_TRUE(colibri::testing::WaitUntil([&] {
+    for (uint32_t d = 0; d < 3; ++d) {
+      const DiskStats s = store->io().Stats(d);
+      if (s.in_flight != 1 || s.queued != 1) return false;
+    }
+    return true;
+  }));
+  const auto start = std::chrono::steady_clock::now();
+  (*src)->Cancel(ids);
+  const absl::Status st = fetch.Join();
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
+  EXPECT_TRUE(fetch.handed().empty());
+  EXPECT_LT(took, std::chrono::milliseconds(100));  // block 0's stripes take >= 250 ms
+  // Block 1's stripes never reach the disks (the engine counts them on its threads).
+  const uint64_t want = store->FindModel("tiny")->Find(0, 1)->extents.size();
+  uint64_t cancelled = 0;
+  EXPECT_TRUE(colibri::testing::WaitUntil([&] {
+    cancelled = 0;
+    for (uint32_t d = 0; d < 3; ++d) cancelled += store->io().Stats(d).cancelled;
+    return cancelled >= want;
+  }));
+  EXPECT_EQ(cancelled, want);
 }
 
 TEST_F(StoreTest, CacheTierInFrontOfTheStripedSource) {

@@ -1,7 +1,10 @@
 #include "colibri/store/striped_source.h"
 
 #include <condition_variable>
+#include <deque>
+#include <iterator>
 #include <mutex>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "colibri/core/buffer_pool.h"
@@ -37,75 +40,163 @@ absl::StatusOr<Lease> StripedSource::Fetch(ExpertId id, Priority priority) {
   return out;
 }
 
+// The reads of one FetchMany call. Shared with the read callbacks: a read Cancel stopped
+// waiting for may still land after the call returned, into a buffer the batch still owns.
+struct StripedSource::Batch {
+  struct Slot {
+    std::shared_ptr<Block> block;
+    BlockStore::ReadHandle read;  // set once ReadInto returned
+    absl::Status status;
+    bool done = false;       // arrived (or cancelled): the read's completion is then ignored
+    bool cancelled = false;  // by Cancel
+    bool promoted = false;   // by Promote
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Slot> slots;
+  std::deque<size_t> arrived;  // done slots not handed out yet, in arrival order
+  size_t pending = 0;          // reads started and not done
+
+  // Under mu: slot i arrived (a read landed, or Cancel stopped waiting for it).
+  void ArriveLocked(size_t i, absl::Status status) {
+    slots[i].status = std::move(status);
+    slots[i].done = true;
+    arrived.push_back(i);
+    pending--;
+    cv.notify_all();
+  }
+};
+
 absl::Status StripedSource::FetchMany(std::span<const ExpertId> ids,
                                       const std::function<void(size_t, Lease)>& on_ready,
                                       Priority priority) {
-  struct Slot {
-    std::shared_ptr<Block> block;
-    absl::Status status;
-    bool done = false;
-    bool handed = false;
-  };
-  std::vector<Slot> slots(ids.size());
-  std::mutex mu;
-  std::condition_variable cv;
-  size_t outstanding = 0;
-  absl::Status first_error;
-  for (size_t i = 0; i < ids.size(); ++i) {
+  std::vector<const BlockRecord*> records;
+  for (const ExpertId& id : ids) {
     ASSIGN_OR_RETURN(const BlockRecord* rec,
-                     store_->FindBlock(model_->name(), ids[i].layer, ids[i].expert));
+                     store_->FindBlock(model_->name(), id.layer, id.expert));
+    records.push_back(rec);
+  }
+  const bool prefetch = priority == Priority::kPrefetch;
+  auto batch = std::make_shared<Batch>();
+  batch->slots.resize(ids.size());
+  absl::Status first_error;
+  size_t started = 0;
+  for (; started < ids.size(); ++started) {
+    const size_t i = started;
     auto block = std::make_shared<Block>();
     block->id = ids[i];
-    block->size = rec->size;
+    block->size = records[i]->size;
     // Pooled memory: its pages are already mapped (a fresh allocation would fault in every
     // page during the DMA).
-    auto bytes = BufferPool::Default().Get(rec->padded_size);
+    auto bytes = BufferPool::Default().Get(records[i]->padded_size);
     if (!bytes.ok()) {
       first_error = bytes.status();
       break;
     }
     block->external = bytes->get();
     block->external_owner = std::move(*bytes);
-    slots[i].block = block;
+    uint8_t* dst = const_cast<uint8_t*>(block->external);
     {
-      std::lock_guard<std::mutex> lock(mu);
-      outstanding++;
+      std::lock_guard<std::mutex> lock(batch->mu);
+      batch->slots[i].block = std::move(block);
+      batch->pending++;
     }
-    store_->ReadInto(*model_, *rec, const_cast<uint8_t*>(block->external), priority,
-                     [&, i](absl::Status s) {
-                       std::lock_guard<std::mutex> lock(mu);
-                       slots[i].status = std::move(s);
-                       slots[i].done = true;
-                       outstanding--;
-                       cv.notify_all();
-                     });
+    // Registered before the read starts, so a Cancel or Promote that sees the read queued at
+    // the disks finds it here.
+    if (prefetch) {
+      std::lock_guard<std::mutex> lock(mu_);
+      prefetching_.emplace(ids[i].Key(), Entry(batch, i));
+    }
+    BlockStore::ReadHandle read =
+        store_->ReadInto(*model_, *records[i], dst, priority, [batch, i](absl::Status s) {
+          std::lock_guard<std::mutex> lock(batch->mu);
+          if (!batch->slots[i].done) batch->ArriveLocked(i, std::move(s));
+        });
+    bool cancel = false, promote = false;
+    {
+      std::lock_guard<std::mutex> lock(batch->mu);
+      batch->slots[i].read = read;
+      cancel = batch->slots[i].cancelled;
+      promote = batch->slots[i].promoted;
+    }
+    if (cancel) store_->Cancel(read);
+    if (promote) store_->Promote(read);
   }
-  // Hand blocks out as they land; on an error keep waiting for the rest (they write into
-  // buffers this frame owns) but hand out nothing more.
-  std::unique_lock<std::mutex> lock(mu);
+  // Hand blocks out as they land. A prefetch Cancel stopped is passed over (the others are
+  // still handed out; the call then fails Cancelled). On an error keep waiting for the rest, so
+  // a failed batch's reads do not linger behind the caller's next one, but hand out nothing
+  // more.
+  absl::Status cancelled;
+  std::unique_lock<std::mutex> lock(batch->mu);
   for (;;) {
-    size_t ready = slots.size();
-    cv.wait(lock, [&] {
-      for (size_t i = 0; i < slots.size(); ++i) {
-        if (slots[i].done && !slots[i].handed) {
-          ready = i;
-          return true;
-        }
-      }
-      return outstanding == 0;
-    });
-    if (ready == slots.size()) break;
-    Slot& s = slots[ready];
-    s.handed = true;
+    batch->cv.wait(lock, [&] { return !batch->arrived.empty() || batch->pending == 0; });
+    if (batch->arrived.empty()) break;
+    const size_t i = batch->arrived.front();
+    batch->arrived.pop_front();
+    Batch::Slot& s = batch->slots[i];
+    if (prefetch && absl::IsCancelled(s.status)) {
+      if (cancelled.ok()) cancelled = s.status;
+      continue;
+    }
     if (!s.status.ok() || !first_error.ok()) {
       if (first_error.ok()) first_error = s.status;
       continue;
     }
     lock.unlock();
-    on_ready(ready, Lease(std::move(s.block)));
+    on_ready(i, Lease(std::move(s.block)));
     lock.lock();
   }
-  return first_error;
+  lock.unlock();
+  if (prefetch) {
+    std::lock_guard<std::mutex> guard(mu_);
+    for (size_t i = 0; i < started; ++i) {
+      auto [it, end] = prefetching_.equal_range(ids[i].Key());
+      while (it != end) it = it->second.first == batch ? prefetching_.erase(it) : std::next(it);
+    }
+  }
+  return first_error.ok() ? cancelled : first_error;
+}
+
+std::vector<StripedSource::Entry> StripedSource::TakePrefetching(std::span<const ExpertId> ids) {
+  std::vector<Entry> taken;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const ExpertId& id : ids) {
+    auto [it, end] = prefetching_.equal_range(id.Key());
+    for (auto k = it; k != end; ++k) taken.push_back(std::move(k->second));
+    prefetching_.erase(it, end);
+  }
+  return taken;
+}
+
+void StripedSource::Cancel(std::span<const ExpertId> ids) {
+  for (auto& [batch, i] : TakePrefetching(ids)) {
+    BlockStore::ReadHandle read;
+    {
+      std::lock_guard<std::mutex> lock(batch->mu);
+      Batch::Slot& slot = batch->slots[i];
+      if (slot.done) continue;
+      slot.cancelled = true;
+      batch->ArriveLocked(
+          i, absl::CancelledError(absl::StrCat("expert (layer ", slot.block->id.layer, ", id ",
+                                               slot.block->id.expert, "): prefetch cancelled")));
+      read = slot.read;  // null while ReadInto runs: FetchMany cancels it then
+    }
+    store_->Cancel(read);
+  }
+}
+
+void StripedSource::Promote(std::span<const ExpertId> ids) {
+  for (auto& [batch, i] : TakePrefetching(ids)) {
+    BlockStore::ReadHandle read;
+    {
+      std::lock_guard<std::mutex> lock(batch->mu);
+      Batch::Slot& slot = batch->slots[i];
+      if (slot.done) continue;
+      slot.promoted = true;
+      read = slot.read;  // null while ReadInto runs: FetchMany promotes it then
+    }
+    store_->Promote(read);
+  }
 }
 
 }  // namespace colibri::store

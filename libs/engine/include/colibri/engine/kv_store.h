@@ -82,6 +82,8 @@ struct KvStoreOptions {
   std::function<void(const std::filesystem::path&)> before_disk_read;
   // Testing: called with a file's path just before the writer thread writes it (no lock held).
   std::function<void(const std::filesystem::path&)> before_disk_write;
+  // Testing: called with a file's path just before the store deletes it (no lock held).
+  std::function<void(const std::filesystem::path&)> before_disk_remove;
 };
 
 struct KvStoreStats {
@@ -147,9 +149,14 @@ class KvStore {
   absl::Status Index();
   std::list<Entry>::iterator BestLocked(const std::vector<int32_t>& prompt,
                                         const std::string& session_id, size_t* len);
+  // Put() under mu_, adding the files it drops to `doomed`.
+  void PutLocked(KvSnapshot snapshot, std::vector<std::filesystem::path>* doomed);
   void SpillLocked();
-  // Deletes the oldest files until the directory holds at most disk_limit bytes.
-  void EnforceDiskLimitLocked();
+  // Drops the oldest files from the index until the directory holds at most disk_limit bytes,
+  // adding their paths to `doomed` (RemoveFiles deletes them once mu_ is released).
+  void EnforceDiskLimitLocked(std::vector<std::filesystem::path>* doomed);
+  // Deletes files the index no longer holds. Never under mu_: a slow disk must not stall Put().
+  void RemoveFiles(const std::vector<std::filesystem::path>& paths) const;
   absl::Status WriteLocked(Entry* e);
   std::list<Entry>::iterator FindLocked(uint64_t id);
   void WriterLoop();
