@@ -24,33 +24,11 @@ import json
 import os
 import statistics
 import sys
-import time
-import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'tests'))
 import testlib  # noqa: E402
 
 PROMPT = [1] + list(range(300, 332))
-
-
-def stream_decode_rate(url, prompt, n):
-    """(tokens/s between the first and the last streamed token, tokens, seconds from sending the
-    request to its last token)."""
-    body = {'prompt': prompt, 'max_tokens': n, 'temperature': 0, 'stream': True, 'return_token_ids': True,
-            'ignore_eos': True}
-    req = urllib.request.Request(url + '/v1/completions', data=json.dumps(body).encode(),
-                                 headers={'Content-Type': 'application/json'})
-    stamps = []
-    sent = time.perf_counter()
-    with urllib.request.urlopen(req, timeout=1800) as r:
-        for raw in r:
-            line = raw.decode().strip()
-            if line.startswith('data: {'):
-                for c in json.loads(line[6:])['choices']:
-                    stamps += [time.perf_counter()] * len(c.get('token_ids', []))
-    if len(stamps) < 2:
-        raise AssertionError(f'{url}: {len(stamps)} tokens streamed')
-    return (len(stamps) - 1) / (stamps[-1] - stamps[0]), len(stamps), stamps[-1] - sent
 
 
 def served_bytes(port):
@@ -83,8 +61,8 @@ class Bench:
 
     def decode(self, url, tokens):
         """Warm-up request (routing, KV, streams), then the measured one."""
-        stream_decode_rate(url, PROMPT, 8)
-        return stream_decode_rate(url, [2] + PROMPT[1:], tokens)
+        testlib.stream_decode_rate(url, PROMPT, 8)
+        return testlib.stream_decode_rate(url, [2] + PROMPT[1:], tokens)
 
     def engine_direct(self, cache):
         p = testlib.run([testlib.binary('colibri-cli'), 'run', '--model', self.model, '--prompt-tokens',
@@ -128,10 +106,10 @@ class Bench:
         try:
             store = self.store(0, transport)
             url = self.cluster([store], cache)
-            stream_decode_rate(url, PROMPT, 8)
+            testlib.stream_decode_rate(url, PROMPT, 8)
             compute = self.services[1]
             before = [cpu_seconds(store.proc.pid), cpu_seconds(compute.proc.pid)]
-            rate, _, seconds = stream_decode_rate(url, [2] + PROMPT[1:], self.a.tokens)
+            rate, _, seconds, _ = testlib.stream_decode_rate(url, [2] + PROMPT[1:], self.a.tokens)
             used = [cpu_seconds(store.proc.pid) - before[0], cpu_seconds(compute.proc.pid) - before[1]]
             return rate, used[0] / seconds, used[1] / seconds
         finally:
@@ -144,10 +122,10 @@ class Bench:
             fault = ['--inject-fault', f'kind=slow,disk=0,rate={self.a.store_mib_s}M']
             stores = [self.store(i, 'tcp', fault) for i in range(n)]
             url = self.cluster(stores, cache)
-            stream_decode_rate(url, PROMPT, 8)
+            testlib.stream_decode_rate(url, PROMPT, 8)
             ports = [s.port('--metrics-port-file') for s in stores]
             before = sum(served_bytes(p) for p in ports)
-            rate, _, seconds = stream_decode_rate(url, [2] + PROMPT[1:], self.a.scale_tokens)
+            rate, _, seconds, _ = testlib.stream_decode_rate(url, [2] + PROMPT[1:], self.a.scale_tokens)
             after = sum(served_bytes(p) for p in ports)
             return rate, (after - before) / seconds
         finally:

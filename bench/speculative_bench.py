@@ -11,7 +11,11 @@ decode tok/s, speed-up over off, acceptance, tokens per verify pass, expert byte
 generated token. The disk-bound limit of plain decoding is the disk's random O_DIRECT block read
 rate (testlib.disk_read_rate: colibri-cli plan's probe) over off's bytes per token. Prints a markdown table and the load average.
 
-The MTP drafter needs a model with an MTP/NextN layer, which gen_tiny_model.py does not write: a second
+A second table runs colibri-server with off and auto (each drafter) and measures requests 3 onwards of
+each server process (--server-requests): there auto starts from the costs the engine measured on
+earlier requests, where a one-request colibri-cli run pays its exploration inside the request.
+
+The MTP drafter needs a model with an MTP/NextN layer, which gen_tiny_model.py does not write: a third
 table runs the GLM-4.5 micro model of the oracle directory (testlib.ORACLE; random weights, all experts
 cached) with --speculative off, mtp and auto (which picks the MTP layer there).
 """
@@ -81,6 +85,41 @@ HEADER = ('| expert cache | drafter | tok/s | vs off | acceptance | tokens/pass 
           ' same tokens |\n|---|---|---|---|---|---|---|---|')
 
 
+SERVER_DRAFTERS = (
+    ('off', ('--speculative', 'off')),
+    ('auto (n-gram)', ('--speculative', 'auto')),
+    ('auto (self, q2_k)', ('--speculative', 'auto', '--draft-experts', 'q2_k')),
+    ('auto (self, q8_0)', ('--speculative', 'auto', '--draft-experts', 'q8_0')),
+)
+
+
+def server_rows(d, model, prompt, a, label, cache):
+    """A colibri-server per drafter and repeat, each sent --server-requests requests of a.tokens greedy
+    tokens (the same prompt but its first token): the median decode rate of every request after the
+    first two, i.e. what auto does once the engine has measured its pass, drafting and catch-up costs on
+    earlier requests (a fresh `colibri-cli run` pays that exploration inside its one request)."""
+    base = None
+    for name, extra in SERVER_DRAFTERS:
+        rates, ids = [], None
+        for _ in range(a.repeats):
+            s = testlib.Service('colibri-server', ['--model', model, '--port', '0', '--host', '127.0.0.1',
+                                                   '--expert-cache-size', str(cache), '--warm-start', 'off',
+                                                   '--threads', '2', '--draft-max', str(a.draft_max), *extra],
+                                d, tag='server')
+            try:
+                url = f'http://127.0.0.1:{s.port()}'
+                for i in range(a.server_requests):
+                    rate, _, _, got = testlib.stream_decode_rate(url, [2 + i] + prompt[1:], a.tokens)
+                    if i >= 2:
+                        rates.append(rate)
+                ids = got
+            finally:
+                s.stop()
+        rate = sorted(rates)[len(rates) // 2]
+        base = base or (rate, ids)
+        print(f'| {label} | {name} | {rate:.1f} | {rate / base[0]:.2f}x | {"yes" if ids == base[1] else "NO"} |')
+
+
 def mtp_table(d, a):
     src = os.path.join(testlib.ORACLE, 'glm4moe', 'glm4moe-micro-f32')
     if not os.path.isdir(src):
@@ -102,6 +141,8 @@ def main():
     ap.add_argument('--tokens', type=int, default=96)
     ap.add_argument('--draft-max', type=int, default=4)
     ap.add_argument('--repeats', type=int, default=2)
+    ap.add_argument('--server-requests', type=int, default=8,
+                    help='server table: requests per server process (the first two not measured)')
     a = ap.parse_args()
     d = testlib.tempdir('colibri-speculative-bench-')
     try:
@@ -121,6 +162,11 @@ def main():
             if label.startswith('1/4') and base['read'] > 0 and disk > 0:
                 print(f'| {label} | disk-bound limit of off (disk read rate / bytes per token) | {disk / base["read"]:.1f} |'
                       ' | | | | |')
+        print(f'\ncolibri-server: requests 3-{a.server_requests} of each server (decode rate between a request\'s'
+              f' first and last streamed token; the median over {a.repeats} servers per drafter):\n')
+        print('| expert cache | drafter | tok/s | vs off | same tokens |\n|---|---|---|---|---|')
+        for label, cache in (('1/4 of experts (disk-bound)', expert_bytes // 4), ('all experts', expert_bytes * 2)):
+            server_rows(d, model, prompt, a, label, cache)
         mtp_table(d, a)
         print(f'\nload average after: {os.getloadavg()[0]:.1f}')
     finally:

@@ -206,6 +206,27 @@ def stream_completion(url, body, timeout=300):
     return out
 
 
+def stream_decode_rate(url, prompt, n):
+    """Streams a greedy completion of n tokens (EOS ignored) from the OpenAI API at `url`: (tokens/s between the first and the last streamed token, tokens, seconds
+    from sending the request to its last token, the token ids)."""
+    body = {'prompt': prompt, 'max_tokens': n, 'temperature': 0, 'stream': True, 'return_token_ids': True,
+            'ignore_eos': True}
+    req = urllib.request.Request(url + '/v1/completions', data=json.dumps(body).encode(),
+                                 headers={'Content-Type': 'application/json'})
+    stamps, ids = [], []
+    sent = time.perf_counter()
+    with urllib.request.urlopen(req, timeout=1800) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if line.startswith('data: {'):
+                for c in json.loads(line[6:])['choices']:
+                    ids += c.get('token_ids', [])
+                    stamps += [time.perf_counter()] * len(c.get('token_ids', []))
+    if len(stamps) < 2:
+        raise AssertionError(f'{url}: {len(stamps)} tokens streamed')
+    return (len(stamps) - 1) / (stamps[-1] - stamps[0]), len(stamps), stamps[-1] - sent, ids
+
+
 def metric(text, name, labels=''):
     """Sums the samples of Prometheus metric `name` in exposition `text` (optionally only the
     lines containing `labels`, e.g. 'tier="ram"')."""

@@ -367,8 +367,8 @@ void Engine::JoinLocked(std::shared_ptr<Sequence> seq, std::unique_ptr<KvCache> 
   }
   seq->result.prompt_tokens = static_cast<int64_t>(seq->req.prompt.size());
   seq->drafter = NewDrafter(seq->req);
-  seq->controller =
-      SpeculationController(options_.draft_max, options_.speculative == SpeculativeMode::kAuto);
+  seq->controller = SpeculationController(
+      options_.draft_max, options_.speculative == SpeculativeMode::kAuto, pass_costs_.Acceptance());
   active_.push_back(std::move(seq));
   EnforceKvLimitLocked();
 }
@@ -569,6 +569,7 @@ void Engine::SampleRows(Sequence* s, const float* rows, int64_t n_rows, int64_t 
       return;
     }
     pass_costs_.RecordDraft(static_cast<int>(drafted), s->draft_seconds);
+    pass_costs_.RecordAcceptance(static_cast<int>(drafted), static_cast<int>(accepted));
     s->controller.Observe(static_cast<int>(drafted), static_cast<int>(accepted));
     s->result.verify_passes++;
     s->result.draft_tokens += drafted;

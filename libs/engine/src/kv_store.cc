@@ -1,6 +1,7 @@
 #include "colibri/engine/kv_store.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <fstream>
 
@@ -248,6 +249,15 @@ absl::Status KvStore::Index() {
       if (regular && name.find(".kv.") != std::string::npos && p.extension() == ".tmp")
         fs::remove(p, file_ec);
       continue;
+    }
+    // New entries are named "<hash>-<id>.kv" with ids above every id already on disk, so a new
+    // file never takes the name of a reloaded one (whose deletion may still be pending).
+    if (const auto dash = name.rfind('-'); dash != std::string::npos) {
+      uint64_t id = 0;
+      const char* first = name.data() + dash + 1;
+      const char* last = name.data() + name.size() - 3;  // before ".kv"
+      if (auto [ptr, err] = std::from_chars(first, last, id); err == std::errc() && ptr == last)
+        next_id_ = std::max(next_id_, id + 1);
     }
     std::ifstream in(p, std::ios::binary);
     std::string head(64 << 10, '\0');

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -220,6 +221,42 @@ TEST_F(KvStoreTest, AtStartUpTheDiskLimitDeletesTheOldestModifiedFilesFirst) {
   EXPECT_EQ((*store)->BestPrefix({41, 2, 3, 4, 5}, ""), 4u);  // only the newest survives
   EXPECT_EQ((*store)->BestPrefix({40, 2, 3, 4, 5}, ""), 0u);
   EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+}
+
+// A new file's id (its name is "<hash>-<id>.kv") is above every id on disk, so it can never take
+// the name of a reloaded file whose deletion is still pending (the same history, put again).
+TEST_F(KvStoreTest, NewFilesTakeIdsAboveEveryFileOnDisk) {
+  auto ids_on_disk = [&] {
+    std::vector<uint64_t> ids;
+    for (const auto& entry : fs::directory_iterator(dir_)) {
+      const std::string stem = entry.path().stem().string();
+      ids.push_back(std::stoull(stem.substr(stem.rfind('-') + 1)));
+    }
+    std::sort(ids.begin(), ids.end());
+    return ids;
+  };
+  {
+    auto store = KvStore::Open(Options(0, true));
+    ASSERT_TRUE(store.ok());
+    for (int32_t i = 0; i < 4; ++i) (*store)->Put(MakeSnapshot({50 + i, 2, 3, 4}));
+    (*store)->Flush();
+  }
+  ASSERT_EQ(ids_on_disk(), (std::vector<uint64_t>{1, 2, 3, 4}));
+  // The two oldest go (as a disk limit would have taken them): ids 3 and 4 stay.
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    const std::string stem = entry.path().stem().string();
+    if (stem.ends_with("-1") || stem.ends_with("-2")) fs::remove(entry.path());
+  }
+  auto store = KvStore::Open(Options(0, true));
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ((*store)->stats().disk_entries, 2u);
+  (*store)->Put(MakeSnapshot({60, 2, 3, 4}));
+  (*store)->Flush();
+  const std::vector<uint64_t> ids = ids_on_disk();
+  ASSERT_EQ(ids.size(), 3u);
+  EXPECT_EQ(ids[0], 3u);
+  EXPECT_EQ(ids[1], 4u);
+  EXPECT_GT(ids[2], 4u);
 }
 
 TEST_F(KvStoreTest, FilesAreOwnerOnly) {

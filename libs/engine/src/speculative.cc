@@ -123,6 +123,20 @@ void PassCosts::RecordDraft(int drafted, double seconds) {
       draft_seconds_per_token_ == 0 ? per_token : 0.8 * draft_seconds_per_token_ + 0.2 * per_token;
 }
 
+namespace {
+constexpr double kAcceptanceDecay = 0.9;
+// One verify pass into decayed acceptance counts: each accepted draft, and one rejection when the
+// pass had one.
+void CountAcceptance(int drafted, int accepted, double* accepted_count, double* rejected_count) {
+  *accepted_count = kAcceptanceDecay * *accepted_count + accepted;
+  *rejected_count = kAcceptanceDecay * *rejected_count + (accepted < drafted ? 1 : 0);
+}
+}  // namespace
+
+void PassCosts::RecordAcceptance(int drafted, int accepted) {
+  if (drafted > 0) CountAcceptance(drafted, accepted, &accepted_, &rejected_);
+}
+
 void PassCosts::RecordCatchUp(int64_t tokens, double seconds) {
   if (tokens <= 0) return;
   const double per_token = seconds / static_cast<double>(tokens);
@@ -218,10 +232,7 @@ int SpeculationController::DraftLength(const PassCosts& costs, int64_t behind, i
 }
 
 void SpeculationController::Observe(int drafted, int accepted) {
-  if (drafted <= 0) return;
-  constexpr double kDecay = 0.9;
-  accepted_ = kDecay * accepted_ + accepted;
-  rejected_ = kDecay * rejected_ + (accepted < drafted ? 1 : 0);
+  if (drafted > 0) CountAcceptance(drafted, accepted, &accepted_, &rejected_);
 }
 
 }  // namespace colibri::engine

@@ -217,6 +217,23 @@ TEST(SpeculationControllerTest, CatchUpIsPaidOnlyWhenTheTokensLeftEarnItBack) {
   EXPECT_GT(probes, 0);
 }
 
+// A new sequence starts from the engine's acceptance over earlier ones: after a drafter that was
+// always right, drafting pays from the first pass instead of waiting for a probe.
+TEST(SpeculationControllerTest, NewSequencesStartFromTheEnginesAcceptance) {
+  PassCosts costs(5);
+  // Disk-bound passes, but wide ones dear enough that the 1/2 prior does not pay.
+  for (int rows = 1; rows <= 5; ++rows) costs.Record(rows, 0.010 * (1 + 0.5 * (rows - 1)));
+  costs.RecordDraft(4, 0.0004);
+  EXPECT_DOUBLE_EQ(costs.Acceptance(), 0.5);
+  SpeculationController fresh(4, true, costs.Acceptance());
+  EXPECT_EQ(fresh.DraftLength(costs), 0);
+  for (int i = 0; i < 30; ++i) costs.RecordAcceptance(4, 4);
+  EXPECT_GT(costs.Acceptance(), 0.9);
+  SpeculationController next(4, true, costs.Acceptance());
+  EXPECT_GT(next.acceptance(), 0.9);
+  EXPECT_EQ(next.DraftLength(costs), 4);
+}
+
 // The engine with speculation against the engine without, on one synthetic model per suite.
 struct Variant {
   const char* name;

@@ -130,6 +130,10 @@ class PassCosts {
   int max_rows() const { return static_cast<int>(seconds_.size()) - 1; }
   void RecordDraft(int drafted, double seconds);
   double DraftSecondsPerToken() const { return draft_seconds_per_token_; }  // 0: not measured
+  // Acceptance over every sequence (the per-token rate SpeculationController estimates): the
+  // prior a new sequence starts from. 1/2 before any verify pass.
+  void RecordAcceptance(int drafted, int accepted);
+  double Acceptance() const { return accepted_ / (accepted_ + rejected_); }
   void RecordCatchUp(int64_t tokens, double seconds);
   // Seconds per token the drafter takes to catch up; a plain step's until measured (a catch-up
   // is a batch through a model no larger than the target: cheaper per token than a step).
@@ -139,10 +143,12 @@ class PassCosts {
   std::vector<double> seconds_;
   double draft_seconds_per_token_ = 0;
   double catch_up_seconds_per_token_ = 0;
+  double accepted_ = 1.0, rejected_ = 1.0;  // decayed counts, as the controller's
 };
 
 // The draft length of one sequence. Acceptance is estimated as a per-token rate a (accepted
-// drafts over accepted drafts plus rejections, exponentially decayed; prior 1/2); k drafts then
+// drafts over accepted drafts plus rejections, exponentially decayed; its prior, worth two
+// observations, is the engine's acceptance over earlier sequences, else 1/2); k drafts then
 // yield (1 - a^(k+1)) / (1 - a) tokens per pass at the cost of a (k+1)-row pass plus k drafted
 // tokens, against one token per single-row pass. Adaptive: the k with the best ratio (a pass size
 // not measured yet is assumed to cost what the widest measured narrower one does, so it gets
@@ -160,8 +166,11 @@ class SpeculationController {
   static constexpr int kProbeInterval = 64;
   static constexpr int kMaxProbeInterval = 1024;
 
-  SpeculationController(int draft_max, bool adaptive)
-      : draft_max_(draft_max), adaptive_(adaptive) {}
+  SpeculationController(int draft_max, bool adaptive, double prior_acceptance = 0.5)
+      : draft_max_(draft_max),
+        adaptive_(adaptive),
+        accepted_(2 * prior_acceptance),
+        rejected_(2 * (1 - prior_acceptance)) {}
   // Tokens to draft for the next pass (0: a plain step), with the drafter `behind` tokens of
   // catch-up and `left` tokens still to generate.
   int DraftLength(const PassCosts& costs, int64_t behind = 0,
@@ -182,7 +191,7 @@ class SpeculationController {
 
   int draft_max_;
   bool adaptive_;
-  double accepted_ = 1.0, rejected_ = 1.0;  // decayed counts; the prior is a = 1/2
+  double accepted_, rejected_;  // decayed counts, from the prior's
   int plain_steps_ = 0;
   int probe_interval_ = kProbeInterval;
 };
