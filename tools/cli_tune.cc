@@ -3,9 +3,12 @@
 // binary, model and machine) that colibri-server applies to the settings left on auto.
 //
 // Coordinate descent: --prefetch-layers, then --io-threads, --cache-policy, --learned-pins,
-// each tried with the others at their best so far. A candidate replaces the best when its mean
+// each tried with the others at their best so far. With --speculative auto, the costs its engine
+// measured (passes, drafting, catch-up, acceptance) are kept too, so a new process starts from
+// them instead of exploring. A candidate replaces the best when its mean
 // decode tok/s exceeds the best's by more than two standard errors of the difference and by
 // at least --min-gain, and its greedy tokens equal the baseline's.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -49,6 +52,7 @@ struct Measurement {
   double mean = 0;
   double sd = 0;
   std::vector<int32_t> tokens;
+  nlohmann::json speculation_costs;  // auto's, as its engine measured them (else null)
 };
 
 absl::StatusOr<Measurement> Measure(const colibri::compute::ComputeNodeOptions& base,
@@ -83,6 +87,7 @@ absl::StatusOr<Measurement> Measure(const colibri::compute::ComputeNodeOptions& 
                       ? static_cast<double>(result.tokens.size()) / result.decode_seconds
                       : 0);
   }
+  if (o.speculative == "auto") m.speculation_costs = node->engine().speculation_costs().ToJson();
   m.mean = std::accumulate(tps.begin(), tps.end(), 0.0) / static_cast<double>(tps.size());
   double var = 0;
   for (double t : tps) var += (t - m.mean) * (t - m.mean);
@@ -201,6 +206,23 @@ int RunTune(const TuneFlags& f) {
   profile.fingerprint = colibri::plan::CurrentFingerprint(manifest, *machine);
   profile.settings = {best.prefetch_layers, best.io_threads, best.policy, best.learned_pins};
   profile.measurements = measurements;
+  if (base.speculative == "auto") {
+    // auto's costs, at the best settings, from runs long enough for it to try its drafter (a
+    // drafter's catch-up over the prompt is only paid when the tokens left can earn it back).
+    TuneFlags longer = f;
+    longer.max_tokens = std::max<int64_t>(f.max_tokens, 8 * static_cast<int64_t>(prompt.size()));
+    spdlog::set_level(spdlog::level::warn);
+    auto m = Measure(base, best, prompt, longer);
+    spdlog::set_level(level);
+    if (m.ok() && !m->speculation_costs.is_null()) {
+      profile.speculation[colibri::compute::SpeculationKey(base)] = m->speculation_costs;
+      std::cout << "speculation costs measured over " << longer.max_tokens
+                << "-token runs: " << m->speculation_costs.dump() << std::endl;
+    } else if (!m.ok()) {
+      spdlog::warn("tune: measuring speculation costs failed: {}",
+                   std::string(m.status().message()));
+    }
+  }
   const std::filesystem::path out =
       f.out.empty() ? colibri::plan::DefaultTuneProfilePath(f.node.options.model_dir)
                     : std::filesystem::path(f.out);

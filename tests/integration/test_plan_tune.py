@@ -152,6 +152,27 @@ class PlanDoctorTune(unittest.TestCase):
         self.assertFalse(stats['settings']['tune_profile_applied'])
         self.assertIn('ignored: machine differs (profile 0123456789abcdef', log)
 
+    def test_tune_keeps_auto_speculations_costs_for_the_server(self):
+        # With --speculative auto, tune saves what the engine measured (pass, drafting and catch-up
+        # costs, acceptance) under the drafter's key; a server with the same drafter starts from them.
+        model = self.copy_model('tuned-speculative')
+        flags = ['--routing-heat', 'none', '--speculative', 'auto', '--draft-experts', 'q8_0']
+        cli('tune', '--model', model, '--repeats', '2', '--max-tokens', '8', '--threads', '2', *flags)
+        with open(os.path.join(model, 'tune_profile.json')) as f:
+            profile = json.load(f)
+        key = 'auto draft-max=4 draft-experts=q8_0 draft-model='
+        self.assertEqual(list(profile['speculation']), [key])
+        costs = profile['speculation'][key]
+        self.assertEqual(len(costs['pass_seconds']), 5)
+        self.assertGreater(costs['pass_seconds'][0], 0)  # a plain step was measured
+        self.assertGreater(costs['accepted'] + costs['rejected'], 0)
+        _, log = self.server_stats([model, *flags], 'speculative')
+        self.assertIn(f'speculation costs ({key})', log)
+        # Another drafter finds no costs of its own: it measures from scratch.
+        _, log = self.server_stats([model, '--routing-heat', 'none', '--speculative', 'auto'], 'ngram')
+        self.assertIn('applied:', log)
+        self.assertNotIn('speculation costs', log)
+
 
 if __name__ == '__main__':
     unittest.main()

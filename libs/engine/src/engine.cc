@@ -62,7 +62,13 @@ struct Engine::Sequence {
 };
 
 Engine::Engine(Model* model, EngineOptions options)
-    : model_(model), options_(options), pass_costs_(std::max(1, options.draft_max) + 1) {
+    : model_(model),
+      options_(options),
+      pass_costs_(options.speculation_costs && options.speculation_costs->max_rows() ==
+                                                   std::max(1, options.draft_max) + 1
+                      ? *options.speculation_costs
+                      : PassCosts(std::max(1, options.draft_max) + 1)),
+      published_costs_(pass_costs_) {
   scheduler_ = std::thread([this] { SchedulerLoop(); });
   if (options_.kv_store != nullptr) restorer_ = std::thread([this] { RestoreLoop(); });
 }
@@ -469,6 +475,11 @@ std::unique_ptr<Drafter> Engine::NewDrafter(const GenerationRequest& request) co
   return nullptr;
 }
 
+PassCosts Engine::speculation_costs() const {
+  std::lock_guard<std::mutex> lock(costs_mu_);
+  return published_costs_;
+}
+
 void Engine::DraftFor(Sequence* s, int64_t room) {
   s->draft.clear();
   // At most the tokens left to generate after this pass's own one.
@@ -683,8 +694,11 @@ absl::Status Engine::RunForward(const Batch& batch, std::vector<float>* logits,
   });
   const auto start = Clock::now();
   absl::Status st = model_->Forward(batch.items, logits, stats, want_hidden ? &hidden_io : nullptr);
-  if (batch.alone && st.ok())
+  if (batch.alone && st.ok()) {
     pass_costs_.Record(static_cast<int>(batch.items.size()), Seconds(start, Clock::now()));
+    std::lock_guard<std::mutex> lock(costs_mu_);
+    published_costs_ = pass_costs_;
+  }
   counters_.steps++;
   counters_.batched_rows += batch.items.size();
   return st;

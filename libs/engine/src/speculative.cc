@@ -149,6 +149,45 @@ double PassCosts::CatchUpSecondsPerToken() const {
   return catch_up_seconds_per_token_ > 0 ? catch_up_seconds_per_token_ : Seconds(1);
 }
 
+nlohmann::json PassCosts::ToJson() const {
+  return {{"pass_seconds", std::vector<double>(seconds_.begin() + 1, seconds_.end())},
+          {"draft_seconds_per_token", draft_seconds_per_token_},
+          {"catch_up_seconds_per_token", catch_up_seconds_per_token_},
+          {"accepted", accepted_},
+          {"rejected", rejected_}};
+}
+
+absl::StatusOr<PassCosts> PassCosts::FromJson(const nlohmann::json& j, int max_rows) {
+  auto bad = [](const char* field, const char* want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("speculation costs: '", field, "' must be ", want));
+  };
+  auto number = [&](const char* field, double* out) -> absl::Status {
+    if (!j.contains(field) || !j[field].is_number() || !(j[field].get<double>() >= 0) ||
+        !std::isfinite(j[field].get<double>()))
+      return bad(field, "a finite number >= 0");
+    *out = j[field].get<double>();
+    return absl::OkStatus();
+  };
+  if (!j.is_object()) return bad("(top level)", "an object");
+  PassCosts c(max_rows);
+  if (!j.contains("pass_seconds") || !j["pass_seconds"].is_array())
+    return bad("pass_seconds", "an array of seconds by pass rows");
+  const auto& rows = j["pass_seconds"];
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!rows[i].is_number() || !(rows[i].get<double>() >= 0) ||
+        !std::isfinite(rows[i].get<double>()))
+      return bad("pass_seconds", "an array of finite numbers >= 0");
+    if (static_cast<int>(i) + 1 <= max_rows) c.seconds_[i + 1] = rows[i].get<double>();
+  }
+  RETURN_IF_ERROR(number("draft_seconds_per_token", &c.draft_seconds_per_token_));
+  RETURN_IF_ERROR(number("catch_up_seconds_per_token", &c.catch_up_seconds_per_token_));
+  RETURN_IF_ERROR(number("accepted", &c.accepted_));
+  RETURN_IF_ERROR(number("rejected", &c.rejected_));
+  if (c.accepted_ + c.rejected_ <= 0) return bad("accepted", "with 'rejected', above 0");
+  return c;
+}
+
 void PassCosts::Record(int rows, double seconds) {
   if (rows < 1 || rows > max_rows()) return;
   double& s = seconds_[static_cast<size_t>(rows)];

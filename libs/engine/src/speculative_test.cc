@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "colibri/backend/cpu_backend.h"
@@ -234,6 +235,34 @@ TEST(SpeculationControllerTest, NewSequencesStartFromTheEnginesAcceptance) {
   EXPECT_EQ(next.DraftLength(costs), 4);
 }
 
+// What a tune profile keeps: every measured cost round-trips; malformed fields are named.
+TEST(SpeculationControllerTest, PassCostsRoundTripThroughJson) {
+  PassCosts c(5);
+  for (int rows = 1; rows <= 5; ++rows) c.Record(rows, 0.010 * rows);
+  c.RecordDraft(2, 0.003);
+  c.RecordCatchUp(10, 0.02);
+  c.RecordAcceptance(4, 3);
+  auto back = PassCosts::FromJson(c.ToJson(), 5);
+  ASSERT_TRUE(back.ok()) << back.status();
+  for (int rows = 1; rows <= 5; ++rows) EXPECT_DOUBLE_EQ(back->Seconds(rows), c.Seconds(rows));
+  EXPECT_DOUBLE_EQ(back->DraftSecondsPerToken(), 0.0015);
+  EXPECT_DOUBLE_EQ(back->CatchUpSecondsPerToken(), 0.002);
+  EXPECT_DOUBLE_EQ(back->Acceptance(), c.Acceptance());
+  // Fewer rows than measured: the wider ones are dropped.
+  auto narrow = PassCosts::FromJson(c.ToJson(), 3);
+  ASSERT_TRUE(narrow.ok());
+  EXPECT_EQ(narrow->max_rows(), 3);
+  EXPECT_DOUBLE_EQ(narrow->Seconds(3), 0.030);
+  nlohmann::json bad = c.ToJson();
+  bad["pass_seconds"][1] = -1;
+  EXPECT_NE(PassCosts::FromJson(bad, 5).status().message().find("pass_seconds"), std::string::npos);
+  bad = c.ToJson();
+  bad.erase("draft_seconds_per_token");
+  EXPECT_NE(PassCosts::FromJson(bad, 5).status().message().find("draft_seconds_per_token"),
+            std::string::npos);
+  EXPECT_FALSE(PassCosts::FromJson(nlohmann::json::array(), 5).ok());
+}
+
 // The engine with speculation against the engine without, on one synthetic model per suite.
 struct Variant {
   const char* name;
@@ -276,11 +305,12 @@ class SpeculativeEngineTest : public testing::TestWithParam<Variant> {
 
   GenerationResult Run(SpeculativeMode mode, Model* draft_model, std::vector<int32_t> prompt,
                        int64_t n, SamplingParams sampling = {}, std::vector<int32_t> stops = {},
-                       int64_t min_tokens = 0) {
+                       int64_t min_tokens = 0, std::optional<PassCosts> costs = std::nullopt) {
     EngineOptions eo;
     eo.speculative = mode;
     eo.draft_max = 4;
     eo.draft_model = draft_model;
+    eo.speculation_costs = std::move(costs);
     Engine e(target_.model.get(), eo);
     GenerationRequest r;
     r.prompt = std::move(prompt);
@@ -354,6 +384,22 @@ TEST_P(SpeculativeEngineTest, ModelDrafterCatchUpIsTheSameAsDraftingAtOnce) {
   EXPECT_EQ(caught.Behind(longer), 0);
   longer[context.size()] = (*got)[0] == 3 ? 4 : 3;
   EXPECT_EQ(caught.Behind(longer), 1);
+}
+
+// auto starts from the costs it is given (a tune profile's): told that drafting costs ten plain
+// steps a token, it never drafts; measuring from scratch, it tries.
+TEST_P(SpeculativeEngineTest, AutoStartsFromTheCostsItIsGiven) {
+  const std::vector<int32_t> prompt = {1, 5, 9, 2, 7, 3};
+  const GenerationResult fresh =
+      Run(SpeculativeMode::kAuto, drafter_.model.get(), prompt, 24, {}, {}, 0);
+  EXPECT_GT(fresh.verify_passes, 0);
+  PassCosts slow(5);
+  for (int rows = 1; rows <= 5; ++rows) slow.Record(rows, 0.001 * rows);
+  slow.RecordDraft(1, 0.010);
+  const GenerationResult told =
+      Run(SpeculativeMode::kAuto, drafter_.model.get(), prompt, 24, {}, {}, 0, slow);
+  EXPECT_EQ(told.verify_passes, 0);
+  EXPECT_EQ(told.tokens, fresh.tokens);
 }
 
 TEST_P(SpeculativeEngineTest, RejectedDraftsAreRolledBackExactly) {

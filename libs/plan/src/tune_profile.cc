@@ -64,14 +64,16 @@ nlohmann::json TuneProfileToJson(const TuneProfile& p) {
   if (p.settings.io_threads) settings["io_threads"] = *p.settings.io_threads;
   if (p.settings.cache_policy) settings["cache_policy"] = *p.settings.cache_policy;
   if (p.settings.learned_pins) settings["learned_pins"] = *p.settings.learned_pins;
-  return {{"version", p.version},
-          {"build", BuildId()},
-          {"fingerprint",
-           {{"binary", p.fingerprint.binary},
-            {"model", p.fingerprint.model},
-            {"machine", p.fingerprint.machine}}},
-          {"settings", settings},
-          {"measurements", p.measurements}};
+  nlohmann::json j = {{"version", p.version},
+                      {"build", BuildId()},
+                      {"fingerprint",
+                       {{"binary", p.fingerprint.binary},
+                        {"model", p.fingerprint.model},
+                        {"machine", p.fingerprint.machine}}},
+                      {"settings", settings},
+                      {"measurements", p.measurements}};
+  if (!p.speculation.empty()) j["speculation"] = p.speculation;
+  return j;
 }
 
 absl::StatusOr<TuneProfile> TuneProfileFromJson(const nlohmann::json& j) {
@@ -112,6 +114,14 @@ absl::StatusOr<TuneProfile> TuneProfileFromJson(const nlohmann::json& j) {
     p.settings.learned_pins = s["learned_pins"].get<double>();
   }
   if (j.contains("measurements")) p.measurements = j["measurements"];
+  if (j.contains("speculation")) {
+    const auto& sp = j["speculation"];
+    if (!sp.is_object()) return FieldError("speculation", "an object of drafters");
+    for (const auto& [key, costs] : sp.items()) {
+      if (!costs.is_object()) return FieldError(absl::StrCat("speculation.", key), "an object");
+    }
+    p.speculation = sp;
+  }
   return p;
 }
 

@@ -27,6 +27,7 @@ TEST(TuneProfile, RoundTripsThroughAFile) {
   p.settings.cache_policy = "lru";
   p.settings.learned_pins = 0.5;
   p.measurements = nlohmann::json::array({{{"setting", "baseline"}, {"tokens_per_second", 10.5}}});
+  p.speculation["auto draft-max=4"] = {{"pass_seconds", {0.01, 0.012}}, {"accepted", 1.5}};
   const auto path =
       std::filesystem::path(::testing::TempDir()) / ("tp_" + std::to_string(::getpid()) + ".json");
   ASSERT_TRUE(WriteTuneProfile(path, p).ok());
@@ -39,7 +40,10 @@ TEST(TuneProfile, RoundTripsThroughAFile) {
   EXPECT_EQ(back->settings.cache_policy, "lru");
   EXPECT_EQ(back->settings.learned_pins, 0.5);
   EXPECT_EQ(back->measurements[0]["tokens_per_second"], 10.5);
+  EXPECT_EQ(back->speculation, p.speculation);
   EXPECT_EQ(ReadTuneProfile(path).status().code(), absl::StatusCode::kNotFound);
+  // Without speculation costs the field is left out, and reads back empty.
+  EXPECT_FALSE(TuneProfileToJson({.fingerprint = {"b", "m", "h"}}).contains("speculation"));
 }
 
 TEST(TuneProfile, MalformedFieldsAreNamed) {
@@ -54,6 +58,9 @@ TEST(TuneProfile, MalformedFieldsAreNamed) {
             std::string::npos);
   EXPECT_EQ(TuneProfileFromJson(nlohmann::json::array()).status().code(),
             absl::StatusCode::kInvalidArgument);
+  j = TuneProfileToJson({.fingerprint = {"b", "m", "h"}});
+  j["speculation"] = {{"auto", 3}};
+  EXPECT_NE(TuneProfileFromJson(j).status().message().find("speculation.auto"), std::string::npos);
 }
 
 TEST(TuneProfile, FingerprintsFollowMachineModelAndBuild) {

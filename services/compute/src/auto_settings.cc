@@ -80,7 +80,13 @@ absl::StatusOr<AutoSettingsReport> ResolveAutoSettings(ComputeNodeOptions* o,
       report.profile_path = path;
       const std::string mismatch = plan::FingerprintMismatch(profile->fingerprint, fingerprint);
       if (mismatch.empty()) {
-        const std::string applied = ApplyProfile(profile->settings, o);
+        std::string applied = ApplyProfile(profile->settings, o);
+        const std::string key = SpeculationKey(*o);
+        if (o->speculative == "auto" && o->speculation_costs.is_null() &&
+            profile->speculation.contains(key)) {
+          o->speculation_costs = profile->speculation[key];
+          absl::StrAppend(&applied, " speculation costs (", key, ")");
+        }
         report.profile_applied = true;
         report.profile_note = applied.empty()
                                   ? "matches; every setting it holds was given explicitly"

@@ -138,6 +138,11 @@ absl::Status ComputeNode::LoadDrafter(const ComputeNodeOptions& o) {
   return absl::OkStatus();
 }
 
+std::string SpeculationKey(const ComputeNodeOptions& o) {
+  return absl::StrCat(o.speculative, " draft-max=", o.draft_max, " draft-experts=", o.draft_experts,
+                      " draft-model=", o.draft_model_dir);
+}
+
 absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(
     const ComputeNodeOptions& requested) {
   ComputeNodeOptions options = requested;
@@ -230,6 +235,16 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(
   eo.draft_max = options.draft_max;
   eo.draft_model = node->draft_model_.get();
   eo.mtp_model = node->mtp_model_.get();
+  if (!options.speculation_costs.is_null()) {
+    auto costs =
+        engine::PassCosts::FromJson(options.speculation_costs, std::max(1, options.draft_max) + 1);
+    if (costs.ok()) {
+      eo.speculation_costs = *std::move(costs);
+    } else {
+      spdlog::warn("tune profile: {}; speculation measures its costs from scratch",
+                   std::string(costs.status().message()));
+    }
+  }
   node->engine_ = std::make_unique<engine::Engine>(node->model_.get(), eo);
 #ifdef __GLIBC__
   // Start-up built and dropped JSON trees of the manifest (the parse, the fingerprints): glibc

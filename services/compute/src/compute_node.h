@@ -23,6 +23,7 @@
 #include "colibri/rpc/multi_store_source.h"
 #include "colibri/rpc/remote_store_source.h"
 #include "expert_cache.h"
+#include "nlohmann/json.hpp"
 
 namespace colibri::compute {
 
@@ -76,7 +77,13 @@ struct ComputeNodeOptions {
   int draft_max = 4;
   std::string draft_experts;
   std::string draft_model_dir;
+  // auto's measured costs to start from (engine::PassCosts::ToJson), from a tune profile that
+  // matches this machine, under SpeculationKey(*this); null: measured from scratch.
+  nlohmann::json speculation_costs;
 };
+
+// What a tune profile files auto's speculation costs under: the drafter they were measured with.
+std::string SpeculationKey(const ComputeNodeOptions& o);
 
 using expert_source::ExpertUse;
 // The most used experts of a request (GenerationResult::expert_counts): per layer the up to

@@ -107,6 +107,9 @@ struct EngineOptions {
   int draft_max = 4;             // drafted tokens per pass, at most
   Model* draft_model = nullptr;  // not owned; outlives the engine; same vocabulary as the model
   Model* mtp_model = nullptr;    // the model's MTP layer (Model::LoadMtp); not owned; outlives it
+  // auto's costs to start from (a tune profile's, PassCosts::FromJson with draft_max + 1 rows);
+  // none: measured from scratch. Ignored when its rows do not match draft_max.
+  std::optional<PassCosts> speculation_costs;
 };
 
 struct EngineCounters {
@@ -149,6 +152,8 @@ class Engine {
 
   const Model& model() const { return *model_; }
   const EngineCounters& counters() const { return counters_; }
+  // What speculation has measured so far (as of the last forward pass): what tune keeps.
+  PassCosts speculation_costs() const;
 
  private:
   struct Sequence;
@@ -254,8 +259,10 @@ class Engine {
   std::deque<std::shared_ptr<Sequence>> queue_;
   std::vector<std::shared_ptr<Sequence>> active_;  // scheduler thread only
   PassCosts pass_costs_;                           // scheduler thread only
-  std::list<PoolEntry> pool_;                      // front = most recently used
-  std::vector<PoolEntry> evicted_;                 // scheduler thread: to offload, oldest first
+  mutable std::mutex costs_mu_;
+  PassCosts published_costs_;       // costs_mu_: pass_costs_ as of the last forward pass
+  std::list<PoolEntry> pool_;       // front = most recently used
+  std::vector<PoolEntry> evicted_;  // scheduler thread: to offload, oldest first
   // Restores: sequences waiting for the restore thread, those it has read, and all of them
   // until they join (they count against max_active and the KV limit).
   std::deque<std::shared_ptr<Sequence>> restore_queue_;

@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "colibri/engine/model.h"
+#include "nlohmann/json.hpp"
 
 namespace colibri::engine {
 
@@ -138,6 +139,14 @@ class PassCosts {
   // Seconds per token the drafter takes to catch up; a plain step's until measured (a catch-up
   // is a batch through a model no larger than the target: cheaper per token than a step).
   double CatchUpSecondsPerToken() const;
+
+  // What a tune profile keeps of them (colibri-cli tune; restored by the compute node), so a
+  // new process starts from this machine's measurements instead of exploring again:
+  // {"pass_seconds": [rows 1..], "draft_seconds_per_token", "catch_up_seconds_per_token",
+  //  "accepted", "rejected"}. FromJson: InvalidArgument naming a malformed field; pass sizes
+  // beyond max_rows are dropped.
+  nlohmann::json ToJson() const;
+  static absl::StatusOr<PassCosts> FromJson(const nlohmann::json& j, int max_rows);
 
  private:
   std::vector<double> seconds_;

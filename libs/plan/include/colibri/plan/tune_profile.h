@@ -41,6 +41,9 @@ struct TuneProfile {
   Fingerprint fingerprint;
   TuneSettings settings;
   nlohmann::json measurements = nlohmann::json::array();  // one entry per candidate tried
+  // auto speculation's measured costs (an object per drafter: the compute node's
+  // SpeculationKey -> engine::PassCosts::ToJson), which a node starts from.
+  nlohmann::json speculation = nlohmann::json::object();
 };
 
 std::string BuildId();  // the readable build identity the binary fingerprint hashes
