@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "colibri/backend/host_ops.h"
 #include "colibri/core/status.h"
+#include "colibri/expert_source/expert_label.h"
 #include "colibri/quant/dtype.h"
 #include "lookahead.h"
 #include "model_workspace.h"
@@ -74,9 +75,8 @@ absl::Status CheckExpertShapes(const model::Manifest& manifest, const model::Mod
     auto check = [&](const char* part, int64_t rows, int64_t cols) -> absl::Status {
       const model::TensorEntry* p = blk.Part(part);
       if (p->rows() != rows || p->cols() != cols) {
-        return absl::FailedPreconditionError(absl::StrCat("expert (layer ", blk.layer, ", id ",
-                                                          blk.expert, ") part '", part,
-                                                          "' has the wrong shape"));
+        return absl::FailedPreconditionError(absl::StrCat(
+            ExpertLabel(blk.layer, blk.expert), " part '", part, "' has the wrong shape"));
       }
       return absl::OkStatus();
     };
@@ -87,8 +87,8 @@ absl::Status CheckExpertShapes(const model::Manifest& manifest, const model::Mod
       for (const char* part : {"gate_bias", "up_bias", "down_bias"}) {
         const model::TensorEntry* p = blk.Part(part);
         if (p == nullptr || p->dtype != quant::DType::kF32) {
-          return absl::FailedPreconditionError(absl::StrCat("expert (layer ", blk.layer, ", id ",
-                                                            blk.expert, ") has no f32 part '", part,
+          return absl::FailedPreconditionError(absl::StrCat(ExpertLabel(blk.layer, blk.expert),
+                                                            " has no f32 part '", part,
                                                             "' (the config has expert biases)"));
         }
       }

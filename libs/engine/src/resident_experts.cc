@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "colibri/core/checksum.h"
 #include "colibri/core/status.h"
+#include "colibri/expert_source/expert_label.h"
 #include "colibri/quant/quantize.h"
 
 namespace colibri::engine {
@@ -38,7 +39,7 @@ absl::StatusOr<std::vector<uint8_t>> Requantize(const model::ExpertBlock& b, con
       const int64_t rows = p.rows(), cols = p.cols();
       if (cols % quant::Traits(dtype).block_elems != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "expert (layer ", b.layer, ", id ", b.expert, ") part '", p.name, "': rows of ", cols,
+            ExpertLabel(b.layer, b.expert), " part '", p.name, "': rows of ", cols,
             " elements are not a whole number of ", std::string(quant::DTypeName(dtype)),
             " blocks (", quant::Traits(dtype).block_elems, ")"));
       }
@@ -137,8 +138,7 @@ std::unique_ptr<ResidentExperts> ResidentExperts::Adopt(model::Manifest manifest
 absl::StatusOr<expert_source::Lease> ResidentExperts::Fetch(expert_source::ExpertId id,
                                                             expert_source::Priority) {
   if (!manifest_.HasExpert(id.layer, id.expert)) {
-    return absl::NotFoundError(
-        absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") is not in the model"));
+    return absl::NotFoundError(absl::StrCat(ExpertLabel(id), " is not in the model"));
   }
   return blocks_[manifest_.ExpertIndex(id.layer, id.expert)];
 }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "colibri/core/units.h"
+#include "colibri/expert_source/expert_label.h"
 #include "colibri/expert_source/routing_heat.h"
 
 namespace colibri::expert_source {
@@ -274,10 +275,10 @@ bool CacheTier::ReserveJobLocked(Job& job, bool demand, std::unique_lock<std::mu
     return false;
   }
   if (need > s.capacity - std::min(s.capacity, s.stats.bytes_pinned)) {
-    *no_room = absl::ResourceExhaustedError(absl::StrCat(
-        "expert (layer ", job.id.layer, ", id ", job.id.expert, ") needs ", FormatSize(need),
-        " but the '", options_.name, "' expert cache has ", FormatSize(s.capacity), " of which ",
-        FormatSize(s.stats.bytes_pinned), " are pinned"));
+    *no_room = absl::ResourceExhaustedError(
+        absl::StrCat(ExpertLabel(job.id), " needs ", FormatSize(need), " but the '", options_.name,
+                     "' expert cache has ", FormatSize(s.capacity), " of which ",
+                     FormatSize(s.stats.bytes_pinned), " are pinned"));
     return false;
   }
   s.stats.room_waits++;
@@ -301,15 +302,13 @@ bool CacheTier::ReserveJobLocked(Job& job, bool demand, std::unique_lock<std::mu
     job.reserved = true;
     return true;
   }
-  *no_room =
-      s.stop
-          ? absl::CancelledError(
-                absl::StrCat("expert cache tier '", options_.name, "' is shutting down"))
-          : absl::ResourceExhaustedError(absl::StrCat(
-                "the '", options_.name, "' expert cache (", FormatSize(s.capacity),
-                ") is full of leased blocks (", FormatSize(s.stats.bytes_leased),
-                " leased) and none was released within ", options_.room_wait.count(),
-                " ms; expert (layer ", job.id.layer, ", id ", job.id.expert, ") cannot be read"));
+  *no_room = s.stop ? absl::CancelledError(
+                          absl::StrCat("expert cache tier '", options_.name, "' is shutting down"))
+                    : absl::ResourceExhaustedError(absl::StrCat(
+                          "the '", options_.name, "' expert cache (", FormatSize(s.capacity),
+                          ") is full of leased blocks (", FormatSize(s.stats.bytes_leased),
+                          " leased) and none was released within ", options_.room_wait.count(),
+                          " ms; ", ExpertLabel(job.id), " cannot be read"));
   return false;
 }
 
@@ -417,13 +416,12 @@ void CacheTier::ReadBatchLocked(const std::vector<std::shared_ptr<Job>>& batch, 
       }
       s.stats.prefetch_aborted++;
     }
-    FinishJobLocked(
-        job,
-        st.ok() ? absl::InternalError(absl::StrCat("the source below the '", options_.name,
-                                                   "' expert cache returned without expert (layer ",
-                                                   job->id.layer, ", id ", job->id.expert, ")"))
-                : st,
-        &drop);
+    FinishJobLocked(job,
+                    st.ok() ? absl::InternalError(absl::StrCat(
+                                  "the source below the '", options_.name,
+                                  "' expert cache returned without ", ExpertLabel(job->id)))
+                            : st,
+                    &drop);
   }
   if (!demand) s.io_cv.notify_all();
   lock.unlock();
@@ -690,8 +688,8 @@ absl::Status CacheTier::SetPinned(std::span<const ExpertId> ids) {
   for (const ExpertId& id : ids) {
     const uint64_t size = Charge(next_->BlockSize(id));
     if (size == 0) {
-      return absl::InvalidArgumentError(absl::StrCat("pinned expert (layer ", id.layer, ", id ",
-                                                     id.expert, ") is not in the model"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("pinned ", ExpertLabel(id), " is not in the model"));
     }
     total += size;
     largest = std::max(largest, size);

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "colibri/backend/backend.h"
 #include "colibri/core/units.h"
+#include "colibri/expert_source/expert_label.h"
 
 namespace colibri::expert_source {
 namespace {
@@ -81,14 +82,12 @@ DeviceTierMemory::~DeviceTierMemory() = default;
 absl::StatusOr<Lease> DeviceTierMemory::Adopt(const Lease& block) {
   if (block->size > slot_bytes_) {
     return absl::InvalidArgumentError(
-        absl::StrCat("expert (layer ", block->id.layer, ", id ", block->id.expert, ") of ",
-                     FormatSize(block->size), " is larger than the ", name_, " tier's slots of ",
-                     FormatSize(slot_bytes_)));
+        absl::StrCat(ExpertLabel(block->id), " of ", FormatSize(block->size),
+                     " is larger than the ", name_, " tier's slots of ", FormatSize(slot_bytes_)));
   }
   if (block->device != nullptr || block->data() == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("expert (layer ", block->id.layer, ", id ", block->id.expert,
-                     ") has no host bytes to copy into the ", name_, " tier"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        ExpertLabel(block->id), " has no host bytes to copy into the ", name_, " tier"));
   }
   State& s = *s_;
   uint64_t slot;
@@ -128,9 +127,8 @@ absl::StatusOr<Lease> DeviceTierMemory::Adopt(const Lease& block) {
   const auto start = std::chrono::steady_clock::now();
   if (absl::Status st = s.backend->TransferIn(dst, block->data(), block->size); !st.ok()) {
     give_back();
-    return absl::Status(st.code(),
-                        absl::StrCat("expert (layer ", block->id.layer, ", id ", block->id.expert,
-                                     ") into the ", name_, " tier: ", st.message()));
+    return absl::Status(st.code(), absl::StrCat(ExpertLabel(block->id), " into the ", name_,
+                                                " tier: ", st.message()));
   }
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::steady_clock::now() - start);

@@ -14,6 +14,7 @@
 #include "colibri/core/checksum.h"
 #include "colibri/core/status.h"
 #include "colibri/core/thread_pool.h"
+#include "colibri/expert_source/expert_label.h"
 
 namespace colibri::expert_source {
 
@@ -94,8 +95,7 @@ absl::StatusOr<uint64_t> DiskSource::ReadRange(const Fds& fds, uint8_t* dst, uin
 absl::StatusOr<Lease> DiskSource::Fetch(ExpertId id, Priority priority) {
   const auto& m = container_->manifest();
   if (!m.HasExpert(id.layer, id.expert)) {
-    return absl::NotFoundError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert,
-                                            ") is not in model '", m.name, "'"));
+    return absl::NotFoundError(absl::StrCat(ExpertLabel(id), " is not in model '", m.name, "'"));
   }
   const model::ExpertBlock& b = m.Expert(id.layer, id.expert);
   auto block = std::make_shared<Block>();
@@ -194,24 +194,21 @@ absl::StatusOr<Lease> DiskSource::Fetch(ExpertId id, Priority priority) {
   bytes_read_ += sh->bytes.load();
   if (sh->cancelled) {
     cancelled_++;
-    return absl::CancelledError(
-        absl::StrCat("prefetch of expert (layer ", id.layer, ", id ", id.expert, ") cancelled"));
+    return absl::CancelledError(absl::StrCat("prefetch of ", ExpertLabel(id), " cancelled"));
   }
   if (!sh->status.ok()) {
-    return absl::Status(
-        sh->status.code(),
-        absl::StrCat("read expert (layer ", id.layer, ", id ", id.expert, ") from '",
-                     container_->ExpertFilePath(b).string(), "': ", sh->status.message()));
+    return absl::Status(sh->status.code(), absl::StrCat("read ", ExpertLabel(id), " from '",
+                                                        container_->ExpertFilePath(b).string(),
+                                                        "': ", sh->status.message()));
   }
   // A piece that read short ended at the end of the file (as it was when opened, or since: a
   // concurrent rewrite); the buffer's stale bytes past it must never reach the checksum (they
   // may be a copy of the block), so a block cut before its checksummed size is short.
   const uint64_t file_end = b.offset + std::min(sh->short_at, b.padded_size);
   if (file_end < b.offset + b.size) {
-    return absl::DataLossError(
-        absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ") in '",
-                     container_->ExpertFilePath(b).string(), "': short read (",
-                     file_end > b.offset ? file_end - b.offset : 0, " of ", b.size, " bytes)"));
+    return absl::DataLossError(absl::StrCat(
+        ExpertLabel(id), " in '", container_->ExpertFilePath(b).string(), "': short read (",
+        file_end > b.offset ? file_end - b.offset : 0, " of ", b.size, " bytes)"));
   }
   uint64_t got = Checksum64(block->bytes.get(), b.size);
   if (got != b.checksum)

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "colibri/core/checksum.h"
+#include "colibri/expert_source/expert_label.h"
 
 namespace colibri::expert_source {
 
@@ -26,15 +27,13 @@ uint64_t MmapSource::BlockSize(ExpertId id) const {
 absl::StatusOr<Lease> MmapSource::Fetch(ExpertId id, Priority) {
   const auto& m = container_->manifest();
   if (!m.HasExpert(id.layer, id.expert)) {
-    return absl::NotFoundError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert,
-                                            ") is not in model '", m.name, "'"));
+    return absl::NotFoundError(absl::StrCat(ExpertLabel(id), " is not in model '", m.name, "'"));
   }
   const model::ExpertBlock& b = m.Expert(id.layer, id.expert);
   const auto& map = maps_.at(b.file);
   if (b.offset + b.size > map->size()) {
-    return absl::DataLossError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert,
-                                            ") in '", container_->ExpertFilePath(b).string(),
-                                            "': file too short"));
+    return absl::DataLossError(absl::StrCat(
+        ExpertLabel(id), " in '", container_->ExpertFilePath(b).string(), "': file too short"));
   }
   const uint8_t* bytes = map->data() + b.offset;
   const size_t index = static_cast<size_t>(id.layer * m.config.n_experts + id.expert);

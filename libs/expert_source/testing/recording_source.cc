@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "colibri/core/status.h"
+#include "colibri/expert_source/expert_label.h"
 
 namespace colibri::expert_source::testing {
 
@@ -24,9 +25,7 @@ RecordingSourceOptions NextOptions(ExpertSource* next) {
   return o;
 }
 
-std::string Name(ExpertId id) {
-  return absl::StrCat("expert (layer ", id.layer, ", id ", id.expert, ")");
-}
+std::string Name(ExpertId id) { return ExpertLabel(id); }
 
 }  // namespace
 

@@ -13,6 +13,7 @@
 #include "colibri/core/checksum.h"
 #include "colibri/core/status.h"
 #include "colibri/core/units.h"
+#include "colibri/expert_source/expert_label.h"
 #include "nlohmann/json.hpp"
 
 namespace colibri::model {
@@ -40,9 +41,9 @@ ExpertWeights ExpertWeightsOf(const ExpertBlock& block, const uint8_t* block_dat
 
 absl::Status ExpertChecksumError(const ExpertBlock& block, const std::string& where, uint64_t got) {
   return absl::DataLossError(
-      absl::StrCat("expert (layer ", block.layer, ", id ", block.expert, ") in ", where,
-                   " at offset ", block.offset, ": checksum mismatch (manifest ",
-                   ChecksumHex(block.checksum), ", read ", ChecksumHex(got), ")"));
+      absl::StrCat(ExpertLabel(block.layer, block.expert), " in ", where, " at offset ",
+                   block.offset, ": checksum mismatch (manifest ", ChecksumHex(block.checksum),
+                   ", read ", ChecksumHex(got), ")"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -155,13 +156,12 @@ absl::Status ContainerWriter::AddExpert(int64_t layer, int64_t expert,
   const ModelConfig& c = manifest_.config;
   if (!manifest_.HasExpert(layer, expert)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "expert (layer ", layer, ", id ", expert, ") out of range",
+        ExpertLabel(layer, expert), " out of range",
         c.IsMoeLayer(layer) || layer < 0 || layer >= c.n_layers ? "" : " (layer is dense)"));
   }
   const size_t idx = manifest_.ExpertIndex(layer, expert);
   if (expert_done_[idx]) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expert (layer ", layer, ", id ", expert, ") added twice"));
+    return absl::InvalidArgumentError(absl::StrCat(ExpertLabel(layer, expert), " added twice"));
   }
   ExpertBlock b;
   b.layer = layer;
@@ -176,7 +176,7 @@ absl::Status ContainerWriter::AddExpert(int64_t layer, int64_t expert,
     ASSIGN_OR_RETURN(size_t row_bytes, quant::CheckedRowBytes(p.dtype, e.cols()));
     if (row_bytes * static_cast<uint64_t>(e.numel() / e.cols()) != p.bytes.size()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("expert (layer ", layer, ", id ", expert, ") part '", p.name,
+          absl::StrCat(ExpertLabel(layer, expert), " part '", p.name,
                        "': byte size does not match shape and dtype"));
     }
     block.resize(AlignUp(block.size(), 64), '\0');
@@ -229,8 +229,7 @@ absl::Status ContainerWriter::Finish() {
   for (int64_t l = 0; l < c.n_layers; ++l) {
     for (int64_t e = 0; c.IsMoeLayer(l) && e < c.n_experts; ++e) {
       if (!expert_done_[manifest_.ExpertIndex(l, e)]) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("expert (layer ", l, ", id ", e, ") was never written"));
+        return absl::FailedPreconditionError(absl::StrCat(ExpertLabel(l, e), " was never written"));
       }
     }
   }
@@ -316,8 +315,7 @@ absl::StatusOr<std::unique_ptr<Container>> Container::Open(const fs::path& dir) 
   std::set<std::string> checked;
   for (const auto& b : c->manifest_.experts) {
     if (!checked.insert(b.file).second) continue;
-    RETURN_IF_ERROR(
-        confined(absl::StrCat("expert (layer ", b.layer, ", id ", b.expert, ").file"), b.file));
+    RETURN_IF_ERROR(confined(absl::StrCat(ExpertLabel(b.layer, b.expert), ".file"), b.file));
   }
   if (auto files = c->manifest_.tokenizer.find("files"); files != c->manifest_.tokenizer.end()) {
     for (size_t i = 0; i < files->size(); ++i) {
@@ -407,8 +405,7 @@ absl::StatusOr<AlignedBytes> Container::ReadExtra(std::string_view name) const {
 
 absl::StatusOr<AlignedBytes> Container::ReadExpertBlock(int64_t layer, int64_t expert) const {
   if (!manifest_.HasExpert(layer, expert)) {
-    return absl::NotFoundError(
-        absl::StrCat("expert (layer ", layer, ", id ", expert, ") is not in the model"));
+    return absl::NotFoundError(absl::StrCat(ExpertLabel(layer, expert), " is not in the model"));
   }
   const ExpertBlock& b = manifest_.Expert(layer, expert);
   fs::path path = ExpertFilePath(b);
@@ -422,9 +419,8 @@ absl::StatusOr<AlignedBytes> Container::ReadExpertBlock(int64_t layer, int64_t e
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       ::close(fd);
-      return absl::DataLossError(absl::StrCat("expert (layer ", layer, ", id ", expert, ") in '",
-                                              path.string(), "': short read at offset ",
-                                              b.offset + done));
+      return absl::DataLossError(absl::StrCat(ExpertLabel(layer, expert), " in '", path.string(),
+                                              "': short read at offset ", b.offset + done));
     }
     done += static_cast<uint64_t>(n);
   }

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "colibri/core/checksum.h"
 #include "colibri/core/status.h"
+#include "colibri/expert_source/expert_label.h"
 
 namespace colibri::model {
 namespace {
@@ -265,7 +266,7 @@ absl::StatusOr<Manifest> ManifestFromJson(const json& j) {
     ExpertBlock b;
     ASSIGN_OR_RETURN(uint64_t layer, GetU64(bj, "layer", "expert block"));
     ASSIGN_OR_RETURN(uint64_t expert, GetU64(bj, "expert", "expert block"));
-    const std::string ctx = absl::StrCat("expert (layer ", layer, ", id ", expert, ")");
+    const std::string ctx = ExpertLabel(layer, expert);
     if (layer >= static_cast<uint64_t>(m.config.n_layers) ||
         expert >= static_cast<uint64_t>(m.config.n_experts) ||
         !m.config.IsMoeLayer(static_cast<int64_t>(layer))) {

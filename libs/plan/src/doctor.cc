@@ -12,6 +12,7 @@
 #include "colibri/core/file_util.h"
 #include "colibri/core/json.h"
 #include "colibri/core/units.h"
+#include "colibri/expert_source/expert_label.h"
 #include "colibri/model/container.h"
 #include "colibri/sysinfo/storage.h"
 
@@ -47,9 +48,8 @@ void CheckExpertFiles(const fs::path& dir, const model::Manifest& m, std::vector
     }
     if (b.offset + b.padded_size > it->second) {
       if (missing++ == 0) {
-        first = absl::StrCat("expert (layer ", b.layer, ", id ", b.expert, ") in ", b.file,
-                             " needs bytes up to ", b.offset + b.padded_size, ", the file has ",
-                             it->second);
+        first = absl::StrCat(ExpertLabel(b.layer, b.expert), " in ", b.file, " needs bytes up to ",
+                             b.offset + b.padded_size, ", the file has ", it->second);
       }
     }
   }

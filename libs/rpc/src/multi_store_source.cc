@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "colibri/core/status.h"
+#include "colibri/expert_source/expert_label.h"
 #include "colibri/rpc/arrivals.h"
 #include "spdlog/spdlog.h"
 
@@ -102,9 +103,9 @@ absl::StatusOr<std::unique_ptr<MultiStoreSource>> MultiStoreSource::Connect(
       bool held = false;
       for (const auto& s : src->stores_) held |= s->up && s->source->Holds({l, e});
       if (!held) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("no reachable expert store holds expert (layer ", l, ", id ", e,
-                         ") of model '", options.model, "'"));
+        return absl::FailedPreconditionError(absl::StrCat("no reachable expert store holds ",
+                                                          ExpertLabel(l, e), " of model '",
+                                                          options.model, "'"));
       }
     }
   }
@@ -324,8 +325,7 @@ bool MultiStoreSource::Assign(const std::shared_ptr<Request>& req, Store* best) 
 void MultiStoreSource::FailUnheld(const std::shared_ptr<Request>& req) {
   absl::Status err =
       req->last_error.ok()
-          ? absl::UnavailableError(absl::StrCat("no expert store holds expert (layer ",
-                                                req->id.layer, ", id ", req->id.expert, ")"))
+          ? absl::UnavailableError(absl::StrCat("no expert store holds ", ExpertLabel(req->id)))
           : req->last_error;
   req->done(err);
 }
@@ -418,9 +418,8 @@ absl::Status MultiStoreSource::RunMany(std::span<const ExpertId> ids, Priority p
   std::vector<std::shared_ptr<Request>> reqs;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (!manifest_->HasExpert(ids[i].layer, ids[i].expert)) {
-      return absl::NotFoundError(absl::StrCat("expert (layer ", ids[i].layer, ", id ",
-                                              ids[i].expert, ") is not in model '", options_.model,
-                                              "'"));
+      return absl::NotFoundError(
+          absl::StrCat(ExpertLabel(ids[i]), " is not in model '", options_.model, "'"));
     }
   }
   for (size_t i = 0; i < ids.size(); ++i) {

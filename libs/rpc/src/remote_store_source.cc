@@ -6,6 +6,7 @@
 #include "colibri/core/buffer_pool.h"
 #include "colibri/core/checksum.h"
 #include "colibri/core/status.h"
+#include "colibri/expert_source/expert_label.h"
 #include "colibri/model/container.h"
 #include "colibri/rpc/arrivals.h"
 #include "colibri/rpc/shm_arena.h"
@@ -227,8 +228,8 @@ absl::StatusOr<std::vector<uint64_t>> RemoteStoreSource::StartFetches(std::span<
                                                                       std::vector<Callback> dones) {
   for (const ExpertId& id : ids) {
     if (!manifest_->HasExpert(id.layer, id.expert)) {
-      return absl::NotFoundError(absl::StrCat("expert (layer ", id.layer, ", id ", id.expert,
-                                              ") is not in model '", options_.model, "'"));
+      return absl::NotFoundError(
+          absl::StrCat(ExpertLabel(id), " is not in model '", options_.model, "'"));
     }
   }
   if (dones.size() != ids.size()) {
@@ -401,8 +402,7 @@ void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp,
     pending_.erase(it);
     return;
   }
-  const std::string where =
-      absl::StrCat("expert (layer ", p.id.layer, ", id ", p.id.expert, ") from ", options_.target);
+  const std::string where = absl::StrCat(ExpertLabel(p.id), " from ", options_.target);
   const model::ExpertBlock& want = manifest_->Expert(p.id.layer, p.id.expert);
   if (resp.has_error()) {
     free_slot();

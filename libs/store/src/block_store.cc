@@ -9,6 +9,7 @@
 #include "colibri/core/checksum.h"
 #include "colibri/core/status.h"
 #include "colibri/core/units.h"
+#include "colibri/expert_source/expert_label.h"
 #include "colibri/model/container.h"
 #include "colibri/quant/dtype.h"
 #include "colibri/store/disk_set.h"
@@ -31,7 +32,7 @@ absl::Status ChecksumMismatch(std::string message) {
 }
 
 std::string ExpertName(const StoredModel& m, const BlockRecord& b) {
-  return absl::StrCat("expert (layer ", b.layer, ", id ", b.expert, ") of model '", m.name(), "'");
+  return absl::StrCat(ExpertLabel(b.layer, b.expert), " of model '", m.name(), "'");
 }
 
 // Completion of one block read: the last extent to land reports the first error.
@@ -161,21 +162,20 @@ absl::Status BlockStore::AddStriped(const Catalog& catalog, const std::vector<fs
       const BlockRecord* dup = m->Find(b.layer, b.expert);
       if (b.layer < rec.first_layer || b.layer > rec.last_layer ||
           !m->manifest_.HasExpert(b.layer, b.expert) || dup != nullptr) {
-        return absl::DataLossError(absl::StrCat(where,
-                                                ": unexpected block record for expert (layer ",
-                                                b.layer, ", id ", b.expert, ")"));
+        return absl::DataLossError(
+            absl::StrCat(where, ": unexpected block record for ", ExpertLabel(b.layer, b.expert)));
       }
       const model::ExpertBlock& want = m->manifest_.Expert(b.layer, b.expert);
       if (want.size != b.size || want.checksum != b.checksum || want.padded_size != b.padded_size) {
         return absl::DataLossError(
-            absl::StrCat(where, ": expert (layer ", b.layer, ", id ", b.expert,
-                         ") differs between the catalog and the stored manifest"));
+            absl::StrCat(where, ": ", ExpertLabel(b.layer, b.expert),
+                         " differs between the catalog and the stored manifest"));
       }
       for (const Extent& e : b.extents) {
         if (e.disk >= roots.size() || e.offset + e.length > rec.disk_bytes[e.disk] ||
             !e.has_checksum) {
-          return absl::DataLossError(absl::StrCat(where, ": expert (layer ", b.layer, ", id ",
-                                                  b.expert, ") has a stripe outside disk ", e.disk,
+          return absl::DataLossError(absl::StrCat(where, ": ", ExpertLabel(b.layer, b.expert),
+                                                  " has a stripe outside disk ", e.disk,
                                                   "'s file"));
         }
       }
@@ -239,8 +239,8 @@ absl::StatusOr<const BlockRecord*> BlockStore::FindBlock(std::string_view model,
     const bool in_range =
         layer >= 0 && layer < m->n_layers() && expert >= 0 && expert < m->n_experts();
     return absl::NotFoundError(absl::StrCat(
-        "expert (layer ", layer, ", id ", expert, ") ",
-        in_range ? "is not held by this store" : "is not in model", " '", std::string(model), "'",
+        ExpertLabel(layer, expert), " ", in_range ? "is not held by this store" : "is not in model",
+        " '", std::string(model), "'",
         in_range ? absl::StrCat(" (it holds layers ", m->first_layer(), "-", m->last_layer(), ")")
                  : ""));
   }

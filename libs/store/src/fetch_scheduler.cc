@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "colibri/core/checksum.h"
+#include "colibri/expert_source/expert_label.h"
 
 namespace colibri::store {
 
@@ -14,8 +15,8 @@ namespace {
 absl::Status CancelledByClient() { return absl::CancelledError("cancelled by the client"); }
 
 absl::Status Late(const BlockRecord& b, uint32_t timeout_ms, const char* what) {
-  return absl::DeadlineExceededError(absl::StrCat("expert (layer ", b.layer, ", id ", b.expert,
-                                                  "): ", what, " after the request's ", timeout_ms,
+  return absl::DeadlineExceededError(absl::StrCat(ExpertLabel(b.layer, b.expert), ": ", what,
+                                                  " after the request's ", timeout_ms,
                                                   " ms timeout"));
 }
 
@@ -414,9 +415,9 @@ void FetchScheduler::OnReadComplete(const Request& r, absl::Status status, Share
           o.answer.block_checksum = rec.checksum;
           demand_out_.push_back(std::move(o));
         } else if (!block) {
-          PushErrorLocked(r.id, absl::InternalError(
-                                    absl::StrCat("expert (layer ", rec.layer, ", id ", rec.expert,
-                                                 "): the read succeeded without a buffer")));
+          PushErrorLocked(
+              r.id, absl::InternalError(absl::StrCat(ExpertLabel(rec.layer, rec.expert),
+                                                     ": the read succeeded without a buffer")));
         } else {
           observer_->Served(f.demand, rec.size, false);
           o.answer.kind = FetchAnswer::Kind::kChunk;

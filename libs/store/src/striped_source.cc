@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "colibri/core/buffer_pool.h"
 #include "colibri/core/status.h"
+#include "colibri/expert_source/expert_label.h"
 
 namespace colibri::store {
 
@@ -176,9 +177,8 @@ void StripedSource::Cancel(std::span<const ExpertId> ids) {
       Batch::Slot& slot = batch->slots[i];
       if (slot.done) continue;
       slot.cancelled = true;
-      batch->ArriveLocked(
-          i, absl::CancelledError(absl::StrCat("expert (layer ", slot.block->id.layer, ", id ",
-                                               slot.block->id.expert, "): prefetch cancelled")));
+      batch->ArriveLocked(i, absl::CancelledError(absl::StrCat(ExpertLabel(slot.block->id),
+                                                               ": prefetch cancelled")));
       read = slot.read;  // null while ReadInto runs: FetchMany cancels it then
     }
     store_->Cancel(read);

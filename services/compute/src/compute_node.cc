@@ -16,6 +16,7 @@
 #include "colibri/core/status.h"
 #include "colibri/core/thread_pool.h"
 #include "colibri/core/units.h"
+#include "colibri/expert_source/expert_label.h"
 #include "spdlog/spdlog.h"
 
 namespace colibri::compute {
@@ -278,9 +279,9 @@ absl::StatusOr<size_t> ComputeNode::PrefetchHint(std::span<const expert_source::
   const auto& c = model_->config();
   for (const auto& id : ids) {
     if (!manifest().HasExpert(id.layer, id.expert)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "prefetch hint for expert (layer ", id.layer, ", id ", id.expert, ") outside the model (",
-          c.n_layers, " layers, ", c.n_experts, " experts, dense layers have none)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("prefetch hint for ", ExpertLabel(id), " outside the model (", c.n_layers,
+                       " layers, ", c.n_experts, " experts, dense layers have none)"));
     }
   }
   // Never more than half the cache: hints must not evict what the running requests need.
