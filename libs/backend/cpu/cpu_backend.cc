@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "attention_scores.h"
 #include "colibri/backend/host_ops.h"
 #include "colibri/core/file_util.h"
 #include "colibri/core/thread_pool.h"
@@ -189,23 +190,38 @@ class CpuBackend final : public Backend, public HostOps {
     const int64_t group = a.n_heads / a.n_kv_heads;
     const int64_t kv_dim = a.n_kv_heads * a.head_dim;
     const int64_t q_dim = a.n_heads * a.head_dim;
-    // One task per (row, head). Online softmax over blocks of keys: memory stays
-    // O(head_dim + block) per task whatever the context length. Scores of a block come from
-    // the SIMD F32 dot product; the running max and sum are rescaled once per block. A sink
-    // starts the running softmax as one more logit with a zero value row.
+    // One task per (row, KV head, chunk of that KV head's query heads): each block of keys is
+    // scored against all heads of the chunk at once, so a key row is read once per chunk. The
+    // chunks are whole groups unless that leaves fewer than two tasks per thread (decode with
+    // few KV heads). Online softmax per head over blocks of keys: memory stays
+    // O(chunk * (head_dim + block)) per task whatever the context length; the running max and
+    // sum are rescaled once per block. A sink starts the running softmax as one more logit with
+    // a zero value row.
     constexpr int64_t kKeyBlock = 64;
-    Parallel(a.n * a.n_heads, 1, [&](int64_t b, int64_t e) {
-      std::vector<float> acc(static_cast<size_t>(a.head_dim));
-      float scores[kKeyBlock];
+    const int64_t groups = a.n * a.n_kv_heads;
+    const int64_t want_tasks = 2 * static_cast<int64_t>(pool_.size());
+    const int64_t split = std::clamp<int64_t>((want_tasks + groups - 1) / groups, 1, group);
+    const int64_t chunk = (group + split - 1) / split;
+    const int64_t chunks = (group + chunk - 1) / chunk;
+    const internal::ScoreKeysFn score_keys = internal::ScoreKeysKernel();
+    Parallel(groups * chunks, 1, [&](int64_t b, int64_t e) {
+      std::vector<float> acc_buf(static_cast<size_t>(chunk * a.head_dim));
+      std::vector<float> scores_buf(static_cast<size_t>(chunk * kKeyBlock));
+      std::vector<float> ml_buf(static_cast<size_t>(2 * chunk));
+      float* const acc = acc_buf.data();        // [chunk, head_dim]
+      float* const scores = scores_buf.data();  // [chunk, kKeyBlock]
+      float* const m = ml_buf.data();           // [chunk] running max
+      float* const l = m + chunk;               // [chunk] running sum
       for (int64_t task = b; task < e; ++task) {
-        const int64_t t = task / a.n_heads, h = task % a.n_heads;
-        const int64_t kvh = h / group;
-        const float* q = a.q + t * q_dim + h * a.head_dim;
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
-        if (a.sinks != nullptr) {
-          m = a.sinks[h];
-          l = 1.0f;
+        const int64_t t = task / (a.n_kv_heads * chunks);
+        const int64_t kvh = task / chunks % a.n_kv_heads;
+        const int64_t h0 = kvh * group + task % chunks * chunk;
+        const int64_t hn = std::min(chunk, (kvh + 1) * group - h0);
+        const float* q = a.q + t * q_dim + h0 * a.head_dim;  // hn heads, head_dim apart
+        std::fill_n(acc, hn * a.head_dim, 0.0f);
+        for (int64_t c = 0; c < hn; ++c) {
+          m[c] = a.sinks != nullptr ? a.sinks[h0 + c] : -std::numeric_limits<float>::infinity();
+          l[c] = a.sinks != nullptr ? 1.0f : 0.0f;
         }
         const int64_t keys = static_cast<int64_t>(a.positions[t]) + 1;
         const int64_t first = a.window > 0 ? std::max<int64_t>(0, keys - a.window) : 0;
@@ -214,32 +230,36 @@ class CpuBackend final : public Backend, public HostOps {
           // A block never wraps around a ring: its rows are contiguous.
           if (a.ring > 0) j1 = std::min(j1, (j0 / a.ring + 1) * a.ring);
           const int64_t row0 = a.ring > 0 ? j0 % a.ring : j0;
-          // The block's keys are rows kv_dim apart: one F32 matrix-vector product scores them.
-          quant::MatVec(quant::DType::kF32, a.k_cache + row0 * kv_dim + kvh * a.head_dim,
-                        static_cast<size_t>(kv_dim) * sizeof(float), j1 - j0, q, a.head_dim,
-                        scores);
-          float block_max = -std::numeric_limits<float>::infinity();
-          for (int64_t j = 0; j < j1 - j0; ++j) {
-            scores[j] *= a.scale;
-            block_max = std::max(block_max, scores[j]);
+          const float* k_rows = a.k_cache + row0 * kv_dim + kvh * a.head_dim;
+          const float* v_rows = a.v_cache + row0 * kv_dim + kvh * a.head_dim;
+          score_keys(q, hn, k_rows, kv_dim, j1 - j0, a.head_dim, scores, kKeyBlock);
+          for (int64_t c = 0; c < hn; ++c) {
+            float* s = scores + c * kKeyBlock;
+            float* acc_c = acc + c * a.head_dim;
+            float block_max = -std::numeric_limits<float>::infinity();
+            for (int64_t j = 0; j < j1 - j0; ++j) {
+              s[j] *= a.scale;
+              block_max = std::max(block_max, s[j]);
+            }
+            if (block_max > m[c]) {
+              const float corr = std::exp(m[c] - block_max);
+              l[c] *= corr;
+              ScaleF32(corr, acc_c, a.head_dim);
+              m[c] = block_max;
+            }
+            for (int64_t j = 0; j < j1 - j0; ++j) {
+              s[j] = std::exp(s[j] - m[c]);  // now the block's probabilities
+              l[c] += s[j];
+            }
+            AccumulateRowsF32(s, v_rows, kv_dim, j1 - j0, acc_c, a.head_dim);
           }
-          if (block_max > m) {
-            const float corr = std::exp(m - block_max);
-            l *= corr;
-            ScaleF32(corr, acc.data(), a.head_dim);
-            m = block_max;
-          }
-          for (int64_t j = 0; j < j1 - j0; ++j) {
-            scores[j] = std::exp(scores[j] - m);  // now the block's probabilities
-            l += scores[j];
-          }
-          AccumulateRowsF32(scores, a.v_cache + row0 * kv_dim + kvh * a.head_dim, kv_dim, j1 - j0,
-                            acc.data(), a.head_dim);
           j0 = j1;
         }
-        float* out = a.out + t * q_dim + h * a.head_dim;
-        const float inv = l > 0 ? 1.0f / l : 0.0f;
-        for (int64_t d = 0; d < a.head_dim; ++d) out[d] = acc[static_cast<size_t>(d)] * inv;
+        for (int64_t c = 0; c < hn; ++c) {
+          float* out = a.out + t * q_dim + (h0 + c) * a.head_dim;
+          const float inv = l[c] > 0 ? 1.0f / l[c] : 0.0f;
+          for (int64_t d = 0; d < a.head_dim; ++d) out[d] = acc[c * a.head_dim + d] * inv;
+        }
       }
     });
   }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -495,6 +496,31 @@ TEST_P(CpuBackendTest, LongContextAttentionAtHeadDims80And128) {
         AttentionRef(q, k, v, positions, n_heads, n_kv_heads, head_dim, scale);
     for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 2e-5) << i;
   }
+}
+
+// One decode row with few KV heads: the heads of a group are split over tasks (with 3 threads,
+// groups of 6 heads in chunks of 2) and each block of keys is scored against a chunk at once; a
+// head of 76 (a tail past 16 and 8 floats) on every score kernel set.
+TEST_P(CpuBackendTest, DecodeAttentionSplitsGqaGroupsOverTasks) {
+  const int64_t n_heads = 12, n_kv_heads = 2, head_dim = 76, len = 150;
+  const int64_t q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
+  const std::vector<float> k = RandomNormal(static_cast<size_t>(len * kv_dim), 51, 1.5f);
+  const std::vector<float> v = RandomNormal(static_cast<size_t>(len * kv_dim), 52);
+  const std::vector<float> q = RandomNormal(static_cast<size_t>(q_dim), 53, 1.5f);
+  const std::vector<int32_t> positions = {static_cast<int32_t>(len - 1)};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const std::vector<double> want =
+      AttentionRef(q, k, v, positions, n_heads, n_kv_heads, head_dim, scale);
+  for (const std::string_view isa : quant::SupportedIsas()) {
+    SCOPED_TRACE(isa);
+    ASSERT_TRUE(quant::SetKernelIsaCap(isa));
+    std::vector<float> out(static_cast<size_t>(q_dim), std::nanf(""));
+    AttentionArgs args{q.data(),   k.data(), v.data(), positions.data(), 1, n_heads,
+                       n_kv_heads, head_dim, scale,    out.data()};
+    be_->Attention(args);
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 2e-5) << i;
+  }
+  ASSERT_TRUE(quant::SetKernelIsaCap("avx512"));
 }
 
 TEST_P(CpuBackendTest, AttentionWithLargeScoresStaysFinite) {
