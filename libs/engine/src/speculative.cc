@@ -67,47 +67,33 @@ absl::StatusOr<std::vector<int32_t>> ModelDrafter::Draft(std::span<const int32_t
   std::vector<float> logits;
   for (;;) {
     logits.clear();
-    if (absl::Status st = model_->Forward(batch, &logits); !st.ok()) {
-      cache_->Truncate(0);  // whatever the failed pass left is not trusted
-      fed_.clear();
-      return st;
-    }
-    for (const BatchItem& b : batch) fed_.push_back(b.token);
+    RETURN_IF_ERROR(Feed(batch, &logits));
     out.push_back(ArgMax(logits));
     if (static_cast<int>(out.size()) >= max_tokens) return out;
     batch = {{cache_.get(), out.back(), static_cast<int32_t>(cache_->n_past()), true}};
   }
 }
 
-size_t ModelDrafter::KeepCommonPrefix(std::span<const int32_t> context) {
+size_t ModelDrafter::CommonPrefix(std::span<const int32_t> context) const {
   size_t n = 0;
   while (n < fed_.size() && n < context.size() && fed_[n] == context[n]) ++n;
-  n = static_cast<size_t>(cache_->Truncate(static_cast<int64_t>(n)));
+  return n;
+}
+
+size_t ModelDrafter::KeepCommonPrefix(std::span<const int32_t> context) {
+  const size_t n =
+      static_cast<size_t>(cache_->Truncate(static_cast<int64_t>(CommonPrefix(context))));
   fed_.resize(n);
   return n;
 }
 
-int64_t ModelDrafter::Behind(std::span<const int32_t> context) const {
-  if (context.size() < 2) return 0;
-  const size_t want =
-      std::min<size_t>(context.size() - 1, static_cast<size_t>(model_->config().context_length));
-  size_t n = 0;
-  while (n < fed_.size() && n < want && fed_[n] == context[n]) ++n;
-  return static_cast<int64_t>(want - n);
+size_t ModelDrafter::CatchUpEnd(std::span<const int32_t> context) const {
+  if (context.empty()) return 0;
+  return std::min<size_t>(context.size() - 1, static_cast<size_t>(model_->config().context_length));
 }
 
-absl::Status ModelDrafter::CatchUp(std::span<const int32_t> context) {
-  if (context.size() < 2) return absl::OkStatus();
-  const size_t want =
-      std::min<size_t>(context.size() - 1, static_cast<size_t>(model_->config().context_length));
-  const size_t n = KeepCommonPrefix(context.first(want));
-  if (n >= want) return absl::OkStatus();
-  std::vector<BatchItem> batch;
-  for (size_t i = n; i < want; ++i) {
-    batch.push_back({cache_.get(), context[i], static_cast<int32_t>(i), false});
-  }
-  std::vector<float> logits;
-  if (absl::Status st = model_->Forward(batch, &logits); !st.ok()) {
+absl::Status ModelDrafter::Feed(std::span<const BatchItem> batch, std::vector<float>* logits) {
+  if (absl::Status st = model_->Forward(batch, logits); !st.ok()) {
     cache_->Truncate(0);  // whatever the failed pass left is not trusted
     fed_.clear();
     return st;
@@ -116,15 +102,28 @@ absl::Status ModelDrafter::CatchUp(std::span<const int32_t> context) {
   return absl::OkStatus();
 }
 
-void PassCosts::RecordDraft(int drafted, double seconds) {
-  if (drafted <= 0) return;
-  const double per_token = seconds / drafted;
-  draft_seconds_per_token_ =
-      draft_seconds_per_token_ == 0 ? per_token : 0.8 * draft_seconds_per_token_ + 0.2 * per_token;
+int64_t ModelDrafter::Behind(std::span<const int32_t> context) const {
+  const size_t end = CatchUpEnd(context);
+  return static_cast<int64_t>(end - CommonPrefix(context.first(end)));
+}
+
+absl::Status ModelDrafter::CatchUp(std::span<const int32_t> context) {
+  const size_t end = CatchUpEnd(context);
+  if (end == 0) return absl::OkStatus();
+  const size_t n = KeepCommonPrefix(context.first(end));
+  if (n >= end) return absl::OkStatus();
+  std::vector<BatchItem> batch;
+  for (size_t i = n; i < end; ++i) {
+    batch.push_back({cache_.get(), context[i], static_cast<int32_t>(i), false});
+  }
+  std::vector<float> logits;
+  return Feed(batch, &logits);
 }
 
 namespace {
 constexpr double kAcceptanceDecay = 0.9;
+// One sample into a cost's moving average (the first sample is the average).
+void Average(double* avg, double sample) { *avg = *avg == 0 ? sample : 0.8 * *avg + 0.2 * sample; }
 // One verify pass into decayed acceptance counts: each accepted draft, and one rejection when the
 // pass had one.
 void CountAcceptance(int drafted, int accepted, double* accepted_count, double* rejected_count) {
@@ -133,16 +132,16 @@ void CountAcceptance(int drafted, int accepted, double* accepted_count, double* 
 }
 }  // namespace
 
+void PassCosts::RecordDraft(int drafted, double seconds) {
+  if (drafted > 0) Average(&draft_seconds_per_token_, seconds / drafted);
+}
+
 void PassCosts::RecordAcceptance(int drafted, int accepted) {
   if (drafted > 0) CountAcceptance(drafted, accepted, &accepted_, &rejected_);
 }
 
 void PassCosts::RecordCatchUp(int64_t tokens, double seconds) {
-  if (tokens <= 0) return;
-  const double per_token = seconds / static_cast<double>(tokens);
-  catch_up_seconds_per_token_ = catch_up_seconds_per_token_ == 0
-                                    ? per_token
-                                    : 0.8 * catch_up_seconds_per_token_ + 0.2 * per_token;
+  if (tokens > 0) Average(&catch_up_seconds_per_token_, seconds / static_cast<double>(tokens));
 }
 
 double PassCosts::CatchUpSecondsPerToken() const {
@@ -191,7 +190,7 @@ absl::StatusOr<PassCosts> PassCosts::FromJson(const nlohmann::json& j, int max_r
 void PassCosts::Record(int rows, double seconds) {
   if (rows < 1 || rows > max_rows()) return;
   double& s = seconds_[static_cast<size_t>(rows)];
-  s = s == 0 ? seconds : 0.8 * s + 0.2 * seconds;
+  Average(&s, seconds);
   // A pass never costs less than a narrower one: a narrower size measured dearer was measured
   // cold (a sequence's first plain step allocates; verify passes then rarely re-measure it), and
   // left so it made drafting look cheaper than plain steps. Measured on the GLM-4.5 micro model

@@ -25,8 +25,6 @@ RecordingSourceOptions NextOptions(ExpertSource* next) {
   return o;
 }
 
-std::string Name(ExpertId id) { return ExpertLabel(id); }
-
 }  // namespace
 
 RecordingSource::RecordingSource(uint64_t block_size) : RecordingSource(SizeOptions(block_size)) {}
@@ -61,7 +59,7 @@ absl::Status RecordingSource::BeginRead(ExpertId id, Priority priority,
                                         std::unique_lock<std::mutex>& lock) {
   if (!cv_.wait_for(lock, options_.wait_limit, [&] { return !gated_.count(id.Key()); })) {
     return absl::DeadlineExceededError(
-        absl::StrCat("recording source: ", Name(id), " stayed gated"));
+        absl::StrCat("recording source: ", ExpertLabel(id), " stayed gated"));
   }
   if (auto f = fail_once_.find(id.Key()); f != fail_once_.end()) {
     absl::Status st = std::move(f->second);
@@ -70,7 +68,7 @@ absl::Status RecordingSource::BeginRead(ExpertId id, Priority priority,
   }
   if (options_.cancel_stops_prefetch && priority == Priority::kPrefetch &&
       cancelled_.erase(id.Key())) {
-    return absl::CancelledError(absl::StrCat("recording source: ", Name(id), " cancelled"));
+    return absl::CancelledError(absl::StrCat("recording source: ", ExpertLabel(id), " cancelled"));
   }
   return absl::OkStatus();
 }

@@ -169,33 +169,31 @@ std::vector<StripedSource::Entry> StripedSource::TakePrefetching(std::span<const
   return taken;
 }
 
-void StripedSource::Cancel(std::span<const ExpertId> ids) {
-  for (auto& [batch, i] : TakePrefetching(ids)) {
-    BlockStore::ReadHandle read;
-    {
-      std::lock_guard<std::mutex> lock(batch->mu);
-      Batch::Slot& slot = batch->slots[i];
-      if (slot.done) continue;
-      slot.cancelled = true;
-      batch->ArriveLocked(i, absl::CancelledError(absl::StrCat(ExpertLabel(slot.block->id),
-                                                               ": prefetch cancelled")));
-      read = slot.read;  // null while ReadInto runs: FetchMany cancels it then
-    }
-    store_->Cancel(read);
-  }
-}
+void StripedSource::Cancel(std::span<const ExpertId> ids) { Advise(ids, /*cancel=*/true); }
 
-void StripedSource::Promote(std::span<const ExpertId> ids) {
+void StripedSource::Promote(std::span<const ExpertId> ids) { Advise(ids, /*cancel=*/false); }
+
+void StripedSource::Advise(std::span<const ExpertId> ids, bool cancel) {
   for (auto& [batch, i] : TakePrefetching(ids)) {
     BlockStore::ReadHandle read;
     {
       std::lock_guard<std::mutex> lock(batch->mu);
       Batch::Slot& slot = batch->slots[i];
       if (slot.done) continue;
-      slot.promoted = true;
-      read = slot.read;  // null while ReadInto runs: FetchMany promotes it then
+      if (cancel) {
+        slot.cancelled = true;
+        batch->ArriveLocked(i, absl::CancelledError(absl::StrCat(ExpertLabel(slot.block->id),
+                                                                 ": prefetch cancelled")));
+      } else {
+        slot.promoted = true;
+      }
+      read = slot.read;  // null while ReadInto runs: FetchMany applies the advice then
     }
-    store_->Promote(read);
+    if (cancel) {
+      store_->Cancel(read);
+    } else {
+      store_->Promote(read);
+    }
   }
 }
 

@@ -84,8 +84,15 @@ class ModelDrafter : public Drafter {
   int64_t Behind(std::span<const int32_t> context) const override;
 
  private:
-  // Truncates the cache to the longest prefix of `context` it holds; returns that length.
+  // The length of the longest prefix of `context` whose KV the cache holds.
+  size_t CommonPrefix(std::span<const int32_t> context) const;
+  // Truncates the cache to CommonPrefix(context); returns the length kept.
   size_t KeepCommonPrefix(std::span<const int32_t> context);
+  // How much of `context` the drafter must have fed before Draft: all but its last token (Draft
+  // feeds that one for its logits), within the context length.
+  size_t CatchUpEnd(std::span<const int32_t> context) const;
+  // One forward pass over `batch` into the cache; on failure the cache is dropped (not trusted).
+  absl::Status Feed(std::span<const BatchItem> batch, std::vector<float>* logits);
 
   Model* model_;
   std::unique_ptr<KvCache> cache_;

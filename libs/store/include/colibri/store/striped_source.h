@@ -46,6 +46,8 @@ class StripedSource final : public expert_source::ExpertSource {
   StripedSource(BlockStore* store, const StoredModel* model) : store_(store), model_(model) {}
   // Removes the entries of `ids` (by ExpertId::Key()) from prefetching_ and returns them.
   std::vector<Entry> TakePrefetching(std::span<const expert_source::ExpertId> ids);
+  // Cancel (cancel) or Promote (!cancel) of the prefetch reads of `ids` in progress.
+  void Advise(std::span<const expert_source::ExpertId> ids, bool cancel);
 
   BlockStore* store_;
   const StoredModel* model_;
