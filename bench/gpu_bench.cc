@@ -208,8 +208,7 @@ int main(int argc, char** argv) {
     auto* front = (*node)->expert_cache().front();
     for (uint64_t i = 0; i < std::min<uint64_t>(blocks, m.experts.size()); ++i) {
       const auto& b = m.experts[i];
-      auto lease = front->Fetch({static_cast<int32_t>(b.layer), static_cast<int32_t>(b.expert)},
-                                colibri::expert_source::Priority::kDemand);
+      auto lease = front->Fetch(b.id, colibri::expert_source::Priority::kDemand);
       if (!lease.ok()) return Fail("vram fill", lease.status());
     }
     const auto before = (*node)->expert_cache().vram()->Stats();

@@ -148,7 +148,7 @@ int Verify(const std::string& model_dir) {
   }
   const auto& m = (*c)->manifest();
   for (const auto& b : m.experts) {
-    auto blk = (*c)->ReadExpertBlock(b.layer, b.expert);
+    auto blk = (*c)->ReadExpertBlock(b.id);
     if (!blk.ok()) {
       std::cout << "BAD " << blk.status().message() << std::endl;
       bad++;

@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int64_t l = 0; l < c.n_layers; ++l) {
     for (int64_t e = 0; e < c.n_experts; ++e) {
       const auto& b = m->Expert(l, e);
-      if (b.layer != l || b.expert != e || b.Part("gate") == nullptr) __builtin_trap();
+      if (b.id.layer != l || b.id.expert != e || b.Part("gate") == nullptr) __builtin_trap();
     }
   }
   return 0;

@@ -47,8 +47,7 @@ class MlaEngineTest : public TestModelSuite<MlaEngineTest> {
   uint64_t largest_block() const {
     uint64_t largest = 0;
     for (const auto& b : container_->manifest().experts) {
-      largest = std::max(largest, disk_->BlockSize({static_cast<int32_t>(b.layer),
-                                                    static_cast<int32_t>(b.expert)}));
+      largest = std::max(largest, disk_->BlockSize(b.id));
     }
     return largest;
   }

@@ -75,8 +75,8 @@ absl::Status CheckExpertShapes(const model::Manifest& manifest, const model::Mod
     auto check = [&](const char* part, int64_t rows, int64_t cols) -> absl::Status {
       const model::TensorEntry* p = blk.Part(part);
       if (p->rows() != rows || p->cols() != cols) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            ExpertLabel(blk.layer, blk.expert), " part '", part, "' has the wrong shape"));
+        return absl::FailedPreconditionError(
+            absl::StrCat(ExpertLabel(blk.id), " part '", part, "' has the wrong shape"));
       }
       return absl::OkStatus();
     };
@@ -87,9 +87,8 @@ absl::Status CheckExpertShapes(const model::Manifest& manifest, const model::Mod
       for (const char* part : {"gate_bias", "up_bias", "down_bias"}) {
         const model::TensorEntry* p = blk.Part(part);
         if (p == nullptr || p->dtype != quant::DType::kF32) {
-          return absl::FailedPreconditionError(absl::StrCat(ExpertLabel(blk.layer, blk.expert),
-                                                            " has no f32 part '", part,
-                                                            "' (the config has expert biases)"));
+          return absl::FailedPreconditionError(absl::StrCat(
+              ExpertLabel(blk.id), " has no f32 part '", part, "' (the config has expert biases)"));
         }
       }
       RETURN_IF_ERROR(check("gate_bias", 1, c.expert_ffn));

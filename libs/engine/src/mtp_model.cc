@@ -169,10 +169,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::LoadMtp(const model::Container& co
                          "' of ", c.n_experts, " stacked experts"));
       }
     }
-    for (int64_t x = 0; x < c.n_experts; ++x) {
+    for (int32_t x = 0; x < c.n_experts; ++x) {
       model::ExpertBlock b;
-      b.layer = 0;
-      b.expert = x;
+      b.id = {0, x};
       std::vector<std::pair<const uint8_t*, uint64_t>> pieces;
       uint64_t size = 0;
       for (const auto& [part, name] :

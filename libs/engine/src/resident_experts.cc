@@ -39,7 +39,7 @@ absl::StatusOr<std::vector<uint8_t>> Requantize(const model::ExpertBlock& b, con
       const int64_t rows = p.rows(), cols = p.cols();
       if (cols % quant::Traits(dtype).block_elems != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
-            ExpertLabel(b.layer, b.expert), " part '", p.name, "': rows of ", cols,
+            ExpertLabel(b.id), " part '", p.name, "': rows of ", cols,
             " elements are not a whole number of ", std::string(quant::DTypeName(dtype)),
             " blocks (", quant::Traits(dtype).block_elems, ")"));
       }
@@ -81,8 +81,7 @@ absl::StatusOr<std::unique_ptr<ResidentExperts>> ResidentExperts::Load(
     for (size_t i = next++; i < n; i = next++) {
       model::ExpertBlock& b = r->manifest_.experts[i];
       absl::StatusOr<expert_source::Lease> raw =
-          from->Fetch({static_cast<int32_t>(b.layer), static_cast<int32_t>(b.expert)},
-                      expert_source::Priority::kDemand);
+          from->Fetch(b.id, expert_source::Priority::kDemand);
       if (raw.ok() && (*raw)->data() == nullptr) {
         raw = absl::FailedPreconditionError("resident experts: the source hands out device blocks");
       }
@@ -107,7 +106,7 @@ absl::StatusOr<std::unique_ptr<ResidentExperts>> ResidentExperts::Load(
       }
       std::memcpy(bytes->get(), held->data(), held->size());
       auto block = std::make_shared<expert_source::Block>();
-      block->id = {static_cast<int32_t>(b.layer), static_cast<int32_t>(b.expert)};
+      block->id = b.id;
       block->size = held->size();
       block->bytes = std::move(*bytes);
       b.parts = std::move(parts);
@@ -137,14 +136,14 @@ std::unique_ptr<ResidentExperts> ResidentExperts::Adopt(model::Manifest manifest
 
 absl::StatusOr<expert_source::Lease> ResidentExperts::Fetch(expert_source::ExpertId id,
                                                             expert_source::Priority) {
-  if (!manifest_.HasExpert(id.layer, id.expert)) {
+  if (!manifest_.HasExpert(id)) {
     return absl::NotFoundError(absl::StrCat(ExpertLabel(id), " is not in the model"));
   }
-  return blocks_[manifest_.ExpertIndex(id.layer, id.expert)];
+  return blocks_[manifest_.ExpertIndex(id)];
 }
 
 uint64_t ResidentExperts::BlockSize(expert_source::ExpertId id) const {
-  return manifest_.HasExpert(id.layer, id.expert) ? manifest_.Expert(id.layer, id.expert).size : 0;
+  return manifest_.HasExpert(id) ? manifest_.Expert(id).size : 0;
 }
 
 }  // namespace colibri::engine

@@ -50,8 +50,8 @@ DiskSource::~DiskSource() {
 }
 
 uint64_t DiskSource::BlockSize(ExpertId id) const {
-  if (!container_->manifest().HasExpert(id.layer, id.expert)) return 0;
-  return container_->manifest().Expert(id.layer, id.expert).padded_size;
+  if (!container_->manifest().HasExpert(id)) return 0;
+  return container_->manifest().Expert(id).padded_size;
 }
 
 void DiskSource::Cancel(std::span<const ExpertId> ids) {
@@ -94,10 +94,10 @@ absl::StatusOr<uint64_t> DiskSource::ReadRange(const Fds& fds, uint8_t* dst, uin
 
 absl::StatusOr<Lease> DiskSource::Fetch(ExpertId id, Priority priority) {
   const auto& m = container_->manifest();
-  if (!m.HasExpert(id.layer, id.expert)) {
+  if (!m.HasExpert(id)) {
     return absl::NotFoundError(absl::StrCat(ExpertLabel(id), " is not in model '", m.name, "'"));
   }
-  const model::ExpertBlock& b = m.Expert(id.layer, id.expert);
+  const model::ExpertBlock& b = m.Expert(id);
   auto block = std::make_shared<Block>();
   block->id = id;
   block->size = b.size;

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "colibri/expert_source/disk_source.h"
+#include "colibri/expert_source/expert_label.h"
 #include "colibri/expert_source/mmap_source.h"
 #include "colibri/model/container.h"
 #include "colibri/model/synthetic_model.h"
@@ -32,13 +33,12 @@ class DirectSourceTest : public ::testing::Test {
 
   void ExpectSameBytes(ExpertSource& src, Priority priority) {
     for (const auto& b : container_->manifest().experts) {
-      auto want = container_->ReadExpertBlock(b.layer, b.expert);
+      auto want = container_->ReadExpertBlock(b.id);
       ASSERT_TRUE(want.ok());
-      auto got = src.Fetch(ExpertId{static_cast<int32_t>(b.layer), static_cast<int32_t>(b.expert)},
-                           priority);
+      auto got = src.Fetch(b.id, priority);
       ASSERT_TRUE(got.ok()) << got.status();
       ASSERT_EQ((*got)->size, b.size);
-      ASSERT_EQ(std::memcmp((*got)->data(), want->get(), b.size), 0) << b.layer << "," << b.expert;
+      ASSERT_EQ(std::memcmp((*got)->data(), want->get(), b.size), 0) << ExpertLabel(b.id);
     }
   }
 

@@ -20,16 +20,16 @@ absl::StatusOr<std::unique_ptr<MmapSource>> MmapSource::Open(const model::Contai
 }
 
 uint64_t MmapSource::BlockSize(ExpertId id) const {
-  if (!container_->manifest().HasExpert(id.layer, id.expert)) return 0;
-  return container_->manifest().Expert(id.layer, id.expert).padded_size;
+  if (!container_->manifest().HasExpert(id)) return 0;
+  return container_->manifest().Expert(id).padded_size;
 }
 
 absl::StatusOr<Lease> MmapSource::Fetch(ExpertId id, Priority) {
   const auto& m = container_->manifest();
-  if (!m.HasExpert(id.layer, id.expert)) {
+  if (!m.HasExpert(id)) {
     return absl::NotFoundError(absl::StrCat(ExpertLabel(id), " is not in model '", m.name, "'"));
   }
-  const model::ExpertBlock& b = m.Expert(id.layer, id.expert);
+  const model::ExpertBlock& b = m.Expert(id);
   const auto& map = maps_.at(b.file);
   if (b.offset + b.size > map->size()) {
     return absl::DataLossError(absl::StrCat(

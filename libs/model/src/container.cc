@@ -40,10 +40,10 @@ ExpertWeights ExpertWeightsOf(const ExpertBlock& block, const uint8_t* block_dat
 }
 
 absl::Status ExpertChecksumError(const ExpertBlock& block, const std::string& where, uint64_t got) {
-  return absl::DataLossError(
-      absl::StrCat(ExpertLabel(block.layer, block.expert), " in ", where, " at offset ",
-                   block.offset, ": checksum mismatch (manifest ", ChecksumHex(block.checksum),
-                   ", read ", ChecksumHex(got), ")"));
+  return absl::DataLossError(absl::StrCat(ExpertLabel(block.id), " in ", where, " at offset ",
+                                          block.offset, ": checksum mismatch (manifest ",
+                                          ChecksumHex(block.checksum), ", read ", ChecksumHex(got),
+                                          ")"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -164,8 +164,7 @@ absl::Status ContainerWriter::AddExpert(int64_t layer, int64_t expert,
     return absl::InvalidArgumentError(absl::StrCat(ExpertLabel(layer, expert), " added twice"));
   }
   ExpertBlock b;
-  b.layer = layer;
-  b.expert = expert;
+  b.id = {static_cast<int32_t>(layer), static_cast<int32_t>(expert)};  // in range: checked above
   // Parts are 64-byte aligned inside the block so SIMD kernels can read them directly.
   std::string block;
   for (const auto& p : parts) {
@@ -315,7 +314,7 @@ absl::StatusOr<std::unique_ptr<Container>> Container::Open(const fs::path& dir) 
   std::set<std::string> checked;
   for (const auto& b : c->manifest_.experts) {
     if (!checked.insert(b.file).second) continue;
-    RETURN_IF_ERROR(confined(absl::StrCat(ExpertLabel(b.layer, b.expert), ".file"), b.file));
+    RETURN_IF_ERROR(confined(absl::StrCat(ExpertLabel(b.id), ".file"), b.file));
   }
   if (auto files = c->manifest_.tokenizer.find("files"); files != c->manifest_.tokenizer.end()) {
     for (size_t i = 0; i < files->size(); ++i) {

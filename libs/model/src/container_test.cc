@@ -177,8 +177,8 @@ class ContainerTest : public ::testing::Test {
       for (int64_t e = 0; e < cfg.n_experts; ++e) {
         SCOPED_TRACE(testing::Message() << "layer " << l << " expert " << e);
         const ExpertBlock& b = m.Expert(l, e);
-        EXPECT_EQ(b.layer, l);
-        EXPECT_EQ(b.expert, e);
+        EXPECT_EQ(b.id.layer, l);
+        EXPECT_EQ(b.id.expert, e);
         EXPECT_EQ(b.offset % kExpertBlockAlignment, 0u);
         EXPECT_EQ(b.padded_size % kExpertBlockAlignment, 0u);
         EXPECT_GE(b.padded_size, b.size);

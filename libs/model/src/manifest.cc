@@ -199,8 +199,8 @@ json ManifestToJson(const Manifest& m) {
   for (const auto& b : m.experts) {
     json parts = json::array();
     for (const auto& p : b.parts) parts.push_back(TensorToJson(p, false));
-    blocks.push_back(json{{"layer", b.layer},
-                          {"expert", b.expert},
+    blocks.push_back(json{{"layer", b.id.layer},
+                          {"expert", b.id.expert},
                           {"file", b.file},
                           {"offset", b.offset},
                           {"size", b.size},
@@ -273,8 +273,8 @@ absl::StatusOr<Manifest> ManifestFromJson(const json& j) {
       return absl::InvalidArgumentError(
           absl::StrCat("manifest: ", ctx, " out of range (or in a dense layer)"));
     }
-    b.layer = static_cast<int64_t>(layer);
-    b.expert = static_cast<int64_t>(expert);
+    // In range of the config's bounds (checked above), so both fit the id's int32 fields.
+    b.id = {static_cast<int32_t>(layer), static_cast<int32_t>(expert)};
     ASSIGN_OR_RETURN(b.file, GetString(bj, "file", "", ctx));
     RETURN_IF_ERROR(CheckManifestPath(absl::StrCat(ctx, ".file"), b.file));
     ASSIGN_OR_RETURN(b.offset, GetU64(bj, "offset", ctx));
@@ -307,7 +307,7 @@ absl::StatusOr<Manifest> ManifestFromJson(const json& j) {
             absl::StrCat("manifest: ", ctx, ": missing part '", part, "'"));
       }
     }
-    const size_t idx = m.ExpertIndex(b.layer, b.expert);
+    const size_t idx = m.ExpertIndex(b.id);
     if (seen[idx])
       return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, " listed twice"));
     seen[idx] = true;

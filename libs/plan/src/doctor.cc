@@ -48,7 +48,7 @@ void CheckExpertFiles(const fs::path& dir, const model::Manifest& m, std::vector
     }
     if (b.offset + b.padded_size > it->second) {
       if (missing++ == 0) {
-        first = absl::StrCat(ExpertLabel(b.layer, b.expert), " in ", b.file, " needs bytes up to ",
+        first = absl::StrCat(ExpertLabel(b.id), " in ", b.file, " needs bytes up to ",
                              b.offset + b.padded_size, ", the file has ", it->second);
       }
     }
@@ -149,7 +149,7 @@ std::vector<Finding> CheckModelDirectory(const fs::path& dir, bool deep, ModelFa
       } else {
         if (auto d = (*c)->LoadDense(); !d.ok()) note(d.status());
         for (const auto& b : m->experts) {
-          if (auto blk = (*c)->ReadExpertBlock(b.layer, b.expert); !blk.ok()) note(blk.status());
+          if (auto blk = (*c)->ReadExpertBlock(b.id); !blk.ok()) note(blk.status());
         }
       }
       if (bad > 0) {

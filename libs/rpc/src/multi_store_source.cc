@@ -6,9 +6,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "colibri/core/buffer_pool.h"
+#include "colibri/core/checksum.h"
 #include "colibri/core/status.h"
 #include "colibri/expert_source/expert_label.h"
+#include "colibri/model/container.h"
 #include "colibri/rpc/arrivals.h"
+#include "colibri/rpc/holder_split.h"
 #include "spdlog/spdlog.h"
 
 namespace colibri::rpc {
@@ -37,6 +41,16 @@ class MultiStoreSource::Request {
   bool finished = false;
   bool abandoned = false;
   absl::Status last_error;
+  // Read in parts from several stores: the buffer they land in, parts still to come, and
+  // where they were sent (for Abandon). `failed`: a part failed or the block did not verify,
+  // so the parts' later answers are ignored (the block is being read whole).
+  struct Split {
+    std::shared_ptr<expert_source::Block> block;
+    size_t remaining = 0;
+    bool failed = false;
+    std::vector<std::pair<Store*, uint64_t>> handles;
+  };
+  std::unique_ptr<Split> split;
 
   bool Tried(const Store* s) const {
     for (const auto& t : tried) {
@@ -168,8 +182,8 @@ std::vector<StoreState> MultiStoreSource::Stores() const {
 }
 
 uint64_t MultiStoreSource::BlockSize(ExpertId id) const {
-  if (!manifest_->HasExpert(id.layer, id.expert)) return 0;
-  return manifest_->Expert(id.layer, id.expert).padded_size;
+  if (!manifest_->HasExpert(id)) return 0;
+  return manifest_->Expert(id).padded_size;
 }
 
 void MultiStoreSource::MarkDown(Store& store, const absl::Status& why) {
@@ -225,7 +239,7 @@ void MultiStoreSource::Attempt(const std::shared_ptr<Request>& req) {
 MultiStoreSource::Store* MultiStoreSource::Choose(const Request& req,
                                                   const std::vector<Store*>& stores,
                                                   const std::map<const Store*, uint64_t>& planned) {
-  const uint64_t size = manifest_->Expert(req.id.layer, req.id.expert).size;
+  const uint64_t size = manifest_->Expert(req.id).size;
   // The holder with the least outstanding work (bytes asked for and not delivered, plus what
   // this batch is about to send there) for its measured rate; stores that are down come last (a
   // probe may not have noticed they are back).
@@ -235,18 +249,12 @@ MultiStoreSource::Store* MultiStoreSource::Choose(const Request& req,
   const size_t n = stores.size();
   const size_t start = n == 0 ? 0 : rotation_++ % n;  // ties rotate
   const int64_t now_ns = Clock::now().time_since_epoch().count();
-  // Unknown (or stale) rates count as the best known one: new stores get their share.
-  double best_rate = 0;
-  for (Store* s : stores) {
-    if (now_ns - s->rate_at_ns.load() < kRateMemoryNs)
-      best_rate = std::max(best_rate, s->rate.load());
-  }
-  if (best_rate <= 0) best_rate = 1e9;
+  const double best_rate = BestRate(stores, now_ns);
   for (size_t k = 0; k < n; ++k) {
     Store* s = stores[(start + k) % n];
     if (req.Tried(s) || !s->source->Holds(req.id)) continue;
     const bool up = s->up.load();
-    const double rate = now_ns - s->rate_at_ns.load() < kRateMemoryNs ? s->rate.load() : best_rate;
+    const double rate = RateOf(*s, now_ns, best_rate);
     auto extra = planned.find(s);
     const double queued = static_cast<double>(s->source->Stats().outstanding_bytes + size +
                                               (extra == planned.end() ? 0 : extra->second));
@@ -260,6 +268,145 @@ MultiStoreSource::Store* MultiStoreSource::Choose(const Request& req,
   return best;
 }
 
+double MultiStoreSource::RateOf(const Store& store, int64_t now_ns, double fallback) {
+  return now_ns - store.rate_at_ns.load() < kRateMemoryNs ? store.rate.load() : fallback;
+}
+
+// Unknown (or stale) rates count as the best known one: new stores get their share.
+double MultiStoreSource::BestRate(const std::vector<Store*>& stores, int64_t now_ns) {
+  double best = 0;
+  for (const Store* s : stores) best = std::max(best, RateOf(*s, now_ns, 0));
+  return best > 0 ? best : 1e9;
+}
+
+// Delivery rate of one fetch, queueing included: a busy store looks slower.
+void MultiStoreSource::Sample(Store& store, uint64_t bytes, Clock::time_point t0) {
+  const auto now = Clock::now();
+  const double secs = std::max(1e-6, std::chrono::duration<double>(now - t0).count());
+  const double sample = static_cast<double>(bytes) / secs;
+  const double old = store.rate.load();
+  const bool fresh = now.time_since_epoch().count() - store.rate_at_ns.load() < kRateMemoryNs;
+  store.rate = fresh && old > 0 ? 0.7 * old + 0.3 * sample : sample;
+  store.rate_at_ns = now.time_since_epoch().count();
+}
+
+std::optional<std::vector<std::pair<MultiStoreSource::Store*, RemoteStoreSource::Part>>>
+MultiStoreSource::PlanParts(const std::shared_ptr<Request>& req, const std::vector<Store*>& stores,
+                            const std::map<const Store*, uint64_t>& planned, int64_t now_ns,
+                            double best_rate) {
+  const model::ExpertBlock& want = manifest_->Expert(req->id);
+  if (options_.split_min_bytes == 0 || want.size < 2 * options_.split_min_bytes)
+    return std::nullopt;
+  std::vector<Store*> holders;
+  std::vector<HolderLoad> loads;
+  for (Store* s : stores) {
+    if (!s->up.load() || !s->source->Holds(req->id)) continue;
+    auto extra = planned.find(s);
+    holders.push_back(s);
+    loads.push_back({static_cast<double>(s->source->Stats().outstanding_bytes +
+                                         (extra == planned.end() ? 0 : extra->second)),
+                     std::max(RateOf(*s, now_ns, best_rate), 1.0)});
+  }
+  if (holders.size() < 2) return std::nullopt;
+  const std::vector<uint64_t> shares =
+      SplitAcrossHolders(loads, want.size, options_.split_min_bytes, model::kExpertBlockAlignment);
+  size_t used = 0;
+  for (uint64_t s : shares) used += s > 0 ? 1 : 0;
+  if (used < 2) return std::nullopt;
+  auto bytes = BufferPool::Default().Get(want.padded_size);
+  if (!bytes.ok()) return std::nullopt;  // the whole-block path reports it
+  auto block = std::make_shared<expert_source::Block>();
+  block->id = req->id;
+  block->size = want.size;
+  block->external = bytes->get();
+  block->external_owner = std::move(*bytes);
+  // The padding past `size` is never sent: keep it zero like a block read from disk.
+  std::memset(const_cast<uint8_t*>(block->external) + want.size, 0, want.padded_size - want.size);
+  std::vector<std::pair<Store*, RemoteStoreSource::Part>> parts;
+  uint64_t at = 0;
+  for (size_t i = 0; i < holders.size(); ++i) {
+    if (shares[i] == 0) continue;
+    parts.push_back({holders[i], RemoteStoreSource::Part{at, at + shares[i], block}});
+    at += shares[i];
+  }
+  std::lock_guard<std::mutex> lock(req->mu);
+  req->split = std::make_unique<Request::Split>();
+  req->split->block = std::move(block);
+  req->split->remaining = parts.size();
+  return parts;
+}
+
+RemoteStoreSource::Callback MultiStoreSource::OnPart(const std::shared_ptr<Request>& req,
+                                                     Store* store, uint64_t bytes) {
+  std::weak_ptr<Request> weak = req;
+  return [this, weak, store, bytes, t0 = Clock::now()](absl::StatusOr<Lease> r) {
+    if (r.ok()) Sample(*store, bytes, t0);
+    auto req = weak.lock();
+    if (!req) return;
+    if (!r.ok() && r.status().code() == absl::StatusCode::kUnavailable) {
+      MarkDown(*store, r.status());
+    }
+    std::vector<std::pair<Store*, uint64_t>> abandon;
+    std::shared_ptr<expert_source::Block> assembled;
+    absl::Status error;
+    bool retry = false;
+    auto retryable = [](absl::StatusCode code) {
+      return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDataLoss ||
+             code == absl::StatusCode::kNotFound;
+    };
+    {
+      std::lock_guard<std::mutex> lock(req->mu);
+      Request::Split* split = req->split.get();
+      if (split == nullptr || split->failed || req->finished) return;
+      if (r.ok()) {
+        if (--split->remaining > 0) return;
+        assembled = split->block;
+      } else {
+        split->failed = true;
+        abandon = split->handles;
+        req->last_error = r.status();
+        if (retryable(r.status().code())) req->tried.push_back(store);
+        retry = !req->abandoned && Clock::now() < req->deadline && retryable(r.status().code());
+        if (!retry) {
+          req->finished = true;
+          error = r.status();
+        }
+      }
+    }
+    if (assembled) {
+      const model::ExpertBlock& want = manifest_->Expert(req->id);
+      const uint64_t got = Checksum64(assembled->data(), want.size);
+      if (got == want.checksum) {
+        {
+          std::lock_guard<std::mutex> lock(req->mu);
+          req->finished = true;
+        }
+        split_blocks_++;
+        req->done(Lease(std::move(assembled)));
+        return;
+      }
+      // One of the holders sent wrong bytes: read the block whole (a store verifies it).
+      const absl::Status bad = model::ExpertChecksumError(want, "parts from several stores", got);
+      spdlog::warn("{}; reading it whole from one store", std::string(bad.message()));
+      std::lock_guard<std::mutex> lock(req->mu);
+      req->split->failed = true;
+      req->last_error = bad;
+      retry = !req->abandoned && Clock::now() < req->deadline;
+      if (!retry) {
+        req->finished = true;
+        error = bad;
+      }
+      failovers_++;
+    }
+    for (const auto& [s, handle] : abandon) s->source->Abandon(handle);
+    if (retry) {
+      Attempt(req);
+    } else {
+      req->done(std::move(error));
+    }
+  };
+}
+
 RemoteStoreSource::Callback MultiStoreSource::OnAnswer(const std::shared_ptr<Request>& req,
                                                        Store* store) {
   const uint64_t size = manifest_->Expert(req->id.layer, req->id.expert).size;
@@ -267,16 +414,7 @@ RemoteStoreSource::Callback MultiStoreSource::OnAnswer(const std::shared_ptr<Req
   // The callback holds the store by pointer: stores live as long as this source, and a
   // callback owning one could end up destroying it on its own reader thread.
   return [this, weak, store, size, t0 = Clock::now()](absl::StatusOr<Lease> r) {
-    if (r.ok()) {
-      // Delivery rate of this fetch, queueing included: a busy store looks slower.
-      const auto now = Clock::now();
-      const double secs = std::max(1e-6, std::chrono::duration<double>(now - t0).count());
-      const double sample = static_cast<double>(size) / secs;
-      const double old = store->rate.load();
-      const bool fresh = now.time_since_epoch().count() - store->rate_at_ns.load() < kRateMemoryNs;
-      store->rate = fresh && old > 0 ? 0.7 * old + 0.3 * sample : sample;
-      store->rate_at_ns = now.time_since_epoch().count();
-    }
+    if (r.ok()) Sample(*store, size, t0);
     auto req = weak.lock();
     if (!req) return;
     if (r.ok()) {
@@ -365,45 +503,76 @@ void MultiStoreSource::StartBatch(const std::vector<std::shared_ptr<Request>>& r
     for (const auto& req : reqs) Attempt(req);  // each fails Cancelled
     return;
   }
-  // Each request to the holder that should deliver it first, then one batch per store.
+  // Each request in parts over its holders when that lands it sooner, else whole to the
+  // holder that should deliver it first; then one batch per store.
+  struct Send {
+    std::shared_ptr<Request> req;
+    RemoteStoreSource::Part part;  // `into` unset: the whole block
+  };
   const std::vector<Store*> stores = Snapshot();
+  const int64_t now_ns = Clock::now().time_since_epoch().count();
+  const double best_rate = BestRate(stores, now_ns);
   std::map<const Store*, uint64_t> planned;
-  std::map<Store*, std::vector<std::shared_ptr<Request>>> by_store;
+  std::map<Store*, std::vector<Send>> by_store;
   for (const auto& req : reqs) {
+    if (auto parts = PlanParts(req, stores, planned, now_ns, best_rate)) {
+      for (auto& [store, part] : *parts) {
+        planned[store] += part.end - part.begin;
+        by_store[store].push_back({req, std::move(part)});
+      }
+      continue;
+    }
     Store* best;
     {
       std::lock_guard<std::mutex> lock(req->mu);
       best = Choose(*req, stores, planned);
     }
     if (!Assign(req, best)) continue;
-    planned[best] += manifest_->Expert(req->id.layer, req->id.expert).size;
-    by_store[best].push_back(req);
+    planned[best] += manifest_->Expert(req->id).size;
+    by_store[best].push_back({req, {}});
   }
   for (auto& [store, batch] : by_store) {
     std::vector<ExpertId> ids;
     std::vector<RemoteStoreSource::Callback> dones;
-    for (const auto& req : batch) {
-      ids.push_back(req->id);
-      dones.push_back(OnAnswer(req, store));
+    std::vector<RemoteStoreSource::Part> parts;
+    bool any_part = false;
+    for (const Send& s : batch) {
+      ids.push_back(s.req->id);
+      parts.push_back(s.part);
+      any_part |= s.part.into != nullptr;
+      dones.push_back(s.part.into ? OnPart(s.req, store, s.part.end - s.part.begin)
+                                  : OnAnswer(s.req, store));
     }
-    auto handles = store->source->StartFetches(ids, priority, deadline, std::move(dones));
+    auto handles =
+        store->source->StartFetches(ids, priority, deadline, std::move(dones),
+                                    any_part ? std::span<const RemoteStoreSource::Part>(parts)
+                                             : std::span<const RemoteStoreSource::Part>());
     if (handles.ok()) {
       for (size_t k = 0; k < batch.size(); ++k) {
-        std::lock_guard<std::mutex> lock(batch[k]->mu);
-        batch[k]->handle = (*handles)[k];
+        std::lock_guard<std::mutex> lock(batch[k].req->mu);
+        if (batch[k].part.into) {
+          batch[k].req->split->handles.push_back({store, (*handles)[k]});
+        } else {
+          batch[k].req->handle = (*handles)[k];
+        }
       }
       continue;
     }
-    // Could not even start there (stream cannot open): each tries the next holder.
+    // Could not even start there (stream cannot open): each tries the next holder (a part:
+    // its block is read whole).
     if (handles.status().code() == absl::StatusCode::kUnavailable) {
       MarkDown(*store, handles.status());
     }
-    for (const auto& req : batch) {
-      {
-        std::lock_guard<std::mutex> lock(req->mu);
-        req->last_error = handles.status();
+    for (const Send& s : batch) {
+      if (s.part.into) {
+        OnPart(s.req, store, s.part.end - s.part.begin)(handles.status());
+        continue;
       }
-      Attempt(req);
+      {
+        std::lock_guard<std::mutex> lock(s.req->mu);
+        s.req->last_error = handles.status();
+      }
+      Attempt(s.req);
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -437,16 +606,17 @@ absl::Status MultiStoreSource::RunMany(std::span<const ExpertId> ids, Priority p
       on_ready, /*skip_cancelled=*/priority == Priority::kPrefetch);
   if (!first_error.ok()) {
     for (const auto& req : reqs) {
-      Store* store = nullptr;
-      uint64_t handle = 0;
+      std::vector<std::pair<Store*, uint64_t>> handles;
       {
         std::lock_guard<std::mutex> l(req->mu);
         if (req->finished) continue;
         req->abandoned = true;
-        store = req->current;
-        handle = req->handle;
+        if (req->current && req->handle != 0) handles.push_back({req->current, req->handle});
+        if (req->split) {
+          handles.insert(handles.end(), req->split->handles.begin(), req->split->handles.end());
+        }
       }
-      if (store && handle != 0) store->source->Abandon(handle);
+      for (const auto& [store, handle] : handles) store->source->Abandon(handle);
     }
   }
   return first_error;

@@ -81,7 +81,7 @@ bool RemoteStoreSource::Holds(ExpertId id) const {
   if (!probed_) return false;
   if (full_copy_) return true;
   const auto& c = manifest_->config;
-  if (!manifest_->HasExpert(id.layer, id.expert)) return false;
+  if (!manifest_->HasExpert(id)) return false;
   const uint64_t bit = static_cast<uint64_t>(id.layer) * static_cast<uint64_t>(c.n_experts) +
                        static_cast<uint64_t>(id.expert);
   return bit / 8 < held_.size() && (static_cast<uint8_t>(held_[bit / 8]) >> (bit % 8)) & 1;
@@ -111,8 +111,8 @@ RemoteStoreSource::~RemoteStoreSource() {
 }
 
 uint64_t RemoteStoreSource::BlockSize(ExpertId id) const {
-  if (!manifest_->HasExpert(id.layer, id.expert)) return 0;
-  return manifest_->Expert(id.layer, id.expert).padded_size;
+  if (!manifest_->HasExpert(id)) return 0;
+  return manifest_->Expert(id).padded_size;
 }
 
 RemoteStoreStats RemoteStoreSource::Stats() const {
@@ -198,20 +198,23 @@ absl::StatusOr<uint64_t> RemoteStoreSource::StartFetch(ExpertId id, Priority pri
 
 v1::FetchRequest RemoteStoreSource::NewRequestLocked(uint64_t rid, ExpertId id, Priority priority,
                                                      Clock::time_point deadline, Pending& p) {
-  const model::ExpertBlock& want = manifest_->Expert(id.layer, id.expert);
+  const model::ExpertBlock& want = manifest_->Expert(id);
   v1::FetchRequest req;
   auto* b = req.mutable_block();
   b->set_request_id(rid);
   b->mutable_key()->set_model(options_.model);
-  b->mutable_key()->set_layer(static_cast<uint32_t>(id.layer));
-  b->mutable_key()->set_expert(static_cast<uint32_t>(id.expert));
+  b->mutable_key()->set_layer(id.layer);
+  b->mutable_key()->set_expert(id.expert);
   b->set_priority(priority == Priority::kDemand ? v1::PRIORITY_DEMAND : v1::PRIORITY_PREFETCH);
   if (deadline != Clock::time_point::max()) {
     const auto ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     b->set_timeout_ms(static_cast<uint32_t>(std::clamp<int64_t>(ms, 1, 0xffffffff)));
   }
-  if (shm_active_ && arena_) {
+  if (p.part) {
+    b->set_range_begin(p.begin);
+    b->set_range_end(p.end);
+  } else if (shm_active_ && arena_) {
     if (auto off = arena_->Allocate(want.padded_size)) {
       p.arena = arena_;
       p.shm_offset = *off;
@@ -225,16 +228,26 @@ v1::FetchRequest RemoteStoreSource::NewRequestLocked(uint64_t rid, ExpertId id, 
 absl::StatusOr<std::vector<uint64_t>> RemoteStoreSource::StartFetches(std::span<const ExpertId> ids,
                                                                       Priority priority,
                                                                       Clock::time_point deadline,
-                                                                      std::vector<Callback> dones) {
+                                                                      std::vector<Callback> dones,
+                                                                      std::span<const Part> parts) {
   for (const ExpertId& id : ids) {
-    if (!manifest_->HasExpert(id.layer, id.expert)) {
+    if (!manifest_->HasExpert(id)) {
       return absl::NotFoundError(
           absl::StrCat(ExpertLabel(id), " is not in model '", options_.model, "'"));
     }
   }
-  if (dones.size() != ids.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(ids.size(), " fetches with ", dones.size(), " callbacks"));
+  if (dones.size() != ids.size() || (!parts.empty() && parts.size() != ids.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(ids.size(), " fetches with ", dones.size(),
+                                                   " callbacks and ", parts.size(), " parts"));
+  }
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const model::ExpertBlock& b = manifest_->Expert(ids[i]);
+    if (parts[i].into && (parts[i].begin >= parts[i].end || parts[i].end > b.size ||
+                          parts[i].into->external == nullptr)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bytes [", parts[i].begin, ", ", parts[i].end, ") are not a part of ",
+                       ExpertLabel(ids[i]), " (", b.size, " bytes), or the part has no buffer"));
+    }
   }
   std::vector<uint64_t> rids(ids.size(), 0);
   std::vector<size_t> unsent(ids.size());  // indices of `ids` not on a stream yet
@@ -259,7 +272,14 @@ absl::StatusOr<std::vector<uint64_t>> RemoteStoreSource::StartFetches(std::span<
         p.priority = priority;
         p.generation = gen;
         p.done = std::move(dones[i]);
-        p.bytes = manifest_->Expert(ids[i].layer, ids[i].expert).size;
+        p.end = manifest_->Expert(ids[i]).size;
+        if (!parts.empty() && parts[i].into) {
+          p.part = true;
+          p.begin = p.received = parts[i].begin;
+          p.end = parts[i].end;
+          p.block = parts[i].into;
+        }
+        p.bytes = p.end - p.begin;
         outstanding_bytes_ += p.bytes;
         p.request = NewRequestLocked(rid, ids[i], priority, deadline, p);
         if (unsent.size() == 1) {
@@ -403,7 +423,7 @@ void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp,
     return;
   }
   const std::string where = absl::StrCat(ExpertLabel(p.id), " from ", options_.target);
-  const model::ExpertBlock& want = manifest_->Expert(p.id.layer, p.id.expert);
+  const model::ExpertBlock& want = manifest_->Expert(p.id);
   if (resp.has_error()) {
     free_slot();
     FinishLocked(rid, FromCode(resp.error().code(), resp.error().message()), out);
@@ -454,16 +474,16 @@ void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp,
   }
   const v1::BlockChunk& chunk = resp.chunk();
   free_slot();  // a store that ignores shm_offset answers with chunks and never writes the slot
+  if (chunk.block_size() != want.size) {
+    FinishLocked(
+        rid,
+        absl::FailedPreconditionError(absl::StrCat(where, ": store block has ", chunk.block_size(),
+                                                   " bytes, the local manifest says ", want.size,
+                                                   " (different model versions?)")),
+        out);
+    return;
+  }
   if (!p.block) {
-    if (chunk.block_size() != want.size) {
-      FinishLocked(
-          rid,
-          absl::FailedPreconditionError(absl::StrCat(
-              where, ": store block has ", chunk.block_size(), " bytes, the local manifest says ",
-              want.size, " (different model versions?)")),
-          out);
-      return;
-    }
     auto block = std::make_shared<Block>();
     block->id = p.id;
     block->size = want.size;
@@ -478,7 +498,7 @@ void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp,
     std::memset(const_cast<uint8_t*>(block->external) + want.size, 0, want.padded_size - want.size);
     p.block = std::move(block);
   }
-  if (chunk.offset() != p.received || chunk.data().size() > want.size - p.received) {
+  if (chunk.offset() != p.received || chunk.data().size() > p.end - p.received) {
     FinishLocked(rid,
                  absl::DataLossError(
                      absl::StrCat(where, ": chunk at offset ", chunk.offset(), " out of order")),
@@ -496,11 +516,16 @@ void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp,
               chunk.data().size());
   p.received += chunk.data().size();
   if (!chunk.last()) return;
-  if (p.received != want.size) {
+  if (p.received != p.end) {
     FinishLocked(rid,
-                 absl::DataLossError(absl::StrCat(where, ": block ended after ", p.received, " of ",
-                                                  want.size, " bytes")),
+                 absl::DataLossError(absl::StrCat(where, ": ", p.part ? "part" : "block",
+                                                  " ended at byte ", p.received, " of ", p.end)),
                  out);
+    return;
+  }
+  if (p.part) {  // the caller verifies the assembled block
+    stats_.bytes += p.end - p.begin;
+    FinishLocked(rid, Lease(p.block), out);
     return;
   }
   const uint64_t got = Checksum64(p.block->data(), want.size);
@@ -580,8 +605,8 @@ void RemoteStoreSource::Resend(uint64_t rid) {
     Pending& p = it->second;
     p.generation = generation_;
     p.resent = true;
-    p.block.reset();
-    p.received = 0;
+    if (!p.part) p.block.reset();
+    p.received = p.begin;
     p.arena.reset();  // the old stream's region is retired; this one comes as chunks
     p.shm_offset = p.shm_bytes = 0;
     v1::FetchRequest req = p.request;

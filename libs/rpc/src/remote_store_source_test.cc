@@ -44,8 +44,7 @@ model::Manifest TinyManifest() {
   for (int32_t l = 0; l < 2; ++l) {
     for (int32_t e = 0; e < 4; ++e) {
       model::ExpertBlock b;
-      b.layer = l;
-      b.expert = e;
+      b.id = {l, e};
       b.size = kBlockBytes;
       b.padded_size = 4096;
       const std::string bytes = BlockBytes(ExpertId{l, e});
@@ -104,8 +103,7 @@ class ScriptedStore final : public v1::ExpertStore::Service {
         cv_.notify_all();
       }
       for (const auto& b : answer) {
-        const ExpertId id{static_cast<int32_t>(b.key().layer()),
-                          static_cast<int32_t>(b.key().expert())};
+        const ExpertId id{b.key().layer(), b.key().expert()};
         const std::string bytes = BlockBytes(id);
         const uint64_t sum =
             Checksum64(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
@@ -166,9 +164,7 @@ class ScriptedStore final : public v1::ExpertStore::Service {
     uint64_t rid = 0;
     for (const auto& m : Messages()) {
       auto look = [&](const v1::BlockRequest& b) {
-        if (static_cast<int32_t>(b.key().layer()) == id.layer &&
-            static_cast<int32_t>(b.key().expert()) == id.expert)
-          rid = b.request_id();
+        if (b.key().layer() == id.layer && b.key().expert() == id.expert) rid = b.request_id();
       };
       if (m.has_block()) look(m.block());
       for (const auto& b : m.batch().blocks()) look(b);
@@ -220,9 +216,7 @@ std::unique_ptr<RemoteStoreSource> Source(const Served& s, const model::Manifest
 
 std::set<std::pair<int32_t, int32_t>> IdsOf(const v1::FetchRequest& m) {
   std::set<std::pair<int32_t, int32_t>> out;
-  auto add = [&](const v1::BlockRequest& b) {
-    out.insert({static_cast<int32_t>(b.key().layer()), static_cast<int32_t>(b.key().expert())});
-  };
+  auto add = [&](const v1::BlockRequest& b) { out.insert({b.key().layer(), b.key().expert()}); };
   if (m.has_block()) add(m.block());
   for (const auto& b : m.batch().blocks()) add(b);
   return out;

@@ -2,7 +2,9 @@
 
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -32,7 +34,7 @@ absl::Status ChecksumMismatch(std::string message) {
 }
 
 std::string ExpertName(const StoredModel& m, const BlockRecord& b) {
-  return absl::StrCat(ExpertLabel(b.layer, b.expert), " of model '", m.name(), "'");
+  return absl::StrCat(ExpertLabel(b.id), " of model '", m.name(), "'");
 }
 
 // Completion of one block read: the last extent to land reports the first error.
@@ -55,9 +57,9 @@ bool IsChecksumMismatch(const absl::Status& status) {
          status.GetPayload(kChecksumPayload).has_value();
 }
 
-const BlockRecord* StoredModel::Find(int64_t layer, int64_t expert) const {
-  if (layer < 0 || layer >= n_layers() || expert < 0 || expert >= n_experts()) return nullptr;
-  const BlockRecord& b = blocks_[static_cast<size_t>(layer * n_experts() + expert)];
+const BlockRecord* StoredModel::Find(expert_source::ExpertId id) const {
+  if (!InRange(id)) return nullptr;
+  const BlockRecord& b = blocks_[Index(id)];
   return b.padded_size == 0 ? nullptr : &b;
 }
 
@@ -159,27 +161,26 @@ absl::Status BlockStore::AddStriped(const Catalog& catalog, const std::vector<fs
     }
     m->blocks_.resize(static_cast<size_t>(m->n_layers() * m->n_experts()));
     for (auto& b : blocks) {
-      const BlockRecord* dup = m->Find(b.layer, b.expert);
-      if (b.layer < rec.first_layer || b.layer > rec.last_layer ||
-          !m->manifest_.HasExpert(b.layer, b.expert) || dup != nullptr) {
+      const BlockRecord* dup = m->Find(b.id);
+      if (b.id.layer < rec.first_layer || b.id.layer > rec.last_layer ||
+          !m->manifest_.HasExpert(b.id) || dup != nullptr) {
         return absl::DataLossError(
-            absl::StrCat(where, ": unexpected block record for ", ExpertLabel(b.layer, b.expert)));
+            absl::StrCat(where, ": unexpected block record for ", ExpertLabel(b.id)));
       }
-      const model::ExpertBlock& want = m->manifest_.Expert(b.layer, b.expert);
+      const model::ExpertBlock& want = m->manifest_.Expert(b.id);
       if (want.size != b.size || want.checksum != b.checksum || want.padded_size != b.padded_size) {
         return absl::DataLossError(
-            absl::StrCat(where, ": ", ExpertLabel(b.layer, b.expert),
+            absl::StrCat(where, ": ", ExpertLabel(b.id),
                          " differs between the catalog and the stored manifest"));
       }
       for (const Extent& e : b.extents) {
         if (e.disk >= roots.size() || e.offset + e.length > rec.disk_bytes[e.disk] ||
             !e.has_checksum) {
-          return absl::DataLossError(absl::StrCat(where, ": ", ExpertLabel(b.layer, b.expert),
-                                                  " has a stripe outside disk ", e.disk,
-                                                  "'s file"));
+          return absl::DataLossError(absl::StrCat(
+              where, ": ", ExpertLabel(b.id), " has a stripe outside disk ", e.disk, "'s file"));
         }
       }
-      m->blocks_[static_cast<size_t>(b.layer * m->n_experts() + b.expert)] = std::move(b);
+      m->blocks_[m->Index(b.id)] = std::move(b);
     }
     models_.push_back(std::move(m));
   }
@@ -211,7 +212,7 @@ absl::Status BlockStore::AddModelDir(const fs::path& dir, uint32_t disk) {
     BlockRecord r = BlockRecordFromManifest(b);
     r.extents.push_back(Extent{disk, b.offset, b.padded_size, 0, false});
     // Indexed by layer * n_experts + expert like catalog models: dense layers leave holes.
-    const size_t index = static_cast<size_t>(b.layer * m->n_experts() + b.expert);
+    const size_t index = m->Index(b.id);
     m->blocks_[index] = std::move(r);
     m->files_[index] = it->second;
   }
@@ -226,21 +227,20 @@ const StoredModel* BlockStore::FindModel(std::string_view name) const {
   return nullptr;
 }
 
-absl::StatusOr<const BlockRecord*> BlockStore::FindBlock(std::string_view model, int64_t layer,
-                                                         int64_t expert,
+absl::StatusOr<const BlockRecord*> BlockStore::FindBlock(std::string_view model,
+                                                         expert_source::ExpertId id,
                                                          const StoredModel** found) const {
   const StoredModel* m = FindModel(model);
   if (m == nullptr) {
     return absl::NotFoundError(
         absl::StrCat("expert store does not hold model '", std::string(model), "'"));
   }
-  const BlockRecord* b = m->Find(layer, expert);
+  const BlockRecord* b = m->Find(id);
   if (b == nullptr) {
-    const bool in_range =
-        layer >= 0 && layer < m->n_layers() && expert >= 0 && expert < m->n_experts();
+    const bool in_range = m->InRange(id);
     return absl::NotFoundError(absl::StrCat(
-        ExpertLabel(layer, expert), " ", in_range ? "is not held by this store" : "is not in model",
-        " '", std::string(model), "'",
+        ExpertLabel(id), " ", in_range ? "is not held by this store" : "is not in model", " '",
+        std::string(model), "'",
         in_range ? absl::StrCat(" (it holds layers ", m->first_layer(), "-", m->last_layer(), ")")
                  : ""));
   }
@@ -254,12 +254,13 @@ std::optional<ReadCacheStats> BlockStore::read_cache_stats() const {
 }
 
 uint64_t BlockStore::CacheKey(const StoredModel& model, const BlockRecord& block) {
-  return (static_cast<uint64_t>(model.index_) << 48) | (static_cast<uint64_t>(block.layer) << 24) |
-         static_cast<uint64_t>(block.expert);
+  return (static_cast<uint64_t>(model.index_) << 48) |
+         (static_cast<uint64_t>(block.id.layer) << 24) | static_cast<uint64_t>(block.id.expert);
 }
 
 void BlockStore::ReadRaw(const StoredModel& model, const BlockRecord& block, uint8_t* dst,
-                         Priority priority, BlockRead* read, Done done) {
+                         Priority priority, BlockRead* read, Done done, uint64_t window_begin,
+                         uint64_t window_end) {
   // A block's stripe units on one disk lie back to back in that disk's file (the plan deals
   // them in order), so each disk gets one vectored read per run of units (up to kMaxRunBytes):
   // large sequential requests whatever the stripe size. Each unit is still verified alone.
@@ -268,30 +269,36 @@ void BlockStore::ReadRaw(const StoredModel& model, const BlockRecord& block, uin
     uint64_t offset = 0;  // in the file
     uint64_t bytes = 0;
     std::vector<size_t> units;  // indices into block.extents
-    std::vector<uint64_t> at;   // each unit's offset in the block
+    std::vector<uint64_t> at;   // each unit's offset in dst
+    std::vector<bool> whole;    // the unit is read whole (so it can be verified)
     std::vector<iovec> iov;
   };
-  const size_t index = static_cast<size_t>(block.layer * model.n_experts() + block.expert);
+  const size_t index = model.Index(block.id);
   const bool striped = model.stripe_size_ != 0;
   std::vector<Run> runs;
   std::vector<int> open_run(io_->disk_count(), -1);  // by disk: the run units may still join
-  uint64_t at = 0;
-  for (size_t k = 0; k < block.extents.size(); ++k) {
+  uint64_t at = 0;                                   // block offset of extent k
+  for (size_t k = 0; k < block.extents.size(); at += block.extents[k].length, ++k) {
     const Extent& e = block.extents[k];
+    const uint64_t from = std::max(at, window_begin);
+    const uint64_t to = std::min(at + e.length, window_end);
+    if (from >= to) continue;
+    const uint64_t file_offset = e.offset + (from - at);
     const uint32_t file = striped ? model.files_[e.disk] : model.files_[index];
     int r = open_run[e.disk];
-    if (r < 0 || runs[r].file != file || runs[r].offset + runs[r].bytes != e.offset ||
-        runs[r].bytes + e.length > kMaxRunBytes) {
-      runs.push_back(Run{file, e.offset, 0, {}, {}, {}});
+    if (r < 0 || runs[r].file != file || runs[r].offset + runs[r].bytes != file_offset ||
+        runs[r].bytes + (to - from) > kMaxRunBytes) {
+      runs.push_back(Run{file, file_offset, 0, {}, {}, {}, {}});
       r = static_cast<int>(runs.size() - 1);
       open_run[e.disk] = r;
     }
-    runs[r].bytes += e.length;
+    runs[r].bytes += to - from;
     runs[r].units.push_back(k);
-    runs[r].at.push_back(at);
-    runs[r].iov.push_back(iovec{dst + at, e.length});
-    at += e.length;
+    runs[r].at.push_back(from - window_begin);
+    runs[r].whole.push_back(from == at && to == at + e.length);
+    runs[r].iov.push_back(iovec{dst + (from - window_begin), to - from});
   }
+  const bool whole_block = window_begin == 0 && window_end >= block.padded_size;
   auto state = std::make_shared<ReadState>();
   state->remaining = runs.size();
   state->done = std::move(done);
@@ -301,7 +308,8 @@ void BlockStore::ReadRaw(const StoredModel& model, const BlockRecord& block, uin
     const IoEngine::Ticket t = io_->ReadV(
         file, run.offset, std::move(run.iov), priority,
         [this, state, &model, &block, file, run_offset, units = std::move(run.units),
-         unit_at = std::move(run.at), dst](absl::Status s) {
+         unit_at = std::move(run.at), whole = std::move(run.whole), dst,
+         whole_block](absl::Status s) {
           const uint32_t disk = io_->file_disk(file);
           const size_t n = block.extents.size();
           auto where = [&](size_t k) {
@@ -321,7 +329,7 @@ void BlockStore::ReadRaw(const StoredModel& model, const BlockRecord& block, uin
             for (size_t u = 0; u < units.size(); ++u) {
               const size_t k = units[u];
               const Extent& e = block.extents[k];
-              if (!e.has_checksum) continue;
+              if (!e.has_checksum || !whole[u]) continue;
               const uint64_t got = Checksum64(dst + unit_at[u], e.length);
               if (got != e.checksum) {
                 checksum_failures_[disk]++;
@@ -337,7 +345,7 @@ void BlockStore::ReadRaw(const StoredModel& model, const BlockRecord& block, uin
             std::lock_guard<std::mutex> lock(state->mu);
             final_status = state->status;
           }
-          if (final_status.ok() && !block.extents[0].has_checksum) {
+          if (final_status.ok() && whole_block && !block.extents[0].has_checksum) {
             // A plain model directory: the block checksum is the only one there is.
             const uint64_t got = Checksum64(dst, block.size);
             if (got != block.checksum) {
@@ -361,7 +369,7 @@ BlockStore::ReadHandle BlockStore::ReadInto(const StoredModel& model, const Bloc
                                             uint8_t* dst, Priority priority, Done done) {
   if (!cache_) {
     auto read = std::make_shared<BlockRead>();
-    ReadRaw(model, block, dst, priority, read.get(), std::move(done));
+    ReadRaw(model, block, dst, priority, read.get(), std::move(done), 0, block.padded_size);
     return read;
   }
   return ReadShared(model, block, priority,
@@ -418,15 +426,71 @@ BlockStore::ReadHandle BlockStore::ReadShared(const StoredModel& model, const Bl
   }
   buffer->bytes = std::move(*bytes);
   uint8_t* dst = buffer->bytes.get();
-  ReadRaw(model, block, dst, priority, read.get(), [this, key, buffer, finish](absl::Status s) {
-    if (!s.ok()) {
-      finish(s);
-      return;
+  ReadRaw(
+      model, block, dst, priority, read.get(),
+      [this, key, buffer, finish](absl::Status s) {
+        if (!s.ok()) {
+          finish(s);
+          return;
+        }
+        SharedBlock shared = buffer;
+        if (cache_) cache_->Insert(key, shared);
+        finish(std::move(shared));
+      },
+      0, block.padded_size);
+  return read;
+}
+
+BlockStore::ReadHandle BlockStore::ReadRange(const StoredModel& model, const BlockRecord& block,
+                                             uint64_t begin, uint64_t end, Priority priority,
+                                             SharedDone done) {
+  if (begin == 0 && end >= block.size) return ReadShared(model, block, priority, std::move(done));
+  if (cache_) {
+    if (SharedBlock hit = cache_->Lookup(CacheKey(model, block))) {
+      done(std::move(hit));
+      return nullptr;
     }
-    SharedBlock shared = buffer;
-    if (cache_) cache_->Insert(key, shared);
-    finish(std::move(shared));
-  });
+  }
+  // The window read: whole stripe units (they carry checksums), or the pages of the range.
+  constexpr uint64_t kPage = 4096;
+  uint64_t window_begin = std::numeric_limits<uint64_t>::max(), window_end = 0, at = 0;
+  for (const Extent& e : block.extents) {
+    const uint64_t from = std::max(at, begin), to = std::min(at + e.length, end);
+    if (from < to) {
+      window_begin =
+          std::min(window_begin, e.has_checksum ? at : std::max(at, from / kPage * kPage));
+      window_end = std::max(
+          window_end, e.has_checksum ? at + e.length
+                                     : std::min(at + e.length, (to + kPage - 1) / kPage * kPage));
+    }
+    at += e.length;
+  }
+  if (window_end <= window_begin) {
+    done(absl::InternalError(absl::StrCat(ExpertName(model, block), ": no stripe covers bytes [",
+                                          begin, ", ", end, ")")));
+    return nullptr;
+  }
+  auto buffer = std::make_shared<BlockBuffer>();
+  buffer->size = block.size;
+  buffer->padded_size = block.padded_size;
+  buffer->offset = window_begin;
+  auto bytes = BufferPool::Default().Get(window_end - window_begin);
+  if (!bytes.ok()) {
+    done(bytes.status());
+    return nullptr;
+  }
+  buffer->bytes = std::move(*bytes);
+  auto read = std::make_shared<BlockRead>();
+  ReadRaw(
+      model, block, buffer->bytes.get(), priority, read.get(),
+      [buffer, done = std::move(done)](absl::Status s) {
+        if (!s.ok()) {
+          done(std::move(s));
+          return;
+        }
+        done(SharedBlock(buffer));
+      },
+      window_begin, window_end);
   return read;
 }
 

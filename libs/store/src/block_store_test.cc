@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -67,9 +68,9 @@ class StoreTest : public ::testing::Test {
   }
 
   // The stripe file of `disk` and the file offset of unit `k` of (layer, expert).
-  std::pair<fs::path, uint64_t> UnitOf(const BlockStore& store, int64_t layer, int64_t expert,
+  std::pair<fs::path, uint64_t> UnitOf(const BlockStore& store, int32_t layer, int32_t expert,
                                        size_t k) {
-    const BlockRecord* b = store.FindModel("tiny")->Find(layer, expert);
+    const BlockRecord* b = store.FindModel("tiny")->Find({layer, expert});
     const Extent& e = b->extents[k];
     return {StripeFilePath(disks_[e.disk], "tiny"), e.offset};
   }
@@ -104,7 +105,7 @@ TEST_F(StoreTest, ImportThenServeEveryBlockStriped) {
   EXPECT_TRUE(m.full_copy());
   EXPECT_EQ(m.stripe_size(), kStripe);
   EXPECT_EQ(m.total_expert_bytes(), container_->manifest().TotalExpertBytes());
-  const BlockRecord* b = m.Find(1, 2);
+  const BlockRecord* b = m.Find({1, 2});
   ASSERT_NE(b, nullptr);
   ASSERT_EQ(b->extents.size(), 3u);
   EXPECT_EQ(b->quant, (std::vector<std::string>{"q8_0", "q8_0", "f32"}));
@@ -151,6 +152,64 @@ TEST_F(StoreTest, DisksMayBeGivenInAnyOrder) {
   ExpectBlock(*lease, 1, 3);
 }
 
+// Reads bytes [begin, end) of (1, 2) with ReadRange.
+absl::StatusOr<SharedBlock> ReadPart(BlockStore& store, uint64_t begin, uint64_t end) {
+  const StoredModel* m = store.FindModel("tiny");
+  const BlockRecord* b = m->Find({1, 2});
+  std::promise<absl::StatusOr<SharedBlock>> done;
+  auto got = done.get_future();
+  store.ReadRange(*m, *b, begin, end, Priority::kDemand,
+                  [&done](absl::StatusOr<SharedBlock> r) { done.set_value(std::move(r)); });
+  return got.get();
+}
+
+TEST_F(StoreTest, ReadRangeReadsOnlyTheUnitsOrPagesCoveringIt) {
+  auto want = container_->ReadExpertBlock(1, 2);
+  ASSERT_TRUE(want.ok());
+  const uint64_t size = container_->manifest().Expert(1, 2).size;
+  auto same = [&](const SharedBlock& b, uint64_t begin, uint64_t end) {
+    return b->offset <= begin &&
+           std::memcmp(b->data() + (begin - b->offset), want->get() + begin, end - begin) == 0;
+  };
+  // Striped (units of 8K, 8K, 4K): the units the range touches, each verified.
+  Import();
+  auto striped = OpenStore();
+  {
+    auto part = ReadPart(*striped, 9000, 10000);
+    ASSERT_TRUE(part.ok()) << part.status();
+    EXPECT_EQ((*part)->offset, kStripe);  // unit 1 only
+    EXPECT_TRUE(same(*part, 9000, 10000));
+    auto whole = ReadPart(*striped, 0, size);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    EXPECT_EQ((*whole)->offset, 0u);
+    EXPECT_TRUE(same(*whole, 0, size));
+  }
+  auto [file, offset] = UnitOf(*striped, 1, 2, 0);
+  striped.reset();
+  testing::FlipByteAt(file, offset + 100);
+  striped = OpenStore();
+  EXPECT_TRUE(ReadPart(*striped, 9000, 10000).ok());  // unit 0 is never read
+  EXPECT_EQ(ReadPart(*striped, 100, 9000).status().code(), absl::StatusCode::kDataLoss);
+
+  // A plain model directory: the pages of the range, unverified (the block checksum needs
+  // every byte; the client checks the assembled block).
+  const fs::path plain = dir_.path() / "plain";
+  testing::CopyWithFlippedExpertByte(model_dir_, plain, container_->manifest(), 1, 2, 100);
+  BlockStoreOptions o;
+  o.model_dirs = {plain};
+  auto opened = BlockStore::Open(o);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  BlockStore& dir_store = **opened;
+  auto part = ReadPart(dir_store, 9000, 10000);
+  ASSERT_TRUE(part.ok()) << part.status();
+  EXPECT_EQ((*part)->offset, 8192u);  // from page 2
+  EXPECT_TRUE(same(*part, 9000, 10000));
+  auto first_page = ReadPart(dir_store, 0, 4096);
+  ASSERT_TRUE(first_page.ok()) << first_page.status();
+  EXPECT_FALSE(same(*first_page, 0, 4096));  // the flipped byte is handed on, unverified
+  EXPECT_EQ(ReadPart(dir_store, 0, size).status().code(), absl::StatusCode::kDataLoss);
+}
+
 TEST_F(StoreTest, CorruptStripeIsDataLossNamingStripeAndDisk) {
   Import();
   auto store = OpenStore();
@@ -165,7 +224,7 @@ TEST_F(StoreTest, CorruptStripeIsDataLossNamingStripeAndDisk) {
   const std::string msg(r.status().message());
   EXPECT_NE(msg.find("expert (layer 1, id 2) of model 'tiny'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("stripe 1 of 3"), std::string::npos) << msg;
-  const uint32_t disk = store->FindModel("tiny")->Find(1, 2)->extents[1].disk;
+  const uint32_t disk = store->FindModel("tiny")->Find({1, 2})->extents[1].disk;
   EXPECT_NE(msg.find("on disk '" + disks_[disk].string() + "'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("checksum mismatch"), std::string::npos) << msg;
   EXPECT_EQ(store->checksum_failures(disk), 1u);
@@ -310,9 +369,9 @@ TEST_F(StoreTest, ListAndRemove) {
     const StoredModel* part = store->FindModel("tiny copy/2");
     ASSERT_NE(part, nullptr);
     EXPECT_FALSE(part->full_copy());
-    EXPECT_EQ(part->Find(0, 0), nullptr);
-    ASSERT_NE(part->Find(1, 0), nullptr);
-    auto not_held = store->FindBlock("tiny copy/2", 0, 1);
+    EXPECT_EQ(part->Find({0, 0}), nullptr);
+    ASSERT_NE(part->Find({1, 0}), nullptr);
+    auto not_held = store->FindBlock("tiny copy/2", {0, 1});
     EXPECT_EQ(not_held.status().code(), absl::StatusCode::kNotFound);
     EXPECT_NE(not_held.status().message().find("not held"), std::string::npos) << not_held.status();
   }
@@ -388,7 +447,7 @@ class HeldStoreTest : public StoreTest {
     auto buf = AllocateAligned(8 * 20480);
     ASSERT_TRUE(buf.ok());
     buf_ = std::move(*buf);
-    store_->ReadInto(*model_, *model_->Find(0, 0), buf_.get(), Priority::kDemand, landed_.Add(0));
+    store_->ReadInto(*model_, *model_->Find({0, 0}), buf_.get(), Priority::kDemand, landed_.Add(0));
     for (uint32_t d = 0; d < 3; ++d) {
       colibri::testing::WaitUntil([&] { return store_->io().Stats(d).in_flight != 0; },
                                   std::chrono::seconds(10));
@@ -400,7 +459,7 @@ class HeldStoreTest : public StoreTest {
     return [done = landed_.Add(tag)](absl::StatusOr<SharedBlock> b) { done(b.status()); };
   }
   uint8_t* Slot(int i) { return buf_.get() + i * 20480; }
-  const BlockRecord& Block(int32_t expert) { return *model_->Find(0, expert); }
+  const BlockRecord& Block(int32_t expert) { return *model_->Find({0, expert}); }
   DiskStats Total() {
     DiskStats t;
     for (uint32_t d = 0; d < 3; ++d) {
@@ -584,7 +643,7 @@ TEST_F(StoreTest, StripedSourceCancelReturnsBeforeTheReadLands) {
   EXPECT_TRUE(fetch.handed().empty());
   EXPECT_LT(took, std::chrono::milliseconds(100));  // block 0's stripes take >= 250 ms
   // Block 1's stripes never reach the disks (the engine counts them on its threads).
-  const uint64_t want = store->FindModel("tiny")->Find(0, 1)->extents.size();
+  const uint64_t want = store->FindModel("tiny")->Find({0, 1})->extents.size();
   uint64_t cancelled = 0;
   EXPECT_TRUE(colibri::testing::WaitUntil([&] {
     cancelled = 0;

@@ -38,10 +38,10 @@ void PutBe32(std::string* out, uint32_t v) {
   for (int i = 3; i >= 0; --i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 
-std::string BlockKey(std::string_view model, int32_t layer, int32_t expert) {
+std::string BlockKey(std::string_view model, expert_source::ExpertId id) {
   std::string k = BlockPrefix(model);
-  PutBe32(&k, static_cast<uint32_t>(layer));
-  PutBe32(&k, static_cast<uint32_t>(expert));
+  PutBe32(&k, static_cast<uint32_t>(id.layer));
+  PutBe32(&k, static_cast<uint32_t>(id.expert));
   return k;
 }
 
@@ -179,8 +179,7 @@ const char* ModelStateName(ModelState state) {
 
 BlockRecord BlockRecordFromManifest(const model::ExpertBlock& b) {
   BlockRecord r;
-  r.layer = static_cast<int32_t>(b.layer);
-  r.expert = static_cast<int32_t>(b.expert);
+  r.id = b.id;
   r.size = b.size;
   r.padded_size = b.padded_size;
   r.checksum = b.checksum;
@@ -191,8 +190,8 @@ BlockRecord BlockRecordFromManifest(const model::ExpertBlock& b) {
 std::string EncodeBlockRecord(const BlockRecord& r) {
   std::string out;
   out.push_back(static_cast<char>(kBlockRecordVersion));
-  PutU32(&out, static_cast<uint32_t>(r.layer));
-  PutU32(&out, static_cast<uint32_t>(r.expert));
+  PutU32(&out, static_cast<uint32_t>(r.id.layer));
+  PutU32(&out, static_cast<uint32_t>(r.id.expert));
   PutU64(&out, r.size);
   PutU64(&out, r.padded_size);
   PutU64(&out, r.checksum);
@@ -227,8 +226,7 @@ absl::StatusOr<BlockRecord> DecodeBlockRecord(std::string_view bytes) {
       !rd.U64(&r.checksum) || !rd.U32(&n_quant) || n_quant > 64) {
     return bad("header");
   }
-  r.layer = static_cast<int32_t>(layer);
-  r.expert = static_cast<int32_t>(expert);
+  r.id = {static_cast<int32_t>(layer), static_cast<int32_t>(expert)};  // bytes on disk
   for (uint32_t i = 0; i < n_quant; ++i) {
     std::string q;
     if (!rd.Str(&q)) return bad("quant");
@@ -333,7 +331,7 @@ absl::Status Catalog::PutModel(const ModelRecord& record) {
 absl::Status Catalog::PutBlocks(std::string_view model, std::span<const BlockRecord> blocks,
                                 const ModelRecord* record) {
   rocksdb::WriteBatch batch;
-  for (const auto& b : blocks) batch.Put(BlockKey(model, b.layer, b.expert), EncodeBlockRecord(b));
+  for (const auto& b : blocks) batch.Put(BlockKey(model, b.id), EncodeBlockRecord(b));
   if (record != nullptr) batch.Put(ModelKey(record->name), ModelToJson(*record).dump());
   rocksdb::WriteOptions wo;
   wo.sync = true;

@@ -11,8 +11,7 @@ using testing::ScratchDir;
 
 BlockRecord Record(int32_t layer, int32_t expert) {
   BlockRecord r;
-  r.layer = layer;
-  r.expert = expert;
+  r.id = {layer, expert};
   r.size = 20000;
   r.padded_size = 20480;
   r.checksum = 0x1234567890abcdefull + static_cast<uint64_t>(layer * 100 + expert);

@@ -15,17 +15,16 @@ namespace {
 absl::Status CancelledByClient() { return absl::CancelledError("cancelled by the client"); }
 
 absl::Status Late(const BlockRecord& b, uint32_t timeout_ms, const char* what) {
-  return absl::DeadlineExceededError(absl::StrCat(ExpertLabel(b.layer, b.expert), ": ", what,
-                                                  " after the request's ", timeout_ms,
-                                                  " ms timeout"));
+  return absl::DeadlineExceededError(absl::StrCat(
+      ExpertLabel(b.id), ": ", what, " after the request's ", timeout_ms, " ms timeout"));
 }
 
 }  // namespace
 
-absl::StatusOr<FetchTarget> BlockStoreReads::Find(std::string_view model, int64_t layer,
-                                                  int64_t expert) const {
+absl::StatusOr<FetchTarget> BlockStoreReads::Find(std::string_view model,
+                                                  expert_source::ExpertId id) const {
   FetchTarget t;
-  auto rec = store_->FindBlock(model, layer, expert, &t.model);
+  auto rec = store_->FindBlock(model, id, &t.model);
   if (!rec.ok()) return rec.status();
   t.block = *rec;
   return t;
@@ -38,14 +37,18 @@ FetchReads::Handle BlockStoreReads::Read(const FetchTarget& target, Priority pri
         *target.model, *target.block, dst, priority,
         [done = std::move(done)](absl::Status s) { done(std::move(s), nullptr); });
   }
-  return store_->ReadShared(*target.model, *target.block, priority,
-                            [done = std::move(done)](absl::StatusOr<SharedBlock> b) {
-                              if (b.ok()) {
-                                done(absl::OkStatus(), std::move(*b));
-                              } else {
-                                done(b.status(), nullptr);
-                              }
-                            });
+  auto shared = [done = std::move(done)](absl::StatusOr<SharedBlock> b) {
+    if (b.ok()) {
+      done(absl::OkStatus(), std::move(*b));
+    } else {
+      done(b.status(), nullptr);
+    }
+  };
+  if (!target.whole()) {
+    return store_->ReadRange(*target.model, *target.block, target.begin, target.end, priority,
+                             std::move(shared));
+  }
+  return store_->ReadShared(*target.model, *target.block, priority, std::move(shared));
 }
 
 void BlockStoreReads::Cancel(const Handle& read) { store_->Cancel(read); }
@@ -204,13 +207,32 @@ void FetchScheduler::AcceptLocked(const FetchBlock& b) {
   }
   Request r;
   r.id = b.request_id;
-  auto target = reads_->Find(b.model, b.layer, b.expert);
+  auto target = reads_->Find(b.model, b.id);
   if (!target.ok()) {
     observer_->Failed(target.status());
     PushErrorLocked(r.id, target.status());
     return;
   }
   r.target = *target;
+  const uint64_t size = r.target.block->size;
+  if (b.range_end != 0) {
+    if (b.range_begin >= b.range_end || b.range_end > size) {
+      PushErrorLocked(r.id, absl::InvalidArgumentError(absl::StrCat(
+                                "range [", b.range_begin, ", ", b.range_end, ") of ",
+                                ExpertLabel(b.id), " is not inside its ", size, " bytes")));
+      return;
+    }
+    if (b.has_shm_offset) {
+      PushErrorLocked(r.id, absl::InvalidArgumentError(
+                                "a part of a block is sent as chunks, not into shared memory"));
+      return;
+    }
+    r.target.begin = b.range_begin;
+    r.target.end = b.range_end;
+  } else {
+    r.target.begin = 0;
+    r.target.end = size;
+  }
   r.demand = b.priority != Priority::kPrefetch;
   r.timeout_ms = b.timeout_ms;
   if (b.timeout_ms > 0) r.deadline = now_() + std::chrono::milliseconds(b.timeout_ms);
@@ -256,7 +278,7 @@ void FetchScheduler::CancelLocked(uint64_t id) {
   for (auto* q : {&prefetch_out_, &demand_out_}) {
     for (auto it = q->begin(); it != q->end(); ++it) {
       if (it->answer.request_id != id || !it->block) continue;
-      buffered_bytes_ -= it->block->size - it->next;
+      buffered_bytes_ -= it->end - it->next;
       q->erase(it);
       observer_->Cancelled();
       PushErrorLocked(id, CancelledByClient());
@@ -339,7 +361,7 @@ void FetchScheduler::ScheduleLocked(std::vector<Request>* starts) {
                                 "request id ", r.id, " is already being read on this stream")));
       continue;
     }
-    if (r.shm_dst == nullptr) chunk_bytes_in_flight_ += rec.size;
+    if (r.shm_dst == nullptr) chunk_bytes_in_flight_ += r.target.bytes();
     r.seq = next_seq_++;
     in_flight_[r.id] = InFlight{false, r.demand, r.seq, nullptr};
     tasks_++;
@@ -389,7 +411,7 @@ void FetchScheduler::OnReadComplete(const Request& r, absl::Status status, Share
     std::lock_guard<std::mutex> lock(mu_);
     const BlockRecord& rec = *r.target.block;
     tasks_--;
-    if (r.shm_dst == nullptr) chunk_bytes_in_flight_ -= rec.size;
+    if (r.shm_dst == nullptr) chunk_bytes_in_flight_ -= r.target.bytes();
     InFlight f = in_flight_[r.id];
     in_flight_.erase(r.id);
     const auto now = now_();
@@ -414,16 +436,18 @@ void FetchScheduler::OnReadComplete(const Request& r, absl::Status status, Share
           o.answer.block_size = rec.size;
           o.answer.block_checksum = rec.checksum;
           demand_out_.push_back(std::move(o));
-        } else if (!block) {
+        } else if (!block || block->offset > r.target.begin) {
           PushErrorLocked(
-              r.id, absl::InternalError(absl::StrCat(ExpertLabel(rec.layer, rec.expert),
-                                                     ": the read succeeded without a buffer")));
+              r.id, absl::InternalError(absl::StrCat(
+                        ExpertLabel(rec.id), ": the read succeeded without the bytes asked for")));
         } else {
-          observer_->Served(f.demand, rec.size, false);
+          observer_->Served(f.demand, r.target.bytes(), false);
           o.answer.kind = FetchAnswer::Kind::kChunk;
           o.block = std::move(block);
           o.record = &rec;
-          buffered_bytes_ += rec.size;
+          o.next = r.target.begin;
+          o.end = r.target.end;
+          buffered_bytes_ += r.target.bytes();
           (f.demand ? demand_out_ : prefetch_out_).push_back(std::move(o));
         }
       }
@@ -448,20 +472,19 @@ void FetchScheduler::WriteNextLocked() {
   Out& o = q->front();
   FetchAnswer a;
   if (o.block) {
-    const uint64_t size = o.block->size;
-    const uint64_t n = std::min<uint64_t>(limits_.chunk_bytes, size - o.next);
+    const uint64_t n = std::min<uint64_t>(limits_.chunk_bytes, o.end - o.next);
     a.kind = FetchAnswer::Kind::kChunk;
     a.request_id = o.answer.request_id;
     a.offset = o.next;
-    a.data = o.block->data() + o.next;
+    a.data = o.block->data() + (o.next - o.block->offset);
     a.length = n;
     a.chunk_checksum = Checksum64(a.data, n);
-    a.block_size = size;
+    a.block_size = o.record->size;
     a.block_checksum = o.record->checksum;
     a.hold = o.block;
     o.next += n;
     buffered_bytes_ -= n;
-    a.last = o.next >= size;
+    a.last = o.next >= o.end;
     if (a.last) q->pop_front();
   } else {
     a = std::move(o.answer);

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "colibri/core/checksum.h"
+#include "colibri/expert_source/expert_label.h"
 
 namespace colibri::store {
 namespace {
@@ -26,23 +27,23 @@ class HeldReads : public FetchReads {
   explicit HeldReads(uint64_t block_size = 10000) {
     for (int32_t e = 0; e < 16; ++e) {
       BlockRecord r;
-      r.layer = 0;
-      r.expert = e;
+      r.id = {0, e};
       r.size = block_size;
       r.padded_size = (block_size + 4095) / 4096 * 4096;
       r.checksum = 1000 + static_cast<uint64_t>(e);
       records_.push_back(r);
     }
   }
-  absl::StatusOr<FetchTarget> Find(std::string_view model, int64_t layer,
-                                   int64_t expert) const override {
-    if (model != "m" || layer != 0 || expert < 0 || expert >= 16) {
-      return absl::NotFoundError(absl::StrCat("no expert (layer ", layer, ", id ", expert, ")"));
+  absl::StatusOr<FetchTarget> Find(std::string_view model,
+                                   expert_source::ExpertId id) const override {
+    if (model != "m" || id.layer != 0 || id.expert < 0 || id.expert >= 16) {
+      return absl::NotFoundError(absl::StrCat("no ", ExpertLabel(id)));
     }
-    return FetchTarget{nullptr, &records_[static_cast<size_t>(expert)]};
+    return FetchTarget{nullptr, &records_[static_cast<size_t>(id.expert)]};
   }
   Handle Read(const FetchTarget& target, Priority priority, uint8_t* dst, Done done) override {
-    reads_.push_back({target.block->expert, priority, dst, std::move(done)});
+    reads_.push_back(
+        {target.block->id.expert, priority, dst, std::move(done), target.begin, target.end});
     handles_.push_back(std::make_shared<BlockRead>());
     return handles_.back();
   }
@@ -56,6 +57,7 @@ class HeldReads : public FetchReads {
     Priority priority;
     uint8_t* dst;
     Done done;
+    uint64_t begin = 0, end = 0;  // the bytes asked for
   };
   size_t started() const { return reads_.size(); }
   const Pending& read(size_t i) const { return reads_[i]; }
@@ -79,10 +81,12 @@ class HeldReads : public FetchReads {
     auto b = std::make_shared<BlockBuffer>();
     b->size = r.size;
     b->padded_size = r.padded_size;
-    b->bytes =
-        std::shared_ptr<uint8_t>(new uint8_t[r.padded_size], std::default_delete<uint8_t[]>());
-    for (uint64_t k = 0; k < r.padded_size; ++k)
-      b->bytes.get()[k] = static_cast<uint8_t>(p.expert * 31 + k);
+    // A part read holds the pages from the part's first one on, like the block store's.
+    b->offset = p.begin == 0 && p.end == r.size ? 0 : p.begin / 4096 * 4096;
+    const uint64_t held = r.padded_size - b->offset;
+    b->bytes = std::shared_ptr<uint8_t>(new uint8_t[held], std::default_delete<uint8_t[]>());
+    for (uint64_t k = 0; k < held; ++k)
+      b->bytes.get()[k] = static_cast<uint8_t>(p.expert * 31 + b->offset + k);
     done(absl::OkStatus(), std::move(b));
   }
 
@@ -153,11 +157,11 @@ class CountingObserver : public FetchObserver {
   uint64_t served_bytes = 0;
 };
 
-FetchBlock Req(uint64_t id, int64_t expert, bool demand, uint32_t timeout_ms = 0) {
+FetchBlock Req(uint64_t id, int32_t expert, bool demand, uint32_t timeout_ms = 0) {
   FetchBlock b;
   b.request_id = id;
   b.model = "m";
-  b.expert = expert;
+  b.id = {0, expert};
   b.priority = demand ? Priority::kDemand : Priority::kPrefetch;
   b.timeout_ms = timeout_ms;
   return b;
@@ -259,11 +263,55 @@ TEST_F(FetchSchedulerTest, BlocksAreCutIntoChecksummedChunksAndDemandChunksOvert
   EXPECT_EQ(sink_.chunk_bytes[2][0], static_cast<uint8_t>(5 * 31 + 4096));
 }
 
+TEST_F(FetchSchedulerTest, APartIsReadAndSentAloneWithBlockOffsets) {
+  Make(Limits(4, 4096));
+  FetchBlock part = Req(1, 3, true);
+  part.range_begin = 5000;
+  part.range_end = 9500;
+  sched_->Submit(part);
+  ASSERT_EQ(reads_->started(), 1u);
+  EXPECT_EQ(reads_->read(0).begin, 5000u);
+  EXPECT_EQ(reads_->read(0).end, 9500u);
+  reads_->Complete(0);
+  Drain();
+  ASSERT_EQ(sink_.answers.size(), 2u);
+  // Chunks at block offsets, cut from the part's start, the last one at the part's end.
+  EXPECT_EQ(sink_.answers[0].offset, 5000u);
+  EXPECT_EQ(sink_.answers[0].length, 4096u);
+  EXPECT_FALSE(sink_.answers[0].last);
+  EXPECT_EQ(sink_.answers[1].offset, 9096u);
+  EXPECT_EQ(sink_.answers[1].length, 404u);
+  EXPECT_TRUE(sink_.answers[1].last);
+  EXPECT_EQ(sink_.answers[1].block_size, 10000u);
+  EXPECT_EQ(sink_.answers[1].block_checksum, 1003u);
+  EXPECT_EQ(sink_.chunk_bytes[0][0], static_cast<uint8_t>(3 * 31 + 5000));
+  EXPECT_EQ(sink_.chunk_bytes[1][0], static_cast<uint8_t>(3 * 31 + 9096));
+  EXPECT_EQ(obs_.served_bytes, 4500u);  // the part's bytes, not the block's
+
+  // Parts outside the block, empty ones and parts into shared memory are refused.
+  FetchBlock past = Req(2, 3, true);
+  past.range_begin = 9000;
+  past.range_end = 10001;
+  FetchBlock empty = Req(3, 3, true);
+  empty.range_begin = 500;
+  empty.range_end = 500 - 1;
+  FetchBlock shm = Req(4, 3, true);
+  shm.range_begin = 0;
+  shm.range_end = 100;
+  shm.has_shm_offset = true;
+  for (const FetchBlock& b : {past, empty, shm}) sched_->Submit(b);
+  Drain();
+  EXPECT_EQ(CodeOf(2), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CodeOf(3), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CodeOf(4), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(reads_->started(), 1u);
+}
+
 TEST_F(FetchSchedulerTest, QueueCapRejectsWithResourceExhausted) {
   FetchLimits l = Limits(1);
   l.max_queued = 2;
   Make(l);
-  for (uint64_t id = 1; id <= 4; ++id) sched_->Submit(Req(id, static_cast<int64_t>(id), true));
+  for (uint64_t id = 1; id <= 4; ++id) sched_->Submit(Req(id, static_cast<int32_t>(id), true));
   // One read in progress, two queued, the fourth refused.
   EXPECT_EQ(reads_->started(), 1u);
   EXPECT_EQ(CodeOf(4), absl::StatusCode::kResourceExhausted);
@@ -454,7 +502,7 @@ TEST_F(FetchSchedulerTest, BadBatchSizesGetTheStreamsError) {
     Make(l);
     std::vector<FetchBlock> batch;
     for (size_t i = 0; i < c.n; ++i)
-      batch.push_back(Req(i + 1, static_cast<int64_t>(i % 16), true));
+      batch.push_back(Req(i + 1, static_cast<int32_t>(i % 16), true));
     sched_->SubmitBatch(batch);
     EXPECT_EQ(sink_.reads_asked, 1);  // the stream reads on
     if (c.accepted) {

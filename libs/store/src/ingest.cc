@@ -219,10 +219,10 @@ absl::StatusOr<ImportResult> ImportModel(const fs::path& model_dir, const StoreL
   }
   StripeFiles files;
   RETURN_IF_ERROR(files.Open(paths));
-  std::set<std::pair<int32_t, int32_t>> committed;
+  std::set<uint64_t> committed;  // ExpertId::Key of the blocks already in the catalog
   {
     ASSIGN_OR_RETURN(auto done_blocks, st.catalog->GetBlocks(result.name));
-    for (const auto& b : done_blocks) committed.insert({b.layer, b.expert});
+    for (const auto& b : done_blocks) committed.insert(b.id.Key());
   }
   const size_t batch_blocks = options.stop_after_blocks >= 0 ? 1 : kBatchBlocks;
   std::vector<BlockRecord> batch;
@@ -238,7 +238,7 @@ absl::StatusOr<ImportResult> ImportModel(const fs::path& model_dir, const StoreL
   };
   for (size_t j = 0; j < held.size(); ++j) {
     const model::ExpertBlock& b = *held[j];
-    if (committed.count({static_cast<int32_t>(b.layer), static_cast<int32_t>(b.expert)})) {
+    if (committed.count(b.id.Key())) {
       result.blocks_resumed++;
       resumed_bytes += b.padded_size;
       continue;
@@ -250,7 +250,7 @@ absl::StatusOr<ImportResult> ImportModel(const fs::path& model_dir, const StoreL
                                              result.blocks_written, " blocks (test hook)"));
     }
     ASSIGN_OR_RETURN(AlignedBytes bytes,
-                     container->ReadExpertBlock(b.layer, b.expert));  // verifies the checksum
+                     container->ReadExpertBlock(b.id));  // verifies the checksum
     BlockRecord r = BlockRecordFromManifest(b);
     r.extents = plan.blocks[j];
     uint64_t at = 0;

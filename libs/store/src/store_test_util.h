@@ -128,4 +128,14 @@ inline void FlipByteAt(const fs::path& file, uint64_t offset) {
   f.write(&ch, 1);
 }
 
+// A copy of a model directory at `copy` with byte `offset` of the block of (layer, expert)
+// flipped (served as a plain model directory, which verifies only whole blocks).
+inline void CopyWithFlippedExpertByte(const fs::path& model_dir, const fs::path& copy,
+                                      const model::Manifest& manifest, int64_t layer,
+                                      int64_t expert, uint64_t offset) {
+  fs::copy(model_dir, copy, fs::copy_options::recursive);
+  const model::ExpertBlock& b = manifest.Expert(layer, expert);
+  FlipByteAt(copy / b.file, b.offset + offset);
+}
+
 }  // namespace colibri::store::testing

@@ -29,7 +29,7 @@ absl::StatusOr<std::unique_ptr<StripedSource>> StripedSource::Create(BlockStore*
 }
 
 uint64_t StripedSource::BlockSize(ExpertId id) const {
-  const BlockRecord* b = model_->Find(id.layer, id.expert);
+  const BlockRecord* b = model_->Find(id);
   return b == nullptr ? 0 : b->padded_size;
 }
 
@@ -73,8 +73,7 @@ absl::Status StripedSource::FetchMany(std::span<const ExpertId> ids,
                                       Priority priority) {
   std::vector<const BlockRecord*> records;
   for (const ExpertId& id : ids) {
-    ASSIGN_OR_RETURN(const BlockRecord* rec,
-                     store_->FindBlock(model_->name(), id.layer, id.expert));
+    ASSIGN_OR_RETURN(const BlockRecord* rec, store_->FindBlock(model_->name(), id));
     records.push_back(rec);
   }
   const bool prefetch = priority == Priority::kPrefetch;

@@ -278,7 +278,7 @@ std::vector<ExpertUse> TopExperts(const std::vector<uint32_t>& counts,
 absl::StatusOr<size_t> ComputeNode::PrefetchHint(std::span<const expert_source::ExpertId> ids) {
   const auto& c = model_->config();
   for (const auto& id : ids) {
-    if (!manifest().HasExpert(id.layer, id.expert)) {
+    if (!manifest().HasExpert(id)) {
       return absl::InvalidArgumentError(
           absl::StrCat("prefetch hint for ", ExpertLabel(id), " outside the model (", c.n_layers,
                        " layers, ", c.n_experts, " experts, dense layers have none)"));

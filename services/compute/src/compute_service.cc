@@ -89,8 +89,8 @@ grpc::Status ComputeService::Run(const engine::GenerationRequest& r,
       static_cast<uint32_t>(result->cached_prompt_tokens));
   for (const ExpertUse& u : TopExperts(result->expert_counts, node_->model().config())) {
     auto* ec = last.add_expert_counts();
-    ec->set_layer(static_cast<uint32_t>(u.id.layer));
-    ec->set_expert(static_cast<uint32_t>(u.id.expert));
+    ec->set_layer(u.id.layer);
+    ec->set_expert(u.id.expert);
     ec->set_count(u.count);
   }
   out->Push(std::move(last));
@@ -103,7 +103,7 @@ grpc::ServerUnaryReactor* ComputeService::Prefetch(grpc::CallbackServerContext* 
   std::vector<expert_source::ExpertId> ids;
   ids.reserve(static_cast<size_t>(req->experts_size()));
   for (const auto& e : req->experts()) {
-    ids.push_back({static_cast<int32_t>(e.layer()), static_cast<int32_t>(e.expert())});
+    ids.push_back({e.layer(), e.expert()});
   }
   auto accepted = node_->PrefetchHint(ids);
   if (accepted.ok()) resp->set_accepted(static_cast<uint32_t>(*accepted));

@@ -182,9 +182,7 @@ std::vector<expert_source::ExpertId> WarmOrder(const model::Manifest& manifest,
               return std::tie(a->file, a->offset) < std::tie(b->file, b->offset);
             });
   for (const auto* b : blocks) {
-    const expert_source::ExpertId id{static_cast<int32_t>(b->layer),
-                                     static_cast<int32_t>(b->expert)};
-    if (taken.insert(id.Key()).second) order.push_back(id);
+    if (taken.insert(b->id.Key()).second) order.push_back(b->id);
   }
   return order;
 }

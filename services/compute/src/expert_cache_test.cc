@@ -16,11 +16,10 @@ model::Manifest SmallManifest() {
   m.config.n_experts = 3;
   m.config.top_k = 1;
   const uint64_t offsets[2][3] = {{500, 0, 100}, {200, 300, 400}};
-  for (int64_t l = 0; l < 2; ++l) {
-    for (int64_t e = 0; e < 3; ++e) {
+  for (int32_t l = 0; l < 2; ++l) {
+    for (int32_t e = 0; e < 3; ++e) {
       model::ExpertBlock b;
-      b.layer = l;
-      b.expert = e;
+      b.id = {l, e};
       b.file = "experts.bin";
       b.offset = offsets[l][e];
       b.size = b.padded_size = 100;

@@ -133,12 +133,13 @@ class ExpertStoreService::FetchReactor final
     FetchBlock f;
     f.request_id = b.request_id();
     f.model = b.key().model();
-    f.layer = b.key().layer();
-    f.expert = b.key().expert();
+    f.id = {b.key().layer(), b.key().expert()};
     f.priority = b.priority() == v1::PRIORITY_PREFETCH ? Priority::kPrefetch : Priority::kDemand;
     f.timeout_ms = b.timeout_ms();
     f.has_shm_offset = b.has_shm_offset();
     f.shm_offset = b.shm_offset();
+    f.range_begin = b.range_begin();
+    f.range_end = b.range_end();
     return f;
   }
 
@@ -319,7 +320,7 @@ grpc::ServerUnaryReactor* ExpertStoreService::ListModels(grpc::CallbackServerCon
       std::string held((n + 7) / 8, '\0');
       for (int32_t l = 0; l < m->n_layers(); ++l) {
         for (int32_t e = 0; e < m->n_experts(); ++e) {
-          if (m->Find(l, e) == nullptr) continue;
+          if (m->Find({l, e}) == nullptr) continue;
           const size_t bit =
               static_cast<size_t>(l) * static_cast<size_t>(m->n_experts()) + static_cast<size_t>(e);
           held[bit / 8] = static_cast<char>(held[bit / 8] | (1 << (bit % 8)));

@@ -111,6 +111,13 @@ class StoreServiceTest : public ::testing::Test {
     EXPECT_EQ(std::memcmp(lease->data(), want->get(), lease->size), 0) << layer << "/" << expert;
   }
 
+  // One FetchMany of `ids`, every block checked against the model.
+  void FetchAllAndCheck(expert_source::ExpertSource& src, const std::vector<ExpertId>& ids) {
+    const absl::Status st =
+        src.FetchMany(ids, [&](size_t i, Lease l) { ExpectBlock(l, ids[i].layer, ids[i].expert); });
+    ASSERT_TRUE(st.ok()) << st;
+  }
+
   std::vector<ExpertId> AllIds() const {
     std::vector<ExpertId> ids;
     for (int32_t l = 0; l < 2; ++l)
@@ -251,7 +258,7 @@ TEST_F(StoreServiceTest, CorruptStripeIsDataLossOverBothTransports) {
   {
     // Find where stripe 1 of expert (1, 5) lives and flip a byte there.
     auto s = BlockStore::Open(BlockStoreOptions{disks_});
-    const Extent e = (*s)->FindModel("tiny")->Find(1, 5)->extents[1];
+    const Extent e = (*s)->FindModel("tiny")->Find({1, 5})->extents[1];
     testing::FlipByteAt(StripeFilePath(disks_[e.disk], "tiny"), e.offset + 7);
   }
   auto server = Serve();
@@ -591,10 +598,7 @@ TEST_F(StoreServiceTest, SeveralStoresSpreadReadsAndSurviveADeath) {
   auto multi = rpc::MultiStoreSource::Connect(mo, &container_->manifest());
   ASSERT_TRUE(multi.ok()) << multi.status();
   const auto ids = AllIds();
-  ASSERT_TRUE(
-      (*multi)
-          ->FetchMany(ids, [&](size_t i, Lease l) { ExpectBlock(l, ids[i].layer, ids[i].expert); })
-          .ok());
+  FetchAllAndCheck(**multi, ids);
   auto states = (*multi)->Stores();
   ASSERT_EQ(states.size(), 2u);
   EXPECT_GT(states[0].stats.blocks, 0u);  // both stores took reads
@@ -606,10 +610,7 @@ TEST_F(StoreServiceTest, SeveralStoresSpreadReadsAndSurviveADeath) {
   // the first one.
   slow_b.SetDiskBandwidth(0, 1 << 20);
   slow_b.SetDiskBandwidth(1, 1 << 20);
-  ASSERT_TRUE(
-      (*multi)
-          ->FetchMany(ids, [&](size_t i, Lease l) { ExpectBlock(l, ids[i].layer, ids[i].expert); })
-          .ok());
+  FetchAllAndCheck(**multi, ids);
   slow_b.Clear();
 
   // Store A becomes very slow, then dies with requests in flight: they finish from B.
@@ -636,6 +637,57 @@ TEST_F(StoreServiceTest, SeveralStoresSpreadReadsAndSurviveADeath) {
   EXPECT_FALSE((*multi)->Stores()[0].up);
 }
 
+TEST_F(StoreServiceTest, BlocksAreReadInPartsFromSeveralStoresAndVerifiedWhole) {
+  const std::vector<fs::path> disks_b = {dir_.path() / "b0"};
+  ImportOptions o;
+  o.stripe_size = 8192;
+  ASSERT_TRUE(ImportModel(model_dir_, StoreLocation{disks_b, {}}, o).ok());
+  auto a = Serve({}, nullptr, "a");
+  auto b = Serve({}, nullptr, "b", disks_b);
+  rpc::MultiStoreOptions mo;
+  mo.targets = {a->target(), b->target()};
+  mo.model = "tiny";
+  mo.split_min_bytes = 4096;  // the tiny blocks (~19 KiB) split in two
+  auto multi = rpc::MultiStoreSource::Connect(mo, &container_->manifest());
+  ASSERT_TRUE(multi.ok()) << multi.status();
+  const auto ids = AllIds();
+  FetchAllAndCheck(**multi, ids);
+  EXPECT_EQ((*multi)->split_blocks(), ids.size());
+  const auto states = (*multi)->Stores();
+  uint64_t total = 0;
+  for (const auto& id : ids) total += container_->manifest().Expert(id).size;
+  EXPECT_GT(states[0].stats.bytes, 0u);  // every block came from both
+  EXPECT_GT(states[1].stats.bytes, 0u);
+  EXPECT_EQ(states[0].stats.bytes + states[1].stats.bytes, total);
+  EXPECT_EQ((*multi)->failovers(), 0u);
+
+  // A holder that sends wrong bytes for a part (a plain model directory does not verify
+  // parts): the assembled block fails its checksum and is read whole from one store.
+  const fs::path plain = dir_.path() / "plain";
+  testing::CopyWithFlippedExpertByte(model_dir_, plain, container_->manifest(), 1, 2, 100);
+  BlockStoreOptions bo;
+  bo.model_dirs = {plain};
+  auto bad = std::make_unique<TestServer>(bo, StoreOptions{}, (dir_.path() / "bad.sock").string());
+  mo.targets = {bad->target(), b->target()};  // the bad copy takes the first part
+  auto mixed = rpc::MultiStoreSource::Connect(mo, &container_->manifest());
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  auto got = (*mixed)->Fetch({1, 2}, Priority::kDemand);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectBlock(*got, 1, 2);
+  EXPECT_EQ((*mixed)->split_blocks(), 0u);
+  EXPECT_GE((*mixed)->failovers(), 1u);
+
+  // split_min_bytes 0: whole blocks, one store each.
+  mo.targets = {a->target(), b->target()};
+  mo.split_min_bytes = 0;
+  auto whole = rpc::MultiStoreSource::Connect(mo, &container_->manifest());
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  FetchAllAndCheck(**whole, ids);
+  EXPECT_EQ((*whole)->split_blocks(), 0u);
+  const auto whole_states = (*whole)->Stores();
+  EXPECT_EQ(whole_states[0].stats.blocks + whole_states[1].stats.blocks, ids.size());
+}
+
 TEST_F(StoreServiceTest, AStoreStartedLaterJoins) {
   const std::vector<fs::path> disks_b = {dir_.path() / "b0"};
   ImportOptions o;
@@ -655,10 +707,7 @@ TEST_F(StoreServiceTest, AStoreStartedLaterJoins) {
     std::this_thread::yield();
   ASSERT_TRUE((*multi)->Stores()[1].up);
   const auto ids = AllIds();
-  ASSERT_TRUE(
-      (*multi)
-          ->FetchMany(ids, [&](size_t i, Lease l) { ExpectBlock(l, ids[i].layer, ids[i].expert); })
-          .ok());
+  FetchAllAndCheck(**multi, ids);
   EXPECT_GT((*multi)->Stores()[1].stats.blocks, 0u);
 }
 

@@ -54,8 +54,7 @@ class GrpcComputeClient final : public ComputeClient {
         result.prompt_tokens = resp.usage().prompt_tokens();
         result.cached_prompt_tokens = resp.usage().cached_prompt_tokens();
         for (const auto& ec : resp.expert_counts()) {
-          result.expert_counts.push_back(
-              {{static_cast<int32_t>(ec.layer()), static_cast<int32_t>(ec.expert())}, ec.count()});
+          result.expert_counts.push_back({{ec.layer(), ec.expert()}, ec.count()});
         }
       }
     }
@@ -74,8 +73,8 @@ class GrpcComputeClient final : public ComputeClient {
     v1::PrefetchRequest req;
     for (const auto& id : experts) {
       auto* e = req.add_experts();
-      e->set_layer(static_cast<uint32_t>(id.layer));
-      e->set_expert(static_cast<uint32_t>(id.expert));
+      e->set_layer(id.layer);
+      e->set_expert(id.expert);
     }
     grpc::ClientContext ctx;
     // Advisory and on the request's path: never worth more than a short wait.

@@ -105,6 +105,9 @@ class Container {
   // Reads one expert block (padded size) with pread and verifies its checksum. Used by
   // `colibri-cli verify` and tests; the serving path goes through an ExpertSource.
   absl::StatusOr<AlignedBytes> ReadExpertBlock(int64_t layer, int64_t expert) const;
+  absl::StatusOr<AlignedBytes> ReadExpertBlock(expert_source::ExpertId id) const {
+    return ReadExpertBlock(id.layer, id.expert);
+  }
 
   // Reads one kept extra tensor (Manifest::extra) and verifies its checksum: NotFound naming it
   // when the model has no such tensor, DataLoss on a mismatch. The bytes start at offset 0.

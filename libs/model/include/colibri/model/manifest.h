@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "colibri/expert_source/expert_id.h"
 #include "colibri/model/model_config.h"
 #include "colibri/quant/dtype.h"
 #include "nlohmann/json.hpp"
@@ -43,12 +44,11 @@ struct TensorEntry {
 };
 
 struct ExpertBlock {
-  int64_t layer = 0;
-  int64_t expert = 0;
-  std::string file;          // relative to the model directory
-  uint64_t offset = 0;       // 4 KiB aligned
-  uint64_t size = 0;         // bytes covered by the checksum
-  uint64_t padded_size = 0;  // size rounded up to 4 KiB: what an O_DIRECT read fetches
+  expert_source::ExpertId id;  // (layer, expert): the same type the sources, stores and router use
+  std::string file;            // relative to the model directory
+  uint64_t offset = 0;         // 4 KiB aligned
+  uint64_t size = 0;           // bytes covered by the checksum
+  uint64_t padded_size = 0;    // size rounded up to 4 KiB: what an O_DIRECT read fetches
   uint64_t checksum = 0;
   std::vector<TensorEntry> parts;  // gate [ffn, hidden], up [ffn, hidden], down [hidden, ffn]
 
@@ -86,6 +86,11 @@ struct Manifest {
   // Requires HasExpert(layer, expert).
   const ExpertBlock& Expert(int64_t layer, int64_t expert) const {
     return experts[ExpertIndex(layer, expert)];
+  }
+  size_t ExpertIndex(expert_source::ExpertId id) const { return ExpertIndex(id.layer, id.expert); }
+  bool HasExpert(expert_source::ExpertId id) const { return HasExpert(id.layer, id.expert); }
+  const ExpertBlock& Expert(expert_source::ExpertId id) const {
+    return Expert(id.layer, id.expert);
   }
   uint64_t TotalExpertBytes() const;  // checksummed bytes of every block
   // Bytes of every block rounded to 4 KiB: what reading them all (O_DIRECT) moves and what a

@@ -7,6 +7,11 @@
 //   so a store that recovered gets tried again. A batch (FetchMany) is split by holder, each
 //   block counting the bytes the batch already sends there, and goes as one batch per store;
 //   Promote and Cancel reach the store holding the request.
+// - A block big enough is read from several holders at once: each up holder takes a part
+//   (SplitAcrossHolders: the parts end together given each store's queue and rate, none below
+//   `split_min_bytes`), the parts land in one buffer, and the assembled block is verified
+//   against the manifest's checksum. A part that fails, or a block that does not verify, is
+//   read again whole from one holder (the failing store excluded), which verifies it itself.
 // - A fetch that fails on one store with Unavailable (the store died or its stream broke),
 //   DataLoss (a corrupt copy) or NotFound (it no longer holds the block) is retried on another
 //   holder, so a dying store does not fail a request while another copy exists. Reads are
@@ -23,8 +28,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "colibri/expert_source/expert_source.h"
@@ -40,6 +47,10 @@ struct MultiStoreOptions {
   std::chrono::milliseconds probe_interval{1000};
   std::string client_name;  // colibri-client metadata for the stores' metrics
   uint64_t shm_bytes = 0;   // shared-memory region per unix: store (0: chunks only)
+  // Smallest part when one block is read from several holders at once (0: whole blocks only).
+  // A part is one request: below about a millisecond of a store's bandwidth it costs more than
+  // it spreads.
+  uint64_t split_min_bytes = 1 << 20;
   std::shared_ptr<const auth::Transport> transport;  // see RemoteStoreOptions
 };
 
@@ -75,6 +86,8 @@ class MultiStoreSource final : public expert_source::ExpertSource {
   absl::Status AddStore(const std::string& target);
   std::vector<StoreState> Stores() const;
   uint64_t failovers() const { return failovers_.load(); }
+  // Blocks delivered assembled from parts read from several stores.
+  uint64_t split_blocks() const { return split_blocks_.load(); }
 
  private:
   struct Store {
@@ -107,6 +120,18 @@ class MultiStoreSource final : public expert_source::ExpertSource {
   void FailUnheld(const std::shared_ptr<Request>& req);
   // What a store's answer to `req` does: rate sample, then done, or a retry elsewhere.
   RemoteStoreSource::Callback OnAnswer(const std::shared_ptr<Request>& req, Store* store);
+  // What a store's answer to one part of a split `req` does: the last part verifies the block
+  // and hands it out; a failed part abandons the others and reads the block whole.
+  RemoteStoreSource::Callback OnPart(const std::shared_ptr<Request>& req, Store* store,
+                                     uint64_t bytes);
+  // A store's measured rate, or `fallback` when unknown or stale.
+  static double RateOf(const Store& store, int64_t now_ns, double fallback);
+  static double BestRate(const std::vector<Store*>& stores, int64_t now_ns);
+  static void Sample(Store& store, uint64_t bytes, std::chrono::steady_clock::time_point t0);
+  // Plans the parts of `req` over the up holders (nullopt: read it whole).
+  std::optional<std::vector<std::pair<Store*, RemoteStoreSource::Part>>> PlanParts(
+      const std::shared_ptr<Request>& req, const std::vector<Store*>& stores,
+      const std::map<const Store*, uint64_t>& planned, int64_t now_ns, double best_rate);
   void MarkDown(Store& store, const absl::Status& why);
   void ProbeLoop();
   absl::Status RunMany(std::span<const expert_source::ExpertId> ids,
@@ -121,6 +146,7 @@ class MultiStoreSource final : public expert_source::ExpertSource {
   std::vector<std::unique_ptr<Store>> stores_;
   int attempts_running_ = 0;  // Attempt calls in progress (the destructor waits for them)
   std::atomic<uint64_t> failovers_{0};
+  std::atomic<uint64_t> split_blocks_{0};
   std::atomic<uint64_t> rotation_{0};
   std::condition_variable probe_cv_;
   bool stopping_ = false;

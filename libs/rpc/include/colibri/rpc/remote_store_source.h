@@ -112,10 +112,22 @@ class RemoteStoreSource final : public expert_source::ExpertSource {
   // dones[i] for ids[i]; the handles in the same order. An error returned means no `done` runs;
   // when the store closes the stream twice while some were already failed by the reader, the
   // others' `done` runs (Unavailable) before this returns.
+  // A part of a block, for StartFetches: bytes [begin, end) of the block land at the same
+  // offsets of `into` (the caller's buffer, the block's padded size) and `done` gets `into`
+  // back. Only the chunk checksums are checked: the caller, assembling the block from several
+  // stores, verifies the whole. Parts come as chunks, never through shared memory.
+  struct Part {
+    uint64_t begin = 0;
+    uint64_t end = 0;
+    std::shared_ptr<expert_source::Block> into;
+  };
+  // With `parts` (empty, or one per id), ids[i] asks for parts[i] only (a Part without `into`:
+  // the whole block).
   absl::StatusOr<std::vector<uint64_t>> StartFetches(std::span<const expert_source::ExpertId> ids,
                                                      expert_source::Priority priority,
                                                      Clock::time_point deadline,
-                                                     std::vector<Callback> dones);
+                                                     std::vector<Callback> dones,
+                                                     std::span<const Part> parts = {});
   static constexpr size_t kMaxBatch = 4096;  // requests in one BlockBatch (the proto's limit)
   // Gives up on a fetch: `done` runs now with Cancelled (unless it already ran) and the store is
   // told to cancel. A shared-memory slot stays reserved until the store answers.
@@ -132,7 +144,10 @@ class RemoteStoreSource final : public expert_source::ExpertSource {
     expert_source::Priority priority = expert_source::Priority::kDemand;  // raised by Promote
     std::shared_ptr<expert_source::Block> block;
     uint64_t generation = 0;  // the stream it was sent on
-    uint64_t received = 0;
+    bool part = false;        // a Part: `block` is the caller's, [begin, end) is asked for
+    uint64_t begin = 0;
+    uint64_t end = 0;                 // the block's size when whole
+    uint64_t received = 0;            // block offset of the next byte expected
     uint64_t bytes = 0;               // counted in outstanding_bytes_
     Callback done;                    // empty once run
     std::shared_ptr<ShmArena> arena;  // set: the block goes to `shm_offset` of this arena

@@ -58,7 +58,15 @@ class StoredModel {
   uint64_t stripe_size() const { return stripe_size_; }  // 0: a plain model directory
   const std::string& origin() const { return origin_; }  // for logs
   // The block of (layer, expert), or nullptr when out of range or not held.
-  const BlockRecord* Find(int64_t layer, int64_t expert) const;
+  const BlockRecord* Find(expert_source::ExpertId id) const;
+  bool InRange(expert_source::ExpertId id) const {
+    return id.layer >= 0 && id.layer < n_layers() && id.expert >= 0 && id.expert < n_experts();
+  }
+  // Requires InRange(id): the block's slot, layer-major (dense layers leave holes).
+  size_t Index(expert_source::ExpertId id) const {
+    return static_cast<size_t>(id.layer) * static_cast<size_t>(n_experts()) +
+           static_cast<size_t>(id.expert);
+  }
 
  private:
   friend class BlockStore;
@@ -101,8 +109,7 @@ class BlockStore {
   const std::vector<std::unique_ptr<StoredModel>>& models() const { return models_; }
   const StoredModel* FindModel(std::string_view name) const;
   // The block, or NotFound naming the model and the expert.
-  absl::StatusOr<const BlockRecord*> FindBlock(std::string_view model, int64_t layer,
-                                               int64_t expert,
+  absl::StatusOr<const BlockRecord*> FindBlock(std::string_view model, expert_source::ExpertId id,
                                                const StoredModel** found = nullptr) const;
 
   // Reads the block into `dst` (>= padded_size bytes, 4 KiB aligned) and verifies it. `done`
@@ -113,6 +120,14 @@ class BlockStore {
   // concurrent reads of one block are coalesced. `done` as for ReadInto.
   ReadHandle ReadShared(const StoredModel& model, const BlockRecord& block, Priority priority,
                         SharedDone done);
+  // Reads bytes [begin, end) of the block (begin < end <= size) for a client assembling the
+  // block from several holders. The whole block when the read cache holds it; else only the
+  // stripe units covering the range, each verified, or in a plain model directory the 4 KiB
+  // pages covering it (unverified here: the block checksum needs every byte, and the client
+  // checks the assembled block). The buffer's `offset` is the block offset of its first byte;
+  // part reads are not cached nor coalesced. `done` as for ReadInto.
+  ReadHandle ReadRange(const StoredModel& model, const BlockRecord& block, uint64_t begin,
+                       uint64_t end, Priority priority, SharedDone done);
 
   // Advisory. Cancels the parts of the read still queued at the disks (they never reach the
   // device); `done` then gets Cancelled once the parts already submitted have landed. A shared
@@ -136,8 +151,11 @@ class BlockStore {
   absl::Status AddStriped(const Catalog& catalog, const std::vector<std::filesystem::path>& roots);
   absl::Status AddModelDir(const std::filesystem::path& dir, uint32_t disk);
   // Starts the engine reads of the block, recording their tickets in `read`.
+  // Only bytes [window_begin, window_end) of the padded block, landing at dst (the whole
+  // block: 0, padded_size); stripe units fully inside the window are verified, and the block
+  // checksum of a plain model directory when the window is the whole block.
   void ReadRaw(const StoredModel& model, const BlockRecord& block, uint8_t* dst, Priority priority,
-               BlockRead* read, Done done);
+               BlockRead* read, Done done, uint64_t window_begin, uint64_t window_end);
   static uint64_t CacheKey(const StoredModel& model, const BlockRecord& block);
 
   std::unique_ptr<IoEngine> io_;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "colibri/expert_source/expert_id.h"
 #include "colibri/model/manifest.h"
 #include "colibri/store/layout.h"
 
@@ -69,8 +70,7 @@ struct ModelRecord {
 };
 
 struct BlockRecord {
-  int32_t layer = 0;
-  int32_t expert = 0;
+  expert_source::ExpertId id;
   uint64_t size = 0;               // checksummed bytes
   uint64_t padded_size = 0;        // multiple of 4 KiB: what a read fetches
   uint64_t checksum = 0;           // XXH3-64 of `size` bytes (as in the manifest)

@@ -64,12 +64,14 @@ struct FetchLimits {
 struct FetchBlock {
   uint64_t request_id = 0;
   std::string model;
-  int64_t layer = 0;
-  int64_t expert = 0;
+  expert_source::ExpertId id;
   expert_source::Priority priority = expert_source::Priority::kDemand;
   uint32_t timeout_ms = 0;  // 0: no limit
   bool has_shm_offset = false;
   uint64_t shm_offset = 0;
+  // A part of the block: bytes [range_begin, range_end) (range_end 0: the whole block).
+  uint64_t range_begin = 0;
+  uint64_t range_end = 0;
 };
 
 // One answer for the wire.
@@ -98,6 +100,11 @@ struct FetchAnswer {
 struct FetchTarget {
   const StoredModel* model = nullptr;
   const BlockRecord* block = nullptr;
+  // The bytes asked for: [begin, end) of the block (set by the scheduler; end 0 until then).
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  bool whole() const { return begin == 0 && end == block->size; }
+  uint64_t bytes() const { return end - begin; }
 };
 
 // Where reads go: the BlockStore in the service (BlockStoreReads), a fake in tests.
@@ -107,10 +114,11 @@ class FetchReads {
   using Handle = BlockStore::ReadHandle;
   virtual ~FetchReads() = default;
   // The block, or NotFound naming the model and the expert.
-  virtual absl::StatusOr<FetchTarget> Find(std::string_view model, int64_t layer,
-                                           int64_t expert) const = 0;
+  virtual absl::StatusOr<FetchTarget> Find(std::string_view model,
+                                           expert_source::ExpertId id) const = 0;
   // Reads the block: into `dst` (padded_size bytes, 4 KiB aligned) when set, then `done` gets
-  // a null block; else into a shared buffer handed to `done`. `done` runs exactly once, on any
+  // a null block; else into a shared buffer handed to `done` (for a part, one that holds at
+  // least [target.begin, target.end), its `offset` the block offset of its first byte). `done` runs exactly once, on any
   // thread, possibly before Read returns. The handle (null when there is nothing left to
   // steer) names the read for Cancel and Promote.
   virtual Handle Read(const FetchTarget& target, expert_source::Priority priority, uint8_t* dst,
@@ -125,8 +133,8 @@ class FetchReads {
 class BlockStoreReads final : public FetchReads {
  public:
   explicit BlockStoreReads(BlockStore* store) : store_(store) {}
-  absl::StatusOr<FetchTarget> Find(std::string_view model, int64_t layer,
-                                   int64_t expert) const override;
+  absl::StatusOr<FetchTarget> Find(std::string_view model,
+                                   expert_source::ExpertId id) const override;
   Handle Read(const FetchTarget& target, expert_source::Priority priority, uint8_t* dst,
               Done done) override;
   void Cancel(const Handle& read) override;
@@ -227,7 +235,8 @@ class FetchScheduler {
   struct Out {
     SharedBlock block;
     const BlockRecord* record = nullptr;
-    uint64_t next = 0;
+    uint64_t next = 0;  // block offset of the next chunk
+    uint64_t end = 0;   // of the bytes asked for
     FetchAnswer answer;
   };
   struct InFlight {

@@ -16,8 +16,9 @@ namespace colibri::store {
 // The memory comes from (and returns to) a BufferPool.
 struct BlockBuffer {
   std::shared_ptr<uint8_t> bytes;
-  uint64_t size = 0;
-  uint64_t padded_size = 0;
+  uint64_t size = 0;         // of the block
+  uint64_t padded_size = 0;  // of the block
+  uint64_t offset = 0;       // the block offset bytes[0] holds: 0, or where a part read starts
   const uint8_t* data() const { return bytes.get(); }
 };
 using SharedBlock = std::shared_ptr<const BlockBuffer>;
