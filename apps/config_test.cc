@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cli_node.h"
+#include "colibri/flags/config_file.h"
 #include "compute_config.h"
 #include "router_config.h"
 #include "server_config.h"
@@ -448,6 +449,79 @@ TEST_F(ConfigFile, CommandLineWinsAndUnknownNamesFail) {
   Configs d;
   auto compute = d.Compute();
   EXPECT_THROW(compute.parse({"--config", bad}), CLI::ParseError);
+}
+
+// colibri-cli's --config: a file of flags for whichever subcommand runs.
+class SubcommandConfig : public ConfigFile {
+ protected:
+  SubcommandConfig() {
+    app.require_subcommand(1);
+    auto* run = app.add_subcommand("run");
+    run->add_option("--model", run_model);
+    run->add_option("--threads", threads);
+    run->add_option("--max-tokens", max_tokens);
+    run->add_option("--store", stores);
+    run->add_flag("--ignore-eos", ignore_eos);
+    auto* plan = app.add_subcommand("plan");
+    plan->add_option("--model", plan_model);
+    plan->add_option("--memory", memory);
+    auto* cache = app.add_subcommand("cache");
+    cache->add_subcommand("clear")->add_option("--url", url);
+  }
+  // Expands and parses a command line (without the program name).
+  void Parse(std::vector<std::string> args) {
+    args = flags::ExpandSubcommandConfig(app, std::move(args));
+    std::vector<const char*> argv{"colibri-cli"};
+    for (const std::string& a : args) argv.push_back(a.c_str());
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  }
+
+  CLI::App app{"colibri-cli"};
+  std::string run_model, plan_model, memory, url;
+  int threads = 0, max_tokens = 0;
+  std::vector<std::string> stores;
+  bool ignore_eos = false;
+};
+
+TEST_F(SubcommandConfig, TopLevelNamesGoToTheSubcommandThatHasThem) {
+  const std::string file = Write(
+      "model = \"/models/q\"\nthreads = 3\nmemory = \"8G\"\nignore-eos = true\n"
+      "store = [\"a:1\", \"b:2\"]\nurl = \"http://h:8080\"\n");
+  Parse({"run", "--config", file, "--max-tokens", "5"});
+  EXPECT_EQ(run_model, "/models/q");
+  EXPECT_EQ(threads, 3);
+  EXPECT_EQ(max_tokens, 5);
+  EXPECT_TRUE(ignore_eos);
+  EXPECT_EQ(stores, (std::vector<std::string>{"a:1", "b:2"}));
+  EXPECT_EQ(memory, "");  // plan's flag: not for run
+  Parse({"plan", "--config=" + file});
+  EXPECT_EQ(plan_model, "/models/q");
+  EXPECT_EQ(memory, "8G");
+  Parse({"cache", "clear", "--config", file});  // nested subcommands
+  EXPECT_EQ(url, "http://h:8080");
+}
+
+TEST_F(SubcommandConfig, CommandLineWinsSectionsAreForOneSubcommand) {
+  const std::string file =
+      Write("threads = 3\nignore-eos = false\n[run]\nmax-tokens = 64\n[plan]\nmemory = \"4G\"\n");
+  Parse({"run", "--threads", "7", "--config", file});
+  EXPECT_EQ(threads, 7);
+  EXPECT_EQ(max_tokens, 64);
+  EXPECT_FALSE(ignore_eos);  // a switch set to false stays off
+  EXPECT_EQ(memory, "");
+  Parse({"plan", "--config", file, "--memory", "2G"});
+  EXPECT_EQ(memory, "2G");
+  // Without --config the command line is untouched.
+  EXPECT_EQ(flags::ExpandSubcommandConfig(app, {"run", "--threads", "2"}),
+            (std::vector<std::string>{"run", "--threads", "2"}));
+}
+
+TEST_F(SubcommandConfig, UnknownNamesAndSectionsAndMissingFilesFail) {
+  EXPECT_THROW(Parse({"run", "--config", Write("thread = 3\n")}), CLI::ConfigError);
+  EXPECT_THROW(Parse({"run", "--config", Write("[serve]\nthreads = 3\n")}), CLI::ConfigError);
+  EXPECT_THROW(Parse({"run", "--config", Write("[plan]\nmax-tokens = 3\n")}), CLI::ConfigError);
+  EXPECT_THROW(Parse({"run", "--config", ::testing::TempDir() + "/no_such_colibri.toml"}),
+               CLI::FileError);
 }
 
 }  // namespace

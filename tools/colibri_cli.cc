@@ -12,6 +12,7 @@
 #include "cli_node.h"
 #include "colibri/core/logging.h"
 #include "colibri/core/units.h"
+#include "colibri/flags/config_file.h"
 #include "colibri/model/container.h"
 #include "colibri/tokenizer/tokenizer.h"
 #include "compute_node.h"
@@ -245,7 +246,19 @@ int main(int argc, char** argv) {
   verify->add_option("--model", model_dir, "Model directory")->required();
   auto* inspect = app.add_subcommand("inspect", "Print a model's manifest summary as JSON");
   inspect->add_option("--model", model_dir, "Model directory")->required();
-  CLI11_PARSE(app, argc, argv);
+  std::string config_file;  // read by ExpandSubcommandConfig before parsing; here for --help
+  app.add_option("--config", config_file,
+                 "Read the subcommand's flags from this TOML file: top-level names for every "
+                 "subcommand with that flag, [name] sections for one; the command line wins");
+  std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    args = colibri::flags::ExpandSubcommandConfig(app, std::move(args));
+  } catch (const CLI::Error& e) {
+    return app.exit(e);
+  }
+  std::vector<const char*> expanded{argv[0]};
+  for (const std::string& a : args) expanded.push_back(a.c_str());
+  CLI11_PARSE(app, static_cast<int>(expanded.size()), expanded.data());
 
   if (run->parsed()) {
     if (prompt_tokens.empty() && prompt_text.empty()) {

@@ -1,6 +1,7 @@
 """colibri-cli bench on the micro model: the markdown table and the JSON carry every test in
 both modes with plausible numbers (cold runs read experts from disk, warm runs with a cache
-holding the whole model read nothing and hit every lookup); bad arguments are refused."""
+holding the whole model read nothing and hit every lookup); bad arguments are refused. And
+colibri-cli --config: a TOML file of the subcommand's flags, the command line winning."""
 import json
 import os
 import sys
@@ -59,6 +60,27 @@ class CliBenchTest(unittest.TestCase):
             p = self.bench(*args, check=False)
             self.assertEqual(p.returncode, 2, p.stderr)
             self.assertIn(what, p.stderr)
+
+    def test_config_file_gives_the_subcommands_flags(self):
+        cfg = os.path.join(self.dir, 'cli.toml')
+        with open(cfg, 'w') as f:
+            f.write(f'model = "{self.model}"\nthreads = 2\n[run]\nmax-tokens = 2\ntemperature = 0\n')
+        cli = testlib.binary('colibri-cli')
+
+        def run(*args):
+            return json.loads(testlib.run([cli, 'run', '--config', cfg, '--prompt-tokens', '1,2,3', *args]).stdout)
+        self.assertEqual(len(run()), 2)
+        four = run('--max-tokens', '4')  # the command line wins
+        self.assertEqual(len(four), 4)
+        self.assertEqual(run()[:2], four[:2])  # greedy from the file's temperature
+        # The file's top-level model reaches another subcommand; [run] stays with run.
+        inspect = json.loads(testlib.run([cli, 'inspect', '--config', cfg]).stdout)
+        self.assertEqual(inspect['name'], 'demo')
+        with open(cfg, 'a') as f:
+            f.write('max-token = 3\n')
+        p = testlib.run([cli, 'run', '--config', cfg, '--prompt-tokens', '1'], check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("'max-token' is not a flag of 'run'", p.stderr)
 
 
 if __name__ == '__main__':
