@@ -25,6 +25,13 @@ using Clock = std::chrono::steady_clock;
 namespace {
 // How long a measured store rate is trusted.
 constexpr int64_t kRateMemoryNs = 3'000'000'000;
+
+// Errors another holder may not have: the store died or its stream broke, a corrupt copy, a
+// block it no longer holds.
+bool Retryable(absl::StatusCode code) {
+  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDataLoss ||
+         code == absl::StatusCode::kNotFound;
+}
 }  // namespace
 
 // One fetch across stores: which stores it tried, where it runs now, and whom to tell.
@@ -300,7 +307,7 @@ MultiStoreSource::PlanParts(const std::shared_ptr<Request>& req, const std::vect
   std::vector<Store*> holders;
   std::vector<HolderLoad> loads;
   for (Store* s : stores) {
-    if (!s->up.load() || !s->source->Holds(req->id)) continue;
+    if (!s->up.load() || !s->source->Holds(req->id) || !s->source->serves_parts()) continue;
     auto extra = planned.find(s);
     holders.push_back(s);
     loads.push_back({static_cast<double>(s->source->Stats().outstanding_bytes +
@@ -313,25 +320,18 @@ MultiStoreSource::PlanParts(const std::shared_ptr<Request>& req, const std::vect
   size_t used = 0;
   for (uint64_t s : shares) used += s > 0 ? 1 : 0;
   if (used < 2) return std::nullopt;
-  auto bytes = BufferPool::Default().Get(want.padded_size);
-  if (!bytes.ok()) return std::nullopt;  // the whole-block path reports it
-  auto block = std::make_shared<expert_source::Block>();
-  block->id = req->id;
-  block->size = want.size;
-  block->external = bytes->get();
-  block->external_owner = std::move(*bytes);
-  // The padding past `size` is never sent: keep it zero like a block read from disk.
-  std::memset(const_cast<uint8_t*>(block->external) + want.size, 0, want.padded_size - want.size);
+  auto block = RemoteStoreSource::NewBlockBuffer(req->id, want);
+  if (!block.ok()) return std::nullopt;  // the whole-block path reports it
   std::vector<std::pair<Store*, RemoteStoreSource::Part>> parts;
   uint64_t at = 0;
   for (size_t i = 0; i < holders.size(); ++i) {
     if (shares[i] == 0) continue;
-    parts.push_back({holders[i], RemoteStoreSource::Part{at, at + shares[i], block}});
+    parts.push_back({holders[i], RemoteStoreSource::Part{at, at + shares[i], *block}});
     at += shares[i];
   }
   std::lock_guard<std::mutex> lock(req->mu);
   req->split = std::make_unique<Request::Split>();
-  req->split->block = std::move(block);
+  req->split->block = std::move(*block);
   req->split->remaining = parts.size();
   return parts;
 }
@@ -350,10 +350,6 @@ RemoteStoreSource::Callback MultiStoreSource::OnPart(const std::shared_ptr<Reque
     std::shared_ptr<expert_source::Block> assembled;
     absl::Status error;
     bool retry = false;
-    auto retryable = [](absl::StatusCode code) {
-      return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDataLoss ||
-             code == absl::StatusCode::kNotFound;
-    };
     {
       std::lock_guard<std::mutex> lock(req->mu);
       Request::Split* split = req->split.get();
@@ -365,8 +361,8 @@ RemoteStoreSource::Callback MultiStoreSource::OnPart(const std::shared_ptr<Reque
         split->failed = true;
         abandon = split->handles;
         req->last_error = r.status();
-        if (retryable(r.status().code())) req->tried.push_back(store);
-        retry = !req->abandoned && Clock::now() < req->deadline && retryable(r.status().code());
+        if (Retryable(r.status().code())) req->tried.push_back(store);
+        retry = !req->abandoned && Clock::now() < req->deadline && Retryable(r.status().code());
         if (!retry) {
           req->finished = true;
           error = r.status();
@@ -430,9 +426,7 @@ RemoteStoreSource::Callback MultiStoreSource::OnAnswer(const std::shared_ptr<Req
     bool retry;
     {
       std::lock_guard<std::mutex> lock(req->mu);
-      retry = !req->abandoned && Clock::now() < req->deadline &&
-              (code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDataLoss ||
-               code == absl::StatusCode::kNotFound);
+      retry = !req->abandoned && Clock::now() < req->deadline && Retryable(code);
       req->last_error = r.status();
       if (!retry) req->finished = true;
     }
@@ -451,6 +445,7 @@ bool MultiStoreSource::Assign(const std::shared_ptr<Request>& req, Store* best) 
     if (best) {
       req->tried.push_back(best);
       req->current = best;
+      req->handle = 0;  // the old store's id until the new fetch starts
       if (req->tried.size() > 1) failovers_++;
       return true;
     }
@@ -531,7 +526,14 @@ void MultiStoreSource::StartBatch(const std::vector<std::shared_ptr<Request>>& r
     planned[best] += manifest_->Expert(req->id).size;
     by_store[best].push_back({req, {}});
   }
-  for (auto& [store, batch] : by_store) {
+  for (auto& [store, all] : by_store) {
+    // Parts of a block whose split already failed (an earlier store's part) are not sent.
+    std::vector<Send> batch;
+    for (Send& s : all) {
+      std::lock_guard<std::mutex> lock(s.req->mu);
+      if (!s.part.into || !s.req->split->failed) batch.push_back(std::move(s));
+    }
+    if (batch.empty()) continue;
     std::vector<ExpertId> ids;
     std::vector<RemoteStoreSource::Callback> dones;
     std::vector<RemoteStoreSource::Part> parts;
@@ -548,14 +550,18 @@ void MultiStoreSource::StartBatch(const std::vector<std::shared_ptr<Request>>& r
                                     any_part ? std::span<const RemoteStoreSource::Part>(parts)
                                              : std::span<const RemoteStoreSource::Part>());
     if (handles.ok()) {
+      std::vector<uint64_t> late;  // parts of splits that failed while this batch started
       for (size_t k = 0; k < batch.size(); ++k) {
         std::lock_guard<std::mutex> lock(batch[k].req->mu);
-        if (batch[k].part.into) {
-          batch[k].req->split->handles.push_back({store, (*handles)[k]});
-        } else {
+        if (!batch[k].part.into) {
           batch[k].req->handle = (*handles)[k];
+        } else if (batch[k].req->split->failed) {
+          late.push_back((*handles)[k]);
+        } else {
+          batch[k].req->split->handles.push_back({store, (*handles)[k]});
         }
       }
+      for (uint64_t h : late) store->source->Abandon(h);
       continue;
     }
     // Could not even start there (stream cannot open): each tries the next holder (a part:

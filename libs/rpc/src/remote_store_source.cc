@@ -69,6 +69,7 @@ absl::Status RemoteStoreSource::Probe(std::chrono::milliseconds timeout) {
     std::lock_guard<std::mutex> lock(mu_);
     probed_ = true;
     full_copy_ = m.full_copy();
+    serves_parts_ = m.serves_parts();
     held_ = m.held();
     return absl::OkStatus();
   }
@@ -90,6 +91,24 @@ bool RemoteStoreSource::Holds(ExpertId id) const {
 bool RemoteStoreSource::full_copy() const {
   std::lock_guard<std::mutex> lock(mu_);
   return probed_ && full_copy_;
+}
+
+bool RemoteStoreSource::serves_parts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return probed_ && serves_parts_;
+}
+
+absl::StatusOr<std::shared_ptr<Block>> RemoteStoreSource::NewBlockBuffer(
+    ExpertId id, const model::ExpertBlock& want) {
+  ASSIGN_OR_RETURN(auto bytes, BufferPool::Default().Get(want.padded_size));  // pages mapped
+  auto block = std::make_shared<Block>();
+  block->id = id;
+  block->size = want.size;
+  block->external = bytes.get();
+  block->external_owner = std::move(bytes);
+  // The padding past `size` is never sent: keep it zero like a block read from disk.
+  std::memset(const_cast<uint8_t*>(block->external) + want.size, 0, want.padded_size - want.size);
+  return block;
 }
 
 RemoteStoreSource::~RemoteStoreSource() {
@@ -484,19 +503,12 @@ void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp,
     return;
   }
   if (!p.block) {
-    auto block = std::make_shared<Block>();
-    block->id = p.id;
-    block->size = want.size;
-    auto bytes = BufferPool::Default().Get(want.padded_size);  // pages already mapped
-    if (!bytes.ok()) {
-      FinishLocked(rid, bytes.status(), out);
+    auto block = NewBlockBuffer(p.id, want);
+    if (!block.ok()) {
+      FinishLocked(rid, block.status(), out);
       return;
     }
-    block->external = bytes->get();
-    block->external_owner = std::move(*bytes);
-    // The padding past `size` is never sent: keep it zero like a block read from disk.
-    std::memset(const_cast<uint8_t*>(block->external) + want.size, 0, want.padded_size - want.size);
-    p.block = std::move(block);
+    p.block = std::move(*block);
   }
   if (chunk.offset() != p.received || chunk.data().size() > p.end - p.received) {
     FinishLocked(rid,

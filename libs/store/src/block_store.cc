@@ -441,6 +441,24 @@ BlockStore::ReadHandle BlockStore::ReadShared(const StoredModel& model, const Bl
   return read;
 }
 
+std::pair<uint64_t, uint64_t> BlockStore::PartWindow(const BlockRecord& block, uint64_t begin,
+                                                     uint64_t end) {
+  // Whole stripe units (they carry checksums), or the pages of the range.
+  constexpr uint64_t kPage = model::kExpertBlockAlignment;
+  uint64_t window_begin = std::numeric_limits<uint64_t>::max(), window_end = 0, at = 0;
+  for (const Extent& e : block.extents) {
+    const uint64_t from = std::max(at, begin), to = std::min(at + e.length, end);
+    if (from < to) {
+      window_begin =
+          std::min(window_begin, e.has_checksum ? at : std::max(at, from / kPage * kPage));
+      window_end = std::max(
+          window_end, e.has_checksum ? at + e.length : std::min(at + e.length, AlignUp(to, kPage)));
+    }
+    at += e.length;
+  }
+  return {window_begin, window_end};
+}
+
 BlockStore::ReadHandle BlockStore::ReadRange(const StoredModel& model, const BlockRecord& block,
                                              uint64_t begin, uint64_t end, Priority priority,
                                              SharedDone done) {
@@ -451,20 +469,7 @@ BlockStore::ReadHandle BlockStore::ReadRange(const StoredModel& model, const Blo
       return nullptr;
     }
   }
-  // The window read: whole stripe units (they carry checksums), or the pages of the range.
-  constexpr uint64_t kPage = 4096;
-  uint64_t window_begin = std::numeric_limits<uint64_t>::max(), window_end = 0, at = 0;
-  for (const Extent& e : block.extents) {
-    const uint64_t from = std::max(at, begin), to = std::min(at + e.length, end);
-    if (from < to) {
-      window_begin =
-          std::min(window_begin, e.has_checksum ? at : std::max(at, from / kPage * kPage));
-      window_end = std::max(
-          window_end, e.has_checksum ? at + e.length
-                                     : std::min(at + e.length, (to + kPage - 1) / kPage * kPage));
-    }
-    at += e.length;
-  }
+  const auto [window_begin, window_end] = PartWindow(block, begin, end);
   if (window_end <= window_begin) {
     done(absl::InternalError(absl::StrCat(ExpertName(model, block), ": no stripe covers bytes [",
                                           begin, ", ", end, ")")));

@@ -215,7 +215,7 @@ void FetchScheduler::AcceptLocked(const FetchBlock& b) {
   }
   r.target = *target;
   const uint64_t size = r.target.block->size;
-  if (b.range_end != 0) {
+  if (b.range_end != 0 || b.range_begin != 0) {
     if (b.range_begin >= b.range_end || b.range_end > size) {
       PushErrorLocked(r.id, absl::InvalidArgumentError(absl::StrCat(
                                 "range [", b.range_begin, ", ", b.range_end, ") of ",
@@ -229,9 +229,13 @@ void FetchScheduler::AcceptLocked(const FetchBlock& b) {
     }
     r.target.begin = b.range_begin;
     r.target.end = b.range_end;
+    const auto [first, second] =
+        BlockStore::PartWindow(*r.target.block, r.target.begin, r.target.end);
+    r.target.held = std::max(r.target.bytes(), second > first ? second - first : 0);
   } else {
     r.target.begin = 0;
     r.target.end = size;
+    r.target.held = size;
   }
   r.demand = b.priority != Priority::kPrefetch;
   r.timeout_ms = b.timeout_ms;
@@ -278,7 +282,7 @@ void FetchScheduler::CancelLocked(uint64_t id) {
   for (auto* q : {&prefetch_out_, &demand_out_}) {
     for (auto it = q->begin(); it != q->end(); ++it) {
       if (it->answer.request_id != id || !it->block) continue;
-      buffered_bytes_ -= it->end - it->next;
+      buffered_bytes_ -= it->end - it->next + it->extra;
       q->erase(it);
       observer_->Cancelled();
       PushErrorLocked(id, CancelledByClient());
@@ -361,7 +365,7 @@ void FetchScheduler::ScheduleLocked(std::vector<Request>* starts) {
                                 "request id ", r.id, " is already being read on this stream")));
       continue;
     }
-    if (r.shm_dst == nullptr) chunk_bytes_in_flight_ += r.target.bytes();
+    if (r.shm_dst == nullptr) chunk_bytes_in_flight_ += r.target.held;
     r.seq = next_seq_++;
     in_flight_[r.id] = InFlight{false, r.demand, r.seq, nullptr};
     tasks_++;
@@ -411,7 +415,7 @@ void FetchScheduler::OnReadComplete(const Request& r, absl::Status status, Share
     std::lock_guard<std::mutex> lock(mu_);
     const BlockRecord& rec = *r.target.block;
     tasks_--;
-    if (r.shm_dst == nullptr) chunk_bytes_in_flight_ -= r.target.bytes();
+    if (r.shm_dst == nullptr) chunk_bytes_in_flight_ -= r.target.held;
     InFlight f = in_flight_[r.id];
     in_flight_.erase(r.id);
     const auto now = now_();
@@ -447,7 +451,8 @@ void FetchScheduler::OnReadComplete(const Request& r, absl::Status status, Share
           o.record = &rec;
           o.next = r.target.begin;
           o.end = r.target.end;
-          buffered_bytes_ += r.target.bytes();
+          o.extra = r.target.held - r.target.bytes();
+          buffered_bytes_ += r.target.held;
           (f.demand ? demand_out_ : prefetch_out_).push_back(std::move(o));
         }
       }
@@ -485,7 +490,10 @@ void FetchScheduler::WriteNextLocked() {
     o.next += n;
     buffered_bytes_ -= n;
     a.last = o.next >= o.end;
-    if (a.last) q->pop_front();
+    if (a.last) {
+      buffered_bytes_ -= o.extra;
+      q->pop_front();
+    }
   } else {
     a = std::move(o.answer);
     q->pop_front();

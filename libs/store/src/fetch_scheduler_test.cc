@@ -31,6 +31,7 @@ class HeldReads : public FetchReads {
       r.size = block_size;
       r.padded_size = (block_size + 4095) / 4096 * 4096;
       r.checksum = 1000 + static_cast<uint64_t>(e);
+      r.extents.push_back(Extent{0, 0, r.padded_size, 0, false});  // a plain model directory's
       records_.push_back(r);
     }
   }
@@ -305,6 +306,34 @@ TEST_F(FetchSchedulerTest, APartIsReadAndSentAloneWithBlockOffsets) {
   EXPECT_EQ(CodeOf(3), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(CodeOf(4), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(reads_->started(), 1u);
+}
+
+TEST_F(FetchSchedulerTest, APartIsChargedThePagesItsReadHolds) {
+  // One-byte parts each hold a 4 KiB page until written: with 8 KiB of buffer, two reads start
+  // and the third waits for the network (charged one byte each, all three would start).
+  FetchLimits limits = Limits(4);
+  limits.max_buffered_bytes = 8192;
+  Make(limits);
+  for (uint64_t id = 1; id <= 3; ++id) {
+    FetchBlock b = Req(id, static_cast<int32_t>(id), true);
+    b.range_begin = 5000;
+    b.range_end = 5001;
+    sched_->Submit(b);
+  }
+  EXPECT_EQ(reads_->started(), 2u);
+  reads_->Complete(0);
+  reads_->Complete(1);
+  Drain();  // the answers are written: their pages are free again
+  EXPECT_EQ(reads_->started(), 3u);
+  reads_->Complete(2);
+  Drain();
+  EXPECT_EQ(Finals(), (std::vector<uint64_t>{1, 2, 3}));
+  // A part that names a start without an end is not the whole block.
+  FetchBlock no_end = Req(9, 1, true);
+  no_end.range_begin = 100;
+  sched_->Submit(no_end);
+  Drain();
+  EXPECT_EQ(CodeOf(9), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(FetchSchedulerTest, QueueCapRejectsWithResourceExhausted) {

@@ -315,6 +315,7 @@ grpc::ServerUnaryReactor* ExpertStoreService::ListModels(grpc::CallbackServerCon
     h->set_n_experts(static_cast<uint32_t>(m->n_experts()));
     h->set_total_expert_bytes(m->total_expert_bytes());
     h->set_full_copy(m->full_copy());
+    h->set_serves_parts(true);
     if (!m->full_copy()) {
       const size_t n = static_cast<size_t>(m->n_layers()) * static_cast<size_t>(m->n_experts());
       std::string held((n + 7) / 8, '\0');

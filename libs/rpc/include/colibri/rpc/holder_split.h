@@ -4,8 +4,8 @@
 // and then delivers `rate` bytes/s. Water-filling: every holder used finishes at the same
 // time T, holder i taking rate_i * T - queued_i bytes (a holder busy past T takes none). A
 // part smaller than `min_part` is not worth its request: the holder with the smallest share
-// drops out until every part is at least that big, so a small block goes whole to the
-// holder that would deliver it first. Cuts fall on multiples of `align` (parts stay page
+// drops out until every part is at least that big (a small block ends with one holder: the
+// caller then picks the holder for the whole block). Cuts fall on multiples of `align` (parts stay page
 // aligned for the store's reads).
 #pragma once
 

@@ -101,6 +101,11 @@ class RemoteStoreSource final : public expert_source::ExpertSource {
   // What the last successful Probe (or Connect) said; false before any.
   bool Holds(expert_source::ExpertId id) const;
   bool full_copy() const;
+  // The store serves parts of blocks (StartFetches with parts); false for an older store.
+  bool serves_parts() const;
+  // A buffer for the block of `id`: its padded size from the buffer pool, the padding zeroed.
+  static absl::StatusOr<std::shared_ptr<expert_source::Block>> NewBlockBuffer(
+      expert_source::ExpertId id, const model::ExpertBlock& want);
   const std::string& target() const { return options_.target; }
 
   // Starts a fetch; `done` runs exactly once, on the reader thread (or on the thread calling
@@ -208,6 +213,7 @@ class RemoteStoreSource final : public expert_source::ExpertSource {
   // Holdings from ListModels.
   bool probed_ = false;
   bool full_copy_ = false;
+  bool serves_parts_ = false;
   std::string held_;  // bitmap, when !full_copy_
 };
 

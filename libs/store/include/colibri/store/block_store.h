@@ -128,6 +128,10 @@ class BlockStore {
   // part reads are not cached nor coalesced. `done` as for ReadInto.
   ReadHandle ReadRange(const StoredModel& model, const BlockRecord& block, uint64_t begin,
                        uint64_t end, Priority priority, SharedDone done);
+  // The block bytes [first, second) a ReadRange of [begin, end) reads when the read cache does
+  // not hold the block (first >= second: no extent covers the range).
+  static std::pair<uint64_t, uint64_t> PartWindow(const BlockRecord& block, uint64_t begin,
+                                                  uint64_t end);
 
   // Advisory. Cancels the parts of the read still queued at the disks (they never reach the
   // device); `done` then gets Cancelled once the parts already submitted have landed. A shared

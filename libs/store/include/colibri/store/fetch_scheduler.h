@@ -103,6 +103,9 @@ struct FetchTarget {
   // The bytes asked for: [begin, end) of the block (set by the scheduler; end 0 until then).
   uint64_t begin = 0;
   uint64_t end = 0;
+  // What the read holds until its chunks are written: the block, or a part's whole window
+  // (the stripe units or pages covering it), which the buffer caps count.
+  uint64_t held = 0;
   bool whole() const { return begin == 0 && end == block->size; }
   uint64_t bytes() const { return end - begin; }
 };
@@ -235,8 +238,9 @@ class FetchScheduler {
   struct Out {
     SharedBlock block;
     const BlockRecord* record = nullptr;
-    uint64_t next = 0;  // block offset of the next chunk
-    uint64_t end = 0;   // of the bytes asked for
+    uint64_t next = 0;   // block offset of the next chunk
+    uint64_t end = 0;    // of the bytes asked for
+    uint64_t extra = 0;  // bytes held past those asked for (a part's window), freed at the end
     FetchAnswer answer;
   };
   struct InFlight {
