@@ -536,19 +536,14 @@ void MultiStoreSource::StartBatch(const std::vector<std::shared_ptr<Request>>& r
     if (batch.empty()) continue;
     std::vector<ExpertId> ids;
     std::vector<RemoteStoreSource::Callback> dones;
-    std::vector<RemoteStoreSource::Part> parts;
-    bool any_part = false;
+    std::vector<RemoteStoreSource::Part> parts;  // a whole block's has no `into`
     for (const Send& s : batch) {
       ids.push_back(s.req->id);
       parts.push_back(s.part);
-      any_part |= s.part.into != nullptr;
       dones.push_back(s.part.into ? OnPart(s.req, store, s.part.end - s.part.begin)
                                   : OnAnswer(s.req, store));
     }
-    auto handles =
-        store->source->StartFetches(ids, priority, deadline, std::move(dones),
-                                    any_part ? std::span<const RemoteStoreSource::Part>(parts)
-                                             : std::span<const RemoteStoreSource::Part>());
+    auto handles = store->source->StartFetches(ids, priority, deadline, std::move(dones), parts);
     if (handles.ok()) {
       std::vector<uint64_t> late;  // parts of splits that failed while this batch started
       for (size_t k = 0; k < batch.size(); ++k) {

@@ -443,6 +443,11 @@ void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp,
   }
   const std::string where = absl::StrCat(ExpertLabel(p.id), " from ", options_.target);
   const model::ExpertBlock& want = manifest_->Expert(p.id);
+  auto wrong_size = [&](uint64_t store_size) {
+    return absl::FailedPreconditionError(absl::StrCat(where, ": store block has ", store_size,
+                                                      " bytes, the local manifest says ", want.size,
+                                                      " (different model versions?)"));
+  };
   if (resp.has_error()) {
     free_slot();
     FinishLocked(rid, FromCode(resp.error().code(), resp.error().message()), out);
@@ -460,12 +465,7 @@ void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp,
     }
     if (d.block_size() != want.size) {
       free_slot();
-      FinishLocked(
-          rid,
-          absl::FailedPreconditionError(absl::StrCat(where, ": store block has ", d.block_size(),
-                                                     " bytes, the local manifest says ", want.size,
-                                                     " (different model versions?)")),
-          out);
+      FinishLocked(rid, wrong_size(d.block_size()), out);
       return;
     }
     const uint8_t* bytes = p.arena->region().data() + p.shm_offset;
@@ -494,12 +494,7 @@ void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp,
   const v1::BlockChunk& chunk = resp.chunk();
   free_slot();  // a store that ignores shm_offset answers with chunks and never writes the slot
   if (chunk.block_size() != want.size) {
-    FinishLocked(
-        rid,
-        absl::FailedPreconditionError(absl::StrCat(where, ": store block has ", chunk.block_size(),
-                                                   " bytes, the local manifest says ", want.size,
-                                                   " (different model versions?)")),
-        out);
+    FinishLocked(rid, wrong_size(chunk.block_size()), out);
     return;
   }
   if (!p.block) {
