@@ -351,11 +351,16 @@ TEST(Flags, NoSharedFlagDefaultsDifferently) {
 // --config FILE: the same Config as the flags it holds; the command line wins over it.
 class ConfigFile : public ::testing::Test {
  protected:
+  // A file of its own per test and call: CTest runs the tests of this binary in parallel
+  // processes, which must not overwrite each other's files.
   std::string Write(const std::string& text) {
-    const std::string path = ::testing::TempDir() + "/colibri_config_test.toml";
+    const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
+    const std::string path = ::testing::TempDir() + "/colibri_config_" + test->test_suite_name() +
+                             "_" + test->name() + "_" + std::to_string(files_++) + ".toml";
     std::ofstream(path) << text;
     return path;
   }
+  int files_ = 0;
 };
 
 TEST_F(ConfigFile, GivesTheConfigOfItsFlags) {
