@@ -10,7 +10,7 @@
 // Usage: decode_bench [--layers 16] [--hidden 2048] [--ffn 5632] [--experts 8] [--top-k 2]
 //                     [--heads 16] [--kv-heads 4] [--quant q4_k] [--dense-quant q4_k]
 //                     [--mode resident] [--threads N] [--tokens 32] [--prompt 512] [--dir /tmp/x]
-//                     [--reuse] [--keep] [--json]
+//                     [--prefetch-layers 1] [--fixed-threads] [--reuse] [--keep] [--json]
 // Weights are random but valid GGML blocks, written straight into a colibri container.
 // bench/shape_bench.py runs it over the model shapes and prints the tables.
 #include <algorithm>
@@ -60,8 +60,8 @@ int main(int argc, char** argv) {
   colibri::InitLogging("warn");
   int64_t layers = 16, hidden = 2048, ffn = 5632, vocab = 32000, experts = 8, top_k = 2, heads = 16,
           kv_heads = 4;
-  int threads = 0, tokens = 32, prompt = 512, warmup = 8, io_threads = 4;
-  bool reuse = false, keep = false, json = false;
+  int threads = 0, tokens = 32, prompt = 512, warmup = 8, io_threads = 4, prefetch_layers = 1;
+  bool reuse = false, keep = false, json = false, fixed_threads = false;
   std::string quant = "q4_k", dense_quant, mode = "resident";
   std::string dir = (fs::temp_directory_path() / "colibri-decode-bench").string();
   CLI::App app{"decode_bench: CPU decode speed vs the memory-bandwidth and disk limits"};
@@ -78,7 +78,9 @@ int main(int argc, char** argv) {
                  "embedding, attention and output (default: --quant)");
   app.add_option("--mode", mode)->check(CLI::IsMember({"resident", "cold", "quarter"}));
   app.add_option("--threads", threads);
+  app.add_flag("--fixed-threads", fixed_threads, "every op on all threads (no thread choice)");
   app.add_option("--io-threads", io_threads, "cache reader threads (cold, quarter)");
+  app.add_option("--prefetch-layers", prefetch_layers, "lookahead depth (0: off)");
   app.add_option("--tokens", tokens);
   app.add_option("--prompt", prompt);
   app.add_option("--warmup", warmup, "quarter: decoded tokens before measuring");
@@ -141,9 +143,11 @@ int main(int argc, char** argv) {
   colibri::compute::ComputeNodeOptions opt;
   opt.model_dir = dir;
   opt.threads = threads;
+  opt.fixed_threads = fixed_threads;
   opt.tune_profile = "none";
   opt.cache.routing_heat = "none";  // no heat learned by an earlier run
   opt.cache.io_threads = io_threads;
+  opt.cache.prefetch_layers = prefetch_layers;
   opt.kv_cache_limit = 0;
   // A cache of the whole model, or of a quarter of its expert bytes.
   opt.expert_cache_bytes = static_cast<uint64_t>(
@@ -162,12 +166,13 @@ int main(int argc, char** argv) {
   uint64_t fetched_at_first = 0, fetched_at_warmup = 0;
   // Parallel regions (each a synchronisation of the worker threads) of the decode steps.
   const auto* host = dynamic_cast<const colibri::backend::HostOps*>(&(*node)->backend());
-  uint64_t regions_at_first = 0;
+  uint64_t regions_at_first = 0, single_at_first = 0;
   auto on_token = [&](const colibri::engine::SampledToken&) {
     arrivals.push_back(Now());
     if (arrivals.size() == 1) {
       fetched_at_first = (*node)->cache_stats().bytes_fetched;
       regions_at_first = host ? host->parallel_regions() : 0;
+      single_at_first = host ? host->single_threaded_calls() : 0;
     }
     if (static_cast<int>(arrivals.size()) == warmup + 1)
       fetched_at_warmup = (*node)->cache_stats().bytes_fetched;
@@ -184,9 +189,14 @@ int main(int argc, char** argv) {
   auto r = (*node)->engine().Generate(req, on_token);
   if (!r.ok()) return Fail(std::string(r.status().message()));
   const auto stats = (*node)->cache_stats();
+  const double decoded_layers =
+      static_cast<double>((static_cast<int64_t>(arrivals.size()) - 1) * layers);
   const double regions_per_layer =
-      host ? static_cast<double>(host->parallel_regions() - regions_at_first) /
-                 static_cast<double>((static_cast<int64_t>(arrivals.size()) - 1) * layers)
+      host ? static_cast<double>(host->parallel_regions() - regions_at_first) / decoded_layers
+           : 0.0;
+  // Calls that could have been parallel but ran on one thread, measured faster there.
+  const double single_per_layer =
+      host ? static_cast<double>(host->single_threaded_calls() - single_at_first) / decoded_layers
            : 0.0;
   // The limit uses the better of two bandwidth readings taken around the run (a shared machine's
   // bandwidth drifts): the ratio errs low, never high.
@@ -214,7 +224,9 @@ int main(int argc, char** argv) {
                              {"limit_tok_s", limit},
                              {"prefill_tokens", n_prompt},
                              {"prefill_tok_s", prefill_tps},
+                             {"fixed_threads", fixed_threads},
                              {"regions_per_layer", regions_per_layer},
+                             {"single_threaded_per_layer", single_per_layer},
                              {"hits", stats.hits - stats_before.hits},
                              {"misses", stats.misses - stats_before.misses}};
   if (mode == "cold") {
@@ -255,6 +267,8 @@ int main(int argc, char** argv) {
                 100.0 * median_tps / limit);
     std::printf("| prefill (%d-token prompt) | %.1f tok/s |\n", n_prompt, prefill_tps);
     std::printf("| parallel regions per layer and decoded token | %.1f |\n", regions_per_layer);
+    std::printf("| ops on one thread (measured faster) per layer and token | %.1f |\n",
+                single_per_layer);
     if (mode == "quarter") {
       std::printf("| disk bandwidth (blocks, O_DIRECT) | %.2f GB/s |\n", disk_bw / 1e9);
       std::printf("| expert bytes read per token | %.1f MB |\n",

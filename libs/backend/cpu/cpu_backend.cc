@@ -1,6 +1,7 @@
 #include "colibri/backend/cpu_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -15,6 +16,7 @@
 #include "colibri/core/thread_pool.h"
 #include "colibri/quant/quantize.h"
 #include "colibri/quant/vec_dot.h"
+#include "thread_choice.h"
 
 namespace colibri::backend {
 namespace {
@@ -89,7 +91,8 @@ class PassedFence final : public Fence {
 
 class CpuBackend final : public Backend, public HostOps {
  public:
-  explicit CpuBackend(int threads) : pool_(threads) {}
+  CpuBackend(int threads, bool fixed_threads)
+      : pool_(threads), fixed_threads_(fixed_threads || pool_.size() == 1) {}
 
   std::string_view name() const override { return "cpu"; }
 
@@ -204,7 +207,9 @@ class CpuBackend final : public Backend, public HostOps {
     const int64_t chunk = (group + split - 1) / split;
     const int64_t chunks = (group + chunk - 1) / chunk;
     const internal::ScoreKeysFn score_keys = internal::ScoreKeysKernel();
-    Parallel(groups * chunks, 1, [&](int64_t b, int64_t e) {
+    // The bytes of keys and values read (the first row's keys, for every row: a lower bound).
+    const int64_t kv_bytes = a.n * (a.positions[0] + 1) * kv_dim * 2 * int64_t{sizeof(float)};
+    Parallel(kv_bytes, groups * chunks, 1, [&](int64_t b, int64_t e) {
       std::vector<float> acc_buf(static_cast<size_t>(chunk * a.head_dim));
       std::vector<float> scores_buf(static_cast<size_t>(chunk * kKeyBlock));
       std::vector<float> ml_buf(static_cast<size_t>(2 * chunk));
@@ -307,11 +312,44 @@ class CpuBackend final : public Backend, public HostOps {
 
   void ApplyExperts(const GroupedExpertsArgs& a) override;
   uint64_t parallel_regions() const override { return regions_; }
+  uint64_t single_threaded_calls() const override { return single_threaded_; }
+  uint64_t small_ops_single_passes() const override { return choice_.arm1_passes(); }
+
+  void BeginPass(int64_t rows) override {
+    if (pass_depth_++ > 0 || fixed_threads_) return;
+    pass_key_ = internal::ThreadChoice::Key(0, rows);
+    pass_rows_ = rows;
+    small_single_ = choice_.Pick(pass_key_) == 1;
+    pass_start_ = std::chrono::steady_clock::now();
+  }
+  void EndPass(double excluded_seconds) override {
+    if (--pass_depth_ > 0 || fixed_threads_) return;
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - pass_start_).count();
+    choice_.Record(pass_key_, small_single_ ? 1 : 0, std::max(0.0, seconds - excluded_seconds),
+                   pass_rows_);
+    small_single_ = false;
+  }
 
  private:
-  // pool_.ParallelFor, counting the calls that run on more than one thread.
-  void Parallel(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
-    if (pool_.size() > 1 && n > std::max<int64_t>(1, grain)) regions_++;
+  // An op reading fewer bytes than this is small: in a pass where small ops run on one thread
+  // (thread_choice.h), it runs on the caller alone. 2 MiB is ~100 us on one core: a small-q8
+  // layer's q/k/v and o products and a decode step's attention, not the experts' products.
+  static constexpr int64_t kSmallOpBytes = 2 << 20;
+  // pool_.ParallelFor over `n` tasks, on this thread alone when the op is small (it reads
+  // `bytes`) and this pass runs small ops so, counting the calls that run on several threads.
+  void Parallel(int64_t bytes, int64_t n, int64_t grain,
+                const std::function<void(int64_t, int64_t)>& fn) {
+    if (pool_.size() == 1 || n <= std::max<int64_t>(1, grain)) {
+      pool_.ParallelFor(n, grain, fn);
+      return;
+    }
+    if (small_single_ && bytes < kSmallOpBytes) {
+      single_threaded_++;
+      pool_.ParallelFor(n, grain, fn, /*max_threads=*/1);
+      return;
+    }
+    regions_++;
     pool_.ParallelFor(n, grain, fn);
   }
   // y_i = x · W_iᵀ for `count` weights of one width and activation type: x is quantized once and
@@ -322,8 +360,16 @@ class CpuBackend final : public Backend, public HostOps {
   const uint8_t* QuantizedInput(const GroupedExpertsArgs& a, quant::DType type);
 
   ThreadPool pool_;
+  const bool fixed_threads_;
+  // The pass in progress (BeginPass .. EndPass; nested passes are part of the outer one).
+  internal::ThreadChoice choice_;
+  int pass_depth_ = 0;
+  uint32_t pass_key_ = 0;
+  int64_t pass_rows_ = 0;
+  bool small_single_ = false;
+  std::chrono::steady_clock::time_point pass_start_;
   std::vector<uint8_t> act_scratch_;
-  uint64_t regions_ = 0;
+  uint64_t regions_ = 0, single_threaded_ = 0;
   // ApplyExperts: the layer input in up to two vec-dot types, and the experts' gated FFN
   // activations in their down matrices' vec-dot types.
   struct InputCopy {
@@ -344,20 +390,23 @@ void CpuBackend::MatMulShared(const WeightRef* ws, float* const* ys, size_t coun
     act_scratch_.resize(act_row_bytes * static_cast<size_t>(n));
   }
   uint8_t* act = act_scratch_.data();
-  Parallel(n, 4, [&](int64_t b, int64_t e) {
+  Parallel(n * cols * int64_t{sizeof(float)}, n, 4, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       quant::QuantizeActivations(act_type, x + t * cols,
                                  act + static_cast<size_t>(t) * act_row_bytes, cols);
     }
   });
-  int64_t total = 0;
-  for (size_t k = 0; k < count; ++k) total += ws[k].rows;
+  int64_t total = 0, bytes = 0;
+  for (size_t k = 0; k < count; ++k) {
+    total += ws[k].rows;
+    bytes += ws[k].rows * static_cast<int64_t>(quant::RowBytes(ws[k].dtype, cols));
+  }
   // Each task takes a range of rows (of the weights one after another), in tiles small enough to
   // stay in L2 while every token is dotted with them: decode (n small) streams each weight byte
   // from memory once; prefill reuses the tile across tokens. quant::MatVec runs the kernel set's
   // fastest multi-row kernel (the AVX-512 Q4_K one reorders the activations once per call).
   constexpr int64_t kRowTile = 64;
-  Parallel(total, 8, [&](int64_t g0, int64_t g1) {
+  Parallel(bytes, total, 8, [&](int64_t g0, int64_t g1) {
     float tile_out[kRowTile];
     int64_t offset = 0;
     for (size_t k = 0; k < count; offset += ws[k].rows, ++k) {
@@ -405,7 +454,7 @@ const uint8_t* CpuBackend::QuantizedInput(const GroupedExpertsArgs& a, quant::DT
   if (a.n <= 16) {
     quantize(0, a.n);
   } else {
-    Parallel(a.n, 16, quantize);
+    Parallel(a.n * a.hidden * int64_t{sizeof(float)}, a.n, 16, quantize);
   }
   return dst;
 }
@@ -436,7 +485,14 @@ void CpuBackend::ApplyExperts(const GroupedExpertsArgs& a) {
   // the task quantizes its slice of the activations for down itself.
   constexpr int64_t kFfnTile = 256, kSubTile = 64;
   const int64_t tiles = (F + kFfnTile - 1) / kFfnTile;
-  Parallel(G * tiles, 1, [&](int64_t t0, int64_t t1) {
+  int64_t gate_up_bytes = 0, down_bytes = 0;  // of the experts with rows
+  for (const GroupedExpert& x : a.experts) {
+    if (x.m == 0) continue;
+    gate_up_bytes +=
+        static_cast<int64_t>(quant::RowBytes(x.gate.dtype, H) + quant::RowBytes(x.up.dtype, H)) * F;
+    down_bytes += static_cast<int64_t>(quant::RowBytes(x.down.dtype, F)) * H;
+  }
+  Parallel(gate_up_bytes, G * tiles, 1, [&](int64_t t0, int64_t t1) {
     thread_local std::vector<float> g, u;
     for (int64_t task = t0; task < t1; ++task) {
       const GroupedExpert& x = a.experts[static_cast<size_t>(task / tiles)];
@@ -491,7 +547,7 @@ void CpuBackend::ApplyExperts(const GroupedExpertsArgs& a) {
   // Down: a task is a tile of hidden rows for every expert in order, so each output element
   // takes its experts' contributions in the order the op-by-op path adds them.
   constexpr int64_t kHiddenTile = 64;
-  Parallel((H + kHiddenTile - 1) / kHiddenTile, 1, [&](int64_t t0, int64_t t1) {
+  Parallel(down_bytes, (H + kHiddenTile - 1) / kHiddenTile, 1, [&](int64_t t0, int64_t t1) {
     float tile[kHiddenTile];
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t h0 = task * kHiddenTile, hl = std::min(H, h0 + kHiddenTile) - h0;
@@ -521,7 +577,7 @@ void CpuBackend::ApplyExperts(const GroupedExpertsArgs& a) {
 
 std::unique_ptr<Backend> CreateCpuBackend(const CpuBackendOptions& options) {
   int threads = options.threads > 0 ? options.threads : UsableCoreCount();
-  return std::make_unique<CpuBackend>(threads);
+  return std::make_unique<CpuBackend>(threads, options.fixed_threads);
 }
 
 }  // namespace colibri::backend

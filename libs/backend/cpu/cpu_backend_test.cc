@@ -67,7 +67,9 @@ std::vector<double> ActivationErrorBound(DType weight_type, const float* x, int6
 
 class CpuBackendTest : public ::testing::TestWithParam<int> {
  protected:
-  void SetUp() override { be_ = CreateCpuBackend({.threads = GetParam()}); }
+  // Fixed threads: the region counts below are of every op on every thread (the adaptive
+  // choice is tested on its own, AdaptiveThreadsGiveTheBitsOfFixedOnes).
+  void SetUp() override { be_ = CreateCpuBackend({.threads = GetParam(), .fixed_threads = true}); }
   std::unique_ptr<Backend> be_;
 };
 
@@ -702,6 +704,71 @@ TEST_P(CpuBackendTest, MatMulsMatchesMatMulForEachMatrix) {
       }
     }
   }
+}
+
+// The thread choice (cpu/thread_choice.h) runs passes with every op on every thread first,
+// then passes with the small ops on the caller alone, then whichever measured faster: 24 passes
+// cover both, and every result must be the bits of a backend that always uses every thread.
+// A big op (over 2 MiB of weights) runs on every thread in every pass.
+TEST(CpuBackendThreads, AdaptiveThreadsGiveTheBitsOfFixedOnes) {
+  auto adaptive = CreateCpuBackend({.threads = 3});
+  auto fixed = CreateCpuBackend({.threads = 3, .fixed_threads = true});
+  auto* host = dynamic_cast<HostOps*>(adaptive.get());
+  auto* fixed_host = dynamic_cast<HostOps*>(fixed.get());
+  ASSERT_NE(host, nullptr);
+  ASSERT_NE(fixed_host, nullptr);
+  const Weight small = MakeWeight(DType::kQ4_K, 300, 512, 11);
+  const Weight big = MakeWeight(DType::kQ8_0, 2048, 1024, 15);  // 2.2 MB
+  const int64_t heads = 8, kv_heads = 2, head_dim = 64, ctx = 70;
+  const std::vector<float> k = RandomNormal(static_cast<size_t>(ctx * kv_heads * head_dim), 12);
+  const std::vector<float> v = RandomNormal(k.size(), 13);
+  const std::vector<float> q = RandomNormal(static_cast<size_t>(heads * head_dim), 14);
+  const int32_t position = ctx - 1;
+  int small_single_passes = 0;
+  for (int pass = 0; pass < 24; ++pass) {
+    const uint64_t regions = host->parallel_regions(), single = host->single_threaded_calls();
+    host->BeginPass(1);
+    fixed_host->BeginPass(1);
+    for (const Weight* w : {&small, &big}) {
+      const WeightRef ref{w->dtype, w->rows, w->cols, w->bytes.data()};
+      const std::vector<float> x = RandomNormal(static_cast<size_t>(w->cols), 20 + pass);
+      std::vector<float> got(static_cast<size_t>(w->rows)), want(got.size());
+      adaptive->MatMul(ref, x.data(), 1, got.data());
+      fixed->MatMul(ref, x.data(), 1, want.data());
+      ASSERT_EQ(got, want) << "matmul of " << w->rows << " rows, pass " << pass;
+    }
+    std::vector<float> got_att(q.size()), want_att(q.size());
+    AttentionArgs a;
+    a.q = q.data();
+    a.k_cache = k.data();
+    a.v_cache = v.data();
+    a.positions = &position;
+    a.n = 1;
+    a.n_heads = heads;
+    a.n_kv_heads = kv_heads;
+    a.head_dim = head_dim;
+    a.scale = 0.125f;
+    a.out = got_att.data();
+    adaptive->Attention(a);
+    a.out = want_att.data();
+    fixed->Attention(a);
+    ASSERT_EQ(got_att, want_att) << "attention, pass " << pass;
+    host->EndPass(0);
+    fixed_host->EndPass(0);
+    const uint64_t pass_regions = host->parallel_regions() - regions;
+    const uint64_t pass_single = host->single_threaded_calls() - single;
+    if (pass_single > 0) {
+      small_single_passes++;
+      EXPECT_EQ(pass_single, 2u) << "the small matmul and the attention, pass " << pass;
+      EXPECT_EQ(pass_regions, 1u) << "the big matmul, pass " << pass;
+    } else {
+      EXPECT_EQ(pass_regions, 3u) << "pass " << pass;
+    }
+  }
+  // Passes 2-5 measure every thread, 6-9 the small ops on one (thread_choice.h's defaults).
+  EXPECT_GE(small_single_passes, 4);
+  EXPECT_EQ(fixed_host->single_threaded_calls(), 0u);
+  EXPECT_EQ(fixed_host->parallel_regions(), 24u * 3);
 }
 
 // One MoE layer's experts, for the grouped op against the op-by-op path.

@@ -88,11 +88,12 @@ void ThreadPool::Submit(std::function<void()> task) {
 }
 
 void ThreadPool::ParallelFor(int64_t n, int64_t grain,
-                             const std::function<void(int64_t, int64_t)>& fn) {
+                             const std::function<void(int64_t, int64_t)>& fn, int max_threads) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t max_chunks = (n + grain - 1) / grain;
-  const int64_t participants = std::min<int64_t>(num_threads_, max_chunks);
+  const int threads = max_threads > 0 ? std::min(max_threads, num_threads_) : num_threads_;
+  const int64_t participants = std::min<int64_t>(threads, max_chunks);
   if (participants <= 1) {
     fn(0, n);
     return;

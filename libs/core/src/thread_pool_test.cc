@@ -24,6 +24,31 @@ TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {
   }
 }
 
+TEST(ThreadPool, ParallelForOnOneThreadRunsOnTheCaller) {
+  ThreadPool pool(4);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::vector<int> hits(257, 0);
+  std::atomic<int> elsewhere{0};
+  pool.ParallelFor(
+      257, 1,
+      [&](int64_t b, int64_t e) {
+        if (std::this_thread::get_id() != caller) elsewhere++;
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+      },
+      /*max_threads=*/1);
+  EXPECT_EQ(elsewhere.load(), 0);
+  for (size_t i = 0; i < hits.size(); ++i) EXPECT_EQ(hits[i], 1) << i;
+  // More than the pool has: the pool's size.
+  std::fill(hits.begin(), hits.end(), 0);
+  pool.ParallelFor(
+      257, 1,
+      [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+      },
+      /*max_threads=*/16);
+  for (size_t i = 0; i < hits.size(); ++i) EXPECT_EQ(hits[i], 1) << i;
+}
+
 TEST(ThreadPool, SubmitRunsAllTasksBeforeDestruction) {
   std::atomic<int> count{0};
   {

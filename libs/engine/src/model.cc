@@ -463,6 +463,18 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
         ring > 0 ? static_cast<int32_t>(batch[static_cast<size_t>(i)].position % ring) : 0;
   }
   backend::Backend& be = *backend_;
+  // A host backend measures the pass (backend/host_ops.h BeginPass), less the time blocked on
+  // expert blocks, to choose how many threads its small ops use.
+  struct PassScope {
+    backend::HostOps* host;
+    const ModelCounters& counters;
+    uint64_t wait_at_start;
+    ~PassScope() {
+      if (host != nullptr)
+        host->EndPass(static_cast<double>(counters.expert_wait_ns.load() - wait_at_start) * 1e-9);
+    }
+  } pass{dynamic_cast<backend::HostOps*>(backend_), counters_, counters_.expert_wait_ns.load()};
+  if (pass.host != nullptr) pass.host->BeginPass(n);
   const int64_t H = c.hidden_size, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const backend::RopeParams rope = RopeAt(0);

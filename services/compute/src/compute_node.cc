@@ -23,7 +23,9 @@ namespace colibri::compute {
 namespace {
 
 absl::StatusOr<std::unique_ptr<backend::Backend>> MakeBackend(const ComputeNodeOptions& options) {
-  if (options.backend == "cpu") return backend::CreateCpuBackend({.threads = options.threads});
+  if (options.backend == "cpu")
+    return backend::CreateCpuBackend(
+        {.threads = options.threads, .fixed_threads = options.fixed_threads});
   if (options.backend == "cuda") {
     auto be = backend::CreateCudaBackend({.device = options.device});
     if (!be.ok())

@@ -66,6 +66,7 @@ struct ComputeNodeOptions {
   int max_batch = 16;             // sequences in one continuous batch
   int max_queued = 256;           // requests waiting for a slot (more: ResourceExhausted)
   int threads = 0;                // 0: UsableCoreCount() (affinity mask, cgroup quota)
+  bool fixed_threads = false;     // CPU: every op on all threads (backend/cpu_backend.h)
   std::string backend = "cpu";    // --backend cpu | cuda
   int device = 0;                 // --device: CUDA device index
   int64_t prefill_chunk = 512;

@@ -6,6 +6,7 @@
 // marked so) leaves the value to the planner (colibri/plan/planner.h) and a matching tune
 // profile, resolved and logged by ComputeNode::Create; a value given explicitly always wins.
 //   --threads N               compute threads (0: the usable cores: affinity mask, cgroup quota)
+//   --fixed-threads           every CPU op on all of them, even where one thread measures faster
 //   --expert-cache-size SIZE  host-RAM expert cache budget (auto)
 //   --backend cpu|cuda        where layers compute (cpu)
 //   --device N                CUDA device index (0)

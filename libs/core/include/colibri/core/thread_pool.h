@@ -28,8 +28,10 @@ class ThreadPool {
   int size() const { return num_threads_; }
 
   // Calls fn(begin, end) over disjoint chunks covering [0, n) and returns when all are done.
-  // Chunks are at least `grain` long. Must not be called from inside another ParallelFor.
-  void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+  // Chunks are at least `grain` long. At most `max_threads` threads take part (the caller
+  // included; 0: all of the pool's). Must not be called from inside another ParallelFor.
+  void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn,
+                   int max_threads = 0);
 
   // Runs `task` on a background worker (or inline when the pool has one thread).
   void Submit(std::function<void()> task);
