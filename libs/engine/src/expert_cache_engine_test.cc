@@ -93,6 +93,41 @@ TEST_F(ExpertCacheEngineTest, PrefetchNeverChangesTokensOrLogits) {
   EXPECT_GT(predicted_routed, 0u);
 }
 
+// A cache that holds every expert: once a layer is all resident, its experts are not predicted
+// (no router products for nothing to read), and the tokens and logits stay the same.
+TEST_F(ExpertCacheEngineTest, LookaheadSkipsLayersTheCacheHoldsWhole) {
+  auto ref_model = Model::Load(*container_, backend_.get(), disk_.get());
+  ASSERT_TRUE(ref_model.ok()) << ref_model.status();
+  auto ref = GreedyDecode(**ref_model, kPrompt, kSteps);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  const auto& manifest = container_->manifest();
+  expert_source::CacheTier tier(disk_.get(), manifest.experts.size() * block_bytes());
+  auto model = Model::Load(*container_, backend_.get(), &tier, {.prefetch_layers = 2});
+  ASSERT_TRUE(model.ok());
+  // Every expert read once (the tier counts them per layer), then decode.
+  for (const auto& e : manifest.experts)
+    ASSERT_TRUE(tier.Fetch(e.id, expert_source::Priority::kDemand).ok());
+  for (int32_t l = 0; l < manifest.config.n_layers; ++l)
+    EXPECT_EQ(tier.ResidentInLayer(l), manifest.config.n_experts) << "layer " << l;
+  auto run = GreedyDecode(**model, kPrompt, kSteps);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->tokens, ref->tokens);
+  EXPECT_EQ(run->logits, ref->logits);
+  const ModelCounters& c = (*model)->counters();
+  EXPECT_EQ(c.prefetch_predicted.load(), 0u);
+  EXPECT_EQ(c.prefetch_routed.load(), 0u);
+  EXPECT_GT(c.prefetch_layers_resident.load(), 0u);
+  // With a cache of one block nothing is whole: every layer after the first is predicted.
+  expert_source::CacheTier small(disk_.get(), block_bytes());
+  auto cold = Model::Load(*container_, backend_.get(), &small, {.prefetch_layers = 2});
+  ASSERT_TRUE(cold.ok());
+  auto cold_run = GreedyDecode(**cold, kPrompt, kSteps);
+  ASSERT_TRUE(cold_run.ok()) << cold_run.status();
+  EXPECT_EQ(cold_run->tokens, ref->tokens);
+  EXPECT_GT((*cold)->counters().prefetch_predicted.load(), 0u);
+  EXPECT_EQ((*cold)->counters().prefetch_layers_resident.load(), 0u);
+}
+
 TEST_F(ExpertCacheEngineTest, BatchReadsEachUniqueExpertOnce) {
   RecordingSource rec(disk_.get());
   expert_source::CacheTierOptions o;

@@ -1,5 +1,7 @@
 #include "lookahead.h"
 
+#include <algorithm>
+
 #include "colibri/core/status.h"
 
 namespace colibri::engine {
@@ -8,19 +10,22 @@ using expert_source::ExpertId;
 
 Lookahead::Lookahead(backend::Backend* backend, expert_source::ExpertSource* experts,
                      std::vector<LayerGate> gates, const model::ModelConfig& config, int depth,
-                     float min_weight, ModelCounters* counters)
+                     float min_weight, bool keep_predictions, ModelCounters* counters)
     : backend_(backend),
       experts_(experts),
       gates_(std::move(gates)),
       config_(config),
       depth_(depth),
       min_weight_(min_weight),
+      keep_predictions_(keep_predictions),
       route_(RouteParams::FromConfig(config)),
       counters_(counters),
-      predicted_(gates_.size(), std::vector<char>(static_cast<size_t>(config.n_experts), 0)) {}
+      predicted_(gates_.size(), std::vector<char>(static_cast<size_t>(config.n_experts), 0)),
+      resident_(gates_.size(), 0) {}
 
 void Lookahead::BeginForward() {
   for (auto& layer : predicted_) std::fill(layer.begin(), layer.end(), 0);
+  std::fill(resident_.begin(), resident_.end(), 0);
 }
 
 absl::Status Lookahead::Predict(int layer, const float* x, int64_t n) {
@@ -36,7 +41,13 @@ absl::Status Lookahead::Predict(int layer, const float* x, int64_t n) {
   const int last = std::min<int>(static_cast<int>(gates_.size()) - 1, layer + depth_);
   for (int target = layer + 1; target <= last; ++target) {
     const LayerGate& g = gates_[static_cast<size_t>(target)];
-    if (!g.moe) {  // a dense layer fetches nothing
+    if (!g.moe || resident_[static_cast<size_t>(target)]) {  // nothing to fetch
+      for (auto& row : row_predictions_) row.emplace_back();
+      continue;
+    }
+    if (!keep_predictions_ && experts_->ResidentInLayer(target) >= config_.n_experts) {
+      resident_[static_cast<size_t>(target)] = 1;
+      counters_->prefetch_layers_resident++;
       for (auto& row : row_predictions_) row.emplace_back();
       continue;
     }
@@ -71,6 +82,9 @@ absl::Status Lookahead::Predict(int layer, const float* x, int64_t n) {
 
 void Lookahead::OnRouted(int layer, const std::vector<int32_t>& experts) {
   auto& seen = predicted_[static_cast<size_t>(layer)];
+  // Not predicted (all resident when its turn came): not scored, nothing to cancel.
+  if (resident_[static_cast<size_t>(layer)] && std::find(seen.begin(), seen.end(), 1) == seen.end())
+    return;
   std::vector<char> routed(seen.size(), 0);
   uint64_t hit = 0;
   for (int32_t e : experts) {

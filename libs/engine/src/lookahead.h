@@ -5,6 +5,9 @@
 //
 // Predictions never feed the computation: they only decide which blocks are read early (in the
 // expert source's own buffers), so tokens and logits are the same with or without lookahead.
+// A layer whose every expert the source holds (ExpertSource::ResidentInLayer: a cache that
+// holds the model) is not predicted, so a fully cached model pays no router products for it,
+// unless the predictions are wanted for themselves (`keep_predictions`: a routing trace).
 // Used from Model::Forward only (single-threaded).
 #pragma once
 
@@ -32,7 +35,7 @@ class Lookahead {
   };
   Lookahead(backend::Backend* backend, expert_source::ExpertSource* experts,
             std::vector<LayerGate> gates, const model::ModelConfig& config, int depth,
-            float min_weight, ModelCounters* counters);
+            float min_weight, bool keep_predictions, ModelCounters* counters);
 
   // Forgets the previous forward pass's predictions.
   void BeginForward();
@@ -55,6 +58,7 @@ class Lookahead {
   const model::ModelConfig config_;
   const int depth_;
   const float min_weight_;
+  const bool keep_predictions_;
   const RouteParams route_;
   ModelCounters* const counters_;
   int64_t capacity_ = 0;
@@ -62,6 +66,7 @@ class Lookahead {
   std::vector<float> host_logits_;
   Routing routing_;
   std::vector<std::vector<char>> predicted_;  // [layer][expert]: asked for in this forward pass
+  std::vector<char> resident_;                // [layer]: not predicted, all resident
   std::vector<std::vector<std::vector<int32_t>>> row_predictions_;  // [row][depth - 1][k]
 };
 

@@ -277,9 +277,10 @@ absl::Status Model::LoadWeights(Model* m, const Model* base) {
     std::vector<Lookahead::LayerGate> gates;
     for (const LayerWeights& w : m->layers_)
       gates.push_back({w.moe, w.ffn_norm, w.router, w.router_bias});
-    m->lookahead_ = std::make_unique<Lookahead>(backend, m->experts_, std::move(gates), m->config_,
-                                                options.prefetch_layers,
-                                                options.prefetch_min_weight, &m->counters_);
+    m->lookahead_ =
+        std::make_unique<Lookahead>(backend, m->experts_, std::move(gates), m->config_,
+                                    options.prefetch_layers, options.prefetch_min_weight,
+                                    /*keep_predictions=*/options.trace != nullptr, &m->counters_);
   }
   return absl::OkStatus();
 }

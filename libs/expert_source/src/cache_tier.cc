@@ -1,6 +1,8 @@
 #include "colibri/expert_source/cache_tier.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -61,6 +63,15 @@ struct CacheTier::State {
   uint64_t tick = 0;
   uint64_t largest_block = 0;
   bool stop = false;
+  // Resident blocks per layer, written under mu, read without it (ResidentInLayer).
+  static constexpr int32_t kCountedLayers = 1024;
+  std::array<std::atomic<int32_t>, kCountedLayers> layer_resident{};
+
+  void CountResident(uint64_t key, int32_t delta) {
+    const auto layer = static_cast<int32_t>(key >> 32);
+    if (layer >= 0 && layer < kCountedLayers)
+      layer_resident[static_cast<size_t>(layer)].fetch_add(delta, std::memory_order_relaxed);
+  }
 
   static Lease Handout(const std::shared_ptr<State>& self, uint64_t key, Entry& e) {
     if (e.handouts++ == 0) self->stats.bytes_leased += e.size;
@@ -91,6 +102,7 @@ struct CacheTier::State {
     stats.bytes_cached -= e.size;
     stats.blocks_cached--;
     stats.evictions++;
+    CountResident(it->first, -1);
     policy->OnErase(it->first);
     entries.erase(it);
   }
@@ -148,6 +160,7 @@ struct CacheTier::State {
   }
 
   void InsertLocked(Job& job, Lease lease, uint64_t size) {
+    if (!entries.contains(job.key)) CountResident(job.key, +1);
     Entry& e = entries[job.key];
     e.lease = std::move(lease);
     e.size = size;
@@ -778,6 +791,11 @@ CacheTier::ClearResult CacheTier::Clear() {
   s.room_cv.notify_all();
   s.idle_cv.notify_all();
   return r;
+}
+
+int64_t CacheTier::ResidentInLayer(int32_t layer) const {
+  if (layer < 0 || layer >= State::kCountedLayers) return 0;
+  return s_->layer_resident[static_cast<size_t>(layer)].load(std::memory_order_relaxed);
 }
 
 CacheStats CacheTier::Stats() const {

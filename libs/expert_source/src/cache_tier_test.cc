@@ -117,6 +117,13 @@ TEST(CacheTier, EvictsLeastRecentlyUsed) {
   EXPECT_EQ(s.bytes_cached, 3000u);
   EXPECT_EQ(s.bytes_fetched, 6000u);
   EXPECT_EQ(fake.TotalReads(), 6u);
+  // Resident now: B (layer 0), D (layer 1), E (layer 2), counted per layer through evictions.
+  EXPECT_EQ(cache.ResidentInLayer(0), 1);
+  EXPECT_EQ(cache.ResidentInLayer(1), 1);
+  EXPECT_EQ(cache.ResidentInLayer(2), 1);
+  EXPECT_EQ(cache.ResidentInLayer(3), 0);
+  EXPECT_EQ(cache.ResidentInLayer(-1), 0);
+  EXPECT_EQ(cache.ResidentInLayer(1 << 20), 0);
 }
 
 TEST(CacheTier, BytesNeverExceedCapacity) {
@@ -296,8 +303,12 @@ TEST(CacheTier, ClearKeepsLeasedBlocks) {
   auto a = cache.Fetch(kA, Priority::kDemand);
   ASSERT_TRUE(cache.Fetch(kB, Priority::kDemand).ok());
   ASSERT_TRUE(cache.Fetch(kC, Priority::kDemand).ok());
+  EXPECT_EQ(cache.ResidentInLayer(0), 2);  // A, B
+  EXPECT_EQ(cache.ResidentInLayer(1), 1);  // C
   const CacheTier::ClearResult cleared = cache.Clear();
   EXPECT_EQ(cleared.blocks, 2u);
+  EXPECT_EQ(cache.ResidentInLayer(0), 1);  // A is leased and stays
+  EXPECT_EQ(cache.ResidentInLayer(1), 0);
   EXPECT_EQ(cleared.bytes, 2000u);
   EXPECT_TRUE(cache.Contains(kA));
   EXPECT_FALSE(cache.Contains(kB));

@@ -121,6 +121,8 @@ struct ModelCounters {
   std::atomic<uint64_t> prefetch_predicted{0};
   std::atomic<uint64_t> prefetch_predicted_routed{0};
   std::atomic<uint64_t> prefetch_routed{0};
+  // Layers not predicted because the expert source held every expert of them (nothing to read).
+  std::atomic<uint64_t> prefetch_layers_resident{0};
 };
 
 class Lookahead;

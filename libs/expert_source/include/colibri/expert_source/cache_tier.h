@@ -150,6 +150,8 @@ class CacheTier final : public ExpertSource {
   // Ranks blocks (routing policy), records heat, and passes the hints on to the next source.
   void Hint(std::span<const RoutingHint> hints) override;
   uint64_t BlockSize(ExpertId id) const override { return next_->BlockSize(id); }
+  // This tier's resident blocks of the layer (layers 0-1023; 0 above).
+  int64_t ResidentInLayer(int32_t layer) const override;
 
   // Replaces the pinned set (see the contract above). InvalidArgument when it does not fit.
   absl::Status SetPinned(std::span<const ExpertId> ids);

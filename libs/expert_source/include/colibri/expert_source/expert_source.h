@@ -88,6 +88,9 @@ class ExpertSource {
 
   // Bytes of the block of `id` (for budgeting), or 0 when unknown.
   virtual uint64_t BlockSize(ExpertId id) const = 0;
+  // Advisory: blocks of `layer` held in this source's memory now, which a Fetch serves without
+  // a read (0 when it holds none or does not count; a cache counts its residents). Lock-free.
+  virtual int64_t ResidentInLayer(int32_t layer) const { return 0; }
 };
 
 }  // namespace colibri::expert_source
