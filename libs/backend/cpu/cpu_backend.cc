@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "attention_scores.h"
+#include "attention_values.h"
 #include "colibri/backend/host_ops.h"
 #include "colibri/core/file_util.h"
 #include "colibri/core/thread_pool.h"
@@ -21,36 +22,8 @@
 namespace colibri::backend {
 namespace {
 
-// The attention's inner loops: acc += sum_j p[j] * rows[j] (the value rows weighted by their
-// probabilities) and y *= a. GCC builds one copy per target and picks the best for the CPU at
-// load time (ifunc), so the generic build still gets AVX-512 / AVX2 here.
-//
-// The weighted sum adds the rows in order, each element's sum exactly as one y += p * row pass
-// per row would (the same floats), but holds a 64-float slice of acc in registers across the
-// rows instead of loading and storing it once per row: that per-row pass was the decode hot spot
-// at a 512-token context (12% of decode samples on the Qwen3-like shape, bench/RESULTS.md).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void AccumulateRowsF32(
-    const float* __restrict p, const float* __restrict rows, int64_t stride, int64_t n_rows,
-    float* __restrict acc, int64_t dim) {
-  constexpr int64_t kSlice = 64;
-  int64_t d0 = 0;
-  for (; d0 + kSlice <= dim; d0 += kSlice) {
-    float s[kSlice];
-    for (int64_t i = 0; i < kSlice; ++i) s[i] = acc[d0 + i];
-    for (int64_t j = 0; j < n_rows; ++j) {
-      const float* r = rows + j * stride + d0;
-      const float pj = p[j];
-      for (int64_t i = 0; i < kSlice; ++i) s[i] += pj * r[i];
-    }
-    for (int64_t i = 0; i < kSlice; ++i) acc[d0 + i] = s[i];
-  }
-  for (; d0 < dim; ++d0) {
-    float s = acc[d0];
-    for (int64_t j = 0; j < n_rows; ++j) s += p[j] * rows[j * stride + d0];
-    acc[d0] = s;
-  }
-}
-
+// The attention's rescale of an accumulator, y *= a. GCC builds one copy per target and picks the
+// best for the CPU at load time (ifunc), so the generic build still gets AVX-512 / AVX2 here.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void ScaleF32(float a,
                                                                            float* __restrict y,
                                                                            int64_t n) {
@@ -207,6 +180,7 @@ class CpuBackend final : public Backend, public HostOps {
     const int64_t chunk = (group + split - 1) / split;
     const int64_t chunks = (group + chunk - 1) / chunk;
     const internal::ScoreKeysFn score_keys = internal::ScoreKeysKernel();
+    const internal::AccumulateRowsFn accumulate_rows = internal::AccumulateRowsKernel();
     // The bytes of keys and values read (the first row's keys, for every row: a lower bound).
     const int64_t kv_bytes = a.n * (a.positions[0] + 1) * kv_dim * 2 * int64_t{sizeof(float)};
     Parallel(kv_bytes, groups * chunks, 1, [&](int64_t b, int64_t e) {
@@ -256,8 +230,11 @@ class CpuBackend final : public Backend, public HostOps {
               s[j] = std::exp(s[j] - m[c]);  // now the block's probabilities
               l[c] += s[j];
             }
-            AccumulateRowsF32(s, v_rows, kv_dim, j1 - j0, acc_c, a.head_dim);
           }
+          // The block's value rows, weighted, into every head's accumulator (each row loaded
+          // once for up to 4 heads).
+          accumulate_rows(scores, kKeyBlock, hn, v_rows, kv_dim, j1 - j0, acc, a.head_dim,
+                          a.head_dim);
           j0 = j1;
         }
         for (int64_t c = 0; c < hn; ++c) {
