@@ -53,7 +53,8 @@ TEST(AccumulateRows, EachHeadIsOneFmaPerRowInOrder) {
         if (fma) {
           ASSERT_EQ(got, f) << "head " << h << " element " << d;
         } else {
-          ASSERT_NEAR(got, exact, 1e-4 * (1 + std::fabs(exact))) << "head " << h << " element " << d;
+          ASSERT_NEAR(got, exact, 1e-4 * (1 + std::fabs(exact)))
+              << "head " << h << " element " << d;
         }
       }
     }
