@@ -10,7 +10,8 @@
 // Usage: decode_bench [--layers 16] [--hidden 2048] [--ffn 5632] [--experts 8] [--top-k 2]
 //                     [--heads 16] [--kv-heads 4] [--quant q4_k] [--dense-quant q4_k]
 //                     [--mode resident] [--threads N] [--tokens 32] [--prompt 512] [--dir /tmp/x]
-//                     [--prefetch-layers 1] [--fixed-threads] [--reuse] [--keep] [--json]
+//                     [--prefetch-layers 1] [--temperature 0] [--fixed-threads] [--reuse] [--keep]
+//                     [--json]
 // Weights are random but valid GGML blocks, written straight into a colibri container.
 // bench/shape_bench.py runs it over the model shapes and prints the tables.
 #include <algorithm>
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
           kv_heads = 4;
   int threads = 0, tokens = 32, prompt = 512, warmup = 8, io_threads = 4, prefetch_layers = 1;
   bool reuse = false, keep = false, json = false, fixed_threads = false;
+  float temperature = 0;
   std::string quant = "q4_k", dense_quant, mode = "resident";
   std::string dir = (fs::temp_directory_path() / "colibri-decode-bench").string();
   CLI::App app{"decode_bench: CPU decode speed vs the memory-bandwidth and disk limits"};
@@ -81,6 +83,10 @@ int main(int argc, char** argv) {
   app.add_flag("--fixed-threads", fixed_threads, "every op on all threads (no thread choice)");
   app.add_option("--io-threads", io_threads, "cache reader threads (cold, quarter)");
   app.add_option("--prefetch-layers", prefetch_layers, "lookahead depth (0: off)");
+  app.add_option("--temperature", temperature,
+                 "sampling temperature (0: greedy; a random model's greedy tokens repeat, and so "
+                 "does its routing: > 0 gives tokens, and routing, that vary)")
+      ->check(CLI::Range(0.0f, 2.0f));
   app.add_option("--tokens", tokens);
   app.add_option("--prompt", prompt);
   app.add_option("--warmup", warmup, "quarter: decoded tokens before measuring");
@@ -184,6 +190,8 @@ int main(int argc, char** argv) {
     req.prompt.push_back(3 + (i * 104729) % (static_cast<int>(vocab) - 3));
   req.max_tokens = tokens;
   req.ignore_eos = true;
+  req.sampling.temperature = temperature;
+  req.sampling.seed = 1;
   const auto stats_before = (*node)->cache_stats();
   const double start = Now();
   auto r = (*node)->engine().Generate(req, on_token);
@@ -225,6 +233,7 @@ int main(int argc, char** argv) {
                              {"prefill_tokens", n_prompt},
                              {"prefill_tok_s", prefill_tps},
                              {"fixed_threads", fixed_threads},
+                             {"temperature", temperature},
                              {"regions_per_layer", regions_per_layer},
                              {"single_threaded_per_layer", single_per_layer},
                              {"hits", stats.hits - stats_before.hits},

@@ -42,7 +42,8 @@ MODE_FLAGS = {
     "resident": "--mode resident --prompt 512 --tokens 32",
     "busy": "--mode resident --prompt 512 --tokens 32",
     "cold": "--mode cold --tokens 64",
-    "quarter": "--mode quarter --prompt 512 --tokens 40 --warmup 8",
+    # Sampled, not greedy: a random model's greedy tokens repeat, and so does its routing.
+    "quarter": "--mode quarter --prompt 512 --tokens 40 --warmup 8 --temperature 1",
 }
 
 
