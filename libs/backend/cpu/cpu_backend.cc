@@ -181,9 +181,13 @@ class CpuBackend final : public Backend, public HostOps {
     const int64_t chunks = (group + chunk - 1) / chunk;
     const internal::ScoreKeysFn score_keys = internal::ScoreKeysKernel();
     const internal::AccumulateRowsFn accumulate_rows = internal::AccumulateRowsKernel();
-    // The bytes of keys and values read (the first row's keys, for every row: a lower bound).
-    const int64_t kv_bytes = a.n * (a.positions[0] + 1) * kv_dim * 2 * int64_t{sizeof(float)};
-    Parallel(kv_bytes, groups * chunks, 1, [&](int64_t b, int64_t e) {
+    if (a.n <= 0) return;
+    // The cost (Parallel): the first row's keys and values, read once per query row.
+    int64_t keys = static_cast<int64_t>(a.positions[0]) + 1;
+    if (a.window > 0) keys = std::min(keys, a.window);
+    const int64_t kv_rows = a.k_cache == a.v_cache ? 1 : 2;  // latent attention: one cache
+    const int64_t cost = a.n * keys * kv_dim * kv_rows * int64_t{sizeof(float)};
+    Parallel(cost, groups * chunks, 1, [&](int64_t b, int64_t e) {
       std::vector<float> acc_buf(static_cast<size_t>(chunk * a.head_dim));
       std::vector<float> scores_buf(static_cast<size_t>(chunk * kKeyBlock));
       std::vector<float> ml_buf(static_cast<size_t>(2 * chunk));
@@ -290,38 +294,41 @@ class CpuBackend final : public Backend, public HostOps {
   void ApplyExperts(const GroupedExpertsArgs& a) override;
   uint64_t parallel_regions() const override { return regions_; }
   uint64_t single_threaded_calls() const override { return single_threaded_; }
-  uint64_t small_ops_single_passes() const override { return choice_.arm1_passes(); }
 
-  void BeginPass(int64_t rows) override {
+  void BeginPass(uint32_t model, int64_t rows) override {
     if (pass_depth_++ > 0 || fixed_threads_) return;
-    pass_key_ = internal::ThreadChoice::Key(0, rows);
+    pass_key_ = internal::ThreadChoice::Key(static_cast<int>(model & 0xff), rows);
     pass_rows_ = rows;
     small_single_ = choice_.Pick(pass_key_) == 1;
     pass_start_ = std::chrono::steady_clock::now();
   }
-  void EndPass(double excluded_seconds) override {
+  void EndPass(double excluded_seconds, bool completed) override {
     if (--pass_depth_ > 0 || fixed_threads_) return;
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - pass_start_).count();
-    choice_.Record(pass_key_, small_single_ ? 1 : 0, std::max(0.0, seconds - excluded_seconds),
-                   pass_rows_);
+    if (completed) {
+      choice_.Record(pass_key_, small_single_ ? 1 : 0, std::max(0.0, seconds - excluded_seconds),
+                     pass_rows_);
+    }
     small_single_ = false;
   }
 
  private:
-  // An op reading fewer bytes than this is small: in a pass where small ops run on one thread
-  // (thread_choice.h), it runs on the caller alone. 2 MiB is ~100 us on one core: a small-q8
-  // layer's q/k/v and o products and a decode step's attention, not the experts' products.
+  // An op whose cost is under this many bytes is small: in a pass where small ops run on one
+  // thread (thread_choice.h), it runs on the caller alone. The cost is the bytes read times the
+  // rows that read them (a product's weights times its rows, the keys and values times the
+  // query rows): 2 MiB is ~100 us on one core, a small-q8 layer's q/k/v and o products and a
+  // decode step's attention, not the experts' products nor any prefill chunk's products.
   static constexpr int64_t kSmallOpBytes = 2 << 20;
-  // pool_.ParallelFor over `n` tasks, on this thread alone when the op is small (it reads
-  // `bytes`) and this pass runs small ops so, counting the calls that run on several threads.
-  void Parallel(int64_t bytes, int64_t n, int64_t grain,
+  // pool_.ParallelFor over `n` tasks, on this thread alone when the op is small (`cost`, as
+  // above) and this pass runs small ops so, counting the calls that run on several threads.
+  void Parallel(int64_t cost, int64_t n, int64_t grain,
                 const std::function<void(int64_t, int64_t)>& fn) {
     if (pool_.size() == 1 || n <= std::max<int64_t>(1, grain)) {
       pool_.ParallelFor(n, grain, fn);
       return;
     }
-    if (small_single_ && bytes < kSmallOpBytes) {
+    if (small_single_ && cost < kSmallOpBytes) {
       single_threaded_++;
       pool_.ParallelFor(n, grain, fn, /*max_threads=*/1);
       return;
@@ -383,7 +390,7 @@ void CpuBackend::MatMulShared(const WeightRef* ws, float* const* ys, size_t coun
   // from memory once; prefill reuses the tile across tokens. quant::MatVec runs the kernel set's
   // fastest multi-row kernel (the AVX-512 Q4_K one reorders the activations once per call).
   constexpr int64_t kRowTile = 64;
-  Parallel(bytes, total, 8, [&](int64_t g0, int64_t g1) {
+  Parallel(bytes * n, total, 8, [&](int64_t g0, int64_t g1) {
     float tile_out[kRowTile];
     int64_t offset = 0;
     for (size_t k = 0; k < count; offset += ws[k].rows, ++k) {
@@ -462,14 +469,14 @@ void CpuBackend::ApplyExperts(const GroupedExpertsArgs& a) {
   // the task quantizes its slice of the activations for down itself.
   constexpr int64_t kFfnTile = 256, kSubTile = 64;
   const int64_t tiles = (F + kFfnTile - 1) / kFfnTile;
-  int64_t gate_up_bytes = 0, down_bytes = 0;  // of the experts with rows
+  int64_t gate_up_cost = 0, down_cost = 0;  // weight bytes times their rows (Parallel)
   for (const GroupedExpert& x : a.experts) {
-    if (x.m == 0) continue;
-    gate_up_bytes +=
-        static_cast<int64_t>(quant::RowBytes(x.gate.dtype, H) + quant::RowBytes(x.up.dtype, H)) * F;
-    down_bytes += static_cast<int64_t>(quant::RowBytes(x.down.dtype, F)) * H;
+    gate_up_cost +=
+        static_cast<int64_t>(quant::RowBytes(x.gate.dtype, H) + quant::RowBytes(x.up.dtype, H)) *
+        F * x.m;
+    down_cost += static_cast<int64_t>(quant::RowBytes(x.down.dtype, F)) * H * x.m;
   }
-  Parallel(gate_up_bytes, G * tiles, 1, [&](int64_t t0, int64_t t1) {
+  Parallel(gate_up_cost, G * tiles, 1, [&](int64_t t0, int64_t t1) {
     thread_local std::vector<float> g, u;
     for (int64_t task = t0; task < t1; ++task) {
       const GroupedExpert& x = a.experts[static_cast<size_t>(task / tiles)];
@@ -524,7 +531,7 @@ void CpuBackend::ApplyExperts(const GroupedExpertsArgs& a) {
   // Down: a task is a tile of hidden rows for every expert in order, so each output element
   // takes its experts' contributions in the order the op-by-op path adds them.
   constexpr int64_t kHiddenTile = 64;
-  Parallel(down_bytes, (H + kHiddenTile - 1) / kHiddenTile, 1, [&](int64_t t0, int64_t t1) {
+  Parallel(down_cost, (H + kHiddenTile - 1) / kHiddenTile, 1, [&](int64_t t0, int64_t t1) {
     float tile[kHiddenTile];
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t h0 = task * kHiddenTile, hl = std::min(H, h0 + kHiddenTile) - h0;

@@ -717,8 +717,13 @@ TEST(CpuBackendThreads, AdaptiveThreadsGiveTheBitsOfFixedOnes) {
   auto* fixed_host = dynamic_cast<HostOps*>(fixed.get());
   ASSERT_NE(host, nullptr);
   ASSERT_NE(fixed_host, nullptr);
-  const Weight small = MakeWeight(DType::kQ4_K, 300, 512, 11);
+  // Products (weight, rows of x): three small ones (cost = weight bytes x rows < 2 MiB), one big.
+  const Weight q4k = MakeWeight(DType::kQ4_K, 300, 512, 11);
+  const Weight q8 = MakeWeight(DType::kQ8_0, 200, 512, 16);
+  const Weight mxfp4 = MakeWeight(DType::kMXFP4, 250, 512, 17);
   const Weight big = MakeWeight(DType::kQ8_0, 2048, 1024, 15);  // 2.2 MB
+  const std::vector<std::pair<const Weight*, int64_t>> products = {
+      {&q4k, 1}, {&q8, 3}, {&mxfp4, 2}, {&big, 1}};
   const int64_t heads = 8, kv_heads = 2, head_dim = 64, ctx = 70;
   const std::vector<float> k = RandomNormal(static_cast<size_t>(ctx * kv_heads * head_dim), 12);
   const std::vector<float> v = RandomNormal(k.size(), 13);
@@ -727,15 +732,16 @@ TEST(CpuBackendThreads, AdaptiveThreadsGiveTheBitsOfFixedOnes) {
   int small_single_passes = 0;
   for (int pass = 0; pass < 24; ++pass) {
     const uint64_t regions = host->parallel_regions(), single = host->single_threaded_calls();
-    host->BeginPass(1);
-    fixed_host->BeginPass(1);
-    for (const Weight* w : {&small, &big}) {
+    host->BeginPass(0, 1);
+    fixed_host->BeginPass(0, 1);
+    for (const auto& [w, n] : products) {
       const WeightRef ref{w->dtype, w->rows, w->cols, w->bytes.data()};
-      const std::vector<float> x = RandomNormal(static_cast<size_t>(w->cols), 20 + pass);
-      std::vector<float> got(static_cast<size_t>(w->rows)), want(got.size());
-      adaptive->MatMul(ref, x.data(), 1, got.data());
-      fixed->MatMul(ref, x.data(), 1, want.data());
-      ASSERT_EQ(got, want) << "matmul of " << w->rows << " rows, pass " << pass;
+      const std::vector<float> x = RandomNormal(static_cast<size_t>(n * w->cols), 20 + pass);
+      std::vector<float> got(static_cast<size_t>(n * w->rows)), want(got.size());
+      adaptive->MatMul(ref, x.data(), n, got.data());
+      fixed->MatMul(ref, x.data(), n, want.data());
+      ASSERT_EQ(got, want) << quant::DTypeName(w->dtype) << " matmul of " << w->rows
+                           << " rows, pass " << pass;
     }
     std::vector<float> got_att(q.size()), want_att(q.size());
     AttentionArgs a;
@@ -753,22 +759,48 @@ TEST(CpuBackendThreads, AdaptiveThreadsGiveTheBitsOfFixedOnes) {
     a.out = want_att.data();
     fixed->Attention(a);
     ASSERT_EQ(got_att, want_att) << "attention, pass " << pass;
-    host->EndPass(0);
-    fixed_host->EndPass(0);
+    host->EndPass(0, /*completed=*/true);
+    fixed_host->EndPass(0, /*completed=*/true);
     const uint64_t pass_regions = host->parallel_regions() - regions;
     const uint64_t pass_single = host->single_threaded_calls() - single;
     if (pass_single > 0) {
       small_single_passes++;
-      EXPECT_EQ(pass_single, 2u) << "the small matmul and the attention, pass " << pass;
+      EXPECT_EQ(pass_single, 4u) << "the small matmuls and the attention, pass " << pass;
       EXPECT_EQ(pass_regions, 1u) << "the big matmul, pass " << pass;
     } else {
-      EXPECT_EQ(pass_regions, 3u) << "pass " << pass;
+      EXPECT_EQ(pass_regions, 5u) << "pass " << pass;
     }
   }
   // Passes 2-5 measure every thread, 6-9 the small ops on one (thread_choice.h's defaults).
   EXPECT_GE(small_single_passes, 4);
   EXPECT_EQ(fixed_host->single_threaded_calls(), 0u);
-  EXPECT_EQ(fixed_host->parallel_regions(), 24u * 3);
+  EXPECT_EQ(fixed_host->parallel_regions(), 24u * 5);
+}
+
+// Passes that fail part way (EndPass with completed false) are not measured: the class never
+// leaves its warm-up, so no pass runs its small ops on one thread.
+TEST(CpuBackendThreads, PassesThatFailAreNotMeasured) {
+  auto be = CreateCpuBackend({.threads = 2});
+  auto* host = dynamic_cast<HostOps*>(be.get());
+  ASSERT_NE(host, nullptr);
+  const Weight w = MakeWeight(DType::kQ8_0, 200, 512, 18);
+  const WeightRef ref{w.dtype, w.rows, w.cols, w.bytes.data()};
+  const std::vector<float> x = RandomNormal(512, 19);
+  std::vector<float> y(200);
+  for (int pass = 0; pass < 24; ++pass) {
+    host->BeginPass(0, 1);
+    be->MatMul(ref, x.data(), 1, y.data());
+    host->EndPass(0, /*completed=*/false);
+  }
+  EXPECT_EQ(host->single_threaded_calls(), 0u);
+  EXPECT_EQ(host->parallel_regions(), 24u);
+  // The same passes completed: the class measures one thread from its 7th pass.
+  for (int pass = 0; pass < 24; ++pass) {
+    host->BeginPass(0, 1);
+    be->MatMul(ref, x.data(), 1, y.data());
+    host->EndPass(0, /*completed=*/true);
+  }
+  EXPECT_GE(host->single_threaded_calls(), 4u);
 }
 
 // One MoE layer's experts, for the grouped op against the op-by-op path.

@@ -23,7 +23,6 @@ int ThreadChoice::Pick(uint32_t key) {
     c.current = other;
   }
   if (options_.explore_every > 0 && call % options_.explore_every == 0) return 1 - c.current;
-  if (c.current == 1) arm1_passes_++;
   return c.current;
 }
 

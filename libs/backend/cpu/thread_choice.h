@@ -20,8 +20,9 @@
 //     other one's average is clearly (switch_margin) lower;
 //   - every explore_every-th pass of a class runs the other arm, so a change in load is seen
 //     (the current arm's average follows every pass; the other's every explore_every).
-// The arm never changes results: the CPU backend splits the work into the same tasks either way
-// and only who runs them differs.
+// The arm never changes results: on one thread an op runs its tasks as one range instead of
+// chunks, and every task's result is independent of the range it is run in (a product's rows as
+// quant/vec_dot.h MatVec promises, an attention task's heads, an expert tile).
 //
 // Not thread-safe: the backend's calls come from one thread.
 #pragma once
@@ -52,9 +53,6 @@ class ThreadChoice {
   // The pass of class `key` that ran on `arm` took `seconds` for `units` of work (its rows).
   void Record(uint32_t key, int arm, double seconds, int64_t units);
 
-  // Passes so far that ran arm 1 because it measured faster (not counting exploration).
-  uint64_t arm1_passes() const { return arm1_passes_; }
-
  private:
   struct Arm {
     double per_unit = 0;  // moving average of seconds per unit of work
@@ -69,7 +67,6 @@ class ThreadChoice {
 
   const Options options_;
   std::unordered_map<uint32_t, Class> classes_;
-  uint64_t arm1_passes_ = 0;
 };
 
 }  // namespace colibri::backend::internal

@@ -44,7 +44,6 @@ TEST(ThreadChoice, SamplesBothArmsFirstThenKeepsTheFasterOne) {
   // After the first samples, one pass in 16 explores arm 1.
   EXPECT_EQ(Count(quiet, 1, 6), 10);
   EXPECT_EQ(Count(quiet, 0, 6), 150);
-  EXPECT_EQ(choice.arm1_passes(), 0u);
 }
 
 TEST(ThreadChoice, MovesToArm1WhenItIsFasterAndBackWhenTheLoadGoes) {
@@ -60,7 +59,6 @@ TEST(ThreadChoice, MovesToArm1WhenItIsFasterAndBackWhenTheLoadGoes) {
   EXPECT_EQ(busy[0], 0);
   EXPECT_GE(Count(busy, 1, 10), 160);
   EXPECT_LE(Count(busy, 0, 10), 30);
-  EXPECT_GT(choice.arm1_passes(), 150u);
   // Quiet again: exploration sees arm 0 fast again, and the class goes back to it.
   const std::vector<int> again = Passes(choice, 3, 200, 1.0, 2.0);
   EXPECT_GE(Count(again, 0, 100), 85);
@@ -75,7 +73,6 @@ TEST(ThreadChoice, StaysPutWithinTheMargin) {
   // Arm 1 5% faster: not enough to leave arm 0.
   const std::vector<int> v = Passes(choice, 5, 100, 1.0, 0.95);
   EXPECT_EQ(Count(v, 1, 4), 24);  // exploration only
-  EXPECT_EQ(choice.arm1_passes(), 0u);
 }
 
 TEST(ThreadChoice, ClassesAreIndependent) {

@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +41,20 @@ TEST(ThreadPool, ParallelForOnOneThreadRunsOnTheCaller) {
       /*max_threads=*/1);
   EXPECT_EQ(elsewhere.load(), 0);
   for (size_t i = 0; i < hits.size(); ++i) EXPECT_EQ(hits[i], 1) << i;
+  // Two of the four: at most two threads take part in a call.
+  for (int round = 0; round < 20; ++round) {
+    std::mutex mu;
+    std::set<std::thread::id> ids;
+    pool.ParallelFor(
+        64, 1,
+        [&](int64_t b, int64_t e) {
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+          std::lock_guard<std::mutex> lock(mu);
+          ids.insert(std::this_thread::get_id());
+        },
+        /*max_threads=*/2);
+    EXPECT_LE(ids.size(), 2u) << "round " << round;
+  }
   // More than the pool has: the pool's size.
   std::fill(hits.begin(), hits.end(), 0);
   pool.ParallelFor(

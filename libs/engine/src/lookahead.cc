@@ -41,10 +41,11 @@ absl::Status Lookahead::Predict(int layer, const float* x, int64_t n) {
   const int last = std::min<int>(static_cast<int>(gates_.size()) - 1, layer + depth_);
   for (int target = layer + 1; target <= last; ++target) {
     const LayerGate& g = gates_[static_cast<size_t>(target)];
-    if (!g.moe || resident_[static_cast<size_t>(target)]) {  // nothing to fetch
+    if (!g.moe) {  // a dense layer fetches nothing
       for (auto& row : row_predictions_) row.emplace_back();
       continue;
     }
+    // Asked each time (lock-free): a block of the layer may have been evicted since.
     if (!keep_predictions_ && experts_->ResidentInLayer(target) >= config_.n_experts) {
       resident_[static_cast<size_t>(target)] = 1;
       counters_->prefetch_layers_resident++;

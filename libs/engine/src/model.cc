@@ -287,6 +287,11 @@ absl::Status Model::LoadWeights(Model* m, const Model* base) {
 
 Model::~Model() = default;
 
+uint32_t Model::NewPassTag() {
+  static std::atomic<uint32_t> next{0};
+  return next++;
+}
+
 absl::StatusOr<std::unique_ptr<Model>> Model::NewDrafter(
     const model::Manifest& experts_manifest, expert_source::ExpertSource* experts) const {
   if (experts_manifest.experts.size() != manifest_.experts.size()) {
@@ -466,16 +471,19 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
   backend::Backend& be = *backend_;
   // A host backend measures the pass (backend/host_ops.h BeginPass), less the time blocked on
   // expert blocks, to choose how many threads its small ops use.
+  // A pass that fails part way is not measured.
   struct PassScope {
     backend::HostOps* host;
     const ModelCounters& counters;
     uint64_t wait_at_start;
+    bool completed = false;
     ~PassScope() {
       if (host != nullptr)
-        host->EndPass(static_cast<double>(counters.expert_wait_ns.load() - wait_at_start) * 1e-9);
+        host->EndPass(static_cast<double>(counters.expert_wait_ns.load() - wait_at_start) * 1e-9,
+                      completed);
     }
   } pass{dynamic_cast<backend::HostOps*>(backend_), counters_, counters_.expert_wait_ns.load()};
-  if (pass.host != nullptr) pass.host->BeginPass(n);
+  if (pass.host != nullptr) pass.host->BeginPass(pass_tag_, n);
   const int64_t H = c.hidden_size, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const backend::RopeParams rope = RopeAt(0);
@@ -566,6 +574,7 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
   for (int64_t i = 0; i < n; ++i) {
     if (batch[static_cast<size_t>(i)].want_logits) rows.push_back(static_cast<int32_t>(i));
   }
+  pass.completed = true;
   if (rows.empty() || logits == nullptr) return be.Synchronize();
   const int64_t m = static_cast<int64_t>(rows.size());
   be.GatherRows(x, rows.data(), m, H, w.rows_in->f32());

@@ -16,9 +16,9 @@ void AddNodeFlags(CLI::App* app, NodeFlags* f) {
          "Compute threads (0: the cores this process may use: affinity mask, cgroup CPU quota)")
       ->capture_default_str();
   app->add_flag("--fixed-threads", o.fixed_threads,
-                "Run every CPU op on all --threads threads. By default each kind and size of op "
-                "runs on one thread where that measures faster (other processes busy on the "
-                "cores)");
+                "Run every CPU op on all --threads threads. By default forward passes of a size "
+                "where that measures faster (other processes busy on the cores) run their small "
+                "ops on one thread");
   app->add_option("--expert-cache-size", f->expert_cache_size,
                   "Host-RAM expert cache budget, e.g. 512M, 8G (auto: every expert if they fit in "
                   "3/4 of free RAM, "

@@ -10,8 +10,9 @@ namespace colibri::backend {
 
 struct CpuBackendOptions {
   int threads = 0;  // 0: the cores this process may use (core/thread_pool.h UsableCoreCount)
-  // Every parallel op on all `threads`. Off (the default): each class of op runs on one thread
-  // where that measures faster, as on a machine whose other cores are busy (cpu/thread_choice.h).
+  // Every parallel op on all `threads`. Off (the default): forward passes of a size where that
+  // measures faster (other processes busy on the cores) run their small ops on one thread
+  // (cpu/thread_choice.h).
   bool fixed_threads = false;
 };
 

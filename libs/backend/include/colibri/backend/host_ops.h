@@ -49,17 +49,17 @@ class HostOps {
                        std::span<float* const> ys) = 0;
   // Parallel regions run so far (each ends in a synchronisation of the worker threads).
   virtual uint64_t parallel_regions() const = 0;
-  // A forward pass of `rows` rows begins / ends. Between the two, the backend may run its small
-  // ops on the calling thread alone where that measures faster for passes of this size (other
-  // processes busy on the cores: cpu/thread_choice.h); never a change of results.
-  // `excluded_seconds`: time in the pass spent waiting on something else (expert reads), left
-  // out of the measure. Passes may nest (the inner one is part of the outer).
-  virtual void BeginPass(int64_t rows) = 0;
-  virtual void EndPass(double excluded_seconds) = 0;
-  // Parallelisable ops so far that ran on one thread, and passes that ran their small ops so
-  // because it measured faster (exploration passes not counted).
+  // A forward pass of `rows` rows of model `model` (a caller's tag: the models sharing this
+  // backend, a target and its drafter, are measured apart) begins / ends. Between the two, the
+  // backend may run its small ops on the calling thread alone where that measures faster for
+  // such passes (other processes busy on the cores: cpu/thread_choice.h); never a change of
+  // results. `excluded_seconds`: time in the pass spent waiting on something else (expert
+  // reads), left out of the measure; `completed` false (the pass failed part way): not
+  // measured. Passes may nest (the inner one is part of the outer).
+  virtual void BeginPass(uint32_t model, int64_t rows) = 0;
+  virtual void EndPass(double excluded_seconds, bool completed) = 0;
+  // Parallelisable ops so far that ran on one thread (the passes measuring that arm included).
   virtual uint64_t single_threaded_calls() const = 0;
-  virtual uint64_t small_ops_single_passes() const = 0;
 };
 
 }  // namespace colibri::backend

@@ -117,11 +117,13 @@ struct ModelCounters {
   std::atomic<uint64_t> expert_wait_ns{0};  // blocked on expert blocks
   std::atomic<uint64_t> experts_applied{0};
   // Lookahead: experts predicted (and prefetched), how many of those the router then picked,
-  // and how many experts the router picked at layers that can be predicted (layer > 0).
+  // and how many experts the router picked at layers that can be predicted (layer > 0, and not
+  // skipped as all resident: see prefetch_layers_resident).
   std::atomic<uint64_t> prefetch_predicted{0};
   std::atomic<uint64_t> prefetch_predicted_routed{0};
   std::atomic<uint64_t> prefetch_routed{0};
-  // Layers not predicted because the expert source held every expert of them (nothing to read).
+  // Predictions of a layer skipped because the expert source held its every expert (nothing to
+  // read).
   std::atomic<uint64_t> prefetch_layers_resident{0};
 };
 
@@ -255,6 +257,10 @@ class Model {
   ModelCounters counters_;
   std::unique_ptr<Lookahead> lookahead_;
   int64_t trace_step_ = 0;
+  // This model's tag in a host backend's pass measures (HostOps::BeginPass): a target and the
+  // drafters sharing its backend are measured apart.
+  static uint32_t NewPassTag();
+  const uint32_t pass_tag_ = NewPassTag();
 };
 
 }  // namespace colibri::engine
