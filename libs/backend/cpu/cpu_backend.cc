@@ -163,6 +163,7 @@ class CpuBackend final : public Backend, public HostOps {
   }
 
   void Attention(const AttentionArgs& a) override {
+    if (a.n <= 0) return;
     const int64_t group = a.n_heads / a.n_kv_heads;
     const int64_t kv_dim = a.n_kv_heads * a.head_dim;
     const int64_t q_dim = a.n_heads * a.head_dim;
@@ -181,7 +182,6 @@ class CpuBackend final : public Backend, public HostOps {
     const int64_t chunks = (group + chunk - 1) / chunk;
     const internal::ScoreKeysFn score_keys = internal::ScoreKeysKernel();
     const internal::AccumulateRowsFn accumulate_rows = internal::AccumulateRowsKernel();
-    if (a.n <= 0) return;
     // The cost (Parallel): the first row's keys and values, read once per query row.
     int64_t keys = static_cast<int64_t>(a.positions[0]) + 1;
     if (a.window > 0) keys = std::min(keys, a.window);

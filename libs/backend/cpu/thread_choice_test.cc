@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <vector>
 
 namespace colibri::backend::internal {
@@ -19,24 +21,22 @@ std::vector<int> Passes(ThreadChoice& choice, uint32_t key, int passes, double a
   return picked;
 }
 
-int Count(const std::vector<int>& v, int arm, size_t from = 0) {
-  int n = 0;
-  for (size_t i = from; i < v.size(); ++i) n += v[i] == arm;
-  return n;
+// Passes from `from` on that ran `arm`.
+int64_t Count(const std::vector<int>& v, int arm, size_t from = 0) {
+  return std::count(v.begin() + static_cast<std::ptrdiff_t>(from), v.end(), arm);
 }
 
 // Options with no warm-up passes, so the counts below are of measured passes only.
-ThreadChoice::Options Measured() {
+ThreadChoice::Options Measured(int first_samples, int explore_every) {
   ThreadChoice::Options o;
   o.warmup_calls = 0;
+  o.first_samples = first_samples;
+  o.explore_every = explore_every;
   return o;
 }
 
 TEST(ThreadChoice, SamplesBothArmsFirstThenKeepsTheFasterOne) {
-  ThreadChoice::Options o = Measured();
-  o.first_samples = 3;
-  o.explore_every = 16;
-  ThreadChoice choice(o);
+  ThreadChoice choice(Measured(3, 16));
   // A quiet machine: arm 0 (every thread) twice as fast.
   const std::vector<int> quiet = Passes(choice, 1, 6 + 160, 1.0, 2.0);
   EXPECT_EQ(std::vector<int>(quiet.begin(), quiet.begin() + 6),
@@ -47,9 +47,7 @@ TEST(ThreadChoice, SamplesBothArmsFirstThenKeepsTheFasterOne) {
 }
 
 TEST(ThreadChoice, MovesToArm1WhenItIsFasterAndBackWhenTheLoadGoes) {
-  ThreadChoice::Options o = Measured();
-  o.first_samples = 2;
-  o.explore_every = 8;
+  ThreadChoice::Options o = Measured(2, 8);
   o.alpha = 0.25;
   ThreadChoice choice(o);
   Passes(choice, 3, 100, 1.0, 2.0);  // quiet: arm 0
@@ -65,9 +63,7 @@ TEST(ThreadChoice, MovesToArm1WhenItIsFasterAndBackWhenTheLoadGoes) {
 }
 
 TEST(ThreadChoice, StaysPutWithinTheMargin) {
-  ThreadChoice::Options o = Measured();
-  o.first_samples = 2;
-  o.explore_every = 4;
+  ThreadChoice::Options o = Measured(2, 4);
   o.switch_margin = 0.9;
   ThreadChoice choice(o);
   // Arm 1 5% faster: not enough to leave arm 0.
@@ -76,10 +72,7 @@ TEST(ThreadChoice, StaysPutWithinTheMargin) {
 }
 
 TEST(ThreadChoice, ClassesAreIndependent) {
-  ThreadChoice::Options o = Measured();
-  o.first_samples = 2;
-  o.explore_every = 0;  // no exploration: the choice is just the faster arm
-  ThreadChoice choice(o);
+  ThreadChoice choice(Measured(2, 0));  // no exploration: the choice is just the faster arm
   const uint32_t decode = ThreadChoice::Key(0, 1), prefill = ThreadChoice::Key(0, 512);
   EXPECT_NE(decode, prefill);
   Passes(choice, decode, 10, 3.0, 1.0);

@@ -160,7 +160,6 @@ struct CacheTier::State {
   }
 
   void InsertLocked(Job& job, Lease lease, uint64_t size) {
-    if (!entries.contains(job.key)) CountResident(job.key, +1);
     Entry& e = entries[job.key];
     e.lease = std::move(lease);
     e.size = size;
@@ -170,6 +169,7 @@ struct CacheTier::State {
     e.guard_tick = tick;
     stats.bytes_cached += size;
     stats.blocks_cached++;
+    CountResident(job.key, +1);
     if (e.pinned) {
       stats.bytes_pinned += size;
       stats.blocks_pinned++;
