@@ -7,7 +7,6 @@
 #include "CLI/CLI.hpp"
 #include "cache_admin.h"
 #include "colibri/auth/address.h"
-#include "colibri/core/buffer_pool.h"
 #include "colibri/core/logging.h"
 #include "colibri/core/port_file.h"
 #include "colibri/core/signals.h"
@@ -24,7 +23,6 @@
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
-  colibri::KeepFreedMemoryMapped();
   colibri::BlockShutdownSignals();
   colibri::InitLogging();
   colibri::server::ServerConfig cfg;

@@ -25,6 +25,7 @@
 #include "CLI/CLI.hpp"
 #include "bench_measure.h"
 #include "colibri/backend/cpu_backend.h"
+#include "colibri/core/block_arena.h"
 #include "colibri/core/logging.h"
 #include "colibri/core/thread_pool.h"
 #include "colibri/core/units.h"
@@ -60,19 +61,11 @@ uint64_t StorageReadBytes() {
   return 0;
 }
 
-uint64_t PeakRssBytes() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  }
-  return 0;
-}
-
 struct BuildFlags {
   std::string dir;
-  int64_t layers = 32, hidden = 2048, ffn = 5632, experts = 8, top_k = 2;
+  int64_t layers = 32, hidden = 2048, ffn = 5632, experts = 8, top_k = 2, vocab = 32000;
   std::string quant = "q4_k";
+  std::string tokenizer_from;  // a container whose tokenizer is copied in (servers need one)
 };
 
 int Build(const BuildFlags& f) {
@@ -89,10 +82,11 @@ int Build(const BuildFlags& f) {
   c.expert_ffn = f.ffn;
   c.n_experts = f.experts;
   c.top_k = f.top_k;
-  c.vocab_size = 32000;
+  c.vocab_size = f.vocab;
   c.context_length = 4096;
   c.eos_token_ids = {2};
   o.dtype = *dt;
+  o.tokenizer_from = f.tokenizer_from;
   o.seed = 7;
   // Trained models change the residual stream little per layer and share directions across
   // tokens; these make the random model route with that kind of locality.
@@ -234,7 +228,7 @@ int RunDecode(const RunFlags& f) {
            {"storage_bytes_per_token", read / n},
            {"stall_ms_per_token",
             1e-6 * static_cast<double>(counters.expert_wait_ns.load() - wait_at_warmup) / n},
-           {"peak_rss_bytes", PeakRssBytes()},
+           {"peak_rss_bytes", colibri::PeakResidentBytes()},
            {"dense_bytes", (*model)->dense_bytes()}};
   if (cache) {
     const es::CacheStats s = cache->ram().Stats();
@@ -299,6 +293,8 @@ int main(int argc, char** argv) {
   build->add_option("--experts", bf.experts);
   build->add_option("--top-k", bf.top_k);
   build->add_option("--quant", bf.quant);
+  build->add_option("--vocab", bf.vocab);
+  build->add_option("--tokenizer-from", bf.tokenizer_from);
   DiskFlags df;
   auto* disk =
       app.add_subcommand("disk", "Disk bandwidth for expert blocks (O_DIRECT, random order)");

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "colibri/core/units.h"
 #include "colibri/model/container.h"
 #include "colibri/plan/doctor.h"
 #include "colibri/plan/planner.h"
@@ -25,6 +26,7 @@ struct PlanFlags {
   double measure_seconds = 0.5;
   bool json = false;
   bool deep = false;
+  std::string memory_limit = "auto";
 };
 
 int RunPlan(const PlanFlags& f) {
@@ -44,8 +46,17 @@ int RunPlan(const PlanFlags& f) {
     return 1;
   }
   const colibri::plan::ModelFacts model = colibri::plan::ModelFactsOf((*container)->manifest());
-  auto p = colibri::plan::MakePlan(
-      *machine, model, {.backend = f.backend, .device = f.device, .max_batch = f.max_batch});
+  colibri::plan::PlanRequest req{
+      .backend = f.backend, .device = f.device, .max_batch = f.max_batch};
+  if (f.memory_limit != "auto") {
+    auto bytes = colibri::ParseSize(f.memory_limit);
+    if (!bytes.ok() || *bytes == 0) {
+      spdlog::error("--memory-limit '{}': expected auto or a size such as 12G", f.memory_limit);
+      return 1;
+    }
+    req.memory_limit = *bytes;
+  }
+  auto p = colibri::plan::MakePlan(*machine, model, req);
   if (!p.ok()) {
     spdlog::error("{}", std::string(p.status().message()));
     return 1;
@@ -126,6 +137,10 @@ void AddPlanCommands(CLI::App& app) {
                    "Seconds of random expert reads to measure the disk (0: do not measure)")
       ->capture_default_str();
   plan->add_flag("--json", flags.json, "JSON for tools");
+  plan->add_option("--memory-limit", flags.memory_limit,
+                   "The host-memory budget to plan for (auto: the memory cgroup's limit, else "
+                   "MemAvailable, less headroom)")
+      ->capture_default_str();
   plan->callback([shared] { throw CLI::RuntimeError(RunPlan(*shared)); });
 
   auto* doctor = app.add_subcommand("doctor",

@@ -14,7 +14,6 @@
 #include "absl/strings/str_join.h"
 #include "cache_admin.h"
 #include "colibri/auth/address.h"
-#include "colibri/core/buffer_pool.h"
 #include "colibri/core/logging.h"
 #include "colibri/core/port_file.h"
 #include "colibri/core/signals.h"
@@ -135,7 +134,6 @@ absl::StatusOr<std::unique_ptr<Serving>> Serve(
 }  // namespace
 
 int main(int argc, char** argv) {
-  colibri::KeepFreedMemoryMapped();
   colibri::BlockShutdownSignals();
   colibri::InitLogging();
 

@@ -12,7 +12,6 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "colibri/core/buffer_pool.h"
 #include "colibri/core/logging.h"
 #include "colibri/core/port_file.h"
 #include "colibri/core/progress.h"
@@ -196,7 +195,6 @@ int List(const colibri::store::StoreLocation& loc) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  colibri::KeepFreedMemoryMapped();
   colibri::BlockShutdownSignals();
   colibri::InitLogging();
   colibri::store::StoreConfig cfg;

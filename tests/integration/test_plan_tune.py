@@ -36,7 +36,23 @@ class PlanDoctorTune(unittest.TestCase):
         p = json.loads(cli('plan', '--model', self.model, '--json', '--measure-seconds', '0.2').stdout)
         model = p['model']
         self.assertEqual(p['settings']['expert_cache_size']['value'], model['expert_bytes'])
-        self.assertIn('fit in 3/4 of free RAM', p['settings']['expert_cache_size']['reason'])
+        self.assertIn('fit in 3/4 of the free budget', p['settings']['expert_cache_size']['reason'])
+        # The budget and its split: every part inside it.
+        mem = p['memory']
+        self.assertEqual(p['settings']['memory_limit']['value'], mem['budget'])
+        self.assertEqual(mem['expert_cache'], model['expert_bytes'])
+        self.assertEqual(mem['dense'], model['dense_bytes'])
+        self.assertLessEqual(mem['total'], mem['budget'])
+        self.assertEqual(mem['total'], sum(mem[k] for k in ('dense', 'expert_cache', 'io', 'kv', 'kv_offload',
+                                                          'scratch', 'drafter', 'runtime')))
+        fixed = json.loads(cli('plan', '--model', self.model, '--json', '--measure-seconds', '0',
+                               '--memory-limit', '1G').stdout)
+        self.assertEqual(fixed['memory']['budget'], 1 << 30)
+        self.assertTrue(fixed['settings']['memory_limit']['fixed'])
+        small = cli('plan', '--model', self.model, '--measure-seconds', '0', '--memory-limit', '100M',
+                    check=False)
+        self.assertNotEqual(small.returncode, 0)
+        self.assertIn('does not fit the memory budget', small.stdout + small.stderr)
         self.assertEqual(p['settings']['vram_budget']['value'], 0)
         self.assertGreater(p['settings']['kv_cache_limit']['value'], 0)
         self.assertIn(p['settings']['prefetch_layers']['value'], (1, 2))
@@ -47,8 +63,8 @@ class PlanDoctorTune(unittest.TestCase):
         self.assertIn(p['estimate']['bottleneck'], ('memory bandwidth', 'compute'))
         self.assertGreater(p['estimate']['decode_tokens_per_second'], 0)
         text = cli('plan', '--model', self.model, '--measure-seconds', '0').stdout
-        for flag in ('--expert-cache-size', '--vram-budget', '--kv-cache-limit', '--prefetch-layers', '--io-threads',
-                     'expected decode:', 'bottleneck:'):
+        for flag in ('--memory-limit', '--expert-cache-size', '--vram-budget', '--kv-cache-limit', '--prefetch-layers',
+                     '--io-threads', 'memory split:', 'expected decode:', 'bottleneck:'):
             self.assertIn(flag, text)
 
     def test_doctor_passes_a_whole_model_and_names_a_truncated_one(self):

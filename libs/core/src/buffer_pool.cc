@@ -1,7 +1,5 @@
 #include "colibri/core/buffer_pool.h"
 
-#include <malloc.h>
-
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
@@ -11,12 +9,6 @@
 #include "colibri/core/units.h"
 
 namespace colibri {
-
-void KeepFreedMemoryMapped() {
-  // Setting either turns off glibc's dynamic thresholds, which start at 128 KiB.
-  ::mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest for 64-bit heaps
-  ::mallopt(M_TRIM_THRESHOLD, 256 << 20);
-}
 
 struct BufferPool::State {
   std::mutex mu;
@@ -35,7 +27,7 @@ BufferPool::BufferPool(uint64_t max_idle_bytes) : state_(std::make_shared<State>
 }
 
 BufferPool& BufferPool::Default() {
-  static BufferPool* pool = new BufferPool(512ull << 20);
+  static BufferPool* pool = new BufferPool(kDefaultMaxIdleBytes);
   return *pool;
 }
 

@@ -1,7 +1,6 @@
 #include "colibri/core/buffer_pool.h"
 
 #include <gtest/gtest.h>
-#include <malloc.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -36,30 +35,6 @@ TEST(BufferPool, HandlesOutliveThePool) {
   }
   *keep = 1;
   keep.reset();  // returns to the pool's state, kept alive by the handle
-}
-
-// On the main thread (its arena grows by brk): an 8 MiB buffer comes from the heap, not an mmap
-// of its own, and its pages stay with the process after free (glibc's defaults would map it
-// alone and unmap it on free).
-TEST(KeepFreedMemoryMapped, LargeBuffersStayInTheHeapAfterFree) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "AddressSanitizer's allocator replaces glibc's (mallopt and mallinfo2 do not "
-                  "apply)";
-#endif
-  KeepFreedMemoryMapped();
-  const size_t n = 8u << 20;
-  const struct mallinfo2 before = ::mallinfo2();
-  auto* p = static_cast<volatile char*>(std::malloc(n));
-  ASSERT_NE(p, nullptr);
-  std::memset(const_cast<char*>(p), 1, n);
-  EXPECT_EQ(p[n - 1], 1);
-  const struct mallinfo2 held = ::mallinfo2();
-  EXPECT_EQ(held.hblkhd, before.hblkhd) << "mapped on its own";
-  EXPECT_GE(held.arena, before.arena + n - (1u << 20));
-  std::free(const_cast<char*>(p));
-  const struct mallinfo2 after = ::mallinfo2();
-  EXPECT_EQ(after.arena, held.arena) << "handed back to the kernel";
-  EXPECT_GE(after.fordblks, n);
 }
 
 }  // namespace

@@ -102,7 +102,30 @@ absl::StatusOr<Lease> DiskSource::Fetch(ExpertId id, Priority priority) {
   block->id = id;
   block->size = b.size;
   // The read overwrites the buffer up to the checksummed size; the padding is never looked at.
-  ASSIGN_OR_RETURN(block->bytes, AllocateAligned(b.padded_size, 4096, /*zero=*/false));
+  uint8_t* base = nullptr;
+  if (options_.arena != nullptr) {
+    // Demand waits for room (a block in use elsewhere is released soon); a prefetch is shed.
+    absl::StatusOr<BlockArena::Slot> slot =
+        priority == Priority::kDemand
+            ? options_.arena->Allocate(b.padded_size,
+                                       std::chrono::steady_clock::now() + options_.arena_wait)
+            : options_.arena->TryAllocate(b.padded_size);
+    if (!slot.ok()) {
+      if (priority == Priority::kPrefetch) {
+        shed_++;
+        return absl::CancelledError(
+            absl::StrCat("prefetch of ", ExpertLabel(id), " shed: ", slot.status().message()));
+      }
+      return absl::Status(slot.status().code(),
+                          absl::StrCat("read ", ExpertLabel(id), ": ", slot.status().message()));
+    }
+    base = slot->get();
+    block->external = base;
+    block->external_owner = *std::move(slot);
+  } else {
+    ASSIGN_OR_RETURN(block->bytes, AllocateAligned(b.padded_size, 4096, /*zero=*/false));
+    base = block->bytes.get();
+  }
   const Fds& fds = fds_.at(b.file);
 
   // A prefetch can be stopped between pieces, and pauses while demand reads run.
@@ -146,7 +169,6 @@ absl::StatusOr<Lease> DiskSource::Fetch(ExpertId id, Priority priority) {
         uint64_t>::max();  // block offset of the first byte a piece could not read
   };
   auto sh = std::make_shared<Shared>();
-  uint8_t* base = block->bytes.get();
   auto work = [this, sh, base, &fds, offset = b.offset, padded = b.padded_size, piece, pieces,
                cancel] {
     for (uint64_t i = sh->next++; i < pieces; i = sh->next++) {
@@ -210,7 +232,7 @@ absl::StatusOr<Lease> DiskSource::Fetch(ExpertId id, Priority priority) {
         ExpertLabel(id), " in '", container_->ExpertFilePath(b).string(), "': short read (",
         file_end > b.offset ? file_end - b.offset : 0, " of ", b.size, " bytes)"));
   }
-  uint64_t got = Checksum64(block->bytes.get(), b.size);
+  uint64_t got = Checksum64(base, b.size);
   if (got != b.checksum)
     return model::ExpertChecksumError(b, container_->ExpertFilePath(b).string(), got);
   return Lease(std::move(block));

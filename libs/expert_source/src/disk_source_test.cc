@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -155,7 +156,12 @@ TEST_P(DiskSourceTest, DirectIoReadsTheSameBytes) {
   options.direct_io = true;
   auto src = DiskSource::Open(container_.get(), options);
   ASSERT_TRUE(src.ok()) << src.status();
-  EXPECT_GE((*src)->direct_io_files(), 0);
+  std::set<std::string> files;
+  for (const auto& b : container_->manifest().experts) files.insert(b.file);
+  // All of them or none, as the filesystem allows (exact per filesystem: disk_source_direct_test).
+  EXPECT_TRUE((*src)->direct_io_files() == 0 ||
+              (*src)->direct_io_files() == static_cast<int>(files.size()))
+      << (*src)->direct_io_files() << " of " << files.size();
   const model::ModelConfig c = Config();
   for (int32_t l = 0; l < c.n_layers; ++l) {
     for (int32_t e = 0; e < c.n_experts; ++e) {
@@ -164,7 +170,7 @@ TEST_P(DiskSourceTest, DirectIoReadsTheSameBytes) {
       ExpectWritten(*lease, l, e);
     }
   }
-  EXPECT_GE((*src)->read_seconds(), 0.0);
+  EXPECT_GT((*src)->read_seconds(), 0.0);
 }
 
 TEST_P(DiskSourceTest, FetchManyDeliversEveryIndexOnce) {

@@ -264,6 +264,17 @@ absl::Status WriteSyntheticModel(const std::filesystem::path& dir, const Synthet
     }
   }
   for (int64_t i = 0; i < c.nextn_layers; ++i) RETURN_IF_ERROR(WriteNextnLayer(*w, i, o, rng));
+  if (!o.tokenizer_from.empty()) {
+    ASSIGN_OR_RETURN(auto donor, Container::Open(o.tokenizer_from));
+    const nlohmann::json& t = donor->manifest().tokenizer;
+    if (auto files = t.find("files"); files != t.end()) {
+      for (const auto& f : *files) {
+        const std::string name = f.get<std::string>();
+        RETURN_IF_ERROR(w->CopyFile(donor->dir() / name, name));
+      }
+    }
+    w->manifest().tokenizer = t;
+  }
   return w->Finish();
 }
 

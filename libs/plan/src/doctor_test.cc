@@ -191,7 +191,7 @@ TEST(DoctorMemory, SwapAndAModelThatDoesNotFit) {
   const ModelFacts huge = Model(20ull << 30);
   auto bad = CheckMemory(m, &huge, {});
   EXPECT_TRUE(Finds(bad, Severity::kWarn, "1.00 GiB of swap in use")) << Joined(bad);
-  EXPECT_TRUE(Finds(bad, Severity::kError, "does not fit in RAM")) << Joined(bad);
+  EXPECT_TRUE(Finds(bad, Severity::kError, "does not fit the memory budget")) << Joined(bad);
 }
 
 TEST(DoctorCuda, ArchitecturesAndVersions) {

@@ -23,9 +23,12 @@ KvLimit DefaultKvCacheLimit(const KvLimitInputs& in) {
     per = absl::StrCat("(", per, " + ", FormatSize(in.kv_ring_bytes), " of sliding-window rings)");
   const std::string need =
       absl::StrCat(in.max_batch, " sequences x ", per, " = ", FormatSize(want));
-  const std::string room = absl::StrCat(
-      in.device ? "90% of the device's free " : "half of MemAvailable ", FormatSize(in.memory_free),
-      " less ", FormatSize(in.memory_reserved), " for the model = ", FormatSize(cap));
+  const std::string room =
+      absl::StrCat(in.device   ? "90% of the device's free "
+                   : in.budget ? "half of the memory budget "
+                               : "half of MemAvailable ",
+                   FormatSize(in.memory_free), " less ", FormatSize(in.memory_reserved),
+                   " for the model = ", FormatSize(cap));
   out.explanation = want <= cap ? absl::StrCat(need, " (fits ", room, ")")
                                 : absl::StrCat(room, " (less than ", need, ")");
   return out;

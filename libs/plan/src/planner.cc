@@ -40,6 +40,8 @@ std::string Gb(double bytes_per_second) {
 
 }  // namespace
 
+uint64_t ArenaSlackBytes(uint64_t largest_block) { return 2 * largest_block + (4ull << 20); }
+
 double TypicalReadBandwidth(DiskKind kind) {
   switch (kind) {
     case DiskKind::kNvme: return 3e9;
@@ -71,48 +73,99 @@ absl::StatusOr<Plan> MakePlan(const MachineFacts& machine, const ModelFacts& mod
   Plan p;
   const uint64_t block = model.expert_block_bytes;
   const uint64_t min_cache = 2 * block;
-  const uint64_t headroom = std::max<uint64_t>(1ull << 30, machine.ram_total_bytes / 20);
-  const uint64_t taken = model.dense_bytes + req.kv_offload_bytes + headroom;
-  const uint64_t host_free =
-      machine.ram_available_bytes > taken ? machine.ram_available_bytes - taken : 0;
+
+  // The budget: --memory-limit, or the cgroup's limit, or what the machine has available.
+  const uint64_t available = machine.ram_available_bytes;
+  std::string budget_text;
+  if (req.memory_limit) {
+    p.memory_budget = {*req.memory_limit, "set by --memory-limit", true};
+    p.budget_is_limit = true;
+    budget_text = absl::StrCat("--memory-limit ", FormatSize(*req.memory_limit));
+  } else if (machine.cgroup_limit_bytes > 0) {
+    const uint64_t base = std::min(machine.cgroup_limit_bytes, available);
+    const uint64_t headroom = std::max<uint64_t>(128ull << 20, base / 20);
+    const uint64_t v = base > headroom ? base - headroom : 0;
+    p.memory_budget = {
+        v, absl::StrCat("memory cgroup limit ", FormatSize(machine.cgroup_limit_bytes), " (",
+                        machine.cgroup_limit_file, ")",
+                        base < machine.cgroup_limit_bytes
+                            ? absl::StrCat(", capped by MemAvailable ", FormatSize(available))
+                            : "",
+                        " less headroom ", FormatSize(headroom))};
+    p.budget_is_limit = true;
+    budget_text = absl::StrCat("budget ", FormatSize(v), " (cgroup)");
+  } else {
+    const uint64_t headroom = std::max<uint64_t>(1ull << 30, machine.ram_total_bytes / 20);
+    const uint64_t v = available > headroom ? available - headroom : 0;
+    p.memory_budget = {v, absl::StrCat("MemAvailable ", FormatSize(available), " less headroom ",
+                                       FormatSize(headroom), " (no memory cgroup limit)")};
+    budget_text = absl::StrCat("budget ", FormatSize(v), " (MemAvailable)");
+  }
+  const uint64_t budget = p.memory_budget.value;
+  MemorySplit& mem = p.memory;
+  mem.dense = model.dense_bytes;
+  mem.runtime = kRuntimeBytes;
+  mem.scratch = model.scratch_bytes;
+  mem.io = ArenaSlackBytes(block);
+  mem.drafter = req.drafter_bytes;
+  mem.kv_offload = req.kv_offload_bytes;
+  const uint64_t fixed_parts = mem.total();
+  const uint64_t min_kv = std::max<uint64_t>(model.kv_bytes_per_token, 1) *
+                              static_cast<uint64_t>(std::max<int64_t>(model.context_length, 1)) +
+                          model.kv_ring_bytes;
+  auto parts_text = [&](uint64_t cache, uint64_t kv) {
+    return absl::StrCat(
+        "dense ", FormatSize(mem.dense), " + runtime ", FormatSize(mem.runtime), " + scratch ",
+        FormatSize(mem.scratch), " + I/O ", FormatSize(mem.io),
+        mem.drafter ? absl::StrCat(" + drafter ", FormatSize(mem.drafter)) : "",
+        mem.kv_offload ? absl::StrCat(" + KV offload ", FormatSize(mem.kv_offload)) : "",
+        " + expert cache ", FormatSize(cache), " + KV ", FormatSize(kv));
+  };
+  // One sequence of the full context and two expert blocks: the least that decodes at all.
+  const uint64_t least = fixed_parts + min_cache + (req.kv_cache_bytes ? 0 : min_kv);
+  if (!gpu && budget < least) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "model '", model.name, "' does not fit the memory budget: it needs at least ",
+        FormatSize(least), " (", parts_text(min_cache, req.kv_cache_bytes ? 0 : min_kv),
+        "), but the ", p.memory_budget.reason, " gives ", FormatSize(budget),
+        "; raise --memory-limit or the container's memory limit, or use a smaller "
+        "quantization"));
+  }
+  const uint64_t host_free = budget > fixed_parts ? budget - fixed_parts : 0;
   const std::string free_text = absl::StrCat(
-      "MemAvailable ", FormatSize(machine.ram_available_bytes), " - dense ",
-      FormatSize(model.dense_bytes),
-      req.kv_offload_bytes ? absl::StrCat(" - KV offload ", FormatSize(req.kv_offload_bytes)) : "",
-      " - headroom ", FormatSize(headroom), " = ", FormatSize(host_free));
+      budget_text, " - dense ", FormatSize(mem.dense), " - runtime, scratch and I/O ",
+      FormatSize(mem.runtime + mem.scratch + mem.io),
+      mem.drafter || mem.kv_offload
+          ? absl::StrCat(" - drafter and KV offload ", FormatSize(mem.drafter + mem.kv_offload))
+          : "",
+      " = ", FormatSize(host_free));
 
   // Host-RAM expert cache.
   if (req.expert_cache_bytes) {
     p.expert_cache_bytes = {*req.expert_cache_bytes, "set by --expert-cache-size", true};
-    if (*req.expert_cache_bytes > host_free) {
-      p.warnings.push_back(
-          absl::StrCat("--expert-cache-size ", FormatSize(*req.expert_cache_bytes), " exceeds the ",
-                       FormatSize(host_free), " free for it (", free_text,
-                       "): the machine may swap or the kernel may kill the server"));
-    }
   } else {
     const uint64_t share = host_free / 4 * 3;
     if (share < min_cache) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("model '", model.name, "' does not fit in RAM: it needs dense weights ",
-                       FormatSize(model.dense_bytes), " + two expert blocks ",
-                       FormatSize(min_cache), " + headroom ", FormatSize(headroom), ", but ",
-                       free_text, "; free memory or use a smaller quantization"));
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "model '", model.name, "' does not fit in RAM: it needs dense weights ",
+          FormatSize(model.dense_bytes), " + two expert blocks ", FormatSize(min_cache),
+          " + runtime, scratch and I/O ", FormatSize(mem.runtime + mem.scratch + mem.io), ", but ",
+          free_text, "; free memory or use a smaller quantization"));
     }
     if (model.expert_bytes <= share) {
       p.expert_cache_bytes = {
           model.expert_bytes,
           absl::StrCat("all ", model.n_layers * model.n_experts, " experts (",
-                       FormatSize(model.expert_bytes), ") fit in 3/4 of free RAM (", free_text,
-                       "): after the first use nothing is read from disk")};
+                       FormatSize(model.expert_bytes), ") fit in 3/4 of the free budget (",
+                       free_text, "): after the first use nothing is read from disk")};
     } else {
       p.expert_cache_bytes = {RoundDown(share, block),
-                              absl::StrCat("3/4 of free RAM (", free_text, "); the experts (",
-                                           FormatSize(model.expert_bytes),
-                                           ") do not all fit, the rest is for KV "
-                                           "caches and the page cache")};
+                              absl::StrCat("3/4 of the free budget (", free_text,
+                                           "); the experts (", FormatSize(model.expert_bytes),
+                                           ") do not all fit, the rest is for KV caches")};
     }
   }
+  mem.expert_cache = std::min(p.expert_cache_bytes.value, model.expert_bytes);
 
   // VRAM tier and KV caches.
   uint64_t device_left = 0;
@@ -159,11 +212,30 @@ absl::StatusOr<Plan> MakePlan(const MachineFacts& machine, const ModelFacts& mod
       in.memory_free = gpu->free_bytes;
       in.memory_reserved = model.dense_bytes + p.vram_bytes.value + kDeviceWorkingBytes + 2 * block;
     } else {
-      in.memory_free = machine.ram_available_bytes;
-      in.memory_reserved = model.dense_bytes + p.expert_cache_bytes.value + req.kv_offload_bytes;
+      in.memory_free = budget;
+      in.memory_reserved = fixed_parts + mem.expert_cache;
+      in.budget = true;
     }
     const KvLimit kv = DefaultKvCacheLimit(in);
     p.kv_cache_bytes = {kv.bytes, kv.explanation};
+  }
+  if (!gpu) {
+    mem.kv = p.kv_cache_bytes.value;
+    if (mem.total() > budget) {
+      const std::string over = absl::StrCat(parts_text(mem.expert_cache, mem.kv), " = ",
+                                            FormatSize(mem.total()), " exceeds the memory budget ",
+                                            FormatSize(budget), " (", p.memory_budget.reason, ")");
+      if (p.budget_is_limit) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            over, ": lower --expert-cache-size or --kv-cache-limit, or raise --memory-limit"));
+      }
+      p.warnings.push_back(
+          absl::StrCat(over, ": the machine may swap or the kernel may kill the server"));
+    }
+    if (p.kv_cache_bytes.value == 0) {
+      p.warnings.push_back(
+          "--kv-cache-limit 0: KV caches are unbounded and outside the memory budget");
+    }
   }
 
   // Lookahead and readers follow the disk the experts come from.
@@ -303,6 +375,7 @@ nlohmann::json PlanToJson(const Plan& p, const MachineFacts& m, const ModelFacts
   return {{"machine",
            {{"ram_total_bytes", m.ram_total_bytes},
             {"ram_available_bytes", m.ram_available_bytes},
+            {"cgroup_limit_bytes", m.cgroup_limit_bytes},
             {"swap_total_bytes", m.swap_total_bytes},
             {"swap_used_bytes", m.swap_used_bytes},
             {"cpu_model", m.cpu_model},
@@ -323,8 +396,21 @@ nlohmann::json PlanToJson(const Plan& p, const MachineFacts& m, const ModelFacts
             {"expert_bytes", model.expert_bytes},
             {"expert_block_bytes", model.expert_block_bytes},
             {"kv_bytes_per_token", model.kv_bytes_per_token}}},
+          {"memory",
+           {{"budget", p.memory_budget.value},
+            {"budget_is_limit", p.budget_is_limit},
+            {"dense", p.memory.dense},
+            {"expert_cache", p.memory.expert_cache},
+            {"io", p.memory.io},
+            {"kv", p.memory.kv},
+            {"kv_offload", p.memory.kv_offload},
+            {"scratch", p.memory.scratch},
+            {"drafter", p.memory.drafter},
+            {"runtime", p.memory.runtime},
+            {"total", p.memory.total()}}},
           {"settings",
-           {{"expert_cache_size", ChoiceJson(p.expert_cache_bytes)},
+           {{"memory_limit", ChoiceJson(p.memory_budget)},
+            {"expert_cache_size", ChoiceJson(p.expert_cache_bytes)},
             {"vram_budget", ChoiceJson(p.vram_bytes)},
             {"kv_cache_limit", ChoiceJson(p.kv_cache_bytes)},
             {"prefetch_layers", ChoiceJson(p.prefetch_layers)},
@@ -336,6 +422,16 @@ nlohmann::json PlanToJson(const Plan& p, const MachineFacts& m, const ModelFacts
             {"disk_bytes_per_token", p.disk_bytes_per_token},
             {"reason", p.estimate_reason}}},
           {"warnings", p.warnings}};
+}
+
+std::string MemorySplitText(const MemorySplit& m, uint64_t budget) {
+  return absl::StrCat(
+      "memory split: dense ", FormatSize(m.dense), ", expert cache ", FormatSize(m.expert_cache),
+      ", I/O ", FormatSize(m.io), ", KV ", m.kv ? FormatSize(m.kv) : "unbounded",
+      m.kv_offload ? absl::StrCat(", KV offload ", FormatSize(m.kv_offload)) : "", ", scratch ",
+      FormatSize(m.scratch), m.drafter ? absl::StrCat(", drafter ", FormatSize(m.drafter)) : "",
+      ", runtime ", FormatSize(m.runtime), " = ", FormatSize(m.total()), " of the budget ",
+      FormatSize(budget));
 }
 
 std::string PlanToText(const Plan& p, const MachineFacts& m, const ModelFacts& model) {
@@ -376,6 +472,8 @@ std::string PlanToText(const Plan& p, const MachineFacts& m, const ModelFacts& m
     absl::StrAppend(
         &out, absl::StrFormat("  %-20s %-10s %s%s\n", flag, value, fixed ? "" : "auto: ", reason));
   };
+  line("--memory-limit", FormatSize(p.memory_budget.value), p.memory_budget.reason,
+       p.memory_budget.fixed);
   line("--expert-cache-size", FormatSize(p.expert_cache_bytes.value), p.expert_cache_bytes.reason,
        p.expert_cache_bytes.fixed);
   line("--vram-budget", FormatSize(p.vram_bytes.value), p.vram_bytes.reason, p.vram_bytes.fixed);
@@ -384,6 +482,7 @@ std::string PlanToText(const Plan& p, const MachineFacts& m, const ModelFacts& m
   line("--prefetch-layers", std::to_string(p.prefetch_layers.value), p.prefetch_layers.reason,
        p.prefetch_layers.fixed);
   line("--io-threads", std::to_string(p.io_threads.value), p.io_threads.reason, p.io_threads.fixed);
+  absl::StrAppend(&out, "\n", MemorySplitText(p.memory, p.memory_budget.value), "\n");
   absl::StrAppend(&out, absl::StrFormat("\nexpected decode: %.1f tok/s, bottleneck: %s\n  %s\n",
                                         p.expected_decode_tps, p.bottleneck, p.estimate_reason));
   for (const auto& w : p.warnings) absl::StrAppend(&out, "warning: ", w, "\n");

@@ -22,6 +22,13 @@ MachineFacts Workstation() {
   return m;
 }
 
+// The Workstation's budget without a cgroup: MemAvailable 28 GiB less 5% of 32 GiB of RAM.
+constexpr uint64_t kWorkstationBudget = 28 * kGiB - 32 * kGiB / 20;
+// What BigModel's plan sets aside before the cache: dense 6 GiB, runtime, two 16 MiB blocks
+// and 4 MiB of arena slack (its facts have no scratch).
+constexpr uint64_t kBigFixed = 6 * kGiB + kRuntimeBytes + 2 * 16 * kMiB + 4 * kMiB;
+constexpr uint64_t kBigCache = (kWorkstationBudget - kBigFixed) / 4 * 3 / (16 * kMiB) * (16 * kMiB);
+
 ModelFacts BigModel() {
   ModelFacts f;
   f.name = "big";
@@ -39,21 +46,24 @@ ModelFacts BigModel() {
 TEST(Planner, BigModelOnCpuIsDiskBound) {
   auto p = MakePlan(Workstation(), BigModel(), {});
   ASSERT_TRUE(p.ok()) << p.status();
-  // free = 28 GiB - 6 GiB dense - 1.6 GiB headroom (5% of 32 GiB) = 21904333210; 3/4 of it
-  // rounded down to whole 16 MiB blocks.
-  EXPECT_EQ(p->expert_cache_bytes.value, 979 * 16 * kMiB);
+  // free = the budget less the fixed parts; 3/4 of it rounded down to whole 16 MiB blocks.
+  EXPECT_EQ(p->memory_budget.value, kWorkstationBudget);
+  EXPECT_FALSE(p->budget_is_limit);
+  EXPECT_EQ(kBigCache, 971 * 16 * kMiB);
+  EXPECT_EQ(p->expert_cache_bytes.value, kBigCache);
   EXPECT_FALSE(p->expert_cache_bytes.fixed);
-  EXPECT_NE(p->expert_cache_bytes.reason.find("3/4 of free RAM"), std::string::npos)
+  EXPECT_NE(p->expert_cache_bytes.reason.find("3/4 of the free budget"), std::string::npos)
       << p->expert_cache_bytes.reason;
-  // KV: 16 x 32768 x 96 KiB wanted (48 GiB), capped by half of what is left.
-  EXPECT_EQ(p->kv_cache_bytes.value, (28 * kGiB - 6 * kGiB - 979 * 16 * kMiB) / 2);
+  // KV: 16 x 32768 x 96 KiB wanted (48 GiB), capped by half of what is left of the budget.
+  EXPECT_EQ(p->kv_cache_bytes.value, (kWorkstationBudget - kBigFixed - kBigCache) / 2);
+  EXPECT_LE(p->memory.total(), p->memory_budget.value);
   EXPECT_EQ(p->vram_bytes.value, 0u);
   EXPECT_EQ(p->prefetch_layers.value, 2);
   EXPECT_EQ(p->io_threads.value, 8);
   EXPECT_EQ(p->bottleneck, "disk");
-  EXPECT_NEAR(p->expected_hit_rate, 979.0 / (94 * 128), 1e-9);
+  EXPECT_NEAR(p->expected_hit_rate, 971.0 / (94 * 128), 1e-9);
   // Per token 94 x 8 blocks of 16 MiB; 92% of them from disk at 3 GB/s.
-  const double disk = (1 - 979.0 / (94 * 128)) * 94 * 8 * 16 * kMiB;
+  const double disk = (1 - 971.0 / (94 * 128)) * 94 * 8 * 16 * kMiB;
   EXPECT_NEAR(p->disk_bytes_per_token, disk, 1);
   EXPECT_NEAR(p->expected_decode_tps, 3e9 / disk, 1e-6);
   EXPECT_TRUE(p->warnings.empty());
@@ -108,7 +118,7 @@ TEST(Planner, FixedValuesAreKeptAndPlannedAround) {
   EXPECT_EQ(p->prefetch_layers.value, 0);
   EXPECT_EQ(p->io_threads.value, 3);
   // KV gets half of what the fixed cache leaves.
-  EXPECT_EQ(p->kv_cache_bytes.value, (28 * kGiB - 6 * kGiB - 4 * kGiB) / 2);
+  EXPECT_EQ(p->kv_cache_bytes.value, (kWorkstationBudget - kBigFixed - 4 * kGiB) / 2);
   // Without prefetch the disk time adds to compute instead of overlapping it.
   auto overlapped = MakePlan(Workstation(), BigModel(), {.expert_cache_bytes = 4 * kGiB});
   ASSERT_TRUE(overlapped.ok());
@@ -120,9 +130,63 @@ TEST(Planner, FixedValuesAreKeptAndPlannedAround) {
   EXPECT_NE(unbounded->kv_cache_bytes.reason.find("unbounded"), std::string::npos);
   r.expert_cache_bytes = 30 * kGiB;
   auto too_big = MakePlan(Workstation(), BigModel(), r);
-  ASSERT_TRUE(too_big.ok());
-  ASSERT_EQ(too_big->warnings.size(), 1u);
-  EXPECT_NE(too_big->warnings[0].find("exceeds"), std::string::npos) << too_big->warnings[0];
+  ASSERT_TRUE(too_big.ok());  // over MemAvailable alone: a warning, not a refusal
+  ASSERT_EQ(too_big->warnings.size(), 2u);
+  EXPECT_NE(too_big->warnings[0].find("exceeds the memory budget"), std::string::npos)
+      << too_big->warnings[0];
+  EXPECT_NE(too_big->warnings[1].find("unbounded"), std::string::npos) << too_big->warnings[1];
+}
+
+TEST(Planner, CgroupLimitIsTheBudgetAndEveryPartFitsIt) {
+  MachineFacts m = Workstation();
+  m.cgroup_limit_bytes = 12 * kGiB;
+  m.cgroup_limit_file = "/sys/fs/cgroup/memory/app/memory.limit_in_bytes";
+  ModelFacts f = BigModel();
+  f.scratch_bytes = 40 * kMiB;
+  auto p = MakePlan(m, f, {.drafter_bytes = 300 * kMiB});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const uint64_t budget = 12 * kGiB - 12 * kGiB / 20;  // less 5% headroom
+  EXPECT_EQ(p->memory_budget.value, budget);
+  EXPECT_TRUE(p->budget_is_limit);
+  EXPECT_NE(p->memory_budget.reason.find("memory cgroup limit 12"), std::string::npos)
+      << p->memory_budget.reason;
+  EXPECT_NE(p->memory_budget.reason.find("app/memory.limit_in_bytes"), std::string::npos);
+  const uint64_t fixed = kBigFixed + 40 * kMiB + 300 * kMiB;
+  EXPECT_EQ(p->memory.drafter, 300 * kMiB);
+  EXPECT_EQ(p->memory.scratch, 40 * kMiB);
+  EXPECT_EQ(p->expert_cache_bytes.value, (budget - fixed) / 4 * 3 / (16 * kMiB) * (16 * kMiB));
+  EXPECT_EQ(p->memory.expert_cache, p->expert_cache_bytes.value);
+  EXPECT_EQ(p->memory.kv, p->kv_cache_bytes.value);
+  EXPECT_LE(p->memory.total(), budget);
+  EXPECT_GT(p->memory.total(), budget / 10 * 9);  // the budget is used, not wasted
+  // A cgroup above MemAvailable is capped by what is available.
+  m.cgroup_limit_bytes = 64 * kGiB;
+  auto capped = MakePlan(m, f, {});
+  ASSERT_TRUE(capped.ok());
+  EXPECT_EQ(capped->memory_budget.value, 28 * kGiB - 28 * kGiB / 20);
+}
+
+TEST(Planner, MemoryLimitIsAHardBudget) {
+  PlanRequest r;
+  r.memory_limit = 10 * kGiB;
+  auto p = MakePlan(Workstation(), BigModel(), r);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->memory_budget.fixed);
+  EXPECT_EQ(p->memory_budget.value, 10 * kGiB);
+  EXPECT_LE(p->memory.total(), 10 * kGiB);
+  // Fixed parts that do not fit a real limit are refused with the sum and each part.
+  r.expert_cache_bytes = 8 * kGiB;
+  auto over = MakePlan(Workstation(), BigModel(), r);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(over.status().message().find("expert cache 8"), std::string::npos) << over.status();
+  EXPECT_NE(over.status().message().find("--memory-limit"), std::string::npos) << over.status();
+  // Too small for the model at all: refused with the least it needs.
+  r = {};
+  r.memory_limit = 6 * kGiB;
+  auto small = MakePlan(Workstation(), BigModel(), r);
+  EXPECT_EQ(small.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(small.status().message().find("needs at least 9.19 GiB"), std::string::npos)
+      << small.status();
 }
 
 TEST(Planner, GpuBudgetsFitTheDevice) {
@@ -167,23 +231,26 @@ TEST(Planner, ModelThatCannotFitIsRefusedWithTheNumbers) {
   m.ram_available_bytes = 7 * kGiB;  // dense 6 GiB + 1.6 GiB headroom already exceed it
   auto p = MakePlan(m, BigModel(), {});
   EXPECT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(p.status().message().find("does not fit in RAM"), std::string::npos) << p.status();
-  EXPECT_NE(p.status().message().find("dense weights 6"), std::string::npos) << p.status();
+  EXPECT_NE(p.status().message().find("does not fit the memory budget"), std::string::npos)
+      << p.status();
+  EXPECT_NE(p.status().message().find("dense 6"), std::string::npos) << p.status();
 }
 
 TEST(Planner, JsonAndTextNameEverySetting) {
   auto p = MakePlan(Workstation(), BigModel(), {});
   ASSERT_TRUE(p.ok());
   const nlohmann::json j = PlanToJson(*p, Workstation(), BigModel());
-  EXPECT_EQ(j["settings"]["expert_cache_size"]["value"].get<uint64_t>(), 979 * 16 * kMiB);
+  EXPECT_EQ(j["settings"]["expert_cache_size"]["value"].get<uint64_t>(), kBigCache);
+  EXPECT_EQ(j["settings"]["memory_limit"]["value"].get<uint64_t>(), kWorkstationBudget);
+  EXPECT_EQ(j["memory"]["total"].get<uint64_t>(), p->memory.total());
   EXPECT_EQ(j["settings"]["io_threads"]["value"].get<int>(), 8);
   EXPECT_EQ(j["estimate"]["bottleneck"], "disk");
   EXPECT_EQ(j["machine"]["disks"][0]["kind"], "NVMe");
   EXPECT_EQ(j["model"]["n_experts"], 128);
   const std::string text = PlanToText(*p, Workstation(), BigModel());
-  for (const char* s :
-       {"--expert-cache-size", "--vram-budget", "--kv-cache-limit", "--prefetch-layers",
-        "--io-threads", "bottleneck: disk", "NVMe nvme0n1", "94 layers x 128 experts"}) {
+  for (const char* s : {"--memory-limit", "--expert-cache-size", "--vram-budget",
+                        "--kv-cache-limit", "memory split:", "--prefetch-layers", "--io-threads",
+                        "bottleneck: disk", "NVMe nvme0n1", "94 layers x 128 experts"}) {
     EXPECT_NE(text.find(s), std::string::npos) << s << "\n" << text;
   }
 }

@@ -49,6 +49,8 @@ absl::StatusOr<MachineFacts> ProbeMachine(const ProbeOptions& o,
   m.ram_available_bytes = mem.available_bytes;
   m.swap_total_bytes = mem.swap_total_bytes;
   m.swap_used_bytes = mem.swap_used_bytes();
+  m.cgroup_limit_bytes = mem.cgroup_limit_bytes;
+  m.cgroup_limit_file = mem.cgroup_limit_file;
   ASSIGN_OR_RETURN(sysinfo::CpuFacts cpu, sysinfo::ReadCpu(o.roots));
   m.cpu_model = cpu.model;
   m.physical_cores = cpu.physical_cores;

@@ -80,6 +80,7 @@ absl::StatusOr<std::unique_ptr<MultiStoreSource::Store>> MultiStoreSource::MakeS
   ro.client_name = options_.client_name;
   ro.shm_bytes = options_.shm_bytes;
   ro.transport = options_.transport;
+  ro.arena = options_.arena;
   auto s = std::make_unique<Store>();
   ASSIGN_OR_RETURN(s->source, RemoteStoreSource::Create(ro, manifest_));
   // A broken stream marks the store down at once, even with nothing in flight on it.
@@ -320,7 +321,7 @@ MultiStoreSource::PlanParts(const std::shared_ptr<Request>& req, const std::vect
   size_t used = 0;
   for (uint64_t s : shares) used += s > 0 ? 1 : 0;
   if (used < 2) return std::nullopt;
-  auto block = RemoteStoreSource::NewBlockBuffer(req->id, want);
+  auto block = RemoteStoreSource::NewBlockBuffer(req->id, want, options_.arena);
   if (!block.ok()) return std::nullopt;  // the whole-block path reports it
   std::vector<std::pair<Store*, RemoteStoreSource::Part>> parts;
   uint64_t at = 0;

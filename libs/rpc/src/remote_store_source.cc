@@ -99,8 +99,18 @@ bool RemoteStoreSource::serves_parts() const {
 }
 
 absl::StatusOr<std::shared_ptr<Block>> RemoteStoreSource::NewBlockBuffer(
-    ExpertId id, const model::ExpertBlock& want) {
-  ASSIGN_OR_RETURN(auto bytes, BufferPool::Default().Get(want.padded_size));  // pages mapped
+    ExpertId id, const model::ExpertBlock& want, BlockArena* arena) {
+  std::shared_ptr<uint8_t> bytes;
+  if (arena != nullptr) {
+    auto slot = arena->TryAllocate(want.padded_size);
+    if (!slot.ok()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("no room to receive ", ExpertLabel(id), ": ", slot.status().message()));
+    }
+    bytes = *std::move(slot);
+  } else {
+    ASSIGN_OR_RETURN(bytes, BufferPool::Default().Get(want.padded_size));  // pages mapped
+  }
   auto block = std::make_shared<Block>();
   block->id = id;
   block->size = want.size;
@@ -498,7 +508,7 @@ void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp,
     return;
   }
   if (!p.block) {
-    auto block = NewBlockBuffer(p.id, want);
+    auto block = NewBlockBuffer(p.id, want, options_.arena);
     if (!block.ok()) {
       FinishLocked(rid, block.status(), out);
       return;

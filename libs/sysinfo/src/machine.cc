@@ -35,7 +35,73 @@ absl::StatusOr<MemoryFacts> ReadMemory(const Roots& roots) {
     return absl::NotFoundError(
         absl::StrCat(path.string(), ": no ", total ? "MemAvailable" : "MemTotal", " line"));
   }
+  const CgroupLimit limit = ReadCgroupMemoryLimit(roots);
+  out.cgroup_limit_bytes = limit.bytes;
+  out.cgroup_limit_file = limit.file;
   return out;
+}
+
+namespace {
+
+// A limit file's value: v1 writes a page-rounded 2^63 - 1 for none, v2 writes "max".
+uint64_t ParseLimit(const std::string& text) {
+  const absl::string_view v = absl::StripAsciiWhitespace(text);
+  uint64_t bytes = 0;
+  if (v == "max" || !absl::SimpleAtoi(v, &bytes) || bytes >= (1ull << 62)) return 0;
+  return bytes;
+}
+
+// `path` without its leading slashes ("" for the root).
+std::string Relative(const std::string& path) {
+  const size_t first = path.find_first_not_of('/');
+  return first == std::string::npos ? "" : path.substr(first);
+}
+
+// The tightest `file` in `mount`/`path` and its ancestors up to `mount`.
+void TightestUnder(const std::filesystem::path& mount, const std::string& path, const char* file,
+                   CgroupLimit* best) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(mount, ec)) return;
+  std::string rel = Relative(path);
+  // Another namespace's path: the mount's root is this process's cgroup.
+  if (!std::filesystem::is_directory(mount / rel, ec)) rel.clear();
+  while (true) {
+    const std::filesystem::path f = rel.empty() ? mount / file : mount / rel / file;
+    auto text = ReadFileToString(f);
+    if (text.ok()) {
+      const uint64_t v = ParseLimit(*text);
+      if (v > 0 && (best->bytes == 0 || v < best->bytes)) *best = {v, f.string()};
+    }
+    if (rel.empty()) break;
+    const size_t slash = rel.find_last_of('/');
+    rel = slash == std::string::npos ? "" : rel.substr(0, slash);
+  }
+}
+
+}  // namespace
+
+CgroupLimit ReadCgroupMemoryLimit(const Roots& roots) {
+  CgroupLimit best;
+  auto text = ReadFileToString(roots.proc / "self" / "cgroup");
+  if (!text.ok()) return best;
+  const std::filesystem::path base = roots.sys / "fs" / "cgroup";
+  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+    // hierarchy-id:controllers:path
+    const size_t a = line.find(':');
+    const size_t b = a == absl::string_view::npos ? a : line.find(':', a + 1);
+    if (b == absl::string_view::npos) continue;
+    const absl::string_view controllers = line.substr(a + 1, b - a - 1);
+    const std::string path(line.substr(b + 1));
+    if (controllers.empty()) {  // v2
+      TightestUnder(base, path, "memory.max", &best);
+      TightestUnder(base / "unified", path, "memory.max", &best);
+    } else {
+      for (absl::string_view c : absl::StrSplit(controllers, ',')) {
+        if (c == "memory") TightestUnder(base / "memory", path, "memory.limit_in_bytes", &best);
+      }
+    }
+  }
+  return best;
 }
 
 bool CpuFacts::Has(const std::string& feature) const {

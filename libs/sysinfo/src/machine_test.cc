@@ -85,6 +85,50 @@ TEST_F(FakeProc, CpuWithoutTopologyCountsLogicalCpus) {
   EXPECT_EQ(ReadCpu(roots_).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+void WriteAt(const fs::path& f, const std::string& text) {
+  fs::create_directories(f.parent_path());
+  std::ofstream(f) << text;
+}
+
+TEST_F(FakeProc, CgroupV1LimitIsTheTightestOnThePath) {
+  WriteAt(roots_.proc / "self" / "cgroup",
+          "9:name=systemd:/\n4:memory:/svc/colibri\n3:cpuset:/\n0::/\n");
+  const fs::path mem = roots_.sys / "fs" / "cgroup" / "memory";
+  WriteAt(mem / "memory.limit_in_bytes", "9223372036854771712\n");  // none
+  WriteAt(mem / "svc" / "memory.limit_in_bytes", "4294967296\n");
+  WriteAt(mem / "svc" / "colibri" / "memory.limit_in_bytes", "9223372036854771712\n");
+  const CgroupLimit limit = ReadCgroupMemoryLimit(roots_);
+  EXPECT_EQ(limit.bytes, 4294967296ull);  // the parent's, though the process's own has none
+  EXPECT_EQ(limit.file, (mem / "svc" / "memory.limit_in_bytes").string());
+}
+
+TEST_F(FakeProc, CgroupV2LimitAndMaxMeaningNone) {
+  WriteAt(roots_.proc / "self" / "cgroup", "0::/user.slice/app.scope\n");
+  const fs::path base = roots_.sys / "fs" / "cgroup";
+  WriteAt(base / "user.slice" / "memory.max", "max\n");
+  WriteAt(base / "user.slice" / "app.scope" / "memory.max", "3221225472\n");
+  EXPECT_EQ(ReadCgroupMemoryLimit(roots_).bytes, 3221225472ull);
+  WriteAt(base / "user.slice" / "app.scope" / "memory.max", "max\n");
+  EXPECT_EQ(ReadCgroupMemoryLimit(roots_).bytes, 0u);
+}
+
+TEST_F(FakeProc, CgroupPathOfAnotherNamespaceReadsTheMountRoot) {
+  // Inside a container: /proc/self/cgroup names the host's path, the mount shows the container.
+  WriteAt(roots_.proc / "self" / "cgroup", "4:memory:/docker/0123abcd\n");
+  WriteAt(roots_.sys / "fs" / "cgroup" / "memory" / "memory.limit_in_bytes", "2147483648\n");
+  EXPECT_EQ(ReadCgroupMemoryLimit(roots_).bytes, 2147483648ull);
+}
+
+TEST_F(FakeProc, NoCgroupFilesMeansNoLimitAndMemoryCarriesIt) {
+  EXPECT_EQ(ReadCgroupMemoryLimit(roots_).bytes, 0u);
+  Write("proc/meminfo", "MemTotal: 1000 kB\nMemAvailable: 500 kB\n");
+  WriteAt(roots_.proc / "self" / "cgroup", "0::/\n");
+  WriteAt(roots_.sys / "fs" / "cgroup" / "memory.max", "1048576\n");
+  auto m = ReadMemory(roots_);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->cgroup_limit_bytes, 1048576u);
+}
+
 TEST(RealMachine, ReadsThisMachine) {
   auto m = ReadMemory();
   ASSERT_TRUE(m.ok()) << m.status();

@@ -3,10 +3,12 @@
 #include "absl/strings/str_cat.h"
 #include "colibri/core/status.h"
 #include "colibri/core/units.h"
+#include "colibri/engine/speculative.h"
 #include "colibri/expert_source/cache_policy.h"
 #include "colibri/plan/planner.h"
 #include "colibri/plan/probe.h"
 #include "colibri/plan/tune_profile.h"
+#include "colibri/quant/dtype.h"
 #include "spdlog/spdlog.h"
 
 namespace colibri::compute {
@@ -15,7 +17,7 @@ namespace {
 constexpr uint64_t kAuto = ComputeNodeOptions::kAuto;
 
 bool AnyAuto(const ComputeNodeOptions& o) {
-  return o.expert_cache_bytes == kAuto || o.cache.vram_bytes == kAuto ||
+  return o.memory_limit == kAuto || o.expert_cache_bytes == kAuto || o.cache.vram_bytes == kAuto ||
          o.kv_cache_limit == kAuto || o.cache.prefetch_layers < 0 || o.cache.io_threads < 0 ||
          o.cache.policy.empty() || o.cache.learned_pin_fraction < 0;
 }
@@ -45,14 +47,46 @@ std::string ApplyProfile(const plan::TuneSettings& s, ComputeNodeOptions* o) {
 
 }  // namespace
 
+uint64_t DrafterBytes(const ComputeNodeOptions& o, const model::Manifest& m) {
+  auto mode = engine::ParseSpeculativeMode(o.speculative);
+  if (!mode.ok()) return 0;
+  const bool own = !o.draft_experts.empty() || !o.draft_model_dir.empty();
+  const bool has_mtp = m.config.nextn_layers > 0 && m.FindExtra("nextn.0.eh_proj") != nullptr;
+  if (*mode == engine::SpeculativeMode::kMtp ||
+      (*mode == engine::SpeculativeMode::kAuto && has_mtp && !own)) {
+    return m.extra_size;  // the MTP layer: its dense tensors and experts
+  }
+  if (*mode == engine::SpeculativeMode::kOff || *mode == engine::SpeculativeMode::kNgram) return 0;
+  if (!o.draft_experts.empty()) {
+    auto type = quant::ParseDType(o.draft_experts);
+    if (!type.ok()) return 0;
+    uint64_t sum = 0;
+    for (const auto& b : m.experts) {
+      uint64_t bytes = 0;
+      for (const auto& part : b.parts) {
+        auto row = quant::CheckedRowBytes(*type, part.cols());
+        bytes += row.ok() ? *row * static_cast<uint64_t>(part.rows()) : part.size;
+      }
+      sum += AlignUp(bytes, 4096);
+    }
+    return sum;
+  }
+  if (!o.draft_model_dir.empty()) {
+    auto c = model::Container::Open(o.draft_model_dir);
+    if (c.ok()) return (*c)->manifest().dense_size + (*c)->manifest().PaddedExpertBytes();
+  }
+  return 0;
+}
+
 absl::StatusOr<AutoSettingsReport> ResolveAutoSettings(ComputeNodeOptions* o,
                                                        const model::Container& container,
                                                        const backend::Backend& be,
                                                        const sysinfo::Roots& roots) {
   AutoSettingsReport report;
-  if (!AnyAuto(*o)) return report;
-  report.planned = true;
+  report.planned = AnyAuto(*o);
+  // The plan runs even when every value is given: its split checks them against the budget.
   auto machine = plan::ProbeMachine({.model_dir = container.dir(), .roots = roots}, nullptr);
+  if (!machine.ok() && !report.planned) machine = plan::MachineFacts{};
   if (!machine.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot choose the auto settings (", machine.status().message(),
@@ -107,6 +141,8 @@ absl::StatusOr<AutoSettingsReport> ResolveAutoSettings(ComputeNodeOptions* o,
   req.backend = device ? "cuda" : "cpu";
   req.max_batch = o->max_batch;
   req.kv_offload_bytes = o->kv_offload_limit;
+  req.drafter_bytes = DrafterBytes(*o, m);
+  if (o->memory_limit != kAuto) req.memory_limit = o->memory_limit;
   if (o->expert_cache_bytes != kAuto) req.expert_cache_bytes = o->expert_cache_bytes;
   if (o->cache.vram_bytes != kAuto) req.vram_bytes = o->cache.vram_bytes;
   if (o->kv_cache_limit != kAuto) req.kv_cache_bytes = o->kv_cache_limit;
@@ -116,6 +152,12 @@ absl::StatusOr<AutoSettingsReport> ResolveAutoSettings(ComputeNodeOptions* o,
   auto log = [](const char* flag, const std::string& value, const std::string& reason) {
     spdlog::info("{} {} (auto: {})", flag, value, reason);
   };
+  if (o->memory_limit == kAuto) {
+    o->memory_limit = p.memory_budget.value;
+    log("--memory-limit", FormatSize(o->memory_limit), p.memory_budget.reason);
+  }
+  report.memory = p.memory;
+  report.memory_budget = p.memory_budget.value;
   if (o->expert_cache_bytes == kAuto) {
     o->expert_cache_bytes = p.expert_cache_bytes.value;
     log("--expert-cache-size", FormatSize(o->expert_cache_bytes), p.expert_cache_bytes.reason);
@@ -141,6 +183,10 @@ absl::StatusOr<AutoSettingsReport> ResolveAutoSettings(ComputeNodeOptions* o,
     o->cache.policy = std::string(expert_source::kDefaultCachePolicyName);
   if (o->cache.learned_pin_fraction < 0)
     o->cache.learned_pin_fraction = ExpertCacheConfig{}.learned_pin_fraction;
+  // The split with the values in effect (the cache and KV limit may have been given).
+  report.memory.expert_cache = std::min(o->expert_cache_bytes, m.PaddedExpertBytes());
+  report.memory.kv = o->kv_cache_limit;
+  spdlog::info("{}", plan::MemorySplitText(report.memory, report.memory_budget));
   for (const auto& w : p.warnings) spdlog::warn("plan: {}", w);
   return report;
 }

@@ -17,6 +17,10 @@ namespace colibri::compute {
 // AutoSettingsReport (compute_node.h): what was decided, for callers and tests.
 // FailedPrecondition when the machine cannot be read (naming the flags to set explicitly);
 // the planner's errors (ResourceExhausted: the model does not fit) otherwise.
+// Host RAM the drafter that `options` asks for will hold (speculation self / draft / mtp),
+// estimated from the manifests before it is loaded; 0 without one.
+uint64_t DrafterBytes(const ComputeNodeOptions& options, const model::Manifest& manifest);
+
 absl::StatusOr<AutoSettingsReport> ResolveAutoSettings(ComputeNodeOptions* options,
                                                        const model::Container& container,
                                                        const backend::Backend& backend,

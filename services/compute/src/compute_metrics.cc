@@ -4,6 +4,8 @@
 #include <functional>
 #include <string>
 
+#include "colibri/core/block_arena.h"
+
 namespace colibri::compute {
 namespace {
 
@@ -153,6 +155,28 @@ ComputeMetrics::ComputeMetrics(std::shared_ptr<prometheus::Registry> r) : regist
            .Name("colibri_compute_kv_offload_entries")
            .Help("Evicted KV caches kept, by where: ram or disk (--kv-persist-dir)")
            .Register(*registry);
+  memory_budget_ = MakeGauge(*registry, "colibri_compute_memory_budget_bytes",
+                             "The host-memory budget (--memory-limit; auto: cgroup or RAM)");
+  memory_part_ = &prometheus::BuildGauge()
+                      .Name("colibri_compute_memory_part_bytes")
+                      .Help(
+                          "The budget's split by part: dense, expert_cache, io, kv, "
+                          "kv_offload, scratch, drafter, runtime")
+                      .Register(*registry);
+  resident_bytes_ = MakeGauge(*registry, "colibri_compute_resident_memory_bytes",
+                              "Resident memory of the process (RSS)");
+  resident_peak_bytes_ = MakeGauge(*registry, "colibri_compute_resident_memory_peak_bytes",
+                                   "Peak resident memory of the process (VmHWM)");
+  arena_capacity_ = MakeGauge(*registry, "colibri_compute_expert_arena_capacity_bytes",
+                              "The expert block arena, reserved and faulted in at start");
+  arena_used_ = MakeGauge(*registry, "colibri_compute_expert_arena_used_bytes",
+                          "Arena bytes in blocks cached or being read");
+  arena_peak_ = MakeGauge(*registry, "colibri_compute_expert_arena_peak_used_bytes",
+                          "The most arena bytes in use at once since start");
+  arena_waits_ = MakeCounter(*registry, "colibri_compute_expert_arena_waits_total",
+                             "Demand reads that waited for an arena slot");
+  arena_refused_ = MakeCounter(*registry, "colibri_compute_expert_arena_refused_total",
+                               "Reads that found no arena slot (prefetches shed, waits given up)");
   prefetch_hints_ = MakeCounter(*registry, "colibri_compute_prefetch_hints_total",
                                 "Expert prefetches started from the router's hints");
   cache_evictions_ = MakeCounter(*registry, "colibri_compute_expert_cache_evictions_total",
@@ -274,6 +298,29 @@ void ComputeMetrics::Refresh(ComputeNode& node) {
     SyncCounter(&store_shm_bytes_->Add(labels), st.stats.shm_blocks);
     store_up_->Add(labels).Set(st.up ? 1 : 0);
     store_outstanding_->Add(labels).Set(static_cast<double>(st.stats.outstanding_bytes));
+  }
+  const AutoSettingsReport& plan = node.auto_settings();
+  memory_budget_->Set(static_cast<double>(plan.memory_budget));
+  const plan::MemorySplit& part = plan.memory;
+  for (const auto& [name, bytes] : {std::pair<const char*, uint64_t>{"dense", part.dense},
+                                    {"expert_cache", part.expert_cache},
+                                    {"io", part.io},
+                                    {"kv", part.kv},
+                                    {"kv_offload", part.kv_offload},
+                                    {"scratch", part.scratch},
+                                    {"drafter", part.drafter},
+                                    {"runtime", part.runtime}}) {
+    memory_part_->Add({{"part", name}}).Set(static_cast<double>(bytes));
+  }
+  resident_bytes_->Set(static_cast<double>(ResidentBytes()));
+  resident_peak_bytes_->Set(static_cast<double>(PeakResidentBytes()));
+  if (const BlockArena* arena = node.arena()) {
+    const BlockArenaStats a = arena->Stats();
+    arena_capacity_->Set(static_cast<double>(a.capacity_bytes));
+    arena_used_->Set(static_cast<double>(a.used_bytes));
+    arena_peak_->Set(static_cast<double>(a.peak_used_bytes));
+    SyncCounter(arena_waits_, a.waits);
+    SyncCounter(arena_refused_, a.refused);
   }
   const auto& mcfg = node.manifest().config;
   const auto layers = SummarizeHeat(node.expert_cache().heat(), static_cast<int>(mcfg.n_layers),

@@ -92,6 +92,16 @@ class ComputeMetrics {
   prometheus::Family<prometheus::Gauge>* store_outstanding_;
   prometheus::Family<prometheus::Gauge>* hot_set_experts_;
   prometheus::Family<prometheus::Gauge>* heat_top_k_ratio_;
+  // The memory budget (--memory-limit), its planned parts, resident memory and the arena.
+  prometheus::Gauge* memory_budget_;
+  prometheus::Family<prometheus::Gauge>* memory_part_;
+  prometheus::Gauge* resident_bytes_;
+  prometheus::Gauge* resident_peak_bytes_;
+  prometheus::Gauge* arena_capacity_;
+  prometheus::Gauge* arena_used_;
+  prometheus::Gauge* arena_peak_;
+  prometheus::Counter* arena_waits_;
+  prometheus::Counter* arena_refused_;
 };
 
 }  // namespace colibri::compute

@@ -165,6 +165,24 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(
         "--expert-cache-size ", FormatSize(options.expert_cache_bytes),
         " is below two expert blocks (", FormatSize(2 * largest), ") of model '", m.name, "'"));
   }
+  // The block arena: every expert block the RAM tier holds and every read in flight lands in
+  // its slots, reserved and pre-faulted now, so resident memory is fixed from the start. A
+  // co-located store with shared memory delivers into its own region instead: no arena then.
+  bool shm = false;
+  for (const auto& t : options.stores) shm = shm || (t.rfind("unix:", 0) == 0);
+  shm = shm && options.store_shm_bytes != 0;
+  if (!shm) {
+    uint64_t largest_padded = 0;
+    for (const auto& b : m.experts) largest_padded = std::max(largest_padded, b.padded_size);
+    const uint64_t arena_bytes = std::min(options.expert_cache_bytes, m.PaddedExpertBytes()) +
+                                 plan::ArenaSlackBytes(largest_padded);
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSIGN_OR_RETURN(node->arena_, BlockArena::Create(arena_bytes, {.name = "expert arena"}));
+    spdlog::info("expert arena: {} reserved and faulted in ({}) in {:.2f} s",
+                 FormatSize(node->arena_->capacity_bytes()),
+                 node->arena_->Stats().huge_pages ? "huge pages" : "4 KiB pages",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
   if (options.stores.empty()) {
     ASSIGN_OR_RETURN(auto disk,
                      expert_source::DiskSource::Open(
@@ -172,7 +190,8 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(
                          // A step's misses arrive as one batch: read as many blocks at once as
                          // the cache's reader threads used to.
                          {.direct_io = options.cache.direct_io,
-                          .read_parallelism = std::max(4, options.cache.io_threads)}));
+                          .read_parallelism = std::max(4, options.cache.io_threads),
+                          .arena = node->arena_.get()}));
     node->disk_ = disk.get();
     node->origin_ = std::move(disk);
   } else {
@@ -181,6 +200,7 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(
     mo.model = m.name;
     mo.client_name = options.client_name;
     mo.transport = options.transport;
+    mo.arena = node->arena_.get();
     uint64_t largest_padded = 0;
     for (const auto& b : m.experts) largest_padded = std::max(largest_padded, b.padded_size);
     mo.shm_bytes = options.store_shm_bytes != ComputeNodeOptions::kAutoShm

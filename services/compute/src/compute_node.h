@@ -20,6 +20,7 @@
 #include "colibri/expert_source/cache_tier.h"
 #include "colibri/expert_source/disk_source.h"
 #include "colibri/model/container.h"
+#include "colibri/plan/planner.h"
 #include "colibri/rpc/multi_store_source.h"
 #include "colibri/rpc/remote_store_source.h"
 #include "expert_cache.h"
@@ -33,6 +34,10 @@ struct AutoSettingsReport {
   std::string profile_path;  // the tune profile looked at ("" when none was)
   bool profile_applied = false;
   std::string profile_note;  // why it was or was not applied
+  // The host-memory budget (--memory-limit) and its split, with the values in effect; zeros
+  // when nothing was planned (every budget given explicitly).
+  uint64_t memory_budget = 0;
+  plan::MemorySplit memory;
 };
 
 struct ComputeNodeOptions {
@@ -52,6 +57,9 @@ struct ComputeNodeOptions {
   // cache.policy: chosen at Create by the planner and a matching tune profile
   // (auto_settings.h), and logged.
   static constexpr uint64_t kAuto = ~0ull;
+  // The host-memory budget (kAuto: planned from the cgroup limit or MemAvailable). The
+  // planner's split is checked against it at Create; see ComputeNode::memory().
+  uint64_t memory_limit = kAuto;
   uint64_t expert_cache_bytes = 2ull << 30;
   ExpertCacheConfig cache;  // tiers, policy, pins, prefetch, trace (expert_cache.h)
   // Bytes of KV caches (dense weights are separate); 0: unlimited. kAutoKvLimit: derived from
@@ -129,6 +137,8 @@ class ComputeNode {
   // FailedPrecondition when experts come from the model directory; InvalidArgument for a
   // malformed target; AlreadyExists for a store the node has already.
   absl::Status AddStore(const std::string& target);
+  // The block arena expert blocks are read into (nullptr with shared-memory stores).
+  const BlockArena* arena() const { return arena_.get(); }
   // The options in effect: every auto value resolved (auto_settings.h).
   const ComputeNodeOptions& options() const { return options_; }
   const AutoSettingsReport& auto_settings() const { return auto_settings_; }
@@ -137,6 +147,7 @@ class ComputeNode {
   ComputeNode() = default;
   std::unique_ptr<model::Container> container_;
   std::unique_ptr<backend::Backend> backend_;
+  std::unique_ptr<BlockArena> arena_;  // outlives origin_ and the cache: declared first
   std::unique_ptr<expert_source::ExpertSource> origin_;  // disk or remote stores
   rpc::MultiStoreSource* stores_ = nullptr;              // origin_, when it is the stores
   expert_source::DiskSource* disk_ = nullptr;            // origin_, when it is the disk

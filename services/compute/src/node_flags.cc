@@ -19,10 +19,14 @@ void AddNodeFlags(CLI::App* app, NodeFlags* f) {
                 "Run every CPU op on all --threads threads. By default forward passes of a size "
                 "where that measures faster (other processes busy on the cores) run their small "
                 "ops on one thread");
+  app->add_option("--memory-limit", f->memory_limit,
+                  "The process's host-memory budget, split into dense weights, expert cache, KV, "
+                  "scratch, I/O and drafter (auto: the memory cgroup's limit, else MemAvailable, "
+                  "less headroom; see colibri-cli plan)")
+      ->capture_default_str();
   app->add_option("--expert-cache-size", f->expert_cache_size,
                   "Host-RAM expert cache budget, e.g. 512M, 8G (auto: every expert if they fit in "
-                  "3/4 of free RAM, "
-                  "else that 3/4; see colibri-cli plan)")
+                  "3/4 of what --memory-limit leaves, else that 3/4; see colibri-cli plan)")
       ->capture_default_str();
   app->add_option("--backend", o.backend, "Where layers compute: cpu, or cuda (an NVIDIA GPU)")
       ->capture_default_str();
@@ -143,6 +147,8 @@ absl::StatusOr<int> AutoInt(const std::string& flag, const std::string& value, i
 
 absl::StatusOr<ComputeNodeOptions> ResolveNodeFlags(const NodeFlags& f) {
   ComputeNodeOptions o = f.options;
+  ASSIGN_OR_RETURN(o.memory_limit, AutoSize("--memory-limit", f.memory_limit));
+  if (o.memory_limit == 0) return absl::InvalidArgumentError("--memory-limit must be positive");
   ASSIGN_OR_RETURN(o.expert_cache_bytes, AutoSize("--expert-cache-size", f.expert_cache_size));
   ASSIGN_OR_RETURN(o.cache.vram_bytes, AutoSize("--vram-budget", f.vram_budget));
   ASSIGN_OR_RETURN(o.cache.prefetch_layers, AutoInt("--prefetch-layers", f.prefetch_layers, 0, 8));

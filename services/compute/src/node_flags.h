@@ -7,6 +7,8 @@
 // profile, resolved and logged by ComputeNode::Create; a value given explicitly always wins.
 //   --threads N               compute threads (0: the usable cores: affinity mask, cgroup quota)
 //   --fixed-threads           every CPU op on all of them, even where one thread measures faster
+//   --memory-limit SIZE       the process's host-memory budget, split by the planner (auto:
+//                             the memory cgroup's limit, else MemAvailable, less headroom)
 //   --expert-cache-size SIZE  host-RAM expert cache budget (auto)
 //   --backend cpu|cuda        where layers compute (cpu)
 //   --device N                CUDA device index (0)
@@ -51,6 +53,7 @@ struct NodeFlags {
   // rest below from the flags of AddNodeFlags.
   ComputeNodeOptions options;
   // Typed as text, parsed by ResolveNodeFlags.
+  std::string memory_limit = "auto";
   std::string expert_cache_size = "auto";
   std::string vram_budget = "auto";
   std::string kv_cache_limit = "auto";

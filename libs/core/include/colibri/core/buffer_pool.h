@@ -14,19 +14,14 @@
 
 namespace colibri {
 
-// Tunes the process's allocator to keep freed memory mapped: allocations up to 32 MiB come from
-// its heaps instead of fresh mmaps, and freed space is not handed back to the kernel until 256
-// MiB of it sits unused at a heap's top. For processes that stream blocks through buffers
-// allocated and freed per message (protobuf strings and gRPC slices of 1-4 MiB each): without it
-// every such buffer is faulted in page by page and unmapped again, which was half of an expert
-// store's CPU when serving over TCP (bench/RESULTS.md). Call once at the start of main.
-void KeepFreedMemoryMapped();
-
 class BufferPool {
  public:
   explicit BufferPool(uint64_t max_idle_bytes);
-  // The process-wide pool (512 MiB idle at most).
+  // The process-wide pool the expert store reads blocks into (a compute node reads into its
+  // BlockArena instead). It keeps at most 64 MiB idle: one stream's worth of blocks waiting for
+  // the network (the store's --max-buffered), so what it hoards is bounded and small.
   static BufferPool& Default();
+  static constexpr uint64_t kDefaultMaxIdleBytes = 64ull << 20;
 
   // A buffer of at least `size` bytes (rounded up to 4 KiB), 4 KiB aligned, not zeroed.
   absl::StatusOr<std::shared_ptr<uint8_t>> Get(size_t size);

@@ -8,6 +8,10 @@
 // that refuse O_DIRECT (tmpfs, some network filesystems) fall back to buffered reads, per file
 // at open and per read on EINVAL; direct_io_files() says how many files read direct.
 //
+// Memory: with an arena (DiskSourceOptions::arena) every block is read straight into one of its
+// slots and the lease holds the slot, so the blocks in a cache and in flight are all inside the
+// arena's fixed, pre-faulted memory; without one, each block is its own aligned allocation.
+//
 // Pieces: a block is read in `prefetch_chunk_bytes` pieces; a demand read has the calling thread
 // and up to `read_parallelism - 1` helper threads on them, so one block keeps several requests in
 // flight (prefetch reads run on their caller only; the cache runs several at once).
@@ -20,6 +24,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -27,6 +32,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "colibri/core/block_arena.h"
 #include "colibri/core/thread_pool.h"
 #include "colibri/expert_source/expert_source.h"
 #include "colibri/model/container.h"
@@ -37,6 +43,11 @@ struct DiskSourceOptions {
   bool direct_io = false;
   uint64_t prefetch_chunk_bytes = 4ull << 20;  // piece size, a multiple of 4 KiB
   int read_parallelism = 4;                    // threads reading the pieces of one block
+  // Where blocks are read into (not owned; must outlive every block). A demand read waits up
+  // to `arena_wait` for a slot (then ResourceExhausted); a prefetch finding no slot is shed
+  // (Cancelled, counted in shed_reads()). nullptr: each block is its own aligned allocation.
+  BlockArena* arena = nullptr;
+  std::chrono::milliseconds arena_wait{30000};
 };
 
 class DiskSource final : public ExpertSource {
@@ -62,6 +73,7 @@ class DiskSource final : public ExpertSource {
   int direct_io_files() const { return direct_files_; }
   uint64_t buffered_fallbacks() const { return fallbacks_.load(); }
   uint64_t cancelled_reads() const { return cancelled_.load(); }
+  uint64_t shed_reads() const { return shed_.load(); }
 
  private:
   struct Fds {
@@ -84,6 +96,7 @@ class DiskSource final : public ExpertSource {
   };
   std::unordered_map<uint64_t, std::shared_ptr<PrefetchControl>> prefetching_;
   std::atomic<uint64_t> cancelled_{0};
+  std::atomic<uint64_t> shed_{0};
   int demand_reads_ = 0;  // guarded by mu_; prefetch pieces wait on demand_done_ while > 0
   std::condition_variable demand_done_;
   std::unique_ptr<ThreadPool> helpers_;  // read_parallelism - 1 background threads

@@ -33,6 +33,9 @@ struct SyntheticModelOptions {
   float router_scale = 2.0f;      // router logits ~ N(0, router_scale^2) per expert
   bool split_experts = false;
   bool overwrite = true;
+  // A container whose tokenizer (files and manifest entry) is copied in, so servers can run the
+  // model on text; its vocabulary must fit config.vocab_size. Empty: no tokenizer.
+  std::filesystem::path tokenizer_from;
 };
 
 // hidden 32, expert ffn 64, 2 layers, 4 experts top-2, vocab 64: a test fixture.

@@ -33,6 +33,9 @@ struct MachineFacts {
   uint64_t ram_available_bytes = 0;
   uint64_t swap_total_bytes = 0;
   uint64_t swap_used_bytes = 0;
+  // The tightest memory cgroup limit on this process's path (0: none), and its file.
+  uint64_t cgroup_limit_bytes = 0;
+  std::string cgroup_limit_file;
   std::string cpu_model;
   int physical_cores = 1;
   int logical_cpus = 1;
@@ -59,6 +62,9 @@ struct ModelFacts {
   uint64_t expert_block_bytes = 0;  // the largest block, padded
   uint64_t kv_bytes_per_token = 0;  // layers that keep every token
   uint64_t kv_ring_bytes = 0;       // sliding-window rings, per sequence whatever its length
+  // Activations of one prefill chunk of engine::EngineOptions().prefill_chunk tokens (the
+  // residual stream, attention and expert intermediates, one row of logits per sequence).
+  uint64_t scratch_bytes = 0;
 };
 ModelFacts ModelFactsOf(const model::Manifest& manifest);
 

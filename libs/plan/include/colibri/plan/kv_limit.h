@@ -3,8 +3,8 @@
 // KV caches grow with every token of every sequence (engine::KvBytesPerToken each); without a
 // bound, long contexts or many sessions run the host (or the GPU) out of memory and the kernel
 // kills the server. The default is what --max-batch sequences of the full context need, capped
-// by a share of the memory still free once the model is placed: half of the host's
-// MemAvailable less the dense weights, the expert cache and the KV offload RAM (CPU backend),
+// by a share of the memory still free once the model is placed: half of the host's memory
+// budget (planner.h) less its other parts (CPU backend),
 // or 90% of the device memory left after dense weights, the VRAM tier and working memory (GPU).
 // A request needing more than the limit fails with ResourceExhausted naming it.
 #pragma once
@@ -22,6 +22,7 @@ struct KvLimitInputs {
   uint64_t memory_free = 0;      // MemAvailable (host) or the device's free bytes
   uint64_t memory_reserved = 0;  // of that, what the model will still take (dense, caches)
   bool device = false;           // memory_free is device memory
+  bool budget = false;           // memory_free is the host memory budget (--memory-limit)
 };
 
 struct KvLimit {

@@ -3,9 +3,18 @@
 // speed with its bottleneck.
 //
 // Rules (host RAM; the same shape on a GPU's memory):
-//   free = MemAvailable - dense weights - --kv-offload-limit - headroom (max(1 GiB, 5% of RAM))
+//   --memory-limit:      the process's whole host-memory budget. Auto: the tightest memory
+//                        cgroup limit on its path (less max(128 MiB, 5%) for what the kernel
+//                        charges besides), or MemAvailable less max(1 GiB, 5% of RAM) without
+//                        one. Split into the parts of MemorySplit below; every part is charged
+//                        where it is allocated, and resident memory stays inside the total.
+//   free = budget - dense weights - runtime - scratch - I/O buffers - drafter - KV offload
 //   --expert-cache-size: every expert when they fit in 3/4 of `free`, else 3/4 of `free`
 //   --kv-cache-limit:    kv_limit.h's rule over what the expert cache leaves
+//   A budget that cannot hold the dense weights, the fixed parts, two expert blocks and one
+//   sequence's KV is refused (ResourceExhausted with the number needed); so are fixed values
+//   whose sum exceeds a budget that is a real limit (--memory-limit or a cgroup), while over
+//   MemAvailable alone they are a warning.
 //   --vram-budget:       (cuda) every expert when they fit in 3/4 of the device memory left
 //                        after dense weights and working memory, else that 3/4; 0 on the CPU
 //   --prefetch-layers:   2 on NVMe (deep queues hide the latency), else 1
@@ -34,7 +43,9 @@ struct PlanRequest {
   int device = 0;
   int max_batch = 16;
   uint64_t kv_offload_bytes = 0;
+  uint64_t drafter_bytes = 0;  // speculation's drafter held in RAM (DrafterBytes estimate)
   // Fixed by the user (nullopt: auto).
+  std::optional<uint64_t> memory_limit;
   std::optional<uint64_t> expert_cache_bytes;
   std::optional<uint64_t> vram_bytes;
   std::optional<uint64_t> kv_cache_bytes;  // 0: unbounded
@@ -49,7 +60,30 @@ struct Choice {
   bool fixed = false;  // given by the user
 };
 
+// Host memory of a process, part by part: what the budget is split into.
+struct MemorySplit {
+  uint64_t dense = 0;         // dense weights (host copy; on a GPU backend, the staging copy)
+  uint64_t expert_cache = 0;  // the block arena's slots the RAM tier charges
+  uint64_t io = 0;            // arena room beyond the cache: reads outside it, fragmentation
+  uint64_t kv = 0;            // --kv-cache-limit (0: unbounded, not counted)
+  uint64_t kv_offload = 0;    // --kv-offload-limit
+  uint64_t scratch = 0;       // activations of one prefill chunk
+  uint64_t drafter = 0;       // speculation's drafter weights
+  uint64_t runtime = 0;       // code, libraries, threads, tokenizer, HTTP and gRPC buffers
+  uint64_t total() const {
+    return dense + expert_cache + io + kv + kv_offload + scratch + drafter + runtime;
+  }
+};
+// The arena room beyond the cache (MemorySplit::io) for blocks of at most `largest_block`.
+uint64_t ArenaSlackBytes(uint64_t largest_block);
+// What the process itself takes besides the parts it allocates on purpose (measured: a server
+// with a tiny model, its threads and HTTP front end, resident 60-90 MiB).
+inline constexpr uint64_t kRuntimeBytes = 128ull << 20;
+
 struct Plan {
+  Choice<uint64_t> memory_budget;  // --memory-limit
+  bool budget_is_limit = false;    // from --memory-limit or a cgroup (not MemAvailable alone)
+  MemorySplit memory;
   Choice<uint64_t> expert_cache_bytes;
   Choice<uint64_t> vram_bytes;
   Choice<uint64_t> kv_cache_bytes;
@@ -73,6 +107,8 @@ absl::StatusOr<Plan> MakePlan(const MachineFacts& machine, const ModelFacts& mod
 double TypicalReadBandwidth(sysinfo::DiskKind kind);
 
 nlohmann::json PlanToJson(const Plan& plan, const MachineFacts& machine, const ModelFacts& model);
+// One line: each part of the split and their sum against the budget.
+std::string MemorySplitText(const MemorySplit& m, uint64_t budget);
 // The human form: machine, model, one line per setting with its reason, the estimate.
 std::string PlanToText(const Plan& plan, const MachineFacts& machine, const ModelFacts& model);
 

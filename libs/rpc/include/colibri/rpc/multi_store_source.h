@@ -52,6 +52,7 @@ struct MultiStoreOptions {
   // it spreads.
   uint64_t split_min_bytes = 1 << 20;
   std::shared_ptr<const auth::Transport> transport;  // see RemoteStoreOptions
+  BlockArena* arena = nullptr;                       // see RemoteStoreOptions
 };
 
 struct StoreState {

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "colibri/auth/transport.h"
+#include "colibri/core/block_arena.h"
 #include "colibri/expert_source/expert_source.h"
 #include "colibri/model/manifest.h"
 #include "colibri/v1/expert_store.grpc.pb.h"
@@ -53,6 +54,10 @@ struct RemoteStoreOptions {
   // How the channel is secured (mutual TLS, or plaintext on loopback / unix). Null: plaintext,
   // refused for a non-loopback target.
   std::shared_ptr<const auth::Transport> transport;
+  // Where blocks received as chunks are assembled (not owned; must outlive every block). A
+  // block that finds no slot fails ResourceExhausted (the reader thread never waits). nullptr:
+  // the process-wide buffer pool.
+  BlockArena* arena = nullptr;
 };
 
 struct RemoteStoreStats {
@@ -103,9 +108,10 @@ class RemoteStoreSource final : public expert_source::ExpertSource {
   bool full_copy() const;
   // The store serves parts of blocks (StartFetches with parts); false for an older store.
   bool serves_parts() const;
-  // A buffer for the block of `id`: its padded size from the buffer pool, the padding zeroed.
+  // A buffer for the block of `id`: its padded size from `arena` (never waiting) or, without
+  // one, from the buffer pool; the padding zeroed.
   static absl::StatusOr<std::shared_ptr<expert_source::Block>> NewBlockBuffer(
-      expert_source::ExpertId id, const model::ExpertBlock& want);
+      expert_source::ExpertId id, const model::ExpertBlock& want, BlockArena* arena);
   const std::string& target() const { return options_.target; }
 
   // Starts a fetch; `done` runs exactly once, on the reader thread (or on the thread calling

@@ -29,9 +29,24 @@ struct MemoryFacts {
   uint64_t swap_used_bytes() const {
     return swap_total_bytes - std::min(swap_free_bytes, swap_total_bytes);
   }
+  // The tightest memory cgroup limit on this process's path (0: none), and the file it is in.
+  uint64_t cgroup_limit_bytes = 0;
+  std::string cgroup_limit_file;
 };
-// <proc>/meminfo. NotFound without MemTotal or MemAvailable.
+// <proc>/meminfo, and the cgroup limit (ReadCgroupMemoryLimit). NotFound without MemTotal or
+// MemAvailable.
 absl::StatusOr<MemoryFacts> ReadMemory(const Roots& roots = {});
+
+struct CgroupLimit {
+  uint64_t bytes = 0;  // 0: no limit found
+  std::string file;    // where the tightest one is
+};
+// The tightest memory limit over this process's cgroup and its ancestors, as docker, Kubernetes
+// and systemd set it: v1 (<sys>/fs/cgroup/memory/<path>/memory.limit_in_bytes; values of 2^62
+// and more mean none) and v2 (<sys>/fs/cgroup[/unified]/<path>/memory.max; "max" means none),
+// the path read from <proc>/self/cgroup. A path that is not under the mount (a container's
+// namespace) is looked up from the mount's root. Never fails: unreadable files count as none.
+CgroupLimit ReadCgroupMemoryLimit(const Roots& roots = {});
 
 struct CpuFacts {
   std::string model;       // "model name" of the first processor
