@@ -91,6 +91,7 @@ absl::StatusOr<std::unique_ptr<ExpertCache>> ExpertCache::Create(
           static_cast<int>(c.n_experts), static_cast<int>(c.top_k));
       vo.io_threads = std::max(1, config.vram_io_threads);
       vo.protect_ticks = 2 * per_token;
+      vo.memory = cache->vram_memory_.get();  // blocks are copied into the device arena
       cache->vram_ = std::make_unique<CacheTier>(cache->ram_.get(), vo);
       spdlog::info("vram expert tier: {} experts of {} ({} of --vram-budget {})",
                    vo.capacity_bytes / cache->vram_memory_->slot_bytes(),

@@ -2,6 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
+#include "colibri/backend/testing/device_like_backend.h"
+#include "colibri/core/block_arena.h"
+#include "colibri/expert_source/disk_source.h"
+#include "colibri/model/synthetic_model.h"
+
 namespace colibri::compute {
 namespace {
 
@@ -68,6 +75,59 @@ TEST(WarmOrder, AModelLargerThanTheCacheWarmsOnlyItsHotSet) {
   Route(&heat, 1, 0);
   const std::vector<ExpertId> want = {{0, 1}, {1, 0}};
   EXPECT_EQ(WarmOrder(m, heat, 599), want);
+}
+
+// The production construction path (ExpertCache::Create, as ComputeNode calls it) with a
+// backend that has device memory: the VRAM tier keeps its blocks in the device arena, each
+// block is uploaded once, and a second use is a VRAM hit that touches no host bytes.
+TEST(ExpertCacheCreate, VramTierHoldsItsBlocksInDeviceMemory) {
+  const auto dir =
+      std::filesystem::path(::testing::TempDir()) / ("vram_tier_" + std::to_string(::getpid()));
+  model::SyntheticModelOptions so;
+  so.config = model::DefaultSyntheticConfig();
+  ASSERT_TRUE(model::WriteSyntheticModel(dir, so).ok());
+  auto container = model::Container::Open(dir);
+  ASSERT_TRUE(container.ok()) << container.status();
+  const model::Manifest& m = (*container)->manifest();
+  auto arena = BlockArena::Create(m.PaddedExpertBytes() + (4 << 20), {.prefault = false});
+  ASSERT_TRUE(arena.ok());
+  auto disk = expert_source::DiskSource::Open(container->get(), {.arena = arena->get()});
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  backend::DeviceLikeBackend device;
+  ExpertCacheConfig cc;
+  cc.io_threads = 0;
+  cc.warm_start = "off";
+  cc.routing_heat = "none";
+  cc.learned_pin_fraction = 0;
+  uint64_t slot = 0;
+  for (const auto& b : m.experts) slot = std::max(slot, b.size);
+  cc.vram_bytes = 3 * slot;
+  auto cache = ExpertCache::Create(disk->get(), **container, m.PaddedExpertBytes(), cc, &device);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  ASSERT_NE((*cache)->vram(), nullptr);
+  const uint64_t device_bytes = device.counters().bytes_allocated.load();
+  EXPECT_GE(device_bytes, 3 * slot);  // the tier's arena, allocated once at start
+
+  const ExpertId id{0, 1};
+  auto first = (*cache)->front()->Fetch(id, expert_source::Priority::kDemand);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_NE((*first)->device, nullptr) << "the VRAM tier handed out a host block";
+  EXPECT_EQ((*first)->data(), nullptr);
+  first->reset();
+  auto second = (*cache)->front()->Fetch(id, expert_source::Priority::kDemand);
+  ASSERT_TRUE(second.ok());
+  EXPECT_NE((*second)->device, nullptr);
+  const expert_source::CacheStats vram = (*cache)->vram()->Stats();
+  EXPECT_EQ(vram.hits, 1u);
+  EXPECT_EQ(vram.misses, 1u);
+  EXPECT_EQ((*cache)->ram().Stats().bytes_fetched, m.Expert(id).size);  // one read from disk
+  EXPECT_EQ(device.counters().bytes_allocated.load(), device_bytes);    // no allocation per use
+  EXPECT_EQ(device.counters().imports.load(), 0u);  // no expert imported as a weight
+  // The RAM tier's copy lives in the arena.
+  EXPECT_EQ((*arena)->Stats().slots, 1u);
+  second->reset();
+  cache->reset();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
