@@ -82,16 +82,17 @@ def reference(hf_dir, tokens, greedy, logits_out):
 class Service:
     """A colibri binary started as its own process; announces its port through --port-file."""
 
-    def __init__(self, name, args, workdir, port_flags=('--port-file',), tag=None, env=None):
+    def __init__(self, name, args, workdir, port_flags=('--port-file',), tag=None, env=None, wrap=()):
         """`tag` names this instance's port and log files (default: the binary's name); give one to
-        run several instances of a binary in one directory. `env`: extra environment variables."""
+        run several instances of a binary in one directory. `env`: extra environment variables.
+        `wrap`: a command the binary runs under (it must exec its arguments), e.g. MemoryCgroup.wrap()."""
         self.name = name
         tag = tag or name
         self.files = {flag: os.path.join(workdir, f'{tag}{flag.replace("-", "_")}') for flag in port_flags}
         for f in self.files.values():
             if os.path.exists(f):
                 os.remove(f)
-        cmd = [binary(name), *args]
+        cmd = [*wrap, binary(name), *args]
         for flag, f in self.files.items():
             cmd += [flag, f]
         self.log = open(os.path.join(workdir, f'{tag}.log'), 'w')
@@ -227,6 +228,113 @@ def stream_decode_rate(url, prompt, n):
     return (len(stamps) - 1) / (stamps[-1] - stamps[0]), len(stamps), stamps[-1] - sent, ids
 
 
+class MemoryCgroup:
+    """A child memory cgroup with a hard limit (v1 memory.limit_in_bytes, or v2 memory.max with
+    swap off), for tests that hold a process to a budget as docker, Kubernetes or systemd would.
+    Needs root; `available()` says why not where neither hierarchy is writable."""
+
+    V1 = '/sys/fs/cgroup/memory'
+    V2 = '/sys/fs/cgroup'
+
+    @classmethod
+    def available(cls):
+        """'' when a child cgroup can be made here, else the reason."""
+        if os.geteuid() != 0:
+            return 'not root: cannot create a memory cgroup'
+        if os.path.isfile(os.path.join(cls.V1, 'memory.limit_in_bytes')) or \
+                os.path.isfile(os.path.join(cls.V1, 'cgroup.procs')):
+            return ''
+        try:
+            with open(os.path.join(cls.V2, 'cgroup.controllers')) as f:
+                if 'memory' in f.read().split():
+                    return ''
+        except OSError:
+            pass
+        return 'no writable memory cgroup (v1 or v2) on this machine'
+
+    def __init__(self, limit_bytes, tag='test'):
+        self.v1 = os.path.isdir(self.V1) and os.path.exists(os.path.join(self.V1, 'cgroup.procs'))
+        root = self.V1 if self.v1 else self.V2
+        self.path = os.path.join(root, f'colibri-{tag}-{os.getpid()}-{int(time.time() * 1000) % 100000}')
+        os.mkdir(self.path)
+        self.limit = limit_bytes
+        if self.v1:
+            self._write('memory.limit_in_bytes', limit_bytes)
+        else:
+            self._write('memory.max', limit_bytes)
+            try:
+                self._write('memory.swap.max', 0)
+            except OSError:
+                pass
+
+    def _write(self, name, value):
+        with open(os.path.join(self.path, name), 'w') as f:
+            f.write(str(value))
+
+    def _read(self, name):
+        with open(os.path.join(self.path, name)) as f:
+            return f.read()
+
+    def wrap(self):
+        """A command prefix: joins this cgroup, then execs the rest (so everything it maps counts)."""
+        return ['/bin/sh', '-c', f'echo $$ > {self.path}/cgroup.procs && exec "$@"', 'sh']
+
+    def oom_kills(self):
+        """Processes the kernel killed for this cgroup's limit (kernels before 4.13: OOM events)."""
+        text = self._read('memory.oom_control' if self.v1 else 'memory.events')
+        fields = dict(line.split() for line in text.splitlines() if len(line.split()) == 2)
+        if 'oom_kill' in fields:
+            return int(fields['oom_kill'])
+        return int(fields.get('oom', 0)) if not self.v1 else (1 if fields.get('under_oom') == '1' else 0)
+
+    def reset_peak(self):
+        """Starts usage_peak() over (v1 only; v2's memory.peak cannot be reset)."""
+        if self.v1:
+            self._write('memory.max_usage_in_bytes', 0)
+
+    def usage_peak(self):
+        """The cgroup's peak charge (page cache included): v1 max_usage, v2 memory.peak."""
+        try:
+            return int(self._read('memory.max_usage_in_bytes' if self.v1 else 'memory.peak'))
+        except OSError:
+            return 0
+
+    def remove(self):
+        for _ in range(100):
+            try:
+                os.rmdir(self.path)
+                return
+            except OSError:
+                time.sleep(0.1)
+
+
+def size_bytes(text):
+    """'512M', '1.25G', '4096' -> bytes."""
+    units = {'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30}
+    t = text.strip().upper().rstrip('B').rstrip('I')
+    return int(float(t[:-1]) * units[t[-1]]) if t[-1] in units else int(t)
+
+
+def drop_caches():
+    """Drops the kernel's page cache (root); False where it cannot."""
+    try:
+        subprocess.run(['sync'], check=True)
+        with open('/proc/sys/vm/drop_caches', 'w') as f:
+            f.write('3\n')
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss(pid):
+    """VmHWM of a live process, bytes."""
+    with open(f'/proc/{pid}/status') as f:
+        for line in f:
+            if line.startswith('VmHWM:'):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def metric(text, name, labels=''):
     """Sums the samples of Prometheus metric `name` in exposition `text` (optionally only the
     lines containing `labels`, e.g. 'tier="ram"')."""
@@ -240,6 +348,12 @@ def metric(text, name, labels=''):
 def tempdir(prefix):
     d = tempfile.mkdtemp(prefix=prefix)
     return d
+
+
+def tempdir_in(parent, prefix):
+    """A fresh directory under `parent` (e.g. /var/tmp: a real disk where /tmp may be tmpfs)."""
+    os.makedirs(parent, exist_ok=True)
+    return tempfile.mkdtemp(prefix=prefix, dir=parent)
 
 
 def rmtree(d):

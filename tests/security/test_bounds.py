@@ -151,6 +151,36 @@ class HttpBoundsTest(unittest.TestCase):
         self.assertIn('--kv-cache-limit 32.00 MiB (auto: 16 sequences x 4096 tokens x 512 B per token', line)
         self.assertIn('--kv-cache-limit 0 for unbounded', line)
 
+    def test_kv_limit_refuses_what_cannot_fit_and_holds_under_concurrent_requests(self):
+        # 64 KiB of KV is 128 tokens of the micro model (512 B each).
+        server = testlib.Service('colibri-server', ['--model', self.model, '--port', '0', '--host', '127.0.0.1',
+                                                    '--threads', '2', '--kv-cache-limit', '64K'],
+                                 self.dir, tag='kv-limit')
+        self.addCleanup(server.stop)
+        url = f'http://127.0.0.1:{server.port()}'
+        status, body = testlib.http('POST', url + '/v1/completions',
+                                    {'prompt': [5 + i % 400 for i in range(200)], 'max_tokens': 4})
+        self.assertIn(status, (400, 413, 429), body)
+        self.assertIn('--kv-cache-limit', body)
+        results = []
+
+        def one(i):
+            results.append(testlib.http('POST', url + '/v1/completions',
+                                        {'prompt': [7 + i + j % 300 for j in range(40)], 'max_tokens': 20,
+                                         'temperature': 0, 'ignore_eos': True}))
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        self.assertEqual([r[0] for r in results], [200] * 4, results)
+        # Four finished conversations of 60 tokens (120 KiB) would cross the limit: the pool keeps
+        # what fits.
+        _, metrics = testlib.http('GET', url + '/metrics')
+        kv = testlib.metric(metrics, 'colibri_compute_kv_cache_bytes')
+        self.assertGreater(kv, 0)
+        self.assertLessEqual(kv, 64 * 1024)
+
     def test_slowloris_client_is_dropped_at_the_header_deadline(self):
         c = SlowClient(self.port)
         self.clients.append(c)
