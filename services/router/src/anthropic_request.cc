@@ -7,10 +7,133 @@
 #include "request_json.h"
 
 namespace colibri::router {
+namespace {
 
 using nlohmann::json;
 
-absl::StatusOr<OpenAiRequest> ParseAnthropicRequest(const std::string& body) {
+// The text of a tool_result's content: a string, or text blocks (images are refused).
+absl::StatusOr<std::string> ToolResultText(const json& block, const std::string& field) {
+  const json content = block.contains("content") ? block["content"] : json();
+  if (content.is_array()) {
+    for (size_t k = 0; k < content.size(); ++k) {
+      const json& part = content[k];
+      if (part.is_object() && part.contains("type") && part["type"] != "text") {
+        return FieldError(absl::StrCat(field, ".content[", k, "]"),
+                          absl::StrCat("content type ", part["type"].dump(),
+                                       " is not supported in a tool_result (text only)"));
+      }
+    }
+  }
+  ASSIGN_OR_RETURN(std::string text, ReadTextContent(content, field + ".content"));
+  if (auto e = block.find("is_error"); e != block.end() && !e->is_null()) {
+    if (!e->is_boolean()) return FieldError(field + ".is_error", "must be a boolean");
+    if (e->get<bool>()) text = absl::StrCat("Error: ", text);
+  }
+  return text;
+}
+
+// One message of `messages`, as the chat template's turns: a user message's tool_result blocks
+// become "tool" turns (before its text, as the results answer the previous turn's calls); an
+// assistant's tool_use blocks become its tool_calls, and its thinking its reasoning_content.
+absl::Status AppendMessage(const json& m, size_t i, std::vector<tokenizer::ChatMessage>* out) {
+  const std::string field = absl::StrCat("messages[", i, "]");
+  if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+    return FieldError(field + ".role", "is required");
+  tokenizer::ChatMessage msg;
+  msg.role = m["role"].get<std::string>();
+  if (msg.role != "user" && msg.role != "assistant" && msg.role != "system") {
+    return FieldError(
+        field + ".role",
+        absl::StrCat("must be 'user', 'assistant' or 'system', not '", msg.role, "'"));
+  }
+  if (!m.contains("content")) return FieldError(field + ".content", "is required");
+  const json& content = m["content"];
+  if (!content.is_array()) {
+    ASSIGN_OR_RETURN(msg.content, ReadTextContent(content, field + ".content"));
+    out->push_back(std::move(msg));
+    return absl::OkStatus();
+  }
+  json calls = json::array();
+  for (size_t k = 0; k < content.size(); ++k) {
+    const json& b = content[k];
+    const std::string bf = absl::StrCat(field, ".content[", k, "]");
+    if (!b.is_object() || !b.contains("type") || !b["type"].is_string())
+      return FieldError(bf + ".type", "is required");
+    const std::string type = b["type"].get<std::string>();
+    if (type == "text") {
+      if (!b.contains("text") || !b["text"].is_string())
+        return FieldError(bf + ".text", "must be a string");
+      msg.content += b["text"].get<std::string>();
+    } else if (type == "tool_use" && msg.role == "assistant") {
+      if (!b.contains("id") || !b["id"].is_string()) return FieldError(bf + ".id", "is required");
+      if (!b.contains("name") || !b["name"].is_string())
+        return FieldError(bf + ".name", "is required");
+      const json input = b.contains("input") ? b["input"] : json::object();
+      if (!input.is_object()) return FieldError(bf + ".input", "must be an object");
+      calls.push_back({{"id", b["id"]},
+                       {"type", "function"},
+                       {"function", {{"name", b["name"]}, {"arguments", input}}}});
+    } else if (type == "tool_result" && msg.role == "user") {
+      if (!b.contains("tool_use_id") || !b["tool_use_id"].is_string())
+        return FieldError(bf + ".tool_use_id", "is required");
+      tokenizer::ChatMessage result;
+      result.role = "tool";
+      result.tool_call_id = b["tool_use_id"].get<std::string>();
+      ASSIGN_OR_RETURN(result.content, ToolResultText(b, bf));
+      out->push_back(std::move(result));
+    } else if (type == "thinking" && msg.role == "assistant") {
+      if (b.contains("thinking") && b["thinking"].is_string())
+        msg.reasoning_content += b["thinking"].get<std::string>();
+    } else if (type == "redacted_thinking" && msg.role == "assistant") {
+      // Encrypted by another provider: nothing this model can read.
+    } else {
+      return FieldError(bf + ".type",
+                        absl::StrCat("content type '", type, "' is not supported in a ", msg.role,
+                                     " message (text",
+                                     msg.role == "assistant" ? ", thinking and tool_use"
+                                     : msg.role == "user"    ? " and tool_result"
+                                                             : "",
+                                     " only)"));
+    }
+  }
+  if (!calls.empty()) msg.tool_calls_json = calls.dump();
+  // A user message of tool results alone adds no empty user turn after them.
+  if (msg.role != "user" || !msg.content.empty() || out->empty() || out->back().role != "tool") {
+    out->push_back(std::move(msg));
+  }
+  return absl::OkStatus();
+}
+
+// Anthropic tool definitions as the OpenAI "tools" the chat templates render. Server tools
+// (a "type" other than "custom", with no input_schema: web search, code execution ...) run at
+// Anthropic, not here: they are left out and named in `skipped`.
+absl::StatusOr<std::string> ToolsJson(const json& tools, std::vector<std::string>* skipped) {
+  if (!tools.is_array()) return FieldError("tools", "must be a list");
+  json out = json::array();
+  for (size_t k = 0; k < tools.size(); ++k) {
+    const json& t = tools[k];
+    const std::string f = absl::StrCat("tools[", k, "]");
+    if (!t.is_object() || !t.contains("name") || !t["name"].is_string())
+      return FieldError(f + ".name", "is required");
+    const bool custom = !t.contains("type") || t["type"].is_null() || t["type"] == "custom";
+    if (!custom && !t.contains("input_schema")) {
+      skipped->push_back(absl::StrCat("tools[", k, "] (", t["type"].dump(), ")"));
+      continue;
+    }
+    if (!t.contains("input_schema") || !t["input_schema"].is_object())
+      return FieldError(f + ".input_schema", "must be an object (a JSON schema)");
+    json fn = {{"name", t["name"]}, {"parameters", t["input_schema"]}};
+    if (auto d = t.find("description"); d != t.end() && d->is_string()) fn["description"] = *d;
+    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
+  }
+  return out.empty() ? std::string() : out.dump();
+}
+
+}  // namespace
+
+absl::StatusOr<OpenAiRequest> ParseAnthropicRequest(const std::string& body,
+                                                    std::vector<std::string>* ignored) {
+  std::vector<std::string> skipped;
   ASSIGN_OR_RETURN(json j, ParseJson(body, "request body"));
   if (!j.is_object()) return absl::InvalidArgumentError("request body must be a JSON object");
   OpenAiRequest r;
@@ -26,25 +149,50 @@ absl::StatusOr<OpenAiRequest> ParseAnthropicRequest(const std::string& body) {
   auto it = j.find("messages");
   if (it == j.end() || !it->is_array() || it->empty())
     return FieldError("messages", "must be a non-empty list");
-  for (size_t i = 0; i < it->size(); ++i) {
-    const json& m = (*it)[i];
-    const std::string field = absl::StrCat("messages[", i, "]");
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-      return FieldError(field + ".role", "is required");
-    tokenizer::ChatMessage msg;
-    msg.role = m["role"].get<std::string>();
-    if (msg.role != "user" && msg.role != "assistant") {
-      return FieldError(field + ".role",
-                        absl::StrCat("must be 'user' or 'assistant', not '", msg.role, "'"));
+  for (size_t i = 0; i < it->size(); ++i) RETURN_IF_ERROR(AppendMessage((*it)[i], i, &r.messages));
+
+  std::string tool_choice = "auto";
+  if (auto c = j.find("tool_choice"); c != j.end() && !c->is_null()) {
+    if (!c->is_object() || !c->contains("type") || !(*c)["type"].is_string())
+      return FieldError("tool_choice.type", "is required");
+    tool_choice = (*c)["type"].get<std::string>();
+    if (tool_choice == "any" || tool_choice == "tool") {
+      return FieldError("tool_choice",
+                        absl::StrCat("'", tool_choice,
+                                     "' (a forced tool call) is not supported yet; use 'auto' "
+                                     "or 'none'"));
     }
-    if (!m.contains("content")) return FieldError(field + ".content", "is required");
-    ASSIGN_OR_RETURN(msg.content, ReadTextContent(m["content"], field + ".content"));
-    r.messages.push_back(std::move(msg));
+    if (tool_choice != "auto" && tool_choice != "none")
+      return FieldError("tool_choice.type", "must be auto, any, tool or none");
+    if (auto d = c->find("disable_parallel_tool_use");
+        d != c->end() && d->is_boolean() && d->get<bool>()) {
+      return FieldError("tool_choice.disable_parallel_tool_use",
+                        "true is not supported yet (the model may call several tools)");
+    }
   }
-  if (auto t = j.find("tools"); t != j.end() && !t->is_null() && !(t->is_array() && t->empty())) {
-    return FieldError("tools",
-                      "tool use is not supported on /v1/messages (use /v1/chat/completions)");
+  if (auto t = j.find("tools"); t != j.end() && !t->is_null()) {
+    ASSIGN_OR_RETURN(std::string tools, ToolsJson(*t, &skipped));
+    // tool_choice none: the model is not told about the tools at all.
+    if (tool_choice != "none") r.chat_options.tools_json = std::move(tools);
   }
+  // thinking: enabled / adaptive / disabled switch the chat template's reasoning (templates
+  // without the switch ignore the variable).
+  if (auto th = j.find("thinking"); th != j.end() && !th->is_null()) {
+    if (!th->is_object() || !th->contains("type") || !(*th)["type"].is_string())
+      return FieldError("thinking.type", "is required");
+    const std::string type = (*th)["type"].get<std::string>();
+    if (type != "enabled" && type != "adaptive" && type != "disabled")
+      return FieldError("thinking.type", "must be enabled, adaptive or disabled");
+    r.chat_options.extra_context_json = json{{"enable_thinking", type != "disabled"}}.dump();
+  }
+  // Accepted with no effect on a local model (docs/API.md): effort and context management.
+  for (const char* key : {"output_config", "context_management", "service_tier", "container",
+                          "mcp_servers", "anthropic_beta"}) {
+    if (auto f = j.find(key); f != j.end() && !f->is_null() && ignored != nullptr)
+      ignored->push_back(key);
+  }
+  if (ignored != nullptr) ignored->insert(ignored->end(), skipped.begin(), skipped.end());
+
   RETURN_IF_ERROR(ReadBool(j, "stream", &r.stream));
   if (auto md = j.find("metadata"); md != j.end() && !md->is_null()) {
     if (!md->is_object()) return FieldError("metadata", "must be an object");

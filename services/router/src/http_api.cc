@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "anthropic_request.h"
 #include "client_watch.h"
 #include "colibri/core/json.h"
@@ -196,8 +197,10 @@ class Handler {
   // POST /v1/messages: Anthropic's Messages API over the same request and run.
   void Messages(const httplib::Request& req, httplib::Response& res) {
     const std::string endpoint = "messages";
-    auto request = Prepare(req, ParseAnthropicRequest(req.body));
+    std::vector<std::string> ignored;
+    auto request = Prepare(req, ParseAnthropicRequest(req.body, &ignored));
     if (!request.ok()) return Error(res, endpoint, request.status(), /*anthropic=*/true);
+    if (!ignored.empty()) res.set_header("x-colibri-ignored-fields", absl::StrJoin(ignored, ", "));
     auto r = *request;
     const std::string id = NewId("msg_");
     const int client_fd = CurrentConnectionSocket();
