@@ -21,59 +21,19 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get('COLIBRI_BIN_DIR', os.path.join(REPO, 'build', 'bin'))
-CGROUP_ROOT = '/sys/fs/cgroup/memory'
-
-
-def size_bytes(text):
-    units = {'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30}
-    t = text.strip().upper().rstrip('B').rstrip('I')
-    return int(float(t[:-1]) * units[t[-1]]) if t[-1] in units else int(t)
+sys.path.insert(0, os.path.join(REPO, 'tests'))
+import testlib  # noqa: E402
 
 
 def bench(*args, cgroup=None):
     cmd = [os.path.join(BIN, 'expert_cache_bench'), *map(str, args)]
     if cgroup:
         # Join the cgroup first, then become the benchmark: everything it maps or caches counts.
-        cmd = ['/bin/sh', '-c', f'echo $$ > {cgroup}/cgroup.procs && exec "$@"', 'sh', *cmd]
+        cmd = [*cgroup.wrap(), *cmd]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f'{" ".join(cmd)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}')
     return json.loads(p.stdout.strip().splitlines()[-1])
-
-
-def drop_caches():
-    try:
-        subprocess.run(['sync'], check=True)
-        with open('/proc/sys/vm/drop_caches', 'w') as f:
-            f.write('3\n')
-        return True
-    except OSError:
-        return False
-
-
-def make_cgroup(limit):
-    path = os.path.join(CGROUP_ROOT, f'colibri-bench-{os.getpid()}')
-    try:
-        os.mkdir(path)
-        with open(os.path.join(path, 'memory.limit_in_bytes'), 'w') as f:
-            f.write(str(limit))
-        return path
-    except OSError as e:
-        print(f'note: no memory cgroup ({e}); runs are not memory-capped', file=sys.stderr)
-        return None
-
-
-def cgroup_peak(path):
-    if not path:
-        return 0
-    with open(os.path.join(path, 'memory.max_usage_in_bytes')) as f:
-        return int(f.read())
-
-
-def reset_peak(path):
-    if path:
-        with open(os.path.join(path, 'memory.max_usage_in_bytes'), 'w') as f:
-            f.write('0')
 
 
 def main():
@@ -104,13 +64,16 @@ def main():
     expert_bytes = sum(e['padded_size'] for e in experts)
     block = experts[0]['padded_size']
     dense = manifest['dense']['size']
-    cache = size_bytes(a.cache_size)
-    budget = dense + cache + size_bytes(a.slack)
+    cache = testlib.size_bytes(a.cache_size)
+    budget = dense + cache + testlib.size_bytes(a.slack)
 
-    dropped = drop_caches()
+    dropped = testlib.drop_caches()
     disk = bench('disk', '--dir', a.dir, '--threads', a.io_threads, '--gib', 3)
     bw = disk['bandwidth_bytes_per_second']
-    cg = make_cgroup(budget)
+    reason = testlib.MemoryCgroup.available()
+    cg = None if reason else testlib.MemoryCgroup(budget, 'bench')
+    if reason:
+        print(f'note: {reason}; runs are not memory-capped', file=sys.stderr)
 
     # (mode, policy, prefetch layers, minimum predicted weight to prefetch)
     configs = [('colibri', 'routing', 0, 0), ('colibri', 'routing', 1, 0), ('colibri', 'routing', 1, 0.35),
@@ -120,15 +83,16 @@ def main():
         for mode, policy, prefetch, min_weight in configs:
             best = None
             for _ in range(a.repeat):
-                drop_caches()
-                reset_peak(cg)
+                testlib.drop_caches()
+                if cg:
+                    cg.reset_peak()
                 args = ['run', '--dir', a.dir, '--mode', mode, '--tokens', a.tokens, '--warmup', a.warmup,
                         '--threads', a.threads]
                 if mode == 'colibri':
                     args += ['--cache-size', a.cache_size, '--policy', policy, '--prefetch-layers', prefetch,
                              '--io-threads', a.io_threads, '--prefetch-min-weight', min_weight]
                 r = bench(*args, cgroup=cg)
-                r['cgroup_peak_bytes'] = cgroup_peak(cg)
+                r['cgroup_peak_bytes'] = cg.usage_peak() if cg else 0
                 if best is None or r['tok_s'] > best['tok_s']:
                     best = r
             best['label'] = (f'colibri, {policy}, prefetch {prefetch}' + (f' (weight >= {min_weight})' if min_weight else '')
@@ -137,7 +101,7 @@ def main():
             print(json.dumps(best), file=sys.stderr)
     finally:
         if cg:
-            os.rmdir(cg)
+            cg.remove()
 
     gib = 1 << 30
     print(f'model: {len(experts)} expert blocks of {block / (1 << 20):.1f} MiB = {expert_bytes / gib:.2f} GiB '

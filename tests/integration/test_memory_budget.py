@@ -1,9 +1,10 @@
 """Integration: the memory budget is a promise. colibri-server runs inside a real memory cgroup
 capped at the model's dense weights + a quarter of its experts + 0.5 GiB, on a model whose experts
 are several times the cap, under a mixed load: 4 concurrent streams, a 2k-token prompt, n-gram
-speculation, then a restart whose warm start reads the hottest experts back. Nothing may be
-OOM-killed, and peak resident memory (VmHWM) must stay within the budget the server reports on
-/metrics (auto: read from the cgroup) plus 3% for code and libraries.
+speculation, then a restart whose warm start reads the hottest experts back; then the three-process cluster, compute in
+the same cap and the expert store in 512 MiB of its own, blocks over TCP. Nothing may be
+OOM-killed, and peak resident memory (VmHWM) must stay within the budget the compute process
+reports on /metrics (auto: read from the cgroup) plus 3% for code and libraries.
 
 The model is synthetic (bench's expert_cache_bench build: Mixtral-shaped q8_0 weights, the micro
 test model's tokenizer) in a directory on a real disk, since O_DIRECT reads are what keep the page
@@ -126,6 +127,55 @@ class MemoryBudgetTest(unittest.TestCase):
         self.assertGreater(testlib.metric(text, 'colibri_compute_expert_warm_blocks_total', 'result="read"'), 0)
         completion(url, [rng.randrange(3, 512) for _ in range(64)], 4, 0, 1)
         self.check_within_budget(cgroup, server, url, 'warm restart')
+
+    def test_three_process_cluster_stays_within_its_budgets(self):
+        # Compute in the same cap as the server above; the store (reads, chunk buffers, its pool
+        # of idle buffers) in 512 MiB of its own; blocks cross TCP into compute's arena.
+        compute_cg = testlib.MemoryCgroup(self.cap, 'compute')
+        self.addCleanup(compute_cg.remove)
+        store_cg = testlib.MemoryCgroup(512 * MiB, 'store')
+        self.addCleanup(store_cg.remove)
+        store = testlib.Service('colibri-expert-store', ['--model', self.model, '--listen', '127.0.0.1:0',
+                                                         '--metrics-port', '0'],
+                                self.dir, ('--port-file', '--metrics-port-file'), tag='cluster-store',
+                                wrap=store_cg.wrap())
+        self.addCleanup(store.stop)
+        compute = testlib.Service('colibri-compute', ['--model', self.model, '--store', f'127.0.0.1:{store.port()}',
+                                                      '--store-shm-size', '0', '--listen', '127.0.0.1:0',
+                                                      '--metrics-port', '0', '--threads', '2',
+                                                      '--routing-heat', 'none'],
+                                  self.dir, ('--port-file', '--metrics-port-file'), tag='cluster-compute',
+                                  wrap=compute_cg.wrap())
+        self.addCleanup(compute.stop)
+        router = testlib.Service('colibri-router', ['--model', self.model, '--compute',
+                                                    f'127.0.0.1:{compute.port(timeout=300)}', '--port', '0',
+                                                    '--host', '127.0.0.1', '--grpc-listen', '127.0.0.1:0'],
+                                 self.dir, ('--port-file', '--grpc-port-file'), tag='cluster-router')
+        self.addCleanup(router.stop)
+        url = f'http://127.0.0.1:{router.port()}'
+        rng = random.Random(11)
+        errors = []
+
+        def run(prompt, n):
+            try:
+                completion(url, prompt, n, 1.0, rng.randrange(1 << 30))
+            except Exception as e:  # noqa: BLE001 (reported below)
+                errors.append(str(e))
+
+        jobs = [threading.Thread(target=run, args=([rng.randrange(3, 512) for _ in range(1024)], 2))]
+        jobs += [threading.Thread(target=run, args=([rng.randrange(3, 512) for _ in range(16)], 6)) for _ in range(3)]
+        for j in jobs:
+            j.start()
+        for j in jobs:
+            j.join(timeout=1500)
+        self.assertEqual(errors, [], compute.read_log()[-3000:])
+        metrics_url = f'http://127.0.0.1:{compute.port("--metrics-port-file")}'
+        self.check_within_budget(compute_cg, compute, metrics_url, 'cluster compute')
+        store_peak = testlib.peak_rss(store.proc.pid)
+        print(f'cluster store: peak resident {store_peak / MiB:.0f} MiB in a 512 MiB cgroup', file=sys.stderr)
+        self.assertIsNone(store.proc.poll(), store.read_log())
+        self.assertEqual(store_cg.oom_kills(), 0)
+        self.assertLess(store_peak, 512 * MiB)
 
 
 if __name__ == '__main__':

@@ -52,7 +52,7 @@ struct BlockArena::State {
   uint64_t capacity = 0;
   mutable std::mutex mu;
   std::condition_variable released;
-  std::map<uint64_t, uint64_t> free_by_offset;          // offset -> length
+  std::map<uint64_t, uint64_t> free_by_offset;           // offset -> length
   std::set<std::pair<uint64_t, uint64_t>> free_by_size;  // (length, offset)
   BlockArenaStats stats;
 
@@ -116,15 +116,15 @@ struct BlockArena::State {
 };
 
 absl::StatusOr<std::unique_ptr<BlockArena>> BlockArena::Create(uint64_t capacity_bytes,
-                                                                BlockArenaOptions options) {
+                                                               BlockArenaOptions options) {
   if (capacity_bytes == 0) {
     return absl::InvalidArgumentError(absl::StrCat(options.name, ": capacity must be positive"));
   }
   auto state = std::make_shared<State>();
   state->name = options.name;
   state->capacity = (capacity_bytes + kMapAlign - 1) / kMapAlign * kMapAlign;
-  void* p = ::mmap(nullptr, state->capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
+  void* p =
+      ::mmap(nullptr, state->capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot reserve the ", options.name, " of ",
                                                      FormatSize(state->capacity), ": ",
@@ -151,9 +151,8 @@ BlockArena::~BlockArena() = default;
 
 BlockArena::Slot BlockArena::MakeSlot(const std::shared_ptr<State>& state, uint64_t offset,
                                       uint64_t size) {
-  return Slot(state->base + offset, [state, offset, size](uint8_t*) {
-    state->Release(offset, size);
-  });
+  return Slot(state->base + offset,
+              [state, offset, size](uint8_t*) { state->Release(offset, size); });
 }
 
 absl::StatusOr<BlockArena::Slot> BlockArena::TryAllocate(uint64_t bytes) {
@@ -162,8 +161,8 @@ absl::StatusOr<BlockArena::Slot> BlockArena::TryAllocate(uint64_t bytes) {
   const int64_t off = state_->TakeLocked(size);
   if (off < 0) {
     state_->stats.refused++;
-    return absl::ResourceExhaustedError(absl::StrCat("no room for ", FormatSize(size), " in the ",
-                                                     state_->DescribeLocked()));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no room for ", FormatSize(size), " in the ", state_->DescribeLocked()));
   }
   lock.unlock();
   return MakeSlot(state_, static_cast<uint64_t>(off), size);
@@ -174,9 +173,8 @@ absl::StatusOr<BlockArena::Slot> BlockArena::Allocate(
   const uint64_t size = (std::max<uint64_t>(bytes, 1) + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
   std::unique_lock<std::mutex> lock(state_->mu);
   if (size > state_->capacity) {
-    return absl::InvalidArgumentError(absl::StrCat("a block of ", FormatSize(size),
-                                                   " is larger than the whole ",
-                                                   state_->DescribeLocked()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a block of ", FormatSize(size), " is larger than the whole ", state_->DescribeLocked()));
   }
   int64_t off = state_->TakeLocked(size);
   if (off < 0) {
