@@ -1,6 +1,7 @@
 """The official `@anthropic-ai/sdk` npm client (1.x, on Node 20) against colibri-server's Messages
 API (POST /v1/messages): blocking and streamed messages, stop sequences, usage, the ignore_eos /
-min_tokens extensions and Anthropic-shaped errors, with the key in x-api-key. The server runs with
+min_tokens extensions, a tool loop (tools, tool_use answered by tool_result, the next turn) and
+Anthropic-shaped errors, with the key in x-api-key. The server runs with
 two --served-model-name aliases, which /v1/models lists and both APIs accept. The package is
 installed at test time outside the repository; the test skips when npm cannot reach its registry.
 """
@@ -81,6 +82,14 @@ class AnthropicClientTest(unittest.TestCase):
             self.assertEqual(out[name]['status'], 400, out[name])
             self.assertEqual(out[name]['type'], 'invalid_request_error', out[name])
             self.assertIn(field, out[name]['message'])
+        # The tool loop's next turn runs, whole and streamed alike (greedy).
+        loop = out['tool_loop']
+        self.assertIn(loop['stop_reason'], ('end_turn', 'max_tokens', 'tool_use'))
+        self.assertEqual(loop['streamed_text'], loop['text'])
+        self.assertGreater(loop['input_tokens'], 5)
+        # A forced tool call is refused by name until it is enforced.
+        self.assertEqual(out['forced_tool']['status'], 400, out['forced_tool'])
+        self.assertIn('tool_choice', out['forced_tool']['message'])
         self.assertEqual(out['bad_key']['status'], 401)
         self.assertEqual(out['bad_key']['type'], 'authentication_error')
 

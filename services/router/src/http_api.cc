@@ -759,8 +759,11 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, Router
   auto& s = *api->server_;
   s.set_payload_max_length(options.max_request_bytes);
   // Before any route: the key check, the Host check (DNS rebinding; /health stays open to
-  // probes) and JSON-only POST bodies (no form or text/plain request from a web page).
-  s.set_pre_routing_handler([handler, options](const httplib::Request& q, httplib::Response& r) {
+  // probes) and JSON-only POST bodies (no form or text/plain request from a web page). A request
+  // refused here has not had its body read (httplib reads it only for a route), so the connection
+  // is closed after the answer: kept alive, the unread body would be parsed as the next request
+  // (a keep-alive client, e.g. Node's shared fetch pool, then got a bare 400).
+  auto checks = [handler, options](const httplib::Request& q, httplib::Response& r) {
     if (q.path != "/health" && !HostAllowed(options, q.get_header_value("Host"))) {
       r.status = 403;
       r.set_content(RouteErrorBody(q.path, 403,
@@ -780,6 +783,11 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, Router
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
+  };
+  s.set_pre_routing_handler([checks](const httplib::Request& q, httplib::Response& r) {
+    const auto result = checks(q, r);
+    if (result == httplib::Server::HandlerResponse::Handled) r.set_header("Connection", "close");
+    return result;
   });
   s.Post("/v1/chat/completions", [handler](const httplib::Request& q, httplib::Response& r) {
     handler->Completions(q, r, true);

@@ -43,6 +43,28 @@ const cut = await client.messages.create({ ...ask, max_tokens: 12, ignore_eos: t
 out.stop = { stop, stop_reason: cut.stop_reason, stop_sequence: cut.stop_sequence,
              text: cut.content.map((b) => b.text).join('') };
 
+// A tool loop as an agent runs it: tools offered, the model's tool_use answered by a tool_result
+// (plain and as blocks, one an error), then the next turn, whole and streamed.
+const tools = [{ name: 'get_weather', description: 'The weather in a city.',
+                 input_schema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } }];
+const loop = [
+  { role: 'user', content: 'What is the weather in Paris and Rome?' },
+  { role: 'assistant', content: [
+    { type: 'text', text: 'Let me check.' },
+    { type: 'tool_use', id: 'toolu_01', name: 'get_weather', input: { city: 'Paris' } },
+    { type: 'tool_use', id: 'toolu_02', name: 'get_weather', input: { city: 'Rome' } }] },
+  { role: 'user', content: [
+    { type: 'tool_result', tool_use_id: 'toolu_01', content: '18 C, sunny' },
+    { type: 'tool_result', tool_use_id: 'toolu_02', content: [{ type: 'text', text: 'timeout' }], is_error: true }] },
+];
+const turn = { model, max_tokens: 6, temperature: 0, tools, tool_choice: { type: 'auto' }, messages: loop };
+const next = await client.messages.create(turn);
+const nextStreamed = await client.messages.stream(turn).finalMessage();
+out.tool_loop = { stop_reason: next.stop_reason, blocks: next.content.map((b) => b.type),
+                  text: next.content.filter((b) => b.type === 'text').map((b) => b.text).join(''),
+                  streamed_text: nextStreamed.content.filter((b) => b.type === 'text').map((b) => b.text).join(''),
+                  input_tokens: next.usage.input_tokens };
+
 for (const [name, call] of [
   ['unknown_model', () => client.messages.create({ ...ask, model: 'nope' })],
   ['bad_temperature', () => client.messages.create({ ...ask, temperature: 7 })],
@@ -51,6 +73,10 @@ for (const [name, call] of [
   ['image', () => client.messages.create({ ...ask, messages: [{ role: 'user', content: [
     { type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AAAA' } }] }] })],
   ['bad_key', () => new Anthropic({ baseURL, apiKey: 'wrong', maxRetries: 0 }).messages.create(ask)],
+  // After a refused key, on the connection Node's fetch pool kept: the refused body must not be
+  // read as this request.
+  ['forced_tool', () => client.messages.create({ model, max_tokens: 6, tools, tool_choice: { type: 'any' },
+                                                 messages: loop })],
 ]) {
   try {
     await call();
