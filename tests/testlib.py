@@ -54,6 +54,22 @@ def micro_model(workdir, name='demo'):
     return convert(hf, os.path.join(workdir, name), 'f32')
 
 
+def tool_model(workdir, name='agent', context=None):
+    """The micro Mixtral test model with GLM-4.5's chat template, which renders tools, tool calls
+    and tool results (the micro template renders user and assistant text only); `context`: its
+    max_position_embeddings (an agent's first request needs tens of thousands of tokens)."""
+    extra = ['--config-set', f'max_position_embeddings={context}'] if context else []
+    hf = gen_model(os.path.join(workdir, f'hf-{name}'), 'mixtral', 'micro', 'f32', extra=extra)
+    config = os.path.join(hf, 'tokenizer_config.json')
+    with open(config) as f:
+        tc = json.load(f)
+    with open(os.path.join(REPO, 'tests', 'tokenizer', 'templates', 'glm4_5.jinja')) as f:
+        tc['chat_template'] = f.read()
+    with open(config, 'w') as f:
+        json.dump(tc, f)
+    return convert(hf, os.path.join(workdir, name), 'f32')
+
+
 def disk_read_rate(model, seconds=1.0):
     """Bytes/s of random O_DIRECT reads of whole expert blocks of `model` (colibri-cli plan's disk
     probe: what a cache miss costs), for benchmarks' disk-bound limits."""

@@ -1,11 +1,12 @@
 """Coding agents against colibri-server, with the real clients from npm: Claude Code (`claude -p ...
---output-format json`) completes a turn with no protocol error. Its first request is the one a
+--output-format json`, the Messages API) and the Codex CLI (`codex exec --json`, the Responses
+API) each complete a turn with no protocol error. Its first request is the one a
 real session sends (~76 KB: the system prompt, two dozen tools with their JSON schemas, a system
 turn inside messages, adaptive thinking, context management), rendered whole by the model's chat
 template (GLM-4.5's, which renders tools), so the test model has a context long enough to hold it,
 as real models do. Random weights: the text is noise, the protocol is not.
 
-The CLI is installed at test time outside the repository (~/.cache/colibri-npm); the test skips
+The CLIs are installed at test time outside the repository (~/.cache/colibri-npm); a test skips
 when npm cannot reach its registry. Non-essential traffic (telemetry, updates) is switched off.
 """
 import json
@@ -16,9 +17,6 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import testlib  # noqa: E402
-
-TEMPLATES = os.path.join(testlib.REPO, 'tests', 'tokenizer', 'templates')
-
 
 def claude_binary():
     """The `claude` executable from npm, its native binary put in place (npm may skip the
@@ -39,23 +37,27 @@ def claude_binary():
     return exe if works() else None
 
 
-class ClaudeCodeTest(unittest.TestCase):
+def codex_binary():
+    """The `codex` executable from npm (its native binary comes as an optional dependency)."""
+    modules = testlib.npm_modules('codex', '@openai/codex@0')
+    if modules is None:
+        return None
+    exe = os.path.join(modules, '.bin', 'codex')
+    try:
+        ok = subprocess.run([exe, '--version'], capture_output=True, timeout=60).returncode == 0
+    except OSError:
+        ok = False
+    return exe if ok else None
+
+
+class AgentsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.claude = claude_binary()
         if cls.claude is None:
             raise unittest.SkipTest('npm could not install @anthropic-ai/claude-code (offline?)')
         cls.dir = testlib.tempdir('colibri-agents-')
-        hf = testlib.gen_model(os.path.join(cls.dir, 'hf'), 'mixtral', 'micro', 'f32',
-                               extra=['--config-set', 'max_position_embeddings=131072'])
-        config = os.path.join(hf, 'tokenizer_config.json')
-        with open(config) as f:
-            tc = json.load(f)
-        with open(os.path.join(TEMPLATES, 'glm4_5.jinja')) as f:
-            tc['chat_template'] = f.read()
-        with open(config, 'w') as f:
-            json.dump(tc, f)
-        cls.model = testlib.convert(hf, os.path.join(cls.dir, 'agent'), 'f32')
+        cls.model = testlib.tool_model(cls.dir, 'agent', context=131072)
         cls.server = testlib.Service('colibri-server', ['--model', cls.model, '--port', '0', '--host', '127.0.0.1',
                                                         '--threads', '2', '--api-key', 'k'], cls.dir)
         cls.url = f'http://127.0.0.1:{cls.server.port()}'
@@ -87,6 +89,33 @@ class ClaudeCodeTest(unittest.TestCase):
         # The whole request reached the model: system prompt and tools, through the template.
         self.assertGreater(result['usage']['input_tokens'], 20000)
         self.assertGreater(result['usage']['output_tokens'], 0)
+
+    def test_codex_cli_completes_a_turn(self):
+        codex = codex_binary()
+        if codex is None:
+            self.skipTest('npm could not install @openai/codex (offline?)')
+        home = os.path.join(self.dir, 'codex-home')
+        work = os.path.join(self.dir, 'codex-work')
+        os.makedirs(os.path.join(home, '.codex'), exist_ok=True)
+        os.makedirs(work, exist_ok=True)
+        with open(os.path.join(home, '.codex', 'config.toml'), 'w') as f:
+            f.write('model = "agent"\nmodel_provider = "colibri"\n\n[model_providers.colibri]\n'
+                    f'name = "colibri"\nbase_url = "{self.url}/v1"\nwire_api = "responses"\n'
+                    'env_key = "COLIBRI_KEY"\n')
+        env = {'PATH': os.environ.get('PATH', ''), 'HOME': home, 'COLIBRI_KEY': 'k'}
+        p = subprocess.run([codex, 'exec', '--skip-git-repo-check', '--json', 'Say hello.'], cwd=work, env=env,
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=1200)
+        self.assertEqual(p.returncode, 0, f'{p.stdout}\n{p.stderr}\n{self.server.read_log()[-2000:]}')
+        events = [json.loads(line) for line in p.stdout.splitlines() if line.startswith('{')]
+        types = [e['type'] for e in events]
+        self.assertIn('turn.completed', types, p.stdout)
+        self.assertNotIn('turn.failed', types, p.stdout)
+        messages = [e['item'] for e in events if e['type'] == 'item.completed'
+                    and e['item'].get('type') == 'agent_message']
+        self.assertEqual(len(messages), 1, p.stdout)
+        usage = next(e for e in events if e['type'] == 'turn.completed')['usage']
+        # Its instructions and tools went through the chat template.
+        self.assertGreater(usage['input_tokens'], 5000)
 
 
 if __name__ == '__main__':

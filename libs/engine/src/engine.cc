@@ -365,9 +365,13 @@ void Engine::RestoreLoop() {
 void Engine::JoinLocked(std::shared_ptr<Sequence> seq, std::unique_ptr<KvCache> cache) {
   seq->cache = std::move(cache);
   seq->admitted = Clock::now();
-  if (absl::Status st = model_->ReserveKv(
-          seq->cache.get(), static_cast<int64_t>(seq->req.prompt.size()) + seq->budget + 1);
-      !st.ok()) {
+  // Room for the prompt, the budget and one drafted position, but never past the context: a
+  // budget that runs to the context's end (max_tokens above what the prompt leaves) is clamped,
+  // not refused.
+  const int64_t positions =
+      std::min<int64_t>(static_cast<int64_t>(seq->req.prompt.size()) + seq->budget + 1,
+                        model_->config().context_length);
+  if (absl::Status st = model_->ReserveKv(seq->cache.get(), positions); !st.ok()) {
     Finish(seq.get(), st);  // not ok: Finish does not take mu_
     return;
   }

@@ -309,6 +309,19 @@ TEST_F(EngineTest, BadRequestsAndLimits) {
   EXPECT_EQ(Run(*e, Greedy({1, 2, 3}, 4)).status().code(), absl::StatusCode::kResourceExhausted);
 }
 
+TEST_F(EngineTest, MaxTokensBeyondTheContextRunsToItsEnd) {
+  // An agent asks for 32000 tokens whatever the model's context: the budget is clamped to what
+  // the prompt leaves, and the request runs to the context's end instead of failing.
+  auto e = NewEngine({});
+  const int64_t context = model_->config().context_length;
+  GenerationRequest r = Greedy({1, 2, 3}, 1 << 20);
+  r.ignore_eos = true;
+  auto res = Run(*e, r);
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(static_cast<int64_t>(res->tokens.size()), context - 3);
+  EXPECT_EQ(res->finish, FinishReason::kLength);
+}
+
 TEST_F(EngineTest, KvPoolStaysWithinTheLimit) {
   // One finished run's KV, kept in the pool for reuse.
   uint64_t one = 0;

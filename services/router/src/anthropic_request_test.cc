@@ -16,19 +16,16 @@ json ClaudeCodeFirstRequest() {
       {"model", "demo"},
       {"max_tokens", 32000},
       {"stream", true},
-      {"system",
-       json::array({{{"type", "text"}, {"text", "You are Claude Code."}},
-                    {{"type", "text"},
-                     {"text", " Be brief."},
-                     {"cache_control", {{"type", "ephemeral"}}}}})},
+      {"system", json::array({{{"type", "text"}, {"text", "You are Claude Code."}},
+                              {{"type", "text"},
+                               {"text", " Be brief."},
+                               {"cache_control", {{"type", "ephemeral"}}}}})},
       {"messages",
-       json::array(
-           {{{"role", "user"},
-             {"content",
-              json::array({{{"type", "text"},
-                            {"text", "List the files here."},
-                            {"cache_control", {{"type", "ephemeral"}}}}})}},
-            {{"role", "system"}, {"content", "The working directory is /work."}}})},
+       json::array({{{"role", "user"},
+                     {"content", json::array({{{"type", "text"},
+                                               {"text", "List the files here."},
+                                               {"cache_control", {{"type", "ephemeral"}}}}})}},
+                    {{"role", "system"}, {"content", "The working directory is /work."}}})},
       {"tools",
        json::array({{{"name", "Bash"},
                      {"description", "Runs a command."},
@@ -70,30 +67,30 @@ TEST(AnthropicRequest, ClaudeCodesFirstRequestParses) {
 }
 
 TEST(AnthropicRequest, ToolUseAndToolResultBecomeTheTemplatesTurns) {
-  json body = {{"max_tokens", 100},
-               {"messages",
-                json::array(
-                    {{{"role", "user"}, {"content", "What is in /tmp?"}},
-                     {{"role", "assistant"},
-                      {"content",
-                       json::array({{{"type", "thinking"},
-                                     {"thinking", "I should look."},
-                                     {"signature", "sig"}},
-                                    {{"type", "text"}, {"text", "Looking."}},
-                                    {{"type", "tool_use"},
-                                     {"id", "toolu_1"},
-                                     {"name", "Bash"},
-                                     {"input", {{"command", "ls /tmp"}}}}})}},
-                     {{"role", "user"},
-                      {"content", json::array({{{"type", "tool_result"},
-                                                {"tool_use_id", "toolu_1"},
-                                                {"content", "a.txt\nb.txt"}},
-                                               {{"type", "tool_result"},
-                                                {"tool_use_id", "toolu_2"},
-                                                {"is_error", true},
-                                                {"content", json::array({{{"type", "text"},
-                                                                          {"text", "denied"}}})}},
-                                               {{"type", "text"}, {"text", "Go on."}}})}}})}};
+  json body = {
+      {"max_tokens", 100},
+      {"messages",
+       json::array(
+           {{{"role", "user"}, {"content", "What is in /tmp?"}},
+            {{"role", "assistant"},
+             {"content",
+              json::array(
+                  {{{"type", "thinking"}, {"thinking", "I should look."}, {"signature", "sig"}},
+                   {{"type", "text"}, {"text", "Looking."}},
+                   {{"type", "tool_use"},
+                    {"id", "toolu_1"},
+                    {"name", "Bash"},
+                    {"input", {{"command", "ls /tmp"}}}}})}},
+            {{"role", "user"},
+             {"content",
+              json::array({{{"type", "tool_result"},
+                            {"tool_use_id", "toolu_1"},
+                            {"content", "a.txt\nb.txt"}},
+                           {{"type", "tool_result"},
+                            {"tool_use_id", "toolu_2"},
+                            {"is_error", true},
+                            {"content", json::array({{{"type", "text"}, {"text", "denied"}}})}},
+                           {{"type", "text"}, {"text", "Go on."}}})}}})}};
   auto r = ParseAnthropicRequest(body.dump());
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->messages.size(), 5u);
@@ -122,7 +119,8 @@ TEST(AnthropicRequest, ToolUseAndToolResultBecomeTheTemplatesTurns) {
 
 TEST(AnthropicRequest, WhatIsNotDoneIsRefusedByName) {
   auto refused = [](const json& patch, const std::string& field) {
-    json body = {{"max_tokens", 10}, {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}};
+    json body = {{"max_tokens", 10},
+                 {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}};
     body.merge_patch(patch);
     auto r = ParseAnthropicRequest(body.dump());
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << patch.dump();
@@ -130,23 +128,25 @@ TEST(AnthropicRequest, WhatIsNotDoneIsRefusedByName) {
   };
   refused({{"tool_choice", {{"type", "any"}}}}, "tool_choice");
   refused({{"tool_choice", {{"type", "tool"}, {"name", "Bash"}}}}, "tool_choice");
-  refused({{"messages", json::array({{{"role", "user"},
-                                      {"content", json::array({{{"type", "image"},
-                                                                {"source", json::object()}}})}}})}},
+  refused({{"messages",
+            json::array(
+                {{{"role", "user"},
+                  {"content", json::array({{{"type", "image"}, {"source", json::object()}}})}}})}},
           "'image'");
   refused({{"messages", json::array({{{"role", "tool"}, {"content", "x"}}})}}, "messages[0].role");
-  refused({{"messages", json::array({{{"role", "user"},
-                                      {"content", json::array({{{"type", "tool_use"},
-                                                                {"id", "x"},
-                                                                {"name", "y"}}})}}})}},
+  refused({{"messages",
+            json::array({{{"role", "user"},
+                          {"content",
+                           json::array({{{"type", "tool_use"}, {"id", "x"}, {"name", "y"}}})}}})}},
           "'tool_use' is not supported in a user message");
   refused({{"tools", json::array({{{"name", "Bash"}}})}}, "tools[0].input_schema");
   refused({{"thinking", {{"type", "sometimes"}}}}, "thinking.type");
   // tool_choice none: the tools are not rendered at all.
-  json body = {{"max_tokens", 10},
-               {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})},
-               {"tool_choice", {{"type", "none"}}},
-               {"tools", json::array({{{"name", "Bash"}, {"input_schema", {{"type", "object"}}}}})}};
+  json body = {
+      {"max_tokens", 10},
+      {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})},
+      {"tool_choice", {{"type", "none"}}},
+      {"tools", json::array({{{"name", "Bash"}, {"input_schema", {{"type", "object"}}}}})}};
   auto none = ParseAnthropicRequest(body.dump());
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_TRUE(none->chat_options.tools_json.empty());

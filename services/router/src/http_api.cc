@@ -22,6 +22,8 @@
 #include "http_server.h"
 #include "nlohmann/json.hpp"
 #include "openai_request.h"
+#include "response_store.h"
+#include "responses_request.h"
 #include "web_assets.h"
 
 namespace colibri::router {
@@ -192,6 +194,328 @@ class Handler {
           Stream(sink, endpoint, *r, id, created);
           return true;
         });
+  }
+
+  // The owner a key-scoped resource (a stored response) belongs to: the key's name, "" without
+  // keys.
+  std::string Owner(const httplib::Request& req) const {
+    auto who = auth::AuthorizeHttp(options_.access, req.path, Credentials(req));
+    return who.ok() ? *who : std::string();
+  }
+
+  // POST /v1/responses: the Responses API (the Codex CLI's wire) over the same run: the
+  // conversation is the instructions, the previous stored response's turns and the new input.
+  void Responses(const httplib::Request& req, httplib::Response& res) {
+    const std::string endpoint = "responses";
+    std::vector<std::string> ignored;
+    auto parsed = ParseResponsesRequest(req.body, &ignored);
+    if (!parsed.ok()) return Error(res, endpoint, parsed.status());
+    auto rr = std::make_shared<ResponsesRequest>(*std::move(parsed));
+    const std::string owner = Owner(req);
+    std::vector<tokenizer::ChatMessage> history;  // what a stored response continues from
+    if (!rr->previous_response_id.empty()) {
+      auto previous = responses_.Get(rr->previous_response_id, owner);
+      if (!previous.ok()) {
+        return Error(res, endpoint,
+                     absl::NotFoundError(
+                         absl::StrCat("previous_response_id: ", previous.status().message())));
+      }
+      history = std::move(previous->conversation);
+    }
+    history.insert(history.end(), rr->chat.messages.begin(), rr->chat.messages.end());
+    OpenAiRequest chat = rr->chat;
+    chat.messages.clear();
+    if (!rr->instructions.empty()) chat.messages.push_back({"system", rr->instructions});
+    chat.messages.insert(chat.messages.end(), history.begin(), history.end());
+    auto request = Prepare(req, std::move(chat));
+    if (!request.ok()) return Error(res, endpoint, request.status());
+    if (!ignored.empty()) res.set_header("x-colibri-ignored-fields", absl::StrJoin(ignored, ", "));
+    auto r = *request;
+    const std::string id = NewId("resp_");
+    const int64_t created = NowSeconds();
+    const int client_fd = CurrentConnectionSocket();
+    auto finish = [this, rr, id, created, owner, history](
+                      const TextResult& result, const tokenizer::AssistantOutput& out) mutable {
+      json response = ResponseObject(id, created, *rr, &result, OutputItems(id, *rr, out));
+      if (rr->store) {
+        tokenizer::ChatMessage turn{"assistant", out.content};
+        turn.reasoning_content = out.reasoning_content;
+        json calls = json::array();
+        for (const auto& item : response["output"]) {
+          if (item["type"] == "function_call") {
+            calls.push_back(
+                {{"id", item["call_id"]},
+                 {"type", "function"},
+                 {"function", {{"name", item["name"]}, {"arguments", item["arguments"]}}}});
+          }
+        }
+        if (!calls.empty()) turn.tool_calls_json = calls.dump();
+        history.push_back(std::move(turn));
+        responses_.Put(id, {owner, Dump(response), std::move(history)});
+      }
+      return response;
+    };
+    if (!r->stream) {
+      ClientWatch watch(client_fd, r->params.cancel);
+      std::vector<generation::SampledToken> tokens;
+      auto result = RunBlocking(*r, &tokens);
+      if (!result.ok()) return Error(res, endpoint, result.status());
+      if (IsCancelled(r->params.cancel)) return ClientGone(res, endpoint);
+      tokenizer::AssistantOutput out;
+      if (format_ == tokenizer::ChatOutputFormat::kPlain) {
+        out.content = result->text;
+      } else {
+        out = Split(*r, *result, tokens);
+      }
+      res.set_content(Dump(finish(*result, out)), "application/json");
+      metrics_->CountRequest(endpoint, 200);
+      return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream",
+                                     [this, r, rr, id, created, endpoint, client_fd, finish](
+                                         size_t, httplib::DataSink& sink) mutable {
+                                       ClientWatch watch(client_fd, r->params.cancel);
+                                       StreamResponse(sink, endpoint, *r, *rr, id, created, finish);
+                                       return true;
+                                     });
+  }
+
+  // GET /v1/responses/{id} and DELETE /v1/responses/{id}: a stored response, the key's own.
+  void StoredResponseRoute(const httplib::Request& req, httplib::Response& res, bool remove) {
+    const std::string endpoint = remove ? "responses_delete" : "responses_get";
+    const std::string id = req.matches.size() > 1 ? std::string(req.matches[1]) : "";
+    if (remove) {
+      if (auto st = responses_.Delete(id, Owner(req)); !st.ok()) return Error(res, endpoint, st);
+      res.set_content(Dump({{"id", id}, {"object", "response.deleted"}, {"deleted", true}}),
+                      "application/json");
+    } else {
+      auto stored = responses_.Get(id, Owner(req));
+      if (!stored.ok()) return Error(res, endpoint, stored.status());
+      res.set_content(stored->response_json, "application/json");
+    }
+    metrics_->CountRequest(endpoint, 200);
+  }
+
+  // The output items of an answer: reasoning, then the message (when it has text, or when
+  // nothing else came), then the function calls (the first only without parallel_tool_calls).
+  static json OutputItems(const std::string& id, const ResponsesRequest& rr,
+                          const tokenizer::AssistantOutput& out) {
+    json items = json::array();
+    if (!out.reasoning_content.empty()) items.push_back(ReasoningItem(id, out.reasoning_content));
+    if (!out.content.empty() || out.tool_calls.empty())
+      items.push_back(MessageItem(id, out.content));
+    size_t n = 0;
+    for (const auto& call : out.tool_calls) {
+      if (!rr.parallel_tool_calls && n > 0) break;
+      items.push_back(FunctionCallItem(id, n++, call));
+    }
+    return items;
+  }
+  static json ReasoningItem(const std::string& id, const std::string& text) {
+    return {{"type", "reasoning"},
+            {"id", "rs_" + id.substr(5)},
+            {"summary", json::array()},
+            {"content", json::array({{{"type", "reasoning_text"}, {"text", text}}})},
+            {"encrypted_content", nullptr},
+            {"status", "completed"}};
+  }
+  static json MessageItem(const std::string& id, const std::string& text) {
+    return {{"type", "message"},
+            {"id", "msg_" + id.substr(5)},
+            {"status", "completed"},
+            {"role", "assistant"},
+            {"content", json::array({{{"type", "output_text"},
+                                      {"text", text},
+                                      {"annotations", json::array()},
+                                      {"logprobs", json::array()}}})}};
+  }
+  static json FunctionCallItem(const std::string& id, size_t n, const json& call) {
+    const json& fn = call.contains("function") ? call["function"] : json::object();
+    const json args = fn.contains("arguments") ? fn["arguments"] : json("{}");
+    const std::string call_id = call.value("id", "");
+    return {{"type", "function_call"},
+            {"id", absl::StrCat("fc_", id.substr(5), "_", n)},
+            {"call_id", call_id.empty() ? absl::StrCat("call_", id.substr(5), "_", n) : call_id},
+            {"name", fn.value("name", "")},
+            {"arguments", args.is_string() ? args.get<std::string>() : args.dump()},
+            {"status", "completed"}};
+  }
+
+  // The response object: `result` null while it is in progress.
+  json ResponseObject(const std::string& id, int64_t created, const ResponsesRequest& rr,
+                      const TextResult* result, json output) const {
+    json r = {{"id", id},
+              {"object", "response"},
+              {"created_at", created},
+              {"status", "in_progress"},
+              {"error", nullptr},
+              {"incomplete_details", nullptr},
+              {"instructions", rr.instructions.empty() ? json(nullptr) : json(rr.instructions)},
+              {"max_output_tokens",
+               rr.max_output_tokens_given ? json(rr.chat.params.max_tokens) : json(nullptr)},
+              {"model", core_->model_name()},
+              {"output", std::move(output)},
+              {"parallel_tool_calls", rr.parallel_tool_calls},
+              {"previous_response_id",
+               rr.previous_response_id.empty() ? json(nullptr) : json(rr.previous_response_id)},
+              {"reasoning", rr.reasoning.is_null() ? json::object() : rr.reasoning},
+              {"store", rr.store},
+              {"temperature", rr.chat.params.sampling.temperature},
+              {"text", {{"format", {{"type", "text"}}}}},
+              {"tool_choice", rr.tool_choice},
+              {"tools", rr.tools},
+              {"top_p", rr.chat.params.sampling.top_p},
+              {"metadata", rr.metadata.is_null() ? json::object() : rr.metadata},
+              {"usage", nullptr}};
+    if (result != nullptr) {
+      const bool cut = result->finish == generation::FinishReason::kLength;
+      r["status"] = cut ? "incomplete" : "completed";
+      if (cut) r["incomplete_details"] = {{"reason", "max_output_tokens"}};
+      r["usage"] = {{"input_tokens", result->prompt_tokens},
+                    {"input_tokens_details", {{"cached_tokens", result->cached_prompt_tokens}}},
+                    {"output_tokens", result->completion_tokens},
+                    {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                    {"total_tokens", result->prompt_tokens + result->completion_tokens}};
+    }
+    return r;
+  }
+
+  // The Responses API's streaming events: response.created and .in_progress, then each output
+  // item as the answer writes it (added, its deltas, done), then response.completed (or
+  // .incomplete / .failed), every event with its sequence_number.
+  void StreamResponse(
+      httplib::DataSink& sink, const std::string& endpoint, const OpenAiRequest& r,
+      const ResponsesRequest& rr, const std::string& id, int64_t created,
+      const std::function<json(const TextResult&, const tokenizer::AssistantOutput&)>& finish) {
+    int64_t seq = 0;
+    auto event = [&](const char* name, json data) {
+      data["type"] = name;
+      data["sequence_number"] = seq++;
+      std::string line = absl::StrCat("event: ", name, "\ndata: ", Dump(data), "\n\n");
+      return sink.write(line.data(), line.size());
+    };
+    const json start = ResponseObject(id, created, rr, nullptr, json::array());
+    bool ok = event("response.created", {{"response", start}}) &&
+              event("response.in_progress", {{"response", start}});
+    tokenizer::AssistantOutput all;  // the answer so far, for the done events
+    int output_index = -1;
+    std::string open_kind;  // "reasoning" | "message" | "" (function calls open and close at once)
+    std::string open_text;
+    size_t calls = 0;
+    auto close_item = [&] {
+      if (open_kind.empty()) return true;
+      json item;
+      bool good = true;
+      if (open_kind == "message") {
+        item = MessageItem(id, open_text);
+        const json part = item["content"][0];
+        good = event("response.output_text.done", {{"item_id", item["id"]},
+                                                   {"output_index", output_index},
+                                                   {"content_index", 0},
+                                                   {"text", open_text},
+                                                   {"logprobs", json::array()}}) &&
+               event("response.content_part.done", {{"item_id", item["id"]},
+                                                    {"output_index", output_index},
+                                                    {"content_index", 0},
+                                                    {"part", part}});
+      } else {
+        item = ReasoningItem(id, open_text);
+        good = event("response.reasoning_text.done", {{"item_id", item["id"]},
+                                                      {"output_index", output_index},
+                                                      {"content_index", 0},
+                                                      {"text", open_text}});
+      }
+      open_kind.clear();
+      open_text.clear();
+      return good &&
+             event("response.output_item.done", {{"output_index", output_index}, {"item", item}});
+    };
+    auto add_text = [&](const std::string& kind, const std::string& text, bool open = false) {
+      if (text.empty() && !open) return true;
+      const bool message = kind == "message";
+      if (open_kind != kind) {
+        if (!close_item()) return false;
+        open_kind = kind;
+        ++output_index;
+        json item = message ? MessageItem(id, "") : ReasoningItem(id, "");
+        item["status"] = "in_progress";
+        if (message) item["content"] = json::array();
+        if (!event("response.output_item.added", {{"output_index", output_index}, {"item", item}}))
+          return false;
+        if (message &&
+            !event("response.content_part.added",
+                   {{"item_id", item["id"]},
+                    {"output_index", output_index},
+                    {"content_index", 0},
+                    {"part",
+                     {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}}))
+          return false;
+      }
+      if (text.empty()) return true;
+      open_text += text;
+      const std::string item_id = message ? "msg_" + id.substr(5) : "rs_" + id.substr(5);
+      return event(message ? "response.output_text.delta" : "response.reasoning_text.delta",
+                   {{"item_id", item_id},
+                    {"output_index", output_index},
+                    {"content_index", 0},
+                    {"delta", text},
+                    {"logprobs", json::array()}});
+    };
+    auto add_parsed = [&](const tokenizer::AssistantStream::Delta& d) {
+      all.reasoning_content += d.reasoning_content;
+      all.content += d.content;
+      bool good = add_text("reasoning", d.reasoning_content) && add_text("message", d.content);
+      for (const auto& call : d.tool_calls) {
+        all.tool_calls.push_back(call);
+        if (!rr.parallel_tool_calls && calls > 0) continue;
+        json item = FunctionCallItem(id, calls++, call);
+        const std::string args = item["arguments"];
+        json added = item;
+        added["arguments"] = "";
+        added["status"] = "in_progress";
+        good =
+            good && close_item() && (++output_index, true) &&
+            event("response.output_item.added",
+                  {{"output_index", output_index}, {"item", added}}) &&
+            event("response.function_call_arguments.delta",
+                  {{"item_id", item["id"]}, {"output_index", output_index}, {"delta", args}}) &&
+            event("response.function_call_arguments.done",
+                  {{"item_id", item["id"]}, {"output_index", output_index}, {"arguments", args}}) &&
+            event("response.output_item.done", {{"output_index", output_index}, {"item", item}});
+      }
+      return good;
+    };
+    const bool split = format_ != tokenizer::ChatOutputFormat::kPlain;
+    tokenizer::AssistantStream parser(format_, r.chat_options.tools_json);
+    tokenizer::StreamDecoder special(&core_->tokenizer(), /*skip_special=*/false);
+    Streamed out = Pump(sink, r, ok, [&](const Delta& d) {
+      if (split) return add_parsed(parser.Push(FormatText(d, &special)));
+      all.content += d.text;
+      return add_text("message", d.text);
+    });
+    if (split && out.result.ok() && out.client_ok) {
+      out.client_ok = add_parsed(
+          parser.Finish(tokenizer::DecodesSpecialTokens(format_) ? special.Flush() : ""));
+    }
+    if (!out.result.ok()) {
+      json failed = start;
+      failed["status"] = "failed";
+      failed["error"] = {{"code", "server_error"},
+                         {"message", std::string(out.result.status().message())}};
+      event("response.failed", {{"response", failed}});
+      metrics_->CountRequest(endpoint, rpc::HttpStatus(out.result.status()));
+    } else if (out.client_ok) {
+      if (output_index < 0) add_text("message", "", /*open=*/true);  // an empty answer: one message
+      close_item();
+      const json done = finish(*out.result, all);
+      event(done["status"] == "completed" ? "response.completed" : "response.incomplete",
+            {{"response", done}});
+      metrics_->CountRequest(endpoint, 200);
+    } else {
+      metrics_->CountRequest(endpoint, 499);
+    }
+    sink.done();
   }
 
   // POST /v1/messages: Anthropic's Messages API over the same request and run.
@@ -677,6 +1001,8 @@ class Handler {
   RouterCore* core_;
   RouterMetrics* metrics_;
   HttpOptions options_;
+  // Responses kept for previous_response_id and GET / DELETE: 1024 at most, 64 MiB at most.
+  ResponseStore responses_{1024, 64ull << 20};
   tokenizer::ChatOutputFormat format_;  // of the model's chat template
 };
 
@@ -795,6 +1121,16 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, Router
   s.Post("/v1/completions", [handler](const httplib::Request& q, httplib::Response& r) {
     handler->Completions(q, r, false);
   });
+  s.Post("/v1/responses",
+         [handler](const httplib::Request& q, httplib::Response& r) { handler->Responses(q, r); });
+  s.Get(R"(/v1/responses/([A-Za-z0-9_\-]+))",
+        [handler](const httplib::Request& q, httplib::Response& r) {
+          handler->StoredResponseRoute(q, r, /*remove=*/false);
+        });
+  s.Delete(R"(/v1/responses/([A-Za-z0-9_\-]+))",
+           [handler](const httplib::Request& q, httplib::Response& r) {
+             handler->StoredResponseRoute(q, r, /*remove=*/true);
+           });
   s.Post("/v1/messages",
          [handler](const httplib::Request& q, httplib::Response& r) { handler->Messages(q, r); });
   s.Get("/v1/models",
