@@ -111,6 +111,37 @@ class AnthropicClientTest(unittest.TestCase):
         self.assertEqual(status, 400, body)
         self.assertIn("'min_tokens'", body['error']['message'])
 
+    def test_count_tokens_tokenize_and_model_routes(self):
+        # (Not the SDK test's prompt: its KV would be reused there, and its input counted as cached.)
+        body = {'model': 'claude-test', 'max_tokens': 3, 'temperature': 0, 'system': 'Be short.',
+                'messages': [{'role': 'user', 'content': 'Describe the river.'}]}
+        status, message = self.post('/v1/messages', body)
+        self.assertEqual(status, 200, message)
+        del body['max_tokens']
+        status, counted = self.post('/v1/messages/count_tokens', body)
+        self.assertEqual(status, 200, counted)
+        self.assertEqual(counted, {'input_tokens': message['usage']['input_tokens'] +
+                                   message['usage']['cache_read_input_tokens']})
+        status, counted = self.post('/v1/messages/count_tokens', {'messages': 'x'})
+        self.assertEqual(status, 400, counted)
+        self.assertEqual(counted['type'], 'error')  # Anthropic's error shape on its route
+        # llama-server's /tokenize and /detokenize: a round trip.
+        status, t = self.post('/tokenize', {'content': 'The sea is calm.', 'with_pieces': True})
+        self.assertEqual(status, 200, t)
+        ids = [p['id'] for p in t['tokens']]
+        self.assertEqual(''.join(p['piece'] for p in t['tokens']).strip(), 'The sea is calm.')
+        status, plain = self.post('/tokenize', {'content': 'The sea is calm.'})
+        self.assertEqual(plain['tokens'], ids)
+        status, d = self.post('/detokenize', {'tokens': ids})
+        self.assertEqual((status, d['content'].strip()), (200, 'The sea is calm.'))
+        status, bad = self.post('/detokenize', {'tokens': [10 ** 9]})
+        self.assertEqual(status, 400, bad)
+        # One model by name.
+        status, text = testlib.http('GET', self.url + '/v1/models/demo-alias', headers={'x-api-key': KEY})
+        self.assertEqual((status, json.loads(text)['id']), (200, 'demo-alias'))
+        status, text = testlib.http('GET', self.url + '/v1/models/nope', headers={'x-api-key': KEY})
+        self.assertEqual(status, 404, text)
+
     def test_messages_route_is_guarded_like_the_others(self):
         body = {'model': 'claude-test', 'max_tokens': 2, 'messages': [{'role': 'user', 'content': 'x'}]}
         status, text = testlib.http('POST', self.url + '/v1/messages', body)  # no key

@@ -178,7 +178,7 @@ class HttpBoundsTest(unittest.TestCase):
         # what fits.
         _, metrics = testlib.http('GET', url + '/metrics')
         kv = testlib.metric(metrics, 'colibri_compute_kv_cache_bytes')
-        self.assertGreater(kv, 0)
+        self.assertGreater(kv, 0)  # the finished conversations are pooled for their next turn
         self.assertLessEqual(kv, 64 * 1024)
 
     def test_slowloris_client_is_dropped_at_the_header_deadline(self):

@@ -149,6 +149,11 @@ void Engine::ClearKvPool() {
   pool_.clear();  // kv_bytes is refreshed by the scheduler's next step
 }
 
+uint64_t Engine::kv_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return KvBytesLocked();
+}
+
 uint64_t Engine::KvBytesLocked() const {
   uint64_t total = 0;
   for (const auto& e : pool_) total += e.cache->bytes();

@@ -269,7 +269,7 @@ void ComputeMetrics::Refresh(ComputeNode& node) {
   stall_seconds_per_token_->Set(Ratio(stall, tokens));
   fetched_bytes_per_token_->Set(Ratio(static_cast<double>(stats.bytes_fetched), tokens));
   dense_bytes_->Set(static_cast<double>(node.model().dense_bytes()));
-  kv_cache_bytes_->Set(static_cast<double>(node.engine().counters().kv_bytes.load()));
+  kv_cache_bytes_->Set(static_cast<double>(node.engine().kv_bytes()));
   SyncCounter(kv_restored_tokens_, node.engine().counters().kv_restored_tokens.load());
   const engine::KvStoreStats kv =
       node.kv_store() ? node.kv_store()->stats() : engine::KvStoreStats{};

@@ -22,6 +22,7 @@
 #include "http_server.h"
 #include "nlohmann/json.hpp"
 #include "openai_request.h"
+#include "request_json.h"
 #include "response_store.h"
 #include "responses_request.h"
 #include "web_assets.h"
@@ -81,7 +82,9 @@ std::string Credentials(const httplib::Request& req) {
   return authorization;
 }
 
-bool AnthropicPath(const std::string& path) { return path == "/v1/messages"; }
+bool AnthropicPath(const std::string& path) {
+  return path == "/v1/messages" || path == "/v1/messages/count_tokens";
+}
 
 // The web page's files by path ("/" is index.html); nullptr for any other path.
 const EmbeddedFile* PageFile(const std::string& path) {
@@ -176,8 +179,10 @@ class Handler {
 
   void Completions(const httplib::Request& req, httplib::Response& res, bool chat) {
     const std::string endpoint = chat ? "chat_completions" : "completions";
-    auto request = Prepare(req, ParseOpenAiRequest(req.body, chat));
+    std::vector<std::string> ignored;
+    auto request = Prepare(req, ParseOpenAiRequest(req.body, chat, &ignored));
     if (!request.ok()) return Error(res, endpoint, request.status());
+    if (!ignored.empty()) res.set_header("x-colibri-ignored-fields", absl::StrJoin(ignored, ", "));
     auto r = *request;
     const std::string id = NewId(chat ? "chatcmpl-" : "cmpl-");
     const int64_t created = NowSeconds();
@@ -194,6 +199,85 @@ class Handler {
           Stream(sink, endpoint, *r, id, created);
           return true;
         });
+  }
+
+  // GET /v1/models/{id}: one served name, or 404 naming the ones served.
+  void Model(const httplib::Request& req, httplib::Response& res) {
+    const std::string name = req.matches.size() > 1 ? std::string(req.matches[1]) : "";
+    if (auto st = core_->CheckModel(name); !st.ok() || name.empty()) {
+      return Error(res, "model", st.ok() ? absl::NotFoundError("model name is empty") : st);
+    }
+    res.set_content(Dump({{"id", name},
+                          {"object", "model"},
+                          {"created", 0},
+                          {"owned_by", "colibri"},
+                          {"max_model_len", core_->context_length()}}),
+                    "application/json");
+    metrics_->CountRequest("model", 200);
+  }
+
+  // POST /tokenize {"content", "add_special" (false), "with_pieces" (false)} -> {"tokens"}, and
+  // POST /detokenize {"tokens"} -> {"content"}: llama-server's shapes.
+  void Tokenize(const httplib::Request& req, httplib::Response& res, bool detokenize) {
+    const std::string endpoint = detokenize ? "detokenize" : "tokenize";
+    auto body = ParseJson(req.body, "request body");
+    if (!body.ok() || !body->is_object()) {
+      return Error(res, endpoint, absl::InvalidArgumentError("request body must be a JSON object"));
+    }
+    const tokenizer::Tokenizer& tok = core_->tokenizer();
+    if (detokenize) {
+      auto t = body->find("tokens");
+      if (t == body->end() || !t->is_array())
+        return Error(res, endpoint, FieldError("tokens", "must be a list of token ids"));
+      std::vector<int32_t> ids;
+      for (const auto& x : *t) {
+        if (!x.is_number_integer() || x.get<int64_t>() < 0 ||
+            x.get<int64_t>() >= tok.vocab_size()) {
+          return Error(res, endpoint,
+                       FieldError("tokens", absl::StrCat("ids must be integers from 0 to ",
+                                                         tok.vocab_size() - 1)));
+        }
+        ids.push_back(x.get<int32_t>());
+      }
+      res.set_content(Dump({{"content", tok.Decode(ids, /*skip_special=*/false)}}),
+                      "application/json");
+    } else {
+      auto c = body->find("content");
+      if (c == body->end() || !c->is_string())
+        return Error(res, endpoint, FieldError("content", "must be a string"));
+      bool add_special = false, with_pieces = false;
+      if (auto st = ReadBool(*body, "add_special", &add_special); !st.ok())
+        return Error(res, endpoint, st);
+      if (auto st = ReadBool(*body, "with_pieces", &with_pieces); !st.ok())
+        return Error(res, endpoint, st);
+      auto ids = tok.Encode(c->get<std::string>(), add_special);
+      if (!ids.ok()) return Error(res, endpoint, ids.status());
+      json tokens = json::array();
+      // Each token's text as it reads in the sequence (a lone token's decode drops its leading
+      // space; bytes of an unfinished character come with the token that completes it).
+      tokenizer::StreamDecoder pieces(&tok, /*skip_special=*/false);
+      for (int32_t id : *ids) {
+        if (with_pieces) {
+          tokens.push_back({{"id", id}, {"piece", pieces.Push(id)}});
+        } else {
+          tokens.push_back(id);
+        }
+      }
+      res.set_content(Dump({{"tokens", tokens}}), "application/json");
+    }
+    metrics_->CountRequest(endpoint, 200);
+  }
+
+  // POST /v1/messages/count_tokens: the Messages request's prompt as the model's template renders
+  // it, counted ({"input_tokens"}); max_tokens is not needed.
+  void CountTokens(const httplib::Request& req, httplib::Response& res) {
+    const std::string endpoint = "count_tokens";
+    auto body = ParseJson(req.body, "request body");
+    if (body.ok() && body->is_object() && !body->contains("max_tokens")) (*body)["max_tokens"] = 1;
+    auto request = Prepare(req, body.ok() ? ParseAnthropicRequest(body->dump()) : body.status());
+    if (!request.ok()) return Error(res, endpoint, request.status(), /*anthropic=*/true);
+    res.set_content(Dump({{"input_tokens", (*request)->params.prompt.size()}}), "application/json");
+    metrics_->CountRequest(endpoint, 200);
   }
 
   // The owner a key-scoped resource (a stored response) belongs to: the key's name, "" without
@@ -657,6 +741,8 @@ class Handler {
     if (format_ == tokenizer::ChatOutputFormat::kPlain)
       return {{"role", "assistant"}, {"content", result.text}};
     tokenizer::AssistantOutput out = Split(r, result, tokens);
+    if (!r.parallel_tool_calls && out.tool_calls.size() > 1)
+      out.tool_calls.erase(out.tool_calls.begin() + 1, out.tool_calls.end());
     json message = {{"role", "assistant"}, {"content", out.content}};
     if (!out.reasoning_content.empty()) message["reasoning_content"] = out.reasoning_content;
     if (!out.tool_calls.empty()) {
@@ -863,16 +949,26 @@ class Handler {
     tokenizer::AssistantStream parser(format_, r.chat_options.tools_json);
     tokenizer::StreamDecoder special(&core_->tokenizer(), /*skip_special=*/false);
     const bool wants_tokens = r.params.sampling.logprobs || r.return_token_ids;
+    size_t calls = 0;  // tool calls sent (parallel_tool_calls false: the first only)
+    auto first_call_only = [&](tokenizer::AssistantStream::Delta parsed) {
+      if (!r.parallel_tool_calls) {
+        for (size_t i = 0; i < parsed.tool_calls.size(); ++i, ++calls) {
+          if (calls > 0) parsed.tool_calls.erase(parsed.tool_calls.begin() + i--);
+        }
+      }
+      return parsed;
+    };
     Streamed out = Pump(sink, r, client_ok, [&](const Delta& d) {
       if (!split) return send(chunk(json::array({Choice(r, &d, nullptr, false)})));
-      const tokenizer::AssistantStream::Delta parsed = parser.Push(FormatText(d, &special));
+      const tokenizer::AssistantStream::Delta parsed =
+          first_call_only(parser.Push(FormatText(d, &special)));
       if (parsed.empty() && !(wants_tokens && !d.tokens.empty())) return true;
       return send(chunk(json::array({Choice(r, &d, nullptr, false, &parsed)})));
     });
     const char* finish_override = nullptr;
     if (split && out.result.ok() && out.client_ok) {
-      const tokenizer::AssistantStream::Delta rest =
-          parser.Finish(tokenizer::DecodesSpecialTokens(format_) ? special.Flush() : std::string());
+      const tokenizer::AssistantStream::Delta rest = first_call_only(parser.Finish(
+          tokenizer::DecodesSpecialTokens(format_) ? special.Flush() : std::string()));
       if (!rest.empty())
         out.client_ok = send(chunk(json::array({Choice(r, nullptr, nullptr, false, &rest)})));
       if (parser.tool_calls() > 0) finish_override = "tool_calls";
@@ -1121,6 +1217,17 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(RouterCore* core, Router
   s.Post("/v1/completions", [handler](const httplib::Request& q, httplib::Response& r) {
     handler->Completions(q, r, false);
   });
+  s.Post("/v1/messages/count_tokens", [handler](const httplib::Request& q, httplib::Response& r) {
+    handler->CountTokens(q, r);
+  });
+  s.Post("/tokenize", [handler](const httplib::Request& q, httplib::Response& r) {
+    handler->Tokenize(q, r, /*detokenize=*/false);
+  });
+  s.Post("/detokenize", [handler](const httplib::Request& q, httplib::Response& r) {
+    handler->Tokenize(q, r, /*detokenize=*/true);
+  });
+  s.Get(R"(/v1/models/([^/]+))",
+        [handler](const httplib::Request& q, httplib::Response& r) { handler->Model(q, r); });
   s.Post("/v1/responses",
          [handler](const httplib::Request& q, httplib::Response& r) { handler->Responses(q, r); });
   s.Get(R"(/v1/responses/([A-Za-z0-9_\-]+))",

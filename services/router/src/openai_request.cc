@@ -1,5 +1,8 @@
 #include "openai_request.h"
 
+#include <initializer_list>
+#include <span>
+
 #include "absl/strings/str_cat.h"
 #include "colibri/core/json.h"
 #include "colibri/core/status.h"
@@ -10,9 +13,61 @@ namespace colibri::router {
 
 using nlohmann::json;
 
-absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool chat) {
+namespace {
+
+// Every field the two routes read; any other field (metadata, store, service_tier ... change
+// nothing on a local model: docs/API.md) is named in `ignored`.
+constexpr const char* kChatFields[] = {"model",
+                                       "messages",
+                                       "stream",
+                                       "stream_options",
+                                       "return_token_ids",
+                                       "tools",
+                                       "tool_choice",
+                                       "parallel_tool_calls",
+                                       "chat_template_kwargs",
+                                       "response_format",
+                                       "reasoning_effort",
+                                       "logit_bias",
+                                       "session_id",
+                                       "user",
+                                       "n",
+                                       "temperature",
+                                       "top_p",
+                                       "top_k",
+                                       "min_p",
+                                       "presence_penalty",
+                                       "frequency_penalty",
+                                       "repetition_penalty",
+                                       "seed",
+                                       "ignore_eos",
+                                       "min_tokens",
+                                       "max_tokens",
+                                       "max_completion_tokens",
+                                       "logprobs",
+                                       "top_logprobs",
+                                       "stop"};
+constexpr const char* kCompletionFields[] = {"prompt", "echo", "suffix", "best_of"};
+
+bool Listed(const std::string& key, std::initializer_list<std::span<const char* const>> lists) {
+  for (const auto& list : lists) {
+    for (const char* k : list) {
+      if (key == k) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool chat,
+                                                 std::vector<std::string>* ignored) {
   ASSIGN_OR_RETURN(json j, ParseJson(body, "request body"));
   if (!j.is_object()) return absl::InvalidArgumentError("request body must be a JSON object");
+  for (const auto& [key, value] : j.items()) {
+    if (ignored == nullptr || value.is_null()) continue;
+    if (!Listed(key, {kChatFields, kCompletionFields})) ignored->push_back(key);
+  }
   OpenAiRequest r;
   r.chat = chat;
   if (j.contains("model")) {
@@ -88,11 +143,50 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool c
       if (!t->is_array()) return FieldError("tools", "must be a list");
       if (!t->empty()) r.chat_options.tools_json = t->dump();
     }
+    if (auto e = j.find("reasoning_effort"); e != j.end() && !e->is_null()) {
+      if (!e->is_string()) return FieldError("reasoning_effort", "must be a string");
+      const std::string effort = e->get<std::string>();
+      r.chat_options.extra_context_json =
+          json{{"enable_thinking", effort != "none" && effort != "minimal"}}.dump();
+    }
     if (auto k = j.find("chat_template_kwargs"); k != j.end() && !k->is_null()) {
       if (!k->is_object()) return FieldError("chat_template_kwargs", "must be an object");
       r.chat_options.extra_context_json = k->dump();
     }
+    if (auto tc = j.find("tool_choice"); tc != j.end() && !tc->is_null()) {
+      const std::string choice = tc->is_string() ? tc->get<std::string>() : "function";
+      if (choice == "none") {
+        r.chat_options.tools_json.clear();  // the model is not told about the tools
+      } else if (choice != "auto") {
+        return FieldError("tool_choice",
+                          absl::StrCat("'", choice,
+                                       "' (a forced tool call) is not supported yet; use 'auto' "
+                                       "or 'none'"));
+      }
+    }
+    RETURN_IF_ERROR(ReadBool(j, "parallel_tool_calls", &r.parallel_tool_calls));
   }
+  // Not enforced yet, so refused rather than silently ignored.
+  if (auto f = j.find("response_format"); f != j.end() && !f->is_null()) {
+    const std::string type = f->is_object() ? f->value("type", "") : "";
+    if (type != "text") {
+      return FieldError("response_format",
+                        absl::StrCat("'", type,
+                                     "' is not supported yet (structured output is not "
+                                     "enforced); use 'text'"));
+    }
+  }
+  if (auto b = j.find("logit_bias");
+      b != j.end() && !b->is_null() && !(b->is_object() && b->empty()))
+    return FieldError("logit_bias", "is not supported");
+  for (const char* key : {"echo", "suffix"}) {
+    if (auto f = j.find(key);
+        f != j.end() && !f->is_null() && !(f->is_boolean() && !f->get<bool>()))
+      return FieldError(key, "is not supported");
+  }
+  if (auto b = j.find("best_of");
+      b != j.end() && !b->is_null() && !(b->is_number_integer() && *b == 1))
+    return FieldError("best_of", "must be 1 (one choice per request)");
   for (const char* key :
        {"session_id", "user"}) {  // "user" keys sessions as OpenAI clients send it
     auto it = j.find(key);

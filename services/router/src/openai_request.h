@@ -21,10 +21,15 @@ struct OpenAiRequest {
   bool include_usage = false;
   bool return_token_ids = false;        // extension: token ids in each choice
   tokenizer::ChatOptions chat_options;  // tools, chat_template_kwargs
+  bool parallel_tool_calls = true;      // false: an answer's first tool call only
   TextRequest params;                   // prompt left empty: filled after tokenizing
 };
 
 // `chat` selects /v1/chat/completions (messages) or /v1/completions (prompt).
-absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool chat);
+// Fields the routes do not know are named in `ignored` (the x-colibri-ignored-fields header);
+// fields that would change the output but are not done (response_format json, forced tool
+// calls, logit_bias, echo, suffix, best_of > 1) are InvalidArgument naming them.
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool chat,
+                                                 std::vector<std::string>* ignored = nullptr);
 
 }  // namespace colibri::router

@@ -389,3 +389,43 @@ TEST(OpenAiRequestHostileTest, SamplingRangesAreTheSharedOnes) {
 
 }  // namespace
 }  // namespace colibri::router
+
+namespace colibri::router {
+namespace {
+
+TEST(ParseOpenAiRequest, FieldsThatWouldChangeTheOutputAreDoneOrRefused) {
+  const std::string messages = R"("messages":[{"role":"user","content":"hi"}])";
+  auto parse = [&](const std::string& extra, std::vector<std::string>* ignored = nullptr) {
+    return ParseOpenAiRequest(absl::StrCat("{", messages, ",", extra, "}"), /*chat=*/true, ignored);
+  };
+  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"("response_format":{"type":"json_object"})", "response_format"},
+           {R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}})",
+            "response_format"},
+           {R"("tool_choice":"required")", "tool_choice"},
+           {R"("tool_choice":{"type":"function","function":{"name":"f"}})", "tool_choice"},
+           {R"("logit_bias":{"42":5})", "logit_bias"}}) {
+    auto r = parse(extra);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << extra;
+    EXPECT_NE(r.status().message().find(field), std::string::npos) << r.status();
+  }
+  auto text = parse(R"("response_format":{"type":"text"},"logit_bias":{})");
+  EXPECT_TRUE(text.ok()) << text.status();
+  auto none =
+      parse(R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none")");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->chat_options.tools_json.empty());
+  auto serial = parse(R"("parallel_tool_calls":false,"reasoning_effort":"minimal")");
+  ASSERT_TRUE(serial.ok()) << serial.status();
+  EXPECT_FALSE(serial->parallel_tool_calls);
+  EXPECT_EQ(serial->chat_options.extra_context_json, R"({"enable_thinking":false})");
+  std::vector<std::string> ignored;
+  auto unknown =
+      parse(R"("store":true,"metadata":{"a":"b"},"brand_new_field":1,"user":"u")", &ignored);
+  ASSERT_TRUE(unknown.ok()) << unknown.status();
+  const std::vector<std::string> want = {"brand_new_field", "metadata", "store"};
+  EXPECT_EQ(ignored, want);
+}
+
+}  // namespace
+}  // namespace colibri::router

@@ -26,7 +26,7 @@ namespace colibri::router {
 
 struct StoredResponse {
   std::string owner;
-  std::string response_json;                      // the response object, as GET returns it
+  std::string response_json;                         // the response object, as GET returns it
   std::vector<tokenizer::ChatMessage> conversation;  // its input turns and its output, in order
   uint64_t bytes() const;
 };

@@ -112,8 +112,8 @@ class InputReader {
     if (m.role != "user" && m.role != "system" && m.role != "assistant") {
       return FieldError(f + ".role", absl::StrCat("unknown role '", m.role, "'"));
     }
-    ASSIGN_OR_RETURN(m.content,
-                     PartsText(item.contains("content") ? item["content"] : json(), f + ".content"));
+    ASSIGN_OR_RETURN(
+        m.content, PartsText(item.contains("content") ? item["content"] : json(), f + ".content"));
     if (m.role == "assistant") {
       tokenizer::ChatMessage& turn = AssistantTurn(/*reuse=*/false);
       turn.content += m.content;
@@ -260,12 +260,13 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body,
                                        "enforced); use 'text'"));
       }
     }
-    if (auto v = t->find("verbosity"); v != t->end() && !v->is_null()) ignored->push_back("text.verbosity");
+    if (auto v = t->find("verbosity"); v != t->end() && !v->is_null())
+      ignored->push_back("text.verbosity");
   }
   if (auto md = j.find("metadata"); md != j.end() && !md->is_null()) r.metadata = *md;
-  for (const char* key : {"include", "prompt_cache_key", "client_metadata", "metadata", "user",
-                          "service_tier", "truncation", "safety_identifier",
-                          "prompt_cache_retention", "stream_options"}) {
+  for (const char* key :
+       {"include", "prompt_cache_key", "client_metadata", "metadata", "user", "service_tier",
+        "truncation", "safety_identifier", "prompt_cache_retention", "stream_options"}) {
     if (auto f = j.find(key); f != j.end() && !f->is_null()) ignored->push_back(key);
   }
 

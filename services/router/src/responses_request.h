@@ -28,8 +28,8 @@
 namespace colibri::router {
 
 struct ResponsesRequest {
-  OpenAiRequest chat;             // messages: the new input only (instructions apart)
-  std::string instructions;       // "" when none
+  OpenAiRequest chat;        // messages: the new input only (instructions apart)
+  std::string instructions;  // "" when none
   std::string previous_response_id;
   bool store = true;
   bool parallel_tool_calls = true;

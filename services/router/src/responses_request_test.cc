@@ -16,17 +16,19 @@ json CodexRequest() {
   return {{"model", "demo"},
           {"instructions", "You are Codex."},
           {"input",
-           json::array({{{"type", "message"},
-                         {"role", "developer"},
-                         {"content", json::array({{{"type", "input_text"}, {"text", "Sandbox: off."}}})}},
-                        {{"type", "message"},
-                         {"role", "user"},
-                         {"content", json::array({{{"type", "input_text"}, {"text", "Say hello."}}})}}})},
+           json::array(
+               {{{"type", "message"},
+                 {"role", "developer"},
+                 {"content", json::array({{{"type", "input_text"}, {"text", "Sandbox: off."}}})}},
+                {{"type", "message"},
+                 {"role", "user"},
+                 {"content", json::array({{{"type", "input_text"}, {"text", "Say hello."}}})}}})},
           {"tools",
            json::array({{{"type", "function"},
                          {"name", "shell"},
                          {"description", "Runs a command."},
-                         {"parameters", {{"type", "object"}, {"properties", {{"cmd", {{"type", "string"}}}}}}},
+                         {"parameters",
+                          {{"type", "object"}, {"properties", {{"cmd", {{"type", "string"}}}}}}},
                          {"strict", false}},
                         {{"type", "namespace"},
                          {"name", "mcp"},
@@ -67,22 +69,24 @@ TEST(ResponsesRequest, CodexsRequestParses) {
 }
 
 TEST(ResponsesRequest, FunctionCallsAndOutputsBecomeTheTemplatesTurns) {
-  json body = {{"input", json::array({{{"role", "user"}, {"content", "Weather?"}},
-                                      {{"type", "reasoning"},
-                                       {"summary", json::array({{{"type", "summary_text"},
-                                                                 {"text", "Look it up."}}})}},
-                                      {{"type", "function_call"},
-                                       {"call_id", "c1"},
-                                       {"name", "get_weather"},
-                                       {"arguments", "{\"city\":\"Paris\"}"}},
-                                      {{"type", "function_call"},
-                                       {"call_id", "c2"},
-                                       {"name", "get_weather"},
-                                       {"arguments", "{\"city\":\"Rome\"}"}},
-                                      {{"type", "function_call_output"}, {"call_id", "c1"}, {"output", "18 C"}},
-                                      {{"type", "function_call_output"},
-                                       {"call_id", "c2"},
-                                       {"output", json::array({{{"type", "input_text"}, {"text", "20 C"}}})}}})}};
+  json body = {
+      {"input",
+       json::array(
+           {{{"role", "user"}, {"content", "Weather?"}},
+            {{"type", "reasoning"},
+             {"summary", json::array({{{"type", "summary_text"}, {"text", "Look it up."}}})}},
+            {{"type", "function_call"},
+             {"call_id", "c1"},
+             {"name", "get_weather"},
+             {"arguments", "{\"city\":\"Paris\"}"}},
+            {{"type", "function_call"},
+             {"call_id", "c2"},
+             {"name", "get_weather"},
+             {"arguments", "{\"city\":\"Rome\"}"}},
+            {{"type", "function_call_output"}, {"call_id", "c1"}, {"output", "18 C"}},
+            {{"type", "function_call_output"},
+             {"call_id", "c2"},
+             {"output", json::array({{{"type", "input_text"}, {"text", "20 C"}}})}}})}};
   std::vector<std::string> ignored;
   auto r = ParseResponsesRequest(body.dump(), &ignored);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -113,9 +117,10 @@ TEST(ResponsesRequest, WhatIsNotEnforcedIsRefusedByName) {
   refused({{"text", {{"format", {{"type", "json_schema"}}}}}}, "text.format");
   refused({{"background", true}}, "background");
   refused({{"input", json::array({{{"type", "item_reference"}, {"id", "x"}}})}}, "item_reference");
-  refused({{"input", json::array({{{"role", "user"},
-                                   {"content", json::array({{{"type", "input_image"}}})}}})}},
-          "input_image");
+  refused(
+      {{"input",
+        json::array({{{"role", "user"}, {"content", json::array({{{"type", "input_image"}}})}}})}},
+      "input_image");
   refused({{"input", nullptr}}, "input");
 }
 

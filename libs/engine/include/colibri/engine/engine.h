@@ -152,6 +152,10 @@ class Engine {
 
   const Model& model() const { return *model_; }
   const EngineCounters& counters() const { return counters_; }
+  // Bytes of KV caches now, active and pooled (counters().kv_bytes is the last scheduler step's
+  // figure). A finished request's cache is pooled, and the pool cut to the limit, before its
+  // caller hears of the finish.
+  uint64_t kv_bytes() const;
   // What speculation has measured so far (as of the last forward pass): what tune keeps.
   PassCosts speculation_costs() const;
 
@@ -254,7 +258,7 @@ class Engine {
   const EngineOptions options_;
   EngineCounters counters_;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Sequence>> queue_;
   std::vector<std::shared_ptr<Sequence>> active_;  // scheduler thread only
