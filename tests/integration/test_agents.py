@@ -76,19 +76,30 @@ class AgentsTest(unittest.TestCase):
                'ANTHROPIC_API_KEY': 'k', 'ANTHROPIC_MODEL': 'agent', 'ANTHROPIC_SMALL_FAST_MODEL': 'agent',
                'CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC': '1', 'DISABLE_AUTOUPDATER': '1',
                'DISABLE_TELEMETRY': '1', 'DISABLE_ERROR_REPORTING': '1'}
-        p = subprocess.run([self.claude, '-p', 'List the files here.', '--output-format', 'json'],
-                           cwd=work, env=env, capture_output=True, text=True, timeout=1200)
-        lines = [line for line in p.stdout.splitlines() if line.startswith('{')]
-        self.assertTrue(lines, f'no JSON result ({p.returncode}):\n{p.stdout}\n{p.stderr}\n'
-                               f'{self.server.read_log()[-2000:]}')
-        result = json.loads(lines[-1])
-        self.assertEqual(result['type'], 'result')
-        self.assertFalse(result['is_error'], result.get('result'))
-        self.assertEqual(result['subtype'], 'success')
-        self.assertGreaterEqual(result['num_turns'], 1)
+        def turn(prompt, *flags):
+            p = subprocess.run([self.claude, '-p', prompt, *flags, '--output-format', 'json'],
+                               cwd=work, env=env, capture_output=True, text=True, timeout=1200)
+            lines = [line for line in p.stdout.splitlines() if line.startswith('{')]
+            self.assertTrue(lines, f'no JSON result ({p.returncode}):\n{p.stdout}\n{p.stderr}\n'
+                                   f'{self.server.read_log()[-2000:]}')
+            result = json.loads(lines[-1])
+            self.assertEqual(result['type'], 'result')
+            self.assertFalse(result['is_error'], result.get('result'))
+            self.assertEqual(result['subtype'], 'success')
+            self.assertGreaterEqual(result['num_turns'], 1)
+            self.assertGreater(result['usage']['output_tokens'], 0)
+            return result['usage']
+
+        first = turn('List the files here.')
         # The whole request reached the model: system prompt and tools, through the template.
-        self.assertGreater(result['usage']['input_tokens'], 20000)
-        self.assertGreater(result['usage']['output_tokens'], 0)
+        prompt = first['input_tokens'] + first['cache_read_input_tokens']
+        self.assertGreater(prompt, 20000)
+        # The session's second turn resends the whole conversation: the KV of the first turn's
+        # prompt is reused and only what is new (the answer, re-rendered, and the new message) is
+        # prefilled; usage says so (message_delta's figures, as the SDK reads them).
+        second = turn('Say hi.', '--continue')
+        self.assertGreaterEqual(second['cache_read_input_tokens'], prompt * 0.9, second)
+        self.assertLess(second['input_tokens'], prompt * 0.5, second)
 
     def test_codex_cli_completes_a_turn(self):
         codex = codex_binary()

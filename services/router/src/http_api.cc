@@ -1085,7 +1085,14 @@ class Handler {
              {"delta",
               {{"stop_reason", tool_uses > 0 ? "tool_use" : AnthropicStopReason(t)},
                {"stop_sequence", t.stop_string.empty() ? json(nullptr) : json(t.stop_string)}}},
-             {"usage", {{"output_tokens", t.completion_tokens}}}});
+             // The prompt's split between KV reused and prefilled is known only once the
+             // request ran: message_start counted it all as input; these are the final figures
+             // (the SDKs take message_delta's usage over message_start's).
+             {"usage",
+              {{"input_tokens", t.prompt_tokens - t.cached_prompt_tokens},
+               {"cache_read_input_tokens", t.cached_prompt_tokens},
+               {"cache_creation_input_tokens", 0},
+               {"output_tokens", t.completion_tokens}}}});
       event("message_stop", {{"type", "message_stop"}});
       metrics_->CountRequest(endpoint, 200);
     } else {
