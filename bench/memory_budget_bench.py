@@ -7,7 +7,9 @@ a memory cgroup (v1 memory.limit_in_bytes or v2 memory.max) with every budget on
 plans from the cgroup's limit as it would in a container. Per cap: a cold prefill of --prompt
 tokens (time to the first token), then a greedy decode of --tokens tokens from a short prompt.
 The disk-bound limit is the disk's measured O_DIRECT rate for whole expert blocks (4 in flight)
-over the expert bytes the decode read per token (demand misses and prefetches).
+over the expert bytes the decode read per token (demand misses and prefetches); the read rate
+column is what the decode achieved (bytes per token x tok/s), which can pass the probe's rate:
+the server keeps more reads in flight (4 MiB pieces of several blocks) than the probe's 4.
 
 Usage (root, for the cgroup and drop_caches):
   bench/memory_budget_bench.py [--dir /var/tmp/colibri-memory-bench] [--fractions 0.25,0.5,0.75]
@@ -143,14 +145,15 @@ def main():
           f'{dense / MiB:.0f} MiB dense. Disk: {disk / 1e9:.2f} GB/s (O_DIRECT whole blocks, 4 in flight). Page cache '
           f'dropped before each cap; every budget auto, read from the cgroup.\n')
     print('| cgroup cap | budget (auto) | expert cache | prefill tok/s (' + str(a.prompt) +
-          ' tokens, cold) | decode tok/s | hit rate | read/token | disk-bound limit | of limit | '
+          ' tokens, cold) | decode tok/s | hit rate | read/token | read rate | disk-bound limit | of limit | '
           'peak resident | peak / budget | OOM kills |')
-    print('|---|---|---|---|---|---|---|---|---|---|---|---|')
+    print('|---|---|---|---|---|---|---|---|---|---|---|---|---|')
     for r in rows:
         limit = disk / r['read_per_token'] if r['read_per_token'] > 0 else float('inf')
         print(f'| dense + {int(100 * r["fraction"])}% of experts + {a.slack} = {r["cap"] / MiB:.0f} MiB | '
               f'{r["budget"] / MiB:.0f} MiB | {r["cache"] / MiB:.0f} MiB | {r["prefill_tok_s"]:.2f} | '
               f'{r["decode_tok_s"]:.2f} | {100 * r["hit_rate"]:.0f}% | {r["read_per_token"] / MiB:.0f} MiB | '
+              f'{r["read_per_token"] * r["decode_tok_s"] / 1e9:.2f} GB/s | '
               f'{limit:.2f} tok/s | {100 * r["decode_tok_s"] / limit:.0f}% | {r["peak_rss"] / MiB:.0f} MiB | '
               f'{r["peak_rss"] / max(r["budget"], 1):.2f} | {r["oom_kills"]} |')
 
