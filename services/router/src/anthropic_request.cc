@@ -164,10 +164,10 @@ absl::StatusOr<OpenAiRequest> ParseAnthropicRequest(const std::string& body,
     }
     if (tool_choice != "auto" && tool_choice != "none")
       return FieldError("tool_choice.type", "must be auto, any, tool or none");
-    if (auto d = c->find("disable_parallel_tool_use");
-        d != c->end() && d->is_boolean() && d->get<bool>()) {
-      return FieldError("tool_choice.disable_parallel_tool_use",
-                        "true is not supported yet (the model may call several tools)");
+    if (auto d = c->find("disable_parallel_tool_use"); d != c->end() && !d->is_null()) {
+      if (!d->is_boolean())
+        return FieldError("tool_choice.disable_parallel_tool_use", "must be a boolean");
+      r.parallel_tool_calls = !d->get<bool>();  // true: the answer's first tool_use only
     }
   }
   if (auto t = j.find("tools"); t != j.end() && !t->is_null()) {

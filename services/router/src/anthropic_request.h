@@ -5,7 +5,7 @@
 // string or text blocks, is_error), system (a string or text blocks; cache_control accepted),
 // tools (custom tools rendered by the model's chat template; server tools left out and named in
 // `ignored`), tool_choice auto / none (any and tool are refused by name until forced calls are
-// enforced), thinking enabled / adaptive / disabled (the template's enable_thinking),
+// enforced; disable_parallel_tool_use keeps the answer's first tool_use), thinking enabled / adaptive / disabled (the template's enable_thinking),
 // stop_sequences, stream, temperature, top_p, top_k, metadata.user_id (keys sessions as OpenAI's
 // "user" does), and the shared extensions (request_json.h). Fields accepted with no effect on a
 // local model (output_config, context_management, service_tier ...) are named in `ignored`

@@ -141,6 +141,13 @@ TEST(AnthropicRequest, WhatIsNotDoneIsRefusedByName) {
           "'tool_use' is not supported in a user message");
   refused({{"tools", json::array({{{"name", "Bash"}}})}}, "tools[0].input_schema");
   refused({{"thinking", {{"type", "sometimes"}}}}, "thinking.type");
+  // disable_parallel_tool_use: the answer's first tool call only.
+  json serial = {{"max_tokens", 10},
+                 {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})},
+                 {"tool_choice", {{"type", "auto"}, {"disable_parallel_tool_use", true}}}};
+  auto one = ParseAnthropicRequest(serial.dump());
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_FALSE(one->parallel_tool_calls);
   // tool_choice none: the tools are not rendered at all.
   json body = {
       {"max_tokens", 10},

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +26,7 @@
 #include "request_json.h"
 #include "response_store.h"
 #include "responses_request.h"
+#include "spdlog/spdlog.h"
 #include "web_assets.h"
 
 namespace colibri::router {
@@ -132,6 +134,19 @@ class Handler {
     metrics_->CountRequest(endpoint, res.status);
   }
 
+  // Names the fields a request carried that change nothing here (x-colibri-ignored-fields), and
+  // logs each name once per process (at most 256 names: a hostile client cannot grow the set).
+  void ReportIgnored(httplib::Response& res, const std::vector<std::string>& ignored) {
+    if (ignored.empty()) return;
+    res.set_header("x-colibri-ignored-fields", absl::StrJoin(ignored, ", "));
+    std::lock_guard<std::mutex> lock(warned_mu_);
+    for (const auto& name : ignored) {
+      if (warned_.size() >= 256 || !warned_.insert(name).second) continue;
+      spdlog::warn("request field {} has no effect here and is ignored (x-colibri-ignored-fields)",
+                   name);
+    }
+  }
+
   // Before routing: 401 in the API's shape for a request without a valid key.
   bool Authorized(const httplib::Request& req, httplib::Response& res) {
     auto who = auth::AuthorizeHttp(options_.access, req.path, Credentials(req));
@@ -182,7 +197,7 @@ class Handler {
     std::vector<std::string> ignored;
     auto request = Prepare(req, ParseOpenAiRequest(req.body, chat, &ignored));
     if (!request.ok()) return Error(res, endpoint, request.status());
-    if (!ignored.empty()) res.set_header("x-colibri-ignored-fields", absl::StrJoin(ignored, ", "));
+    ReportIgnored(res, ignored);
     auto r = *request;
     const std::string id = NewId(chat ? "chatcmpl-" : "cmpl-");
     const int64_t created = NowSeconds();
@@ -313,7 +328,7 @@ class Handler {
     chat.messages.insert(chat.messages.end(), history.begin(), history.end());
     auto request = Prepare(req, std::move(chat));
     if (!request.ok()) return Error(res, endpoint, request.status());
-    if (!ignored.empty()) res.set_header("x-colibri-ignored-fields", absl::StrJoin(ignored, ", "));
+    ReportIgnored(res, ignored);
     auto r = *request;
     const std::string id = NewId("resp_");
     const int64_t created = NowSeconds();
@@ -608,7 +623,7 @@ class Handler {
     std::vector<std::string> ignored;
     auto request = Prepare(req, ParseAnthropicRequest(req.body, &ignored));
     if (!request.ok()) return Error(res, endpoint, request.status(), /*anthropic=*/true);
-    if (!ignored.empty()) res.set_header("x-colibri-ignored-fields", absl::StrJoin(ignored, ", "));
+    ReportIgnored(res, ignored);
     auto r = *request;
     const std::string id = NewId("msg_");
     const int client_fd = CurrentConnectionSocket();
@@ -622,7 +637,9 @@ class Handler {
       if (format_ == tokenizer::ChatOutputFormat::kPlain) {
         body["content"] = json::array({{{"type", "text"}, {"text", result->text}}});
       } else {
-        const tokenizer::AssistantOutput out = Split(*r, *result, tokens);
+        tokenizer::AssistantOutput out = Split(*r, *result, tokens);
+        if (!r->parallel_tool_calls && out.tool_calls.size() > 1)
+          out.tool_calls.erase(out.tool_calls.begin() + 1, out.tool_calls.end());
         body["content"] = AnthropicContent(out);
         if (!out.tool_calls.empty()) body["stop_reason"] = "tool_use";
       }
@@ -1044,6 +1061,7 @@ class Handler {
     auto add_parsed = [&](const tokenizer::AssistantStream::Delta& d) {
       bool ok = add_text("thinking", d.reasoning_content) && add_text("text", d.content);
       for (const auto& call : d.tool_calls) {
+        if (!r.parallel_tool_calls && tool_uses > 0) break;  // disable_parallel_tool_use
         json block = ToolUseBlock(call);
         const std::string input = block["input"].dump();
         block["input"] = json::object();
@@ -1104,6 +1122,8 @@ class Handler {
   RouterCore* core_;
   RouterMetrics* metrics_;
   HttpOptions options_;
+  std::mutex warned_mu_;
+  std::set<std::string> warned_;  // ignored field names logged already
   // Responses kept for previous_response_id and GET / DELETE: 1024 at most, 64 MiB at most.
   ResponseStore responses_{1024, 64ull << 20};
   tokenizer::ChatOutputFormat format_;  // of the model's chat template
