@@ -171,9 +171,9 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(
   bool shm = false;
   for (const auto& t : options.stores) shm = shm || (t.rfind("unix:", 0) == 0);
   shm = shm && options.store_shm_bytes != 0;
+  uint64_t largest_padded = 0;
+  for (const auto& b : m.experts) largest_padded = std::max(largest_padded, b.padded_size);
   if (!shm) {
-    uint64_t largest_padded = 0;
-    for (const auto& b : m.experts) largest_padded = std::max(largest_padded, b.padded_size);
     const uint64_t arena_bytes = std::min(options.expert_cache_bytes, m.PaddedExpertBytes()) +
                                  plan::ArenaSlackBytes(largest_padded);
     const auto t0 = std::chrono::steady_clock::now();
@@ -201,8 +201,6 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(
     mo.client_name = options.client_name;
     mo.transport = options.transport;
     mo.arena = node->arena_.get();
-    uint64_t largest_padded = 0;
-    for (const auto& b : m.experts) largest_padded = std::max(largest_padded, b.padded_size);
     mo.shm_bytes = options.store_shm_bytes != ComputeNodeOptions::kAutoShm
                        ? options.store_shm_bytes
                        : options.expert_cache_bytes +

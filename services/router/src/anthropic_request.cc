@@ -156,12 +156,7 @@ absl::StatusOr<OpenAiRequest> ParseAnthropicRequest(const std::string& body,
     if (!c->is_object() || !c->contains("type") || !(*c)["type"].is_string())
       return FieldError("tool_choice.type", "is required");
     tool_choice = (*c)["type"].get<std::string>();
-    if (tool_choice == "any" || tool_choice == "tool") {
-      return FieldError("tool_choice",
-                        absl::StrCat("'", tool_choice,
-                                     "' (a forced tool call) is not supported yet; use 'auto' "
-                                     "or 'none'"));
-    }
+    if (tool_choice == "any" || tool_choice == "tool") return ForcedToolChoiceError(tool_choice);
     if (tool_choice != "auto" && tool_choice != "none")
       return FieldError("tool_choice.type", "must be auto, any, tool or none");
     if (auto d = c->find("disable_parallel_tool_use"); d != c->end() && !d->is_null()) {
@@ -183,7 +178,7 @@ absl::StatusOr<OpenAiRequest> ParseAnthropicRequest(const std::string& body,
     const std::string type = (*th)["type"].get<std::string>();
     if (type != "enabled" && type != "adaptive" && type != "disabled")
       return FieldError("thinking.type", "must be enabled, adaptive or disabled");
-    r.chat_options.extra_context_json = json{{"enable_thinking", type != "disabled"}}.dump();
+    r.chat_options.extra_context_json = ThinkingContext(type != "disabled");
   }
   // Accepted with no effect on a local model (docs/API.md): effort and context management.
   for (const char* key : {"output_config", "context_management", "service_tier", "container",

@@ -113,6 +113,17 @@ std::string RouteErrorBody(const std::string& path, int http, const std::string&
                              : rpc::OpenAiErrorBody(http, message, type, code);
 }
 
+// parallel_tool_calls false (OpenAI) and disable_parallel_tool_use (Anthropic): the answer's
+// first tool call only. `sent` counts the calls already passed on (a stream's earlier deltas)
+// and grows by those kept.
+void KeepFirstCall(bool parallel, size_t* sent, json* calls) {
+  if (!parallel) {
+    const size_t keep = *sent == 0 ? std::min<size_t>(calls->size(), 1) : 0;
+    calls->erase(calls->begin() + static_cast<ptrdiff_t>(keep), calls->end());
+  }
+  *sent += calls->size();
+}
+
 const char* AnthropicStopReason(const TextResult& t) {
   if (t.finish == generation::FinishReason::kLength) return "max_tokens";
   return t.stop_string.empty() ? "end_turn" : "stop_sequence";
@@ -404,11 +415,10 @@ class Handler {
     if (!out.reasoning_content.empty()) items.push_back(ReasoningItem(id, out.reasoning_content));
     if (!out.content.empty() || out.tool_calls.empty())
       items.push_back(MessageItem(id, out.content));
+    json calls = out.tool_calls;
     size_t n = 0;
-    for (const auto& call : out.tool_calls) {
-      if (!rr.parallel_tool_calls && n > 0) break;
-      items.push_back(FunctionCallItem(id, n++, call));
-    }
+    KeepFirstCall(rr.parallel_tool_calls, &n, &calls);
+    for (size_t i = 0; i < calls.size(); ++i) items.push_back(FunctionCallItem(id, i, calls[i]));
     return items;
   }
   static json ReasoningItem(const std::string& id, const std::string& text) {
@@ -565,10 +575,12 @@ class Handler {
       all.reasoning_content += d.reasoning_content;
       all.content += d.content;
       bool good = add_text("reasoning", d.reasoning_content) && add_text("message", d.content);
-      for (const auto& call : d.tool_calls) {
-        all.tool_calls.push_back(call);
-        if (!rr.parallel_tool_calls && calls > 0) continue;
-        json item = FunctionCallItem(id, calls++, call);
+      for (const auto& call : d.tool_calls) all.tool_calls.push_back(call);
+      json kept = d.tool_calls;
+      const size_t first = calls;
+      KeepFirstCall(rr.parallel_tool_calls, &calls, &kept);
+      for (size_t i = 0; i < kept.size(); ++i) {
+        json item = FunctionCallItem(id, first + i, kept[i]);
         const std::string args = item["arguments"];
         json added = item;
         added["arguments"] = "";
@@ -638,8 +650,8 @@ class Handler {
         body["content"] = json::array({{{"type", "text"}, {"text", result->text}}});
       } else {
         tokenizer::AssistantOutput out = Split(*r, *result, tokens);
-        if (!r->parallel_tool_calls && out.tool_calls.size() > 1)
-          out.tool_calls.erase(out.tool_calls.begin() + 1, out.tool_calls.end());
+        size_t sent = 0;
+        KeepFirstCall(r->parallel_tool_calls, &sent, &out.tool_calls);
         body["content"] = AnthropicContent(out);
         if (!out.tool_calls.empty()) body["stop_reason"] = "tool_use";
       }
@@ -671,9 +683,7 @@ class Handler {
                                       : core_->EncodeText(parsed->prompt);
     if (!ids.ok()) return ids.status();
     parsed->params.prompt = std::move(*ids);
-    if (auto who = auth::AuthorizeHttp(options_.access, req.path, Credentials(req)); who.ok()) {
-      parsed->params.session_id = ScopedSessionId(*who, parsed->params.session_id);
-    }
+    parsed->params.session_id = ScopedSessionId(Owner(req), parsed->params.session_id);
     if (parsed->chat && parsed->params.session_id.empty()) {
       parsed->params.affinity_key = ComputePool::ChatKey(parsed->messages);
     }
@@ -758,8 +768,8 @@ class Handler {
     if (format_ == tokenizer::ChatOutputFormat::kPlain)
       return {{"role", "assistant"}, {"content", result.text}};
     tokenizer::AssistantOutput out = Split(r, result, tokens);
-    if (!r.parallel_tool_calls && out.tool_calls.size() > 1)
-      out.tool_calls.erase(out.tool_calls.begin() + 1, out.tool_calls.end());
+    size_t sent = 0;
+    KeepFirstCall(r.parallel_tool_calls, &sent, &out.tool_calls);
     json message = {{"role", "assistant"}, {"content", out.content}};
     if (!out.reasoning_content.empty()) message["reasoning_content"] = out.reasoning_content;
     if (!out.tool_calls.empty()) {
@@ -968,11 +978,7 @@ class Handler {
     const bool wants_tokens = r.params.sampling.logprobs || r.return_token_ids;
     size_t calls = 0;  // tool calls sent (parallel_tool_calls false: the first only)
     auto first_call_only = [&](tokenizer::AssistantStream::Delta parsed) {
-      if (!r.parallel_tool_calls) {
-        for (size_t i = 0; i < parsed.tool_calls.size(); ++i, ++calls) {
-          if (calls > 0) parsed.tool_calls.erase(parsed.tool_calls.begin() + i--);
-        }
-      }
+      KeepFirstCall(r.parallel_tool_calls, &calls, &parsed.tool_calls);
       return parsed;
     };
     Streamed out = Pump(sink, r, client_ok, [&](const Delta& d) {
@@ -1060,12 +1066,12 @@ class Handler {
     size_t tool_uses = 0;
     auto add_parsed = [&](const tokenizer::AssistantStream::Delta& d) {
       bool ok = add_text("thinking", d.reasoning_content) && add_text("text", d.content);
-      for (const auto& call : d.tool_calls) {
-        if (!r.parallel_tool_calls && tool_uses > 0) break;  // disable_parallel_tool_use
+      json calls = d.tool_calls;
+      KeepFirstCall(r.parallel_tool_calls, &tool_uses, &calls);
+      for (const auto& call : calls) {
         json block = ToolUseBlock(call);
         const std::string input = block["input"].dump();
         block["input"] = json::object();
-        ++tool_uses;
         ok = ok && open_block(block) &&
              event("content_block_delta",
                    {{"type", "content_block_delta"},

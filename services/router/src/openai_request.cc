@@ -145,9 +145,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool c
     }
     if (auto e = j.find("reasoning_effort"); e != j.end() && !e->is_null()) {
       if (!e->is_string()) return FieldError("reasoning_effort", "must be a string");
-      const std::string effort = e->get<std::string>();
-      r.chat_options.extra_context_json =
-          json{{"enable_thinking", effort != "none" && effort != "minimal"}}.dump();
+      r.chat_options.extra_context_json = EffortThinkingContext(e->get<std::string>());
     }
     if (auto k = j.find("chat_template_kwargs"); k != j.end() && !k->is_null()) {
       if (!k->is_object()) return FieldError("chat_template_kwargs", "must be an object");
@@ -158,10 +156,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool c
       if (choice == "none") {
         r.chat_options.tools_json.clear();  // the model is not told about the tools
       } else if (choice != "auto") {
-        return FieldError("tool_choice",
-                          absl::StrCat("'", choice,
-                                       "' (a forced tool call) is not supported yet; use 'auto' "
-                                       "or 'none'"));
+        return ForcedToolChoiceError(choice);
       }
     }
     RETURN_IF_ERROR(ReadBool(j, "parallel_tool_calls", &r.parallel_tool_calls));

@@ -218,12 +218,8 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body,
     } else {
       return FieldError("tool_choice", "must be a string or an object with a type");
     }
-    if (r.tool_choice != "auto" && r.tool_choice != "none") {
-      return FieldError("tool_choice",
-                        absl::StrCat("'", r.tool_choice,
-                                     "' (a forced tool call) is not supported yet; use 'auto' or "
-                                     "'none'"));
-    }
+    if (r.tool_choice != "auto" && r.tool_choice != "none")
+      return ForcedToolChoiceError(r.tool_choice);
   }
   if (auto t = j.find("tools"); t != j.end() && !t->is_null()) {
     r.tools = *t;
@@ -245,8 +241,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body,
           effort != "high" && effort != "xhigh") {
         return FieldError("reasoning.effort", "must be none, minimal, low, medium, high or xhigh");
       }
-      c.chat_options.extra_context_json =
-          json{{"enable_thinking", effort != "none" && effort != "minimal"}}.dump();
+      c.chat_options.extra_context_json = EffortThinkingContext(effort);
     }
   }
   if (auto t = j.find("text"); t != j.end() && !t->is_null()) {
