@@ -20,7 +20,6 @@ Prints a markdown table for bench/RESULTS.md.
 import argparse
 import json
 import os
-import platform
 import random
 import sys
 import time
@@ -30,14 +29,6 @@ sys.path.insert(0, os.path.join(REPO, 'tests'))
 import testlib  # noqa: E402
 
 MiB = 1 << 20
-
-
-def cpu_name():
-    with open('/proc/cpuinfo') as f:
-        for line in f:
-            if line.startswith('model name'):
-                return line.split(':', 1)[1].strip()
-    return platform.processor()
 
 
 def run_cap(a, model, cap, workdir, tag):
@@ -140,7 +131,7 @@ def main():
         r['fraction'] = frac
         rows.append(r)
         print(json.dumps(r), file=sys.stderr)
-    print(f'CPU: {cpu_name()}, {a.threads} threads. Model: {len(blocks)} expert blocks of '
+    print(f'CPU: {testlib.cpu_name()}, {a.threads} threads. Model: {len(blocks)} expert blocks of '
           f'{blocks[0]["padded_size"] / MiB:.1f} MiB ({a.quant}) = {experts / MiB:.0f} MiB of experts + '
           f'{dense / MiB:.0f} MiB dense. Disk: {disk / 1e9:.2f} GB/s (O_DIRECT whole blocks, 4 in flight). Page cache '
           f'dropped before each cap; every budget auto, read from the cgroup.\n')

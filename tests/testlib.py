@@ -418,3 +418,13 @@ def run_node(modules, script, *args, timeout=300):
     copy = os.path.join(os.path.dirname(modules), os.path.basename(script))
     shutil.copy(script, copy)
     return subprocess.run(['node', copy, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def cpu_name():
+    """The CPU's model name (for bench tables)."""
+    import platform
+    with open('/proc/cpuinfo') as f:
+        for line in f:
+            if line.startswith('model name'):
+                return line.split(':', 1)[1].strip()
+    return platform.processor()

@@ -8,7 +8,7 @@ void Fail(int code, const std::string& what) {
 }
 
 void AddCliNodeFlags(CLI::App* app, NodeFlags* f, bool model_required) {
-  auto* model = app->add_option("--model", f->options.model_dir, "Model directory");
+  auto* model = app->add_option("--model", f->options.model_dir, "Model directory or GGUF file");
   if (model_required) model->required();
   colibri::compute::AddNodeFlags(app, f);
 }

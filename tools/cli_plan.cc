@@ -126,7 +126,7 @@ void AddPlanCommands(CLI::App& app) {
                                   "Read this machine and a model; print each budget, prefetch "
                                   "depth and reader threads with why, and the "
                                   "expected decode speed with its bottleneck");
-  plan->add_option("--model", flags.model_dir, "Model directory")->required();
+  plan->add_option("--model", flags.model_dir, "Model directory or GGUF file")->required();
   plan->add_option("--disk", flags.disks,
                    "Also describe these disks (expert-store disks; repeatable)");
   plan->add_option("--backend", flags.backend, "cpu or cuda")->capture_default_str();
@@ -147,7 +147,7 @@ void AddPlanCommands(CLI::App& app) {
                                     "Read-only preflight: model complete, disk "
                                     "type/temperature/mount/O_DIRECT/space, memory, CUDA; "
                                     "names each problem and its fix; exit code 1 on errors");
-  doctor->add_option("--model", flags.model_dir, "Model directory")->required();
+  doctor->add_option("--model", flags.model_dir, "Model directory or GGUF file")->required();
   doctor->add_option("--disk", flags.disks, "Also check these disks (repeatable)");
   doctor->add_flag("--deep", flags.deep, "Also verify every checksum (reads the whole model)");
   doctor->add_option("--backend", flags.backend, "cpu or cuda")->capture_default_str();

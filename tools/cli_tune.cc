@@ -125,6 +125,7 @@ int RunTune(const TuneFlags& f) {
   base.cache.vram_bytes = resolved.cache.vram_bytes;
   base.kv_cache_limit = resolved.kv_cache_limit;
   const colibri::model::Manifest manifest = (*planned)->manifest();
+  const std::filesystem::path state_dir = (*planned)->container().state_dir();
   planned->reset();
 
   std::vector<int32_t> prompt;
@@ -223,9 +224,8 @@ int RunTune(const TuneFlags& f) {
                    std::string(m.status().message()));
     }
   }
-  const std::filesystem::path out =
-      f.out.empty() ? colibri::plan::DefaultTuneProfilePath(f.node.options.model_dir)
-                    : std::filesystem::path(f.out);
+  const std::filesystem::path out = f.out.empty() ? colibri::plan::DefaultTuneProfilePath(state_dir)
+                                                  : std::filesystem::path(f.out);
   if (auto st = colibri::plan::WriteTuneProfile(out, profile); !st.ok()) {
     spdlog::error("{}", std::string(st.message()));
     return 1;

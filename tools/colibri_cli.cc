@@ -243,9 +243,9 @@ int main(int argc, char** argv) {
 
   auto* verify =
       app.add_subcommand("verify", "Check every checksum of a model directory; names bad blocks");
-  verify->add_option("--model", model_dir, "Model directory")->required();
+  verify->add_option("--model", model_dir, "Model directory or GGUF file")->required();
   auto* inspect = app.add_subcommand("inspect", "Print a model's manifest summary as JSON");
-  inspect->add_option("--model", model_dir, "Model directory")->required();
+  inspect->add_option("--model", model_dir, "Model directory or GGUF file")->required();
   std::string config_file;  // read by ExpandSubcommandConfig before parsing; here for --help
   app.add_option("--config", config_file,
                  "Read the subcommand's flags from this TOML file: top-level names for every "

@@ -672,3 +672,118 @@ class OracleDeepseek(Oracle):
 
 if __name__ == '__main__':
     unittest.main()
+
+
+@unittest.skipUnless(os.path.isdir(testlib.ORACLE), f'peer oracle not found at {testlib.ORACLE}')
+class GgufInPlace(unittest.TestCase):
+    """Every oracle GGUF served where it lies (no conversion): it passes the oracle's checks, and its
+    greedy tokens are the converted container's (placement never changes a token). Each file is
+    linked into a temporary directory, where its sidecar (recorded checksums) goes."""
+    check = Oracle.check
+
+    FILES = ([(testlib.ORACLE, n) for n in ORACLE_MODELS] +
+             [(os.path.join(testlib.ORACLE, 'iquants'), n)
+              for n in ('mixtral-tiny-iq4_xs', 'mixtral-tiny-iq2_xxs', 'qwen2moe-tiny-iq2_xxs-mix')] +
+             [(os.path.join(testlib.ORACLE, 'gptoss'), 'gptoss-micro-mxfp4'),
+              (os.path.join(testlib.ORACLE, 'glm4moe'), 'glm4moe-micro-f32'),
+              (DEEPSEEK, 'deepseek-micro-f32')])
+
+    def setUp(self):
+        self.dir = testlib.tempdir('colibri-in-place-')
+
+    def tearDown(self):
+        testlib.rmtree(self.dir)
+
+    def link(self, d, name):
+        sub = os.path.join(self.dir, name)
+        os.makedirs(sub, exist_ok=True)
+        path = os.path.join(sub, f'{name}.gguf')
+        os.symlink(os.path.join(d, f'{name}.gguf'), path)
+        return path
+
+    def test_every_oracle_gguf_in_place(self):
+        for d, name in self.FILES:
+            with self.subTest(model=name):
+                gguf = self.link(d, name)
+                self.check(gguf, d, name)
+                j = json.load(open(os.path.join(d, f'{name}.p64.json')))
+                converted = testlib.convert(gguf, os.path.join(self.dir, f'{name}-converted'), 'keep')
+                want = testlib.cli_run(converted, j['prompt_ids'], 24)
+                # The file, its directory, and a cache far smaller than the experts: the same tokens.
+                self.assertEqual(testlib.cli_run(gguf, j['prompt_ids'], 24), want)
+                blocks = json.load(open(os.path.join(converted, 'manifest.json')))['experts']['blocks']
+                # About three blocks (in place a block also holds its ranges' alignment slack).
+                small = 3 * (max(b['padded_size'] for b in blocks) + 6 * 4096)
+                self.assertEqual(testlib.cli_run(os.path.dirname(gguf), j['prompt_ids'], 24,
+                                                 extra=('--expert-cache-size', str(small))), want)
+                sidecar = os.path.join(os.path.dirname(gguf), f'{name}.colibri', 'checksums.json')
+                recorded = json.load(open(sidecar))
+                self.assertEqual(recorded['format'], 'colibri-gguf-checksums')
+                self.assertGreater(len(recorded['experts']), 0)
+
+    def test_split_gguf_in_place(self):
+        """A model split in three parts as gguf-split writes it: served from its first part, any
+        other part or its directory, with the single file's tokens; a missing part is named."""
+        import gguf_write
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'reference'))
+        from gguf_np import GGUFFile
+        src = os.path.join(testlib.ORACLE, 'mixtral-micro-f32.gguf')
+        g = GGUFFile(src)
+        meta = {k: v for k, v in g.metadata.items() if isinstance(v, (bool, int, float, str))}
+        names = list(g.tensors)
+        chunks = [names[i::3] for i in range(3)]
+        split = os.path.join(self.dir, 'split')
+        os.makedirs(split)
+        for i, chunk in enumerate(chunks):
+            m = dict(meta) if i == 0 else {'general.architecture': meta['general.architecture']}
+            m.update({'split.no': i, 'split.count': 3, 'split.tensors.count': len(names)})
+            gguf_write.write_gguf(os.path.join(split, f'micro-{i + 1:05d}-of-00003.gguf'), m,
+                                  {n: g.tensor(n) for n in chunk})
+        whole = os.path.join(self.dir, 'whole.gguf')
+        gguf_write.write_gguf(whole, meta, {n: g.tensor(n) for n in names})
+        j = json.load(open(os.path.join(testlib.ORACLE, 'mixtral-micro-f32.p64.json')))
+        want = testlib.cli_run(whole, j['prompt_ids'], 24)
+        self.assertEqual(len(want), 24)
+        for path in ('micro-00001-of-00003.gguf', 'micro-00003-of-00003.gguf', ''):
+            with self.subTest(path=path):
+                self.assertEqual(testlib.cli_run(os.path.join(split, path), j['prompt_ids'], 24), want)
+        os.remove(os.path.join(split, 'micro-00002-of-00003.gguf'))
+        r = testlib.run([testlib.binary('colibri-cli'), 'run', '--model', split, '--prompt-tokens', '1,2',
+                         '--max-tokens', '2'], check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn('1 of 3 parts missing (micro-00002-of-00003.gguf)', r.stdout + r.stderr)
+
+    def test_truncated_and_changed_files_are_named(self):
+        """A download cut short is refused at start naming the missing bytes; a block whose bytes
+        change after they were recorded is a DataLoss error, never served."""
+        src = os.path.join(testlib.ORACLE, 'mixtral-tiny-q8_0.gguf')
+        path = os.path.join(self.dir, 'tiny.gguf')
+        with open(src, 'rb') as f:
+            data = f.read()
+        with open(path, 'wb') as f:
+            f.write(data[:len(data) - 50000])
+        cmd = [testlib.binary('colibri-cli'), 'run', '--model', path, '--prompt-tokens', '1,2,3',
+               '--max-tokens', '4', '--temperature', '0', '--ignore-eos']
+        r = testlib.run(cmd, check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn('is truncated', r.stderr + r.stdout)
+        self.assertIn('50000 bytes missing', r.stderr + r.stdout)
+        with open(path, 'wb') as f:
+            f.write(data)
+        testlib.run(cmd)  # records every block it reads
+        doctor = testlib.run([testlib.binary('colibri-cli'), 'doctor', '--model', path, '--deep'],
+                             check=False)
+        self.assertIn('GGUF served in place', doctor.stdout + doctor.stderr)
+        self.assertIn('checksums recorded and consistent', doctor.stdout + doctor.stderr)
+        # Flip bytes in the last expert tensor's data, keeping the size and the time.
+        st = os.stat(path)
+        with open(path, 'r+b') as f:
+            f.seek(len(data) - 4096)
+            chunk = bytearray(f.read(64))
+            f.seek(len(data) - 4096)
+            f.write(bytes(b ^ 0xff for b in chunk))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        doctor = testlib.run([testlib.binary('colibri-cli'), 'doctor', '--model', path, '--deep'],
+                             check=False)
+        self.assertNotEqual(doctor.returncode, 0)
+        self.assertIn('fail their check', doctor.stdout + doctor.stderr)

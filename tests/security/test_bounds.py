@@ -176,8 +176,14 @@ class HttpBoundsTest(unittest.TestCase):
         self.assertEqual([r[0] for r in results], [200] * 4, results)
         # Four finished conversations of 60 tokens (120 KiB) would cross the limit: the pool keeps
         # what fits.
-        _, metrics = testlib.http('GET', url + '/metrics')
-        kv = testlib.metric(metrics, 'colibri_compute_kv_cache_bytes')
+        # The engine pools a finished sequence right after its last token is sent: wait for it.
+        deadline = time.time() + 10
+        while True:
+            _, metrics = testlib.http('GET', url + '/metrics')
+            kv = testlib.metric(metrics, 'colibri_compute_kv_cache_bytes')
+            if kv > 0 or time.time() > deadline:
+                break
+            time.sleep(0.05)
         self.assertGreater(kv, 0)  # the finished conversations are pooled for their next turn
         self.assertLessEqual(kv, 64 * 1024)
 

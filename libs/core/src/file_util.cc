@@ -130,6 +130,10 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
+void MappedFile::ReleasePages() const {
+  if (data_) ::madvise(const_cast<uint8_t*>(data_), size_, MADV_DONTNEED);
+}
+
 void AlignedDeleter::operator()(uint8_t* p) const { std::free(p); }
 
 absl::StatusOr<AlignedBytes> AllocateAligned(size_t size, size_t alignment, bool zero) {

@@ -1,7 +1,7 @@
 #include "colibri/expert_source/mmap_source.h"
 
 #include "absl/strings/str_cat.h"
-#include "colibri/core/checksum.h"
+#include "colibri/core/status.h"
 #include "colibri/expert_source/expert_label.h"
 
 namespace colibri::expert_source {
@@ -10,6 +10,11 @@ absl::StatusOr<std::unique_ptr<MmapSource>> MmapSource::Open(const model::Contai
   auto src = std::unique_ptr<MmapSource>(new MmapSource(container));
   const auto& m = container->manifest();
   for (const auto& b : m.experts) {
+    if (!b.ranges.empty()) {
+      return absl::FailedPreconditionError(
+          "a GGUF served in place has blocks gathered from several ranges: read it with "
+          "DiskSource, not mmap");
+    }
     if (src->maps_.count(b.file)) continue;
     auto f = MappedFile::Open(container->ExpertFilePath(b));
     if (!f.ok()) return f.status();
@@ -43,9 +48,8 @@ absl::StatusOr<Lease> MmapSource::Fetch(ExpertId id, Priority) {
     verified = verified_[index];
   }
   if (!verified) {
-    const uint64_t got = Checksum64(bytes, b.size);
-    if (got != b.checksum)
-      return model::ExpertChecksumError(b, container_->ExpertFilePath(b).string(), got);
+    RETURN_IF_ERROR(
+        container_->VerifyExpertBlock(b, bytes, container_->ExpertFilePath(b).string()));
     std::lock_guard<std::mutex> lock(mu_);
     verified_[index] = true;
   }

@@ -4,16 +4,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "colibri/core/checksum.h"
 #include "colibri/core/status.h"
 #include "colibri/core/units.h"
 #include "colibri/expert_source/expert_label.h"
+#include "colibri/model/gguf_reader.h"
+#include "gguf_in_place.h"
 #include "nlohmann/json.hpp"
 
 namespace colibri::model {
@@ -260,9 +264,88 @@ absl::Status ContainerWriter::Finish() {
 // ---------------------------------------------------------------------------------------------
 // Reader
 
+absl::StatusOr<std::optional<fs::path>> FindGgufModel(const fs::path& path) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) {
+    if (!HasGgufMagic(path)) return std::nullopt;
+    // Any part of a split set stands for the set: its first part.
+    const std::string name = path.filename().string();
+    constexpr size_t kTail = sizeof("-00001-of-00003.gguf") - 1;
+    if (name.size() > kTail && name.compare(name.size() - kTail, 1, "-") == 0 &&
+        name.compare(name.size() - kTail + 6, 4, "-of-") == 0 &&
+        name.compare(name.size() - kTail + 1, 5, "00001") != 0) {
+      const fs::path first = path.parent_path() / (name.substr(0, name.size() - kTail + 1) +
+                                                   "00001" + name.substr(name.size() - kTail + 6));
+      if (fs::is_regular_file(first, ec)) return first;
+    }
+    return path;
+  }
+  if (!fs::is_directory(path, ec) || fs::exists(path / "manifest.json", ec)) return std::nullopt;
+  std::vector<fs::path> models;
+  for (const auto& entry : fs::directory_iterator(path, ec)) {
+    const fs::path& p = entry.path();
+    if (p.extension() != ".gguf" || !entry.is_regular_file(ec)) continue;
+    const std::string name = p.filename().string();
+    const size_t of = name.rfind("-of-");
+    // Parts other than the first belong to a model already listed by its first part.
+    if (of != std::string::npos && of >= 6 && name.compare(of - 6, 1, "-") == 0 &&
+        name.compare(of - 5, 5, "00001") != 0) {
+      continue;
+    }
+    if (HasGgufMagic(p)) models.push_back(p);
+  }
+  if (models.empty()) return std::nullopt;
+  std::sort(models.begin(), models.end());
+  if (models.size() > 1) {
+    std::vector<std::string> names;
+    for (const auto& m : models) names.push_back(m.filename().string());
+    return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "' holds ", models.size(),
+                                                   " GGUF models (", absl::StrJoin(names, ", "),
+                                                   "): pass the file to serve"));
+  }
+  return models.front();
+}
+
+Container::~Container() = default;
+
+fs::path Container::tokenizer_path() const { return gguf_ != nullptr ? gguf_->first_part() : dir_; }
+
+uint64_t BlockChecksum(const ExpertBlock& block, const uint8_t* data) {
+  if (block.ranges.empty()) return Checksum64(data, block.size);
+  std::vector<uint64_t> sums;
+  sums.reserve(block.parts.size());
+  for (const TensorEntry& p : block.parts) sums.push_back(Checksum64(data + p.offset, p.size));
+  return Checksum64(sums.data(), sums.size() * sizeof(uint64_t));
+}
+
+absl::Status Container::VerifyExpertBlock(const ExpertBlock& block, const uint8_t* data,
+                                          std::string_view where) const {
+  const uint64_t got = BlockChecksum(block, data);
+  if (block.checksum_known) {
+    if (got == block.checksum) return absl::OkStatus();
+    return ExpertChecksumError(block, std::string(where), got);
+  }
+  if (gguf_ == nullptr) {
+    return absl::InternalError(absl::StrCat(ExpertLabel(block.id), " has no checksum"));
+  }
+  return gguf_->Record(manifest_, block, got, where);
+}
+
 absl::StatusOr<std::unique_ptr<Container>> Container::Open(const fs::path& dir) {
   std::error_code ec;
+  ASSIGN_OR_RETURN(std::optional<fs::path> gguf, FindGgufModel(dir));
+  if (gguf) {
+    auto c = std::unique_ptr<Container>(new Container());
+    ASSIGN_OR_RETURN(c->gguf_, GgufInPlace::Open(*gguf, &c->manifest_));
+    c->dir_ = gguf->parent_path().empty() ? fs::path(".") : gguf->parent_path();
+    c->state_dir_ = c->gguf_->state_dir();
+    return c;
+  }
   if (!fs::is_directory(dir, ec)) {
+    if (fs::exists(dir, ec)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", dir.string(), "' is neither a colibri model directory nor a GGUF file"));
+    }
     return absl::NotFoundError(absl::StrCat("model directory '", dir.string(), "' does not exist"));
   }
   fs::path manifest_path = dir / "manifest.json";
@@ -284,6 +367,7 @@ absl::StatusOr<std::unique_ptr<Container>> Container::Open(const fs::path& dir) 
   if (!manifest.ok()) return Annotate(manifest.status(), manifest_path.string());
   auto c = std::unique_ptr<Container>(new Container());
   c->dir_ = dir;
+  c->state_dir_ = dir;
   c->manifest_ = std::move(*manifest);
   // Every file must exist and be large enough for what the manifest places in it.
   auto check_size = [&](const fs::path& p, uint64_t need) -> absl::Status {
@@ -379,6 +463,12 @@ absl::Status CheckTensor(const TensorEntry& t, const uint8_t* data, const char* 
 
 absl::StatusOr<Container::DenseWeights> Container::LoadDense() const {
   DenseWeights w;
+  if (gguf_ != nullptr) {
+    ASSIGN_OR_RETURN(w.buffer, AllocateAligned(manifest_.dense_size, 4096));
+    w.size = manifest_.dense_size;
+    RETURN_IF_ERROR(gguf_->LoadDense(manifest_, w.buffer.get()));
+    return w;
+  }
   fs::path path = dir_ / manifest_.dense_file;
   ASSIGN_OR_RETURN(w.buffer, AllocateAligned(manifest_.dense_size, 4096));
   w.size = manifest_.dense_size;
@@ -395,6 +485,7 @@ absl::StatusOr<AlignedBytes> Container::ReadExtra(std::string_view name) const {
                                             "' is not in the model (", manifest_.extra.size(),
                                             " extra tensors)"));
   }
+  if (gguf_ != nullptr) return gguf_->ReadExtra(*t);
   const fs::path path = dir_ / manifest_.extra_file;
   ASSIGN_OR_RETURN(AlignedBytes buf, AllocateAligned(std::max<uint64_t>(t->size, 1), 64));
   RETURN_IF_ERROR(ReadAt(path, t->offset, t->size, buf.get()));
@@ -407,25 +498,33 @@ absl::StatusOr<AlignedBytes> Container::ReadExpertBlock(int64_t layer, int64_t e
     return absl::NotFoundError(absl::StrCat(ExpertLabel(layer, expert), " is not in the model"));
   }
   const ExpertBlock& b = manifest_.Expert(layer, expert);
-  fs::path path = ExpertFilePath(b);
   ASSIGN_OR_RETURN(AlignedBytes buf, AllocateAligned(b.padded_size, 4096));
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, "open", path);
-  uint64_t done = 0;
-  while (done < b.padded_size) {
-    ssize_t n =
-        ::pread(fd, buf.get() + done, b.padded_size - done, static_cast<off_t>(b.offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ::close(fd);
-      return absl::DataLossError(absl::StrCat(ExpertLabel(layer, expert), " in '", path.string(),
-                                              "': short read at offset ", b.offset + done));
+  absl::Status status;
+  b.ForEachRange([&](const FileRange& r) {
+    if (!status.ok()) return;
+    const fs::path path = dir_ / r.file;
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      status = ErrnoStatus(errno, "open", path);
+      return;
     }
-    done += static_cast<uint64_t>(n);
-  }
-  ::close(fd);
-  uint64_t got = Checksum64(buf.get(), b.size);
-  if (got != b.checksum) return ExpertChecksumError(b, path.string(), got);
+    uint64_t done = 0;
+    while (done < r.needed) {
+      ssize_t n = ::pread(fd, buf.get() + r.at + done, r.length - done,
+                          static_cast<off_t>(r.offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        status =
+            absl::DataLossError(absl::StrCat(ExpertLabel(layer, expert), " in '", path.string(),
+                                             "': short read at offset ", r.offset + done));
+        break;
+      }
+      done += static_cast<uint64_t>(n);
+    }
+    ::close(fd);
+  });
+  RETURN_IF_ERROR(status);
+  RETURN_IF_ERROR(VerifyExpertBlock(b, buf.get(), ExpertFilePath(b).string()));
   return buf;
 }
 

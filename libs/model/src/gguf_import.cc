@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
+#include <optional>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +16,7 @@
 #include "colibri/model/quant_plan.h"
 #include "convert_util.h"
 #include "nextn_import.h"
+#include "tensor_sink.h"
 
 namespace colibri::model {
 namespace {
@@ -147,8 +150,8 @@ absl::Status RoutingFromGguf(const GgufFile& f, const std::string& arch, ModelCo
 class GgufConverter {
  public:
   GgufConverter(const GgufFile& f, const ModelConfig& c, const QuantPlan& plan,
-                const ConvertOptions& options, ContainerWriter& w)
-      : f_(f), c_(c), plan_(plan), options_(options), w_(w) {}
+                const ConvertOptions& options, TensorSink& sink)
+      : f_(f), c_(c), plan_(plan), options_(options), sink_(sink) {}
 
   absl::Status Run() {
     for (const auto& t : f_.tensors()) total_bytes_ += t.size_bytes;
@@ -163,7 +166,7 @@ class GgufConverter {
       if (options_.progress)
         options_.progress(read_bytes_, total_bytes_, absl::StrCat("layer ", l));
     }
-    return ImportNextnFromGguf(f_, c_, plan_, w_);
+    return ImportNextnFromGguf(f_, c_, plan_, sink_);
   }
 
  private:
@@ -185,16 +188,17 @@ class GgufConverter {
                       int64_t cols, TensorKind kind, int64_t layer = -1) {
     ASSIGN_OR_RETURN(const GgufTensorInfo* t, Get(gguf_name, {cols, rows}));
     const quant::DType dt = plan_.TypeFor({kind, layer, cols}, t->type);
-    auto bytes = ConvertRows(t->type, f_.TensorData(*t), cols, dt);
-    return w_.AddDense(name, dt, {rows, cols}, bytes);
+    return sink_.Dense(name, dt, {rows, cols}, [this, t, cols, dt] {
+      return ConvertRows(t->type, f_.TensorData(*t), cols, dt);
+    });
   }
 
   absl::Status Vector(const std::string& gguf_name, const std::string& name, int64_t n,
                       bool as_row = false) {
     ASSIGN_OR_RETURN(const GgufTensorInfo* t, Get(gguf_name, {n}));
-    auto bytes = ConvertRows(t->type, f_.TensorData(*t), n, quant::DType::kF32);
-    return w_.AddDense(name, quant::DType::kF32,
-                       as_row ? std::vector<int64_t>{1, n} : std::vector<int64_t>{n}, bytes);
+    return sink_.Dense(
+        name, quant::DType::kF32, as_row ? std::vector<int64_t>{1, n} : std::vector<int64_t>{n},
+        [this, t, n] { return ConvertRows(t->type, f_.TensorData(*t), n, quant::DType::kF32); });
   }
 
   // deepseek2 attention. Both layouts llama.cpp writes: one attn_kv_b {kv_lora, n_heads * (nope
@@ -223,22 +227,32 @@ class GgufConverter {
       ASSIGN_OR_RETURN(const GgufTensorInfo* vb, Get(g + "attn_v_b.weight", {L, V, NH}));
       const quant::DType dk = plan_.TypeFor({TensorKind::kAttnK, l, N}, kb->type);
       const quant::DType dv = plan_.TypeFor({TensorKind::kAttnV, l, L}, vb->type);
-      RETURN_IF_ERROR(w_.AddDense(g + "attn_k_b", dk, {NH * L, N},
-                                  ConvertRows(kb->type, f_.TensorData(*kb), N, dk)));
-      return w_.AddDense(g + "attn_v_b", dv, {NH * V, L},
-                         ConvertRows(vb->type, f_.TensorData(*vb), L, dv));
+      RETURN_IF_ERROR(sink_.Dense(g + "attn_k_b", dk, {NH * L, N}, [this, kb, N, dk] {
+        return ConvertRows(kb->type, f_.TensorData(*kb), N, dk);
+      }));
+      return sink_.Dense(g + "attn_v_b", dv, {NH * V, L}, [this, vb, L, dv] {
+        return ConvertRows(vb->type, f_.TensorData(*vb), L, dv);
+      });
     }
     ASSIGN_OR_RETURN(const GgufTensorInfo* kvb, Get(g + "attn_kv_b.weight", {L, NH * (N + V)}));
-    const std::vector<uint8_t> f32 =
-        ConvertRows(kvb->type, f_.TensorData(*kvb), L, quant::DType::kF32);
-    const SplitKvB split =
-        SplitKvBProjection(reinterpret_cast<const float*>(f32.data()), NH, N, V, L);
+    // Both halves come from one split, made when the first is asked for.
+    auto split = std::make_shared<std::optional<SplitKvB>>();
+    auto halves = [this, kvb, split, NH, N, V, L]() -> const SplitKvB& {
+      if (!split->has_value()) {
+        const std::vector<uint8_t> f32 =
+            ConvertRows(kvb->type, f_.TensorData(*kvb), L, quant::DType::kF32);
+        *split = SplitKvBProjection(reinterpret_cast<const float*>(f32.data()), NH, N, V, L);
+      }
+      return **split;
+    };
     const quant::DType dk = plan_.TypeFor({TensorKind::kAttnK, l, N}, kvb->type);
     const quant::DType dv = plan_.TypeFor({TensorKind::kAttnV, l, L}, kvb->type);
-    RETURN_IF_ERROR(
-        w_.AddDense(g + "attn_k_b", dk, {NH * L, N}, EncodeRows(split.k_b.data(), NH * L, N, dk)));
-    return w_.AddDense(g + "attn_v_b", dv, {NH * V, L},
-                       EncodeRows(split.v_b.data(), NH * V, L, dv));
+    RETURN_IF_ERROR(sink_.Dense(g + "attn_k_b", dk, {NH * L, N}, [halves, NH, L, N, dk] {
+      return EncodeRows(halves().k_b.data(), NH * L, N, dk);
+    }));
+    return sink_.Dense(g + "attn_v_b", dv, {NH * V, L}, [halves, NH, V, L, dv] {
+      return EncodeRows(halves().v_b.data(), NH * V, L, dv);
+    });
   }
 
   absl::Status Layer(int64_t l) {
@@ -289,9 +303,9 @@ class GgufConverter {
     }
     {
       ASSIGN_OR_RETURN(const GgufTensorInfo* t, Get(g + "ffn_gate_inp.weight", {H, c_.n_experts}));
-      auto bytes = ConvertRows(t->type, f_.TensorData(*t), H, quant::DType::kF32);
-      RETURN_IF_ERROR(
-          w_.AddDense(g + "ffn_gate_inp", quant::DType::kF32, {c_.n_experts, H}, bytes));
+      RETURN_IF_ERROR(sink_.Dense(
+          g + "ffn_gate_inp", quant::DType::kF32, {c_.n_experts, H},
+          [this, t, H] { return ConvertRows(t->type, f_.TensorData(*t), H, quant::DType::kF32); }));
     }
     if (c_.router_bias && c_.softmax_after_topk) {
       RETURN_IF_ERROR(Vector(g + "ffn_gate_inp.bias", g + "ffn_gate_inp_bias", c_.n_experts));
@@ -314,7 +328,7 @@ class GgufConverter {
     ASSIGN_OR_RETURN(const GgufTensorInfo* gate, Get(g + "ffn_gate_exps.weight", {H, F, E}));
     ASSIGN_OR_RETURN(const GgufTensorInfo* up, Get(g + "ffn_up_exps.weight", {H, F, E}));
     ASSIGN_OR_RETURN(const GgufTensorInfo* down, Get(g + "ffn_down_exps.weight", {F, H, E}));
-    auto slab = [&](const GgufTensorInfo* t, int64_t e) {
+    auto slab = [this, E](const GgufTensorInfo* t, int64_t e) {
       const size_t bytes = t->size_bytes / static_cast<size_t>(E);
       return f_.TensorData(*t).subspan(static_cast<size_t>(e) * bytes, bytes);
     };
@@ -328,23 +342,29 @@ class GgufConverter {
       ASSIGN_OR_RETURN(up_b, Get(g + "ffn_up_exps.bias", {F, E}));
       ASSIGN_OR_RETURN(down_b, Get(g + "ffn_down_exps.bias", {H, E}));
     }
+    // Slab e of `t` as rows of `cols` in `dt`; the slab itself when no conversion is needed.
+    auto part = [&](const char* name, const GgufTensorInfo* t, int64_t e, int64_t rows,
+                    int64_t cols, quant::DType dt) {
+      TensorSink::ExpertPart p;
+      p.name = name;
+      p.dtype = dt;
+      p.shape = {rows, cols};
+      p.source = t;
+      p.index = e;
+      p.count = E;
+      p.bytes = [slab, t, e, cols, dt] { return ConvertRows(t->type, slab(t, e), cols, dt); };
+      return p;
+    };
     for (int64_t e = 0; e < E; ++e) {
-      auto gb = ConvertRows(gate->type, slab(gate, e), H, dg);
-      auto ub = ConvertRows(up->type, slab(up, e), H, du);
-      auto db = ConvertRows(down->type, slab(down, e), F, dd);
-      std::vector<ContainerWriter::Part> parts = {
-          {"gate", dg, {F, H}, gb}, {"up", du, {F, H}, ub}, {"down", dd, {H, F}, db}};
-      std::vector<uint8_t> bias_bytes[3];
+      std::vector<TensorSink::ExpertPart> parts = {part("gate", gate, e, F, H, dg),
+                                                   part("up", up, e, F, H, du),
+                                                   part("down", down, e, H, F, dd)};
       if (c_.expert_bias) {
-        int i = 0;
-        for (auto [t, part, n] :
-             {std::tuple{gate_b, "gate_bias", F}, {up_b, "up_bias", F}, {down_b, "down_bias", H}}) {
-          bias_bytes[i] = ConvertRows(t->type, slab(t, e), n, quant::DType::kF32);
-          parts.push_back({part, quant::DType::kF32, {1, n}, bias_bytes[i]});
-          ++i;
-        }
+        parts.push_back(part("gate_bias", gate_b, e, 1, F, quant::DType::kF32));
+        parts.push_back(part("up_bias", up_b, e, 1, F, quant::DType::kF32));
+        parts.push_back(part("down_bias", down_b, e, 1, H, quant::DType::kF32));
       }
-      RETURN_IF_ERROR(w_.AddExpert(l, e, parts));
+      RETURN_IF_ERROR(sink_.Expert(l, e, parts));
     }
     return absl::OkStatus();
   }
@@ -353,11 +373,16 @@ class GgufConverter {
   const ModelConfig& c_;
   const QuantPlan& plan_;
   const ConvertOptions& options_;
-  ContainerWriter& w_;
+  TensorSink& sink_;
   uint64_t read_bytes_ = 0, total_bytes_ = 0;  // source tensor bytes (progress)
 };
 
 }  // namespace
+
+absl::Status WalkGguf(const GgufFile& f, const ModelConfig& c, const QuantPlan& plan,
+                      TensorSink& sink, const ConvertOptions& options) {
+  return GgufConverter(f, c, plan, options, sink).Run();
+}
 
 absl::StatusOr<RopeScaling> RopeScalingFromGguf(const GgufFile& f, const std::string& arch,
                                                 int64_t context) {
@@ -543,8 +568,8 @@ absl::Status ConvertGguf(const fs::path& input, const fs::path& output,
   ASSIGN_OR_RETURN(auto writer, ContainerWriter::Create(output, name, *config,
                                                         {.split_experts = options.split_experts,
                                                          .overwrite = options.overwrite}));
-  GgufConverter converter(f, *config, plan, options, *writer);
-  RETURN_IF_ERROR(converter.Run());
+  WriterSink sink(*writer);
+  RETURN_IF_ERROR(WalkGguf(f, *config, plan, sink, options));
   // The tokenizer travels as a small GGUF holding only the tokenizer.* metadata.
   GgufWriter tok;
   int copied = 0;

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "colibri/core/status.h"
 
 namespace colibri::model {
@@ -512,6 +514,29 @@ absl::Status GgufParser::Run(GgufFile* file) {
   // alignment is at most 2^30, so this cannot overflow).
   file->data_offset_ = (pos_ + file->alignment_ - 1) / file->alignment_ * file->alignment_;
   const uint64_t file_size = bytes_.size();
+  // A file cut short (the usual state of a huge download that stopped) is named as such, with
+  // what is missing, before any one tensor is blamed.
+  uint64_t need = 0;
+  const GgufTensorInfo* first_cut = nullptr;
+  for (const GgufTensorInfo& t : file->tensors_) {
+    if (t.offset > std::numeric_limits<uint64_t>::max() / 2 ||
+        t.size_bytes > std::numeric_limits<uint64_t>::max() / 4) {
+      continue;  // absurd values: the check below names them
+    }
+    const uint64_t end = file->data_offset_ + t.offset + t.size_bytes;
+    need = std::max(need, end);
+    if (end > file_size && (first_cut == nullptr || t.offset < first_cut->offset)) first_cut = &t;
+  }
+  if (first_cut != nullptr && need > file_size && file_size >= file->data_offset_) {
+    return absl::DataLossError(absl::StrCat(
+        "gguf: the file is truncated: ", file_size, " bytes, its tensors need ", need, " (",
+        need - file_size, " bytes missing, ",
+        absl::StrFormat("%.1f%%",
+                        100.0 * static_cast<double>(need - file_size) / static_cast<double>(need)),
+        "; tensor '", first_cut->name,
+        "' and those after it are incomplete) -- an unfinished "
+        "download?"));
+  }
   for (const GgufTensorInfo& t : file->tensors_) {
     const uint64_t available = file_size > file->data_offset_ ? file_size - file->data_offset_ : 0;
     if (t.offset > available || t.size_bytes > available - t.offset) {
@@ -558,6 +583,7 @@ absl::StatusOr<GgufFile> GgufFile::Open(const std::filesystem::path& path) {
   const std::span<const uint8_t> bytes = mapped.bytes();
   GgufFile file;
   file.file_ = std::move(mapped);  // the mapping's address does not change on move
+  file.path_ = path;
   GgufParser parser(bytes);
   absl::Status status = parser.Run(&file);
   if (!status.ok()) return Annotate(status, path.string());
@@ -687,10 +713,38 @@ const GgufTensorInfo* GgufFile::FindTensor(std::string_view name) const {
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
 }
 
+const std::filesystem::path& GgufFile::PartPath(uint32_t part) const {
+  return part == 0 ? path_ : parts_[part - 1].path_;
+}
+
+uint64_t GgufFile::PartSize(uint32_t part) const {
+  return part == 0 ? bytes_.size() : parts_[part - 1].bytes_.size();
+}
+
+uint64_t GgufFile::PartDataOffset(uint32_t part) const {
+  return part == 0 ? data_offset_ : parts_[part - 1].data_offset_;
+}
+
+uint64_t GgufFile::TensorFileOffset(const GgufTensorInfo& tensor) const {
+  return PartDataOffset(tensor.part) + tensor.offset;
+}
+
+void GgufFile::ReleasePages() const {
+  file_.ReleasePages();
+  for (const GgufFile& p : parts_) p.file_.ReleasePages();
+}
+
 std::span<const uint8_t> GgufFile::TensorData(const GgufTensorInfo& tensor) const {
   const GgufFile& f = tensor.part == 0 ? *this : parts_[tensor.part - 1];
   return f.bytes_.subspan(static_cast<size_t>(f.data_offset_ + tensor.offset),
                           static_cast<size_t>(tensor.size_bytes));
+}
+
+bool HasGgufMagic(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, 4);
+  return in.gcount() == 4 && std::memcmp(magic, "GGUF", 4) == 0;
 }
 
 absl::StatusOr<GgufFile> GgufFile::OpenSplit(const std::filesystem::path& first) {
@@ -717,6 +771,17 @@ absl::StatusOr<GgufFile> GgufFile::OpenSplit(const std::filesystem::path& first)
         absl::StrCat("split.count is ", count, " but the name does not end in '", suffix, "'"));
   }
   const std::string prefix = name.substr(0, name.size() - suffix.size());
+  std::vector<std::string> missing;
+  for (uint32_t i = 1; i < count; ++i) {
+    const std::string part = absl::StrFormat("%s-%05d-of-%05d.gguf", prefix, i + 1, count);
+    std::error_code ec;
+    if (!std::filesystem::exists(first.parent_path() / part, ec)) missing.push_back(part);
+  }
+  if (!missing.empty()) {
+    return absl::NotFoundError(absl::StrCat("gguf split '", where, "': ", missing.size(), " of ",
+                                            count, " parts missing (", absl::StrJoin(missing, ", "),
+                                            ") -- an unfinished download?"));
+  }
   for (uint32_t i = 1; i < count; ++i) {
     const std::filesystem::path path =
         first.parent_path() / absl::StrFormat("%s-%05d-of-%05d.gguf", prefix, i + 1, count);

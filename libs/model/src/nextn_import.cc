@@ -148,8 +148,8 @@ bool ParseHfExpert(std::string_view name, int64_t* expert, std::string* part) {
 
 }  // namespace
 
-absl::Status AddNextnTensor(ContainerWriter& writer, const QuantPlan& plan, int64_t index,
-                            int64_t layer, const std::string& suffix, quant::DType source,
+absl::Status AddNextnTensor(TensorSink& sink, const QuantPlan& plan, int64_t index, int64_t layer,
+                            const std::string& suffix, quant::DType source,
                             std::vector<int64_t> shape, std::span<const uint8_t> bytes) {
   if (shape.empty()) {
     return absl::InvalidArgumentError(
@@ -157,13 +157,14 @@ absl::Status AddNextnTensor(ContainerWriter& writer, const QuantPlan& plan, int6
   }
   const quant::DType dt = NextnType(plan, layer, suffix, shape, source);
   const int64_t cols = shape.back();
-  return writer.AddExtra(NextnName(index, suffix), dt, std::move(shape),
-                         ConvertRows(source, bytes, cols, dt));
+  return sink.Extra(NextnName(index, suffix), dt, std::move(shape),
+                    [=] { return ConvertRows(source, bytes, cols, dt); });
 }
 
 absl::Status ImportNextnFromHuggingFace(const SafetensorsCheckpoint& ckpt,
                                         const ModelConfig& config, const QuantPlan& plan,
                                         ContainerWriter& writer) {
+  WriterSink sink(writer);
   const std::vector<std::string> names = ckpt.Names();
   for (int64_t i = 0; i < config.nextn_layers; ++i) {
     const int64_t layer = config.n_layers + i;
@@ -193,7 +194,7 @@ absl::Status ImportNextnFromHuggingFace(const SafetensorsCheckpoint& ckpt,
       std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(v.data()),
                                      v.size() * sizeof(float));
       RETURN_IF_ERROR(
-          AddNextnTensor(writer, plan, i, layer, suffix, quant::DType::kF32, t->shape, bytes));
+          AddNextnTensor(sink, plan, i, layer, suffix, quant::DType::kF32, t->shape, bytes));
     }
     for (const auto& [part, by_id] : experts) {
       const SafetensorsTensor* first = by_id.begin()->second;
@@ -228,7 +229,7 @@ absl::Status ImportNextnFromHuggingFace(const SafetensorsCheckpoint& ckpt,
 }
 
 absl::Status ImportNextnFromGguf(const GgufFile& file, const ModelConfig& config,
-                                 const QuantPlan& plan, ContainerWriter& writer) {
+                                 const QuantPlan& plan, TensorSink& sink) {
   for (int64_t i = 0; i < config.nextn_layers; ++i) {
     const int64_t layer = config.n_layers + i;
     const std::string prefix = absl::StrCat("blk.", layer, ".");
@@ -245,7 +246,7 @@ absl::Status ImportNextnFromGguf(const GgufFile& file, const ModelConfig& config
         return absl::InvalidArgumentError(absl::StrCat("gguf: tensor '", t.name, "' is a scalar"));
       std::vector<int64_t> shape(t.dims.rbegin(),
                                  t.dims.rend());  // GGUF lists the fastest dim first
-      RETURN_IF_ERROR(AddNextnTensor(writer, plan, i, layer, suffix, t.type, std::move(shape),
+      RETURN_IF_ERROR(AddNextnTensor(sink, plan, i, layer, suffix, t.type, std::move(shape),
                                      file.TensorData(t)));
     }
   }

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "colibri/model/container.h"
 #include "colibri/model/quant_plan.h"
+#include "tensor_sink.h"
 
 namespace colibri::model {
 
@@ -29,7 +30,7 @@ absl::Status ImportNextnFromHuggingFace(const SafetensorsCheckpoint& ckpt,
                                         const ModelConfig& config, const QuantPlan& plan,
                                         ContainerWriter& writer);
 absl::Status ImportNextnFromGguf(const GgufFile& file, const ModelConfig& config,
-                                 const QuantPlan& plan, ContainerWriter& writer);
+                                 const QuantPlan& plan, TensorSink& sink);
 
 // Our suffix for a Hugging Face name below "model.layers.<L>." (experts excluded: the caller
 // stacks "mlp.experts.<e>.<x>_proj.weight" into ffn_<x>_exps); "" when not a known NextN tensor.
@@ -40,8 +41,10 @@ std::string NextnSuffixFromGguf(std::string_view name);
 
 // Adds "nextn.<index>.<suffix>" holding `bytes` (rows of `source`, shape outermost first),
 // re-encoded to the plan's type for the suffix's role (`layer` is the checkpoint's layer index).
-absl::Status AddNextnTensor(ContainerWriter& writer, const QuantPlan& plan, int64_t index,
-                            int64_t layer, const std::string& suffix, quant::DType source,
+// `bytes` must stay valid until the sink has used it (a GGUF's mapping, or the caller's buffer
+// when the sink writes at once).
+absl::Status AddNextnTensor(TensorSink& sink, const QuantPlan& plan, int64_t index, int64_t layer,
+                            const std::string& suffix, quant::DType source,
                             std::vector<int64_t> shape, std::span<const uint8_t> bytes);
 
 }  // namespace colibri::model

@@ -82,7 +82,8 @@ TEST_F(NextnImportTest, GgufBlockBecomesNamedExtraTensors) {
     ASSERT_TRUE(w.ok()) << w.status();
     auto plan = QuantPlan::Parse(preset, Config());
     ASSERT_TRUE(plan.ok());
-    ASSERT_TRUE(ImportNextnFromGguf(f, Config(), *plan, **w).ok());
+    WriterSink sink(**w);
+    ASSERT_TRUE(ImportNextnFromGguf(f, Config(), *plan, sink).ok());
     const Manifest& m = (*w)->manifest();
     ASSERT_EQ(m.extra.size(), 6u);  // block 1 is not NextN
     EXPECT_TRUE(m.dense.empty());
@@ -109,7 +110,8 @@ TEST_F(NextnImportTest, UnknownTensorOfTheBlockIsRefusedByName) {
   GgufFile f = File(true);
   auto w = ContainerWriter::Create(dir_ / "m", "m", Config(), {});
   ASSERT_TRUE(w.ok());
-  auto s = ImportNextnFromGguf(f, Config(), *QuantPlan::Parse("keep", Config()), **w);
+  WriterSink sink(**w);
+  auto s = ImportNextnFromGguf(f, Config(), *QuantPlan::Parse("keep", Config()), sink);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("blk.2.mystery.weight"), std::string::npos) << s;
 }

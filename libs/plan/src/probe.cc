@@ -24,7 +24,9 @@ DiskFacts DescribeDisk(const std::string& path, const sysinfo::Roots& roots) {
 std::vector<sysinfo::ReadExtent> ExpertExtents(const model::Container& container) {
   std::vector<sysinfo::ReadExtent> out;
   for (const auto& b : container.manifest().experts) {
-    out.push_back({container.ExpertFilePath(b), b.offset, b.padded_size});
+    b.ForEachRange([&](const model::FileRange& r) {
+      out.push_back({container.FilePath(r.file), r.offset, r.length});
+    });
   }
   return out;
 }

@@ -54,8 +54,8 @@ std::string FingerprintMismatch(const Fingerprint& p, const Fingerprint& c) {
   return absl::StrJoin(diffs, "; ");
 }
 
-std::filesystem::path DefaultTuneProfilePath(const std::filesystem::path& model_dir) {
-  return model_dir / "tune_profile.json";
+std::filesystem::path DefaultTuneProfilePath(const std::filesystem::path& state_dir) {
+  return state_dir / "tune_profile.json";
 }
 
 nlohmann::json TuneProfileToJson(const TuneProfile& p) {

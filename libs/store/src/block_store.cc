@@ -189,6 +189,13 @@ absl::Status BlockStore::AddStriped(const Catalog& catalog, const std::vector<fs
 
 absl::Status BlockStore::AddModelDir(const fs::path& dir, uint32_t disk) {
   ASSIGN_OR_RETURN(auto container, model::Container::Open(dir));
+  if (container->in_place()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "expert store: '", dir.string(),
+        "' is a GGUF; a store serves colibri model directories (convert it: colibri-convert "
+        "--input FILE.gguf --output DIR --quantize keep), or serve the GGUF in place with "
+        "colibri-server / colibri-compute without stores"));
+  }
   auto m = std::make_unique<StoredModel>();
   m->manifest_ = container->manifest();
   m->name_ = m->manifest_.name;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "colibri/core/file_util.h"
 #include "colibri/core/status.h"
+#include "colibri/model/container.h"
 #include "colibri/tokenizer/gguf_tokenizer.h"
 #include "colibri/tokenizer/tokenizer.h"
 #include "pipeline.h"
@@ -216,14 +217,6 @@ absl::StatusOr<Json> ReadOptionalJson(const std::filesystem::path& path) {
   return ParseJsonText(text, path.string());
 }
 
-bool HasGgufMagic(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  in.read(magic, 4);
-  return in.gcount() == 4 && magic[0] == 'G' && magic[1] == 'G' && magic[2] == 'U' &&
-         magic[3] == 'F';
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerFromJson(
@@ -239,8 +232,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerFromJson(
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::filesystem::path& path) {
   std::error_code ec;
+  // A GGUF served in place (or a directory holding one): its own tokenizer.* metadata.
+  ASSIGN_OR_RETURN(std::optional<std::filesystem::path> gguf, model::FindGgufModel(path));
+  if (gguf) return LoadGgufTokenizer(*gguf);
   if (std::filesystem::is_regular_file(path, ec)) {
-    if (HasGgufMagic(path)) return LoadGgufTokenizer(path);
     if (path.filename() == "tokenizer.json") return LoadTokenizer(path.parent_path());
     return absl::InvalidArgumentError(absl::StrCat(
         "'", path.string(), "' is neither a GGUF file nor a directory with tokenizer.json"));

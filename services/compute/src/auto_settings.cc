@@ -106,7 +106,7 @@ absl::StatusOr<AutoSettingsReport> ResolveAutoSettings(ComputeNodeOptions* o,
 
   // The tune profile first: its knobs are measured, so the plan is made around them.
   const std::string path = o->tune_profile.empty()
-                               ? plan::DefaultTuneProfilePath(container.dir()).string()
+                               ? plan::DefaultTuneProfilePath(container.state_dir()).string()
                                : o->tune_profile;
   if (o->tune_profile != "none") {
     auto profile = plan::ReadTuneProfile(path);

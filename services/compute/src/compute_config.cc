@@ -10,9 +10,11 @@ namespace colibri::compute {
 
 void AddComputeFlags(CLI::App* app, ComputeConfig* c) {
   ComputeNodeOptions& o = c->node.options;
-  app->add_option("--model", o.model_dir, "Model directory (manifest and dense weights)")
+  app->add_option("--model", o.model_dir,
+                  "Model: a colibri model directory, or a GGUF file served where it lies (a split "
+                  "set by any of its parts, or a directory holding one)")
       ->required()
-      ->check(CLI::ExistingDirectory);
+      ->check(CLI::ExistingPath);
   app->add_option(
       "--store", o.stores,
       "Expert store address host:port or unix:/path (repeatable: reads spread over the holders; "

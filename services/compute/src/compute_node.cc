@@ -195,6 +195,12 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(
     node->disk_ = disk.get();
     node->origin_ = std::move(disk);
   } else {
+    if (node->container_->in_place()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--model ", options.model_dir,
+          " is a GGUF served in place, which expert stores cannot serve: drop --stores, or "
+          "convert the model (colibri-convert --quantize keep) for the cluster"));
+    }
     rpc::MultiStoreOptions mo;
     mo.targets = options.stores;
     mo.model = m.name;

@@ -113,6 +113,7 @@ class ComputeNode {
   // Where evicted KV caches go (nullptr without --kv-offload-limit / --kv-persist-dir).
   const engine::KvStore* kv_store() const { return kv_store_.get(); }
   const model::Manifest& manifest() const { return container_->manifest(); }
+  const model::Container& container() const { return *container_; }
   const std::string& model_name() const { return container_->manifest().name; }
   expert_source::CacheStats cache_stats() const { return cache_->ram().Stats(); }
   expert_source::CacheTier::ClearResult ClearCache() { return cache_->Clear(); }

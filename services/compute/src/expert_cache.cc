@@ -38,8 +38,10 @@ absl::StatusOr<std::unique_ptr<ExpertCache>> ExpertCache::Create(
                                                               static_cast<int>(c.n_experts),
                                                               static_cast<int>(c.top_k));
   std::filesystem::path heat_path;
-  if (config.routing_heat != "none") {
-    heat_path = config.routing_heat.empty() ? container.dir() / "routing_heat.json"
+  // A GGUF with nowhere to keep state (read-only directory, no cache directory) keeps no heat.
+  if (config.routing_heat != "none" &&
+      !(config.routing_heat.empty() && container.state_dir().empty())) {
+    heat_path = config.routing_heat.empty() ? container.state_dir() / "routing_heat.json"
                                             : std::filesystem::path(config.routing_heat);
     absl::Status st = cache->heat_->Load(heat_path);
     if (st.ok()) {

@@ -5,9 +5,11 @@
 namespace colibri::router {
 
 void AddRouterFlags(CLI::App* app, RouterConfig* c) {
-  app->add_option("--model", c->model_dir, "Model directory (tokenizer files and manifest)")
+  app->add_option("--model", c->model_dir,
+                  "Model (its tokenizer): a colibri model directory, or a GGUF file or a "
+                  "directory holding one")
       ->required()
-      ->check(CLI::ExistingDirectory);
+      ->check(CLI::ExistingPath);
   app->add_option("--compute", c->computes,
                   "colibri-compute address host:port; several (repeated or comma-separated): each "
                   "conversation "

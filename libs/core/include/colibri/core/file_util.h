@@ -40,6 +40,9 @@ class MappedFile {
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
+  // Drops the mapping's resident pages from this process (MADV_DONTNEED); the file's pages stay
+  // in the page cache and fault back in on the next access.
+  void ReleasePages() const;
 
  private:
   const uint8_t* data_ = nullptr;

@@ -6,8 +6,10 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -84,15 +86,43 @@ class ContainerWriter {
   bool finished_ = false;
 };
 
-// An opened model directory: the validated manifest and the files it names, checked to exist
-// with the sizes the manifest needs. Thread-safe after Open (read-only).
+class GgufInPlace;
+
+// The GGUF a model path names, if it names one: a GGUF file (any part of a split set names its
+// first part), or a directory without manifest.json holding one model's GGUF. nullopt for
+// anything else (a colibri model directory); InvalidArgument listing them when a directory holds
+// several models' GGUFs.
+absl::StatusOr<std::optional<std::filesystem::path>> FindGgufModel(
+    const std::filesystem::path& path);
+
+// An opened model: a colibri model directory (the validated manifest and the files it names,
+// checked to exist with the sizes the manifest needs), or a GGUF served in place (FindGgufModel;
+// gguf_in_place.h): its manifest derived from the header with the importer's own walk, dense
+// weights converted on LoadDense, expert blocks read from their slices of the fused tensors.
+// Thread-safe after Open.
 class Container {
  public:
-  static absl::StatusOr<std::unique_ptr<Container>> Open(const std::filesystem::path& dir);
+  static absl::StatusOr<std::unique_ptr<Container>> Open(const std::filesystem::path& path);
+  ~Container();
 
   const Manifest& manifest() const { return manifest_; }
+  // The directory the manifest's file names are relative to (a GGUF's directory in place).
   const std::filesystem::path& dir() const { return dir_; }
   std::filesystem::path ExpertFilePath(const ExpertBlock& block) const { return dir_ / block.file; }
+  std::filesystem::path FilePath(const std::string& file) const { return dir_ / file; }
+  bool in_place() const { return gguf_ != nullptr; }
+  // Where state kept with the model goes (routing heat, tune profile): the model directory, or a
+  // GGUF's sidecar directory (beside it when writable, else in the cache directory; empty when
+  // neither can be written).
+  const std::filesystem::path& state_dir() const { return state_dir_; }
+  // What tokenizer::LoadTokenizer reads: the model directory, or the GGUF's first part.
+  std::filesystem::path tokenizer_path() const;
+
+  // Checks a block's bytes (as an ExpertSource landed them) against its checksum: DataLoss
+  // naming the block and `where` on a mismatch. A GGUF block read for the first time has its
+  // checksum recorded (and persisted) instead; later reads are checked against it.
+  absl::Status VerifyExpertBlock(const ExpertBlock& block, const uint8_t* data,
+                                 std::string_view where) const;
 
   // Reads dense.bin into memory and verifies every tensor's checksum.
   struct DenseWeights {
@@ -102,7 +132,7 @@ class Container {
   };
   absl::StatusOr<DenseWeights> LoadDense() const;
 
-  // Reads one expert block (padded size) with pread and verifies its checksum. Used by
+  // Reads one expert block (padded size, its ranges) with pread and verifies it. Used by
   // `colibri-cli verify` and tests; the serving path goes through an ExpertSource.
   absl::StatusOr<AlignedBytes> ReadExpertBlock(int64_t layer, int64_t expert) const;
   absl::StatusOr<AlignedBytes> ReadExpertBlock(expert_source::ExpertId id) const {
@@ -114,8 +144,10 @@ class Container {
   absl::StatusOr<AlignedBytes> ReadExtra(std::string_view name) const;
 
  private:
-  std::filesystem::path dir_;
+  Container() = default;
+  std::filesystem::path dir_, state_dir_;
   Manifest manifest_;
+  std::unique_ptr<GgufInPlace> gguf_;
 };
 
 // Views of the three matrices of an expert block held at `block_data`, and its biases when the
@@ -129,6 +161,10 @@ struct ExpertWeights {
   TensorView down_bias;  // f32 [1, hidden]
 };
 ExpertWeights ExpertWeightsOf(const ExpertBlock& block, const uint8_t* block_data);
+
+// The checksum of a block's bytes at `data`: of its `size` bytes for a container's block, of its
+// parts' bytes only for a block gathered from ranges (the rest belongs to its neighbours).
+uint64_t BlockChecksum(const ExpertBlock& block, const uint8_t* data);
 
 // Checksum mismatch error with full context.
 absl::Status ExpertChecksumError(const ExpertBlock& block, const std::string& where, uint64_t got);

@@ -117,6 +117,9 @@ struct GgufTensorInfo {
   int64_t num_rows() const;  // num_elements() / dims[0] (1 for a scalar)
 };
 
+// Whether the file starts with the GGUF magic (false when it cannot be read).
+bool HasGgufMagic(const std::filesystem::path& path);
+
 class GgufFile {
  public:
   static absl::StatusOr<GgufFile> Open(const std::filesystem::path& path);
@@ -129,6 +132,15 @@ class GgufFile {
   static absl::StatusOr<GgufFile> OpenSplit(const std::filesystem::path& first);
   // Parts of a split model (1 for a single file).
   size_t parts() const { return 1 + parts_.size(); }
+  // A part's path as opened (empty after Parse), its size and where its tensor data starts.
+  const std::filesystem::path& PartPath(uint32_t part) const;
+  uint64_t PartSize(uint32_t part) const;
+  uint64_t PartDataOffset(uint32_t part) const;
+  // Where the tensor's bytes start in its part's file.
+  uint64_t TensorFileOffset(const GgufTensorInfo& tensor) const;
+  // Drops this process's mapped pages of every part (they stay in the page cache): after a pass
+  // over tensor data, so the copy made of it is not counted twice in resident memory.
+  void ReleasePages() const;
 
   GgufFile(GgufFile&&) noexcept = default;
   GgufFile& operator=(GgufFile&&) noexcept = default;
@@ -175,6 +187,7 @@ class GgufFile {
   GgufFile() = default;
 
   MappedFile file_;  // empty for Parse()
+  std::filesystem::path path_;
   std::span<const uint8_t> bytes_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;

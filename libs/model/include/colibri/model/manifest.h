@@ -43,6 +43,18 @@ struct TensorEntry {
   int64_t cols() const { return shape.empty() ? 0 : shape.back(); }
 };
 
+// One read that lands part of a block: `length` bytes at `offset` of `file` (both multiples of
+// 4 KiB, O_DIRECT-readable) into the block's bytes at `at`. Only the first `needed` bytes must
+// exist: a range may run past the end of its file (a GGUF's last tensor), and a read that stops
+// there is not short.
+struct FileRange {
+  std::string file;  // relative to the model directory
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t at = 0;
+  uint64_t needed = 0;
+};
+
 struct ExpertBlock {
   expert_source::ExpertId id;  // (layer, expert): the same type the sources, stores and router use
   std::string file;            // relative to the model directory
@@ -51,8 +63,24 @@ struct ExpertBlock {
   uint64_t padded_size = 0;    // size rounded up to 4 KiB: what an O_DIRECT read fetches
   uint64_t checksum = 0;
   std::vector<TensorEntry> parts;  // gate [ffn, hidden], up [ffn, hidden], down [hidden, ffn]
+  // A GGUF served in place (gguf_in_place.h): the block is gathered from the 4 KiB-aligned
+  // ranges that enclose its slices of the fused expert tensors, each part's offset pointing at
+  // its slice inside them; its checksum covers the parts' bytes only (PartsChecksum) and is
+  // known only once recorded (checksum_known false until then). Empty for a container's block,
+  // which is the one range (file, offset, padded_size) at 0.
+  std::vector<FileRange> ranges;
+  bool checksum_known = true;
 
   const TensorEntry* Part(std::string_view name) const;
+  // Calls f(const FileRange&) for each read that lands the block, in block order.
+  template <typename F>
+  void ForEachRange(F&& f) const {
+    if (ranges.empty()) {
+      f(FileRange{file, offset, padded_size, 0, size});
+      return;
+    }
+    for (const FileRange& r : ranges) f(r);
+  }
 };
 
 struct Manifest {

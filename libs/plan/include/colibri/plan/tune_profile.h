@@ -55,7 +55,9 @@ Fingerprint CurrentFingerprint(const model::Manifest& manifest, const MachineFac
 // "" when equal; else which parts differ, e.g. "machine differs (profile 1a2b, this 3c4d)".
 std::string FingerprintMismatch(const Fingerprint& profile, const Fingerprint& current);
 
-std::filesystem::path DefaultTuneProfilePath(const std::filesystem::path& model_dir);
+// tune_profile.json in the model's state directory (model::Container::state_dir: the model
+// directory, or a GGUF's sidecar).
+std::filesystem::path DefaultTuneProfilePath(const std::filesystem::path& state_dir);
 nlohmann::json TuneProfileToJson(const TuneProfile& profile);
 // InvalidArgument naming the field for a malformed profile.
 absl::StatusOr<TuneProfile> TuneProfileFromJson(const nlohmann::json& j);
