@@ -5,15 +5,21 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <map>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "colibri/core/checksum.h"
 #include "colibri/core/status.h"
+#include "colibri/core/thread_pool.h"
 #include "colibri/core/units.h"
 #include "colibri/expert_source/expert_label.h"
 #include "colibri/model/gguf_reader.h"
@@ -53,6 +59,159 @@ absl::Status ExpertChecksumError(const ExpertBlock& block, const std::string& wh
 // ---------------------------------------------------------------------------------------------
 // Writer
 
+// Writes experts.bin: whole 4 KiB-padded blocks from aligned buffers with O_DIRECT (buffered
+// writes spent half a conversion's time copying into the page cache), on a thread of its own so
+// the next blocks are read and assembled meanwhile; at most kInFlight bytes queued. One fsync at
+// the end. Falls back to buffered writes where O_DIRECT is refused.
+class ContainerWriter::BlockWriter {
+ public:
+  static constexpr uint64_t kInFlight = uint64_t{256} << 20;
+
+  static absl::StatusOr<std::unique_ptr<BlockWriter>> Create(const fs::path& path) {
+    auto w = std::unique_ptr<BlockWriter>(new BlockWriter());
+    w->path_ = path;
+    w->fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w->fd_ < 0) return ErrnoStatus(errno, "create", path);
+    w->direct_fd_ = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_DIRECT);
+    w->thread_ = std::thread([p = w.get()] { p->Run(); });
+    return w;
+  }
+  ~BlockWriter() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    if (direct_fd_ >= 0) ::close(direct_fd_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  struct Buffer {
+    AlignedBytes bytes;
+    uint64_t capacity = 0;
+  };
+
+  // Queues `size` bytes (a multiple of 4 KiB) of `buffer` for `offset`; the first write error.
+  absl::Status Write(Buffer buffer, uint64_t size, uint64_t offset) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return queued_bytes_ + size <= kInFlight || queue_.empty(); });
+    if (!error_.ok()) return error_;
+    queue_.push_back({std::move(buffer), size, offset});
+    queued_bytes_ += size;
+    cv_.notify_all();
+    return absl::OkStatus();
+  }
+  // A buffer of at least `size` bytes (4 KiB aligned, contents undefined): one a finished write
+  // gave back when there is one, so steady state allocates (and faults in) nothing.
+  absl::StatusOr<Buffer> Take(uint64_t size) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto it = free_.begin(); it != free_.end(); ++it) {
+        if (it->capacity >= size) {
+          Buffer b = std::move(*it);
+          free_.erase(it);
+          free_bytes_ -= b.capacity;
+          return b;
+        }
+      }
+    }
+    ASSIGN_OR_RETURN(AlignedBytes bytes, AllocateAligned(size, 4096, /*zero=*/false));
+    return Buffer{std::move(bytes), size};
+  }
+  // Keeps a buffer for reuse (up to kInFlight bytes of them).
+  void Give(Buffer buffer) {
+    std::lock_guard<std::mutex> lock(mu_);
+    GiveLocked(std::move(buffer));
+  }
+  // Waits for every queued write, then fsyncs.
+  absl::Status Finish() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+    RETURN_IF_ERROR(error_);
+    if (::fsync(fd_) != 0) return ErrnoStatus(errno, "fsync", path_);
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Job {
+    Buffer buffer;
+    uint64_t size, offset;
+  };
+  BlockWriter() = default;
+
+  void GiveLocked(Buffer buffer) {
+    if (free_bytes_ + buffer.capacity > kInFlight) return;  // freed here
+    free_bytes_ += buffer.capacity;
+    free_.push_back(std::move(buffer));
+  }
+
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      Job job = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      absl::Status st = WriteAll(job);
+      lock.lock();
+      busy_ = false;
+      queued_bytes_ -= job.size;
+      GiveLocked(std::move(job.buffer));
+      if (!st.ok() && error_.ok()) error_ = st;
+      cv_.notify_all();
+    }
+  }
+
+  // In kPieces requests at once, as the reads: the disk queue is deeper than one.
+  absl::Status WriteAll(const Job& job) {
+    constexpr int64_t kPieces = 4;
+    const uint64_t piece = AlignUp((job.size + kPieces - 1) / kPieces, 4096);
+    std::atomic<int> err{0};
+    auto write_piece = [&](int64_t k, int fd) {
+      const uint64_t from = static_cast<uint64_t>(k) * piece;
+      const uint64_t to = std::min(job.size, from + piece);
+      uint64_t done = 0;
+      while (from + done < to) {
+        const ssize_t n = ::pwrite(fd, job.buffer.bytes.get() + from + done, to - from - done,
+                                   static_cast<off_t>(job.offset + from + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          err = n < 0 ? errno : EIO;
+          return;
+        }
+        done += static_cast<uint64_t>(n);
+      }
+    };
+    const int fd = direct_fd_ >= 0 ? direct_fd_ : fd_;
+    pool_.ParallelFor(kPieces, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t k = begin; k < end; ++k) write_piece(k, fd);
+    });
+    if (err == EINVAL && fd == direct_fd_) {  // O_DIRECT refused here: through the page cache
+      ::close(direct_fd_);
+      direct_fd_ = -1;
+      err = 0;
+      for (int64_t k = 0; k < kPieces; ++k) write_piece(k, fd_);
+    }
+    if (err != 0) return ErrnoStatus(err, "write", path_);
+    return absl::OkStatus();
+  }
+
+  fs::path path_;
+  int fd_ = -1, direct_fd_ = -1;
+  ThreadPool pool_{4};
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;
+  std::vector<Buffer> free_;
+  uint64_t queued_bytes_ = 0, free_bytes_ = 0;
+  bool busy_ = false, stop_ = false;
+  absl::Status error_;
+};
+
 absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(const fs::path& out,
                                                                          const std::string& name,
                                                                          const ModelConfig& config,
@@ -81,14 +240,14 @@ absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(const f
   w->dense_ = std::fopen((w->partial_ / "dense.bin").c_str(), "wb");
   if (w->dense_ == nullptr) return ErrnoStatus(errno, "create", w->partial_ / "dense.bin");
   if (!options.split_experts) {
-    w->experts_ = std::fopen((w->partial_ / "experts.bin").c_str(), "wb");
-    if (w->experts_ == nullptr) return ErrnoStatus(errno, "create", w->partial_ / "experts.bin");
+    ASSIGN_OR_RETURN(w->experts_, BlockWriter::Create(w->partial_ / "experts.bin"));
   }
   return w;
 }
 
 ContainerWriter::~ContainerWriter() {
-  for (std::FILE* f : {dense_, experts_, extra_}) {
+  experts_.reset();
+  for (std::FILE* f : {dense_, extra_}) {
     if (f) std::fclose(f);
   }
   if (!finished_) {
@@ -157,6 +316,23 @@ absl::Status ContainerWriter::AddTensor(std::FILE* f, uint64_t* pos, const std::
 
 absl::Status ContainerWriter::AddExpert(int64_t layer, int64_t expert,
                                         const std::vector<Part>& parts) {
+  std::vector<PartFill> fills;
+  fills.reserve(parts.size());
+  for (const Part& p : parts) {
+    fills.push_back({p.name, p.dtype, p.shape, [&p](uint8_t* dst, size_t size) -> absl::Status {
+                       if (size != p.bytes.size()) {
+                         return absl::InvalidArgumentError(absl::StrCat(
+                             "part '", p.name, "': byte size does not match shape and dtype"));
+                       }
+                       std::memcpy(dst, p.bytes.data(), size);
+                       return absl::OkStatus();
+                     }});
+  }
+  return AddExpertFrom(layer, expert, fills);
+}
+
+absl::Status ContainerWriter::AddExpertFrom(int64_t layer, int64_t expert,
+                                            const std::vector<PartFill>& parts) {
   const ModelConfig& c = manifest_.config;
   if (!manifest_.HasExpert(layer, expert)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -170,29 +346,45 @@ absl::Status ContainerWriter::AddExpert(int64_t layer, int64_t expert,
   ExpertBlock b;
   b.id = {static_cast<int32_t>(layer), static_cast<int32_t>(expert)};  // in range: checked above
   // Parts are 64-byte aligned inside the block so SIMD kernels can read them directly.
-  std::string block;
+  uint64_t at = 0;
   for (const auto& p : parts) {
     TensorEntry e;
     e.name = p.name;
     e.dtype = p.dtype;
     e.shape = p.shape;
-    ASSIGN_OR_RETURN(size_t row_bytes, quant::CheckedRowBytes(p.dtype, e.cols()));
-    if (row_bytes * static_cast<uint64_t>(e.numel() / e.cols()) != p.bytes.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(ExpertLabel(layer, expert), " part '", p.name,
-                       "': byte size does not match shape and dtype"));
+    if (e.shape.size() != 2 || e.shape[0] <= 0 || e.shape[1] <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(ExpertLabel(layer, expert), " part '", p.name,
+                                                     "': shape must be [rows, cols]"));
     }
-    block.resize(AlignUp(block.size(), 64), '\0');
-    e.offset = block.size();
-    e.size = p.bytes.size();
-    block.append(reinterpret_cast<const char*>(p.bytes.data()), p.bytes.size());
+    ASSIGN_OR_RETURN(size_t row_bytes, quant::CheckedRowBytes(p.dtype, e.cols()));
+    e.offset = AlignUp(at, 64);
+    e.size = row_bytes * static_cast<uint64_t>(e.shape[0]);
+    at = e.offset + e.size;
     b.parts.push_back(std::move(e));
   }
-  b.size = block.size();
+  b.size = at;
   b.padded_size = AlignUp(b.size, kExpertBlockAlignment);
-  b.checksum = Checksum64(block.data(), block.size());
-  block.resize(b.padded_size, '\0');
-  std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(block.data()), block.size());
+  // Assembled in an aligned buffer the O_DIRECT write takes as it is; gaps and padding zeroed.
+  BlockWriter::Buffer block;
+  if (experts_) {
+    ASSIGN_OR_RETURN(block, experts_->Take(b.padded_size));
+  } else {
+    ASSIGN_OR_RETURN(block.bytes, AllocateAligned(b.padded_size, 4096, /*zero=*/false));
+    block.capacity = b.padded_size;
+  }
+  uint8_t* data = block.bytes.get();
+  uint64_t end = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    std::memset(data + end, 0, b.parts[i].offset - end);
+    if (auto st = parts[i].fill(data + b.parts[i].offset, b.parts[i].size); !st.ok()) {
+      if (experts_) experts_->Give(std::move(block));
+      return Annotate(st, ExpertLabel(layer, expert));
+    }
+    end = b.parts[i].offset + b.parts[i].size;
+  }
+  std::memset(data + end, 0, b.padded_size - end);
+  b.checksum = Checksum64(data, b.size);
+  std::span<const uint8_t> bytes(data, b.padded_size);
   if (options_.split_experts) {
     b.file = absl::StrCat("experts/L", layer, "_E", expert, ".bin");
     b.offset = 0;
@@ -204,9 +396,9 @@ absl::Status ContainerWriter::AddExpert(int64_t layer, int64_t expert,
     if (!ok) return ErrnoStatus(errno, "write", path);
   } else {
     b.file = "experts.bin";
-    b.offset = AlignUp(experts_pos_, kExpertBlockAlignment);
-    RETURN_IF_ERROR(AppendAligned(experts_, &experts_pos_, kExpertBlockAlignment, bytes,
-                                  partial_ / "experts.bin"));
+    b.offset = experts_pos_;  // every block is padded to 4 KiB: each starts aligned
+    experts_pos_ += b.padded_size;
+    RETURN_IF_ERROR(experts_->Write(std::move(block), b.padded_size, b.offset));
   }
   manifest_.experts[idx] = std::move(b);
   expert_done_[idx] = true;
@@ -238,7 +430,11 @@ absl::Status ContainerWriter::Finish() {
   }
   manifest_.dense_size = dense_pos_;
   manifest_.extra_size = extra_pos_;
-  for (std::FILE** f : {&dense_, &experts_, &extra_}) {
+  if (experts_) {
+    RETURN_IF_ERROR(experts_->Finish());
+    experts_.reset();
+  }
+  for (std::FILE** f : {&dense_, &extra_}) {
     if (*f == nullptr) continue;
     bool ok = std::fflush(*f) == 0 && ::fsync(fileno(*f)) == 0;
     ok = (std::fclose(*f) == 0) && ok;

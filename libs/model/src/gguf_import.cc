@@ -1,6 +1,12 @@
 // GGUF (llama.cpp) file -> colibri container.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
@@ -9,6 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "colibri/core/status.h"
+#include "colibri/core/thread_pool.h"
+#include "colibri/core/units.h"
 #include "colibri/model/container.h"
 #include "colibri/model/convert.h"
 #include "colibri/model/gguf_reader.h"
@@ -147,6 +155,117 @@ absl::Status RoutingFromGguf(const GgufFile& f, const std::string& arch, ModelCo
   return absl::OkStatus();
 }
 
+// Reads one tensor's slabs, in order, with large O_DIRECT reads into an aligned window: the
+// mapping's page faults and the page cache cost more than the disk (a keep conversion spent half
+// its time in them, bench/RESULTS.md).
+class SlabReader {
+ public:
+  SlabReader(const GgufFile& f, const GgufTensorInfo& t) : f_(f), t_(t) {}
+  ~SlabReader() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  SlabReader(const SlabReader&) = delete;
+  SlabReader& operator=(const SlabReader&) = delete;
+
+  // Copies slab `index` of `count` (`size` bytes) to `dst`.
+  absl::Status SlabInto(int64_t index, int64_t count, uint8_t* dst, size_t size) {
+    const uint64_t slab = t_.size_bytes / static_cast<uint64_t>(count);
+    if (slab != size) {
+      return absl::InternalError(
+          absl::StrCat("tensor '", t_.name, "': slab of ", slab, " bytes, ", size, " expected"));
+    }
+    const uint64_t start = f_.TensorFileOffset(t_) + slab * static_cast<uint64_t>(index);
+    const uint64_t end = start + slab;
+    if (start < window_ || end > window_ + filled_) RETURN_IF_ERROR(Fill(start, end));
+    std::memcpy(dst, buffer_.get() + (start - window_), size);
+    return absl::OkStatus();
+  }
+
+ private:
+  static constexpr uint64_t kWindow = uint64_t{32} << 20;
+  static constexpr int64_t kPieces = 4;
+
+  static ThreadPool& Pool() {
+    static ThreadPool pool(kPieces);
+    return pool;
+  }
+
+  absl::Status Fill(uint64_t start, uint64_t end) {
+    const std::filesystem::path& path = f_.PartPath(t_.part);
+    if (fd_ < 0) {
+      fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+      direct_ = fd_ >= 0;
+      if (fd_ < 0) fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd_ < 0) return ErrnoStatus(errno, "open", path);
+    }
+    const uint64_t tensor_end = f_.TensorFileOffset(t_) + t_.size_bytes;
+    const uint64_t first = start / 4096 * 4096;
+    const uint64_t want = std::max(end, std::min(tensor_end, first + kWindow));
+    const uint64_t len = AlignUp(want - first, 4096);
+    if (capacity_ < len) {
+      ASSIGN_OR_RETURN(buffer_, AllocateAligned(len, 4096, /*zero=*/false));
+      capacity_ = len;
+    }
+    // In kPieces requests at once: a disk queue reads several times faster with more than one
+    // request in flight.
+    const uint64_t piece = AlignUp((len + kPieces - 1) / kPieces, 4096);
+    std::atomic<uint64_t> got[kPieces] = {};
+    std::atomic<int> err{0};
+    auto read_piece = [&](int64_t k) {
+      const uint64_t from = static_cast<uint64_t>(k) * piece;
+      const uint64_t to = std::min(len, from + piece);
+      uint64_t n_done = 0;
+      while (from + n_done < to) {
+        const ssize_t n = ::pread(fd_, buffer_.get() + from + n_done, to - from - n_done,
+                                  static_cast<off_t>(first + from + n_done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+          err = errno;
+          break;
+        }
+        if (n == 0) break;  // end of file
+        n_done += static_cast<uint64_t>(n);
+      }
+      got[k] = n_done;
+    };
+    Pool().ParallelFor(kPieces, 1, [&](int64_t begin, int64_t stop) {
+      for (int64_t k = begin; k < stop; ++k) read_piece(k);
+    });
+    if (err == EINVAL && direct_) {  // the filesystem refuses O_DIRECT: read through the cache
+      ::close(fd_);
+      fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      direct_ = false;
+      if (fd_ < 0) return ErrnoStatus(errno, "open", path);
+      err = 0;
+      for (int64_t k = 0; k < kPieces; ++k) read_piece(k);
+    }
+    if (err != 0) return ErrnoStatus(err, absl::StrCat("read tensor '", t_.name, "'"), path);
+    // The bytes present from `first` on: up to the first piece that stopped short.
+    uint64_t done = 0;
+    for (int64_t k = 0; k < kPieces; ++k) {
+      const uint64_t from = static_cast<uint64_t>(k) * piece;
+      if (from >= len) break;
+      done = from + got[k];
+      if (got[k] < std::min(len, from + piece) - from) break;
+    }
+    if (first + done < end) {
+      return absl::DataLossError(absl::StrCat("gguf '", path.string(), "': tensor '", t_.name,
+                                              "' ends past the end of the file (at ", first + done,
+                                              ", needs ", end, ")"));
+    }
+    window_ = first;
+    filled_ = done;
+    return absl::OkStatus();
+  }
+
+  const GgufFile& f_;
+  const GgufTensorInfo& t_;
+  int fd_ = -1;
+  bool direct_ = false;
+  AlignedBytes buffer_;
+  uint64_t capacity_ = 0, window_ = 0, filled_ = 0;
+};
+
 class GgufConverter {
  public:
   GgufConverter(const GgufFile& f, const ModelConfig& c, const QuantPlan& plan,
@@ -170,6 +289,40 @@ class GgufConverter {
   }
 
  private:
+  // Slab `index` of `count` of `t` as rows of `cols` in `dt`. Blocks kept as they are come from
+  // the tensor's SlabReader (read in order); conversions read the mapping.
+  absl::StatusOr<std::vector<uint8_t>> Read(const GgufTensorInfo* t, int64_t index, int64_t count,
+                                            int64_t cols, quant::DType dt) {
+    const uint64_t slab = t->size_bytes / static_cast<uint64_t>(count);
+    if (dt != t->type || f_.PartPath(t->part).empty()) {
+      return ConvertRows(
+          t->type,
+          f_.TensorData(*t).subspan(static_cast<size_t>(slab * index), static_cast<size_t>(slab)),
+          cols, dt);
+    }
+    std::vector<uint8_t> out(static_cast<size_t>(slab));
+    RETURN_IF_ERROR(ReadInto(t, index, count, cols, dt, out.data(), out.size()));
+    return out;
+  }
+  // The same into `dst` (`size` bytes: the slab's size in `dt`).
+  absl::Status ReadInto(const GgufTensorInfo* t, int64_t index, int64_t count, int64_t cols,
+                        quant::DType dt, uint8_t* dst, size_t size) {
+    if (dt != t->type || f_.PartPath(t->part).empty()) {
+      ASSIGN_OR_RETURN(std::vector<uint8_t> v, Read(t, index, count, cols, dt));
+      if (v.size() != size) {
+        return absl::InternalError(absl::StrCat("tensor '", t->name, "': ", v.size(),
+                                                " bytes converted, ", size, " expected"));
+      }
+      std::memcpy(dst, v.data(), size);
+      return absl::OkStatus();
+    }
+    std::unique_ptr<SlabReader>& r = readers_[t];
+    if (!r) r = std::make_unique<SlabReader>(f_, *t);
+    absl::Status st = r->SlabInto(index, count, dst, size);
+    if (index == count - 1) readers_.erase(t);
+    return st;
+  }
+
   absl::StatusOr<const GgufTensorInfo*> Get(const std::string& name, std::vector<int64_t> dims) {
     const GgufTensorInfo* t = f_.FindTensor(name);
     if (t == nullptr)
@@ -188,9 +341,8 @@ class GgufConverter {
                       int64_t cols, TensorKind kind, int64_t layer = -1) {
     ASSIGN_OR_RETURN(const GgufTensorInfo* t, Get(gguf_name, {cols, rows}));
     const quant::DType dt = plan_.TypeFor({kind, layer, cols}, t->type);
-    return sink_.Dense(name, dt, {rows, cols}, [this, t, cols, dt] {
-      return ConvertRows(t->type, f_.TensorData(*t), cols, dt);
-    });
+    return sink_.Dense(name, dt, {rows, cols},
+                       [this, t, cols, dt] { return Read(t, 0, 1, cols, dt); });
   }
 
   absl::Status Vector(const std::string& gguf_name, const std::string& name, int64_t n,
@@ -328,10 +480,6 @@ class GgufConverter {
     ASSIGN_OR_RETURN(const GgufTensorInfo* gate, Get(g + "ffn_gate_exps.weight", {H, F, E}));
     ASSIGN_OR_RETURN(const GgufTensorInfo* up, Get(g + "ffn_up_exps.weight", {H, F, E}));
     ASSIGN_OR_RETURN(const GgufTensorInfo* down, Get(g + "ffn_down_exps.weight", {F, H, E}));
-    auto slab = [this, E](const GgufTensorInfo* t, int64_t e) {
-      const size_t bytes = t->size_bytes / static_cast<size_t>(E);
-      return f_.TensorData(*t).subspan(static_cast<size_t>(e) * bytes, bytes);
-    };
     const quant::DType dg = plan_.TypeFor({TensorKind::kExpertGate, l, H}, gate->type);
     const quant::DType du = plan_.TypeFor({TensorKind::kExpertUp, l, H}, up->type);
     const quant::DType dd = plan_.TypeFor({TensorKind::kExpertDown, l, F}, down->type);
@@ -352,7 +500,9 @@ class GgufConverter {
       p.source = t;
       p.index = e;
       p.count = E;
-      p.bytes = [slab, t, e, cols, dt] { return ConvertRows(t->type, slab(t, e), cols, dt); };
+      p.fill = [this, t, e, E, cols, dt](uint8_t* dst, size_t size) {
+        return ReadInto(t, e, E, cols, dt, dst, size);
+      };
       return p;
     };
     for (int64_t e = 0; e < E; ++e) {
@@ -374,6 +524,7 @@ class GgufConverter {
   const QuantPlan& plan_;
   const ConvertOptions& options_;
   TensorSink& sink_;
+  std::map<const GgufTensorInfo*, std::unique_ptr<SlabReader>> readers_;
   uint64_t read_bytes_ = 0, total_bytes_ = 0;  // source tensor bytes (progress)
 };
 

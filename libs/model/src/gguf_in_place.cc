@@ -67,7 +67,7 @@ fs::path StateDir(const fs::path& first, const std::string& name) {
   }
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");
-  fs::path cache = xdg != nullptr && *xdg != '\0' ? fs::path(xdg)
+  fs::path cache = xdg != nullptr && *xdg != '\0'     ? fs::path(xdg)
                    : home != nullptr && *home != '\0' ? fs::path(home) / ".cache"
                                                       : fs::path();
   if (cache.empty()) return {};
@@ -84,10 +84,10 @@ json Identity(const GgufFile& f) {
   for (uint32_t i = 0; i < f.parts(); ++i) {
     struct stat st {};
     const fs::path& p = f.PartPath(i);
-    const int64_t mtime_ns = ::stat(p.c_str(), &st) == 0
-                                 ? static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +
-                                       st.st_mtim.tv_nsec
-                                 : 0;
+    const int64_t mtime_ns =
+        ::stat(p.c_str(), &st) == 0
+            ? static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec
+            : 0;
     const GgufTensorInfo* any = nullptr;
     for (const auto& t : f.tensors()) {
       if (t.part == i) {
@@ -117,8 +117,8 @@ uint64_t TensorBytes(quant::DType dtype, const std::vector<int64_t>& shape, cons
   for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
   auto row = quant::CheckedRowBytes(dtype, cols);
   if (!row.ok()) {
-    *error = absl::InvalidArgumentError(absl::StrCat("gguf: ", what, " tensor '", name,
-                                                     "': ", row.status().message()));
+    *error = absl::InvalidArgumentError(
+        absl::StrCat("gguf: ", what, " tensor '", name, "': ", row.status().message()));
     return 0;
   }
   return *row * static_cast<uint64_t>(rows);
@@ -174,8 +174,8 @@ class PlanSink final : public TensorSink {
                         : bad;
       }
       b.parts.push_back(std::move(e));
-      b.ranges.push_back({f_.PartPath(t.part).filename().string(), first, end - first, at,
-                          start + slab - first});
+      b.ranges.push_back(
+          {f_.PartPath(t.part).filename().string(), first, end - first, at, start + slab - first});
       at += end - first;
     }
     b.file = b.ranges.front().file;
@@ -213,10 +213,10 @@ class DenseSink final : public TensorSink {
   absl::Status Dense(const std::string& name, quant::DType, std::vector<int64_t>,
                      const Bytes& bytes) override {
     const TensorEntry* e = m_.FindDense(name);
-    const std::vector<uint8_t> v = bytes();
+    ASSIGN_OR_RETURN(const std::vector<uint8_t> v, bytes());
     if (e == nullptr || v.size() != e->size) {
-      return absl::InternalError(absl::StrCat("gguf in place: dense tensor '", name,
-                                              "' differs from its plan"));
+      return absl::InternalError(
+          absl::StrCat("gguf in place: dense tensor '", name, "' differs from its plan"));
     }
     std::memcpy(out_ + e->offset, v.data(), v.size());
     // The mapped source pages would otherwise count a second time in resident memory.
@@ -252,7 +252,8 @@ class ExtraSink final : public TensorSink {
   }
   absl::Status Extra(const std::string& name, quant::DType, std::vector<int64_t>,
                      const Bytes& bytes) override {
-    if (name == name_) bytes_ = bytes();
+    if (name != name_) return absl::OkStatus();
+    ASSIGN_OR_RETURN(bytes_, bytes());
     return absl::OkStatus();
   }
   absl::Status Expert(int64_t, int64_t, const std::vector<ExpertPart>&) override {
@@ -287,8 +288,8 @@ absl::StatusOr<std::unique_ptr<GgufInPlace>> GgufInPlace::Open(const fs::path& f
     return Annotate(st, first.string());
   for (const ExpertBlock& b : m.experts) {
     if (b.ranges.empty())
-      return absl::InternalError(absl::StrCat("gguf in place: a block of '", first.string(),
-                                              "' was not planned"));
+      return absl::InternalError(
+          absl::StrCat("gguf in place: a block of '", first.string(), "' was not planned"));
   }
   g->identity_ = Identity(g->file_);
   m.tokenizer = {{"files", json::array({first.filename().string()})},
@@ -338,9 +339,8 @@ void GgufInPlace::LoadRecorded(Manifest* m) {
   size_t n = 0;
   for (const json& e : j["experts"]) {
     uint64_t sum = 0;
-    if (!e.is_array() || e.size() != 3 || !e[0].is_number_integer() ||
-        !e[1].is_number_integer() || !e[2].is_string() ||
-        !ParseChecksumHex(e[2].get<std::string>(), &sum)) {
+    if (!e.is_array() || e.size() != 3 || !e[0].is_number_integer() || !e[1].is_number_integer() ||
+        !e[2].is_string() || !ParseChecksumHex(e[2].get<std::string>(), &sum)) {
       return ignore("malformed entry");
     }
     const int64_t layer = e[0].get<int64_t>(), expert = e[1].get<int64_t>();
@@ -359,9 +359,10 @@ void GgufInPlace::LoadRecorded(Manifest* m) {
 absl::Status GgufInPlace::FlushLocked() {
   if (state_dir_.empty()) {
     if (!warned_unsaved_) {
-      spdlog::warn("gguf in place: no writable directory beside '{}' or in the cache directory: "
-                   "expert checksums are checked within this run only",
-                   first_.string());
+      spdlog::warn(
+          "gguf in place: no writable directory beside '{}' or in the cache directory: "
+          "expert checksums are checked within this run only",
+          first_.string());
       warned_unsaved_ = true;
     }
     unsaved_ = 0;
@@ -397,10 +398,11 @@ absl::Status GgufInPlace::Record(const Manifest& m, const ExpertBlock& b, uint64
   const size_t i = m.ExpertIndex(b.id);
   if (has_[i]) {
     if (recorded_[i] == got) return absl::OkStatus();
-    return absl::DataLossError(absl::StrCat(
-        ExpertLabel(b.id), " in ", std::string(where), ": its bytes changed since they were first "
-        "read (recorded ", ChecksumHex(recorded_[i]), ", read ", ChecksumHex(got),
-        "): the GGUF was modified while being served"));
+    return absl::DataLossError(absl::StrCat(ExpertLabel(b.id), " in ", std::string(where),
+                                            ": its bytes changed since they were first "
+                                            "read (recorded ",
+                                            ChecksumHex(recorded_[i]), ", read ", ChecksumHex(got),
+                                            "): the GGUF was modified while being served"));
   }
   recorded_[i] = got;
   has_[i] = 1;

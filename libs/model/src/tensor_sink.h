@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "colibri/core/status.h"
 #include "colibri/model/container.h"
 #include "colibri/quant/dtype.h"
 
@@ -25,7 +27,7 @@ class TensorSink {
  public:
   // The tensor's bytes in its target type, produced on demand: a sink that only plans never
   // calls it, one that loads calls it for the tensors it wants.
-  using Bytes = std::function<std::vector<uint8_t>()>;
+  using Bytes = std::function<absl::StatusOr<std::vector<uint8_t>>()>;
   // One part of an expert block (gate, up, down, *_bias): slab `index` of `count` of the GGUF
   // tensor `source`, in `dtype` (the source's own type when its blocks are kept unchanged).
   struct ExpertPart {
@@ -34,7 +36,8 @@ class TensorSink {
     std::vector<int64_t> shape;  // [rows, cols]
     const GgufTensorInfo* source = nullptr;
     int64_t index = 0, count = 1;
-    Bytes bytes;
+    // Writes the part's bytes (`size`: rows x row bytes of dtype) to `dst`.
+    std::function<absl::Status(uint8_t* dst, size_t size)> fill;
   };
 
   virtual ~TensorSink() = default;
@@ -52,22 +55,20 @@ class WriterSink final : public TensorSink {
   explicit WriterSink(ContainerWriter& writer) : w_(writer) {}
   absl::Status Dense(const std::string& name, quant::DType dtype, std::vector<int64_t> shape,
                      const Bytes& bytes) override {
-    return w_.AddDense(name, dtype, std::move(shape), bytes());
+    ASSIGN_OR_RETURN(std::vector<uint8_t> b, bytes());
+    return w_.AddDense(name, dtype, std::move(shape), b);
   }
   absl::Status Extra(const std::string& name, quant::DType dtype, std::vector<int64_t> shape,
                      const Bytes& bytes) override {
-    return w_.AddExtra(name, dtype, std::move(shape), bytes());
+    ASSIGN_OR_RETURN(std::vector<uint8_t> b, bytes());
+    return w_.AddExtra(name, dtype, std::move(shape), b);
   }
   absl::Status Expert(int64_t layer, int64_t expert,
                       const std::vector<ExpertPart>& parts) override {
-    std::vector<std::vector<uint8_t>> held;
-    held.reserve(parts.size());
-    std::vector<ContainerWriter::Part> out;
-    for (const ExpertPart& p : parts) {
-      held.push_back(p.bytes());
-      out.push_back({p.name, p.dtype, p.shape, held.back()});
-    }
-    return w_.AddExpert(layer, expert, out);
+    std::vector<ContainerWriter::PartFill> out;
+    out.reserve(parts.size());
+    for (const ExpertPart& p : parts) out.push_back({p.name, p.dtype, p.shape, p.fill});
+    return w_.AddExpertFrom(layer, expert, out);
   }
 
  private:

@@ -54,6 +54,15 @@ class ContainerWriter {
   absl::Status AddDense(const std::string& name, quant::DType dtype, std::vector<int64_t> shape,
                         std::span<const uint8_t> bytes);
   absl::Status AddExpert(int64_t layer, int64_t expert, const std::vector<Part>& parts);
+  // The same, each part's bytes written by `fill` straight into the block (size: its bytes), so
+  // a kept block moves from the source's read buffer to the write without a copy in between.
+  struct PartFill {
+    std::string name;
+    quant::DType dtype;
+    std::vector<int64_t> shape;  // [rows, cols]
+    std::function<absl::Status(uint8_t* dst, size_t size)> fill;
+  };
+  absl::Status AddExpertFrom(int64_t layer, int64_t expert, const std::vector<PartFill>& parts);
   // A tensor kept in extra.bin, never loaded by the engine (manifest.h: Manifest::extra).
   absl::Status AddExtra(const std::string& name, quant::DType dtype, std::vector<int64_t> shape,
                         std::span<const uint8_t> bytes);
@@ -75,11 +84,13 @@ class ContainerWriter {
                          quant::DType dtype, std::vector<int64_t> shape,
                          std::span<const uint8_t> bytes);
 
+  class BlockWriter;  // experts.bin: O_DIRECT writes on their own thread (container.cc)
+
   std::filesystem::path out_, partial_;
   Options options_;
   Manifest manifest_;
   std::FILE* dense_ = nullptr;
-  std::FILE* experts_ = nullptr;
+  std::unique_ptr<BlockWriter> experts_;
   std::FILE* extra_ = nullptr;  // opened by the first AddExtra
   uint64_t dense_pos_ = 0, experts_pos_ = 0, extra_pos_ = 0;
   std::vector<bool> expert_done_;
