@@ -99,10 +99,9 @@ absl::StatusOr<std::string> RenderChat(const Tokenizer& tok,
                                        const std::vector<ChatMessage>& messages,
                                        const ChatOptions& options) {
   if (tok.chat_template().empty()) return RenderMistralChat(tok, messages);
-  // GLM-4.5's template iterates arguments.items(): OpenAI clients send arguments as a JSON
-  // string, which it cannot render.
-  const bool object_arguments =
-      DetectChatOutputFormat(tok.chat_template()) == ChatOutputFormat::kGlm45;
+  // GLM-4.5's and Qwen3-Coder's templates iterate arguments.items(): OpenAI clients send
+  // arguments as a JSON string, which they cannot render.
+  const bool object_arguments = RendersObjectArguments(DetectChatOutputFormat(tok.chat_template()));
   OrderedJson list = OrderedJson::array();
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];

@@ -238,4 +238,154 @@ TEST(ChatOutputTest, DetectsHarmonyAndItsSpecialTokens) {
 }
 
 }  // namespace
+
+// ---- Qwen3, Qwen3-Coder, DeepSeek, Kimi K2, Mistral ----------------------------------------
+
+json Args(const json& call) {
+  return json::parse(call["function"]["arguments"].get<std::string>());
+}
+
+TEST(ChatOutputTest, Qwen3JsonCallsAndReasoning) {
+  const std::string text =
+      "<think>\nNeed the weather.\n</think>\n\nChecking.\n<tool_call>\n{\"name\": \"get_weather\", "
+      "\"arguments\": {\"city\": \"Paris\", \"days\": 2}}\n</tool_call>\n<tool_call>\n{\"name\": "
+      "\"now\", \"arguments\": \"{\\\"tz\\\": \\\"UTC\\\"}\"}\n</tool_call>";
+  const AssistantOutput out = ParseAssistantOutput(text, ChatOutputFormat::kQwen3);
+  EXPECT_EQ(out.reasoning_content, "Need the weather.");
+  EXPECT_EQ(out.content, "Checking.");
+  ASSERT_EQ(out.tool_calls.size(), 2u);
+  EXPECT_EQ(out.tool_calls[0]["id"], "call_0");
+  EXPECT_EQ(out.tool_calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(Args(out.tool_calls[0]), (json{{"city", "Paris"}, {"days", 2}}));
+  EXPECT_EQ(Args(out.tool_calls[1]), (json{{"tz", "UTC"}}));  // arguments given as a string
+  // Not JSON, no name, arguments not an object: content, as written.
+  const std::string bad =
+      "<tool_call>{\"name\": \"f\", </tool_call><tool_call>{\"arguments\": {}}</tool_call>"
+      "<tool_call>{\"name\": \"g\", \"arguments\": [1]}</tool_call>";
+  const AssistantOutput b = ParseAssistantOutput(bad, ChatOutputFormat::kQwen3);
+  EXPECT_TRUE(b.tool_calls.empty());
+  EXPECT_EQ(b.content, bad);
+}
+
+TEST(ChatOutputTest, Qwen3CoderXmlCallsAreTypedByTheSchema) {
+  const std::string tools =
+      R"([{"type": "function", "function": {"name": "write_file", "parameters": {"type": "object",
+      "properties": {"path": {"type": "string"}, "content": {"type": "string"},
+      "mode": {"type": "integer"}}}}}])";
+  const std::string text =
+      "I'll write it.\n<tool_call>\n<function=write_file>\n<parameter=path>\nsrc/a.py\n"
+      "</parameter>\n<parameter=content>\nprint(1)\n\nx = [1, 2]\n</parameter>\n"
+      "<parameter=mode>\n644\n</parameter>\n</function>\n</tool_call>";
+  const AssistantOutput out = ParseAssistantOutput(text, ChatOutputFormat::kQwen3Coder, tools);
+  EXPECT_EQ(out.content, "I'll write it.");
+  ASSERT_EQ(out.tool_calls.size(), 1u);
+  EXPECT_EQ(out.tool_calls[0]["function"]["name"], "write_file");
+  EXPECT_EQ(Args(out.tool_calls[0]),
+            (json{{"path", "src/a.py"}, {"content", "print(1)\n\nx = [1, 2]"}, {"mode", 644}}));
+  // A parameter without its closing tag: the call stays content.
+  const std::string cut = "<tool_call>\n<function=f>\n<parameter=x>\n1\n</function>\n</tool_call>";
+  EXPECT_TRUE(ParseAssistantOutput(cut, ChatOutputFormat::kQwen3Coder).tool_calls.empty());
+}
+
+TEST(ChatOutputTest, DeepseekV31AndR1Calls) {
+  const std::string v31 =
+      "Let me look.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>{\"q\": "
+      "\"moe\"}<｜tool▁call▁end｜><｜tool▁call▁begin｜>open<｜tool▁sep｜>{\"id\": 3}"
+      "<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+  const AssistantOutput a = ParseAssistantOutput(v31, ChatOutputFormat::kDeepseek);
+  EXPECT_EQ(a.content, "Let me look.");
+  ASSERT_EQ(a.tool_calls.size(), 2u);
+  EXPECT_EQ(a.tool_calls[0]["function"]["name"], "search");
+  EXPECT_EQ(Args(a.tool_calls[0]), (json{{"q", "moe"}}));
+  EXPECT_EQ(a.tool_calls[1]["id"], "call_1");
+  EXPECT_EQ(Args(a.tool_calls[1]), (json{{"id", 3}}));
+  const std::string r1 =
+      "<think>plan</think>\n\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+      "get_weather\n```json\n{\"city\": \"Oslo\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+  const AssistantOutput b = ParseAssistantOutput(r1, ChatOutputFormat::kDeepseek);
+  EXPECT_EQ(b.reasoning_content, "plan");
+  EXPECT_EQ(b.content, "");
+  ASSERT_EQ(b.tool_calls.size(), 1u);
+  EXPECT_EQ(b.tool_calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(Args(b.tool_calls[0]), (json{{"city", "Oslo"}}));
+}
+
+TEST(ChatOutputTest, KimiCallsKeepTheModelsIds) {
+  const std::string text =
+      "On it.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+      "<|tool_call_argument_begin|>{\"city\": \"Rome\"}<|tool_call_end|><|tool_call_begin|>"
+      "functions.bash:1<|tool_call_argument_begin|>{\"cmd\": \"ls\"}<|tool_call_end|>"
+      "<|tool_calls_section_end|>";
+  const AssistantOutput out = ParseAssistantOutput(text, ChatOutputFormat::kKimiK2);
+  EXPECT_EQ(out.content, "On it.");
+  ASSERT_EQ(out.tool_calls.size(), 2u);
+  EXPECT_EQ(out.tool_calls[0]["id"], "functions.get_weather:0");
+  EXPECT_EQ(out.tool_calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(out.tool_calls[1]["id"], "functions.bash:1");
+  EXPECT_EQ(Args(out.tool_calls[1]), (json{{"cmd", "ls"}}));
+}
+
+TEST(ChatOutputTest, MistralCallsBothForms) {
+  const AssistantOutput list = ParseAssistantOutput(
+      "[TOOL_CALLS] [{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": \"b\", "
+      "\"arguments\": {}}]",
+      ChatOutputFormat::kMistral);
+  EXPECT_EQ(list.content, "");
+  ASSERT_EQ(list.tool_calls.size(), 2u);
+  EXPECT_EQ(list.tool_calls[0]["id"], "call00000");  // the template wants 9 alphanumerics
+  EXPECT_EQ(list.tool_calls[1]["id"], "call00001");
+  EXPECT_EQ(Args(list.tool_calls[0]), (json{{"x", 1}}));
+  const AssistantOutput named = ParseAssistantOutput(
+      "Sure.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Nice\"}", ChatOutputFormat::kMistral);
+  EXPECT_EQ(named.content, "Sure.");
+  ASSERT_EQ(named.tool_calls.size(), 1u);
+  EXPECT_EQ(Args(named.tool_calls[0]), (json{{"city", "Nice"}}));
+  // Cut off inside the list: content.
+  const AssistantOutput cut =
+      ParseAssistantOutput("[TOOL_CALLS] [{\"name\": \"a\", \"argu", ChatOutputFormat::kMistral);
+  EXPECT_TRUE(cut.tool_calls.empty());
+}
+
+TEST(AssistantStreamTest, EveryFormatsDeltasAddUpToTheWholeAnswer) {
+  ExpectStreamsAddUp({"<think>r</think>\nHi.\n<tool_call>\n{\"name\": \"f\", \"arguments\": "
+                      "{\"a\": 1}}\n</tool_call>\n<tool_call>\n{\"name\": \"g\"}\n</tool_call>",
+                      "no calls <tool_c at all", "<tool_call>{broken}</tool_call> after"},
+                     ChatOutputFormat::kQwen3);
+  ExpectStreamsAddUp({"x\n<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</function>\n"
+                      "</tool_call>"},
+                     ChatOutputFormat::kQwen3Coder);
+  ExpectStreamsAddUp(
+      {"A<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{}<｜tool▁call▁end｜>"
+       "<｜tool▁calls▁end｜>"},
+      ChatOutputFormat::kDeepseek);
+  ExpectStreamsAddUp({"B<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0"
+                      "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>"},
+                     ChatOutputFormat::kKimiK2);
+  ExpectStreamsAddUp({"C[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {}}]", "[TOOL no"},
+                     ChatOutputFormat::kMistral);
+}
+
+TEST(ChatOutputTest, DetectsEachFamilyFromItsTemplate) {
+  auto read = [](const std::string& name) {
+    std::ifstream f("tests/tokenizer/templates/" + name);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  };
+  EXPECT_EQ(DetectChatOutputFormat(read("deepseek_r1.jinja")), ChatOutputFormat::kDeepseek);
+  EXPECT_EQ(DetectChatOutputFormat(read("kimi_k2.jinja")), ChatOutputFormat::kKimiK2);
+  EXPECT_EQ(DetectChatOutputFormat(read("mistral_tools.jinja")), ChatOutputFormat::kMistral);
+  EXPECT_EQ(DetectChatOutputFormat("<|im_start|>assistant\n<tool_call>\n{{ tool_call | tojson }}"),
+            ChatOutputFormat::kQwen3);
+  EXPECT_EQ(DetectChatOutputFormat("<|im_start|><tool_call>\n<function={{ name }}>\n"
+                                   "<parameter={{ k }}>"),
+            ChatOutputFormat::kQwen3Coder);
+  EXPECT_TRUE(DecodesSpecialTokens(ChatOutputFormat::kDeepseek));
+  EXPECT_TRUE(DecodesSpecialTokens(ChatOutputFormat::kKimiK2));
+  EXPECT_TRUE(DecodesSpecialTokens(ChatOutputFormat::kMistral));
+  EXPECT_FALSE(DecodesSpecialTokens(ChatOutputFormat::kQwen3));
+  EXPECT_TRUE(RendersObjectArguments(ChatOutputFormat::kQwen3Coder));
+  EXPECT_FALSE(RendersObjectArguments(ChatOutputFormat::kQwen3));
+}
+
 }  // namespace colibri::tokenizer

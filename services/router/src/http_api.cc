@@ -135,7 +135,8 @@ class Handler {
       : core_(core),
         metrics_(metrics),
         options_(options),
-        format_(tokenizer::DetectChatOutputFormat(core->tokenizer().chat_template())) {}
+        format_(tokenizer::DetectChatOutputFormat(core->tokenizer().chat_template())),
+        eos_ids_(core->tokenizer().eos_ids()) {}
 
   void Error(httplib::Response& res, const std::string& endpoint, const absl::Status& status,
              bool anthropic = false) {
@@ -787,7 +788,9 @@ class Handler {
     std::string text = result.text;
     if (tokenizer::DecodesSpecialTokens(format_)) {
       std::vector<int32_t> ids;
-      for (const auto& t : tokens) ids.push_back(t.id);
+      for (const auto& t : tokens) {
+        if (Parsed(t.id)) ids.push_back(t.id);
+      }
       text = core_->tokenizer().Decode(ids, /*skip_special=*/false);
     }
     return tokenizer::ParseAssistantOutput(text, format_, r.chat_options.tools_json);
@@ -798,8 +801,18 @@ class Handler {
   std::string FormatText(const Delta& d, tokenizer::StreamDecoder* special) const {
     if (!tokenizer::DecodesSpecialTokens(format_)) return d.text;
     std::string raw;
-    for (const auto& t : d.tokens) raw += special->Push(t.id);
+    for (const auto& t : d.tokens) {
+      if (Parsed(t.id)) raw += special->Push(t.id);
+    }
     return raw;
+  }
+
+  // Whether a token decoded with its special tokens reaches the parser: the end-of-turn token
+  // does only for harmony (its <|call|> / <|return|> say how the message ended).
+  bool Parsed(int32_t id) const {
+    if (format_ == tokenizer::ChatOutputFormat::kHarmony) return true;
+    const std::vector<int32_t>& eos = eos_ids_;
+    return std::find(eos.begin(), eos.end(), id) == eos.end();
   }
 
   // Messages API content blocks of a split answer: thinking, then text, then tool_use (a text
@@ -1133,6 +1146,7 @@ class Handler {
   // Responses kept for previous_response_id and GET / DELETE: 1024 at most, 64 MiB at most.
   ResponseStore responses_{1024, 64ull << 20};
   tokenizer::ChatOutputFormat format_;  // of the model's chat template
+  std::vector<int32_t> eos_ids_;        // the model's end-of-turn tokens
 };
 
 }  // namespace

@@ -41,8 +41,9 @@ class HttpApiChatTest : public ::testing::Test {
     core_.reset();
   }
 
-  // Serves a model whose template is `chat_template` and whose every answer is `answer`.
-  void Serve(const std::string& chat_template, const std::string& answer) {
+  // Serves a model whose template is `chat_template` and whose every answer is `answer` (then
+  // the end-of-turn token when `eos`, as a model ends its turn).
+  void Serve(const std::string& chat_template, const std::string& answer, bool eos = false) {
     ASSERT_TRUE(model_->ok()) << "could not run tools/gen_tiny_model.py";
     const fs::path cfg = model_->path() / "tokenizer_config.json";
     std::ifstream in(cfg);
@@ -55,6 +56,10 @@ class HttpApiChatTest : public ::testing::Test {
     auto ids = (*tok)->Encode(answer, /*add_special=*/false);
     ASSERT_TRUE(ids.ok()) << ids.status();
     ASSERT_EQ((*tok)->Decode(*ids, false), answer);
+    if (eos) {
+      ASSERT_FALSE((*tok)->eos_ids().empty());
+      ids->push_back((*tok)->eos_ids().front());
+    }
     core_ = std::make_unique<RouterCore>(
         "tiny-moe", std::move(*tok),
         std::make_unique<FakeCompute>(*ids, &log_, generation::FinishReason::kStop), 4096);
@@ -273,6 +278,32 @@ TEST_F(HttpApiChatTest, HarmonyFinalAnswerStreamsAsContent) {
       json::array({{{"type", "thinking"}, {"thinking", "Mild, so say so."}, {"signature", ""}},
                    {{"type", "text"}, {"text", "It is mild in Paris today, about 18 degrees."}}}),
       "end_turn");
+}
+
+// Qwen3's JSON calls; Kimi K2's section of calls (decoded with special tokens: the end-of-turn
+// token the model ends with never reaches the answer), keeping the model's own call ids.
+TEST_F(HttpApiChatTest, Qwen3AndKimiToolCallsStreamAsTheyDoWhole) {
+  Serve(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>{% endfor %}"
+      "{% if tools %}<tool_call>{% endif %}",
+      "<think>Weather needs the tool.</think>\nOne moment.\n<tool_call>\n{\"name\": "
+      "\"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+  ExpectStreamMatchesWhole({{"role", "assistant"},
+                            {"content", "One moment."},
+                            {"reasoning_content", "Weather needs the tool."},
+                            {"tool_calls", OneCall("get_weather", "{\"city\":\"Paris\"}")}},
+                           "tool_calls");
+  api_.reset();
+  core_.reset();
+  Serve("{% for m in messages %}{{ m.content }}{% endfor %}<|tool_call_begin|>",
+        "Checking.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+        "<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|>"
+        "<|tool_calls_section_end|>",
+        /*eos=*/true);
+  json calls = OneCall("get_weather", "{\"city\":\"Paris\"}");
+  calls[0]["id"] = "functions.get_weather:0";
+  ExpectStreamMatchesWhole({{"role", "assistant"}, {"content", "Checking."}, {"tool_calls", calls}},
+                           "tool_calls");
 }
 
 }  // namespace

@@ -24,19 +24,31 @@
 namespace colibri::tokenizer {
 
 enum class ChatOutputFormat {
-  kPlain,    // the whole completion is content
-  kGlm45,    // <think> reasoning and <tool_call>/<arg_key>/<arg_value> calls (GLM-4.5, 4.6)
-  kHarmony,  // gpt-oss's channels: analysis = reasoning, to=functions.NAME = tool calls
+  kPlain,       // the whole completion is content
+  kGlm45,       // <think> reasoning and <tool_call>/<arg_key>/<arg_value> calls (GLM-4.5, 4.6)
+  kHarmony,     // gpt-oss's channels: analysis = reasoning, to=functions.NAME = tool calls
+  kQwen3,       // <think>; <tool_call>{"name": ..., "arguments": {...}}</tool_call> (Qwen3, 2.5)
+  kQwen3Coder,  // <tool_call><function=NAME><parameter=K>V</parameter></function></tool_call>
+  kDeepseek,  // <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}
+              // <｜tool▁call▁end｜>...<｜tool▁calls▁end｜> (V3.1), or R1 / V3's
+              // function<｜tool▁sep｜>NAME + a ```json block
+  kKimiK2,    // <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:I
+              // <|tool_call_argument_begin|>{...}<|tool_call_end|>...; ids are the model's
+  kMistral,   // [TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...] to the end, or
+              // [TOOL_CALLS]NAME[ARGS]{...}; ids of 9 alphanumerics ("call00000")
 };
 
-// The format a chat template's model writes, recognised from the template text ("<arg_key>"
-// tool calls after "<|assistant|>"; harmony's <|channel|>/<|message|>): kPlain when nothing is
-// recognised.
+// The format a chat template's model writes, recognised from the markers its template renders
+// tool calls with: kPlain when nothing is recognised.
 ChatOutputFormat DetectChatOutputFormat(std::string_view chat_template);
 
 // True when the format's markers are special tokens, so the completion must be decoded with
 // them (skip_special = false) before it is parsed.
 bool DecodesSpecialTokens(ChatOutputFormat format);
+
+// True when the format's template iterates a call's arguments as a mapping (GLM-4.5,
+// Qwen3-Coder): calls sent back in a conversation are rendered with object arguments.
+bool RendersObjectArguments(ChatOutputFormat format);
 
 struct AssistantOutput {
   std::string content;
@@ -45,7 +57,7 @@ struct AssistantOutput {
 };
 
 // Never fails: text that is not a complete, well-formed call (e.g. cut off by max_tokens) stays
-// in content. `tools_json` (the request's OpenAI tools, "" = none) types the arguments: a
+// in content. Reasoning is read from a leading <think>...</think> in every format but kPlain. `tools_json` (the request's OpenAI tools, "" = none) types the arguments: a
 // parameter the schema declares "string" stays a string even when it reads as JSON ("3");
 // others are parsed as JSON when they are JSON, else kept as strings. Tool call ids are
 // "call_<index>" in output order.
