@@ -131,11 +131,23 @@ absl::StatusOr<std::string> ToolsJson(const json& tools, std::vector<std::string
 
 }  // namespace
 
+// What the route reads, and what it accepts with no effect on a local model (docs/API.md).
+constexpr std::string_view kAnthropicFields[] = {
+    "model",  "messages", "system",      "max_tokens", "stop_sequences",
+    "stream", "tools",    "tool_choice", "thinking",   "metadata"};
+constexpr std::string_view kAnthropicNoEffect[] = {"output_config", "context_management",
+                                                   "service_tier",  "container",
+                                                   "mcp_servers",   "anthropic_beta"};
+
 absl::StatusOr<OpenAiRequest> ParseAnthropicRequest(const std::string& body,
-                                                    std::vector<std::string>* ignored) {
+                                                    std::vector<std::string>* ignored,
+                                                    std::vector<std::string>* unknown) {
   std::vector<std::string> skipped;
   ASSIGN_OR_RETURN(json j, ParseJson(body, "request body"));
   if (!j.is_object()) return absl::InvalidArgumentError("request body must be a JSON object");
+  const std::vector<std::string> strangers =
+      UnknownFields(j, {kAnthropicFields, kAnthropicNoEffect, SamplingFields()});
+  if (unknown != nullptr) *unknown = strangers;
   OpenAiRequest r;
   r.chat = true;
   if (auto m = j.find("model"); m != j.end() && !m->is_null()) {
@@ -181,12 +193,14 @@ absl::StatusOr<OpenAiRequest> ParseAnthropicRequest(const std::string& body,
     r.chat_options.extra_context_json = ThinkingContext(type != "disabled");
   }
   // Accepted with no effect on a local model (docs/API.md): effort and context management.
-  for (const char* key : {"output_config", "context_management", "service_tier", "container",
-                          "mcp_servers", "anthropic_beta"}) {
+  for (std::string_view key : kAnthropicNoEffect) {
     if (auto f = j.find(key); f != j.end() && !f->is_null() && ignored != nullptr)
-      ignored->push_back(key);
+      ignored->emplace_back(key);
   }
-  if (ignored != nullptr) ignored->insert(ignored->end(), skipped.begin(), skipped.end());
+  if (ignored != nullptr) {
+    ignored->insert(ignored->end(), skipped.begin(), skipped.end());
+    ignored->insert(ignored->end(), strangers.begin(), strangers.end());
+  }
 
   RETURN_IF_ERROR(ReadBool(j, "stream", &r.stream));
   if (auto md = j.find("metadata"); md != j.end() && !md->is_null()) {

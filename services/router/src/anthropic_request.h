@@ -21,7 +21,9 @@
 
 namespace colibri::router {
 
+// `unknown` (optional) gets the top-level fields the route does not know (also in `ignored`).
 absl::StatusOr<OpenAiRequest> ParseAnthropicRequest(const std::string& body,
-                                                    std::vector<std::string>* ignored = nullptr);
+                                                    std::vector<std::string>* ignored = nullptr,
+                                                    std::vector<std::string>* unknown = nullptr);
 
 }  // namespace colibri::router

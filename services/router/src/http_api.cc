@@ -146,6 +146,14 @@ class Handler {
     metrics_->CountRequest(endpoint, res.status);
   }
 
+  // --strict-fields: InvalidArgument naming the fields the route does not know.
+  absl::Status Strict(const std::vector<std::string>& unknown) const {
+    if (!options_.strict_fields || unknown.empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown field", unknown.size() > 1 ? "s " : " ", "'", absl::StrJoin(unknown, "', '"),
+        "' (the server refuses fields it does not know: --strict-fields)"));
+  }
+
   // Names the fields a request carried that change nothing here (x-colibri-ignored-fields), and
   // logs each name once per process (at most 256 names: a hostile client cannot grow the set).
   void ReportIgnored(httplib::Response& res, const std::vector<std::string>& ignored) {
@@ -206,9 +214,10 @@ class Handler {
 
   void Completions(const httplib::Request& req, httplib::Response& res, bool chat) {
     const std::string endpoint = chat ? "chat_completions" : "completions";
-    std::vector<std::string> ignored;
-    auto request = Prepare(req, ParseOpenAiRequest(req.body, chat, &ignored));
+    std::vector<std::string> ignored, unknown;
+    auto request = Prepare(req, ParseOpenAiRequest(req.body, chat, &ignored, &unknown));
     if (!request.ok()) return Error(res, endpoint, request.status());
+    if (auto st = Strict(unknown); !st.ok()) return Error(res, endpoint, st);
     ReportIgnored(res, ignored);
     auto r = *request;
     const std::string id = NewId(chat ? "chatcmpl-" : "cmpl-");
@@ -318,8 +327,11 @@ class Handler {
   // conversation is the instructions, the previous stored response's turns and the new input.
   void Responses(const httplib::Request& req, httplib::Response& res) {
     const std::string endpoint = "responses";
-    std::vector<std::string> ignored;
-    auto parsed = ParseResponsesRequest(req.body, &ignored);
+    std::vector<std::string> ignored, unknown;
+    auto parsed = ParseResponsesRequest(req.body, &ignored, &unknown);
+    if (parsed.ok()) {
+      if (auto st = Strict(unknown); !st.ok()) parsed = st;
+    }
     if (!parsed.ok()) return Error(res, endpoint, parsed.status());
     auto rr = std::make_shared<ResponsesRequest>(*std::move(parsed));
     const std::string owner = Owner(req);
@@ -633,8 +645,11 @@ class Handler {
   // POST /v1/messages: Anthropic's Messages API over the same request and run.
   void Messages(const httplib::Request& req, httplib::Response& res) {
     const std::string endpoint = "messages";
-    std::vector<std::string> ignored;
-    auto request = Prepare(req, ParseAnthropicRequest(req.body, &ignored));
+    std::vector<std::string> ignored, unknown;
+    auto request = Prepare(req, ParseAnthropicRequest(req.body, &ignored, &unknown));
+    if (request.ok()) {
+      if (auto st = Strict(unknown); !st.ok()) request = st;
+    }
     if (!request.ok()) return Error(res, endpoint, request.status(), /*anthropic=*/true);
     ReportIgnored(res, ignored);
     auto r = *request;
@@ -1208,6 +1223,9 @@ void AddHttpFlags(CLI::App* app, HttpOptions* o) {
          },
          "Largest request body accepted (413 above it)")
       ->default_str("8M");
+  app->add_flag("--strict-fields", o->strict_fields,
+                "Refuse request fields the API route does not know (400 naming them) instead of "
+                "ignoring them with a warning");
   AddHttpLimitFlags(app, &o->limits);
 }
 

@@ -38,6 +38,9 @@ struct HttpOptions {
   // any name otherwise. Entries are names or addresses without a port; "*" accepts any.
   std::vector<std::string> allowed_hosts;
   size_t max_request_bytes = 8 << 20;  // request bodies above this are refused (413)
+  // A request field the route does not know is a 400 naming it instead of being ignored (and
+  // named in x-colibri-ignored-fields); fields with no effect by design stay accepted.
+  bool strict_fields = false;
   // Extra JSON endpoints (colibri-server's /admin/...), behind the same API key; a GET /health
   // among them replaces the plain one (and stays open like it).
   std::vector<metrics::HttpRoute> extra_routes;

@@ -67,6 +67,7 @@ class HttpApiChatTest : public ::testing::Test {
     HttpOptions options;
     options.port = 0;
     options.threads = 2;
+    options.strict_fields = strict_;
     auto api = HttpApi::Start(core_.get(), metrics_.get(), options);
     ASSERT_TRUE(api.ok()) << api.status();
     api_ = std::move(*api);
@@ -205,6 +206,7 @@ class HttpApiChatTest : public ::testing::Test {
   }
 
   static MicroModelDir* model_;
+  bool strict_ = false;
   FakeCompute::Log log_;
   std::unique_ptr<RouterCore> core_;
   std::unique_ptr<RouterMetrics> metrics_;
@@ -304,6 +306,47 @@ TEST_F(HttpApiChatTest, Qwen3AndKimiToolCallsStreamAsTheyDoWhole) {
   calls[0]["id"] = "functions.get_weather:0";
   ExpectStreamMatchesWhole({{"role", "assistant"}, {"content", "Checking."}, {"tool_calls", calls}},
                            "tool_calls");
+}
+
+// Unknown fields: ignored and named by default; refused by name with --strict-fields, on each of
+// the three APIs, while fields with no effect by design stay accepted.
+TEST_F(HttpApiChatTest, StrictFieldsRefusesUnknownFieldsByName) {
+  auto post = [&](const std::string& path, json body) {
+    httplib::Client client("127.0.0.1", api_->port());
+    auto res = client.Post(path, body.dump(), "application/json");
+    EXPECT_TRUE(res);
+    return res ? std::make_pair(res->status, res->body + " | " +
+                                                 res->get_header_value("x-colibri-ignored-fields"))
+               : std::make_pair(0, std::string());
+  };
+  const json chat = {{"model", "tiny-moe"}, {"messages", Question()}, {"max_tokens", 4}};
+  const json messages = {{"model", "tiny-moe"}, {"messages", Question()}, {"max_tokens", 4}};
+  const json responses = {{"model", "tiny-moe"}, {"input", "hi"}, {"max_output_tokens", 4}};
+  for (bool strict : {false, true}) {
+    SCOPED_TRACE(strict);
+    api_.reset();
+    core_.reset();
+    strict_ = strict;
+    Serve("{% for m in messages %}{{ m.content }}{% endfor %}", "Hello there.");
+    for (const auto& [path, base] :
+         {std::pair{"/v1/chat/completions", chat}, std::pair{"/v1/messages", messages},
+          std::pair{"/v1/responses", responses}}) {
+      json with_unknown = base;
+      with_unknown["frobnicate"] = 1;
+      with_unknown["metadata"] = {{"user_id", "u"}};  // no effect by design: never refused
+      auto [status, body] = post(path, with_unknown);
+      if (strict) {
+        EXPECT_EQ(status, 400) << path << ": " << body;
+        EXPECT_NE(body.find("unknown field 'frobnicate'"), std::string::npos) << body;
+      } else {
+        EXPECT_EQ(status, 200) << path << ": " << body;
+        EXPECT_NE(body.find("frobnicate"), std::string::npos) << path << ": " << body;
+      }
+      json plain = base;
+      plain["metadata"] = {{"user_id", "u"}};
+      EXPECT_EQ(post(path, plain).first, 200) << path;
+    }
+  }
 }
 
 }  // namespace

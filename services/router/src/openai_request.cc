@@ -1,5 +1,6 @@
 #include "openai_request.h"
 
+#include <algorithm>
 #include <initializer_list>
 #include <span>
 
@@ -17,57 +18,61 @@ namespace {
 
 // Every field the two routes read; any other field (metadata, store, service_tier ... change
 // nothing on a local model: docs/API.md) is named in `ignored`.
-constexpr const char* kChatFields[] = {"model",
-                                       "messages",
-                                       "stream",
-                                       "stream_options",
-                                       "return_token_ids",
-                                       "tools",
-                                       "tool_choice",
-                                       "parallel_tool_calls",
-                                       "chat_template_kwargs",
-                                       "response_format",
-                                       "reasoning_effort",
-                                       "logit_bias",
-                                       "session_id",
-                                       "user",
-                                       "n",
-                                       "temperature",
-                                       "top_p",
-                                       "top_k",
-                                       "min_p",
-                                       "presence_penalty",
-                                       "frequency_penalty",
-                                       "repetition_penalty",
-                                       "seed",
-                                       "ignore_eos",
-                                       "min_tokens",
-                                       "max_tokens",
-                                       "max_completion_tokens",
-                                       "logprobs",
-                                       "top_logprobs",
-                                       "stop"};
-constexpr const char* kCompletionFields[] = {"prompt", "echo", "suffix", "best_of"};
+constexpr std::string_view kChatFields[] = {"model",
+                                            "messages",
+                                            "stream",
+                                            "stream_options",
+                                            "return_token_ids",
+                                            "tools",
+                                            "tool_choice",
+                                            "parallel_tool_calls",
+                                            "chat_template_kwargs",
+                                            "response_format",
+                                            "reasoning_effort",
+                                            "logit_bias",
+                                            "session_id",
+                                            "user",
+                                            "n",
+                                            "temperature",
+                                            "top_p",
+                                            "top_k",
+                                            "min_p",
+                                            "presence_penalty",
+                                            "frequency_penalty",
+                                            "repetition_penalty",
+                                            "seed",
+                                            "ignore_eos",
+                                            "min_tokens",
+                                            "max_tokens",
+                                            "max_completion_tokens",
+                                            "logprobs",
+                                            "top_logprobs",
+                                            "stop"};
+constexpr std::string_view kCompletionFields[] = {"prompt", "echo", "suffix", "best_of"};
 
-bool Listed(const std::string& key, std::initializer_list<std::span<const char* const>> lists) {
-  for (const auto& list : lists) {
-    for (const char* k : list) {
-      if (key == k) return true;
-    }
-  }
-  return false;
-}
+// Accepted with no effect on a local model by design (docs/API.md): named in the ignored fields,
+// never refused.
+constexpr std::string_view kNoEffectFields[] = {
+    "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier", "prediction"};
 
 }  // namespace
 
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool chat,
-                                                 std::vector<std::string>* ignored) {
+                                                 std::vector<std::string>* ignored,
+                                                 std::vector<std::string>* unknown) {
   ASSIGN_OR_RETURN(json j, ParseJson(body, "request body"));
   if (!j.is_object()) return absl::InvalidArgumentError("request body must be a JSON object");
-  for (const auto& [key, value] : j.items()) {
-    if (ignored == nullptr || value.is_null()) continue;
-    if (!Listed(key, {kChatFields, kCompletionFields})) ignored->push_back(key);
+  const std::vector<std::string> strangers =
+      UnknownFields(j, {kChatFields, kCompletionFields, kNoEffectFields});
+  if (ignored != nullptr) {  // in the body's order
+    for (const auto& [key, value] : j.items()) {
+      if (value.is_null()) continue;
+      bool named = std::find(strangers.begin(), strangers.end(), key) != strangers.end();
+      for (std::string_view k : kNoEffectFields) named = named || key == k;
+      if (named) ignored->push_back(key);
+    }
   }
+  if (unknown != nullptr) *unknown = strangers;
   OpenAiRequest r;
   r.chat = chat;
   if (j.contains("model")) {

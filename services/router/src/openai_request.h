@@ -29,7 +29,9 @@ struct OpenAiRequest {
 // Fields the routes do not know are named in `ignored` (the x-colibri-ignored-fields header);
 // fields that would change the output but are not done (response_format json, forced tool
 // calls, logit_bias, echo, suffix, best_of > 1) are InvalidArgument naming them.
+// `unknown` (optional) gets the fields the route does not know (also in `ignored`).
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool chat,
-                                                 std::vector<std::string>* ignored = nullptr);
+                                                 std::vector<std::string>* ignored = nullptr,
+                                                 std::vector<std::string>* unknown = nullptr);
 
 }  // namespace colibri::router

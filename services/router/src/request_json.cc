@@ -72,6 +72,29 @@ std::string EffortThinkingContext(const std::string& effort) {
   return ThinkingContext(effort != "none" && effort != "minimal");
 }
 
+namespace {
+constexpr std::string_view kSampling[] = {
+    "temperature",        "top_p", "min_p", "presence_penalty", "frequency_penalty",
+    "repetition_penalty", "top_k", "seed",  "ignore_eos",       "min_tokens"};
+}  // namespace
+
+std::span<const std::string_view> SamplingFields() { return kSampling; }
+
+std::vector<std::string> UnknownFields(
+    const json& j, std::initializer_list<std::span<const std::string_view>> known) {
+  std::vector<std::string> out;
+  if (!j.is_object()) return out;
+  for (const auto& [key, value] : j.items()) {
+    if (value.is_null()) continue;
+    bool listed = false;
+    for (const auto& list : known) {
+      for (std::string_view k : list) listed = listed || key == k;
+    }
+    if (!listed) out.push_back(key);
+  }
+  return out;
+}
+
 absl::Status ReadSamplingFields(const json& j, TextRequest* p) {
   p->sampling.temperature = 1.0f;
   RETURN_IF_ERROR(ReadNumber(j, "temperature", &p->sampling.temperature));

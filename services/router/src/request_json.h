@@ -4,7 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -39,5 +43,13 @@ absl::StatusOr<std::string> ReadTextContent(const nlohmann::json& c, const std::
 // Anthropic's), top_p, top_k, min_p, the three penalties, seed (absent: random), and the vLLM /
 // llama-server extensions ignore_eos and min_tokens. Ranges are ValidateTextRequest's.
 absl::Status ReadSamplingFields(const nlohmann::json& j, TextRequest* request);
+// The fields ReadSamplingFields reads.
+std::span<const std::string_view> SamplingFields();
+
+// The top-level fields of `j` (null ones aside) in none of `known` (what the route reads, and
+// what it accepts with no effect by design): fields it does not know. Each route names them in
+// x-colibri-ignored-fields; with --strict-fields they are refused (HttpOptions::strict_fields).
+std::vector<std::string> UnknownFields(
+    const nlohmann::json& j, std::initializer_list<std::span<const std::string_view>> known);
 
 }  // namespace colibri::router

@@ -178,10 +178,41 @@ absl::StatusOr<json> FunctionTools(const json& tools, const std::string& field,
 
 }  // namespace
 
+// What the route reads, and what it accepts with no effect on a local model (docs/API.md).
+constexpr std::string_view kResponsesFields[] = {"model",
+                                                 "input",
+                                                 "instructions",
+                                                 "tools",
+                                                 "tool_choice",
+                                                 "parallel_tool_calls",
+                                                 "reasoning",
+                                                 "text",
+                                                 "max_output_tokens",
+                                                 "previous_response_id",
+                                                 "store",
+                                                 "stream",
+                                                 "background",
+                                                 "metadata"};
+constexpr std::string_view kResponsesNoEffect[] = {"include",
+                                                   "prompt_cache_key",
+                                                   "client_metadata",
+                                                   "metadata",
+                                                   "user",
+                                                   "service_tier",
+                                                   "truncation",
+                                                   "safety_identifier",
+                                                   "prompt_cache_retention",
+                                                   "stream_options"};
+
 absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body,
-                                                       std::vector<std::string>* ignored) {
+                                                       std::vector<std::string>* ignored,
+                                                       std::vector<std::string>* unknown) {
   ASSIGN_OR_RETURN(json j, ParseJson(body, "request body"));
   if (!j.is_object()) return absl::InvalidArgumentError("request body must be a JSON object");
+  const std::vector<std::string> strangers =
+      UnknownFields(j, {kResponsesFields, kResponsesNoEffect, SamplingFields()});
+  if (unknown != nullptr) *unknown = strangers;
+  ignored->insert(ignored->end(), strangers.begin(), strangers.end());
   ResponsesRequest r;
   OpenAiRequest& c = r.chat;
   c.chat = true;
@@ -259,10 +290,8 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body,
       ignored->push_back("text.verbosity");
   }
   if (auto md = j.find("metadata"); md != j.end() && !md->is_null()) r.metadata = *md;
-  for (const char* key :
-       {"include", "prompt_cache_key", "client_metadata", "metadata", "user", "service_tier",
-        "truncation", "safety_identifier", "prompt_cache_retention", "stream_options"}) {
-    if (auto f = j.find(key); f != j.end() && !f->is_null()) ignored->push_back(key);
+  for (std::string_view key : kResponsesNoEffect) {
+    if (auto f = j.find(key); f != j.end() && !f->is_null()) ignored->emplace_back(key);
   }
 
   TextRequest& p = c.params;

@@ -40,7 +40,9 @@ struct ResponsesRequest {
   bool max_output_tokens_given = false;
 };
 
+// `unknown` (optional) gets the top-level fields the route does not know (also in `ignored`).
 absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body,
-                                                       std::vector<std::string>* ignored);
+                                                       std::vector<std::string>* ignored,
+                                                       std::vector<std::string>* unknown = nullptr);
 
 }  // namespace colibri::router
