@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <mutex>
 #include <system_error>
 
 #include "absl/strings/match.h"
@@ -14,6 +15,7 @@
 #include "colibri/core/file_util.h"
 #include "colibri/core/json.h"
 #include "colibri/core/progress.h"
+#include "colibri/core/thread_pool.h"
 #include "colibri/core/units.h"
 #include "colibri/expert_source/expert_label.h"
 #include "colibri/model/container.h"
@@ -102,12 +104,20 @@ std::vector<Finding> CheckGgufModel(const fs::path& file, bool deep, ModelFacts*
   };
   if (auto d = (*c)->LoadDense(); !d.ok()) note(d.status());
   ProgressMeter bar("verify", stderr, ::isatty(2) != 0);
+  // Four blocks in flight: a disk reads several times faster with more than one request queued.
+  std::mutex mu;
   uint64_t done = 0;
-  for (const auto& b : m.experts) {
-    if (auto blk = (*c)->ReadExpertBlock(b.id); !blk.ok()) note(blk.status());
-    done += b.padded_size;
-    bar.Update(done, m.PaddedExpertBytes());
-  }
+  ThreadPool pool(4);
+  pool.ParallelFor(static_cast<int64_t>(m.experts.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const model::ExpertBlock& b = m.experts[static_cast<size_t>(i)];
+      auto blk = (*c)->ReadExpertBlock(b.id);
+      std::lock_guard<std::mutex> lock(mu);
+      if (!blk.ok()) note(blk.status());
+      done += b.padded_size;
+      bar.Update(done, m.PaddedExpertBytes());
+    }
+  });
   bar.Finish();
   if (bad > 0) {
     out.push_back(Error("model",
