@@ -303,7 +303,11 @@ class Oracle(unittest.TestCase):
                 self.assertLess(np.abs(np.load(out) - ref_logits).max(), 1e-3)
                 testlib.cli_run(model, tokens + ref_ids, 0, out)
                 ours = np.load(out)
-                self.assertLessEqual(np.median(np.abs(ours - ref_logits).max(1)), 0.4)
+                # The GGUF twin's error against its reference is 0.29 (issue 36 item 5, which saw
+                # 0.47 here). Measured now (Xeon, AVX-512): 0.26 / 0.31 / 0.26 for p1 / p16 / p64,
+                # and 0.32 / 0.30 / 0.25 with the non-expert tensors left F32: the BF16 weights and
+                # activations do not add error beyond the MXFP4 experts', so both paths agree.
+                self.assertLessEqual(np.median(np.abs(ours - ref_logits).max(1)), 0.35)
                 self.assertGreaterEqual((ours.argmax(1) == ref_logits.argmax(1)).mean(), 0.85)
 
     def test_gptoss_mxfp4_gguf_kept(self):
