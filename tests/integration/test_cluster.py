@@ -319,6 +319,52 @@ class DeepseekClusterTest(testlib.ServicesTestCase):
         self.assertGreater(metric(text, 'colibri_store_bytes_served_total'), 64 * 24576)
 
 
+@unittest.skipUnless(os.path.isdir(testlib.ORACLE), f'peer oracle not found at {testlib.ORACLE}')
+class GgufClusterTest(testlib.ServicesTestCase):
+    """A downloaded GGUF in the cluster without a conversion: the expert store imports the file
+    where it lies onto its two disks, compute and router read the same file (dense weights,
+    tokenizer, the manifest derived from its header); compute's cache holds about three of its
+    blocks. The router's greedy tokens are the embedded server's on the same file."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = testlib.tempdir('colibri-cluster-gguf-')
+        os.makedirs(os.path.join(cls.dir, 'models'))
+        gguf = os.path.join(cls.dir, 'models', 'tiny.gguf')
+        os.symlink(os.path.join(testlib.ORACLE, 'mixtral-tiny-q4_k_m.gguf'), gguf)
+        disks = []
+        for i in range(2):
+            disks += ['--disk', os.path.join(cls.dir, f'disk{i}')]
+        testlib.run([testlib.binary('colibri-expert-store'), 'import', '--model', gguf, *disks])
+        store = cls.start('colibri-expert-store', [*disks, '--listen', '127.0.0.1:0', '--metrics-port', '0'],
+                          ('--port-file', '--metrics-port-file'))
+        compute = cls.start('colibri-compute', ['--model', gguf, '--store', f'127.0.0.1:{store.port()}',
+                                                '--listen', '127.0.0.1:0', '--expert-cache-size', '800K',
+                                                '--metrics-port', '0', '--threads', '2'],
+                            ('--port-file', '--metrics-port-file'))
+        router = cls.start('colibri-router', ['--model', gguf, '--compute', f'127.0.0.1:{compute.port()}',
+                                              '--port', '0', '--host', '127.0.0.1'])
+        server = cls.start('colibri-server', ['--model', gguf, '--port', '0', '--host', '127.0.0.1',
+                                              '--expert-cache-size', '800K', '--threads', '2'])
+        cls.store = store
+        cls.urls = {'cluster': f'http://127.0.0.1:{router.port()}', 'embedded': f'http://127.0.0.1:{server.port()}'}
+
+    def test_greedy_tokens_are_the_embedded_servers(self):
+        with open(os.path.join(testlib.ORACLE, 'mixtral-tiny-q4_k_m.p64.json')) as f:
+            j = json.load(f)
+        body = {'prompt': j['prompt_ids'], 'max_tokens': 24, 'temperature': 0, 'ignore_eos': True,
+                'return_token_ids': True}
+        got = {}
+        for label, url in self.urls.items():
+            status, text = testlib.http('POST', url + '/v1/completions', body)
+            self.assertEqual(status, 200, text)
+            got[label] = json.loads(text)['choices'][0]['token_ids']
+        self.assertEqual(len(got['embedded']), 24)
+        self.assertEqual(got['cluster'], got['embedded'])
+        status, text = testlib.http('GET', f'http://127.0.0.1:{self.store.port("--metrics-port-file")}/metrics')
+        self.assertGreater(metric(text, 'colibri_store_bytes_served_total'), 0)
+
+
 class OverloadAndOutageTest(unittest.TestCase):
     """A full queue is 429 and a compute node that went away is 503, in OpenAI's error shape."""
 

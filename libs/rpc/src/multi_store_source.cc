@@ -81,6 +81,7 @@ absl::StatusOr<std::unique_ptr<MultiStoreSource::Store>> MultiStoreSource::MakeS
   ro.shm_bytes = options_.shm_bytes;
   ro.transport = options_.transport;
   ro.arena = options_.arena;
+  ro.verify = options_.verify;
   auto s = std::make_unique<Store>();
   ASSIGN_OR_RETURN(s->source, RemoteStoreSource::Create(ro, manifest_));
   // A broken stream marks the store down at once, even with nothing in flight on it.
@@ -372,8 +373,9 @@ RemoteStoreSource::Callback MultiStoreSource::OnPart(const std::shared_ptr<Reque
     }
     if (assembled) {
       const model::ExpertBlock& want = manifest_->Expert(req->id);
-      const uint64_t got = Checksum64(assembled->data(), want.size);
-      if (got == want.checksum) {
+      const absl::Status check =
+          VerifyReceived(options_.verify, want, assembled->data(), "parts from several stores");
+      if (check.ok()) {
         {
           std::lock_guard<std::mutex> lock(req->mu);
           req->finished = true;
@@ -383,7 +385,7 @@ RemoteStoreSource::Callback MultiStoreSource::OnPart(const std::shared_ptr<Reque
         return;
       }
       // One of the holders sent wrong bytes: read the block whole (a store verifies it).
-      const absl::Status bad = model::ExpertChecksumError(want, "parts from several stores", got);
+      const absl::Status& bad = check;
       spdlog::warn("{}; reading it whole from one store", std::string(bad.message()));
       std::lock_guard<std::mutex> lock(req->mu);
       req->split->failed = true;

@@ -15,6 +15,14 @@
 
 namespace colibri::rpc {
 
+absl::Status VerifyReceived(const BlockVerifier& verify, const model::ExpertBlock& block,
+                            const uint8_t* data, std::string_view where) {
+  if (verify) return verify(block, data, where);
+  const uint64_t got = Checksum64(data, block.size);
+  if (got == block.checksum) return absl::OkStatus();
+  return model::ExpertChecksumError(block, std::string(where), got);
+}
+
 using expert_source::Block;
 using expert_source::ExpertId;
 using expert_source::Lease;
@@ -479,13 +487,16 @@ void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp,
       return;
     }
     const uint8_t* bytes = p.arena->region().data() + p.shm_offset;
-    const uint64_t got = Checksum64(bytes, want.size);
-    if (got != want.checksum || d.block_checksum() != want.checksum) {
+    absl::Status check = VerifyReceived(options_.verify, want, bytes,
+                                        absl::StrCat(options_.target, " (shared memory)"));
+    if (check.ok() && d.block_checksum() != want.checksum) {
+      check = absl::DataLossError(absl::StrCat(
+          ExpertLabel(want.id), " from ", options_.target, ": the store's checksum ",
+          ChecksumHex(d.block_checksum()), " is not the manifest's ", ChecksumHex(want.checksum)));
+    }
+    if (!check.ok()) {
       free_slot();
-      FinishLocked(
-          rid,
-          model::ExpertChecksumError(want, absl::StrCat(options_.target, " (shared memory)"), got),
-          out);
+      FinishLocked(rid, check, out);
       return;
     }
     auto block = std::make_shared<Block>();
@@ -545,9 +556,9 @@ void RemoteStoreSource::HandleResponseLocked(const v1::FetchResponse& resp,
     FinishLocked(rid, Lease(p.block), out);
     return;
   }
-  const uint64_t got = Checksum64(p.block->data(), want.size);
-  if (got != want.checksum) {
-    FinishLocked(rid, model::ExpertChecksumError(want, options_.target, got), out);
+  if (absl::Status check = VerifyReceived(options_.verify, want, p.block->data(), options_.target);
+      !check.ok()) {
+    FinishLocked(rid, check, out);
     return;
   }
   stats_.blocks++;

@@ -192,9 +192,8 @@ absl::Status BlockStore::AddModelDir(const fs::path& dir, uint32_t disk) {
   if (container->in_place()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "expert store: '", dir.string(),
-        "' is a GGUF; a store serves colibri model directories (convert it: colibri-convert "
-        "--input FILE.gguf --output DIR --quantize keep), or serve the GGUF in place with "
-        "colibri-server / colibri-compute without stores"));
+        "' is a GGUF; a store serves it from its own disks: import it (colibri-expert-store "
+        "import --model FILE.gguf --disk ...), then serve with --disk"));
   }
   auto m = std::make_unique<StoredModel>();
   m->manifest_ = container->manifest();

@@ -149,7 +149,14 @@ absl::StatusOr<ImportResult> ImportModel(const fs::path& model_dir, const StoreL
     return absl::InvalidArgumentError(
         absl::StrCat("layers ", first, "-", last, " are not within the model's 0-", n_layers - 1));
   }
-  ASSIGN_OR_RETURN(std::string manifest_text, ReadFileToString(model_dir / "manifest.json"));
+  // A GGUF imported where it lies has no manifest.json: its derived manifest (its parts'
+  // identity included, so a changed file is a different source).
+  std::string manifest_text;
+  if (container->in_place()) {
+    manifest_text = model::ManifestToJson(man).dump(1);
+  } else {
+    ASSIGN_OR_RETURN(manifest_text, ReadFileToString(model_dir / "manifest.json"));
+  }
   const uint64_t manifest_checksum = Checksum64(manifest_text.data(), manifest_text.size());
 
   ASSIGN_OR_RETURN(WritableStore st, OpenStore(loc, /*create=*/true));

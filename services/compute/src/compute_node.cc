@@ -195,13 +195,15 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(
     node->disk_ = disk.get();
     node->origin_ = std::move(disk);
   } else {
-    if (node->container_->in_place()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--model ", options.model_dir,
-          " is a GGUF served in place, which expert stores cannot serve: drop --stores, or "
-          "convert the model (colibri-convert --quantize keep) for the cluster"));
-    }
     rpc::MultiStoreOptions mo;
+    // A GGUF in place: the stores imported the same file (colibri-expert-store import --model
+    // FILE.gguf), so their blocks are its blocks; checksums are recorded as they arrive.
+    if (node->container_->in_place()) {
+      mo.verify = [c = node->container_.get()](const model::ExpertBlock& b, const uint8_t* data,
+                                               std::string_view where) {
+        return c->VerifyExpertBlock(b, data, where);
+      };
+    }
     mo.targets = options.stores;
     mo.model = m.name;
     mo.client_name = options.client_name;

@@ -60,10 +60,13 @@ void AddStoreFlags(CLI::App* app, StoreConfig* c) {
       ->check(CLI::NonNegativeNumber);
 
   auto* imp = app->add_subcommand(
-      "import", "Stripe a converted model directory onto the disks (atomic, resumable)");
-  imp->add_option("--model", c->import_model, "Converted model directory")
+      "import",
+      "Stripe a model onto the disks (atomic, resumable): a converted model directory, or a "
+      "GGUF file read where it lies");
+  imp->add_option("--model", c->import_model,
+                  "Converted model directory, or a GGUF file (a split set by any of its parts)")
       ->required()
-      ->check(CLI::ExistingDirectory);
+      ->check(CLI::ExistingPath);
   imp->add_option("--disk", c->sub_disks,
                   "A disk root (repeatable; the first import creates the store)")
       ->required();

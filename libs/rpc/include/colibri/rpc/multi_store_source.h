@@ -53,6 +53,7 @@ struct MultiStoreOptions {
   uint64_t split_min_bytes = 1 << 20;
   std::shared_ptr<const auth::Transport> transport;  // see RemoteStoreOptions
   BlockArena* arena = nullptr;                       // see RemoteStoreOptions
+  BlockVerifier verify;                              // see RemoteStoreOptions
 };
 
 struct StoreState {

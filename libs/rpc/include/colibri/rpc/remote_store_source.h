@@ -25,6 +25,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -44,6 +45,13 @@ namespace colibri::rpc {
 
 class ShmArena;
 
+// A received block's check: OK, or DataLoss naming the block and `where`.
+using BlockVerifier = std::function<absl::Status(const model::ExpertBlock& block,
+                                                 const uint8_t* data, std::string_view where)>;
+// `verify` when set, else the block's bytes against the manifest's checksum.
+absl::Status VerifyReceived(const BlockVerifier& verify, const model::ExpertBlock& block,
+                            const uint8_t* data, std::string_view where);
+
 struct RemoteStoreOptions {
   std::string target;  // host:port or unix:/path
   std::string model;   // model name as the store knows it
@@ -58,6 +66,9 @@ struct RemoteStoreOptions {
   // block that finds no slot fails ResourceExhausted (the reader thread never waits). nullptr:
   // the process-wide buffer pool.
   BlockArena* arena = nullptr;
+  // Checks a received block's bytes. Unset: against the manifest's checksum; a GGUF served in
+  // place passes its Container's VerifyExpertBlock (checksums recorded on first read).
+  BlockVerifier verify;
 };
 
 struct RemoteStoreStats {
