@@ -237,7 +237,9 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(
                load_seconds,
                FormatSize(static_cast<uint64_t>(static_cast<double>(m.dense_size) /
                                                 std::max(load_seconds, 1e-6))),
-               options.stores.empty() ? "the model directory" : "the expert stores");
+               !options.stores.empty()        ? "the expert stores"
+               : node->container_->in_place() ? "the GGUF in place"
+                                              : "the model directory");
   engine::EngineOptions eo;
   eo.prefill_chunk = options.prefill_chunk;
   eo.kv_cache_limit = options.kv_cache_limit;
