@@ -1,13 +1,16 @@
 // libFuzzer entry point for the GGUF parser: any byte string must parse or fail with a status,
 // never crash, hang or read out of bounds. Build with clang -fsanitize=fuzzer,address and run
 // e.g. `gguf_fuzz -max_len=4096 corpus/` (seed the corpus with small files from GgufWriter).
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <span>
 #include <vector>
 
+#include "colibri/model/convert.h"
 #include "colibri/model/gguf_reader.h"
+#include "colibri/model/manifest.h"
 #include "colibri/quant/dtype.h"
 #include "colibri/quant/quantize.h"
 
@@ -51,6 +54,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::memcpy(aligned.data(), bytes.data(), row_bytes);
     colibri::quant::DequantizeRow(t.type, aligned.data(), row.data(), t.dims[0]);
     checksum += row.empty() ? 0 : row[0] != 0.0f;
+  }
+  // A downloaded GGUF is served in place: the manifest planned from its header must stay inside
+  // the file (every block's ranges, every part's slice inside them) or be refused.
+  if (auto m = colibri::model::PlanGgufInPlace(*file, "fuzz"); m.ok()) {
+    for (const auto& b : m->experts) {
+      uint64_t end = 0;
+      for (const auto& r : b.ranges) {
+        if (r.offset % 4096 != 0 || r.length % 4096 != 0 || r.needed > r.length ||
+            r.offset > size) {
+          __builtin_trap();
+        }
+        end = std::max(end, r.at + r.length);
+      }
+      for (const auto& p : b.parts) {
+        if (p.offset + p.size > end) __builtin_trap();
+      }
+      checksum += b.ranges.size();
+    }
   }
   // Keeps the work observable to the optimizer.
   asm volatile("" : : "r"(checksum) : "memory");

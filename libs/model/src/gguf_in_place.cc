@@ -268,32 +268,37 @@ class ExtraSink final : public TensorSink {
 
 }  // namespace
 
+absl::StatusOr<Manifest> PlanGgufInPlace(const GgufFile& f, const std::string& name) {
+  ASSIGN_OR_RETURN(ModelConfig config, ConfigFromGguf(f));
+  ASSIGN_OR_RETURN(QuantPlan plan, QuantPlan::Parse("keep", config));
+  Manifest m;
+  m.name = name;
+  m.config = config;
+  const std::string file = f.PartPath(0).filename().string();
+  m.dense_file = m.extra_file = file;
+  m.experts.resize(static_cast<size_t>(config.n_moe_layers() * config.n_experts));
+  PlanSink plan_sink(f, &m);
+  RETURN_IF_ERROR(WalkGguf(f, config, plan, plan_sink, {}));
+  for (const ExpertBlock& b : m.experts) {
+    if (b.ranges.empty()) return absl::InternalError("gguf in place: a block was not planned");
+  }
+  m.tokenizer = {{"files", json::array({file})},
+                 {"model", std::string(f.GetString("tokenizer.ggml.model").value_or(""))}};
+  return m;
+}
+
 absl::StatusOr<std::unique_ptr<GgufInPlace>> GgufInPlace::Open(const fs::path& first,
                                                                Manifest* manifest) {
   ASSIGN_OR_RETURN(GgufFile f, GgufFile::OpenSplit(first));
-  auto config = ConfigFromGguf(f);
-  if (!config.ok()) return Annotate(config.status(), first.string());
-  ASSIGN_OR_RETURN(QuantPlan plan, QuantPlan::Parse("keep", *config));
+  auto planned = PlanGgufInPlace(f, ModelName(first));
+  if (!planned.ok()) return Annotate(planned.status(), first.string());
+  ASSIGN_OR_RETURN(QuantPlan plan, QuantPlan::Parse("keep", planned->config));
   auto g = std::unique_ptr<GgufInPlace>(new GgufInPlace(std::move(f), std::move(plan)));
-  g->config_ = *config;
-  g->first_ = first;
   Manifest& m = *manifest;
-  m = Manifest();
-  m.name = ModelName(first);
-  m.config = *config;
-  m.dense_file = m.extra_file = first.filename().string();
-  m.experts.resize(static_cast<size_t>(config->n_moe_layers() * config->n_experts));
-  PlanSink plan_sink(g->file_, &m);
-  if (auto st = WalkGguf(g->file_, g->config_, g->plan_, plan_sink, {}); !st.ok())
-    return Annotate(st, first.string());
-  for (const ExpertBlock& b : m.experts) {
-    if (b.ranges.empty())
-      return absl::InternalError(
-          absl::StrCat("gguf in place: a block of '", first.string(), "' was not planned"));
-  }
+  m = *std::move(planned);
+  g->config_ = m.config;
+  g->first_ = first;
   g->identity_ = Identity(g->file_);
-  m.tokenizer = {{"files", json::array({first.filename().string()})},
-                 {"model", std::string(g->file_.GetString("tokenizer.ggml.model").value_or(""))}};
   std::error_code ec;
   m.source = {{"format", "gguf"},
               {"in_place", true},

@@ -13,6 +13,7 @@
 namespace colibri::model {
 
 class GgufFile;
+struct Manifest;
 struct ModelConfig;
 struct RopeScaling;
 
@@ -44,5 +45,11 @@ absl::StatusOr<RopeScaling> RopeScalingFromGguf(const GgufFile& file, const std:
                                                 int64_t context);
 absl::Status ConvertGguf(const std::filesystem::path& input, const std::filesystem::path& output,
                          const ConvertOptions& options);
+
+// The manifest of a GGUF served in place (Container::Open on a .gguf), planned from its header
+// with the importer's own walk: every dense tensor's offset in memory, every expert block's
+// 4 KiB-aligned ranges in the files; no tensor bytes read. Its checksums are unknown (recorded
+// on first read). Errors as ConvertGguf's for a file it cannot serve.
+absl::StatusOr<Manifest> PlanGgufInPlace(const GgufFile& file, const std::string& name);
 
 }  // namespace colibri::model
