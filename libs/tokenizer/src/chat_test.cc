@@ -2,9 +2,12 @@
 // ChatMessage fields, options, the Mistral fallback and error reporting.
 #include "colibri/tokenizer/chat.h"
 
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "colibri/tokenizer/chat_output.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -216,6 +219,53 @@ TEST(RenderChatTest, GlmTemplateGetsToolCallArgumentsAsObjects) {
   out = RenderChat(*plain, messages);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(*out, "{\"city\": \"Paris\", \"n\": 2}");
+}
+
+// A tool call parsed from a model's answer goes back through the model's own template on the
+// next turn: Mistral's template refuses ids that are not 9 alphanumerics, Kimi K2's writes the
+// model's own functions.NAME:I id back.
+std::string ReadTemplate(const std::string& name) {
+  std::ifstream f("tests/tokenizer/templates/" + name);  // ctest runs in the source tree
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+TEST(RenderChatTest, ParsedToolCallsRenderBackThroughTheirTemplates) {
+  struct Case {
+    const char* file;
+    ChatOutputFormat format;
+    std::string answer;
+    std::string rendered;  // what the template must write for the call
+  };
+  const std::vector<Case> cases = {
+      {"mistral_tools.jinja", ChatOutputFormat::kMistral,
+       "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}]",
+       "\"id\": \"call00000\"}]"},
+      {"kimi_k2.jinja", ChatOutputFormat::kKimiK2,
+       "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+       "<|tool_call_argument_begin|>{\"city\": \"Oslo\"}<|tool_call_end|>"
+       "<|tool_calls_section_end|>",
+       "<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+       "{\"city\":\"Oslo\"}<|tool_call_end|>"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.file);
+    const std::string tmpl = ReadTemplate(c.file);
+    ASSERT_FALSE(tmpl.empty()) << "run from the repository root";
+    ASSERT_EQ(DetectChatOutputFormat(tmpl), c.format);
+    const AssistantOutput out = ParseAssistantOutput(c.answer, c.format);
+    ASSERT_EQ(out.tool_calls.size(), 1u);
+    const std::string id = out.tool_calls[0]["id"];
+    auto tok = TokenizerWithTemplate(tmpl);
+    std::vector<ChatMessage> messages = {{"user", "Weather in Oslo?"},
+                                         {"assistant", "", "", out.tool_calls.dump()},
+                                         {"tool", "{\"temp\": 3}", "", "", "", id}};
+    auto rendered = RenderChat(*tok, messages);
+    ASSERT_TRUE(rendered.ok()) << rendered.status();
+    EXPECT_THAT(*rendered, HasSubstr(c.rendered));
+    EXPECT_THAT(*rendered, HasSubstr("{\"temp\": 3}"));
+  }
 }
 
 }  // namespace
