@@ -141,27 +141,10 @@ int Verify(const std::string& model_dir) {
     std::cout << "FAIL " << c.status().message() << std::endl;
     return 1;
   }
-  int bad = 0;
-  auto dense = (*c)->LoadDense();
-  if (!dense.ok()) {
-    std::cout << "BAD " << dense.status().message() << std::endl;
-    bad++;
-  }
   const auto& m = (*c)->manifest();
-  for (const auto& b : m.experts) {
-    auto blk = (*c)->ReadExpertBlock(b.id);
-    if (!blk.ok()) {
-      std::cout << "BAD " << blk.status().message() << std::endl;
-      bad++;
-    }
-  }
-  for (const auto& t : m.extra) {
-    auto bytes = (*c)->ReadExtra(t.name);
-    if (!bytes.ok()) {
-      std::cout << "BAD " << bytes.status().message() << std::endl;
-      bad++;
-    }
-  }
+  const std::vector<absl::Status> failed = colibri::model::VerifyModel(**c);
+  for (const auto& st : failed) std::cout << "BAD " << st.message() << std::endl;
+  const size_t bad = failed.size();
   if (bad > 0) {
     std::cout << bad << " bad item(s) in '" << model_dir << "'" << std::endl;
     return 1;

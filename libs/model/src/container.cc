@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -165,43 +164,26 @@ class ContainerWriter::BlockWriter {
     }
   }
 
-  // In kPieces requests at once, as the reads: the disk queue is deeper than one.
   absl::Status WriteAll(const Job& job) {
-    constexpr int64_t kPieces = 4;
-    const uint64_t piece = AlignUp((job.size + kPieces - 1) / kPieces, 4096);
-    std::atomic<int> err{0};
-    auto write_piece = [&](int64_t k, int fd) {
-      const uint64_t from = static_cast<uint64_t>(k) * piece;
-      const uint64_t to = std::min(job.size, from + piece);
-      uint64_t done = 0;
-      while (from + done < to) {
-        const ssize_t n = ::pwrite(fd, job.buffer.bytes.get() + from + done, to - from - done,
-                                   static_cast<off_t>(job.offset + from + done));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-          err = n < 0 ? errno : EIO;
-          return;
-        }
-        done += static_cast<uint64_t>(n);
+    uint64_t done = 0;
+    while (done < job.size) {
+      const int fd = direct_fd_ >= 0 ? direct_fd_ : fd_;
+      const ssize_t n = ::pwrite(fd, job.buffer.bytes.get() + done, job.size - done,
+                                 static_cast<off_t>(job.offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EINVAL && fd == direct_fd_) {  // O_DIRECT refused here
+        ::close(direct_fd_);
+        direct_fd_ = -1;
+        continue;
       }
-    };
-    const int fd = direct_fd_ >= 0 ? direct_fd_ : fd_;
-    pool_.ParallelFor(kPieces, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t k = begin; k < end; ++k) write_piece(k, fd);
-    });
-    if (err == EINVAL && fd == direct_fd_) {  // O_DIRECT refused here: through the page cache
-      ::close(direct_fd_);
-      direct_fd_ = -1;
-      err = 0;
-      for (int64_t k = 0; k < kPieces; ++k) write_piece(k, fd_);
+      if (n <= 0) return ErrnoStatus(n < 0 ? errno : EIO, "write", path_);
+      done += static_cast<uint64_t>(n);
     }
-    if (err != 0) return ErrnoStatus(err, "write", path_);
     return absl::OkStatus();
   }
 
   fs::path path_;
   int fd_ = -1, direct_fd_ = -1;
-  ThreadPool pool_{4};
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -301,8 +283,8 @@ absl::Status ContainerWriter::AddTensor(std::FILE* f, uint64_t* pos, const std::
   e.name = name;
   e.dtype = dtype;
   e.shape = std::move(shape);
-  ASSIGN_OR_RETURN(size_t row_bytes, quant::CheckedRowBytes(dtype, e.cols()));
-  if (row_bytes * static_cast<uint64_t>(e.numel() / e.cols()) != bytes.size()) {
+  ASSIGN_OR_RETURN(uint64_t want, TensorByteSize(dtype, e.shape));
+  if (want != bytes.size()) {
     return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': ", bytes.size(),
                                                    " bytes do not match its shape and dtype"));
   }
@@ -356,9 +338,8 @@ absl::Status ContainerWriter::AddExpertFrom(int64_t layer, int64_t expert,
       return absl::InvalidArgumentError(absl::StrCat(ExpertLabel(layer, expert), " part '", p.name,
                                                      "': shape must be [rows, cols]"));
     }
-    ASSIGN_OR_RETURN(size_t row_bytes, quant::CheckedRowBytes(p.dtype, e.cols()));
+    ASSIGN_OR_RETURN(e.size, TensorByteSize(p.dtype, e.shape));
     e.offset = AlignUp(at, 64);
-    e.size = row_bytes * static_cast<uint64_t>(e.shape[0]);
     at = e.offset + e.size;
     b.parts.push_back(std::move(e));
   }
@@ -465,13 +446,9 @@ absl::StatusOr<std::optional<fs::path>> FindGgufModel(const fs::path& path) {
   if (fs::is_regular_file(path, ec)) {
     if (!HasGgufMagic(path)) return std::nullopt;
     // Any part of a split set stands for the set: its first part.
-    const std::string name = path.filename().string();
-    constexpr size_t kTail = sizeof("-00001-of-00003.gguf") - 1;
-    if (name.size() > kTail && name.compare(name.size() - kTail, 1, "-") == 0 &&
-        name.compare(name.size() - kTail + 6, 4, "-of-") == 0 &&
-        name.compare(name.size() - kTail + 1, 5, "00001") != 0) {
-      const fs::path first = path.parent_path() / (name.substr(0, name.size() - kTail + 1) +
-                                                   "00001" + name.substr(name.size() - kTail + 6));
+    const auto split = ParseGgufSplitName(path.filename().string());
+    if (split && split->no != 1) {
+      const fs::path first = path.parent_path() / split->PartName(1);
       if (fs::is_regular_file(first, ec)) return first;
     }
     return path;
@@ -481,13 +458,8 @@ absl::StatusOr<std::optional<fs::path>> FindGgufModel(const fs::path& path) {
   for (const auto& entry : fs::directory_iterator(path, ec)) {
     const fs::path& p = entry.path();
     if (p.extension() != ".gguf" || !entry.is_regular_file(ec)) continue;
-    const std::string name = p.filename().string();
-    const size_t of = name.rfind("-of-");
     // Parts other than the first belong to a model already listed by its first part.
-    if (of != std::string::npos && of >= 6 && name.compare(of - 6, 1, "-") == 0 &&
-        name.compare(of - 5, 5, "00001") != 0) {
-      continue;
-    }
+    if (auto split = ParseGgufSplitName(p.filename().string()); split && split->no != 1) continue;
     if (HasGgufMagic(p)) models.push_back(p);
   }
   if (models.empty()) return std::nullopt;
@@ -736,6 +708,30 @@ absl::StatusOr<AlignedBytes> Container::ReadExpertBlock(int64_t layer, int64_t e
   RETURN_IF_ERROR(status);
   RETURN_IF_ERROR(VerifyExpertBlock(b, buf.get(), ExpertFilePath(b).string()));
   return buf;
+}
+
+std::vector<absl::Status> VerifyModel(const Container& container,
+                                      const std::function<void(uint64_t, uint64_t)>& progress) {
+  const Manifest& m = container.manifest();
+  std::vector<absl::Status> bad;
+  if (auto d = container.LoadDense(); !d.ok()) bad.push_back(d.status());
+  std::mutex mu;
+  uint64_t done = 0;
+  ThreadPool pool(4);
+  pool.ParallelFor(static_cast<int64_t>(m.experts.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const ExpertBlock& b = m.experts[static_cast<size_t>(i)];
+      auto block = container.ReadExpertBlock(b.id);
+      std::lock_guard<std::mutex> lock(mu);
+      if (!block.ok()) bad.push_back(block.status());
+      done += b.padded_size;
+      if (progress) progress(done, m.PaddedExpertBytes());
+    }
+  });
+  for (const TensorEntry& t : m.extra) {
+    if (auto bytes = container.ReadExtra(t.name); !bytes.ok()) bad.push_back(bytes.status());
+  }
+  return bad;
 }
 
 }  // namespace colibri::model

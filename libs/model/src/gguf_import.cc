@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -15,7 +14,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "colibri/core/status.h"
-#include "colibri/core/thread_pool.h"
 #include "colibri/core/units.h"
 #include "colibri/model/container.h"
 #include "colibri/model/convert.h"
@@ -155,8 +153,9 @@ absl::Status RoutingFromGguf(const GgufFile& f, const std::string& arch, ModelCo
   return absl::OkStatus();
 }
 
-// Reads one tensor's slabs, in order, with large O_DIRECT reads into an aligned window: the
-// mapping's page faults and the page cache cost more than the disk (a keep conversion spent half
+// Reads one tensor's slabs, in order, with large O_DIRECT reads (32 MiB: one request that size
+// already gets the disk's rate) into an aligned window: the mapping's page faults and the page
+// cache cost more than the disk (a keep conversion spent half
 // its time in them, bench/RESULTS.md).
 class SlabReader {
  public:
@@ -183,12 +182,6 @@ class SlabReader {
 
  private:
   static constexpr uint64_t kWindow = uint64_t{32} << 20;
-  static constexpr int64_t kPieces = 4;
-
-  static ThreadPool& Pool() {
-    static ThreadPool pool(kPieces);
-    return pool;
-  }
 
   absl::Status Fill(uint64_t start, uint64_t end) {
     const std::filesystem::path& path = f_.PartPath(t_.part);
@@ -206,47 +199,21 @@ class SlabReader {
       ASSIGN_OR_RETURN(buffer_, AllocateAligned(len, 4096, /*zero=*/false));
       capacity_ = len;
     }
-    // In kPieces requests at once: a disk queue reads several times faster with more than one
-    // request in flight.
-    const uint64_t piece = AlignUp((len + kPieces - 1) / kPieces, 4096);
-    std::atomic<uint64_t> got[kPieces] = {};
-    std::atomic<int> err{0};
-    auto read_piece = [&](int64_t k) {
-      const uint64_t from = static_cast<uint64_t>(k) * piece;
-      const uint64_t to = std::min(len, from + piece);
-      uint64_t n_done = 0;
-      while (from + n_done < to) {
-        const ssize_t n = ::pread(fd_, buffer_.get() + from + n_done, to - from - n_done,
-                                  static_cast<off_t>(first + from + n_done));
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-          err = errno;
-          break;
-        }
-        if (n == 0) break;  // end of file
-        n_done += static_cast<uint64_t>(n);
-      }
-      got[k] = n_done;
-    };
-    Pool().ParallelFor(kPieces, 1, [&](int64_t begin, int64_t stop) {
-      for (int64_t k = begin; k < stop; ++k) read_piece(k);
-    });
-    if (err == EINVAL && direct_) {  // the filesystem refuses O_DIRECT: read through the cache
-      ::close(fd_);
-      fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      direct_ = false;
-      if (fd_ < 0) return ErrnoStatus(errno, "open", path);
-      err = 0;
-      for (int64_t k = 0; k < kPieces; ++k) read_piece(k);
-    }
-    if (err != 0) return ErrnoStatus(err, absl::StrCat("read tensor '", t_.name, "'"), path);
-    // The bytes present from `first` on: up to the first piece that stopped short.
     uint64_t done = 0;
-    for (int64_t k = 0; k < kPieces; ++k) {
-      const uint64_t from = static_cast<uint64_t>(k) * piece;
-      if (from >= len) break;
-      done = from + got[k];
-      if (got[k] < std::min(len, from + piece) - from) break;
+    while (done < len) {
+      const ssize_t n =
+          ::pread(fd_, buffer_.get() + done, len - done, static_cast<off_t>(first + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EINVAL && direct_) {  // the filesystem refuses O_DIRECT
+        ::close(fd_);
+        fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        direct_ = false;
+        if (fd_ < 0) return ErrnoStatus(errno, "open", path);
+        continue;
+      }
+      if (n < 0) return ErrnoStatus(errno, absl::StrCat("read tensor '", t_.name, "'"), path);
+      if (n == 0) break;  // end of file
+      done += static_cast<uint64_t>(n);
     }
     if (first + done < end) {
       return absl::DataLossError(absl::StrCat("gguf '", path.string(), "': tensor '", t_.name,

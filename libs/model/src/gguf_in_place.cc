@@ -29,29 +29,9 @@ constexpr char kChecksumsFormat[] = "colibri-gguf-checksums";
 // Recorded sums are written at most this often while serving (and always at exit).
 constexpr auto kFlushInterval = std::chrono::seconds(10);
 
-// "<prefix>-00001-of-00003.gguf" -> ("<prefix>", 1, 3); false for other names.
-bool SplitName(const std::string& name, std::string* prefix, int* no, int* count) {
-  constexpr size_t kTail = sizeof("-00001-of-00003.gguf") - 1;
-  if (name.size() <= kTail) return false;
-  const std::string tail = name.substr(name.size() - kTail);
-  int a = 0, b = 0;
-  char of[3] = {};
-  if (std::sscanf(tail.c_str(), "-%5d-%2[of]-%5d.gguf", &a, of, &b) != 3 ||
-      std::string(of) != "of" || a < 1 || b < 1 || a > b) {
-    return false;
-  }
-  *prefix = name.substr(0, name.size() - kTail);
-  *no = a;
-  *count = b;
-  return true;
-}
-
 // The model's name: the file name without ".gguf" and any split suffix.
 std::string ModelName(const fs::path& first) {
-  std::string prefix;
-  int no = 0, count = 0;
-  const std::string name = first.filename().string();
-  if (SplitName(name, &prefix, &no, &count)) return prefix;
+  if (auto split = ParseGgufSplitName(first.filename().string())) return split->prefix;
   return first.stem().string();
 }
 
@@ -88,40 +68,17 @@ json Identity(const GgufFile& f) {
         ::stat(p.c_str(), &st) == 0
             ? static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec
             : 0;
-    const GgufTensorInfo* any = nullptr;
-    for (const auto& t : f.tensors()) {
-      if (t.part == i) {
-        any = &t;
-        break;
-      }
-    }
     // The header is everything before the tensor data: metadata, tensor names, types, offsets.
-    uint64_t header_checksum = 0;
-    if (any != nullptr) {
-      const uint8_t* data = f.TensorData(*any).data() - any->offset;
-      const uint64_t header = f.PartDataOffset(i);
-      header_checksum = Checksum64(data - header, header);
-    }
+    const std::span<const uint8_t> bytes = f.PartBytes(i);
+    const std::span<const uint8_t> header =
+        bytes.first(std::min<uint64_t>(f.PartDataOffset(i), bytes.size()));
+    const uint64_t header_checksum = Checksum64(header.data(), header.size());
     parts.push_back({{"file", p.filename().string()},
                      {"size", f.PartSize(i)},
                      {"mtime_ns", mtime_ns},
                      {"header", ChecksumHex(header_checksum)}});
   }
   return parts;
-}
-
-uint64_t TensorBytes(quant::DType dtype, const std::vector<int64_t>& shape, const char* what,
-                     const std::string& name, absl::Status* error) {
-  const int64_t cols = shape.empty() ? 0 : shape.back();
-  int64_t rows = 1;
-  for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
-  auto row = quant::CheckedRowBytes(dtype, cols);
-  if (!row.ok()) {
-    *error = absl::InvalidArgumentError(
-        absl::StrCat("gguf: ", what, " tensor '", name, "': ", row.status().message()));
-    return 0;
-  }
-  return *row * static_cast<uint64_t>(rows);
 }
 
 // Plans the manifest: offsets of dense and extra tensors in memory, and the ranges of every
@@ -166,12 +123,13 @@ class PlanSink final : public TensorSink {
       e.shape = p.shape;
       e.offset = at + (start - first);
       e.size = slab;
-      absl::Status bad;
-      if (TensorBytes(p.dtype, p.shape, "expert", t.name, &bad) != slab) {
-        return bad.ok() ? absl::InvalidArgumentError(absl::StrCat(
-                              "gguf: '", t.name, "': ", t.size_bytes, " bytes do not split into ",
-                              p.count, " experts of shape [", absl::StrJoin(p.shape, ", "), "]"))
-                        : bad;
+      auto part_bytes = TensorByteSize(p.dtype, p.shape);
+      if (!part_bytes.ok())
+        return Annotate(part_bytes.status(), absl::StrCat("gguf: '", t.name, "'"));
+      if (*part_bytes != slab) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("gguf: '", t.name, "': ", t.size_bytes, " bytes do not split into ",
+                         p.count, " experts of shape [", absl::StrJoin(p.shape, ", "), "]"));
       }
       b.parts.push_back(std::move(e));
       b.ranges.push_back(
@@ -188,12 +146,13 @@ class PlanSink final : public TensorSink {
  private:
   absl::Status Add(std::vector<TensorEntry>* list, uint64_t* size, const char* what,
                    const std::string& name, quant::DType dtype, std::vector<int64_t> shape) {
-    absl::Status bad;
     TensorEntry e;
     e.name = name;
     e.dtype = dtype;
-    e.size = TensorBytes(dtype, shape, what, name, &bad);
-    RETURN_IF_ERROR(bad);
+    auto bytes = TensorByteSize(dtype, shape);
+    if (!bytes.ok())
+      return Annotate(bytes.status(), absl::StrCat("gguf: ", what, " tensor '", name, "'"));
+    e.size = *bytes;
     e.shape = std::move(shape);
     e.offset = AlignUp(*size, kDenseAlignment);
     *size = e.offset + e.size;

@@ -717,9 +717,11 @@ const std::filesystem::path& GgufFile::PartPath(uint32_t part) const {
   return part == 0 ? path_ : parts_[part - 1].path_;
 }
 
-uint64_t GgufFile::PartSize(uint32_t part) const {
-  return part == 0 ? bytes_.size() : parts_[part - 1].bytes_.size();
+std::span<const uint8_t> GgufFile::PartBytes(uint32_t part) const {
+  return part == 0 ? bytes_ : parts_[part - 1].bytes_;
 }
+
+uint64_t GgufFile::PartSize(uint32_t part) const { return PartBytes(part).size(); }
 
 uint64_t GgufFile::PartDataOffset(uint32_t part) const {
   return part == 0 ? data_offset_ : parts_[part - 1].data_offset_;
@@ -738,6 +740,33 @@ std::span<const uint8_t> GgufFile::TensorData(const GgufTensorInfo& tensor) cons
   const GgufFile& f = tensor.part == 0 ? *this : parts_[tensor.part - 1];
   return f.bytes_.subspan(static_cast<size_t>(f.data_offset_ + tensor.offset),
                           static_cast<size_t>(tensor.size_bytes));
+}
+
+std::string GgufSplitName::PartName(uint32_t part_no) const {
+  return absl::StrFormat("%s-%05d-of-%05d.gguf", prefix, part_no, count);
+}
+
+std::optional<GgufSplitName> ParseGgufSplitName(std::string_view filename) {
+  constexpr std::string_view kOf = "-of-", kExt = ".gguf";
+  constexpr size_t kTail = 1 + 5 + kOf.size() + 5 + kExt.size();  // "-00001-of-00003.gguf"
+  if (filename.size() <= kTail) return std::nullopt;
+  const std::string_view tail = filename.substr(filename.size() - kTail);
+  auto number = [](std::string_view digits, uint32_t* out) {
+    *out = 0;
+    for (char c : digits) {
+      if (c < '0' || c > '9') return false;
+      *out = *out * 10 + static_cast<uint32_t>(c - '0');
+    }
+    return true;
+  };
+  GgufSplitName n;
+  if (tail[0] != '-' || tail.substr(6, kOf.size()) != kOf || tail.substr(15) != kExt ||
+      !number(tail.substr(1, 5), &n.no) || !number(tail.substr(10, 5), &n.count) || n.no == 0 ||
+      n.no > n.count) {
+    return std::nullopt;
+  }
+  n.prefix = std::string(filename.substr(0, filename.size() - kTail));
+  return n;
 }
 
 bool HasGgufMagic(const std::filesystem::path& path) {
@@ -764,16 +793,14 @@ absl::StatusOr<GgufFile> GgufFile::OpenSplit(const std::filesystem::path& first)
   if (count == 0 || count > 9999)
     return split_error(absl::StrCat("split.count ", count, " out of range"));
   // <prefix>-NNNNN-of-MMMMM.gguf
-  const std::string name = first.filename().string();
-  const std::string suffix = absl::StrFormat("-%05d-of-%05d.gguf", 1, count);
-  if (name.size() <= suffix.size() || name.substr(name.size() - suffix.size()) != suffix) {
-    return split_error(
-        absl::StrCat("split.count is ", count, " but the name does not end in '", suffix, "'"));
+  const std::optional<GgufSplitName> name = ParseGgufSplitName(first.filename().string());
+  if (!name || name->no != 1 || name->count != count) {
+    return split_error(absl::StrCat("split.count is ", count, " but the name does not end in '",
+                                    absl::StrFormat("-%05d-of-%05d.gguf", 1, count), "'"));
   }
-  const std::string prefix = name.substr(0, name.size() - suffix.size());
   std::vector<std::string> missing;
   for (uint32_t i = 1; i < count; ++i) {
-    const std::string part = absl::StrFormat("%s-%05d-of-%05d.gguf", prefix, i + 1, count);
+    const std::string part = name->PartName(i + 1);
     std::error_code ec;
     if (!std::filesystem::exists(first.parent_path() / part, ec)) missing.push_back(part);
   }
@@ -783,8 +810,7 @@ absl::StatusOr<GgufFile> GgufFile::OpenSplit(const std::filesystem::path& first)
                                             ") -- an unfinished download?"));
   }
   for (uint32_t i = 1; i < count; ++i) {
-    const std::filesystem::path path =
-        first.parent_path() / absl::StrFormat("%s-%05d-of-%05d.gguf", prefix, i + 1, count);
+    const std::filesystem::path path = first.parent_path() / name->PartName(i + 1);
     auto part = Open(path);
     if (!part.ok())
       return split_error(

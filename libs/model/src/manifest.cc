@@ -71,19 +71,11 @@ absl::StatusOr<TensorEntry> TensorFromJson(const json& j, bool with_checksum,
   ASSIGN_OR_RETURN(t.offset, GetU64(j, "offset", ctx));
   ASSIGN_OR_RETURN(t.size, GetU64(j, "size", ctx));
   // Size must equal rows * row bytes of the dtype.
-  int64_t rows = 1;
-  for (size_t i = 0; i + 1 < t.shape.size(); ++i) {
-    if (rows > (int64_t{1} << 40) / t.shape[i]) {
-      return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": shape overflows"));
-    }
-    rows *= t.shape[i];
-  }
-  auto row_bytes = quant::CheckedRowBytes(t.dtype, t.shape.back());
-  if (!row_bytes.ok()) return Annotate(row_bytes.status(), absl::StrCat("manifest: ", ctx));
-  if (static_cast<uint64_t>(rows) * *row_bytes != t.size) {
-    return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": size ", t.size,
-                                                   " does not match shape and dtype (",
-                                                   static_cast<uint64_t>(rows) * *row_bytes, ")"));
+  auto want = TensorByteSize(t.dtype, t.shape);
+  if (!want.ok()) return Annotate(want.status(), absl::StrCat("manifest: ", ctx));
+  if (*want != t.size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "manifest: ", ctx, ": size ", t.size, " does not match shape and dtype (", *want, ")"));
   }
   if (t.offset > std::numeric_limits<uint64_t>::max() - t.size) {
     return absl::InvalidArgumentError(absl::StrCat("manifest: ", ctx, ": offset overflows"));
@@ -192,6 +184,18 @@ uint64_t Manifest::PaddedExpertBytes() const {
   uint64_t total = 0;
   for (const auto& b : experts) total += b.padded_size;
   return total;
+}
+
+absl::StatusOr<uint64_t> TensorByteSize(quant::DType dtype, const std::vector<int64_t>& shape) {
+  if (shape.empty()) return absl::InvalidArgumentError("tensor has no shape");
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < shape.size(); ++i) {
+    if (shape[i] < 0 || (shape[i] > 0 && rows > (int64_t{1} << 40) / shape[i]))
+      return absl::InvalidArgumentError("shape overflows");
+    rows *= shape[i];
+  }
+  ASSIGN_OR_RETURN(size_t row_bytes, quant::CheckedRowBytes(dtype, shape.back()));
+  return static_cast<uint64_t>(rows) * row_bytes;
 }
 
 json ManifestToJson(const Manifest& m) {

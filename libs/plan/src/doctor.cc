@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <map>
-#include <mutex>
 #include <system_error>
 
 #include "absl/strings/match.h"
@@ -15,7 +14,6 @@
 #include "colibri/core/file_util.h"
 #include "colibri/core/json.h"
 #include "colibri/core/progress.h"
-#include "colibri/core/thread_pool.h"
 #include "colibri/core/units.h"
 #include "colibri/expert_source/expert_label.h"
 #include "colibri/model/container.h"
@@ -97,28 +95,12 @@ std::vector<Finding> CheckGgufModel(const fs::path& file, bool deep, ModelFacts*
                    (*c)->state_dir().empty() ? " (no writable place for its sidecar)"
                                              : absl::StrCat(" in ", (*c)->state_dir().string()))));
   if (!deep) return out;
-  int64_t bad = 0;
-  std::string first;
-  auto note = [&](const absl::Status& st) {
-    if (bad++ == 0) first = std::string(st.message());
-  };
-  if (auto d = (*c)->LoadDense(); !d.ok()) note(d.status());
   ProgressMeter bar("verify", stderr, ::isatty(2) != 0);
-  // Four blocks in flight: a disk reads several times faster with more than one request queued.
-  std::mutex mu;
-  uint64_t done = 0;
-  ThreadPool pool(4);
-  pool.ParallelFor(static_cast<int64_t>(m.experts.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const model::ExpertBlock& b = m.experts[static_cast<size_t>(i)];
-      auto blk = (*c)->ReadExpertBlock(b.id);
-      std::lock_guard<std::mutex> lock(mu);
-      if (!blk.ok()) note(blk.status());
-      done += b.padded_size;
-      bar.Update(done, m.PaddedExpertBytes());
-    }
-  });
+  const std::vector<absl::Status> failed =
+      model::VerifyModel(**c, [&](uint64_t done, uint64_t total) { bar.Update(done, total); });
   bar.Finish();
+  const size_t bad = failed.size();
+  const std::string first = bad > 0 ? std::string(failed[0].message()) : "";
   if (bad > 0) {
     out.push_back(Error("model",
                         absl::StrCat(bad, " item(s) fail their check (first: ", first, ")"),
@@ -212,19 +194,10 @@ std::vector<Finding> CheckModelDirectory(const fs::path& dir, bool deep, ModelFa
                                  " expert blocks present with the sizes the manifest needs")));
     if (deep) {
       auto c = model::Container::Open(dir);
-      int64_t bad = 0;
-      std::string first;
-      auto note = [&](const absl::Status& st) {
-        if (bad++ == 0) first = std::string(st.message());
-      };
-      if (!c.ok()) {
-        note(c.status());
-      } else {
-        if (auto d = (*c)->LoadDense(); !d.ok()) note(d.status());
-        for (const auto& b : m->experts) {
-          if (auto blk = (*c)->ReadExpertBlock(b.id); !blk.ok()) note(blk.status());
-        }
-      }
+      const std::vector<absl::Status> failed =
+          c.ok() ? model::VerifyModel(**c) : std::vector<absl::Status>{c.status()};
+      const size_t bad = failed.size();
+      const std::string first = bad > 0 ? std::string(failed[0].message()) : "";
       if (bad > 0) {
         out.push_back(
             Error("model", absl::StrCat(bad, " item(s) fail their checksum (first: ", first, ")"),

@@ -173,6 +173,15 @@ struct ExpertWeights {
 };
 ExpertWeights ExpertWeightsOf(const ExpertBlock& block, const uint8_t* block_data);
 
+// Reads and checks the whole model: its dense weights, every expert block (O_DIRECT, four in
+// flight: a disk reads several times faster with more than one request queued) and every extra
+// tensor. The failures, each naming its item (empty: all good); a GGUF's checksums are recorded
+// or checked. `progress(done, total)` (optional) gets the expert bytes read so far, from one
+// thread at a time. `colibri-cli verify` and `doctor --deep`.
+std::vector<absl::Status> VerifyModel(
+    const Container& container,
+    const std::function<void(uint64_t done, uint64_t total)>& progress = nullptr);
+
 // The checksum of a block's bytes at `data`: of its `size` bytes for a container's block, of its
 // parts' bytes only for a block gathered from ranges (the rest belongs to its neighbours).
 uint64_t BlockChecksum(const ExpertBlock& block, const uint8_t* data);

@@ -120,6 +120,17 @@ struct GgufTensorInfo {
 // Whether the file starts with the GGUF magic (false when it cannot be read).
 bool HasGgufMagic(const std::filesystem::path& path);
 
+// The name of one part of a split set as llama.cpp's gguf-split writes it,
+// "<prefix>-00002-of-00005.gguf".
+struct GgufSplitName {
+  std::string prefix;
+  uint32_t no = 0, count = 0;  // 1-based: part `no` of `count`
+  // The file name of part `part_no` (1-based) of the same set.
+  std::string PartName(uint32_t part_no) const;
+};
+// The split-part name a file name is; nullopt for any other name.
+std::optional<GgufSplitName> ParseGgufSplitName(std::string_view filename);
+
 class GgufFile {
  public:
   static absl::StatusOr<GgufFile> Open(const std::filesystem::path& path);
@@ -132,8 +143,10 @@ class GgufFile {
   static absl::StatusOr<GgufFile> OpenSplit(const std::filesystem::path& first);
   // Parts of a split model (1 for a single file).
   size_t parts() const { return 1 + parts_.size(); }
-  // A part's path as opened (empty after Parse), its size and where its tensor data starts.
+  // A part's path as opened (empty after Parse), its bytes, its size and where its tensor data
+  // starts (what comes before is its header).
   const std::filesystem::path& PartPath(uint32_t part) const;
+  std::span<const uint8_t> PartBytes(uint32_t part) const;
   uint64_t PartSize(uint32_t part) const;
   uint64_t PartDataOffset(uint32_t part) const;
   // Where the tensor's bytes start in its part's file.

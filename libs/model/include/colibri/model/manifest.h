@@ -126,6 +126,10 @@ struct Manifest {
   uint64_t PaddedExpertBytes() const;
 };
 
+// Bytes of a tensor of `dtype` and `shape` (outermost first; rows of shape.back() elements):
+// InvalidArgument for an empty shape, a row length the dtype cannot block, or an overflow.
+absl::StatusOr<uint64_t> TensorByteSize(quant::DType dtype, const std::vector<int64_t>& shape);
+
 nlohmann::json ManifestToJson(const Manifest& m);
 // Validates everything a reader relies on: version, config, every (layer, expert) present once,
 // offsets/sizes consistent with dtypes and shapes, no overflow. Errors name the entry.
