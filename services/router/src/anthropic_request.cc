@@ -57,9 +57,7 @@ absl::Status AppendMessage(const json& m, size_t i, std::vector<tokenizer::ChatM
   for (size_t k = 0; k < content.size(); ++k) {
     const json& b = content[k];
     const std::string bf = absl::StrCat(field, ".content[", k, "]");
-    if (!b.is_object() || !b.contains("type") || !b["type"].is_string())
-      return FieldError(bf + ".type", "is required");
-    const std::string type = b["type"].get<std::string>();
+    ASSIGN_OR_RETURN(const std::string type, ReadType(b, bf));
     if (type == "text") {
       if (!b.contains("text") || !b["text"].is_string())
         return FieldError(bf + ".text", "must be a string");
@@ -165,9 +163,7 @@ absl::StatusOr<OpenAiRequest> ParseAnthropicRequest(const std::string& body,
 
   std::string tool_choice = "auto";
   if (auto c = j.find("tool_choice"); c != j.end() && !c->is_null()) {
-    if (!c->is_object() || !c->contains("type") || !(*c)["type"].is_string())
-      return FieldError("tool_choice.type", "is required");
-    tool_choice = (*c)["type"].get<std::string>();
+    ASSIGN_OR_RETURN(tool_choice, ReadType(*c, "tool_choice"));
     if (tool_choice == "any" || tool_choice == "tool") return ForcedToolChoiceError(tool_choice);
     if (tool_choice != "auto" && tool_choice != "none")
       return FieldError("tool_choice.type", "must be auto, any, tool or none");
@@ -185,9 +181,7 @@ absl::StatusOr<OpenAiRequest> ParseAnthropicRequest(const std::string& body,
   // thinking: enabled / adaptive / disabled switch the chat template's reasoning (templates
   // without the switch ignore the variable).
   if (auto th = j.find("thinking"); th != j.end() && !th->is_null()) {
-    if (!th->is_object() || !th->contains("type") || !(*th)["type"].is_string())
-      return FieldError("thinking.type", "is required");
-    const std::string type = (*th)["type"].get<std::string>();
+    ASSIGN_OR_RETURN(const std::string type, ReadType(*th, "thinking"));
     if (type != "enabled" && type != "adaptive" && type != "disabled")
       return FieldError("thinking.type", "must be enabled, adaptive or disabled");
     r.chat_options.extra_context_json = ThinkingContext(type != "disabled");

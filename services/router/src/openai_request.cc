@@ -167,15 +167,8 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool c
     RETURN_IF_ERROR(ReadBool(j, "parallel_tool_calls", &r.parallel_tool_calls));
   }
   // Not enforced yet, so refused rather than silently ignored.
-  if (auto f = j.find("response_format"); f != j.end() && !f->is_null()) {
-    const std::string type = f->is_object() ? f->value("type", "") : "";
-    if (type != "text") {
-      return FieldError("response_format",
-                        absl::StrCat("'", type,
-                                     "' is not supported yet (structured output is not "
-                                     "enforced); use 'text'"));
-    }
-  }
+  if (auto f = j.find("response_format"); f != j.end() && !f->is_null())
+    RETURN_IF_ERROR(RefuseStructuredFormat(*f, "response_format"));
   if (auto b = j.find("logit_bias");
       b != j.end() && !b->is_null() && !(b->is_object() && b->empty()))
     return FieldError("logit_bias", "is not supported");

@@ -80,6 +80,20 @@ constexpr std::string_view kSampling[] = {
 
 std::span<const std::string_view> SamplingFields() { return kSampling; }
 
+absl::StatusOr<std::string> ReadType(const json& j, const std::string& field) {
+  if (!j.is_object() || !j.contains("type") || !j["type"].is_string())
+    return FieldError(field + ".type", "is required");
+  return j["type"].get<std::string>();
+}
+
+absl::Status RefuseStructuredFormat(const json& format, const std::string& field) {
+  const std::string type = format.is_object() ? format.value("type", "") : "";
+  if (type == "text") return absl::OkStatus();
+  return FieldError(field, absl::StrCat("'", type,
+                                        "' is not supported yet (structured output is not "
+                                        "enforced); use 'text'"));
+}
+
 std::vector<std::string> UnknownFields(
     const json& j, std::initializer_list<std::span<const std::string_view>> known) {
   std::vector<std::string> out;

@@ -43,6 +43,14 @@ absl::StatusOr<std::string> ReadTextContent(const nlohmann::json& c, const std::
 // Anthropic's), top_p, top_k, min_p, the three penalties, seed (absent: random), and the vLLM /
 // llama-server extensions ignore_eos and min_tokens. Ranges are ValidateTextRequest's.
 absl::Status ReadSamplingFields(const nlohmann::json& j, TextRequest* request);
+// The "type" string of object `j` (`field` names the object): InvalidArgument
+// "'<field>.type': is required" when `j` is not an object with a string "type".
+absl::StatusOr<std::string> ReadType(const nlohmann::json& j, const std::string& field);
+
+// OpenAI response_format / Responses text.format (`field`): only "text" until structured output is
+// enforced; any other type is refused by name, never ignored.
+absl::Status RefuseStructuredFormat(const nlohmann::json& format, const std::string& field);
+
 // The fields ReadSamplingFields reads.
 std::span<const std::string_view> SamplingFields();
 

@@ -20,9 +20,7 @@ absl::StatusOr<std::string> PartsText(const json& content, const std::string& fi
   for (size_t k = 0; k < content.size(); ++k) {
     const json& p = content[k];
     const std::string pf = absl::StrCat(field, "[", k, "]");
-    if (!p.is_object() || !p.contains("type") || !p["type"].is_string())
-      return FieldError(pf + ".type", "is required");
-    const std::string type = p["type"].get<std::string>();
+    ASSIGN_OR_RETURN(const std::string type, ReadType(p, pf));
     if (type == "input_text" || type == "output_text" || type == "text") {
       if (!p.contains("text") || !p["text"].is_string())
         return FieldError(pf + ".text", "must be a string");
@@ -154,9 +152,7 @@ absl::StatusOr<json> FunctionTools(const json& tools, const std::string& field,
   for (size_t k = 0; k < tools.size(); ++k) {
     const json& t = tools[k];
     const std::string f = absl::StrCat(field, "[", k, "]");
-    if (!t.is_object() || !t.contains("type") || !t["type"].is_string())
-      return FieldError(f + ".type", "is required");
-    const std::string type = t["type"].get<std::string>();
+    ASSIGN_OR_RETURN(const std::string type, ReadType(t, f));
     if (type == "function") {
       if (!t.contains("name") || !t["name"].is_string())
         return FieldError(f + ".name", "is required");
@@ -277,15 +273,8 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body,
   }
   if (auto t = j.find("text"); t != j.end() && !t->is_null()) {
     if (!t->is_object()) return FieldError("text", "must be an object");
-    if (auto f = t->find("format"); f != t->end() && !f->is_null()) {
-      const std::string type = f->is_object() ? f->value("type", "") : "";
-      if (type != "text") {
-        return FieldError("text.format",
-                          absl::StrCat("'", type,
-                                       "' is not supported yet (structured output is not "
-                                       "enforced); use 'text'"));
-      }
-    }
+    if (auto f = t->find("format"); f != t->end() && !f->is_null())
+      RETURN_IF_ERROR(RefuseStructuredFormat(*f, "text.format"));
     if (auto v = t->find("verbosity"); v != t->end() && !v->is_null())
       ignored->push_back("text.verbosity");
   }
