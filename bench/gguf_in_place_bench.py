@@ -10,6 +10,9 @@
 3. Decode and prefill (colibri-cli run, 2 threads, --cache-share of the experts cached) from the
    GGUF in place and from the converted container, cold (page cache dropped before each run),
    alternating, --repeats times each; medians and the in-place / container ratio.
+4. colibri-server on each in a memory cgroup below the model's size (dense + --cache-share of the
+   experts + 512 MiB), every budget auto: peak resident memory (VmHWM) against the planned budget
+   and the cap, OOM kills, prefill and decode (bench/memory_budget_bench.py's run_cap).
 
 Usage (root, for drop_caches):
   bench/gguf_in_place_bench.py [--dir /var/tmp/colibri-gguf-bench] [--layers 8 --hidden 2048
@@ -17,6 +20,7 @@ Usage (root, for drop_caches):
 Prints markdown tables for bench/RESULTS.md.
 """
 import argparse
+import json
 import os
 import re
 import statistics
@@ -30,21 +34,13 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, 'tests'))
 sys.path.insert(0, os.path.join(REPO, 'tests', 'golden'))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_write  # noqa: E402
+import memory_budget_bench  # noqa: E402  (its run_cap: colibri-server in a memory cgroup)
 import testlib  # noqa: E402
 
 Q8_0, Q4_K, F32 = 8, 12, 0
 MiB = 1 << 20
-
-
-def drop_caches():
-    os.sync()
-    try:
-        with open('/proc/sys/vm/drop_caches', 'w') as f:
-            f.write('3\n')
-        return True
-    except OSError:
-        return False
 
 
 def tensor_bytes(ggml_type, shape):
@@ -53,11 +49,6 @@ def tensor_bytes(ggml_type, shape):
 
 
 # ---- 1. a DeepSeek-V3-shaped split header ------------------------------------------------------
-
-def _array_of_strings(strings):
-    out = struct.pack('<IIQ', 9, 8, len(strings))
-    return out + b''.join(gguf_write._string(s) for s in strings)
-
 
 def deepseek_tensors():
     H, L, V, E, F, D = 7168, 61, 129280, 256, 2048, 18432
@@ -105,11 +96,10 @@ def write_deepseek_split(d, parts):
     for i, chunk in enumerate(chunks):
         m = dict(meta) if i == 0 else {'general.architecture': a}
         m.update({'split.no': i, 'split.count': parts, 'split.tensors.count': len(tensors)})
+        if i == 0:
+            m['tokenizer.ggml.tokens'] = tokens
         kv = b''.join(gguf_write._string(k) + gguf_write._value(v) for k, v in m.items())
         n_kv = len(m)
-        if i == 0:
-            kv += gguf_write._string('tokenizer.ggml.tokens') + _array_of_strings(tokens)
-            n_kv += 1
         out = bytearray(b'GGUF' + struct.pack('<IQQ', 3, len(chunk), n_kv)) + kv
         offset = 0
         for name, ggml_type, shape in chunk:
@@ -138,9 +128,20 @@ def q8_blocks(shape, rng):
     return gguf_write.RawTensor(Q8_0, shape, blocks.tobytes())
 
 
-def write_mixtral_q8(path, layers, hidden, ffn, experts, vocab=32000, heads=16, kv_heads=4):
+def tokenizer_metadata(donor):
+    """The tokenizer.* keys of GGUF `donor` (for a generated model colibri-server can serve)."""
+    sys.path.insert(0, os.path.join(REPO, 'tests', 'reference'))
+    from gguf_np import GGUFFile
+    return {k: v for k, v in GGUFFile(donor).metadata.items() if k.startswith('tokenizer.')}
+
+
+def write_mixtral_q8(path, layers, hidden, ffn, experts, vocab=32000, heads=16, kv_heads=4,
+                     tokenizer=None):
+    """`tokenizer`: tokenizer.* metadata to carry (the vocabulary then has its size)."""
     rng = np.random.default_rng(7)
     a = 'llama'
+    if tokenizer:
+        vocab = len(tokenizer['tokenizer.ggml.tokens'])
     meta = {'general.architecture': a, f'{a}.block_count': layers, f'{a}.context_length': 4096,
             f'{a}.embedding_length': hidden, f'{a}.feed_forward_length': ffn,
             f'{a}.attention.head_count': heads, f'{a}.attention.head_count_kv': kv_heads,
@@ -163,6 +164,7 @@ def write_mixtral_q8(path, layers, hidden, ffn, experts, vocab=32000, heads=16, 
         t[b + 'ffn_gate_exps.weight'] = q8_blocks((experts, ffn, hidden), rng)
         t[b + 'ffn_up_exps.weight'] = q8_blocks((experts, ffn, hidden), rng)
         t[b + 'ffn_down_exps.weight'] = q8_blocks((experts, hidden, ffn), rng)
+    meta.update(tokenizer or {})
     gguf_write.write_gguf(path, meta, t)
 
 
@@ -175,14 +177,14 @@ def dd_rates(path, scratch_dir):
     read_cmd = ['dd', f'if={path}', 'of=/dev/null', 'bs=16M', 'iflag=direct']
     write_cmd = ['dd', 'if=/dev/zero', f'of={out}', 'bs=16M', f'count={count}', 'oflag=direct',
                  'conv=fsync']
-    drop_caches()
+    testlib.drop_caches()
     t0 = time.time()
     subprocess.run(read_cmd, check=True, capture_output=True)
     read = size / (time.time() - t0)
     t0 = time.time()
     subprocess.run(write_cmd, check=True, capture_output=True)
     write = count * 16 * MiB / (time.time() - t0)
-    drop_caches()
+    testlib.drop_caches()
     t0 = time.time()
     procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for c in (read_cmd, write_cmd)]
@@ -197,7 +199,7 @@ RUN = re.compile(r'prompt (\d+) tokens in ([\d.]+) s; (\d+) tokens in ([\d.]+) s
 
 
 def decode(model, prompt, tokens, cache):
-    drop_caches()
+    testlib.drop_caches()
     r = testlib.run([testlib.binary('colibri-cli'), 'run', '--model', model, '--prompt-tokens',
                      ','.join(map(str, prompt)), '--max-tokens', str(tokens), '--temperature', '0',
                      '--ignore-eos', '--threads', '2', '--expert-cache-size', str(cache)])
@@ -209,7 +211,6 @@ def decode(model, prompt, tokens, cache):
 
 
 def json_tokens(stdout):
-    import json
     return json.loads(stdout.strip().splitlines()[-1])
 
 
@@ -250,12 +251,14 @@ def main():
     # 2. conversion against dd
     gguf = os.path.join(a.dir, 'mixtral-q8.gguf')
     if not os.path.exists(gguf):
-        write_mixtral_q8(gguf, a.layers, a.hidden, a.ffn, a.experts)
+        # The oracle's tiny Mixtral tokenizer (512 tokens), so colibri-server can serve the file.
+        write_mixtral_q8(gguf, a.layers, a.hidden, a.ffn, a.experts, tokenizer=tokenizer_metadata(
+            os.path.join(testlib.ORACLE, 'mixtral-tiny-q4_k_m.gguf')))
     size = os.path.getsize(gguf)
     converted = os.path.join(a.dir, 'converted')
     testlib.rmtree(converted)
     read, write, both = dd_rates(gguf, a.dir)
-    drop_caches()
+    testlib.drop_caches()
     t0 = time.time()
     testlib.convert(gguf, converted, 'keep')
     conv_s = time.time() - t0
@@ -267,14 +270,24 @@ def main():
           f'{both / 1e6:.0f} MB/s | {conv / 1e6:.0f} MB/s ({conv_s:.1f} s) | {conv / min(read, write):.2f} | '
           f'{conv / both:.2f} |')
 
+    # doctor --deep reads and checks the whole file (recording its checksums), cold
+    testlib.rmtree(os.path.join(a.dir, 'mixtral-q8.colibri'))
+    testlib.drop_caches()
+    t0 = time.time()
+    testlib.run([testlib.binary('colibri-cli'), 'doctor', '--model', gguf, '--deep'])
+    deep_s = time.time() - t0
+    print('\n| CPU | GGUF | `colibri-cli doctor --deep` (whole process, cold) | rate | of dd read |')
+    print('|---|---|---|---|---|')
+    print(f'| {cpu} | {size / 1e9:.2f} GB Q8_0 | {deep_s:.2f} s | {size / deep_s / 1e6:.0f} MB/s | '
+          f'{size / deep_s / read:.2f} |')
+
     # 3. decode and prefill, in place against the container
-    import json
     with open(os.path.join(converted, 'manifest.json')) as f:
         m = json.load(f)
     experts = sum(b['padded_size'] for b in m['experts']['blocks'])
     cache = int(experts * a.cache_share)
     rng = np.random.default_rng(3)
-    prompt = [int(x) for x in rng.integers(3, 32000, size=a.prompt)]
+    prompt = [int(x) for x in rng.integers(3, 512, size=a.prompt)]
     rows = {'container': [], 'in place': []}
     tokens = {}
     for _ in range(a.repeats):
@@ -294,6 +307,25 @@ def main():
               f'{a.cache_share:.0%} | {label} | {pf:.1f} | {dec:.2f} | '
               f'prefill {pf / base[0]:.3f}, decode {dec / base[1]:.3f} |')
     print(f'\nsame greedy tokens: {tokens["container"] == tokens["in place"]}')
+
+    # 4. colibri-server in a memory cgroup below the model: dense + --cache-share of the experts
+    # + 512 MiB, every budget auto (memory_budget_bench.run_cap: a cold prefill, then a decode).
+    reason = testlib.MemoryCgroup.available()
+    if reason:
+        print(f'\nserver in a memory cgroup: skipped ({reason})')
+        return
+    cap = m['dense']['size'] + int(a.cache_share * experts) + (512 << 20)
+    server = argparse.Namespace(threads=2, prompt=256, tokens=a.tokens)
+    print(f'\ncolibri-server in a memory cgroup of {cap / 1e9:.3f} GB (the model: '
+          f'{(m["dense"]["size"] + experts) / 1e9:.2f} GB)\n')
+    print('| CPU | source | budget (auto) | peak RSS (VmHWM) | of the budget | of the cap | OOM kills '
+          '| prefill tok/s (256) | decode tok/s |')
+    print('|---|---|---|---|---|---|---|---|---|')
+    for label, model in (('container', converted), ('in place', gguf)):
+        r = memory_budget_bench.run_cap(server, model, cap, a.dir, f'gguf-{label.replace(" ", "-")}')
+        print(f'| {cpu} | {label} | {r["budget"] / 1e6:.0f} MB | {r["peak_rss"] / 1e6:.0f} MB | '
+              f'{r["peak_rss"] / r["budget"]:.2f} | {r["peak_rss"] / cap:.2f} | {r["oom_kills"]} | '
+              f'{r["prefill_tok_s"]:.1f} | {r["decode_tok_s"]:.2f} |')
 
 
 if __name__ == '__main__':

@@ -23,11 +23,17 @@ def _value(v):
         return struct.pack('<If', 6, v)
     if isinstance(v, str):
         return struct.pack('<I', 8) + _string(v)
+    if isinstance(v, (list, tuple)):  # an array of strings, floats (f32) or ints (i32)
+        if all(isinstance(x, str) for x in v):
+            return struct.pack('<IIQ', 9, 8, len(v)) + b''.join(_string(x) for x in v)
+        if any(isinstance(x, float) for x in v):
+            return struct.pack('<IIQ', 9, 6, len(v)) + struct.pack(f'<{len(v)}f', *v)
+        return struct.pack('<IIQ', 9, 5, len(v)) + struct.pack(f'<{len(v)}i', *v)
     raise TypeError(type(v))
 
 
 def write_gguf(path, metadata, tensors, alignment=32):
-    """metadata: {key: bool|int (uint32)|float (f32)|str}; tensors: {name: float32 ndarray | RawTensor}
+    """metadata: {key: bool|int (uint32)|float (f32)|str|list of str, float or int}; tensors: {name: float32 ndarray | RawTensor}
     (C order; GGUF dims are the numpy shape reversed)."""
     out = bytearray(b'GGUF' + struct.pack('<IQQ', 3, len(tensors), len(metadata)))
     for k, v in metadata.items():
