@@ -50,6 +50,33 @@ struct Engine::Sequence {
   SpeculationController controller{0, false};
   std::vector<int32_t> draft;
   double draft_seconds = 0;
+  // Constrained decoding: the output's parse state (nullptr: unconstrained).
+  std::unique_ptr<grammar::Matcher> matcher;
+
+  // The constrained output is over: an end token ended it, or (no end tokens: ignore_eos) it
+  // is complete and nothing may follow.
+  bool GrammarEnded() const {
+    return matcher != nullptr &&
+           (matcher->finished() ||
+            (matcher->complete() && !matcher->can_continue() && stops.empty()));
+  }
+  // min_tokens: EOS and the stop tokens out of `row`, unless a grammar leaves nothing else.
+  void MaskStops(std::vector<float>* row) const {
+    const float kOff = -std::numeric_limits<float>::infinity();
+    const int64_t v = static_cast<int64_t>(row->size());
+    if (matcher != nullptr) {
+      int64_t others = 0;
+      for (int64_t i = 0; i < v; ++i) {
+        if ((*row)[static_cast<size_t>(i)] != kOff &&
+            std::find(stops.begin(), stops.end(), static_cast<int32_t>(i)) == stops.end())
+          ++others;
+      }
+      if (others == 0) return;
+    }
+    for (int32_t id : stops) {
+      if (id >= 0 && id < v) (*row)[static_cast<size_t>(id)] = kOff;
+    }
+  }
 
   // Channel to the caller (guarded by mu).
   std::mutex mu;
@@ -206,6 +233,15 @@ absl::StatusOr<GenerationResult> Engine::Generate(
     for (int64_t e : c.eos_token_ids) seq->stops.push_back(static_cast<int32_t>(e));
   }
   seq->history = request.prompt;
+  if (!request.grammar.empty()) {
+    ASSIGN_OR_RETURN(seq->matcher, NewMatcher(request.grammar, seq->stops));
+    const int64_t shortest = seq->matcher->min_tokens_to_finish();
+    if (shortest > seq->budget) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the shortest output the grammar allows takes ", shortest, " tokens, more than the ",
+          seq->budget, " this request may generate (max_tokens, or what the context leaves)"));
+    }
+  }
   const uint64_t kv_per_token = KvBytesPerToken(c);
   seq->kv_reserve = kv_per_token * static_cast<uint64_t>(n_prompt + seq->budget + 1) +
                     KvRingBytes(c, options_.prefill_chunk);
@@ -457,10 +493,62 @@ void Engine::Finish(Sequence* seq, absl::Status status) {
     OffloadEvicted();  // before the caller hears of the finish: its next request sees the result
   }
   seq->cache.reset();
+  if (seq->matcher != nullptr) {
+    std::lock_guard<std::mutex> lock(grammar_mu_);
+    grammar_counters_.masks += seq->matcher->stats().masks;
+    grammar_counters_.cached_masks += seq->matcher->stats().cached_masks;
+    seq->matcher.reset();  // its tables are freed with the request, not with the caller
+  }
   std::lock_guard<std::mutex> lock(seq->mu);
   seq->status = std::move(status);
   seq->done = true;
   seq->cv.notify_all();
+}
+
+absl::StatusOr<std::unique_ptr<grammar::Matcher>> Engine::NewMatcher(
+    const std::string& grammar_text, const std::vector<int32_t>& ends) {
+  std::shared_ptr<const grammar::Vocabulary> vocab;
+  std::shared_ptr<const grammar::Grammar> compiled;
+  {
+    std::lock_guard<std::mutex> lock(grammar_mu_);
+    if (!vocabulary_.has_value()) {
+      if (!options_.vocabulary) {
+        return absl::FailedPreconditionError(
+            "this compute node has no tokenizer for constrained decoding (grammars, JSON "
+            "schemas, forced tool calls)");
+      }
+      vocabulary_ = options_.vocabulary();
+      if (vocabulary_->ok() && (**vocabulary_)->size() > model_->config().vocab_size) {
+        vocabulary_ = absl::FailedPreconditionError(
+            absl::StrCat("the tokenizer has ", (**vocabulary_)->size(), " tokens, the model ",
+                         model_->config().vocab_size));
+      }
+    }
+    if (!vocabulary_->ok()) return vocabulary_->status();
+    vocab = **vocabulary_;
+    grammar_counters_.requests++;
+    for (auto it = grammars_.begin(); it != grammars_.end(); ++it) {
+      if (it->first == grammar_text) {
+        compiled = it->second;
+        grammars_.splice(grammars_.begin(), grammars_, it);
+        break;
+      }
+    }
+  }
+  if (compiled == nullptr) {
+    ASSIGN_OR_RETURN(compiled, grammar::CompileGrammar(grammar_text, *vocab));
+    std::lock_guard<std::mutex> lock(grammar_mu_);
+    grammars_.emplace_front(grammar_text, compiled);
+    if (grammars_.size() > 16) grammars_.pop_back();
+  }
+  auto matcher = std::make_unique<grammar::Matcher>(compiled, vocab, ends);
+  RETURN_IF_ERROR(matcher->status());
+  return matcher;
+}
+
+Engine::GrammarCounters Engine::grammar_counters() const {
+  std::lock_guard<std::mutex> lock(grammar_mu_);
+  return grammar_counters_;
 }
 
 std::unique_ptr<Drafter> Engine::NewDrafter(const GenerationRequest& request) const {
@@ -534,7 +622,8 @@ void Engine::Emit(Sequence* s, SampledToken tok) {
     s->out.push_back(std::move(tok));
     s->cv.notify_all();
   }
-  const bool stop = std::find(s->stops.begin(), s->stops.end(), id) != s->stops.end();
+  const bool stop =
+      std::find(s->stops.begin(), s->stops.end(), id) != s->stops.end() || s->GrammarEnded();
   const bool full = static_cast<int64_t>(s->result.tokens.size()) >= s->budget;
   if (stop || full) {
     const FinishReason reason = stop ? FinishReason::kStop : FinishReason::kLength;
@@ -561,19 +650,28 @@ void Engine::SampleRows(Sequence* s, const float* rows, int64_t n_rows, int64_t 
   for (int64_t i = n_rows - 1 - drafted; i < n_rows; ++i) {
     std::vector<float> row(rows + i * V, rows + (i + 1) * V);
     const int64_t n_out = generated + static_cast<int64_t>(toks.size());
-    if (n_out < s->req.min_tokens) {
-      for (int32_t id : s->stops) {
-        if (id >= 0 && id < V)
-          row[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
-      }
+    if (s->matcher != nullptr && s->matcher->Apply(row, s->budget - n_out) == 0) {
+      Finish(s, s->matcher->status().ok()
+                    ? absl::InternalError("constrained decoding: no token can continue the output")
+                    : s->matcher->status());
+      return;
     }
+    if (n_out < s->req.min_tokens) s->MaskStops(&row);
     const int64_t d = static_cast<int64_t>(toks.size());  // the draft this row verifies
     bool ok = false;
     toks.push_back(
         d < drafted ? s->sampler.SampleDraft(row, s->history, s->draft[static_cast<size_t>(d)], &ok)
                     : s->sampler.Sample(row, s->history));
     s->history.push_back(toks.back().id);
-    const bool stop = std::find(s->stops.begin(), s->stops.end(), toks.back().id) != s->stops.end();
+    if (s->matcher != nullptr) {
+      if (absl::Status st = s->matcher->Accept(toks.back().id); !st.ok()) {
+        Finish(s, absl::InternalError(absl::StrCat("constrained decoding: ", st.message())));
+        return;
+      }
+    }
+    const bool stop =
+        std::find(s->stops.begin(), s->stops.end(), toks.back().id) != s->stops.end() ||
+        s->GrammarEnded();
     accepted += ok;
     if (!ok || stop || n_out + 1 >= s->budget) break;
   }

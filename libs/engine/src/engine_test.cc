@@ -15,6 +15,7 @@
 #include "colibri/expert_source/disk_source.h"
 #include "colibri/expert_source/testing/recording_source.h"
 #include "colibri/model/container.h"
+#include "nlohmann/json.hpp"
 
 namespace colibri::engine {
 namespace {
@@ -641,6 +642,139 @@ TEST_F(EngineTest, ExpertCountsCoverEveryComputedRow) {
   for (uint32_t v : again->expert_counts) total += v;
   EXPECT_EQ(total,
             (static_cast<uint64_t>(7 - again->cached_prompt_tokens) + 4) * c.top_k * c.n_layers);
+}
+
+// Constrained decoding ---------------------------------------------------------------------------
+
+namespace grammar_test {
+
+// The test model's 64 tokens as text: 0 is the end token, the rest single characters JSON needs
+// and some longer pieces (several characters, a split UTF-8 character).
+std::shared_ptr<const grammar::Vocabulary> TestVocabulary() {
+  std::vector<std::string> bytes = {"<eos>"};
+  for (char c : std::string("{}[]\":,-. 0123456789abcdefghijklmnopqrstuvwxyz"))
+    bytes.emplace_back(1, c);
+  for (const char* s : {"{\"", "\":", "true", "false", "null", "\"a", ",\"", "\":[", "]}", "ab",
+                        "\xC3", "\xA9", "\xE2\x82\xAC", "\\n", "\\", "e+", "xy"})
+    bytes.emplace_back(s);
+  std::vector<bool> special(bytes.size(), false);
+  special[0] = true;
+  return grammar::Vocabulary::Build(std::move(bytes), std::move(special));
+}
+
+constexpr char kGrammar[] =
+    R"(root ::= "{\"a\":" " "? int ",\"b\":[" ( bool ( "," bool ){0,2} )? "]," str "}"
+int ::= "-"? [0-9]{1,3}
+bool ::= "true" | "false"
+str ::= "\"c\":\"" [^"\\]* "\""
+)";
+
+}  // namespace grammar_test
+
+TEST_F(EngineTest, GrammarKeepsSampledOutputValidBatchedAndSpeculating) {
+  const auto vocab = grammar_test::TestVocabulary();
+  ASSERT_EQ(vocab->size(), 64);
+  EngineOptions o;
+  o.vocabulary = [vocab]() -> absl::StatusOr<std::shared_ptr<const grammar::Vocabulary>> {
+    return vocab;
+  };
+  auto request = [](uint64_t seed, int64_t max_tokens) {
+    GenerationRequest r;
+    r.prompt = {1, 5, 9, 13};
+    r.max_tokens = max_tokens;
+    r.stop_tokens = {0};
+    r.sampling.temperature = 1.0f;
+    r.sampling.seed = seed;
+    r.grammar = grammar_test::kGrammar;
+    return r;
+  };
+  auto text = [&](const std::vector<int32_t>& ids) {
+    std::string s;
+    for (int32_t id : ids) {
+      if (id != 0) s += vocab->bytes(id);
+    }
+    return s;
+  };
+  auto valid = [](const std::string& s) {
+    auto j = nlohmann::json::parse(s, nullptr, false);
+    return !j.is_discarded() && j.is_object() && j["a"].is_number_integer() && j["b"].is_array() &&
+           j["b"].size() <= 3 && j["c"].is_string() && j.size() == 3;
+  };
+  std::vector<std::vector<int32_t>> alone;
+  {
+    auto e = NewEngine(o);
+    for (uint64_t seed = 1; seed <= 12; ++seed) {
+      const int64_t budget = 20 + static_cast<int64_t>(seed) * 3;
+      auto res = Run(*e, request(seed, budget));
+      ASSERT_TRUE(res.ok()) << res.status();
+      EXPECT_EQ(res->finish, FinishReason::kStop) << text(res->tokens);
+      EXPECT_EQ(res->tokens.back(), 0);
+      EXPECT_LE(static_cast<int64_t>(res->tokens.size()), budget);
+      EXPECT_TRUE(valid(text(res->tokens))) << text(res->tokens);
+      alone.push_back(res->tokens);
+    }
+    EXPECT_EQ(e->grammar_counters().requests, 12u);
+    EXPECT_GT(e->grammar_counters().cached_masks, 0u);
+  }
+  // Batched with each other and drafting with the n-gram drafter: the same tokens.
+  EngineOptions spec = o;
+  spec.max_active = 8;
+  spec.speculative = SpeculativeMode::kNgram;
+  auto e = NewEngine(spec);
+  std::vector<std::vector<int32_t>> together(alone.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < alone.size(); ++i) {
+    threads.emplace_back([&, i] {
+      auto res = Run(*e, request(i + 1, 20 + static_cast<int64_t>(i + 1) * 3));
+      ASSERT_TRUE(res.ok()) << res.status();
+      together[i] = res->tokens;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < alone.size(); ++i) EXPECT_TRUE(valid(text(together[i]))) << i;
+  // Greedy is the same batched and speculating, and valid.
+  GenerationRequest greedy = request(1, 40);
+  greedy.sampling.temperature = 0;
+  auto g1 = Run(*e, greedy);
+  auto plain = NewEngine(o);
+  auto g2 = Run(*plain, greedy);
+  ASSERT_TRUE(g1.ok() && g2.ok());
+  EXPECT_EQ(g1->tokens, g2->tokens);
+  EXPECT_TRUE(valid(text(g1->tokens))) << text(g1->tokens);
+}
+
+TEST_F(EngineTest, GrammarRequestsThatCannotRunAreRefused) {
+  const auto vocab = grammar_test::TestVocabulary();
+  EngineOptions o;
+  o.vocabulary = [vocab]() -> absl::StatusOr<std::shared_ptr<const grammar::Vocabulary>> {
+    return vocab;
+  };
+  auto e = NewEngine(o);
+  GenerationRequest r = Greedy({1, 2, 3}, 30);
+  r.grammar = "root ::= undefined_rule\n";
+  auto bad = Run(*e, r);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("undefined_rule"), std::string::npos);
+  r.grammar = grammar_test::kGrammar;
+  r.max_tokens = 5;
+  auto short_budget = Run(*e, r);
+  ASSERT_FALSE(short_budget.ok());
+  EXPECT_NE(short_budget.status().message().find("shortest output"), std::string::npos);
+  // ignore_eos and no stop token: the output ends where the grammar does.
+  r.grammar = "root ::= \"ab\" [0-9]\n";
+  r.max_tokens = 30;
+  auto ends = Run(*e, r);
+  ASSERT_TRUE(ends.ok()) << ends.status();
+  std::string s;
+  for (int32_t id : ends->tokens) s += vocab->bytes(id);
+  EXPECT_EQ(s.substr(0, 2), "ab");
+  EXPECT_EQ(s.size(), 3u);
+  EXPECT_EQ(ends->finish, FinishReason::kStop);
+  auto none = NewEngine();
+  auto refused = Run(*none, r);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

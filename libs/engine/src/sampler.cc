@@ -62,6 +62,9 @@ size_t Sampler::Candidates(std::span<const float> logits) {
   } else {
     std::sort(candidates_.begin(), candidates_.end(), better);
   }
+  // Tokens a mask removed (-inf: a grammar's, min_tokens') can never be drawn, not even as the
+  // rounding remainder of the draw.
+  while (keep > 1 && candidates_[keep - 1].first == -std::numeric_limits<float>::infinity()) --keep;
   candidates_.resize(keep);
   // Probabilities at temperature 1 decide the top-p / min-p cut (as llama.cpp's chain).
   std::vector<double> probs(keep);

@@ -64,6 +64,7 @@ v1::GenerateRequest RequestToProto(const Request& r) {
   for (int32_t t : r.stop_tokens) stop->add_stop_token_ids(static_cast<uint32_t>(t));
   stop->set_ignore_eos(r.ignore_eos);
   stop->set_min_tokens(static_cast<uint32_t>(r.min_tokens));
+  stop->set_grammar(r.grammar);
   m.set_session_id(r.session_id);
   return m;
 }
@@ -77,6 +78,7 @@ Request RequestFromProto(const v1::GenerateRequest& m, int64_t default_max_token
   for (uint32_t t : m.stop().stop_token_ids()) r.stop_tokens.push_back(TokenFromWire(t));
   r.ignore_eos = m.stop().ignore_eos();
   r.min_tokens = m.stop().min_tokens();
+  r.grammar = m.stop().grammar();
   r.session_id = m.session_id();
   return r;
 }

@@ -17,6 +17,8 @@
 #include "colibri/core/thread_pool.h"
 #include "colibri/core/units.h"
 #include "colibri/expert_source/expert_label.h"
+#include "colibri/grammar/matcher.h"
+#include "colibri/tokenizer/tokenizer.h"
 #include "spdlog/spdlog.h"
 
 namespace colibri::compute {
@@ -245,6 +247,12 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(
   eo.kv_cache_limit = options.kv_cache_limit;
   eo.max_active = options.max_batch;
   eo.max_queued = options.max_queued;
+  // Constrained decoding reads the model's own tokenizer, on the first request that needs it.
+  eo.vocabulary =
+      [dir = options.model_dir]() -> absl::StatusOr<std::shared_ptr<const grammar::Vocabulary>> {
+    ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::Tokenizer> tok, tokenizer::LoadTokenizer(dir));
+    return grammar::Vocabulary::FromTokenizer(*tok);
+  };
   if (options.kv_offload_limit > 0 || !options.kv_persist_dir.empty()) {
     const model::ModelConfig& c = node->model_->config();
     engine::KvStoreOptions ko;

@@ -28,6 +28,7 @@ constexpr std::string_view kChatFields[] = {"model",
                                             "parallel_tool_calls",
                                             "chat_template_kwargs",
                                             "response_format",
+                                            "grammar",
                                             "reasoning_effort",
                                             "logit_bias",
                                             "session_id",
@@ -166,9 +167,13 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool c
     }
     RETURN_IF_ERROR(ReadBool(j, "parallel_tool_calls", &r.parallel_tool_calls));
   }
-  // Not enforced yet, so refused rather than silently ignored.
-  if (auto f = j.find("response_format"); f != j.end() && !f->is_null())
-    RETURN_IF_ERROR(RefuseStructuredFormat(*f, "response_format"));
+  // Structured output: a grammar compute enforces with token masks.
+  if (auto f = j.find("response_format"); f != j.end() && !f->is_null()) {
+    ASSIGN_OR_RETURN(r.params.grammar,
+                     StructuredFormatGrammar(*f, "response_format", body,
+                                             {"response_format", "json_schema", "schema"}));
+  }
+  RETURN_IF_ERROR(ReadGrammarField(j, &r.params));
   if (auto b = j.find("logit_bias");
       b != j.end() && !b->is_null() && !(b->is_object() && b->empty()))
     return FieldError("logit_bias", "is not supported");

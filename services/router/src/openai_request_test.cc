@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "colibri/grammar/json_schema.h"
 #include "http_api.h"
 
 namespace colibri::router {
@@ -399,9 +400,14 @@ TEST(ParseOpenAiRequest, FieldsThatWouldChangeTheOutputAreDoneOrRefused) {
     return ParseOpenAiRequest(absl::StrCat("{", messages, ",", extra, "}"), /*chat=*/true, ignored);
   };
   for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
-           {R"("response_format":{"type":"json_object"})", "response_format"},
-           {R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}})",
-            "response_format"},
+           {R"("response_format":{"type":"xml"})", "response_format.type"},
+           {R"("response_format":{"type":"json_schema","json_schema":{"name":"x"}})",
+            "response_format.json_schema.schema"},
+           {R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":)"
+            R"({"type":"string","pattern":"^a"}}})",
+            "'pattern'"},
+           {R"("grammar":"root ::= missing")", "rule 'missing' is not defined"},
+           {R"("grammar":"root ::= \"a\"","response_format":{"type":"json_object"})", "grammar"},
            {R"("tool_choice":"required")", "tool_choice"},
            {R"("tool_choice":{"type":"function","function":{"name":"f"}})", "tool_choice"},
            {R"("logit_bias":{"42":5})", "logit_bias"}}) {
@@ -410,7 +416,27 @@ TEST(ParseOpenAiRequest, FieldsThatWouldChangeTheOutputAreDoneOrRefused) {
     EXPECT_NE(r.status().message().find(field), std::string::npos) << r.status();
   }
   auto text = parse(R"("response_format":{"type":"text"},"logit_bias":{})");
-  EXPECT_TRUE(text.ok()) << text.status();
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_TRUE(text->params.grammar.empty());
+  // Structured output becomes a grammar compute enforces; properties keep the schema's order.
+  auto object = parse(R"("response_format":{"type":"json_object"})");
+  ASSERT_TRUE(object.ok()) << object.status();
+  EXPECT_NE(object->params.grammar.find("root ::= json-object"), std::string::npos);
+  auto schema =
+      parse(R"("response_format":{"type":"json_schema","json_schema":{"name":"x","strict":true,)"
+            R"("schema":{"type":"object","properties":{"zeta":{"type":"integer"},"alpha":)"
+            R"({"type":"string"}},"required":["zeta","alpha"],"additionalProperties":false}}})");
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  const std::string& g = schema->params.grammar;
+  const std::string in_order = R"({"type":"object","properties":{"zeta":{"type":"integer"},)"
+                               R"("alpha":{"type":"string"}},"required":["zeta","alpha"],)"
+                               R"("additionalProperties":false})";
+  EXPECT_EQ(g, *grammar::JsonSchemaGrammar(nlohmann::ordered_json::parse(in_order)));
+  EXPECT_NE(g,
+            *grammar::JsonSchemaGrammar(nlohmann::ordered_json(nlohmann::json::parse(in_order))));
+  auto grammar = parse(R"("grammar":"root ::= \"yes\" | \"no\"")");
+  ASSERT_TRUE(grammar.ok()) << grammar.status();
+  EXPECT_EQ(grammar->params.grammar, "root ::= \"yes\" | \"no\"");
   auto none =
       parse(R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none")");
   ASSERT_TRUE(none.ok()) << none.status();

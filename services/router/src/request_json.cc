@@ -4,7 +4,10 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "colibri/core/json.h"
 #include "colibri/core/status.h"
+#include "colibri/grammar/grammar.h"
+#include "colibri/grammar/json_schema.h"
 
 namespace colibri::router {
 
@@ -86,12 +89,40 @@ absl::StatusOr<std::string> ReadType(const json& j, const std::string& field) {
   return j["type"].get<std::string>();
 }
 
-absl::Status RefuseStructuredFormat(const json& format, const std::string& field) {
-  const std::string type = format.is_object() ? format.value("type", "") : "";
-  if (type == "text") return absl::OkStatus();
-  return FieldError(field, absl::StrCat("'", type,
-                                        "' is not supported yet (structured output is not "
-                                        "enforced); use 'text'"));
+absl::StatusOr<std::string> StructuredFormatGrammar(const json& format, const std::string& field,
+                                                    const std::string& body,
+                                                    const std::vector<std::string>& schema_path) {
+  ASSIGN_OR_RETURN(const std::string type, ReadType(format, field));
+  if (type == "text") return std::string();
+  if (type == "json_object") return grammar::JsonObjectGrammar();
+  if (type != "json_schema")
+    return FieldError(field + ".type", "must be text, json_object or json_schema");
+  std::string where = schema_path.front();
+  for (size_t i = 1; i < schema_path.size(); ++i) where += "." + schema_path[i];
+  ASSIGN_OR_RETURN(const nlohmann::ordered_json ordered,
+                   ParseJson<nlohmann::ordered_json>(body, "request body"));
+  const nlohmann::ordered_json* schema = &ordered;
+  for (const std::string& key : schema_path) {
+    if (!schema->is_object() || !schema->contains(key)) return FieldError(where, "is required");
+    schema = &(*schema)[key];
+  }
+  absl::StatusOr<std::string> g = grammar::JsonSchemaGrammar(*schema);
+  if (!g.ok()) return FieldError(where, std::string(g.status().message()));
+  return *g;
+}
+
+absl::Status ReadGrammarField(const json& j, TextRequest* request) {
+  auto it = j.find("grammar");
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_string()) return FieldError("grammar", "must be a string");
+  if (!request->grammar.empty())
+    return FieldError("grammar", "cannot be combined with a structured response format");
+  const std::string text = it->get<std::string>();
+  if (text.empty()) return absl::OkStatus();
+  absl::StatusOr<grammar::Grammar> parsed = grammar::Grammar::Parse(text);
+  if (!parsed.ok()) return FieldError("grammar", std::string(parsed.status().message()));
+  request->grammar = text;
+  return absl::OkStatus();
 }
 
 std::vector<std::string> UnknownFields(

@@ -47,9 +47,17 @@ absl::Status ReadSamplingFields(const nlohmann::json& j, TextRequest* request);
 // "'<field>.type': is required" when `j` is not an object with a string "type".
 absl::StatusOr<std::string> ReadType(const nlohmann::json& j, const std::string& field);
 
-// OpenAI response_format / Responses text.format (`field`): only "text" until structured output is
-// enforced; any other type is refused by name, never ignored.
-absl::Status RefuseStructuredFormat(const nlohmann::json& format, const std::string& field);
+// The grammar an OpenAI response_format / Responses text.format (`field`) asks for: "" for
+// "text", any JSON object for "json_object", and for "json_schema" the schema at `schema_path`
+// of the request `body`, read again in its own key order (properties come out in that order).
+// A schema outside the supported subset is InvalidArgument naming the keyword and the field.
+absl::StatusOr<std::string> StructuredFormatGrammar(const nlohmann::json& format,
+                                                    const std::string& field,
+                                                    const std::string& body,
+                                                    const std::vector<std::string>& schema_path);
+// The llama-server `grammar` field (colibri's grammar syntax, docs/STRUCTURED_OUTPUT.md) into
+// request->grammar, checked; exclusive with a structured format already set.
+absl::Status ReadGrammarField(const nlohmann::json& j, TextRequest* request);
 
 // The fields ReadSamplingFields reads.
 std::span<const std::string_view> SamplingFields();

@@ -188,6 +188,7 @@ constexpr std::string_view kResponsesFields[] = {"model",
                                                  "store",
                                                  "stream",
                                                  "background",
+                                                 "grammar",
                                                  "metadata"};
 constexpr std::string_view kResponsesNoEffect[] = {"include",
                                                    "prompt_cache_key",
@@ -273,8 +274,10 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body,
   }
   if (auto t = j.find("text"); t != j.end() && !t->is_null()) {
     if (!t->is_object()) return FieldError("text", "must be an object");
-    if (auto f = t->find("format"); f != t->end() && !f->is_null())
-      RETURN_IF_ERROR(RefuseStructuredFormat(*f, "text.format"));
+    if (auto f = t->find("format"); f != t->end() && !f->is_null()) {
+      ASSIGN_OR_RETURN(c.params.grammar, StructuredFormatGrammar(*f, "text.format", body,
+                                                                 {"text", "format", "schema"}));
+    }
     if (auto v = t->find("verbosity"); v != t->end() && !v->is_null())
       ignored->push_back("text.verbosity");
   }
@@ -290,6 +293,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body,
     r.max_output_tokens_given = true;
   }
   RETURN_IF_ERROR(ReadSamplingFields(j, &p));
+  RETURN_IF_ERROR(ReadGrammarField(j, &p));
   RETURN_IF_ERROR(ValidateTextRequest(p, /*vocab_size=*/0));
   return r;
 }

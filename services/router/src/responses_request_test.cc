@@ -103,6 +103,28 @@ TEST(ResponsesRequest, FunctionCallsAndOutputsBecomeTheTemplatesTurns) {
   EXPECT_EQ(r->chat.params.max_tokens, kMaxTokensLimit);  // no max_output_tokens: the context
 }
 
+TEST(ResponsesRequest, TextFormatBecomesAGrammar) {
+  json body = {{"input", "hi"},
+               {"text",
+                {{"format",
+                  {{"type", "json_schema"},
+                   {"name", "w"},
+                   {"strict", true},
+                   {"schema",
+                    {{"type", "object"},
+                     {"properties", {{"city", {{"type", "string"}}}}},
+                     {"required", {"city"}},
+                     {"additionalProperties", false}}}}}}}};
+  std::vector<std::string> ignored;
+  auto r = ParseResponsesRequest(body.dump(), &ignored);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->chat.params.grammar.find("city"), std::string::npos);
+  body["text"]["format"] = {{"type", "json_object"}};
+  r = ParseResponsesRequest(body.dump(), &ignored);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->chat.params.grammar.find("json-object"), std::string::npos);
+}
+
 TEST(ResponsesRequest, WhatIsNotEnforcedIsRefusedByName) {
   auto refused = [](const json& patch, const std::string& field) {
     json body = {{"input", "hi"}};
@@ -114,7 +136,10 @@ TEST(ResponsesRequest, WhatIsNotEnforcedIsRefusedByName) {
   };
   refused({{"tool_choice", "required"}}, "tool_choice");
   refused({{"tool_choice", {{"type", "function"}, {"name", "x"}}}}, "tool_choice");
-  refused({{"text", {{"format", {{"type", "json_schema"}}}}}}, "text.format");
+  refused({{"text", {{"format", {{"type", "json_schema"}}}}}}, "text.format.schema");
+  refused(
+      {{"text", {{"format", {{"type", "json_schema"}, {"schema", {{"oneOf", json::array()}}}}}}}},
+      "'oneOf'");
   refused({{"background", true}}, "background");
   refused({{"input", json::array({{{"type", "item_reference"}, {"id", "x"}}})}}, "item_reference");
   refused(

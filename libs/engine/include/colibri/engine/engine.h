@@ -47,6 +47,7 @@
 #include "colibri/engine/model.h"
 #include "colibri/engine/sampler.h"
 #include "colibri/engine/speculative.h"
+#include "colibri/grammar/matcher.h"
 
 namespace colibri::engine {
 
@@ -110,6 +111,9 @@ struct EngineOptions {
   // auto's costs to start from (a tune profile's, PassCosts::FromJson with draft_max + 1 rows);
   // none: measured from scratch. Ignored when its rows do not match draft_max.
   std::optional<PassCosts> speculation_costs;
+  // The model's vocabulary as bytes, for requests with a grammar: called on the first such
+  // request, its result kept. Unset: those requests are FailedPrecondition.
+  std::function<absl::StatusOr<std::shared_ptr<const grammar::Vocabulary>>()> vocabulary;
 };
 
 struct EngineCounters {
@@ -146,6 +150,15 @@ class Engine {
   // or the request's KV cannot fit the limit, and whatever the expert source reports.
   absl::StatusOr<GenerationResult> Generate(
       const GenerationRequest& request, const std::function<bool(const SampledToken&)>& on_token);
+
+  // Constrained decoding: counters of the masks computed (and served from the matchers'
+  // caches) for requests with a grammar.
+  struct GrammarCounters {
+    uint64_t requests = 0;
+    uint64_t masks = 0;
+    uint64_t cached_masks = 0;
+  };
+  GrammarCounters grammar_counters() const;
 
   // Drops every pooled KV cache (not the ones in use).
   void ClearKvPool();
@@ -229,6 +242,10 @@ class Engine {
   void RestoreLoop();
 
   void Finish(Sequence* seq, absl::Status status);
+  // The matcher of a request with a grammar: the vocabulary loaded once, compiled grammars kept
+  // for the next request with the same text. InvalidArgument for a bad grammar.
+  absl::StatusOr<std::unique_ptr<grammar::Matcher>> NewMatcher(const std::string& grammar_text,
+                                                               const std::vector<int32_t>& ends);
   // The drafter a new sequence gets (nullptr: it does not speculate).
   std::unique_ptr<Drafter> NewDrafter(const GenerationRequest& request) const;
   // Drafts for a decoding sequence (speculative decoding) into seq->draft, at most `room` tokens.
@@ -277,6 +294,13 @@ class Engine {
   bool stop_restorer_ = false;
   std::thread scheduler_;
   std::thread restorer_;  // with a KvStore only
+
+  // Constrained decoding (grammar_mu_): the vocabulary once loaded, the last compiled grammars
+  // (most recent first), and the counters.
+  mutable std::mutex grammar_mu_;
+  std::optional<absl::StatusOr<std::shared_ptr<const grammar::Vocabulary>>> vocabulary_;
+  std::list<std::pair<std::string, std::shared_ptr<const grammar::Grammar>>> grammars_;
+  GrammarCounters grammar_counters_;
 };
 
 }  // namespace colibri::engine

@@ -54,6 +54,11 @@ struct Request {
   // Until this many tokens are generated, EOS and the stop tokens are masked out of sampling
   // (vLLM's and llama-server's min_tokens); at most max_tokens.
   int64_t min_tokens = 0;
+  // Optional: the output must be a sentence of this grammar (colibri/grammar/grammar.h's
+  // syntax; the router compiles JSON schemas and forced tool calls into it). At each step only
+  // tokens that continue a valid output may be sampled, EOS only where it is complete, and the
+  // output completes within max_tokens. Empty: unconstrained.
+  std::string grammar;
   // Optional: prefer the pooled KV of this session (any pooled prefix still matches).
   std::string session_id;
   std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
