@@ -394,20 +394,22 @@ def write_key_file(path, keys):
     return path
 
 
-def npm_modules(name, spec):
-    """The node_modules directory holding npm package `spec` (e.g. 'openai@6'), installed on first
-    use into ~/.cache/colibri-npm/<name> (or $COLIBRI_NPM_CACHE/<name>), outside the repository;
-    None when node or npm is missing or the registry cannot be reached (tests then skip)."""
+def npm_modules(name, spec, *more):
+    """The node_modules directory holding npm package `spec` (e.g. 'openai@6') and any `more`,
+    installed on first use into ~/.cache/colibri-npm/<name> (or $COLIBRI_NPM_CACHE/<name>),
+    outside the repository; None when node or npm is missing or the registry cannot be reached
+    (tests then skip)."""
     root = os.environ.get('COLIBRI_NPM_CACHE', os.path.join(os.path.expanduser('~'), '.cache', 'colibri-npm'))
     prefix = os.path.join(root, name)
     modules = os.path.join(prefix, 'node_modules')
-    package = spec.rsplit('@', 1)[0] if spec.rfind('@') > 0 else spec
-    if os.path.isdir(os.path.join(modules, package)):
+    specs = [spec, *more]
+    packages = [s.rsplit('@', 1)[0] if s.rfind('@') > 0 else s for s in specs]
+    if all(os.path.isdir(os.path.join(modules, p)) for p in packages):
         return modules
     if not shutil.which('npm') or not shutil.which('node'):
         return None
     os.makedirs(prefix, exist_ok=True)
-    p = subprocess.run(['npm', 'install', '--prefix', prefix, '--no-audit', '--no-fund', spec],
+    p = subprocess.run(['npm', 'install', '--prefix', prefix, '--no-audit', '--no-fund', *specs],
                        capture_output=True, text=True, timeout=600)
     return modules if p.returncode == 0 else None
 

@@ -22,6 +22,7 @@ TEST(GenerationProtoTest, RequestRoundTripsThroughTheWire) {
   r.stop_tokens = {2, 5};
   r.ignore_eos = true;
   r.min_tokens = 4;
+  r.grammar = "root ::= \"{}\"\n";
   r.session_id = "key/conv";
   const Request back = RequestFromProto(RequestToProto(r), 1000);
   EXPECT_EQ(back.prompt, r.prompt);
@@ -39,6 +40,7 @@ TEST(GenerationProtoTest, RequestRoundTripsThroughTheWire) {
   EXPECT_EQ(back.stop_tokens, r.stop_tokens);
   EXPECT_TRUE(back.ignore_eos);
   EXPECT_EQ(back.min_tokens, 4);
+  EXPECT_EQ(back.grammar, r.grammar);
   EXPECT_EQ(back.session_id, "key/conv");
 }
 

@@ -27,7 +27,15 @@ struct PrimitiveRule {
 const std::vector<PrimitiveRule>& Primitives() {
   static const std::vector<PrimitiveRule> kRules = {
       {"json-ws", R"(" "?)", {}},
-      {"json-char", R"([^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ))", {}},
+      // One code point each: \u escapes of surrogates are left out, so lengths count alike
+      // in every validator.
+      {"json-char", R"([^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" json-u4 ))", {"json-u4"}},
+      {"json-u4", R"([0-9a-cA-CeEfF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2})", {}},
+      // Strings with a length bound: characters of the Basic Multilingual Plane only, so the
+      // length is the same in code points (JSON Schema) and UTF-16 units (JavaScript, zod).
+      {"json-char-bmp",
+       R"([^"\\\x00-\x1F\U00010000-\U0010FFFF] | "\\" ( ["\\/bfnrt] | "u" json-u4 ))",
+       {"json-u4"}},
       {"json-string", R"("\"" json-char* "\"")", {"json-char"}},
       {"json-integer", R"("-"? ( "0" | [1-9] [0-9]{0,15} ))", {}},
       {"json-number",
@@ -47,8 +55,10 @@ const std::vector<PrimitiveRule>& Primitives() {
        R"("[" json-ws ( json-value ( json-ws "," json-ws json-value )* )? json-ws "]")",
        {"json-ws", "json-value"}},
       {"json-d2", R"([0-9] [0-9])", {}},
+      // Every day of every month, but February 29 (a subset of the valid dates: leap years
+      // are not tracked).
       {"json-date",
-       R"([0-9]{4} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | [12] [0-9] | "3" [01] ))",
+       R"([0-9]{4} "-" ( ( "0" [13578] | "1" [02] ) "-" ( "0" [1-9] | [12] [0-9] | "3" [01] ) | ( "0" [469] | "11" ) "-" ( "0" [1-9] | [12] [0-9] | "30" ) | "02-" ( "0" [1-9] | "1" [0-9] | "2" [0-8] ) ))",
        {}},
       {"json-time",
        R"(( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{1,6} )? ( "Z" | [+-] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ))",
@@ -282,7 +292,7 @@ class SchemaGrammar::Visitor {
     if (hi >= 0 && hi < lo) return Error(path, "'maxLength' is below 'minLength'");
     if (lo > kMaxBound) return Error(path, absl::StrCat("'minLength' above ", kMaxBound));
     if (hi > kMaxBound) hi = -1;
-    const std::string chars = out_->Primitive("json-char");
+    const std::string chars = out_->Primitive(lo == 0 && hi < 0 ? "json-char" : "json-char-bmp");
     std::string rep = lo == 0 && hi < 0 ? "*" : Bounds(lo, hi);
     return absl::StrCat(R"("\"" )", chars, rep, R"( "\"")");
   }

