@@ -87,9 +87,11 @@ class AnthropicClientTest(unittest.TestCase):
         self.assertIn(loop['stop_reason'], ('end_turn', 'max_tokens', 'tool_use'))
         self.assertEqual(loop['streamed_text'], loop['text'])
         self.assertGreater(loop['input_tokens'], 5)
-        # A forced tool call is refused by name until it is enforced.
+        # A forced tool call on a model whose template writes no tool calls is refused by name
+        # (test_structured_output forces calls on a model that has a call format).
         self.assertEqual(out['forced_tool']['status'], 400, out['forced_tool'])
         self.assertIn('tool_choice', out['forced_tool']['message'])
+        self.assertIn('no tool-call format', out['forced_tool']['message'])
         self.assertEqual(out['bad_key']['status'], 401)
         self.assertEqual(out['bad_key']['type'], 'authentication_error')
 

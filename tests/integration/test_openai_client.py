@@ -91,10 +91,17 @@ class OpenAiClientTest(unittest.TestCase):
         self.assertEqual(out['deleted'], {'ok': True, 'deleted': True})
         self.assertEqual(out['after_delete']['status'], 404)
         self.assertEqual(out['unstored']['status'], 404)
-        # Not enforced yet, so refused by name rather than ignored.
-        for name, field in (('forced', 'tool_choice'), ('json_schema', 'text.format'), ('image', 'input_image')):
+        # Outside what is done: refused by name rather than ignored.
+        for name, field in (('bad_schema', "'pattern'"), ('image', 'input_image')):
             self.assertEqual(out[name]['status'], 400, out[name])
             self.assertIn(field, out[name]['message'])
+        # Forced calls: exactly one, of the tool, with arguments per its schema.
+        for name in ('forced', 'named'):
+            self.assertEqual(out[name]['items'], ['function_call'], out[name])
+            self.assertEqual(len(out[name]['calls']), 1)
+            self.assertEqual(out[name]['calls'][0]['name'], 'get_weather')
+            args = json.loads(out[name]['calls'][0]['args'])
+            self.assertIsInstance(args['city'], str)
 
 
 if __name__ == '__main__':

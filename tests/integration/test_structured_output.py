@@ -125,6 +125,66 @@ class StructuredOutputTest(unittest.TestCase):
         self.assertEqual(out['refused']['status'], 400)
         self.assertIn("'pattern'", out['refused']['message'])
 
+    def test_forced_tool_calls_on_all_three_apis(self):
+        # GLM-4.5's template: tool calls written as <arg_key>/<arg_value> pairs.
+        model = testlib.tool_model(self.dir, 'tools')
+        server = testlib.Service('colibri-server', ['--model', model, '--port', '0', '--host', '127.0.0.1',
+                                                    '--threads', '2', '--served-model-name', 'demo'],
+                                 self.dir, tag='tools')
+        self.addCleanup(server.stop)
+        base = f'http://127.0.0.1:{server.port()}'
+        params = {'type': 'object', 'additionalProperties': False, 'required': ['city', 'unit'],
+                  'properties': {'city': {'type': 'string', 'maxLength': 10}, 'unit': {'enum': ['c', 'f']},
+                                 'days': {'type': 'integer'}}}
+        fn = {'name': 'get_weather', 'description': 'Weather.', 'parameters': params}
+        other = {'name': 'get_time', 'parameters': {'type': 'object', 'properties': {}, 'additionalProperties': False}}
+
+        def check(name, args):
+            self.assertIn(name, ('get_weather', 'get_time'))
+            if name == 'get_weather':
+                self.assertIsInstance(args['city'], str)
+                self.assertLessEqual(len(args['city']), 10)
+                self.assertIn(args['unit'], ('c', 'f'))
+                self.assertLessEqual(set(args), {'city', 'unit', 'days'})
+            else:
+                self.assertEqual(args, {})
+
+        for seed in range(3):
+            for choice in ('required', {'type': 'function', 'function': {'name': 'get_weather'}}):
+                status, text = testlib.http('POST', base + '/v1/chat/completions', {
+                    'model': 'demo', 'messages': [{'role': 'user', 'content': 'Weather in Paris?'}],
+                    'tools': [{'type': 'function', 'function': fn}, {'type': 'function', 'function': other}],
+                    'tool_choice': choice, 'temperature': 1.0, 'seed': seed, 'max_tokens': 120})
+                self.assertEqual(status, 200, text)
+                choice_out = json.loads(text)['choices'][0]
+                self.assertEqual(choice_out['finish_reason'], 'tool_calls', text)
+                calls = choice_out['message']['tool_calls']
+                self.assertEqual(len(calls), 1, text)
+                if choice != 'required':
+                    self.assertEqual(calls[0]['function']['name'], 'get_weather')
+                check(calls[0]['function']['name'], json.loads(calls[0]['function']['arguments']))
+            # Anthropic: tool_choice any and tool.
+            for choice in ({'type': 'any'}, {'type': 'tool', 'name': 'get_weather'}):
+                status, text = testlib.http('POST', base + '/v1/messages', {
+                    'model': 'demo', 'max_tokens': 120, 'temperature': 1.0, 'seed': seed,
+                    'messages': [{'role': 'user', 'content': 'Weather in Paris?'}],
+                    'tools': [{'name': 'get_weather', 'input_schema': params},
+                              {'name': 'get_time', 'input_schema': other['parameters']}],
+                    'tool_choice': choice})
+                self.assertEqual(status, 200, text)
+                msg = json.loads(text)
+                self.assertEqual(msg['stop_reason'], 'tool_use', text)
+                uses = [b for b in msg['content'] if b['type'] == 'tool_use']
+                self.assertEqual(len(uses), 1, text)
+                check(uses[0]['name'], uses[0]['input'])
+        # A named tool that is not offered, and a schema outside the subset, are refused by name.
+        status, text = testlib.http('POST', base + '/v1/chat/completions', {
+            'model': 'demo', 'messages': [{'role': 'user', 'content': 'x'}],
+            'tools': [{'type': 'function', 'function': fn}],
+            'tool_choice': {'type': 'function', 'function': {'name': 'nope'}}})
+        self.assertEqual(status, 400, text)
+        self.assertIn("'nope'", text)
+
     def test_bad_schemas_and_grammars_are_refused_by_name(self):
         url = self.serve('mixtral')
         for body, words in (

@@ -146,6 +146,8 @@ struct Matcher::Impl {
     std::vector<std::pair<int32_t, int32_t>> special_trans;
     int32_t mask = -1;          // into masks
     int32_t mask_max_dist = 0;  // the largest dist among states its allowed tokens lead to
+    // Tokens of one canonical completion (see TokensToEnd); -1: not computed.
+    int32_t tokens_to_end = -1;
   };
 
   std::shared_ptr<const Grammar> g;
@@ -327,6 +329,86 @@ struct Matcher::Impl {
     return r;
   }
 
+  // The child of trie node `node` (-1: the roots) for byte `b`, or -1.
+  int32_t TrieChild(int32_t node, uint8_t b) const {
+    const auto& trie = vocab->trie();
+    size_t j = node < 0 ? 0 : static_cast<size_t>(node) + 1;
+    const size_t end =
+        node < 0 ? trie.size() : static_cast<size_t>(trie[static_cast<size_t>(node)].end);
+    while (j < end) {
+      if (trie[j].byte == b) return static_cast<int32_t>(j);
+      j = static_cast<size_t>(trie[j].end);
+    }
+    return -1;
+  }
+
+  // The next symbol of the canonical shortest completion from `s` (dist > 0): the first byte,
+  // else special token, that brings the distance down by one. Sets *state; false when none.
+  bool CanonicalStep(int32_t s, int32_t* symbol, int32_t* state) {
+    const int32_t d = states[static_cast<size_t>(s)].dist;
+    for (int b = 0; b < 256; ++b) {
+      const int32_t n = ByteStep(s, static_cast<uint8_t>(b));
+      if (n >= 0 && states[static_cast<size_t>(n)].dist == d - 1) {
+        *symbol = b;
+        *state = n;
+        return true;
+      }
+    }
+    for (int32_t tok : g->special_tokens()) {
+      const int32_t n = SpecialStep(s, tok);
+      if (n >= 0 && states[static_cast<size_t>(n)].dist == d - 1) {
+        *symbol = 256 + tok;
+        *state = n;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Tokens that write the canonical shortest completion from `s` (the end token aside): at each
+  // state the longest token that is a prefix of that state's canonical completion, then on
+  // from where it leads. So TokensToEnd(after that token) is exactly one less: a budget kept
+  // above it always leaves a way to finish. At most dist(s) when every byte is a token.
+  int32_t TokensToEnd(int32_t s) {
+    constexpr int32_t kNever = std::numeric_limits<int32_t>::max() / 4;
+    std::vector<int32_t> chain;
+    int32_t x = s;
+    while (states[static_cast<size_t>(x)].tokens_to_end < 0) {
+      if (states[static_cast<size_t>(x)].accept || states[static_cast<size_t>(x)].dist == 0) {
+        states[static_cast<size_t>(x)].tokens_to_end = 0;
+        break;
+      }
+      // The longest token along the canonical path from x.
+      int32_t node = -1, best = -1, cur = x;
+      for (size_t depth = 0; depth < vocab->max_token_bytes() + 1; ++depth) {
+        if (states[static_cast<size_t>(cur)].dist == 0) break;
+        int32_t symbol = 0, next = 0;
+        if (!CanonicalStep(cur, &symbol, &next)) break;
+        if (symbol >= 256) {  // a special token: one token of its own, only at the start
+          if (depth == 0) best = next;
+          break;
+        }
+        node = TrieChild(node, static_cast<uint8_t>(symbol));
+        if (node < 0) break;
+        cur = next;
+        const Vocabulary::TrieNode& n = vocab->trie()[static_cast<size_t>(node)];
+        if (n.tokens_begin < n.tokens_end) best = cur;
+      }
+      if (best < 0) {
+        states[static_cast<size_t>(x)].tokens_to_end = kNever;
+        break;
+      }
+      chain.push_back(x);
+      x = best;
+    }
+    int32_t u = states[static_cast<size_t>(x)].tokens_to_end;
+    for (size_t i = chain.size(); i-- > 0;) {
+      u = std::min(u + 1, kNever);
+      states[static_cast<size_t>(chain[i])].tokens_to_end = u;
+    }
+    return states[static_cast<size_t>(s)].tokens_to_end;
+  }
+
   bool IsEnd(int32_t token) const { return std::binary_search(ends.begin(), ends.end(), token); }
 
   static void Set(std::vector<uint64_t>* m, int32_t id) {
@@ -353,7 +435,7 @@ struct Matcher::Impl {
       }
       depth_state[node.depth + 1u] = t;
       if (node.tokens_begin < node.tokens_end) {
-        const int32_t d = states[static_cast<size_t>(t)].dist;
+        const int32_t d = limit < 0 ? states[static_cast<size_t>(t)].dist : TokensToEnd(t);
         if (limit < 0 || d <= limit) {
           max_dist = std::max(max_dist, d);
           for (int32_t k = node.tokens_begin; k < node.tokens_end; ++k)
@@ -367,7 +449,7 @@ struct Matcher::Impl {
       if (tok < 0 || tok >= vocab->size()) continue;
       const int32_t t = SpecialStep(s, tok);
       if (t < 0) continue;
-      const int32_t d = states[static_cast<size_t>(t)].dist;
+      const int32_t d = limit < 0 ? states[static_cast<size_t>(t)].dist : TokensToEnd(t);
       if (limit < 0 || d <= limit) {
         max_dist = std::max(max_dist, d);
         Set(m, tok);
@@ -451,7 +533,9 @@ std::span<const uint64_t> Matcher::Mask(int64_t remaining) {
     return m.scratch;
   }
   m.MaybeRebuild();
-  // After a token other than the end, the shortest completion must fit before the last token.
+  // After a token other than the end, a completion must fit before the last token. The cached
+  // mask is bounded by byte distances (never fewer than the tokens of the canonical
+  // completion); near the end of the budget the tokens themselves are counted.
   const int64_t limit64 = remaining - 2;
   const int32_t limit = static_cast<int32_t>(
       std::clamp<int64_t>(limit64, -1, std::numeric_limits<int32_t>::max() / 2));
@@ -541,9 +625,9 @@ bool Matcher::can_continue() const {
   return std::any_of(ns.begin(), ns.end(), [](int32_t n) { return n != kAccept; });
 }
 
-int64_t Matcher::min_tokens_to_finish() const {
+int64_t Matcher::min_tokens_to_finish() {
   if (finished_) return 0;
-  return int64_t{impl_->states[static_cast<size_t>(impl_->cur)].dist} + 1;
+  return int64_t{impl_->TokensToEnd(impl_->cur)} + 1;
 }
 
 }  // namespace colibri::grammar

@@ -164,8 +164,13 @@ absl::StatusOr<OpenAiRequest> ParseAnthropicRequest(const std::string& body,
   std::string tool_choice = "auto";
   if (auto c = j.find("tool_choice"); c != j.end() && !c->is_null()) {
     ASSIGN_OR_RETURN(tool_choice, ReadType(*c, "tool_choice"));
-    if (tool_choice == "any" || tool_choice == "tool") return ForcedToolChoiceError(tool_choice);
-    if (tool_choice != "auto" && tool_choice != "none")
+    if (tool_choice == "any") {
+      r.forced_tool = "*";
+    } else if (tool_choice == "tool") {
+      if (!c->contains("name") || !(*c)["name"].is_string())
+        return FieldError("tool_choice.name", "is required for tool_choice 'tool'");
+      r.forced_tool = (*c)["name"].get<std::string>();
+    } else if (tool_choice != "auto" && tool_choice != "none")
       return FieldError("tool_choice.type", "must be auto, any, tool or none");
     if (auto d = c->find("disable_parallel_tool_use"); d != c->end() && !d->is_null()) {
       if (!d->is_boolean())

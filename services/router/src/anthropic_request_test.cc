@@ -126,8 +126,18 @@ TEST(AnthropicRequest, WhatIsNotDoneIsRefusedByName) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << patch.dump();
     EXPECT_NE(r.status().message().find(field), std::string::npos) << r.status();
   };
-  refused({{"tool_choice", {{"type", "any"}}}}, "tool_choice");
-  refused({{"tool_choice", {{"type", "tool"}, {"name", "Bash"}}}}, "tool_choice");
+  refused({{"tool_choice", {{"type", "tool"}}}}, "tool_choice.name");
+  refused({{"tool_choice", {{"type", "sometimes"}}}}, "tool_choice");
+  json forced = {{"max_tokens", 10},
+                 {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})},
+                 {"tool_choice", {{"type", "tool"}, {"name", "Bash"}}}};
+  auto r = ParseAnthropicRequest(forced.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->forced_tool, "Bash");
+  forced["tool_choice"] = {{"type", "any"}};
+  r = ParseAnthropicRequest(forced.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->forced_tool, "*");
   refused({{"messages",
             json::array(
                 {{{"role", "user"},

@@ -18,6 +18,7 @@
 #include "colibri/core/json.h"
 #include "colibri/core/status.h"
 #include "colibri/core/units.h"
+#include "colibri/grammar/tool_call_grammar.h"
 #include "colibri/rpc/status.h"
 #include "colibri/tokenizer/chat_output.h"
 #include "http_server.h"
@@ -691,6 +692,18 @@ class Handler {
   absl::StatusOr<std::shared_ptr<OpenAiRequest>> Prepare(const httplib::Request& req,
                                                          absl::StatusOr<OpenAiRequest> parsed) {
     if (!parsed.ok()) return parsed.status();
+    if (!parsed->forced_tool.empty()) {
+      // A forced call: one call in the model's own format, its arguments per the tool's schema.
+      if (!parsed->params.grammar.empty())
+        return FieldError("tool_choice",
+                          "a forced tool call cannot be combined with a "
+                          "structured response format or a grammar");
+      absl::StatusOr<std::string> g = grammar::ToolCallGrammar(
+          format_, parsed->chat_options.tools_json,
+          parsed->forced_tool == "*" ? std::string() : parsed->forced_tool);
+      if (!g.ok()) return FieldError("tool_choice", std::string(g.status().message()));
+      parsed->params.grammar = *std::move(g);
+    }
     parsed->params.cancel = std::make_shared<CancelFlag>();
     RETURN_IF_ERROR(core_->CheckModel(parsed->model));
     absl::StatusOr<std::vector<int32_t>> ids =

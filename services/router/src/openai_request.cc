@@ -158,11 +158,23 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool c
       r.chat_options.extra_context_json = k->dump();
     }
     if (auto tc = j.find("tool_choice"); tc != j.end() && !tc->is_null()) {
-      const std::string choice = tc->is_string() ? tc->get<std::string>() : "function";
-      if (choice == "none") {
-        r.chat_options.tools_json.clear();  // the model is not told about the tools
-      } else if (choice != "auto") {
-        return ForcedToolChoiceError(choice);
+      if (tc->is_string()) {
+        const std::string choice = tc->get<std::string>();
+        if (choice == "none") {
+          r.chat_options.tools_json.clear();  // the model is not told about the tools
+        } else if (choice == "required") {
+          r.forced_tool = "*";
+        } else if (choice != "auto") {
+          return FieldError("tool_choice", "must be none, auto, required or a named function");
+        }
+      } else if (tc->is_object() && tc->value("type", json()) == "function" &&
+                 tc->contains("function") && (*tc)["function"].is_object() &&
+                 (*tc)["function"].value("name", json()).is_string()) {
+        r.forced_tool = (*tc)["function"]["name"].get<std::string>();
+      } else {
+        return FieldError("tool_choice",
+                          "must be none, auto, required or {\"type\": \"function\", "
+                          "\"function\": {\"name\": ...}}");
       }
     }
     RETURN_IF_ERROR(ReadBool(j, "parallel_tool_calls", &r.parallel_tool_calls));

@@ -22,7 +22,11 @@ struct OpenAiRequest {
   bool return_token_ids = false;        // extension: token ids in each choice
   tokenizer::ChatOptions chat_options;  // tools, chat_template_kwargs
   bool parallel_tool_calls = true;      // false: an answer's first tool call only
-  TextRequest params;                   // prompt left empty: filled after tokenizing
+  // A forced tool call (OpenAI tool_choice "required" or a named function, Anthropic "any" or
+  // "tool"): "*" for any of the tools, else the function's name; "" when not forced. The router
+  // turns it into a grammar of one call in the model's own format (tool_call_grammar.h).
+  std::string forced_tool;
+  TextRequest params;  // prompt left empty: filled after tokenizing
 };
 
 // `chat` selects /v1/chat/completions (messages) or /v1/completions (prompt).

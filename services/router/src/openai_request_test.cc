@@ -408,8 +408,8 @@ TEST(ParseOpenAiRequest, FieldsThatWouldChangeTheOutputAreDoneOrRefused) {
             "'pattern'"},
            {R"("grammar":"root ::= missing")", "rule 'missing' is not defined"},
            {R"("grammar":"root ::= \"a\"","response_format":{"type":"json_object"})", "grammar"},
-           {R"("tool_choice":"required")", "tool_choice"},
-           {R"("tool_choice":{"type":"function","function":{"name":"f"}})", "tool_choice"},
+           {R"("tool_choice":"always")", "tool_choice"},
+           {R"("tool_choice":{"type":"function"})", "tool_choice"},
            {R"("logit_bias":{"42":5})", "logit_bias"}}) {
     auto r = parse(extra);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << extra;
@@ -437,6 +437,15 @@ TEST(ParseOpenAiRequest, FieldsThatWouldChangeTheOutputAreDoneOrRefused) {
   auto grammar = parse(R"("grammar":"root ::= \"yes\" | \"no\"")");
   ASSERT_TRUE(grammar.ok()) << grammar.status();
   EXPECT_EQ(grammar->params.grammar, "root ::= \"yes\" | \"no\"");
+  // Forced calls are recorded; the grammar of the model's call format comes at the route.
+  auto required = parse(R"("tools":[{"type":"function","function":{"name":"f"}}],)"
+                        R"("tool_choice":"required")");
+  ASSERT_TRUE(required.ok()) << required.status();
+  EXPECT_EQ(required->forced_tool, "*");
+  auto named = parse(R"("tools":[{"type":"function","function":{"name":"f"}}],)"
+                     R"("tool_choice":{"type":"function","function":{"name":"f"}})");
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(named->forced_tool, "f");
   auto none =
       parse(R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none")");
   ASSERT_TRUE(none.ok()) << none.status();

@@ -63,12 +63,6 @@ absl::StatusOr<std::string> ReadTextContent(const json& c, const std::string& fi
   return FieldError(field, "must be a string or a list of text parts");
 }
 
-absl::Status ForcedToolChoiceError(const std::string& choice) {
-  return FieldError("tool_choice", absl::StrCat("'", choice,
-                                                "' (a forced tool call) is not supported yet; use "
-                                                "'auto' or 'none'"));
-}
-
 std::string ThinkingContext(bool enable) { return json{{"enable_thinking", enable}}.dump(); }
 
 std::string EffortThinkingContext(const std::string& effort) {

@@ -19,9 +19,6 @@ namespace colibri::router {
 
 absl::Status FieldError(const std::string& field, const std::string& why);
 
-// A tool_choice that forces a call (OpenAI "required" or a named function, Anthropic "any" /
-// "tool"): refused, naming the field, until forced calls are enforced by constrained decoding.
-absl::Status ForcedToolChoiceError(const std::string& choice);
 // The chat template variables that switch its reasoning on or off (templates without the switch
 // ignore them), for a reasoning effort (OpenAI: none and minimal switch it off).
 std::string ThinkingContext(bool enable);

@@ -246,8 +246,15 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body,
     } else {
       return FieldError("tool_choice", "must be a string or an object with a type");
     }
-    if (r.tool_choice != "auto" && r.tool_choice != "none")
-      return ForcedToolChoiceError(r.tool_choice);
+    if (r.tool_choice == "required") {
+      c.forced_tool = "*";
+    } else if (r.tool_choice == "function") {
+      if (!tc->contains("name") || !(*tc)["name"].is_string())
+        return FieldError("tool_choice.name", "is required for a function tool_choice");
+      c.forced_tool = (*tc)["name"].get<std::string>();
+    } else if (r.tool_choice != "auto" && r.tool_choice != "none") {
+      return FieldError("tool_choice", "must be none, auto, required or a function");
+    }
   }
   if (auto t = j.find("tools"); t != j.end() && !t->is_null()) {
     r.tools = *t;

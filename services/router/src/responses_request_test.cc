@@ -134,8 +134,8 @@ TEST(ResponsesRequest, WhatIsNotEnforcedIsRefusedByName) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << patch.dump();
     EXPECT_NE(r.status().message().find(field), std::string::npos) << r.status();
   };
-  refused({{"tool_choice", "required"}}, "tool_choice");
-  refused({{"tool_choice", {{"type", "function"}, {"name", "x"}}}}, "tool_choice");
+  refused({{"tool_choice", "always"}}, "tool_choice");
+  refused({{"tool_choice", {{"type", "function"}}}}, "tool_choice.name");
   refused({{"text", {{"format", {{"type", "json_schema"}}}}}}, "text.format.schema");
   refused(
       {{"text", {{"format", {{"type", "json_schema"}, {"schema", {{"oneOf", json::array()}}}}}}}},

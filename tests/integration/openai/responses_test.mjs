@@ -44,9 +44,8 @@ for (const [name, call] of [
   ['deleted', () => client.responses.delete(whole.id)],
   ['after_delete', () => client.responses.retrieve(whole.id)],
   ['unstored', () => client.responses.retrieve(unstored.id)],
-  ['forced', () => client.responses.create({ ...ask, tool_choice: 'required' })],
-  ['json_schema', () => client.responses.create({ ...ask, text: { format: { type: 'json_schema', name: 'x',
-                                                                          schema: { type: 'object' } } } })],
+  ['bad_schema', () => client.responses.create({ ...ask, text: { format: { type: 'json_schema', name: 'x',
+                                                                         schema: { type: 'string', pattern: 'a' } } } })],
   ['image', () => client.responses.create({ ...ask, input: [{ role: 'user', content: [
     { type: 'input_image', image_url: 'data:image/png;base64,AAAA' }] }] })],
 ]) {
@@ -56,5 +55,12 @@ for (const [name, call] of [
   } catch (e) {
     out[name] = { status: e.status, message: e.error?.message ?? e.message };
   }
+}
+// A forced call (tool_choice required, then the named function): one function_call item whose
+// arguments follow the tool's schema, sampled at temperature 1 on random weights.
+for (const [name, choice] of [['forced', 'required'], ['named', { type: 'function', name: 'get_weather' }]]) {
+  const r = await client.responses.create({ ...ask, tool_choice: choice, max_output_tokens: 200, temperature: 1 });
+  out[name] = { status: r.status, items: r.output.map((i) => i.type),
+                calls: r.output.filter((i) => i.type === 'function_call').map((i) => ({ name: i.name, args: i.arguments })) };
 }
 console.log(JSON.stringify(out));

@@ -12,10 +12,12 @@
 // state's mask is cached. A mask walks the trie once, pruning a subtree at the first byte the
 // state refuses. End tokens are allowed only where the output is complete.
 //
-// Budget: with `remaining` tokens left (this one included), a token is allowed only when the
-// shortest completion after it still fits before the last one, which must be an end token: every
-// single byte being a token, an output started within budget always completes. Masks near the
-// end of the budget are computed afresh; elsewhere they come from the cache.
+// Budget: with `remaining` tokens left (this one included), a token is allowed only when a
+// completion after it still fits before the last one, which must be an end token. The completion
+// counted is canonical (the shortest in bytes, written with the longest tokens that fit), and
+// the one after its first token is one token shorter: an output started within budget always
+// completes. Masks near the end of the budget are computed afresh; elsewhere they come from
+// the cache.
 //
 // Not thread-safe (one Matcher per sequence); the grammar and vocabulary are shared, read-only.
 #pragma once
@@ -106,8 +108,10 @@ class Matcher {
   bool can_continue() const;
   // An end token was accepted: nothing more may follow.
   bool finished() const { return finished_; }
-  // Fewest tokens that end a valid output from here, the end token included.
-  int64_t min_tokens_to_finish() const;
+  // Tokens that end a valid output from here, the end token included: those of one canonical
+  // shortest completion written with the longest tokens that fit (what the budget keeps room
+  // for; at most the completion's bytes + 1 when every byte is a token).
+  int64_t min_tokens_to_finish();
 
   struct Stats {
     uint64_t masks = 0;         // Mask calls
