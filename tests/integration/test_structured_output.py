@@ -177,6 +177,15 @@ class StructuredOutputTest(unittest.TestCase):
                 uses = [b for b in msg['content'] if b['type'] == 'tool_use']
                 self.assertEqual(len(uses), 1, text)
                 check(uses[0]['name'], uses[0]['input'])
+        # Anthropic's output_config.format: the text block is JSON valid against the schema.
+        status, text = testlib.http('POST', base + '/v1/messages', {
+            'model': 'demo', 'max_tokens': 120, 'temperature': 1.0,
+            'messages': [{'role': 'user', 'content': 'Weather in Paris?'}],
+            'output_config': {'format': {'type': 'json_schema', 'schema': params}}})
+        self.assertEqual(status, 200, text)
+        msg = json.loads(text)
+        self.assertEqual(msg['stop_reason'], 'end_turn', text)
+        check('get_weather', json.loads(''.join(b['text'] for b in msg['content'] if b['type'] == 'text')))
         # A named tool that is not offered, and a schema outside the subset, are refused by name.
         status, text = testlib.http('POST', base + '/v1/chat/completions', {
             'model': 'demo', 'messages': [{'role': 'user', 'content': 'x'}],

@@ -426,15 +426,17 @@ std::string SchemaGrammar::Text(const std::string& root_body) const {
   return out;
 }
 
+// A JSON text may start with a space: SentencePiece vocabularies write "{" at a word start as
+// one token with its space ("▁{"), which the mask would otherwise refuse.
 absl::StatusOr<std::string> JsonSchemaGrammar(const nlohmann::ordered_json& schema) {
   SchemaGrammar g;
   ASSIGN_OR_RETURN(std::string rule, g.AddSchema(schema));
-  return g.Text(rule);
+  return g.Text(absl::StrCat(g.Primitive("json-ws"), " ", rule));
 }
 
 std::string JsonObjectGrammar() {
   SchemaGrammar g;
-  return g.Text(g.AnyObject());
+  return g.Text(absl::StrCat(g.Primitive("json-ws"), " ", g.AnyObject()));
 }
 
 }  // namespace colibri::grammar

@@ -47,11 +47,11 @@ absl::StatusOr<std::string> TaggedArguments(
     SchemaGrammar* g, const ojson& params, const std::string& where,
     const std::function<std::string(const std::string&, const std::string&)>& item) {
   if (params.is_null()) return std::string();
-  if (!params.is_object() || !params.contains("properties") ||
-      !params["properties"].is_object()) {
+  if (!params.is_object() || !params.contains("properties") || !params["properties"].is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, ": this model's tool-call format writes arguments one by one, so a forced call "
-               "needs an object schema with 'properties'"));
+        where,
+        ": this model's tool-call format writes arguments one by one, so a forced call "
+        "needs an object schema with 'properties'"));
   }
   std::vector<std::string> required;
   if (auto r = params.find("required"); r != params.end() && r->is_array()) {
@@ -67,7 +67,8 @@ absl::StatusOr<std::string> TaggedArguments(
       // A JSON value: its schema's rule, checked with the whole parameters schema's $defs.
       ojson sub = p.value();
       for (const char* defs : {"$defs", "definitions"}) {
-        if (params.contains(defs) && sub.is_object() && !sub.contains(defs)) sub[defs] = params[defs];
+        if (params.contains(defs) && sub.is_object() && !sub.contains(defs))
+          sub[defs] = params[defs];
       }
       absl::StatusOr<std::string> rule = g->AddSchema(sub);
       if (!rule.ok()) {
@@ -121,8 +122,8 @@ absl::StatusOr<std::string> ToolCallGrammar(ChatOutputFormat format, std::string
     switch (format) {
       case ChatOutputFormat::kQwen3: {
         ASSIGN_OR_RETURN(std::string a, json_args());
-        call = absl::StrCat(L("<tool_call>\n{\"name\": \"" + n + "\", \"arguments\": "), " ", a, " ",
-                            L("}\n</tool_call>"));
+        call = absl::StrCat(L("<tool_call>\n{\"name\": \"" + n + "\", \"arguments\": "), " ", a,
+                            " ", L("}\n</tool_call>"));
         break;
       }
       case ChatOutputFormat::kDeepseek: {
@@ -141,8 +142,8 @@ absl::StatusOr<std::string> ToolCallGrammar(ChatOutputFormat format, std::string
       }
       case ChatOutputFormat::kMistral: {
         ASSIGN_OR_RETURN(std::string a, json_args());
-        call = absl::StrCat(L("[TOOL_CALLS]"), " ",
-                            L("[{\"name\": \"" + n + "\", \"arguments\": "), " ", a, " ", L("}]"));
+        call = absl::StrCat(L("[TOOL_CALLS]"), " ", L("[{\"name\": \"" + n + "\", \"arguments\": "),
+                            " ", a, " ", L("}]"));
         break;
       }
       case ChatOutputFormat::kHarmony: {
@@ -153,22 +154,21 @@ absl::StatusOr<std::string> ToolCallGrammar(ChatOutputFormat format, std::string
         break;
       }
       case ChatOutputFormat::kGlm45: {
-        ASSIGN_OR_RETURN(std::string args,
-                         TaggedArguments(&g, params, where, [](const std::string& k,
-                                                               const std::string& v) {
-                           return absl::StrCat(L("<arg_key>" + k + "</arg_key>\n<arg_value>"), " ",
-                                               v, " ", L("</arg_value>\n"));
-                         }));
+        ASSIGN_OR_RETURN(
+            std::string args,
+            TaggedArguments(&g, params, where, [](const std::string& k, const std::string& v) {
+              return absl::StrCat(L("<arg_key>" + k + "</arg_key>\n<arg_value>"), " ", v, " ",
+                                  L("</arg_value>\n"));
+            }));
         call = absl::StrCat(L("<tool_call>" + n + "\n"), " ", args, L("</tool_call>"));
         break;
       }
       case ChatOutputFormat::kQwen3Coder: {
-        ASSIGN_OR_RETURN(std::string args,
-                         TaggedArguments(&g, params, where, [](const std::string& k,
-                                                               const std::string& v) {
-                           return absl::StrCat(L("<parameter=" + k + ">\n"), " ", v, " ",
-                                               L("\n</parameter>\n"));
-                         }));
+        ASSIGN_OR_RETURN(
+            std::string args,
+            TaggedArguments(&g, params, where, [](const std::string& k, const std::string& v) {
+              return absl::StrCat(L("<parameter=" + k + ">\n"), " ", v, " ", L("\n</parameter>\n"));
+            }));
         call = absl::StrCat(L("<tool_call>\n<function=" + n + ">\n"), " ", args,
                             L("</function>\n</tool_call>"));
         break;

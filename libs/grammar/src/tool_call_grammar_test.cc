@@ -26,8 +26,8 @@ constexpr char kTools[] = R"([
 void CheckFormat(ChatOutputFormat format, const std::string& forced) {
   absl::StatusOr<std::string> text = ToolCallGrammar(format, kTools, forced);
   ASSERT_TRUE(text.ok()) << text.status();
-  auto vocab = testing_util::ByteVocabulary({"<tool_call>", "\":", "get", "_weather", "ab"},
-                                            {"<eos>"});
+  auto vocab =
+      testing_util::ByteVocabulary({"<tool_call>", "\":", "get", "_weather", "ab"}, {"<eos>"});
   const int32_t eos = vocab->size() - 1;
   absl::StatusOr<std::shared_ptr<const Grammar>> g = CompileGrammar(*text, *vocab);
   ASSERT_TRUE(g.ok()) << g.status();

@@ -131,11 +131,10 @@ absl::StatusOr<std::string> ToolsJson(const json& tools, std::vector<std::string
 
 // What the route reads, and what it accepts with no effect on a local model (docs/API.md).
 constexpr std::string_view kAnthropicFields[] = {
-    "model",  "messages", "system",      "max_tokens", "stop_sequences",
-    "stream", "tools",    "tool_choice", "thinking",   "metadata"};
-constexpr std::string_view kAnthropicNoEffect[] = {"output_config", "context_management",
-                                                   "service_tier",  "container",
-                                                   "mcp_servers",   "anthropic_beta"};
+    "model", "messages",    "system",   "max_tokens",    "stop_sequences", "stream",
+    "tools", "tool_choice", "thinking", "output_config", "output_format",  "metadata"};
+constexpr std::string_view kAnthropicNoEffect[] = {"context_management", "service_tier",
+                                                   "container", "mcp_servers", "anthropic_beta"};
 
 absl::StatusOr<OpenAiRequest> ParseAnthropicRequest(const std::string& body,
                                                     std::vector<std::string>* ignored,
@@ -192,6 +191,27 @@ absl::StatusOr<OpenAiRequest> ParseAnthropicRequest(const std::string& body,
     r.chat_options.extra_context_json = ThinkingContext(type != "disabled");
   }
   // Accepted with no effect on a local model (docs/API.md): effort and context management.
+  // Structured output: output_config.format (and the beta's top-level output_format), a JSON
+  // schema compute enforces with token masks; output_config's other keys (effort) change
+  // nothing here and are named.
+  if (auto oc = j.find("output_config"); oc != j.end() && !oc->is_null()) {
+    if (!oc->is_object()) return FieldError("output_config", "must be an object");
+    for (const auto& [key, value] : oc->items()) {
+      if (key == "format" && !value.is_null()) {
+        ASSIGN_OR_RETURN(r.params.grammar,
+                         StructuredFormatGrammar(value, "output_config.format", body,
+                                                 {"output_config", "format", "schema"}));
+      } else if (!value.is_null() && ignored != nullptr) {
+        ignored->push_back("output_config." + key);
+      }
+    }
+  }
+  if (auto of = j.find("output_format"); of != j.end() && !of->is_null()) {
+    if (!r.params.grammar.empty())
+      return FieldError("output_format", "cannot be combined with output_config.format");
+    ASSIGN_OR_RETURN(r.params.grammar, StructuredFormatGrammar(*of, "output_format", body,
+                                                               {"output_format", "schema"}));
+  }
   for (std::string_view key : kAnthropicNoEffect) {
     if (auto f = j.find(key); f != j.end() && !f->is_null() && ignored != nullptr)
       ignored->emplace_back(key);

@@ -61,9 +61,35 @@ TEST(AnthropicRequest, ClaudeCodesFirstRequestParses) {
   EXPECT_EQ(r->params.max_tokens, 32000);
   EXPECT_EQ(r->params.session_id, "user_abc");
   EXPECT_TRUE(r->stream);
-  const std::vector<std::string> want = {"output_config", "context_management",
+  const std::vector<std::string> want = {"output_config.effort", "context_management",
                                          "tools[1] (\"web_search_20250305\")"};
   EXPECT_EQ(ignored, want);
+}
+
+TEST(AnthropicRequest, OutputFormatBecomesAGrammar) {
+  const json schema = {{"type", "object"},
+                       {"properties", {{"name", {{"type", "string"}}}}},
+                       {"required", {"name"}},
+                       {"additionalProperties", false}};
+  json body = {{"max_tokens", 100},
+               {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})},
+               {"output_config",
+                {{"effort", "low"}, {"format", {{"type", "json_schema"}, {"schema", schema}}}}}};
+  std::vector<std::string> ignored;
+  auto r = ParseAnthropicRequest(body.dump(), &ignored);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->params.grammar.find("name"), std::string::npos);
+  EXPECT_EQ(ignored, std::vector<std::string>{"output_config.effort"});
+  // The beta's top-level output_format, the same way.
+  body.erase("output_config");
+  body["output_format"] = {{"type", "json_schema"}, {"schema", schema}};
+  r = ParseAnthropicRequest(body.dump(), &ignored);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->params.grammar.find("name"), std::string::npos);
+  body["output_format"]["schema"]["properties"]["name"]["pattern"] = "x";
+  r = ParseAnthropicRequest(body.dump(), &ignored);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'pattern'"), std::string::npos);
 }
 
 TEST(AnthropicRequest, ToolUseAndToolResultBecomeTheTemplatesTurns) {

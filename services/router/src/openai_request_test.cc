@@ -421,7 +421,7 @@ TEST(ParseOpenAiRequest, FieldsThatWouldChangeTheOutputAreDoneOrRefused) {
   // Structured output becomes a grammar compute enforces; properties keep the schema's order.
   auto object = parse(R"("response_format":{"type":"json_object"})");
   ASSERT_TRUE(object.ok()) << object.status();
-  EXPECT_NE(object->params.grammar.find("root ::= json-object"), std::string::npos);
+  EXPECT_NE(object->params.grammar.find("root ::= json-ws json-object"), std::string::npos);
   auto schema =
       parse(R"("response_format":{"type":"json_schema","json_schema":{"name":"x","strict":true,)"
             R"("schema":{"type":"object","properties":{"zeta":{"type":"integer"},"alpha":)"

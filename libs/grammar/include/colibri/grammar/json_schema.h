@@ -32,17 +32,19 @@ class SchemaGrammar {
   std::string AnyValue();
   // Adds `name ::= body` (names starting with "json-" and "s<digit>" are this class's).
   void AddRule(const std::string& name, const std::string& body) { rules_[name] = body; }
+  // A shared rule ("json-ws", "json-string", ...), added with what it uses; its name.
+  std::string Primitive(const std::string& name);
   // The grammar text with `root ::= root_body`.
   std::string Text(const std::string& root_body) const;
 
  private:
   class Visitor;
-  std::string Primitive(const std::string& name);
   std::map<std::string, std::string> rules_;
   int schemas_ = 0;
 };
 
-// The grammar for outputs that are one JSON text valid against `schema`.
+// The grammar for outputs that are one JSON text valid against `schema` (a space may come
+// first).
 absl::StatusOr<std::string> JsonSchemaGrammar(const nlohmann::ordered_json& schema);
 // The grammar for outputs that are one JSON object (response_format json_object).
 std::string JsonObjectGrammar();
