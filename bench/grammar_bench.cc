@@ -44,9 +44,12 @@ struct Scenario {
 
 std::vector<Scenario> Scenarios() {
   using nlohmann::ordered_json;
-  auto schema = [](const char* s) { return *colibri::grammar::JsonSchemaGrammar(ordered_json::parse(s)); };
+  auto schema = [](const char* s) {
+    return *colibri::grammar::JsonSchemaGrammar(ordered_json::parse(s));
+  };
   std::vector<Scenario> out;
-  out.push_back({"nested object", schema(R"({
+  out.push_back(
+      {"nested object", schema(R"({
       "type": "object", "additionalProperties": false, "required": ["user", "active", "notes"],
       "properties": {
         "user": {"type": "object", "additionalProperties": false, "required": ["name", "age"],
@@ -54,22 +57,26 @@ std::vector<Scenario> Scenarios() {
                                 "email": {"type": "string", "format": "email"}}},
         "active": {"type": "boolean"},
         "notes": {"type": "array", "items": {"type": "string"}, "maxItems": 8}}})"),
-                 R"({"user": {"name": "Ada Lovelace", "age": 36, "email": "ada@analytical.org"}, "active": true, "notes": ["First published algorithm, for the Analytical Engine.", "Translated Menabrea's paper and added the notes, three times longer than the paper itself.", "Saw that the engine could act on things other than numbers: music, for one."]})"});
-  out.push_back({"recursive $ref", schema(R"({
+       R"({"user": {"name": "Ada Lovelace", "age": 36, "email": "ada@analytical.org"}, "active": true, "notes": ["First published algorithm, for the Analytical Engine.", "Translated Menabrea's paper and added the notes, three times longer than the paper itself.", "Saw that the engine could act on things other than numbers: music, for one."]})"});
+  out.push_back(
+      {"recursive $ref", schema(R"({
       "$defs": {"node": {"type": "object", "additionalProperties": false, "required": ["id", "label", "children"],
                          "properties": {"id": {"type": "integer"}, "label": {"type": "string"},
                                         "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}},
       "$ref": "#/$defs/node"})"),
-                 R"({"id": 1, "label": "root", "children": [{"id": 2, "label": "left branch", "children": [{"id": 4, "label": "leaf", "children": []}]}, {"id": 3, "label": "right branch", "children": []}]})"});
-  out.push_back({"json_object", colibri::grammar::JsonObjectGrammar(),
-                 R"({"summary": "The quick brown fox jumps over the lazy dog, again and again, until the dog wakes up and the story ends.", "count": 12, "tags": ["animals", "classic", "pangram"], "meta": {"lang": "en", "score": 0.93}})"});
-  out.push_back({"forced tool call (Qwen3)",
-                 *colibri::grammar::ToolCallGrammar(
-                     colibri::tokenizer::ChatOutputFormat::kQwen3,
-                     R"([{"type":"function","function":{"name":"read_file","parameters":{"type":"object","additionalProperties":false,"required":["path"],"properties":{"path":{"type":"string"},"offset":{"type":"integer"},"limit":{"type":"integer"}}}}},
+       R"({"id": 1, "label": "root", "children": [{"id": 2, "label": "left branch", "children": [{"id": 4, "label": "leaf", "children": []}]}, {"id": 3, "label": "right branch", "children": []}]})"});
+  out.push_back(
+      {"json_object", colibri::grammar::JsonObjectGrammar(),
+       R"({"summary": "The quick brown fox jumps over the lazy dog, again and again, until the dog wakes up and the story ends.", "count": 12, "tags": ["animals", "classic", "pangram"], "meta": {"lang": "en", "score": 0.93}})"});
+  out.push_back(
+      {"forced tool call (Qwen3)",
+       *colibri::grammar::ToolCallGrammar(
+           colibri::tokenizer::ChatOutputFormat::kQwen3,
+           R"([{"type":"function","function":{"name":"read_file","parameters":{"type":"object","additionalProperties":false,"required":["path"],"properties":{"path":{"type":"string"},"offset":{"type":"integer"},"limit":{"type":"integer"}}}}},
                         {"type":"function","function":{"name":"bash","parameters":{"type":"object","additionalProperties":false,"required":["command"],"properties":{"command":{"type":"string"},"timeout":{"type":"integer"}}}}}])",
-                     ""),
-                 "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"command\": \"grep -rn 'TODO' src/ | head -20 && git status --short\", \"timeout\": 120}}\n</tool_call>"});
+           ""),
+       "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"command\": \"grep -rn 'TODO' src/ | "
+       "head -20 && git status --short\", \"timeout\": 120}}\n</tool_call>"});
   return out;
 }
 
@@ -91,7 +98,10 @@ int main(int argc, char** argv) {
   app.add_option("--walk-tokens", walk_tokens, "tokens per random walk");
   CLI11_PARSE(app, argc, argv);
 
-  std::printf("| vocabulary | tokens | schema | compile ms | mask+apply per token: mean / p50 / p99 (µs), document | cached | random walk: mean / p99 (µs) | lm_head ms (4096, Q8_0) | mask / lm_head |\n");
+  std::printf(
+      "| vocabulary | tokens | schema | compile ms | mask+apply per token: mean / p50 / p99 (µs), "
+      "document | cached | random walk: mean / p99 (µs) | lm_head ms (4096, Q8_0) | mask / lm_head "
+      "|\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& dir : tokenizers) {
     auto tok = colibri::tokenizer::LoadTokenizer(dir);
@@ -122,7 +132,8 @@ int main(int argc, char** argv) {
       std::vector<float> r(static_cast<size_t>(hidden));
       for (int32_t i = 0; i < V; ++i) {
         for (float& x : r) x = nd(rng);
-        colibri::quant::QuantizeRow(type, r.data(), w.data() + row * static_cast<size_t>(i), hidden);
+        colibri::quant::QuantizeRow(type, r.data(), w.data() + row * static_cast<size_t>(i),
+                                    hidden);
       }
     }
     std::vector<float> x(static_cast<size_t>(hidden), 0.5f), logits(static_cast<size_t>(V));

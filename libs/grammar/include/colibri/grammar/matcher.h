@@ -78,9 +78,9 @@ class Vocabulary {
 };
 
 struct MatcherLimits {
-  size_t max_states = 1 << 16;        // DFA states before the tables are rebuilt
-  size_t max_mask_bytes = 64u << 20;  // cached masks before the cache is dropped
-  size_t max_stacks = 4096;           // parser stacks in one state (an ambiguous grammar)
+  size_t max_states = 8192;          // DFA states (1 KiB of transitions each), then a rebuild
+  size_t max_mask_bytes = 8u << 20;  // cached masks before the cache is dropped
+  size_t max_stacks = 4096;          // parser stacks in one state (an ambiguous grammar)
 };
 
 class Matcher {
