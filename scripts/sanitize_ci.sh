@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR="${BUILD_DIR:-build-asan}"
 JOBS="${JOBS:-$(nproc)}"
 BUDGET="${SANITIZE_BUILD_BUDGET:-1500}"
-TARGETS="${SANITIZE_TARGETS:-core_test quant_test model_test tokenizer_test tokenizer_pipeline_test jinja_test auth_test}"
+TARGETS="${SANITIZE_TARGETS:-core_test quant_test model_test tokenizer_test tokenizer_pipeline_test jinja_test grammar_test auth_test}"
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
 # UBSan only prints by default; halt so the test fails. Leaks are errors too.
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
