@@ -38,8 +38,8 @@ const std::shared_ptr<const Vocabulary>& Vocab() {
 void Walk(const std::shared_ptr<const colibri::grammar::Grammar>& g, std::string_view steer) {
   const auto& vocab = Vocab();
   Matcher m(g, vocab, {vocab->size() - 1},
-            colibri::grammar::MatcherLimits{.max_states = 256, .max_mask_bytes = 1 << 16,
-                                            .max_stacks = 256});
+            colibri::grammar::MatcherLimits{
+                .max_states = 256, .max_mask_bytes = 1 << 16, .max_stacks = 256});
   for (size_t i = 0; i < steer.size() && i < 64 && !m.finished() && m.status().ok(); ++i) {
     const std::span<const uint64_t> mask = m.Mask(static_cast<int64_t>(64 - i));
     int32_t chosen = -1, seen = 0;

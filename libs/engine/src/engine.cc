@@ -712,11 +712,13 @@ void Engine::Step() {
   }
   std::vector<float> logits, hidden;
   ForwardStats stats;
+  const auto start = Clock::now();
   if (absl::Status st = RunForward(batch, &logits, &hidden, &stats); !st.ok()) {
     for (const Span& sp : batch.spans) Finish(sp.seq, st);
     std::erase_if(active_, [](const auto& s) { return s->done; });
     return;
   }
+  MeasureStep(batch, Seconds(start, Clock::now()));
   AccountRouting(batch, stats);
   for (const Span& sp : batch.spans) Advance(batch, sp, logits, hidden);
   EndStep();
@@ -772,11 +774,46 @@ void Engine::AddDecodeRows(Batch* batch, int64_t* room) {
   }
 }
 
+int64_t Engine::FairPrefillTokens() const {
+  // Until both are measured, a small cap: a first long prompt never holds a stream for long.
+  constexpr int64_t kUnmeasured = 16;
+  if (options_.fair_prefill_tokens > 0) return options_.fair_prefill_tokens;
+  if (decode_step_seconds_ <= 0 || prefill_token_seconds_ <= 0) return kUnmeasured;
+  // A step of D (its decode rows) + p * c stays within 2 D.
+  const double p = decode_step_seconds_ / prefill_token_seconds_;
+  return std::clamp<int64_t>(static_cast<int64_t>(p), 1, options_.prefill_chunk);
+}
+
+void Engine::MeasureStep(const Batch& batch, double seconds) {
+  int64_t decode_rows = 0, prompt_rows = 0;
+  for (const Span& sp : batch.spans) (sp.prefill ? prompt_rows : decode_rows) += sp.rows_in_batch;
+  constexpr double kWeight = 0.2;  // of the newest measure
+  auto average = [](double* avg, double x) { *avg = *avg <= 0 ? x : *avg + kWeight * (x - *avg); };
+  if (prompt_rows == 0) {
+    if (decode_rows > 0) average(&decode_step_seconds_, seconds);
+    return;
+  }
+  // A prompt token's share of the step: what the step took beyond its decode rows (a lone
+  // prefill's whole time, fixed costs included: an overestimate, so a smaller cap).
+  const double beyond = decode_rows > 0 ? seconds - decode_step_seconds_ : seconds;
+  if (beyond > 0) average(&prefill_token_seconds_, beyond / static_cast<double>(prompt_rows));
+}
+
 void Engine::AddPrefillChunks(Batch* batch, int64_t* room) {
+  // Next to decode rows, the step's prompt tokens are capped (fair prefill).
+  const bool decoding = std::any_of(batch->spans.begin(), batch->spans.end(),
+                                    [](const Span& sp) { return !sp.prefill; });
+  int64_t fair =
+      options_.fair_prefill && decoding ? FairPrefillTokens() : std::numeric_limits<int64_t>::max();
+  bool capped = false;
   for (auto& s : active_) {
     const int64_t remaining = static_cast<int64_t>(s->req.prompt.size() - s->prompt_fed);
     if (remaining <= 0 || *room <= 0) continue;
-    const int64_t n = std::min({remaining, options_.prefill_chunk, *room});
+    const int64_t wanted = std::min({remaining, options_.prefill_chunk, *room});
+    const int64_t n = std::min(wanted, fair);
+    capped |= n < wanted;
+    if (n <= 0) break;
+    fair -= n;
     const size_t first = batch->items.size();
     int64_t logit_rows = 0;
     for (int64_t i = 0; i < n; ++i) {
@@ -790,6 +827,7 @@ void Engine::AddPrefillChunks(Batch* batch, int64_t* room) {
     batch->logit_rows += static_cast<size_t>(logit_rows);
     *room -= n;
   }
+  if (capped) counters_.fair_prefill_steps++;
 }
 
 absl::Status Engine::RunForward(const Batch& batch, std::vector<float>* logits,

@@ -644,6 +644,47 @@ TEST_F(EngineTest, ExpertCountsCoverEveryComputedRow) {
             (static_cast<uint64_t>(7 - again->cached_prompt_tokens) + 4) * c.top_k * c.n_layers);
 }
 
+// Fair prefill: a long prompt arriving while another request decodes is fed a capped number of
+// tokens per step between that request's tokens, not in one chunk that holds the stream; off, it
+// goes in one step. Either way (and with the cap measured) the tokens are the same.
+TEST_F(EngineTest, FairPrefillInterleavesALongPromptWithRunningStreams) {
+  struct Case {
+    bool fair;
+    int64_t cap;  // 0: measured
+  };
+  std::vector<std::vector<int32_t>> answers;
+  for (const Case c : {Case{true, 8}, Case{true, 0}, Case{false, 0}}) {
+    auto e = NewEngine({.prefill_chunk = 512,
+                        .fair_prefill = c.fair,
+                        .fair_prefill_tokens = c.cap,
+                        .max_batch_tokens = 1024});
+    std::promise<void> started;
+    std::atomic<bool> once{false};
+    std::thread stream([&] {
+      auto r = e->Generate(Greedy({1, 2, 3}, 120), [&](const SampledToken&) {
+        if (!once.exchange(true)) started.set_value();
+        return true;
+      });
+      ASSERT_TRUE(r.ok()) << r.status();
+    });
+    started.get_future().wait();
+    std::vector<int32_t> long_prompt;
+    for (int i = 0; i < 200; ++i) long_prompt.push_back(1 + (i * 7) % 60);
+    auto b = Run(*e, Greedy(long_prompt, 1));
+    ASSERT_TRUE(b.ok()) << b.status();
+    answers.push_back(b->tokens);
+    const uint64_t capped = e->counters().fair_prefill_steps.load();
+    stream.join();
+    if (!c.fair) {
+      EXPECT_EQ(capped, 0u);
+    } else if (c.cap > 0) {
+      EXPECT_GE(capped, 200u / 8 - 1);  // every step but the last, while the stream decodes
+    }
+  }
+  EXPECT_EQ(answers[0], answers[1]);
+  EXPECT_EQ(answers[0], answers[2]);
+}
+
 // Constrained decoding ---------------------------------------------------------------------------
 
 namespace grammar_test {

@@ -244,6 +244,7 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(
                                               : "the model directory");
   engine::EngineOptions eo;
   eo.prefill_chunk = options.prefill_chunk;
+  eo.fair_prefill = options.fair_prefill;
   eo.kv_cache_limit = options.kv_cache_limit;
   eo.max_active = options.max_batch;
   eo.max_queued = options.max_queued;

@@ -78,6 +78,7 @@ struct ComputeNodeOptions {
   std::string backend = "cpu";    // --backend cpu | cuda
   int device = 0;                 // --device: CUDA device index
   int64_t prefill_chunk = 512;
+  bool fair_prefill = true;  // engine::EngineOptions::fair_prefill
   // Speculative decoding (colibri/engine/speculative.h): --speculative off|auto|ngram|self|draft|mtp,
   // --draft-max, and the drafter models: --draft-experts TYPE (self: a copy of the experts
   // quantized to TYPE at load and held in RAM, with the dense weights) or --draft-model DIR

@@ -101,6 +101,11 @@ void AddNodeFlags(CLI::App* app, NodeFlags* f) {
                   "Prompt tokens per sequence in one forward step (smaller: decode rows of other "
                   "requests wait less)")
       ->capture_default_str();
+  app->add_flag("--fair-prefill,!--no-fair-prefill", o.fair_prefill,
+                "While other requests decode, cap a step's prompt tokens so the step takes about "
+                "two decode steps at most (measured): streams keep their pace while a long prompt "
+                "prefills")
+      ->capture_default_str();
   app->add_option("--max-queued", o.max_queued, "Requests waiting for a batch slot; more get 429")
       ->capture_default_str();
   app->add_option("--speculative", o.speculative,

@@ -38,6 +38,7 @@
 //   --max-batch N             sequences decoded together (16)
 //   --max-queued N            requests waiting for a batch slot (256)
 //   --prefill-chunk N         prompt tokens per sequence per forward step (512)
+//   --[no-]fair-prefill       next to decode rows, a step's prompt tokens capped (on)
 #pragma once
 
 #include <string>

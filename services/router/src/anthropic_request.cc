@@ -241,6 +241,7 @@ absl::StatusOr<OpenAiRequest> ParseAnthropicRequest(const std::string& body,
       p.stop_strings.push_back(x.get<std::string>());
     }
   }
+  NameUnenforcedStrictTools(j, r.forced_tool, ignored);
   RETURN_IF_ERROR(
       ValidateTextRequest(p, /*vocab_size=*/0));  // ids are checked again against the model's
   return r;

@@ -238,6 +238,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const std::string& body, bool c
       return FieldError("stop", "must be a string or a list of strings");
     }
   }
+  NameUnenforcedStrictTools(j, r.forced_tool, ignored);
   RETURN_IF_ERROR(
       ValidateTextRequest(p, /*vocab_size=*/0));  // ids are checked again against the model's
   return r;

@@ -438,6 +438,18 @@ TEST(ParseOpenAiRequest, FieldsThatWouldChangeTheOutputAreDoneOrRefused) {
   ASSERT_TRUE(grammar.ok()) << grammar.status();
   EXPECT_EQ(grammar->params.grammar, "root ::= \"yes\" | \"no\"");
   // Forced calls are recorded; the grammar of the model's call format comes at the route.
+  std::vector<std::string> strict_named;
+  auto strict_auto = parse(R"("tools":[{"type":"function","function":{"name":"f","strict":true}}])",
+                           &strict_named);
+  ASSERT_TRUE(strict_auto.ok()) << strict_auto.status();
+  EXPECT_EQ(strict_named, std::vector<std::string>{"tools[0].strict"});  // auto: not enforced
+  strict_named.clear();
+  auto strict_forced =
+      parse(R"("tools":[{"type":"function","function":{"name":"f","strict":true}}],)"
+            R"("tool_choice":"required")",
+            &strict_named);
+  ASSERT_TRUE(strict_forced.ok()) << strict_forced.status();
+  EXPECT_TRUE(strict_named.empty());
   auto required = parse(R"("tools":[{"type":"function","function":{"name":"f"}}],)"
                         R"("tool_choice":"required")");
   ASSERT_TRUE(required.ok()) << required.status();

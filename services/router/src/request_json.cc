@@ -105,6 +105,19 @@ absl::StatusOr<std::string> StructuredFormatGrammar(const json& format, const st
   return *g;
 }
 
+void NameUnenforcedStrictTools(const json& j, const std::string& forced_tool,
+                               std::vector<std::string>* ignored) {
+  auto tools = j.find("tools");
+  if (ignored == nullptr || !forced_tool.empty() || tools == j.end() || !tools->is_array()) return;
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const json& t = (*tools)[i];
+    if (!t.is_object()) continue;
+    const json* f = t.contains("function") && t["function"].is_object() ? &t["function"] : &t;
+    if (f->value("strict", false) == true || t.value("strict", false) == true)
+      ignored->push_back(absl::StrCat("tools[", i, "].strict"));
+  }
+}
+
 absl::Status ReadGrammarField(const json& j, TextRequest* request) {
   auto it = j.find("grammar");
   if (it == j.end() || it->is_null()) return absl::OkStatus();

@@ -56,6 +56,12 @@ absl::StatusOr<std::string> StructuredFormatGrammar(const nlohmann::json& format
 // request->grammar, checked; exclusive with a structured format already set.
 absl::Status ReadGrammarField(const nlohmann::json& j, TextRequest* request);
 
+// Tools marked strict (OpenAI's function.strict or strict, Anthropic's strict): their arguments
+// are enforced by the grammar only when the call is forced (tool_choice); otherwise each is named
+// in `ignored` as "tools[i].strict", so a client knows its auto calls are not constrained.
+void NameUnenforcedStrictTools(const nlohmann::json& j, const std::string& forced_tool,
+                               std::vector<std::string>* ignored);
+
 // The fields ReadSamplingFields reads.
 std::span<const std::string_view> SamplingFields();
 

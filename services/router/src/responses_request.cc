@@ -301,6 +301,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body,
   }
   RETURN_IF_ERROR(ReadSamplingFields(j, &p));
   RETURN_IF_ERROR(ReadGrammarField(j, &p));
+  NameUnenforcedStrictTools(j, c.forced_tool, ignored);
   RETURN_IF_ERROR(ValidateTextRequest(p, /*vocab_size=*/0));
   return r;
 }

@@ -92,7 +92,13 @@ uint64_t KvRingBytes(const model::ModelConfig& c, int64_t batch_rows);
 int64_t KvSnapshotDim(const model::ModelConfig& c);
 
 struct EngineOptions {
-  int64_t prefill_chunk = 512;      // prompt tokens per sequence per step
+  int64_t prefill_chunk = 512;  // prompt tokens per sequence per step
+  // Fair prefill: while other sequences decode, a step's prompt tokens (all sequences together)
+  // are capped so the step takes about two decode steps at most (both measured as the engine
+  // runs), so running streams keep their pace while a long prompt prefills; a prompt alone still
+  // goes prefill_chunk at a time. Off: prefill_chunk per sequence always.
+  bool fair_prefill = true;
+  int64_t fair_prefill_tokens = 0;  // that cap fixed instead of measured (0: measured)
   int64_t max_batch_tokens = 1024;  // tokens per forward step (decode rows + prefill chunks)
   int max_active = 16;              // sequences in the running batch
   int max_queued = 256;             // waiting requests; more is ResourceExhausted
@@ -134,6 +140,8 @@ struct EngineCounters {
   std::atomic<uint64_t> draft_tokens{0};
   std::atomic<uint64_t> accepted_draft_tokens{0};
   std::atomic<uint64_t> verify_pass_tokens{0};
+  // Fair prefill: steps whose prompt tokens were capped to keep decoding streams' pace.
+  std::atomic<uint64_t> fair_prefill_steps{0};
 };
 
 class Engine {
@@ -215,6 +223,10 @@ class Engine {
   Batch BuildBatch();
   void AddDecodeRows(Batch* batch, int64_t* room);
   void AddPrefillChunks(Batch* batch, int64_t* room);
+  // Fair prefill's cap on a step's prompt tokens next to decode rows (options_.fair_prefill),
+  // and its measures updated after each step of `seconds`.
+  int64_t FairPrefillTokens() const;
+  void MeasureStep(const Batch& batch, double seconds);
   // The forward pass over the batch (and its costs and counters); `hidden` gets every row's
   // last hidden state when a sequence's drafter reads them (MTP), else stays empty.
   absl::Status RunForward(const Batch& batch, std::vector<float>* logits,
@@ -280,6 +292,10 @@ class Engine {
   std::deque<std::shared_ptr<Sequence>> queue_;
   std::vector<std::shared_ptr<Sequence>> active_;  // scheduler thread only
   PassCosts pass_costs_;                           // scheduler thread only
+  // Fair prefill (scheduler thread): moving averages of a decode-only step's seconds and of a
+  // prompt token's marginal seconds in a step (0: not measured yet).
+  double decode_step_seconds_ = 0;
+  double prefill_token_seconds_ = 0;
   mutable std::mutex costs_mu_;
   PassCosts published_costs_;       // costs_mu_: pass_costs_ as of the last forward pass
   std::list<PoolEntry> pool_;       // front = most recently used
