@@ -365,6 +365,10 @@ class CpuBackend final : public Backend, public HostOps {
   std::vector<uint8_t> ffn_act_;
 };
 
+// Activation rows per multi-row matmul call (quant::MatVecMulti): each weight block of a tile is
+// decoded once for this many tokens (the kernels take four at a time).
+constexpr int64_t kActRows = 8;
+
 void CpuBackend::MatMulShared(const WeightRef* ws, float* const* ys, size_t count, const float* x,
                               int64_t n, bool accumulate) {
   const int64_t cols = ws[0].cols;
@@ -391,7 +395,7 @@ void CpuBackend::MatMulShared(const WeightRef* ws, float* const* ys, size_t coun
   // fastest multi-row kernel (the AVX-512 Q4_K one reorders the activations once per call).
   constexpr int64_t kRowTile = 64;
   Parallel(bytes * n, total, 8, [&](int64_t g0, int64_t g1) {
-    float tile_out[kRowTile];
+    float tile_out[kActRows][kRowTile];
     int64_t offset = 0;
     for (size_t k = 0; k < count; offset += ws[k].rows, ++k) {
       const WeightRef& w = ws[k];
@@ -401,14 +405,25 @@ void CpuBackend::MatMulShared(const WeightRef* ws, float* const* ys, size_t coun
       const size_t w_row_bytes = quant::RowBytes(w.dtype, cols);
       for (int64_t a = r0; a < r1; a += kRowTile) {
         const int64_t b = std::min(r1, a + kRowTile);
-        for (int64_t t = 0; t < n; ++t) {
-          quant::MatVec(w.dtype, wdata + static_cast<size_t>(a) * w_row_bytes, w_row_bytes, b - a,
-                        act + static_cast<size_t>(t) * act_row_bytes, cols, tile_out);
-          float* out = ys[k] + t * w.rows + a;
-          if (accumulate) {
-            for (int64_t r = 0; r < b - a; ++r) out[r] += tile_out[r];
-          } else {
-            std::memcpy(out, tile_out, sizeof(float) * static_cast<size_t>(b - a));
+        // Several tokens per call: each weight block is decoded once for all of them.
+        for (int64_t t0 = 0; t0 < n; t0 += kActRows) {
+          const int64_t cnt = std::min<int64_t>(kActRows, n - t0);
+          const void* acts[kActRows];
+          float* outs[kActRows];
+          for (int64_t j = 0; j < cnt; ++j) {
+            acts[j] = act + static_cast<size_t>(t0 + j) * act_row_bytes;
+            outs[j] = tile_out[j];
+          }
+          quant::MatVecMulti(w.dtype, wdata + static_cast<size_t>(a) * w_row_bytes, w_row_bytes,
+                             b - a, {acts, static_cast<size_t>(cnt)}, cols,
+                             {outs, static_cast<size_t>(cnt)});
+          for (int64_t j = 0; j < cnt; ++j) {
+            float* out = ys[k] + (t0 + j) * w.rows + a;
+            if (accumulate) {
+              for (int64_t r = 0; r < b - a; ++r) out[r] += tile_out[j][r];
+            } else {
+              std::memcpy(out, tile_out[j], sizeof(float) * static_cast<size_t>(b - a));
+            }
           }
         }
       }
@@ -498,12 +513,20 @@ void CpuBackend::ApplyExperts(const GroupedExpertsArgs& a) {
             static_cast<const uint8_t*>(x.gate.data) + static_cast<size_t>(f0 + s0) * gate_row;
         const auto* uw =
             static_cast<const uint8_t*>(x.up.data) + static_cast<size_t>(f0 + s0) * up_row;
-        for (int64_t i = 0; i < x.m; ++i) {
-          const size_t r = static_cast<size_t>(x.rows[i]);
-          quant::MatVec(x.gate.dtype, gw, gate_row, sl, gin + r * gate_act_row, H,
-                        g.data() + i * kFfnTile + s0);
-          quant::MatVec(x.up.dtype, uw, up_row, sl, uin + r * up_act_row, H,
-                        u.data() + i * kFfnTile + s0);
+        for (int64_t i0 = 0; i0 < x.m; i0 += kActRows) {
+          const int64_t cnt = std::min<int64_t>(kActRows, x.m - i0);
+          const void *ga[kActRows], *ua[kActRows];
+          float *go[kActRows], *uo[kActRows];
+          for (int64_t j = 0; j < cnt; ++j) {
+            const size_t r = static_cast<size_t>(x.rows[i0 + j]);
+            ga[j] = gin + r * gate_act_row;
+            ua[j] = uin + r * up_act_row;
+            go[j] = g.data() + (i0 + j) * kFfnTile + s0;
+            uo[j] = u.data() + (i0 + j) * kFfnTile + s0;
+          }
+          const size_t c = static_cast<size_t>(cnt);
+          quant::MatVecMulti(x.gate.dtype, gw, gate_row, sl, {ga, c}, H, {go, c});
+          quant::MatVecMulti(x.up.dtype, uw, up_row, sl, {ua, c}, H, {uo, c});
         }
       }
       const quant::DType down_act = quant::Traits(x.down.dtype).vec_dot_type;
@@ -532,7 +555,7 @@ void CpuBackend::ApplyExperts(const GroupedExpertsArgs& a) {
   // takes its experts' contributions in the order the op-by-op path adds them.
   constexpr int64_t kHiddenTile = 64;
   Parallel(down_cost, (H + kHiddenTile - 1) / kHiddenTile, 1, [&](int64_t t0, int64_t t1) {
-    float tile[kHiddenTile];
+    float tile[kActRows][kHiddenTile];
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t h0 = task * kHiddenTile, hl = std::min(H, h0 + kHiddenTile) - h0;
       for (int64_t e = 0; e < G; ++e) {
@@ -541,15 +564,25 @@ void CpuBackend::ApplyExperts(const GroupedExpertsArgs& a) {
         const size_t act_row = quant::RowBytes(quant::Traits(x.down.dtype).vec_dot_type, F);
         const auto* w = static_cast<const uint8_t*>(x.down.data) + static_cast<size_t>(h0) * w_row;
         const uint8_t* act = ffn_act_.data() + act_offset[static_cast<size_t>(e)];
-        for (int64_t i = 0; i < x.m; ++i) {
-          quant::MatVec(x.down.dtype, w, w_row, hl, act + static_cast<size_t>(i) * act_row, F,
-                        tile);
-          float* o = a.out + static_cast<int64_t>(x.rows[i]) * H + h0;
-          const float scale = x.scales[i];
-          for (int64_t r = 0; r < hl; ++r) {
-            float v = tile[r];
-            if (x.down_bias) v += x.down_bias[h0 + r];
-            o[r] += scale * v;
+        for (int64_t i0 = 0; i0 < x.m; i0 += kActRows) {
+          const int64_t cnt = std::min<int64_t>(kActRows, x.m - i0);
+          const void* acts[kActRows];
+          float* outs[kActRows];
+          for (int64_t j = 0; j < cnt; ++j) {
+            acts[j] = act + static_cast<size_t>(i0 + j) * act_row;
+            outs[j] = tile[j];
+          }
+          const size_t c = static_cast<size_t>(cnt);
+          quant::MatVecMulti(x.down.dtype, w, w_row, hl, {acts, c}, F, {outs, c});
+          for (int64_t j = 0; j < cnt; ++j) {
+            const int64_t i = i0 + j;
+            float* o = a.out + static_cast<int64_t>(x.rows[i]) * H + h0;
+            const float scale = x.scales[i];
+            for (int64_t r = 0; r < hl; ++r) {
+              float v = tile[j][r];
+              if (x.down_bias) v += x.down_bias[h0 + r];
+              o[r] += scale * v;
+            }
           }
         }
       }

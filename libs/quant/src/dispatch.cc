@@ -94,6 +94,7 @@ struct Tables {
     FillIQuantKernels(&scalar);
     FillLowBitIQuantKernels(&scalar);
     for (auto& f : scalar.mat_vec) f = nullptr;
+    for (auto& f : scalar.mat_vec_multi) f = nullptr;
     scalar.quantize_q8_0_act = QuantizeQ8_0Activations;
     scalar.quantize_q8_k = QuantizeQ8_K;
     avx2 = scalar;

@@ -28,13 +28,20 @@ using VecDotFn = float (*)(const void* w, const void* act, int64_t n);
 using MatVecFn = void (*)(const void* w, size_t row_stride_bytes, int64_t rows, const void* act,
                           int64_t n, float* out);
 
+// outs[t][r] = dot(row r, acts[t]) for `count` activation rows (at most kMaxMultiActs): each
+// weight block decoded once for all of them. Must give the same bits as mat_vec per act.
+inline constexpr int kMaxMultiActs = 4;
+using MatVecMultiFn = void (*)(const void* w, size_t row_stride_bytes, int64_t rows,
+                               const void* const* acts, int count, int64_t n, float* const* outs);
+
 // Float activations to their vec_dot type (n a multiple of the block size).
 using QuantizeActFn = void (*)(const float* x, void* dst, int64_t n);
 
 struct KernelTable {
   DequantizeFn dequantize[kNumTypeIds];
   VecDotFn vec_dot[kNumTypeIds];
-  MatVecFn mat_vec[kNumTypeIds];  // nullptr: vec_dot row by row
+  MatVecFn mat_vec[kNumTypeIds];             // nullptr: vec_dot row by row
+  MatVecMultiFn mat_vec_multi[kNumTypeIds];  // nullptr: mat_vec per activation row
   // QuantizeActivations' Q8_0 and Q8_K quantizers (byte-identical in every set).
   QuantizeActFn quantize_q8_0_act;
   QuantizeActFn quantize_q8_k;

@@ -6,6 +6,7 @@
 // is built with -ffp-contract=off for that reason.
 #include "colibri/quant/vec_dot.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cstring>
 
@@ -263,6 +264,23 @@ void MatVec(DType weight_type, const void* w, size_t row_stride_bytes, int64_t r
   for (int64_t r = 0; r < rows; ++r) {
     out[r] = fn(base + static_cast<size_t>(r) * row_stride_bytes, act, n);
   }
+}
+
+void MatVecMulti(DType weight_type, const void* w, size_t row_stride_bytes, int64_t rows,
+                 std::span<const void* const> acts, int64_t n, std::span<float* const> outs) {
+  assert(acts.size() == outs.size());
+  const internal::KernelTable& table = internal::ActiveKernels();
+  const internal::MatVecMultiFn multi = table.mat_vec_multi[static_cast<uint32_t>(weight_type)];
+  size_t t = 0;
+  if (multi != nullptr) {
+    for (; t < acts.size(); t += internal::kMaxMultiActs) {
+      const int count =
+          static_cast<int>(std::min<size_t>(internal::kMaxMultiActs, acts.size() - t));
+      multi(w, row_stride_bytes, rows, acts.data() + t, count, n, outs.data() + t);
+    }
+    return;
+  }
+  for (; t < acts.size(); ++t) MatVec(weight_type, w, row_stride_bytes, rows, acts[t], n, outs[t]);
 }
 
 float VecDotReference(DType weight_type, const void* w_row, const void* act, int64_t n) {

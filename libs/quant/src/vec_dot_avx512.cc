@@ -81,26 +81,27 @@ struct Q4KConsts {
   __m512i shr_lo1 = PairIndex(0, 2), shr_hi1 = PairIndex(1, 3);
 };
 
-// Q4_K, or Q5_K (same scales and nibbles plus a fifth bit per quant from qh).
-template <typename Block>
-inline float RowQ45_K(const Block* x, const Q8KPacked& p, int64_t nb, const Q4KConsts& k) {
+// Q4_K, or Q5_K (same scales and nibbles plus a fifth bit per quant from qh), for T activation
+// rows at once: the weight block's scales, mins and nibbles are decoded once, then each row
+// takes its own operations in the same order whatever T is (so T = 4 gives T = 1's bits).
+template <typename Block, int T>
+inline void RowsQ45_K(const Block* x, const Q8KPacked* const* p, int64_t nb, const Q4KConsts& k,
+                      float* out) {
   constexpr bool kFifthBit = std::is_same_v<Block, BlockQ5_K>;
-  __m512 acc = _mm512_setzero_ps();
-  __m128 acc_min = _mm_setzero_ps();
+  __m512 acc[T];
+  __m128 acc_min[T];
+  for (int t = 0; t < T; ++t) {
+    acc[t] = _mm512_setzero_ps();
+    acc_min[t] = _mm_setzero_ps();
+  }
   for (int64_t i = 0; i < nb; ++i) {
-    // Rows of a tile are contiguous: prefetch ~1 KiB ahead.
     PrefetchAhead(x + i, kPrefetchBytes);
     PrefetchAhead(x + i, kPrefetchBytes + 64);
-    const float yd = p.d[i];
-    const float d = _cvtsh_ss(x[i].d) * yd;
-    const float dmin = _cvtsh_ss(x[i].dmin) * yd;
+    const float xd = _cvtsh_ss(x[i].d);
+    const float xdmin = _cvtsh_ss(x[i].dmin);
     const __m256i sm = UnpackScalesMinsQ4_K(x[i].scales);
     const __m512i sm512 = _mm512_castsi256_si512(sm);
-    // Σ_g min[g] * (bsums of group g), as 4 int32 partial sums.
     const __m128i mins = _mm256_extracti128_si256(sm, 1);
-    const __m128i gsum = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.gsum + 8 * i));
-    acc_min = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, gsum)), acc_min);
-
     const __m512i w0 = _mm512_loadu_si512(x[i].qs);
     const __m512i w1 = _mm512_loadu_si512(x[i].qs + 64);
     __m512i lo0 = _mm512_and_si512(w0, k.low4);
@@ -115,20 +116,38 @@ inline float RowQ45_K(const Block* x, const Q8KPacked& p, int64_t nb, const Q4KC
       lo1 = _mm512_or_si512(lo1, _mm512_and_si512(_mm512_srlv_epi16(qh, k.shr_lo1), k.bit4));
       hi1 = _mm512_or_si512(hi1, _mm512_and_si512(_mm512_srlv_epi16(qh, k.shr_hi1), k.bit4));
     }
-    const int8_t* q = p.qs + 256 * i;
-    // maddubs: unsigned quant (<= 31) * signed activation, pairs <= 2 * 31 * 127 (no saturation).
-    __m512i s0 = _mm512_madd_epi16(_mm512_maddubs_epi16(lo0, _mm512_load_si512(q)),
-                                   _mm512_permutexvar_epi16(k.idx[0], sm512));
-    __m512i s1 = _mm512_madd_epi16(_mm512_maddubs_epi16(hi0, _mm512_load_si512(q + 64)),
-                                   _mm512_permutexvar_epi16(k.idx[1], sm512));
-    __m512i s2 = _mm512_madd_epi16(_mm512_maddubs_epi16(lo1, _mm512_load_si512(q + 128)),
-                                   _mm512_permutexvar_epi16(k.idx[2], sm512));
-    __m512i s3 = _mm512_madd_epi16(_mm512_maddubs_epi16(hi1, _mm512_load_si512(q + 192)),
-                                   _mm512_permutexvar_epi16(k.idx[3], sm512));
-    const __m512i isum = _mm512_add_epi32(_mm512_add_epi32(s0, s1), _mm512_add_epi32(s2, s3));
-    acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(isum), acc);
+    const __m512i sc0 = _mm512_permutexvar_epi16(k.idx[0], sm512);
+    const __m512i sc1 = _mm512_permutexvar_epi16(k.idx[1], sm512);
+    const __m512i sc2 = _mm512_permutexvar_epi16(k.idx[2], sm512);
+    const __m512i sc3 = _mm512_permutexvar_epi16(k.idx[3], sm512);
+    for (int t = 0; t < T; ++t) {
+      const float yd = p[t]->d[i];
+      const float d = xd * yd;
+      const float dmin = xdmin * yd;
+      const __m128i gsum = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[t]->gsum + 8 * i));
+      acc_min[t] =
+          _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, gsum)), acc_min[t]);
+      const int8_t* q = p[t]->qs + 256 * i;
+      const __m512i s0 = _mm512_madd_epi16(_mm512_maddubs_epi16(lo0, _mm512_load_si512(q)), sc0);
+      const __m512i s1 =
+          _mm512_madd_epi16(_mm512_maddubs_epi16(hi0, _mm512_load_si512(q + 64)), sc1);
+      const __m512i s2 =
+          _mm512_madd_epi16(_mm512_maddubs_epi16(lo1, _mm512_load_si512(q + 128)), sc2);
+      const __m512i s3 =
+          _mm512_madd_epi16(_mm512_maddubs_epi16(hi1, _mm512_load_si512(q + 192)), sc3);
+      const __m512i isum = _mm512_add_epi32(_mm512_add_epi32(s0, s1), _mm512_add_epi32(s2, s3));
+      acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(isum), acc[t]);
+    }
   }
-  return HorizontalSum(acc) - HorizontalSum(acc_min);
+  for (int t = 0; t < T; ++t) out[t] = HorizontalSum(acc[t]) - HorizontalSum(acc_min[t]);
+}
+
+template <typename Block>
+inline float RowQ45_K(const Block* x, const Q8KPacked& p, int64_t nb, const Q4KConsts& k) {
+  const Q8KPacked* one[1] = {&p};
+  float out;
+  RowsQ45_K<Block, 1>(x, one, nb, k, &out);
+  return out;
 }
 
 template <typename Block>
@@ -148,6 +167,41 @@ void MatVecQ45_KAvx512(const void* w, size_t row_stride_bytes, int64_t rows, con
       const float part = RowQ45_K(x, p, seg, k);
       out[r] = b0 == 0 ? part : out[r] + part;
     }
+  }
+}
+
+template <typename Block, int T>
+void MatVecMultiQ45_KAvx512T(const void* w, size_t row_stride_bytes, int64_t rows,
+                             const void* const* acts, int64_t n, float* const* outs) {
+  const int64_t nb = n / kQK_K;
+  const auto* base = static_cast<const uint8_t*>(w);
+  const Q4KConsts k;
+  // 17 KiB per activation row: kept per thread, off the stack.
+  thread_local Q8KPacked packs[kMaxMultiActs];
+  const Q8KPacked* p[T];
+  for (int t = 0; t < T; ++t) p[t] = &packs[t];
+  for (int64_t b0 = 0; b0 < nb || b0 == 0; b0 += kSegmentBlocks) {
+    const int64_t seg = nb - b0 < kSegmentBlocks ? nb - b0 : kSegmentBlocks;
+    for (int t = 0; t < T; ++t)
+      RepackQ8_K(static_cast<const BlockQ8_K*>(acts[t]) + b0, seg, &packs[t]);
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto* x =
+          reinterpret_cast<const Block*>(base + static_cast<size_t>(r) * row_stride_bytes) + b0;
+      float part[T];
+      RowsQ45_K<Block, T>(x, p, seg, k, part);
+      for (int t = 0; t < T; ++t) outs[t][r] = b0 == 0 ? part[t] : outs[t][r] + part[t];
+    }
+  }
+}
+
+template <typename Block>
+void MatVecMultiQ45_KAvx512(const void* w, size_t row_stride_bytes, int64_t rows,
+                            const void* const* acts, int count, int64_t n, float* const* outs) {
+  switch (count) {
+    case 1: MatVecQ45_KAvx512<Block>(w, row_stride_bytes, rows, acts[0], n, outs[0]); return;
+    case 2: MatVecMultiQ45_KAvx512T<Block, 2>(w, row_stride_bytes, rows, acts, n, outs); return;
+    case 3: MatVecMultiQ45_KAvx512T<Block, 3>(w, row_stride_bytes, rows, acts, n, outs); return;
+    default: MatVecMultiQ45_KAvx512T<Block, 4>(w, row_stride_bytes, rows, acts, n, outs); return;
   }
 }
 
@@ -229,6 +283,8 @@ bool FillAvx512VecDot(KernelTable* table) {
   table->mat_vec[kIdQ4_K] = MatVecQ45_KAvx512<BlockQ4_K>;
   table->vec_dot[kIdQ5_K] = DotQ45_KAvx512<BlockQ5_K>;
   table->mat_vec[kIdQ5_K] = MatVecQ45_KAvx512<BlockQ5_K>;
+  table->mat_vec_multi[kIdQ4_K] = MatVecMultiQ45_KAvx512<BlockQ4_K>;
+  table->mat_vec_multi[kIdQ5_K] = MatVecMultiQ45_KAvx512<BlockQ5_K>;
   table->vec_dot[kIdQ6_K] = DotQ6_KAvx512;
   return true;
 }

@@ -200,6 +200,47 @@ TEST(VecDotTest, MatVecIsRowwiseVecDot) {
   }
 }
 
+TEST(VecDotTest, MatVecMultiIsMatVecPerActivationRow) {
+  // 1..7 activation rows (the multi-row kernels take up to four at a time), rows and segments
+  // as above: every output is MatVec's bits, under every kernel set.
+  for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_0, DType::kQ3_K}) {
+    for (int64_t n : {int64_t{512}, int64_t{256 * 70}}) {
+      const int64_t rows = 11;
+      const std::vector<float> wf = RandomRow(n * rows, 5);
+      const size_t stride = RowBytes(t, n) + 64;
+      std::vector<uint8_t> w(stride * rows);
+      for (int64_t r = 0; r < rows; ++r)
+        QuantizeRow(t, wf.data() + r * n, w.data() + r * stride, n);
+      const DType at = Traits(t).vec_dot_type;
+      constexpr int kActs = 7;
+      std::vector<std::vector<uint8_t>> acts(kActs);
+      std::vector<const void*> act_ptrs;
+      for (int a = 0; a < kActs; ++a) {
+        const std::vector<float> x = RandomRow(n, 40 + a);
+        acts[a].resize(RowBytes(at, n));
+        QuantizeActivations(at, x.data(), acts[a].data(), n);
+        act_ptrs.push_back(acts[a].data());
+      }
+      for (std::string_view isa : SupportedIsas()) {
+        IsaCap cap(isa);
+        for (int count = 1; count <= kActs; ++count) {
+          std::vector<std::vector<float>> outs(count, std::vector<float>(rows, -1.0f));
+          std::vector<float*> out_ptrs;
+          for (auto& o : outs) out_ptrs.push_back(o.data());
+          MatVecMulti(t, w.data(), stride, rows, {act_ptrs.data(), static_cast<size_t>(count)}, n,
+                      out_ptrs);
+          for (int a = 0; a < count; ++a) {
+            std::vector<float> one(rows);
+            MatVec(t, w.data(), stride, rows, acts[a].data(), n, one.data());
+            EXPECT_EQ(outs[a], one) << DTypeName(t) << " n=" << n << " isa=" << isa
+                                    << " count=" << count << " act " << a;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(VecDotTest, IsaCapNamesAndFallback) {
   const std::vector<std::string_view> isas = SupportedIsas();
   ASSERT_FALSE(isas.empty());

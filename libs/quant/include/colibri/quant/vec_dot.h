@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -43,6 +44,12 @@ float VecDot(DType weight_type, const void* w_row, const void* act, int64_t n);
 // out[r] = VecDot(weight_type, w + r * row_stride_bytes, act, n) for r in [0, rows).
 void MatVec(DType weight_type, const void* w, size_t row_stride_bytes, int64_t rows,
             const void* act, int64_t n, float* out);
+
+// outs[t][r] = VecDot(weight_type, w + r * row_stride_bytes, acts[t], n) for every activation
+// row t, with the same bits as MatVec for each: the kernels that have it (AVX-512 Q4_K, Q5_K)
+// decode each weight block once for up to four rows (prefill, verify passes, batched decode).
+void MatVecMulti(DType weight_type, const void* w, size_t row_stride_bytes, int64_t rows,
+                 std::span<const void* const> acts, int64_t n, std::span<float* const> outs);
 
 // The portable scalar kernel VecDot is tested against.
 float VecDotReference(DType weight_type, const void* w_row, const void* act, int64_t n);
