@@ -38,9 +38,10 @@ int main(int argc, char** argv) {
                           {"Qwen3-30B-A3B expert gate/up (768 x 2048)", 768, 2048},
                           {"Qwen3-30B-A3B expert down (2048 x 768)", 2048, 768}};
   std::printf("kernels: %s\n\n", std::string(colibri::quant::ActiveIsa()).c_str());
-  std::printf("| type | matrix | tokens | per-token MatVec (GMAC/s) | MatVecMulti (GMAC/s) | speed-up |\n");
+  std::printf(
+      "| type | matrix | tokens | per-token MatVec (GMAC/s) | MatVecMulti (GMAC/s) | speed-up |\n");
   std::printf("|---|---|---|---|---|---|\n");
-  for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ8_0}) {
+  for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_0}) {
     for (const Shape& s : shapes) {
       const size_t row_bytes = colibri::quant::RowBytes(t, s.cols);
       std::vector<uint8_t> w(row_bytes * static_cast<size_t>(s.rows));
@@ -49,14 +50,16 @@ int main(int argc, char** argv) {
       std::vector<float> r(static_cast<size_t>(s.cols));
       for (int64_t i = 0; i < s.rows; ++i) {
         for (float& x : r) x = nd(rng);
-        colibri::quant::QuantizeRow(t, r.data(), w.data() + row_bytes * static_cast<size_t>(i), s.cols);
+        colibri::quant::QuantizeRow(t, r.data(), w.data() + row_bytes * static_cast<size_t>(i),
+                                    s.cols);
       }
       const DType at = colibri::quant::Traits(t).vec_dot_type;
       const size_t act_bytes = colibri::quant::RowBytes(at, s.cols);
       std::vector<uint8_t> acts(act_bytes * static_cast<size_t>(tokens));
       for (int64_t k = 0; k < tokens; ++k) {
         for (float& x : r) x = nd(rng) * 50;
-        colibri::quant::QuantizeActivations(at, r.data(), acts.data() + act_bytes * static_cast<size_t>(k), s.cols);
+        colibri::quant::QuantizeActivations(
+            at, r.data(), acts.data() + act_bytes * static_cast<size_t>(k), s.cols);
       }
       constexpr int64_t kTile = 64, kAct = 8;
       std::vector<float> out(static_cast<size_t>(tokens * kTile));
@@ -69,8 +72,9 @@ int main(int argc, char** argv) {
             const uint8_t* wt = w.data() + static_cast<size_t>(r0) * row_bytes;
             if (!multi) {
               for (int64_t k = 0; k < tokens; ++k)
-                colibri::quant::MatVec(t, wt, row_bytes, n_rows, acts.data() + act_bytes * static_cast<size_t>(k),
-                                       s.cols, out.data() + k * kTile);
+                colibri::quant::MatVec(t, wt, row_bytes, n_rows,
+                                       acts.data() + act_bytes * static_cast<size_t>(k), s.cols,
+                                       out.data() + k * kTile);
               continue;
             }
             for (int64_t k0 = 0; k0 < tokens; k0 += kAct) {
@@ -81,17 +85,19 @@ int main(int argc, char** argv) {
                 ap[j] = acts.data() + act_bytes * static_cast<size_t>(k0 + j);
                 op[j] = out.data() + (k0 + j) * kTile;
               }
-              colibri::quant::MatVecMulti(t, wt, row_bytes, n_rows, {ap, static_cast<size_t>(c)}, s.cols,
-                                          {op, static_cast<size_t>(c)});
+              colibri::quant::MatVecMulti(t, wt, row_bytes, n_rows, {ap, static_cast<size_t>(c)},
+                                          s.cols, {op, static_cast<size_t>(c)});
             }
           }
           best = std::min(best, std::chrono::duration<double>(Clock::now() - a).count());
         }
-        return static_cast<double>(s.rows) * static_cast<double>(s.cols) * static_cast<double>(tokens) / best / 1e9;
+        return static_cast<double>(s.rows) * static_cast<double>(s.cols) *
+               static_cast<double>(tokens) / best / 1e9;
       };
       const double single = run(false), multi = run(true);
-      std::printf("| %s | %s | %lld | %.1f | %.1f | %.2fx |\n", std::string(colibri::quant::DTypeName(t)).c_str(),
-                  s.name, static_cast<long long>(tokens), single, multi, multi / single);
+      std::printf("| %s | %s | %lld | %.1f | %.1f | %.2fx |\n",
+                  std::string(colibri::quant::DTypeName(t)).c_str(), s.name,
+                  static_cast<long long>(tokens), single, multi, multi / single);
       std::fflush(stdout);
     }
   }

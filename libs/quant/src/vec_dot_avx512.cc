@@ -236,44 +236,86 @@ struct Q6KConsts {
   }
 };
 
-float DotQ6_KAvx512(const void* w, const void* a, int64_t n) {
-  const auto* x = static_cast<const BlockQ6_K*>(w);
-  const auto* y = static_cast<const BlockQ8_K*>(a);
+// One Q6_K row against T activation rows: each block's 6-bit quants and scale vectors are
+// decoded once; each activation row's sums run in the same order whatever T is (the same bits).
+template <int T>
+inline void RowsQ6_K(const BlockQ6_K* x, const BlockQ8_K* const* y, int64_t nb, float* out) {
   static const Q6KConsts k;
-  __m512 acc = _mm512_setzero_ps();
-  __m256 acc_bias = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const float d = _cvtsh_ss(x[i].d) * y[i].d;
+  __m512 acc[T];
+  __m256 acc_bias[T];
+  for (int t = 0; t < T; ++t) {
+    acc[t] = _mm512_setzero_ps();
+    acc_bias[t] = _mm256_setzero_ps();
+  }
+  for (int64_t i = 0; i < nb; ++i) {
+    const float xd = _cvtsh_ss(x[i].d);
     const __m256i sc16 =
         _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
     const __m512i sc512 = _mm512_castsi256_si512(sc16);
-    // 32 * sum_g scale[g] * bsum[g], as 8 int32 partial sums.
-    const __m256i bias =
-        _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].bsums)), sc16);
-    acc_bias = _mm256_fmadd_ps(_mm256_set1_ps(32.0f * d), _mm256_cvtepi32_ps(bias), acc_bias);
-    __m512i isum = _mm512_setzero_si512();
+    __m512i qa[2], qb[2], sa[2], sb[2];
     for (int h = 0; h < 2; ++h) {
       const __m512i ql = _mm512_loadu_si512(x[i].ql + 64 * h);
       const __m512i qh = _mm512_broadcast_i64x4(
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh + 32 * h)));
-      const __m512i qa = _mm512_or_si512(
-          _mm512_and_si512(ql, k.low4), _mm512_and_si512(_mm512_sllv_epi16(qh, k.shl_a), k.bits45));
-      const __m512i qb =
-          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), k.low4),
-                          _mm512_and_si512(_mm512_srlv_epi16(qh, k.shr_b), k.bits45));
-      const __m512i ya = _mm512_loadu_si512(y[i].qs + 128 * h);
-      const __m512i yb = _mm512_loadu_si512(y[i].qs + 128 * h + 64);
-      // maddubs: q in 0..63 times activations in -127..127, pairs <= 2 * 63 * 127 (no saturation).
-      isum =
-          _mm512_add_epi32(isum, _mm512_madd_epi16(_mm512_maddubs_epi16(qa, ya),
-                                                   _mm512_permutexvar_epi16(k.idx[2 * h], sc512)));
-      isum = _mm512_add_epi32(isum,
-                              _mm512_madd_epi16(_mm512_maddubs_epi16(qb, yb),
-                                                _mm512_permutexvar_epi16(k.idx[2 * h + 1], sc512)));
+      qa[h] = _mm512_or_si512(_mm512_and_si512(ql, k.low4),
+                              _mm512_and_si512(_mm512_sllv_epi16(qh, k.shl_a), k.bits45));
+      qb[h] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), k.low4),
+                              _mm512_and_si512(_mm512_srlv_epi16(qh, k.shr_b), k.bits45));
+      sa[h] = _mm512_permutexvar_epi16(k.idx[2 * h], sc512);
+      sb[h] = _mm512_permutexvar_epi16(k.idx[2 * h + 1], sc512);
     }
-    acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(isum), acc);
+    for (int t = 0; t < T; ++t) {
+      const BlockQ8_K& yb = y[t][i];
+      const float d = xd * yb.d;
+      // 32 * sum_g scale[g] * bsum[g], as 8 int32 partial sums.
+      const __m256i bias =
+          _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb.bsums)), sc16);
+      acc_bias[t] =
+          _mm256_fmadd_ps(_mm256_set1_ps(32.0f * d), _mm256_cvtepi32_ps(bias), acc_bias[t]);
+      __m512i isum = _mm512_setzero_si512();
+      for (int h = 0; h < 2; ++h) {
+        const __m512i ya = _mm512_loadu_si512(yb.qs + 128 * h);
+        const __m512i yv = _mm512_loadu_si512(yb.qs + 128 * h + 64);
+        // maddubs: q in 0..63 times activations in -127..127, pairs <= 2 * 63 * 127.
+        isum = _mm512_add_epi32(isum, _mm512_madd_epi16(_mm512_maddubs_epi16(qa[h], ya), sa[h]));
+        isum = _mm512_add_epi32(isum, _mm512_madd_epi16(_mm512_maddubs_epi16(qb[h], yv), sb[h]));
+      }
+      acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(isum), acc[t]);
+    }
   }
-  return HorizontalSum(acc) - HorizontalSum(acc_bias);
+  for (int t = 0; t < T; ++t) out[t] = HorizontalSum(acc[t]) - HorizontalSum(acc_bias[t]);
+}
+
+float DotQ6_KAvx512(const void* w, const void* a, int64_t n) {
+  const BlockQ8_K* y[1] = {static_cast<const BlockQ8_K*>(a)};
+  float out;
+  RowsQ6_K<1>(static_cast<const BlockQ6_K*>(w), y, n / kQK_K, &out);
+  return out;
+}
+
+template <int T>
+void MatVecMultiQ6_KT(const void* w, size_t row_stride_bytes, int64_t rows, const void* const* acts,
+                      int64_t n, float* const* outs) {
+  const BlockQ8_K* y[T];
+  for (int t = 0; t < T; ++t) y[t] = static_cast<const BlockQ8_K*>(acts[t]);
+  const auto* base = static_cast<const uint8_t*>(w);
+  for (int64_t r = 0; r < rows; ++r) {
+    float part[T];
+    RowsQ6_K<T>(
+        reinterpret_cast<const BlockQ6_K*>(base + static_cast<size_t>(r) * row_stride_bytes), y,
+        n / kQK_K, part);
+    for (int t = 0; t < T; ++t) outs[t][r] = part[t];
+  }
+}
+
+void MatVecMultiQ6_KAvx512(const void* w, size_t row_stride_bytes, int64_t rows,
+                           const void* const* acts, int count, int64_t n, float* const* outs) {
+  switch (count) {
+    case 1: MatVecMultiQ6_KT<1>(w, row_stride_bytes, rows, acts, n, outs); return;
+    case 2: MatVecMultiQ6_KT<2>(w, row_stride_bytes, rows, acts, n, outs); return;
+    case 3: MatVecMultiQ6_KT<3>(w, row_stride_bytes, rows, acts, n, outs); return;
+    default: MatVecMultiQ6_KT<4>(w, row_stride_bytes, rows, acts, n, outs); return;
+  }
 }
 
 }  // namespace
@@ -286,6 +328,7 @@ bool FillAvx512VecDot(KernelTable* table) {
   table->mat_vec_multi[kIdQ4_K] = MatVecMultiQ45_KAvx512<BlockQ4_K>;
   table->mat_vec_multi[kIdQ5_K] = MatVecMultiQ45_KAvx512<BlockQ5_K>;
   table->vec_dot[kIdQ6_K] = DotQ6_KAvx512;
+  table->mat_vec_multi[kIdQ6_K] = MatVecMultiQ6_KAvx512;
   return true;
 }
 

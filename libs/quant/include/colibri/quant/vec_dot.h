@@ -46,8 +46,9 @@ void MatVec(DType weight_type, const void* w, size_t row_stride_bytes, int64_t r
             const void* act, int64_t n, float* out);
 
 // outs[t][r] = VecDot(weight_type, w + r * row_stride_bytes, acts[t], n) for every activation
-// row t, with the same bits as MatVec for each: the kernels that have it (AVX-512 Q4_K, Q5_K)
-// decode each weight block once for up to four rows (prefill, verify passes, batched decode).
+// row t, with the same bits as MatVec for each: the kernels that have it (AVX-512 Q4_K, Q5_K,
+// Q6_K) decode each weight block once for up to four rows (prefill, verify passes, batched
+// decode).
 void MatVecMulti(DType weight_type, const void* w, size_t row_stride_bytes, int64_t rows,
                  std::span<const void* const> acts, int64_t n, std::span<float* const> outs);
 
