@@ -190,7 +190,9 @@ uint64_t Engine::KvBytesLocked() const {
 
 void Engine::EnforceKvLimitLocked() {
   uint64_t reserved = 0;
-  for (const auto& s : active_) reserved += s->kv_reserve;
+  // A sequence that has finished gave its cache to the pool: its reservation no longer counts
+  // (counted with its pooled cache too, it would evict itself the moment it is pooled).
+  for (const auto& s : active_) reserved += s->cache != nullptr ? s->kv_reserve : 0;
   for (const auto& s : restoring_) reserved += s->kv_reserve;
   uint64_t pooled = 0;
   for (const auto& e : pool_) pooled += e.cache->bytes();

@@ -343,6 +343,27 @@ TEST_F(EngineTest, KvPoolStaysWithinTheLimit) {
   }
 }
 
+// A finished request's KV is pooled when it alone fits the limit: its reservation, gone with
+// the request, is not counted beside its pooled cache (which evicted it on the spot before).
+TEST_F(EngineTest, AFinishedRequestsKvIsPooledWhenItFitsTheLimit) {
+  uint64_t one = 0;
+  {
+    auto probe = NewEngine({});
+    ASSERT_TRUE(Run(*probe, Greedy({1, 40, 3}, 4)).ok());
+    one = probe->kv_bytes();
+  }
+  const uint64_t reserve = KvBytesPerToken(model_->config()) * (3 + 4 + 1);
+  ASSERT_LE(reserve, one);  // admitted under the limit below
+  auto e = NewEngine({.kv_cache_limit = one + reserve / 2});
+  auto r = Run(*e, Greedy({1, 40, 3}, 4));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(e->kv_bytes(), one);
+  // And the next turn reuses it.
+  auto next = Run(*e, Greedy({1, 40, 3, r->tokens[0], r->tokens[1], 9}, 2));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_GT(next->cached_prompt_tokens, 0);
+}
+
 // The fingerprint and shape of the fixture model, for KV stores.
 KvStoreOptions StoreOptions(const Model& m, fs::path dir = {}) {
   KvStoreOptions o;
