@@ -23,6 +23,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 import testlib  # noqa: E402
+import results_md  # noqa: E402
 
 HEADING = "## Fair prefill (issue 38 item 4)"
 
@@ -116,18 +117,10 @@ def main():
     print(header + "\n\n" + table)
     if args.no_write:
         return
-    path = os.path.join(HERE, "RESULTS.md")
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    if HEADING not in text:
-        text = text.rstrip("\n") + "\n\n" + HEADING + "\n\n" + (
-            "`bench/fairness_bench.py`: a stream's inter-token gaps alone and while another request's long "
-            "prompt prefills, with the engine's fair prefill on (a step's prompt tokens capped to about one "
-            "decode step's time, measured) and off (512-token chunks).\n")
-    text = text.rstrip("\n") + "\n\n" + header + "\n\n" + table + "\n"
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-
+    results_md.append(HEADING, (
+        "`bench/fairness_bench.py`: a stream's inter-token gaps alone and while another request's long "
+        "prompt prefills, with the engine's fair prefill on (a step's prompt tokens capped to about one "
+        "decode step's time, measured) and off (512-token chunks)."), header + "\n\n" + table)
 
 if __name__ == "__main__":
     main()

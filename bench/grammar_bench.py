@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.join(REPO, "tests", "tokenizer"))
 sys.path.insert(0, os.path.join(REPO, "tests"))
 import npm_reference as ref  # noqa: E402
 import testlib  # noqa: E402
+import results_md  # noqa: E402
 
 HEADING = "## Constrained decoding (issue 35 item 9)"
 
@@ -44,21 +45,13 @@ def main():
     print(header + "\n\n" + table)
     if args.no_write:
         return
-    path = os.path.join(HERE, "RESULTS.md")
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    if HEADING not in text:
-        text = text.rstrip("\n") + "\n\n" + HEADING + "\n\n" + (
-            "`bench/grammar_bench.py`: per vocabulary and schema, the compile time (JSON Schema to grammar "
-            "excluded: the router's part, also well under a millisecond), then a valid document tokenized "
-            "by the model's own tokenizer fed token by token (mask computed and applied to a logits row, "
-            "token accepted), then random walks uniform over the allowed tokens (a new state nearly every "
-            "step: the worst case). The denominator is the lm_head matvec alone for that vocabulary; a "
-            "large MoE model's whole decode step on this CPU is 10-50x longer.\n")
-    text = text.rstrip("\n") + "\n\n" + header + "\n\n" + table + "\n"
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-
+    results_md.append(HEADING, (
+        "`bench/grammar_bench.py`: per vocabulary and schema, the compile time (JSON Schema to grammar "
+        "excluded: the router's part, also well under a millisecond), then a valid document tokenized "
+        "by the model's own tokenizer fed token by token (mask computed and applied to a logits row, "
+        "token accepted), then random walks uniform over the allowed tokens (a new state nearly every "
+        "step: the worst case). The denominator is the lm_head matvec alone for that vocabulary; a "
+        "large MoE model's whole decode step on this CPU is 10-50x longer."), header + "\n\n" + table)
 
 if __name__ == "__main__":
     main()

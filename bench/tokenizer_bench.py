@@ -22,6 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "tokenizer"))
 import corpus  # noqa: E402
 import npm_reference as ref  # noqa: E402
+import results_md  # noqa: E402
 
 HEADING = "## Tokenizer"
 
@@ -33,19 +34,10 @@ def ours(model, path, repeat):
     return json.loads(out.stdout)
 
 
-def append_results(table):
-    path = os.path.join(HERE, "RESULTS.md")
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    if HEADING not in text:
-        text = text.rstrip("\n") + "\n\n" + HEADING + "\n\n" + (
-            "`bench/tokenizer_bench.py`: encode throughput on a ~1 MB mixed corpus (English, CJK, other "
-            "scripts, emoji, code, digits), no special tokens, colibri-cli vs transformers.js "
-            "(@lenml/tokenizers on node 20) in one run, one thread on each side; loading and warm-up excluded; "
-            "both sides produce the same token count.\n")
-    text = text.rstrip("\n") + "\n\n" + table + "\n"
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+INTRO = ("`bench/tokenizer_bench.py`: encode throughput on a ~1 MB mixed corpus (English, CJK, other "
+         "scripts, emoji, code, digits), no special tokens, colibri-cli vs transformers.js "
+         "(@lenml/tokenizers on node 20) in one run, one thread on each side; loading and warm-up excluded; "
+         "both sides produce the same token count.")
 
 
 def main():
@@ -82,7 +74,7 @@ def main():
     table = "\n".join(lines)
     print(table)
     if not args.no_write:
-        append_results(table)
+        results_md.append(HEADING, INTRO, table)
 
 
 if __name__ == "__main__":

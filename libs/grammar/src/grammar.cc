@@ -7,9 +7,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "colibri/core/status.h"
+#include "colibri/tokenizer/tokenizer.h"
 
 namespace colibri::grammar {
 namespace {
+
+using tokenizer::AppendUtf8;
 
 constexpr int32_t kUnbounded = std::numeric_limits<int32_t>::max() / 4;
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
@@ -17,24 +20,6 @@ constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 using Range = std::pair<uint32_t, uint32_t>;  // inclusive code point range
 using Seq = std::vector<Element>;
 using Alts = std::vector<Seq>;
-
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
 
 int Utf8Length(uint32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
 

@@ -1,6 +1,7 @@
 #include <string>
 
 #include "colibri/tokenizer/tokenizer.h"
+#include "unicode.h"
 
 namespace colibri::tokenizer {
 namespace {
@@ -117,5 +118,7 @@ std::string StreamDecoder::Flush() {
   emitted_ += rest;
   return rest;
 }
+
+void AppendUtf8(char32_t cp, std::string* out) { internal::AppendUtf8(cp, out); }
 
 }  // namespace colibri::tokenizer

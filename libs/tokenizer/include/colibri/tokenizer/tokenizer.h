@@ -104,6 +104,9 @@ class StreamDecoder {
 // errors="replace" rule: a truncated multi-byte character is one replacement).
 std::string SanitizeUtf8(std::string_view s);
 
+// Appends the UTF-8 encoding of the code point `cp` (a Unicode scalar value) to `out`.
+void AppendUtf8(char32_t cp, std::string* out);
+
 // Length of the longest prefix of `s` that ends on a complete UTF-8 character.
 size_t CompleteUtf8Prefix(std::string_view s);
 // Index of the first invalid UTF-8 byte, or npos.
