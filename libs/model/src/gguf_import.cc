@@ -615,6 +615,10 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
   }
   c.n_layers -= c.nextn_layers;
   ASSIGN_OR_RETURN(c.n_heads, u("attention.head_count"));
+  if (c.n_heads <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gguf: ", arch, ".attention.head_count is ", c.n_heads));
+  }
   c.n_kv_heads = u("attention.head_count_kv").value_or(c.n_heads);
   if (c.mla()) {
     c.n_kv_heads = c.n_heads;  // every head has its own key and value (from the shared latent)

@@ -90,7 +90,7 @@ TEST(Glm4MoeConfig, MissingKeysAreNamed) {
 
 // A glm4moe GGUF as llama.cpp's converter writes GLM-4.5-Air's metadata (shapes shrunk: the
 // config comes from the keys and a few tensors).
-GgufFile GlmGguf(std::vector<uint8_t>* bytes, bool with_eot) {
+GgufFile GlmGguf(std::vector<uint8_t>* bytes, bool with_eot, uint32_t heads = 4) {
   GgufWriter w;
   const std::string a = "glm4moe.";
   EXPECT_TRUE(w.AddString("general.architecture", "glm4moe").ok());
@@ -99,7 +99,7 @@ GgufFile GlmGguf(std::vector<uint8_t>* bytes, bool with_eot) {
                                                                {"context_length", 4096},
                                                                {"embedding_length", 64},
                                                                {"feed_forward_length", 128},
-                                                               {"attention.head_count", 4},
+                                                               {"attention.head_count", heads},
                                                                {"attention.head_count_kv", 2},
                                                                {"attention.key_length", 32},
                                                                {"attention.value_length", 32},
@@ -158,6 +158,16 @@ TEST(Glm4MoeConfig, FromGguf) {
   c = ConfigFromGguf(plain);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{2}));
+}
+
+// Found by gguf_fuzz: zero heads divided the hidden size before anything checked it.
+TEST(Glm4MoeConfig, ZeroHeadsIsAnError) {
+  std::vector<uint8_t> bytes;
+  GgufFile f = GlmGguf(&bytes, true, 0);
+  auto c = ConfigFromGguf(f);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("attention.head_count is 0"), std::string::npos)
+      << c.status();
 }
 
 }  // namespace

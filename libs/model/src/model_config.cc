@@ -275,6 +275,13 @@ absl::Status ModelConfig::Validate() const {
   RETURN_IF_ERROR(positive(top_k, "top_k"));
   RETURN_IF_ERROR(positive(vocab_size, "vocab_size"));
   RETURN_IF_ERROR(positive(context_length, "context_length"));
+  // Every expert has a block record: bound their count before anything sizes tables by it
+  // (the largest models today have ~25k).
+  if (n_layers * n_experts > kMaxExpertBlocks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: n_layers (", n_layers, ") x n_experts (", n_experts,
+                     ") expert blocks is out of range (at most ", kMaxExpertBlocks, ")"));
+  }
   if (n_heads % n_kv_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("model config: n_heads (", n_heads,
                                                    ") is not a multiple of n_kv_heads (",

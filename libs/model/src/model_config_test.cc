@@ -584,6 +584,13 @@ TEST(ModelConfigValidate, EachOutOfRangeFieldIsNamed) {
 
 TEST(ModelConfigValidate, ConsistencyErrors) {
   ModelConfig c = ValidConfig();
+  // Found by gguf_fuzz: each count in range, their product sized a 2^48-entry table.
+  c.n_layers = 1 << 16;
+  c.n_experts = 1 << 16;
+  absl::Status blocks = c.Validate();
+  ASSERT_FALSE(blocks.ok());
+  EXPECT_TRUE(Contains(blocks, "expert blocks is out of range")) << blocks;
+  c = ValidConfig();
   c.n_kv_heads = 3;
   absl::Status s = c.Validate();
   ASSERT_FALSE(s.ok());

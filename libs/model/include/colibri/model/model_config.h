@@ -120,6 +120,7 @@ struct ModelConfig {
 
   // Checks every field for consistency; errors name the field.
   absl::Status Validate() const;
+  static constexpr int64_t kMaxExpertBlocks = int64_t{1} << 20;
 
   int64_t rotary_dims() const { return rope_dims > 0 ? rope_dims : head_dim; }
   double softmax_scale() const;
