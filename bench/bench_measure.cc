@@ -7,8 +7,10 @@
 #include <thread>
 #include <vector>
 
+#include "colibri/core/block_arena.h"
+#include "colibri/core/status.h"
 #include "colibri/core/thread_pool.h"
-#include "colibri/expert_source/disk_source.h"
+#include "colibri/store/striped_source.h"
 
 namespace colibri::bench {
 namespace {
@@ -47,37 +49,30 @@ double ReadBandwidth(size_t bytes, int threads) {
 absl::StatusOr<DiskReadResult> ReadExpertBlocks(const model::Container& container, int threads,
                                                 double gib) {
   namespace es = expert_source;
-  auto disk = es::DiskSource::Open(&container, {.direct_io = true});
-  if (!disk.ok()) return disk.status();
   const auto& m = container.manifest();
   if (m.experts.empty())
     return absl::InvalidArgumentError("the model has no expert blocks to read");
   threads = std::max(1, threads);
   const uint64_t block = m.experts[0].padded_size;
+  // Blocks in flight live in arena slots: `threads` of them, as many as can be read at once.
+  ASSIGN_OR_RETURN(auto arena,
+                   BlockArena::Create(static_cast<uint64_t>(threads) * block, {.prefault = true}));
+  ASSIGN_OR_RETURN(auto disk, store::StripedSource::OpenLocal(&container, {.direct_io = true},
+                                                              {.arena = arena.get()}));
   const int64_t n = std::max<int64_t>(
       threads, static_cast<int64_t>(gib * (1ull << 30) / static_cast<double>(block)));
   std::vector<es::ExpertId> order;
   std::mt19937 rng(3);
   for (int64_t i = 0; i < n; ++i) {
-    order.push_back({static_cast<int32_t>(rng() % m.config.n_layers),
-                     static_cast<int32_t>(rng() % m.config.n_experts)});
+    const auto& b = m.experts[rng() % m.experts.size()];
+    order.push_back(b.id);
   }
-  std::atomic<int64_t> next{0};
-  std::atomic<bool> failed{false};
   const double t0 = Now();
-  std::vector<std::thread> workers;
-  for (int t = 0; t < threads; ++t) {
-    workers.emplace_back([&] {
-      for (int64_t i = next++; i < n; i = next++) {
-        if (!(*disk)->Fetch(order[static_cast<size_t>(i)], es::Priority::kDemand).ok())
-          failed = true;
-      }
-    });
-  }
-  for (auto& t : workers) t.join();
-  if (failed)
-    return absl::DataLossError("an expert block read failed in " + container.dir().string());
-  return DiskReadResult{(*disk)->bytes_read(), Now() - t0, (*disk)->direct_io_files()};
+  RETURN_IF_ERROR(disk->FetchMany(
+      order, [](size_t, es::Lease) {}, es::Priority::kDemand));
+  const double seconds = Now() - t0;
+  const store::DiskStats st = disk->store().io().Stats(0);
+  return DiskReadResult{st.bytes, seconds, st.direct};
 }
 
 }  // namespace colibri::bench

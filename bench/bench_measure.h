@@ -16,12 +16,12 @@ double ReadBandwidth(size_t bytes, int threads);
 struct DiskReadResult {
   uint64_t bytes = 0;
   double seconds = 0;
-  int direct_io_files = 0;
+  bool direct_io = false;  // the reads bypassed the page cache
   double bandwidth() const { return seconds > 0 ? static_cast<double>(bytes) / seconds : 0.0; }
 };
 
-// Reads about `gib` GiB of the container's expert blocks in random order with O_DIRECT,
-// `threads` reads at once (what an expert cache's reader threads do on misses).
+// Reads about `gib` GiB of the container's expert blocks in random order with O_DIRECT through
+// the serving read path (one batch, as a step's misses are), at most `threads` blocks in flight.
 absl::StatusOr<DiskReadResult> ReadExpertBlocks(const model::Container& container, int threads,
                                                 double gib);
 

@@ -30,10 +30,10 @@
 #include "colibri/core/thread_pool.h"
 #include "colibri/core/units.h"
 #include "colibri/engine/model.h"
-#include "colibri/expert_source/disk_source.h"
 #include "colibri/expert_source/mmap_source.h"
 #include "colibri/model/container.h"
 #include "colibri/model/synthetic_model.h"
+#include "colibri/store/striped_source.h"
 #include "expert_cache.h"
 #include "nlohmann/json.hpp"
 
@@ -120,7 +120,7 @@ int Disk(const DiskFlags& f) {
   auto r = colibri::bench::ReadExpertBlocks(**container, f.threads, f.gib);
   if (!r.ok()) return Fail(std::string(r.status().message()));
   Json out{{"threads", f.threads},
-           {"direct_io_files", r->direct_io_files},
+           {"direct_io", r->direct_io},
            {"bytes", r->bytes},
            {"seconds", r->seconds},
            {"bandwidth_bytes_per_second", r->bandwidth()}};
@@ -152,7 +152,7 @@ int RunDecode(const RunFlags& f) {
   auto backend = colibri::backend::CreateCpuBackend(
       {.threads = f.threads > 0 ? f.threads : colibri::UsableCoreCount()});
   std::unique_ptr<es::ExpertSource> origin;
-  es::DiskSource* disk = nullptr;
+  colibri::store::StripedSource* disk = nullptr;
   std::unique_ptr<colibri::compute::ExpertCache> cache;
   es::ExpertSource* front = nullptr;
   if (f.mode == "mmap") {
@@ -161,7 +161,8 @@ int RunDecode(const RunFlags& f) {
     origin = std::move(*src);
     front = origin.get();
   } else if (f.mode == "colibri") {
-    auto src = es::DiskSource::Open(container->get(), {.direct_io = f.direct_io});
+    auto src =
+        colibri::store::StripedSource::OpenLocal(container->get(), {.direct_io = f.direct_io});
     if (!src.ok()) return Fail(std::string(src.status().message()));
     disk = src->get();
     origin = std::move(*src);
@@ -267,8 +268,8 @@ int RunDecode(const RunFlags& f) {
             ? static_cast<double>(counters.prefetch_predicted_routed.load()) /
                   static_cast<double>(counters.prefetch_routed.load())
             : 0.0;
-    out["disk_read_seconds"] = disk ? disk->read_seconds() : 0.0;
-    out["direct_io_files"] = disk ? disk->direct_io_files() : 0;
+    out["disk_bytes_read"] = disk ? disk->store().io().Stats(0).bytes : 0;
+    out["direct_io"] = disk ? disk->store().io().Stats(0).direct : false;
     out["cache_peak_bytes"] = s.capacity_bytes;
   }
   std::printf("%s\n", out.dump().c_str());

@@ -23,9 +23,9 @@
 #include "colibri/core/logging.h"
 #include "colibri/engine/engine.h"
 #include "colibri/engine/kv_store.h"
-#include "colibri/expert_source/disk_source.h"
 #include "colibri/model/container.h"
 #include "colibri/model/synthetic_model.h"
+#include "colibri/store/striped_source.h"
 
 namespace {
 
@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
     return Fail(std::string(st.message()));
   auto container = colibri::model::Container::Open(model_dir);
   if (!container.ok()) return Fail(std::string(container.status().message()));
-  auto disk = colibri::expert_source::DiskSource::Open(container->get());
+  auto disk = colibri::store::StripedSource::OpenLocal(container->get(), {});
   if (!disk.ok()) return Fail(std::string(disk.status().message()));
   auto backend = colibri::backend::CreateCpuBackend({.threads = threads});
   auto model = colibri::engine::Model::Load(**container, backend.get(), disk->get());

@@ -6,10 +6,10 @@ For each cap (dense weights + a fraction of the experts + --slack), the server r
 a memory cgroup (v1 memory.limit_in_bytes or v2 memory.max) with every budget on auto, so it
 plans from the cgroup's limit as it would in a container. Per cap: a cold prefill of --prompt
 tokens (time to the first token), then a greedy decode of --tokens tokens from a short prompt.
-The disk-bound limit is the disk's measured O_DIRECT rate for whole expert blocks (4 in flight)
-over the expert bytes the decode read per token (demand misses and prefetches); the read rate
-column is what the decode achieved (bytes per token x tok/s), which can pass the probe's rate:
-the server keeps more reads in flight (4 MiB pieces of several blocks) than the probe's 4.
+The disk-bound limit is the disk's measured O_DIRECT rate for whole expert blocks, read through
+the server's own read path (one batch, 4 blocks in flight), over the expert bytes the decode read
+per token (demand misses and prefetches); the read rate column is what the decode achieved
+(bytes per token x tok/s).
 
 Usage (root, for the cgroup and drop_caches):
   bench/memory_budget_bench.py [--dir /var/tmp/colibri-memory-bench] [--fractions 0.25,0.5,0.75]
@@ -118,8 +118,7 @@ def main():
     blocks = manifest['experts']['blocks']
     experts = sum(b['padded_size'] for b in blocks)
     dense = manifest['dense']['size']
-    # Whole expert blocks in random order, O_DIRECT, 4 at a time (the server's readers keep
-    # several in flight; one at a time understates what the disk gives them).
+    # Whole expert blocks in random order, O_DIRECT, through the serving read path, 4 in flight.
     testlib.drop_caches()
     probe = testlib.run([testlib.binary('expert_cache_bench'), 'disk', '--dir', model, '--threads', '4',
                          '--gib', '2'])

@@ -12,8 +12,8 @@
 #include "colibri/backend/cpu_backend.h"
 #include "colibri/core/status.h"
 #include "colibri/engine/model.h"
-#include "colibri/expert_source/disk_source.h"
 #include "colibri/model/container.h"
+#include "colibri/store/striped_source.h"
 
 // colibri_cli.cc
 bool WriteNpy(const std::string& path, const std::vector<float>& data, int64_t rows, int64_t cols);
@@ -29,7 +29,7 @@ absl::StatusOr<std::vector<float>> MtpLogits(const std::string& dir,
   if (prompt.size() < 2) return absl::InvalidArgumentError("mtp-logits: give at least 2 tokens");
   ASSIGN_OR_RETURN(auto container, colibri::model::Container::Open(dir));
   auto be = colibri::backend::CreateCpuBackend({.threads = threads});
-  ASSIGN_OR_RETURN(auto disk, colibri::expert_source::DiskSource::Open(container.get()));
+  ASSIGN_OR_RETURN(auto disk, colibri::store::StripedSource::OpenLocal(container.get(), {}));
   ASSIGN_OR_RETURN(auto model, engine::Model::Load(*container, be.get(), disk.get()));
   ASSIGN_OR_RETURN(auto mtp, model->LoadMtp(*container));
   const int64_t n = static_cast<int64_t>(prompt.size()) - 1;

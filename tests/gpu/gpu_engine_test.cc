@@ -14,8 +14,8 @@
 #include "colibri/engine/testing/test_model.h"
 #include "colibri/expert_source/cache_tier.h"
 #include "colibri/expert_source/device_tier_memory.h"
-#include "colibri/expert_source/disk_source.h"
 #include "colibri/model/container.h"
+#include "colibri/store/striped_source.h"
 
 namespace colibri::engine {
 namespace {
@@ -85,7 +85,7 @@ class GpuEngineTest : public ::testing::TestWithParam<DType> {
 
   std::unique_ptr<TestModelDir> dir_;  // outlives container_ and disk_
   std::unique_ptr<model::Container> container_;
-  std::unique_ptr<expert_source::DiskSource> disk_;
+  std::unique_ptr<store::StripedSource> disk_;
   std::unique_ptr<backend::Backend> cpu_, gpu_;
 };
 

@@ -13,8 +13,8 @@
 #include "colibri/engine/testing/test_model.h"
 #include "colibri/expert_source/cache_tier.h"
 #include "colibri/expert_source/device_tier_memory.h"
-#include "colibri/expert_source/disk_source.h"
 #include "colibri/model/container.h"
+#include "colibri/store/striped_source.h"
 
 namespace colibri::engine {
 namespace {

@@ -12,9 +12,9 @@
 
 #include "colibri/backend/cpu_backend.h"
 #include "colibri/core/status.h"
-#include "colibri/expert_source/disk_source.h"
 #include "colibri/expert_source/testing/recording_source.h"
 #include "colibri/model/container.h"
+#include "colibri/store/striped_source.h"
 #include "nlohmann/json.hpp"
 
 namespace colibri::engine {
@@ -82,7 +82,7 @@ class EngineTest : public ::testing::Test {
     auto container = model::Container::Open(dir_);
     ASSERT_TRUE(container.ok()) << container.status();
     container_ = std::move(*container);
-    auto src = expert_source::DiskSource::Open(container_.get());
+    auto src = store::StripedSource::OpenLocal(container_.get(), {});
     ASSERT_TRUE(src.ok());
     source_ = std::move(*src);
     backend_ = backend::CreateCpuBackend({.threads = 2});
@@ -116,7 +116,7 @@ class EngineTest : public ::testing::Test {
 
   fs::path dir_;
   std::unique_ptr<model::Container> container_;
-  std::unique_ptr<expert_source::DiskSource> source_;
+  std::unique_ptr<store::StripedSource> source_;
   std::unique_ptr<backend::Backend> backend_;
   std::unique_ptr<Model> model_;
 };

@@ -13,10 +13,10 @@
 #include "colibri/engine/model.h"
 #include "colibri/engine/testing/test_model.h"
 #include "colibri/expert_source/cache_tier.h"
-#include "colibri/expert_source/disk_source.h"
 #include "colibri/expert_source/routing_trace.h"
 #include "colibri/expert_source/testing/recording_source.h"
 #include "colibri/model/container.h"
+#include "colibri/store/striped_source.h"
 
 namespace colibri::engine {
 namespace {

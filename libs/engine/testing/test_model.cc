@@ -68,7 +68,7 @@ absl::StatusOr<OpenedTestModel> TestModelDir::Open() const {
   auto container = model::Container::Open(path_);
   if (!container.ok()) return container.status();
   opened.container = std::move(*container);
-  auto disk = expert_source::DiskSource::Open(opened.container.get());
+  auto disk = store::StripedSource::OpenLocal(opened.container.get(), {});
   if (!disk.ok()) return disk.status();
   opened.disk = std::move(*disk);
   return opened;

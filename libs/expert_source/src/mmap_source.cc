@@ -13,7 +13,7 @@ absl::StatusOr<std::unique_ptr<MmapSource>> MmapSource::Open(const model::Contai
     if (!b.ranges.empty()) {
       return absl::FailedPreconditionError(
           "a GGUF served in place has blocks gathered from several ranges: read it with "
-          "DiskSource, not mmap");
+          "the local reader (StripedSource), not mmap");
     }
     if (src->maps_.count(b.file)) continue;
     auto f = MappedFile::Open(container->ExpertFilePath(b));

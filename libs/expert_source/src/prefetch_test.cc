@@ -227,7 +227,7 @@ namespace colibri::expert_source {
 namespace {
 
 // A source whose reads of gated ids wait until opened; a prefetch read cancelled meanwhile then
-// fails Cancelled, as DiskSource stops a read between pieces.
+// fails Cancelled, as the local reader drops its queued reads.
 testing::RecordingSourceOptions Cancellable() {
   testing::RecordingSourceOptions o;
   o.block_size = 100;

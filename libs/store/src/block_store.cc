@@ -87,6 +87,7 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOpt
     return absl::InvalidArgumentError("a catalog path needs the store's disks (--disk)");
   }
   for (const auto& d : options.model_dirs) disk_names.push_back(d.string());
+  for (const model::Container* c : options.containers) disk_names.push_back(c->dir().string());
   if (disk_names.empty())
     return absl::InvalidArgumentError(
         "nothing to serve: give disks (--disk) or model directories (--model)");
@@ -95,6 +96,11 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOpt
   if (catalog) RETURN_IF_ERROR(s->AddStriped(*catalog, roots));
   for (size_t i = 0; i < options.model_dirs.size(); ++i) {
     RETURN_IF_ERROR(s->AddModelDir(options.model_dirs[i], static_cast<uint32_t>(roots.size() + i)));
+  }
+  for (size_t i = 0; i < options.containers.size(); ++i) {
+    RETURN_IF_ERROR(
+        s->AddContainer(*options.containers[i],
+                        static_cast<uint32_t>(roots.size() + options.model_dirs.size() + i)));
   }
   if (options.read_cache_bytes > 0)
     s->cache_ = std::make_unique<ReadCache>(options.read_cache_bytes);
@@ -195,32 +201,52 @@ absl::Status BlockStore::AddModelDir(const fs::path& dir, uint32_t disk) {
         "' is a GGUF; a store serves it from its own disks: import it (colibri-expert-store "
         "import --model FILE.gguf --disk ...), then serve with --disk"));
   }
+  containers_.push_back(std::move(container));
+  return AddContainer(*containers_.back(), disk);
+}
+
+absl::Status BlockStore::AddContainer(const model::Container& container, uint32_t disk) {
   auto m = std::make_unique<StoredModel>();
-  m->manifest_ = container->manifest();
+  m->manifest_ = container.manifest();
   m->name_ = m->manifest_.name;
   if (FindModel(m->name_) != nullptr) {
     return absl::AlreadyExistsError(
-        absl::StrCat("two models are named '", m->name_, "' (", dir.string(), ")"));
+        absl::StrCat("two models are named '", m->name_, "' (", container.dir().string(), ")"));
   }
   m->last_layer_ = m->n_layers() - 1;
   m->total_expert_bytes_ = m->manifest_.TotalExpertBytes();
   m->index_ = static_cast<uint32_t>(models_.size());
-  m->origin_ = dir.string();
+  m->origin_ = container.dir().string();
+  m->container_ = &container;
   std::map<std::string, uint32_t> files;
   m->blocks_.resize(static_cast<size_t>(m->n_layers() * m->n_experts()));
-  m->files_.resize(m->blocks_.size());
+  m->plain_.resize(m->blocks_.size());
+  absl::Status status;
   for (const model::ExpertBlock& b : m->manifest_.experts) {
-    auto it = files.find(b.file);
-    if (it == files.end()) {
-      ASSIGN_OR_RETURN(uint32_t id, io_->OpenFile(disk, container->ExpertFilePath(b)));
-      it = files.emplace(b.file, id).first;
-    }
     BlockRecord r = BlockRecordFromManifest(b);
-    r.extents.push_back(Extent{disk, b.offset, b.padded_size, 0, false});
     // Indexed by layer * n_experts + expert like catalog models: dense layers leave holes.
     const size_t index = m->Index(b.id);
+    // Extents of at most kMaxRunBytes: the reads of one block spread over the disk's queue.
+    b.ForEachRange([&](const model::FileRange& range) {
+      if (!status.ok()) return;
+      auto it = files.find(range.file);
+      if (it == files.end()) {
+        auto id = io_->OpenFile(disk, container.FilePath(range.file));
+        if (!id.ok()) {
+          status = id.status();
+          return;
+        }
+        it = files.emplace(range.file, *id).first;
+      }
+      for (uint64_t off = 0; off < range.length; off += kMaxRunBytes) {
+        const uint64_t len = std::min(kMaxRunBytes, range.length - off);
+        r.extents.push_back(Extent{disk, range.offset + off, len, 0, false});
+        m->plain_[index].push_back(
+            {it->second, range.needed > off ? std::min(len, range.needed - off) : 0});
+      }
+    });
+    RETURN_IF_ERROR(status);
     m->blocks_[index] = std::move(r);
-    m->files_[index] = it->second;
   }
   models_.push_back(std::move(m));
   return absl::OkStatus();
@@ -278,6 +304,7 @@ void BlockStore::ReadRaw(const StoredModel& model, const BlockRecord& block, uin
     std::vector<uint64_t> at;   // each unit's offset in dst
     std::vector<bool> whole;    // the unit is read whole (so it can be verified)
     std::vector<iovec> iov;
+    uint64_t required = 0;  // bytes of the run the file must hold
   };
   const size_t index = model.Index(block.id);
   const bool striped = model.stripe_size_ != 0;
@@ -290,14 +317,17 @@ void BlockStore::ReadRaw(const StoredModel& model, const BlockRecord& block, uin
     const uint64_t to = std::min(at + e.length, window_end);
     if (from >= to) continue;
     const uint64_t file_offset = e.offset + (from - at);
-    const uint32_t file = striped ? model.files_[e.disk] : model.files_[index];
+    const uint32_t file = striped ? model.files_[e.disk] : model.plain_[index][k].file;
     int r = open_run[e.disk];
     if (r < 0 || runs[r].file != file || runs[r].offset + runs[r].bytes != file_offset ||
         runs[r].bytes + (to - from) > kMaxRunBytes) {
-      runs.push_back(Run{file, file_offset, 0, {}, {}, {}, {}});
+      runs.push_back(Run{file, file_offset, 0, {}, {}, {}, {}, 0});
       r = static_cast<int>(runs.size() - 1);
       open_run[e.disk] = r;
     }
+    // Every byte of a stripe unit exists; a plain extent's may end early (its last `needed`).
+    const uint64_t must = striped ? to : std::min(to, at + model.plain_[index][k].needed);
+    runs[r].required = runs[r].bytes + (must > from ? must - from : 0);
     runs[r].bytes += to - from;
     runs[r].units.push_back(k);
     runs[r].at.push_back(from - window_begin);
@@ -311,6 +341,7 @@ void BlockStore::ReadRaw(const StoredModel& model, const BlockRecord& block, uin
   for (Run& run : runs) {
     const uint32_t file = run.file;
     const uint64_t run_offset = run.offset;
+    const uint64_t required = run.required;
     const IoEngine::Ticket t = io_->ReadV(
         file, run.offset, std::move(run.iov), priority,
         [this, state, &model, &block, file, run_offset, units = std::move(run.units),
@@ -351,19 +382,22 @@ void BlockStore::ReadRaw(const StoredModel& model, const BlockRecord& block, uin
             std::lock_guard<std::mutex> lock(state->mu);
             final_status = state->status;
           }
-          if (final_status.ok() && whole_block && !block.extents[0].has_checksum) {
-            // A plain model directory: the block checksum is the only one there is.
-            const uint64_t got = Checksum64(dst, block.size);
-            if (got != block.checksum) {
+          if (final_status.ok() && whole_block && model.container_ != nullptr) {
+            // A plain model: the block checksum is the only one there is.
+            const model::ExpertBlock& b = model.container_->manifest().Expert(block.id);
+            absl::Status v = model.container_->VerifyExpertBlock(
+                b, dst, absl::StrCat("'", model.container_->ExpertFilePath(b).string(), "'"));
+            if (v.code() == absl::StatusCode::kDataLoss) {
               checksum_failures_[disk]++;
-              final_status = ChecksumMismatch(absl::StrCat(
-                  ExpertName(model, block), " in '", io_->file_path(file).string(), "' at offset ",
-                  block.extents[0].offset, ": checksum mismatch (manifest ",
-                  ChecksumHex(block.checksum), ", read ", ChecksumHex(got), ")"));
+              final_status =
+                  ChecksumMismatch(absl::StrCat("model '", model.name(), "': ", v.message()));
+            } else {
+              final_status = std::move(v);
             }
           }
           state->done(std::move(final_status));
-        });
+        },
+        required);
     // Not held across ReadV: after a shutdown `done` runs inside it. A Cancel racing with the
     // start misses the reads not recorded yet (it is advisory).
     std::lock_guard<std::mutex> lock(read->mu);

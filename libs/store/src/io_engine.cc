@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -44,11 +45,13 @@ struct Op {
   uint32_t file = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
+  uint64_t required = 0;   // bytes the file must hold from `offset`; the end of file may come after
   std::vector<iovec> iov;  // where the bytes go, in file order
   std::vector<iovec> cur;  // what is left to read (kept alive while the kernel reads into it)
   expert_source::Priority priority = expert_source::Priority::kDemand;
   IoEngine::Ticket ticket = 0;
-  bool cancelled = false;  // taken out of its queue by Cancel: never submitted
+  bool cancelled = false;      // taken out of its queue by Cancel: never submitted
+  bool prefetch_slot = false;  // started as a prefetch: counts against prefetch_depth
   IoEngine::Done done;
   uint64_t done_bytes = 0;
   bool use_buffered = false;  // a misaligned remainder: finish it without O_DIRECT
@@ -68,6 +71,7 @@ class IoEngine::Impl {
     std::condition_variable cv;
     std::deque<Op*> demand, prefetch;
     uint64_t in_flight = 0;
+    uint64_t prefetch_in_flight = 0;  // of in_flight, the reads started as prefetches
     bool stopping = false;
     bool ring_ok = false;
     io_uring ring{};
@@ -206,8 +210,8 @@ class IoEngine::Impl {
     return static_cast<uint32_t>(files_.size() - 1);
   }
 
-  Ticket Read(uint32_t file, uint64_t offset, std::vector<iovec> iov, Priority priority,
-              Done done) {
+  Ticket Read(uint32_t file, uint64_t offset, std::vector<iovec> iov, Priority priority, Done done,
+              uint64_t required) {
     Op* op = new Op;
     // The disk in the low bits: Cancel and Promote find the queue without a global map.
     const Ticket ticket = (next_ticket_++ << kDiskBits) | files_[file]->disk;
@@ -215,6 +219,7 @@ class IoEngine::Impl {
     op->file = file;
     op->offset = offset;
     for (const iovec& v : iov) op->length += v.iov_len;
+    op->required = std::min(required, op->length);
     op->iov = std::move(iov);
     op->priority = priority;
     op->done = std::move(done);
@@ -228,9 +233,8 @@ class IoEngine::Impl {
       cb(absl::CancelledError("I/O engine shut down"));
       return ticket;
     }
-    if (uring_ && d.in_flight < static_cast<uint64_t>(options_.queue_depth)) {
-      d.in_flight++;
-      AssignDueLocked(d, op);
+    if (uring_ && CanStartLocked(d, priority)) {
+      StartLocked(d, op);
       if (!SubmitLocked(d, op)) {
         lock.unlock();
         RunSoon(op);  // completes with its error on the timer thread, never inside Read()
@@ -333,6 +337,41 @@ class IoEngine::Impl {
     return fd >= 0 ? fd : -errno;
   }
 
+  // Whether a read of `priority` may start now: a free slot, and for a prefetch a free prefetch
+  // slot (so demand reads never queue behind more than prefetch_depth prefetch reads).
+  bool CanStartLocked(const Disk& d, Priority priority) const {
+    const uint64_t depth = static_cast<uint64_t>(options_.queue_depth);
+    if (uring_ && d.in_flight >= depth) return false;  // threads: one read per worker
+    return priority == Priority::kDemand || d.prefetch_in_flight < PrefetchDepth();
+  }
+  uint64_t PrefetchDepth() const {
+    return static_cast<uint64_t>(options_.prefetch_depth > 0 ? options_.prefetch_depth
+                                                             : options_.queue_depth);
+  }
+  // Takes a read slot for `op`.
+  void StartLocked(Disk& d, Op* op) {
+    d.in_flight++;
+    op->prefetch_slot = op->priority == Priority::kPrefetch;
+    if (op->prefetch_slot) d.prefetch_in_flight++;
+    AssignDueLocked(d, op);
+  }
+  // The next queued read that may start (demand first), taken out of its queue and given a
+  // slot; nullptr when none may.
+  Op* NextLocked(Disk& d) {
+    if (uring_ && d.in_flight >= static_cast<uint64_t>(options_.queue_depth)) return nullptr;
+    std::deque<Op*>* q = nullptr;
+    if (!d.demand.empty()) {
+      q = &d.demand;
+    } else if (!d.prefetch.empty() && d.prefetch_in_flight < PrefetchDepth()) {
+      q = &d.prefetch;
+    }
+    if (q == nullptr) return nullptr;
+    Op* op = q->front();
+    q->pop_front();
+    StartLocked(d, op);
+    return op;
+  }
+
   void AssignDueLocked(Disk& d, Op* op) {
     if (options_.faults == nullptr) return;
     const uint64_t rate = options_.faults->DiskBandwidth(d.index);
@@ -406,6 +445,10 @@ class IoEngine::Impl {
           f.path);
       return true;
     }
+    if (result == 0 && op->done_bytes >= op->required) {
+      op->length = op->done_bytes;  // the file ends here, after every byte that must exist
+      return true;
+    }
     if (result == 0) {
       op->status = absl::DataLossError(absl::StrCat(
           "read '", f.path.string(), "' at offset ", op->offset, ": the file ends after ",
@@ -436,6 +479,7 @@ class IoEngine::Impl {
       work.pop_back();
       Disk& d = *disks_[files_[op->file]->disk];
       const bool cancelled = op->cancelled;
+      const bool prefetch_slot = op->prefetch_slot;
       if (cancelled) {
         d.cancelled++;
       } else if (op->status.ok()) {
@@ -452,14 +496,9 @@ class IoEngine::Impl {
         // destructor still waits for this callback: it joins the thread running it.
         std::lock_guard<std::mutex> lock(d.mu);
         if (!cancelled) d.in_flight--;  // a cancelled read never took a slot
+        if (prefetch_slot) d.prefetch_in_flight--;
         if (uring_) {
-          while (d.in_flight < static_cast<uint64_t>(options_.queue_depth) &&
-                 (!d.demand.empty() || !d.prefetch.empty())) {
-            auto& q = !d.demand.empty() ? d.demand : d.prefetch;
-            Op* next = q.front();
-            q.pop_front();
-            d.in_flight++;
-            AssignDueLocked(d, next);
+          while (Op* next = NextLocked(d)) {
             if (!SubmitLocked(d, next)) work.push_back(next);
           }
         }
@@ -508,13 +547,12 @@ class IoEngine::Impl {
       Op* op;
       {
         std::unique_lock<std::mutex> lock(d.mu);
-        d.cv.wait(lock, [&] { return d.stopping || !d.demand.empty() || !d.prefetch.empty(); });
-        if (d.demand.empty() && d.prefetch.empty()) return;
-        auto& q = !d.demand.empty() ? d.demand : d.prefetch;
-        op = q.front();
-        q.pop_front();
-        d.in_flight++;
-        AssignDueLocked(d, op);
+        d.cv.wait(lock, [&] {
+          return d.stopping || !d.demand.empty() ||
+                 (!d.prefetch.empty() && CanStartLocked(d, Priority::kPrefetch));
+        });
+        op = NextLocked(d);
+        if (op == nullptr) return;  // stopping, nothing left to start
       }
       for (;;) {
         const int fd = FdFor(op);
@@ -591,11 +629,12 @@ absl::StatusOr<uint32_t> IoEngine::OpenFile(uint32_t disk, const fs::path& path)
 }
 IoEngine::Ticket IoEngine::Read(uint32_t file, uint64_t offset, uint64_t length, uint8_t* dst,
                                 Priority priority, Done done) {
-  return impl_->Read(file, offset, {iovec{dst, length}}, priority, std::move(done));
+  return impl_->Read(file, offset, {iovec{dst, length}}, priority, std::move(done),
+                     std::numeric_limits<uint64_t>::max());
 }
 IoEngine::Ticket IoEngine::ReadV(uint32_t file, uint64_t offset, std::vector<iovec> iov,
-                                 Priority priority, Done done) {
-  return impl_->Read(file, offset, std::move(iov), priority, std::move(done));
+                                 Priority priority, Done done, uint64_t required) {
+  return impl_->Read(file, offset, std::move(iov), priority, std::move(done), required);
 }
 bool IoEngine::Cancel(Ticket ticket) { return impl_->Cancel(ticket); }
 bool IoEngine::Promote(Ticket ticket) { return impl_->Promote(ticket); }

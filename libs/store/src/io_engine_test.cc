@@ -142,6 +142,34 @@ TEST_P(IoEngineTest, EioAndEofAreErrorsNamingTheFile) {
   EXPECT_NE(s.message().find("ends after 4096 of 16384 bytes"), std::string::npos) << s;
 }
 
+TEST_P(IoEngineTest, AnEndOfFileAfterTheRequiredBytesIsNotShort) {
+  // A file ending mid-page, as a GGUF's last tensor does inside its 4 KiB-aligned range.
+  const std::filesystem::path odd = dir_.path() / "odd.bin";
+  const uint64_t size = 3 * 4096 + 1000;
+  std::ofstream(odd, std::ios::binary)
+      .write(reinterpret_cast<const char*>(data_.data()), static_cast<std::streamsize>(size));
+  auto e = Engine();
+  auto f = e->OpenFile(0, odd);
+  ASSERT_TRUE(f.ok()) << f.status();
+  auto buf = AllocateAligned(4 * 4096);
+  ASSERT_TRUE(buf.ok());
+  for (const uint64_t required : {size, size - 500}) {
+    std::memset(buf->get(), 0xee, 4 * 4096);
+    Completions c;
+    e->ReadV(*f, 4096, {iovec{buf->get(), 4 * 4096}}, Priority::kDemand, c.Add(0), required - 4096);
+    ASSERT_TRUE(c.Wait(1));
+    ASSERT_TRUE(c.status(0).ok()) << c.status(0);
+    EXPECT_EQ(std::memcmp(buf->get(), data_.data() + 4096, size - 4096), 0);
+  }
+  // One byte more than the file holds is DataLoss, as without `required`.
+  Completions c;
+  e->ReadV(*f, 4096, {iovec{buf->get(), 4 * 4096}}, Priority::kDemand, c.Add(0), size + 1 - 4096);
+  ASSERT_TRUE(c.Wait(1));
+  EXPECT_EQ(c.status(0).code(), absl::StatusCode::kDataLoss) << c.status(0);
+  EXPECT_NE(c.status(0).message().find("ends after"), std::string::npos) << c.status(0);
+  EXPECT_EQ(e->Stats(0).bytes, 2 * (size - 4096));  // what was delivered, not what was asked
+}
+
 // Reads of 64 KiB at i * 64 KiB of one file. Read 0 (a prefetch) starts first and holds the
 // only slot of a SlowEngine while the reads after it queue.
 class HeldQueue {
@@ -233,6 +261,39 @@ TEST_P(IoEngineTest, PromotedReadGoesBeforeQueuedPrefetches) {
   EXPECT_EQ(q.c.order(), (std::vector<int>{0, 2, 4, 1, 3}));
   for (int i = 0; i < 5; ++i) EXPECT_TRUE(q.c.status(i).ok()) << q.c.status(i);
   EXPECT_EQ(std::memcmp(q.bytes(0), data_.data(), 5 * 65536), 0);
+}
+
+TEST_P(IoEngineTest, PrefetchDepthKeepsSlotsForDemand) {
+  // Disk 0 slow (64 KiB ~16 ms), four slots, one for prefetches: three prefetch reads take one
+  // slot between them and a demand read arriving later starts at once.
+  FaultInjector faults;
+  faults.SetDiskBandwidth(0, 4 << 20);
+  IoEngineOptions o;
+  o.queue_depth = 4;
+  o.prefetch_depth = 1;
+  o.faults = &faults;
+  auto e = Engine(o);
+  auto f = e->OpenFile(0, file_);
+  ASSERT_TRUE(f.ok());
+  auto buf = AllocateAligned(4 * 65536);
+  ASSERT_TRUE(buf.ok());
+  Completions c;
+  for (int i = 0; i < 3; ++i) {
+    e->Read(*f, static_cast<uint64_t>(i) * 65536, 65536, buf->get() + i * 65536,
+            Priority::kPrefetch, c.Add(i));
+  }
+  colibri::testing::WaitUntil([&] { return e->Stats(0).in_flight == 1; }, std::chrono::seconds(10));
+  DiskStats st = e->Stats(0);
+  EXPECT_EQ(st.in_flight, 1u);
+  EXPECT_EQ(st.queued, 2u);
+  e->Read(*f, 3 * 65536, 65536, buf->get() + 3 * 65536, Priority::kDemand, c.Add(3));
+  colibri::testing::WaitUntil([&] { return e->Stats(0).in_flight == 2; }, std::chrono::seconds(10));
+  st = e->Stats(0);
+  EXPECT_EQ(st.in_flight, 2u);  // beside the prefetch, not behind it
+  EXPECT_EQ(st.queued, 2u);
+  ASSERT_TRUE(c.Wait(4));
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(c.status(i).ok()) << c.status(i);
+  EXPECT_EQ(std::memcmp(buf->get(), data_.data(), 4 * 65536), 0);
 }
 
 TEST_P(IoEngineTest, BandwidthCapHoldsCompletions) {

@@ -19,13 +19,22 @@ using expert_source::Lease;
 using expert_source::Priority;
 
 absl::StatusOr<std::unique_ptr<StripedSource>> StripedSource::Create(BlockStore* store,
-                                                                     std::string_view model) {
+                                                                     std::string_view model,
+                                                                     StripedSourceOptions options) {
   const StoredModel* m = store->FindModel(model);
   if (m == nullptr) {
     return absl::NotFoundError(
         absl::StrCat("expert store does not hold model '", std::string(model), "'"));
   }
-  return std::unique_ptr<StripedSource>(new StripedSource(store, m));
+  return std::unique_ptr<StripedSource>(new StripedSource(store, m, options));
+}
+
+absl::StatusOr<std::unique_ptr<StripedSource>> StripedSource::OpenLocal(
+    const model::Container* container, const IoEngineOptions& io, StripedSourceOptions options) {
+  ASSIGN_OR_RETURN(auto store, BlockStore::Open({.containers = {container}, .io = io}));
+  ASSIGN_OR_RETURN(auto source, Create(store.get(), container->manifest().name, options));
+  source->owned_store_ = std::move(store);
+  return source;
 }
 
 uint64_t StripedSource::BlockSize(ExpertId id) const {
@@ -68,6 +77,35 @@ struct StripedSource::Batch {
   }
 };
 
+absl::Status StripedSource::Acquire(Block* block, uint64_t bytes, Priority priority,
+                                    bool may_wait) {
+  if (options_.arena == nullptr) {
+    // Pooled memory: its pages are already mapped (a fresh allocation would fault in every page
+    // during the DMA).
+    ASSIGN_OR_RETURN(auto pooled, BufferPool::Default().Get(bytes));
+    block->external = pooled.get();
+    block->external_owner = std::move(pooled);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<BlockArena::Slot> slot =
+      priority == Priority::kDemand && may_wait
+          ? options_.arena->Allocate(bytes, std::chrono::steady_clock::now() + options_.arena_wait)
+          : options_.arena->TryAllocate(bytes);
+  if (!slot.ok()) {
+    if (priority == Priority::kPrefetch) {
+      shed_++;
+      return absl::CancelledError(
+          absl::StrCat("prefetch of ", ExpertLabel(block->id), " shed: ", slot.status().message()));
+    }
+    if (!may_wait) return absl::UnavailableError("no free slot now");
+    return absl::Status(slot.status().code(), absl::StrCat("read ", ExpertLabel(block->id), ": ",
+                                                           slot.status().message()));
+  }
+  block->external = slot->get();
+  block->external_owner = *std::move(slot);
+  return absl::OkStatus();
+}
+
 absl::Status StripedSource::FetchMany(std::span<const ExpertId> ids,
                                       const std::function<void(size_t, Lease)>& on_ready,
                                       Priority priority) {
@@ -79,58 +117,76 @@ absl::Status StripedSource::FetchMany(std::span<const ExpertId> ids,
   const bool prefetch = priority == Priority::kPrefetch;
   auto batch = std::make_shared<Batch>();
   batch->slots.resize(ids.size());
-  absl::Status first_error;
+  // first_error: stop starting reads and hand out nothing more. cancelled: a prefetch Cancel
+  // stopped or the arena shed; the others are still handed out, then the call fails with it.
+  absl::Status first_error, cancelled;
   size_t started = 0;
-  for (; started < ids.size(); ++started) {
-    const size_t i = started;
-    auto block = std::make_shared<Block>();
-    block->id = ids[i];
-    block->size = records[i]->size;
-    // Pooled memory: its pages are already mapped (a fresh allocation would fault in every
-    // page during the DMA).
-    auto bytes = BufferPool::Default().Get(records[i]->padded_size);
-    if (!bytes.ok()) {
-      first_error = bytes.status();
-      break;
+  // Starts the reads memory allows. A demand read that finds the arena full while reads of this
+  // batch are still out waits for them to be handed out first (their consumer may release older
+  // blocks); with none out it waits for a slot up to arena_wait.
+  auto start_reads = [&] {
+    while (started < ids.size() && first_error.ok() && cancelled.ok()) {
+      const size_t i = started;
+      bool out = false;
+      {
+        std::lock_guard<std::mutex> lock(batch->mu);
+        out = batch->pending > 0 || !batch->arrived.empty();
+      }
+      auto block = std::make_shared<Block>();
+      block->id = ids[i];
+      block->size = records[i]->size;
+      absl::Status memory = Acquire(block.get(), records[i]->padded_size, priority, !out);
+      if (absl::IsUnavailable(memory) && out) return;  // hand out what landed, then retry
+      if (absl::IsCancelled(memory)) {
+        cancelled = memory;
+        return;
+      }
+      if (!memory.ok()) {
+        first_error = memory;
+        return;
+      }
+      uint8_t* dst = const_cast<uint8_t*>(block->external);
+      {
+        std::lock_guard<std::mutex> lock(batch->mu);
+        batch->slots[i].block = std::move(block);
+        batch->pending++;
+      }
+      started++;
+      // Registered before the read starts, so a Cancel or Promote that sees the read queued at
+      // the disks finds it here.
+      if (prefetch) {
+        std::lock_guard<std::mutex> lock(mu_);
+        prefetching_.emplace(ids[i].Key(), Entry(batch, i));
+      }
+      BlockStore::ReadHandle read =
+          store_->ReadInto(*model_, *records[i], dst, priority, [batch, i](absl::Status s) {
+            std::lock_guard<std::mutex> lock(batch->mu);
+            if (!batch->slots[i].done) batch->ArriveLocked(i, std::move(s));
+          });
+      bool cancel = false, promote = false;
+      {
+        std::lock_guard<std::mutex> lock(batch->mu);
+        batch->slots[i].read = read;
+        cancel = batch->slots[i].cancelled;
+        promote = batch->slots[i].promoted;
+      }
+      if (cancel) store_->Cancel(read);
+      if (promote) store_->Promote(read);
     }
-    block->external = bytes->get();
-    block->external_owner = std::move(*bytes);
-    uint8_t* dst = const_cast<uint8_t*>(block->external);
-    {
-      std::lock_guard<std::mutex> lock(batch->mu);
-      batch->slots[i].block = std::move(block);
-      batch->pending++;
-    }
-    // Registered before the read starts, so a Cancel or Promote that sees the read queued at
-    // the disks finds it here.
-    if (prefetch) {
-      std::lock_guard<std::mutex> lock(mu_);
-      prefetching_.emplace(ids[i].Key(), Entry(batch, i));
-    }
-    BlockStore::ReadHandle read =
-        store_->ReadInto(*model_, *records[i], dst, priority, [batch, i](absl::Status s) {
-          std::lock_guard<std::mutex> lock(batch->mu);
-          if (!batch->slots[i].done) batch->ArriveLocked(i, std::move(s));
-        });
-    bool cancel = false, promote = false;
-    {
-      std::lock_guard<std::mutex> lock(batch->mu);
-      batch->slots[i].read = read;
-      cancel = batch->slots[i].cancelled;
-      promote = batch->slots[i].promoted;
-    }
-    if (cancel) store_->Cancel(read);
-    if (promote) store_->Promote(read);
-  }
+  };
   // Hand blocks out as they land. A prefetch Cancel stopped is passed over (the others are
   // still handed out; the call then fails Cancelled). On an error keep waiting for the rest, so
   // a failed batch's reads do not linger behind the caller's next one, but hand out nothing
   // more.
-  absl::Status cancelled;
-  std::unique_lock<std::mutex> lock(batch->mu);
   for (;;) {
+    start_reads();
+    std::unique_lock<std::mutex> lock(batch->mu);
     batch->cv.wait(lock, [&] { return !batch->arrived.empty() || batch->pending == 0; });
-    if (batch->arrived.empty()) break;
+    if (batch->arrived.empty()) {
+      // Nothing out: done, unless reads wait for memory this batch's blocks no longer hold.
+      if (started == ids.size() || !first_error.ok() || !cancelled.ok()) break;
+      continue;
+    }
     const size_t i = batch->arrived.front();
     batch->arrived.pop_front();
     Batch::Slot& s = batch->slots[i];
@@ -144,9 +200,7 @@ absl::Status StripedSource::FetchMany(std::span<const ExpertId> ids,
     }
     lock.unlock();
     on_ready(i, Lease(std::move(s.block)));
-    lock.lock();
   }
-  lock.unlock();
   if (prefetch) {
     std::lock_guard<std::mutex> guard(mu_);
     for (size_t i = 0; i < started; ++i) {

@@ -117,10 +117,13 @@ Json NodeStatsJson(ComputeNode& node) {
              {"changes", pins ? pins->changes() : 0},
              {"resident", ram.blocks_pinned}}}};
   if (const auto* disk = node.disk()) {
-    out["disk"] = Json{{"bytes_read", disk->bytes_read()},
-                       {"read_seconds", disk->read_seconds()},
-                       {"direct_io_files", disk->direct_io_files()},
-                       {"buffered_fallbacks", disk->buffered_fallbacks()}};
+    const store::DiskStats d = disk->store().io().Stats(0);
+    out["disk"] = Json{{"bytes_read", d.bytes},
+                       {"reads", d.reads},
+                       {"errors", d.errors},
+                       {"direct_io", d.direct},
+                       {"io_uring", disk->store().io().using_io_uring()},
+                       {"shed_prefetches", disk->shed_reads()}};
   }
   return out;
 }

@@ -127,7 +127,7 @@ absl::Status ComputeNode::LoadDrafter(const ComputeNodeOptions& o) {
           absl::StrJoin(dc.eos_token_ids, ","), "), the model has ", m.config.vocab_size, " (EOS ",
           absl::StrJoin(m.config.eos_token_ids, ","), "): a draft model must share the tokenizer"));
     }
-    ASSIGN_OR_RETURN(draft_disk_, expert_source::DiskSource::Open(draft_container_.get()));
+    ASSIGN_OR_RETURN(draft_disk_, store::StripedSource::OpenLocal(draft_container_.get(), {}));
     ASSIGN_OR_RETURN(draft_experts_,
                      engine::ResidentExperts::Load(draft_container_->manifest(), draft_disk_.get(),
                                                    std::nullopt, threads));
@@ -186,14 +186,12 @@ absl::StatusOr<std::unique_ptr<ComputeNode>> ComputeNode::Create(
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   if (options.stores.empty()) {
-    ASSIGN_OR_RETURN(auto disk,
-                     expert_source::DiskSource::Open(
-                         node->container_.get(),
-                         // A step's misses arrive as one batch: read as many blocks at once as
-                         // the cache's reader threads used to.
-                         {.direct_io = options.cache.direct_io,
-                          .read_parallelism = std::max(4, options.cache.io_threads),
-                          .arena = node->arena_.get()}));
+    // One path from the engine to io_uring: a step's misses are submitted as one batch, each
+    // block in 4 MiB reads, straight into arena slots.
+    ASSIGN_OR_RETURN(auto disk, store::StripedSource::OpenLocal(
+                                    node->container_.get(),
+                                    {.prefetch_depth = 4, .direct_io = options.cache.direct_io},
+                                    {.arena = node->arena_.get()}));
     node->disk_ = disk.get();
     node->origin_ = std::move(disk);
   } else {

@@ -18,11 +18,11 @@
 #include "colibri/engine/kv_store.h"
 #include "colibri/engine/resident_experts.h"
 #include "colibri/expert_source/cache_tier.h"
-#include "colibri/expert_source/disk_source.h"
 #include "colibri/model/container.h"
 #include "colibri/plan/planner.h"
 #include "colibri/rpc/multi_store_source.h"
 #include "colibri/rpc/remote_store_source.h"
+#include "colibri/store/striped_source.h"
 #include "expert_cache.h"
 #include "nlohmann/json.hpp"
 
@@ -123,8 +123,8 @@ class ComputeNode {
   // The drafter's experts held in RAM (self or draft speculation), or nullptr.
   const engine::ResidentExperts* draft_experts() const { return draft_experts_.get(); }
   const backend::Backend& backend() const { return *backend_; }
-  // The local disk source (nullptr when experts come from stores).
-  const expert_source::DiskSource* disk() const { return disk_; }
+  // The local read path (nullptr when experts come from stores).
+  const store::StripedSource* disk() const { return disk_; }
   // Reads expert blocks into the cache, layer by layer, until it is full (or all are in).
   // Returns the number of blocks resident afterwards.
   absl::StatusOr<int64_t> PreloadExperts();
@@ -152,13 +152,13 @@ class ComputeNode {
   std::unique_ptr<BlockArena> arena_;  // outlives origin_ and the cache: declared first
   std::unique_ptr<expert_source::ExpertSource> origin_;  // disk or remote stores
   rpc::MultiStoreSource* stores_ = nullptr;              // origin_, when it is the stores
-  expert_source::DiskSource* disk_ = nullptr;            // origin_, when it is the disk
+  store::StripedSource* disk_ = nullptr;                 // origin_, when it is the disk
   std::unique_ptr<ExpertCache> cache_;
   std::unique_ptr<engine::Model> model_;
   // Speculative decoding's drafter: a draft model's directory and its disk (--draft-model), the
   // experts it runs on, in RAM, and the model (which shares model_'s weights for self-drafting).
   std::unique_ptr<model::Container> draft_container_;
-  std::unique_ptr<expert_source::DiskSource> draft_disk_;
+  std::unique_ptr<store::StripedSource> draft_disk_;
   std::unique_ptr<engine::ResidentExperts> draft_experts_;
   std::unique_ptr<engine::Model> draft_model_;
   std::unique_ptr<engine::Model> mtp_model_;   // the model's MTP layer (--speculative mtp, auto)

@@ -1,7 +1,7 @@
 // The expert cache of a compute node: the tiers in front of the origin (disk or stores), their
 // policy, pinned experts (file + learned from persisted routing heat), and the routing trace.
 //
-//   model ──▶ [vram tier] ──▶ ram tier ──▶ origin (DiskSource | MultiStoreSource)
+//   model ──▶ [vram tier] ──▶ ram tier ──▶ origin (StripedSource::OpenLocal | MultiStoreSource)
 //
 // The VRAM tier exists only with a backend that has device memory (zero_copy() false): a
 // CacheTier over the RAM tier whose blocks live in a DeviceTierMemory arena of the backend

@@ -6,8 +6,8 @@
 
 #include "colibri/backend/testing/device_like_backend.h"
 #include "colibri/core/block_arena.h"
-#include "colibri/expert_source/disk_source.h"
 #include "colibri/model/synthetic_model.h"
+#include "colibri/store/striped_source.h"
 
 namespace colibri::compute {
 namespace {
@@ -91,7 +91,7 @@ TEST(ExpertCacheCreate, VramTierHoldsItsBlocksInDeviceMemory) {
   const model::Manifest& m = (*container)->manifest();
   auto arena = BlockArena::Create(m.PaddedExpertBytes() + (4 << 20), {.prefault = false});
   ASSERT_TRUE(arena.ok());
-  auto disk = expert_source::DiskSource::Open(container->get(), {.arena = arena->get()});
+  auto disk = store::StripedSource::OpenLocal(container->get(), {}, {.arena = arena->get()});
   ASSERT_TRUE(disk.ok()) << disk.status();
   backend::DeviceLikeBackend device;
   ExpertCacheConfig cc;

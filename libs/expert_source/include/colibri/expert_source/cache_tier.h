@@ -27,7 +27,7 @@
 // and a resident block named by Prefetch, is protected from eviction by other prefetches until a
 // demand request uses it, Cancel names it, or `protect_ticks` demand accesses pass. Cancel
 // removes queued reads, passes the cancel on to the source for reads in progress (a source may
-// stop them: DiskSource does), and demotes prefetched blocks nobody used (evicted first; their
+// stop them: the local reader does), and demotes prefetched blocks nobody used (evicted first; their
 // bytes count as wasted). A stopped read that a demand request joined meanwhile is read again,
 // and so are the other blocks of a batch the source stopped (once).
 //

@@ -1,6 +1,7 @@
 // BlockStore: the serving view of an expert store. It opens the striped disks (through the
-// RocksDB catalog, read-only) and/or plain model directories, cross-checks the catalog against
-// the files, and reads verified blocks through the I/O engine.
+// RocksDB catalog, read-only) and/or plain model directories (or containers a process has open
+// already: its own model, a GGUF in place included), cross-checks the catalog against the
+// files, and reads verified blocks through the I/O engine.
 //
 // Start-up checks (Open fails with an error naming the disk, file or model): every disk of the
 // store given and carrying the store's identity; for every ready model, each disk's stripe file
@@ -11,7 +12,7 @@
 // Verification: a striped block is verified stripe by stripe, each unit's XXH3-64 against the
 // catalog as the unit lands (units were checksummed at ingest from bytes verified against the
 // block checksum, so all units matching is the block matching); a block of a plain model
-// directory against its manifest checksum. A mismatch is DataLoss naming the expert, the
+// directory by its container (the manifest checksum; a GGUF in place records it the first time). A mismatch is DataLoss naming the expert, the
 // stripe, the disk and the file offset, is counted per disk, and the bytes are never reported
 // as good. Thread-safe; models and records are immutable after Open.
 #pragma once
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "colibri/model/container.h"
 #include "colibri/model/manifest.h"
 #include "colibri/store/catalog.h"
 #include "colibri/store/io_engine.h"
@@ -40,6 +42,9 @@ struct BlockStoreOptions {
   std::vector<std::filesystem::path> disks;       // striped store roots (any order)
   std::filesystem::path catalog;                  // empty: found on the disks
   std::vector<std::filesystem::path> model_dirs;  // plain model directories, served as they are
+  // Open containers served as they are (not owned; each must outlive the store): a process's
+  // own model, a GGUF in place included. One engine disk each, after the model directories.
+  std::vector<const model::Container*> containers;
   IoEngineOptions io;
   uint64_t read_cache_bytes = 0;  // 0: no RAM read cache
 };
@@ -79,7 +84,16 @@ class StoredModel {
   std::string origin_;
   uint32_t index_ = 0;
   std::vector<BlockRecord> blocks_;  // by layer * n_experts + expert; padded_size 0: not held
-  std::vector<uint32_t> files_;      // striped: engine file by disk; directory: by block index
+  std::vector<uint32_t> files_;      // striped: engine file by disk
+  // A plain model: its container (verifies blocks) and, by block index, one entry per extent:
+  // the engine file it is read from and the bytes of it that file must hold (a GGUF's last
+  // tensor may end before its 4 KiB-aligned extent does).
+  struct PlainExtent {
+    uint32_t file = 0;
+    uint64_t needed = 0;
+  };
+  const model::Container* container_ = nullptr;
+  std::vector<std::vector<PlainExtent>> plain_;
 };
 
 // True for the DataLoss a checksum mismatch produces (as opposed to an I/O error, which the
@@ -142,7 +156,9 @@ class BlockStore {
   void Promote(const ReadHandle& read);
 
   IoEngine& io() { return *io_; }
-  // Engine disks: the striped disks by index, then one per plain model directory.
+  const IoEngine& io() const { return *io_; }
+  // Engine disks: the striped disks by index, then one per plain model directory, then one per
+  // container.
   uint32_t disk_count() const { return io_->disk_count(); }
   const std::string& disk_name(uint32_t disk) const { return io_->disk_name(disk); }
   uint64_t checksum_failures(uint32_t disk) const { return checksum_failures_[disk].load(); }
@@ -154,6 +170,7 @@ class BlockStore {
   BlockStore() = default;
   absl::Status AddStriped(const Catalog& catalog, const std::vector<std::filesystem::path>& roots);
   absl::Status AddModelDir(const std::filesystem::path& dir, uint32_t disk);
+  absl::Status AddContainer(const model::Container& container, uint32_t disk);
   // Starts the engine reads of the block, recording their tickets in `read`.
   // Only bytes [window_begin, window_end) of the padded block, landing at dst (the whole
   // block: 0, padded_size); stripe units fully inside the window are verified, and the block
@@ -163,6 +180,7 @@ class BlockStore {
   static uint64_t CacheKey(const StoredModel& model, const BlockRecord& block);
 
   std::unique_ptr<IoEngine> io_;
+  std::vector<std::unique_ptr<model::Container>> containers_;  // the model directories'
   std::vector<std::unique_ptr<StoredModel>> models_;
   std::vector<std::string> skipped_;
   std::unique_ptr<std::atomic<uint64_t>[]> checksum_failures_;

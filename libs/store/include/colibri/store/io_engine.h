@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,7 +39,10 @@ namespace colibri::store {
 
 struct IoEngineOptions {
   enum class Backend { kAuto, kIoUring, kThreads };
-  int queue_depth = 32;              // reads in flight per disk
+  int queue_depth = 32;  // reads in flight per disk
+  // Of those, at most this many prefetch reads (0: queue_depth), so a demand read arriving never
+  // waits behind more than prefetch_depth prefetch reads at the device.
+  int prefetch_depth = 0;
   bool direct_io = true;             // O_DIRECT where the filesystem allows it
   Backend backend = Backend::kAuto;  // kAuto: io_uring, else threads
   FaultInjector* faults = nullptr;   // not owned; must outlive the engine
@@ -78,9 +82,12 @@ class IoEngine {
   Ticket Read(uint32_t file, uint64_t offset, uint64_t length, uint8_t* dst, Priority priority,
               Done done);
   // Reads consecutive file bytes from `offset` into several buffers (each base and length 4 KiB
-  // aligned): one request to the device for pieces that are contiguous on disk only.
-  Ticket ReadV(uint32_t file, uint64_t offset, std::vector<iovec> iov, Priority priority,
-               Done done);
+  // aligned): one request to the device for pieces that are contiguous on disk only. Only the
+  // first `required` bytes must exist: an end of file after them ends the read with OK (the
+  // buffers' bytes past it are unspecified: O_DIRECT may land the last page whole), before them
+  // it is DataLoss.
+  Ticket ReadV(uint32_t file, uint64_t offset, std::vector<iovec> iov, Priority priority, Done done,
+               uint64_t required = std::numeric_limits<uint64_t>::max());
 
   // Cancels the read if it still waits in its disk's queue: it never reaches the device and
   // its `done` runs with Cancelled on an engine thread (never inside Cancel). False when it was

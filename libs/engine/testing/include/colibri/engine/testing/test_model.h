@@ -18,9 +18,9 @@
 #include "colibri/engine/model.h"
 #include "colibri/expert_source/cache_tier.h"
 #include "colibri/expert_source/device_tier_memory.h"
-#include "colibri/expert_source/disk_source.h"
 #include "colibri/model/container.h"
 #include "colibri/model/synthetic_model.h"
+#include "colibri/store/striped_source.h"
 
 namespace colibri::engine {
 
@@ -37,7 +37,7 @@ model::SyntheticModelOptions SmallMlaTestModelOptions(std::string name, uint64_t
 // A model opened from its directory. Each Open makes a new pair (a fresh disk source).
 struct OpenedTestModel {
   std::unique_ptr<model::Container> container;
-  std::unique_ptr<expert_source::DiskSource> disk;
+  std::unique_ptr<store::StripedSource> disk;
 };
 
 // A synthetic model written into <temp>/colibri_<dir_name>_<pid>; the destructor removes the
@@ -84,7 +84,7 @@ class TestModelSuite : public ::testing::Test {
 
   static inline TestModelDir* dir_ = nullptr;
   std::unique_ptr<model::Container> container_;
-  std::unique_ptr<expert_source::DiskSource> disk_;
+  std::unique_ptr<store::StripedSource> disk_;
 };
 
 // A VRAM tier stacked on a RAM tier, as the compute node stacks them for a device backend: the

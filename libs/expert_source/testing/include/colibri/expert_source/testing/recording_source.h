@@ -13,7 +13,7 @@
 // - FailOnce(id, status) fails the next read of `id` (a batch returns that error: its later
 //   callbacks are skipped, as the FetchMany contract says).
 // - With `cancel_stops_prefetch`, a prefetch-priority read of an id named by Cancel fails
-//   Cancelled once it is opened (as DiskSource stops a read between pieces).
+//   Cancelled once it is opened (as the local reader drops its queued reads).
 // - `reverse_batches` delivers a batch last block first (reads that complete out of order).
 // Thread-safe. Waits give up after `wait_limit` (false), never hang a test.
 #pragma once
