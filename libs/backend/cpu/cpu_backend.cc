@@ -68,6 +68,8 @@ class CpuBackend final : public Backend, public HostOps {
       : pool_(threads), fixed_threads_(fixed_threads || pool_.size() == 1) {}
 
   std::string_view name() const override { return "cpu"; }
+  // Every op, every weight type the quant library knows, any head dimension.
+  absl::Status SupportsOp(const OpSpec& spec) const override { return absl::OkStatus(); }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
     auto mem = AllocateAligned(bytes, 64);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "colibri/backend/host_ops.h"
+#include "colibri/backend/testing/device_like_backend.h"
 #include "colibri/backend/testing/test_data.h"
 #include "colibri/quant/dtype.h"
 #include "colibri/quant/quantize.h"
@@ -697,7 +698,7 @@ TEST_P(CpuBackendTest, MatMulsMatchesMatMulForEachMatrix) {
         outs.push_back(got[i].data());
       }
       const uint64_t regions = host->parallel_regions();
-      host->MatMuls(refs, x.data(), n, outs);
+      be_->MatMuls(refs, x.data(), n, outs);
       for (size_t i = 0; i < ws.size(); ++i) EXPECT_EQ(got[i], want[i]) << "matrix " << i;
       if (GetParam() > 1 && n == 1) {
         EXPECT_EQ(host->parallel_regions() - regions, third == DType::kQ6_K ? 1u : 3u);
@@ -732,8 +733,8 @@ TEST(CpuBackendThreads, AdaptiveThreadsGiveTheBitsOfFixedOnes) {
   int small_single_passes = 0;
   for (int pass = 0; pass < 24; ++pass) {
     const uint64_t regions = host->parallel_regions(), single = host->single_threaded_calls();
-    host->BeginPass(0, 1);
-    fixed_host->BeginPass(0, 1);
+    adaptive->BeginPass(0, 1);
+    fixed->BeginPass(0, 1);
     for (const auto& [w, n] : products) {
       const WeightRef ref{w->dtype, w->rows, w->cols, w->bytes.data()};
       const std::vector<float> x = RandomNormal(static_cast<size_t>(n * w->cols), 20 + pass);
@@ -759,8 +760,8 @@ TEST(CpuBackendThreads, AdaptiveThreadsGiveTheBitsOfFixedOnes) {
     a.out = want_att.data();
     fixed->Attention(a);
     ASSERT_EQ(got_att, want_att) << "attention, pass " << pass;
-    host->EndPass(0, /*completed=*/true);
-    fixed_host->EndPass(0, /*completed=*/true);
+    adaptive->EndPass(0, /*completed=*/true);
+    fixed->EndPass(0, /*completed=*/true);
     const uint64_t pass_regions = host->parallel_regions() - regions;
     const uint64_t pass_single = host->single_threaded_calls() - single;
     if (pass_single > 0) {
@@ -788,17 +789,17 @@ TEST(CpuBackendThreads, PassesThatFailAreNotMeasured) {
   const std::vector<float> x = RandomNormal(512, 19);
   std::vector<float> y(200);
   for (int pass = 0; pass < 24; ++pass) {
-    host->BeginPass(0, 1);
+    be->BeginPass(0, 1);
     be->MatMul(ref, x.data(), 1, y.data());
-    host->EndPass(0, /*completed=*/false);
+    be->EndPass(0, /*completed=*/false);
   }
   EXPECT_EQ(host->single_threaded_calls(), 0u);
   EXPECT_EQ(host->parallel_regions(), 24u);
   // The same passes completed: the class measures one thread from its 7th pass.
   for (int pass = 0; pass < 24; ++pass) {
-    host->BeginPass(0, 1);
+    be->BeginPass(0, 1);
     be->MatMul(ref, x.data(), 1, y.data());
-    host->EndPass(0, /*completed=*/true);
+    be->EndPass(0, /*completed=*/true);
   }
   EXPECT_GE(host->single_threaded_calls(), 4u);
 }
@@ -887,14 +888,31 @@ TEST_P(GroupedExpertsTest, MatchesTheOpByOpPathBitForBit) {
   args.swiglu_alpha = kAlpha;
   args.swiglu_limit = tc.swiglu_limit;
   args.experts = std::span<const GroupedExpert>(experts.data(), 3);  // the first group
-  host->ApplyExperts(args);
+  be->ApplyExperts(args);
   args.experts = std::span<const GroupedExpert>(experts.data() + 3, 1);  // one that landed late
   args.input_prepared = true;
-  host->ApplyExperts(args);
+  be->ApplyExperts(args);
   for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "element " << i;
   if (threads > 1) {
     EXPECT_GE(host->parallel_regions(), 4u);
   }
+  // A backend without a fused form (the device-like one: op by op, ApplyExpertsByOps, in the
+  // scratch the args give) gives the same bits from the same groups.
+  DeviceLikeBackend device(0, threads);
+  std::vector<float> on_device = RandomNormal(static_cast<size_t>(n * H), 9);
+  args.out = on_device.data();
+  args.rows_in = rows_in.data();
+  args.gate = g.data();
+  args.up = u.data();
+  args.rows_out = rows_out.data();
+  args.experts = std::span<const GroupedExpert>(experts.data(), 3);
+  args.input_prepared = false;
+  device.ApplyExperts(args);
+  args.experts = std::span<const GroupedExpert>(experts.data() + 3, 1);
+  args.input_prepared = true;
+  device.ApplyExperts(args);
+  for (size_t i = 0; i < on_device.size(); ++i)
+    ASSERT_EQ(on_device[i], want[i]) << "device-like, element " << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -902,6 +920,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(
         ::testing::Values(1, 3),
         ::testing::Values(GroupedCase{DType::kQ4_K, DType::kQ6_K, 512, 768, false, 0},
+                          GroupedCase{DType::kQ4_K, DType::kQ6_K, 256, 512, true, 1.0f},
                           GroupedCase{DType::kQ8_0, DType::kQ8_0, 256, 544, false, 0},
                           GroupedCase{DType::kMXFP4, DType::kMXFP4, 320, 320, true, 7.0f},
                           GroupedCase{DType::kF32, DType::kF16, 64, 96, true, 0})),

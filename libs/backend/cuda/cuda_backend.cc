@@ -224,6 +224,22 @@ class CudaBackend final : public Backend {
   }
 
   std::string_view name() const override { return "cuda"; }
+  absl::Status SupportsOp(const OpSpec& spec) const override {
+    if (spec.op == Op::kAttention && spec.head_dim > cuda::kMaxHeadDim) {
+      return absl::UnimplementedError(
+          absl::StrCat("backend 'cuda' does not support op Attention with head_dim ", spec.head_dim,
+                       " (its kernel goes to ", cuda::kMaxHeadDim, ")"));
+    }
+    const bool weighted =
+        spec.op == Op::kGetRows || spec.op == Op::kMatMul || spec.op == Op::kApplyExperts;
+    // Weights of every type the matrix-vector kernels take; Q8_1 is an activation format only.
+    if (weighted && (spec.dtype == DType::kQ8_1 || quant::Traits(spec.dtype).block_bytes == 0)) {
+      return absl::UnimplementedError(
+          absl::StrCat("backend 'cuda' does not support op ", std::string(OpName(spec.op)),
+                       " with ", std::string(quant::DTypeName(spec.dtype)), " weights"));
+    }
+    return absl::OkStatus();
+  }
 
   // Memory ------------------------------------------------------------------------------------
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
@@ -407,6 +423,11 @@ class CudaBackend final : public Backend {
     if (d_rows == nullptr || d_scales == nullptr) return;
     Record(cuda::ScatterAddRows(src, d_rows, d_scales, n, dim, dst, stream_), "scatter add rows");
   }
+  void MatMuls(std::span<const WeightRef> ws, const float* x, int64_t n,
+               std::span<float* const> ys) override {
+    MatMulsByOps(*this, ws, x, n, ys);
+  }
+  void ApplyExperts(const GroupedExpertsArgs& args) override { ApplyExpertsByOps(*this, args); }
 
   absl::Status Synchronize() override {
     Record(cudaStreamSynchronize(stream_), "synchronize");

@@ -38,6 +38,25 @@ DeviceLikeBackend::DeviceLikeBackend(uint64_t memory_cap, int threads)
 
 DeviceLikeBackend::~DeviceLikeBackend() = default;
 
+absl::Status DeviceLikeBackend::SupportsOp(const OpSpec& spec) const {
+  if (spec.op == Op::kAttention && max_head_dim_ > 0 && spec.head_dim > max_head_dim_) {
+    return absl::UnimplementedError(absl::StrCat("backend 'device-like' does not support op ",
+                                                 std::string(OpName(spec.op)), " with head_dim ",
+                                                 spec.head_dim, " (at most ", max_head_dim_, ")"));
+  }
+  for (const auto& [op, dtype] : refused_) {
+    if (op != spec.op || (dtype && *dtype != spec.dtype)) continue;
+    return absl::UnimplementedError(
+        absl::StrCat("backend 'device-like' does not support op ", std::string(OpName(spec.op)),
+                     " with ", std::string(quant::DTypeName(spec.dtype)), " weights"));
+  }
+  return absl::OkStatus();
+}
+
+void DeviceLikeBackend::RefuseOp(Op op, std::optional<quant::DType> dtype) {
+  refused_.emplace_back(op, dtype);
+}
+
 absl::StatusOr<std::unique_ptr<Buffer>> DeviceLikeBackend::Allocate(size_t bytes) {
   // Reserve first, so concurrent allocations never pass the cap together.
   const uint64_t now = counters_->bytes_allocated.fetch_add(bytes) + bytes;

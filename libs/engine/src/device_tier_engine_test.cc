@@ -13,6 +13,7 @@
 #include "colibri/engine/testing/test_model.h"
 #include "colibri/expert_source/cache_tier.h"
 #include "colibri/expert_source/device_tier_memory.h"
+#include "colibri/expert_source/expert_label.h"
 #include "colibri/model/container.h"
 #include "colibri/store/striped_source.h"
 
@@ -104,6 +105,48 @@ TEST_F(DeviceTierEngineTest, DenseWeightsThatDoNotFitFailAtLoad) {
   backend::DeviceLikeBackend be(/*memory_cap=*/container_->manifest().config.hidden_size * 64);
   auto model = Model::Load(*container_, &be, disk_.get());
   EXPECT_EQ(model.status().code(), absl::StatusCode::kResourceExhausted) << model.status();
+}
+
+// An op the backend lacks fails the load, naming the op, the backend and the tensor; never the
+// first token.
+TEST_F(DeviceTierEngineTest, AnUnsupportedOpFailsTheLoadNamingIt) {
+  const model::Manifest& m = container_->manifest();
+  const quant::DType expert_type = m.experts[0].parts[0].dtype;
+  {
+    backend::DeviceLikeBackend be;
+    be.RefuseOp(backend::Op::kApplyExperts, expert_type);
+    auto model = Model::Load(*container_, &be, disk_.get());
+    ASSERT_EQ(model.status().code(), absl::StatusCode::kUnimplemented) << model.status();
+    const std::string msg(model.status().message());
+    EXPECT_NE(msg.find("backend 'device-like' does not support op ApplyExperts with " +
+                       std::string(quant::DTypeName(expert_type)) + " weights"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("model '" + m.name + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(ExpertLabel(m.experts[0].id)), std::string::npos) << msg;
+    EXPECT_EQ(be.counters().imports.load(), 0u);  // refused before any weight was copied in
+  }
+  {
+    backend::DeviceLikeBackend be;
+    be.RefuseOp(backend::Op::kMatMul, m.FindDense("blk.0.attn_q")->dtype);
+    auto model = Model::Load(*container_, &be, disk_.get());
+    ASSERT_EQ(model.status().code(), absl::StatusCode::kUnimplemented) << model.status();
+    EXPECT_NE(model.status().message().find("op MatMul"), std::string::npos) << model.status();
+  }
+  {
+    backend::DeviceLikeBackend be;
+    be.LimitHeadDim(m.config.head_dim - 2);
+    auto model = Model::Load(*container_, &be, disk_.get());
+    ASSERT_EQ(model.status().code(), absl::StatusCode::kUnimplemented) << model.status();
+    EXPECT_NE(model.status().message().find("op Attention with head_dim " +
+                                            std::to_string(m.config.head_dim)),
+              std::string::npos)
+        << model.status();
+  }
+  // Nothing refused: the same backend loads.
+  backend::DeviceLikeBackend be;
+  be.LimitHeadDim(m.config.head_dim);
+  EXPECT_TRUE(Model::Load(*container_, &be, disk_.get()).ok());
 }
 
 }  // namespace

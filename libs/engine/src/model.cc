@@ -5,9 +5,10 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "colibri/backend/host_ops.h"
 #include "colibri/core/status.h"
 #include "colibri/expert_source/expert_label.h"
 #include "colibri/quant/dtype.h"
@@ -21,16 +22,49 @@ namespace {
 // gpt-oss's SwiGLU: x · sigmoid(1.702 x), the sigmoid approximation of GELU.
 constexpr float kGptOssSwiGluAlpha = 1.702f;
 
-// ys[i] = x · ws[i]ᵀ for matrices that read the same input: one parallel op on a host backend
-// (x quantized once), a MatMul each elsewhere.
+// Every op the model will ask of the backend, with each weight type it will pass: an op the
+// backend lacks fails the load, naming the op, the backend and the tensor, never a token.
+absl::Status CheckBackendOps(const backend::Backend& be, const model::Manifest& m) {
+  using backend::Op;
+  const model::ModelConfig& c = m.config;
+  auto check = [&](backend::OpSpec spec, const std::string& tensor) -> absl::Status {
+    absl::Status s = be.SupportsOp(spec);
+    if (s.ok()) return s;
+    const std::string where = tensor.empty() ? "" : absl::StrCat(", tensor '", tensor, "'");
+    return absl::Status(s.code(), absl::StrCat("model '", m.name, "'", where, ": ", s.message()));
+  };
+  for (Op op :
+       {Op::kAddBias, Op::kRmsNorm, Op::kRope, Op::kStoreKv, Op::kSiluMul, Op::kClampedSwiGlu,
+        Op::kAdd, Op::kGatherRows, Op::kCopyStrided, Op::kScatterAddRows}) {
+    RETURN_IF_ERROR(check({.op = op}, ""));
+  }
+  // MLA attends over the latent (kv_lora_rank) and the shared RoPE key together.
+  const int64_t head_dim = c.mla() ? c.kv_lora_rank + c.qk_rope_head_dim : c.head_dim;
+  RETURN_IF_ERROR(check({.op = Op::kAttention, .head_dim = head_dim}, ""));
+  std::set<std::pair<Op, quant::DType>> checked;
+  auto weight = [&](Op op, const model::TensorEntry& t, const std::string& name) -> absl::Status {
+    if (!checked.insert({op, t.dtype}).second) return absl::OkStatus();
+    return check({.op = op, .dtype = t.dtype}, name);
+  };
+  for (const model::TensorEntry& t : m.dense) {
+    if (t.shape.size() != 2) continue;
+    if (t.name == "token_embd") RETURN_IF_ERROR(weight(Op::kGetRows, t, t.name));
+    RETURN_IF_ERROR(weight(Op::kMatMul, t, t.name));  // the embedding too: tied output heads
+  }
+  for (const model::ExpertBlock& b : m.experts) {
+    for (const model::TensorEntry& p : b.parts) {
+      if (p.shape.size() != 2) continue;
+      RETURN_IF_ERROR(weight(Op::kApplyExperts, p, absl::StrCat(ExpertLabel(b.id), " ", p.name)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ys[i] = x · ws[i]ᵀ for matrices that read the same input (Backend::MatMuls).
 template <size_t N>
 void MatMulsOf(backend::Backend& be, const std::array<backend::WeightRef, N>& ws, const float* x,
                int64_t n, const std::array<float*, N>& ys) {
-  if (auto* host = dynamic_cast<backend::HostOps*>(&be)) {
-    host->MatMuls(ws, x, n, ys);
-    return;
-  }
-  for (size_t i = 0; i < N; ++i) be.MatMul(ws[i], x, n, ys[i]);
+  be.MatMuls(ws, x, n, ys);
 }
 
 }  // namespace
@@ -123,6 +157,7 @@ absl::Status Model::LoadWeights(Model* m, const Model* base) {
   const auto& c = m->config_;
   const ModelOptions& options = m->options_;
   backend::Backend* backend = m->backend_;
+  RETURN_IF_ERROR(CheckBackendOps(*backend, m->manifest_));
 
   auto weight = [&](const std::string& name, int64_t rows,
                     int64_t cols) -> absl::StatusOr<WeightRef> {
@@ -469,21 +504,20 @@ absl::Status Model::Forward(std::span<const BatchItem> batch, std::vector<float>
         ring > 0 ? static_cast<int32_t>(batch[static_cast<size_t>(i)].position % ring) : 0;
   }
   backend::Backend& be = *backend_;
-  // A host backend measures the pass (backend/host_ops.h BeginPass), less the time blocked on
-  // expert blocks, to choose how many threads its small ops use.
+  // The backend may measure the pass (Backend::BeginPass), less the time blocked on expert
+  // blocks, to choose how to run its small ops (the CPU: how many threads).
   // A pass that fails part way is not measured.
   struct PassScope {
-    backend::HostOps* host;
+    backend::Backend* be;
     const ModelCounters& counters;
     uint64_t wait_at_start;
     bool completed = false;
     ~PassScope() {
-      if (host != nullptr)
-        host->EndPass(static_cast<double>(counters.expert_wait_ns.load() - wait_at_start) * 1e-9,
-                      completed);
+      be->EndPass(static_cast<double>(counters.expert_wait_ns.load() - wait_at_start) * 1e-9,
+                  completed);
     }
-  } pass{dynamic_cast<backend::HostOps*>(backend_), counters_, counters_.expert_wait_ns.load()};
-  if (pass.host != nullptr) pass.host->BeginPass(pass_tag_, n);
+  } pass{backend_, counters_, counters_.expert_wait_ns.load()};
+  backend_->BeginPass(pass_tag_, n);
   const int64_t H = c.hidden_size, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const backend::RopeParams rope = RopeAt(0);
@@ -637,42 +671,6 @@ void Model::SwiGlu(const WeightRef& gate, const WeightRef& up, const WeightRef& 
   be.MatMul(down, w.gate->f32(), n, out);
 }
 
-absl::Status Model::ApplyExpert(const model::ExpertWeights& ew, bool on_device, int64_t m) {
-  const auto& c = config_;
-  Workspace& w = *ws_;
-  backend::Backend& be = *backend_;
-  // Host parts are imported (a copy per use on non-zero-copy backends, freed in op order).
-  std::unique_ptr<Buffer> storage[6];
-  int used = 0;
-  auto import = [&](const model::TensorView& t) -> absl::StatusOr<WeightRef> {
-    if (on_device) return WeightRef{t.dtype, t.rows, t.cols, t.data};
-    return be.ImportWeight(t.dtype, t.rows, t.cols, t.data, &storage[used++]);
-  };
-  ASSIGN_OR_RETURN(WeightRef gate, import(ew.gate));
-  ASSIGN_OR_RETURN(WeightRef up, import(ew.up));
-  ASSIGN_OR_RETURN(WeightRef down, import(ew.down));
-  be.MatMul(gate, w.rows_in->f32(), m, w.gate->f32());
-  be.MatMul(up, w.rows_in->f32(), m, w.up->f32());
-  if (c.expert_bias) {
-    ASSIGN_OR_RETURN(WeightRef gate_bias, import(ew.gate_bias));
-    ASSIGN_OR_RETURN(WeightRef up_bias, import(ew.up_bias));
-    be.AddBias(w.gate->f32(), static_cast<const float*>(gate_bias.data), m, c.expert_ffn);
-    be.AddBias(w.up->f32(), static_cast<const float*>(up_bias.data), m, c.expert_ffn);
-  }
-  if (c.swiglu_limit > 0) {
-    be.ClampedSwiGlu(w.gate->f32(), w.up->f32(), m * c.expert_ffn, kGptOssSwiGluAlpha,
-                     static_cast<float>(c.swiglu_limit));
-  } else {
-    be.SiluMul(w.gate->f32(), w.up->f32(), m * c.expert_ffn);
-  }
-  be.MatMul(down, w.gate->f32(), m, w.rows_out->f32());
-  if (c.expert_bias) {
-    ASSIGN_OR_RETURN(WeightRef down_bias, import(ew.down_bias));
-    be.AddBias(w.rows_out->f32(), static_cast<const float*>(down_bias.data), m, c.hidden_size);
-  }
-  return absl::OkStatus();
-}
-
 absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
   const auto& c = config_;
   Workspace& w = *ws_;
@@ -709,83 +707,95 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
   }
   if (lookahead_) lookahead_->OnRouted(layer, unique);
   // Every block of the layer is requested at once and the experts are applied as their blocks
-  // arrive (sources call back on this thread, in arrival order): the blocks that are there
-  // together go as one group, on a host backend in one grouped op (backend/host_ops.h),
-  // elsewhere expert by expert. Output rows take the experts' contributions in arrival order
-  // either way.
+  // arrive (sources call back on this thread, in arrival order) with the backend's grouped op:
+  // the blocks that are there together go as one group where the backend reads them in place
+  // (host memory on a zero-copy backend, a device tier's slots); blocks a backend must import
+  // go one expert at a time, so only one expert's copy is alive at once. Output rows take the
+  // experts' contributions in arrival order either way.
   absl::Status apply_status;
-  backend::HostOps* host = dynamic_cast<backend::HostOps*>(backend_);
   bool input_prepared = false;
   std::vector<backend::GroupedExpert> grouped;
+  std::vector<std::unique_ptr<Buffer>> storage;  // imported parts, freed in op order
   // Time blocked on blocks = the whole FetchGroups minus the time spent applying them.
   using Clock = std::chrono::steady_clock;
   const auto fetch_start = Clock::now();
   Clock::duration applying{0};
-  auto count = [&](int64_t m) {
-    if (stats) {
-      stats->experts_applied++;
-      stats->expert_rows += m;
-    }
-    counters_.experts_applied++;
+  auto apply = [&]() -> absl::Status {
+    if (grouped.empty()) return absl::OkStatus();
+    backend::GroupedExpertsArgs args;
+    args.x = w.h->f32();
+    args.n = n;
+    args.hidden = H;
+    args.ffn = c.expert_ffn;
+    args.experts = grouped;
+    args.out = moe;
+    args.swiglu_alpha = kGptOssSwiGluAlpha;
+    args.swiglu_limit = static_cast<float>(c.swiglu_limit);
+    args.input_prepared = input_prepared;
+    args.rows_in = w.rows_in->f32();
+    args.gate = w.gate->f32();
+    args.up = w.up->f32();
+    args.rows_out = w.rows_out->f32();
+    be.ApplyExperts(args);
+    input_prepared = true;
+    // The parts may be released now: on the CPU the kernels have finished; queued kernels on
+    // other backends keep reading `storage` (freed in op order) or the device tier's slot
+    // (reused only behind a fence recorded when the lease is dropped).
+    grouped.clear();
+    storage.clear();
+    return absl::OkStatus();
   };
   absl::Status fetched = experts_->FetchGroups(ids, [&](std::span<std::pair<size_t, Lease>> group) {
     if (!apply_status.ok()) return;
     const auto apply_start = Clock::now();
-    const bool on_host =
-        host != nullptr && std::all_of(group.begin(), group.end(),
-                                       [](const auto& g) { return g.second->device == nullptr; });
-    if (on_host) {
-      auto ref = [](const model::TensorView& t) {
-        return WeightRef{t.dtype, t.rows, t.cols, t.data};
-      };
-      auto bias = [&](const model::TensorView& t) {
-        return c.expert_bias ? reinterpret_cast<const float*>(t.data) : nullptr;
-      };
-      grouped.clear();
-      for (const auto& [i, lease] : group) {
-        const auto& [rows, scales] = by_expert[ids[i].expert];
-        const model::ExpertWeights ew =
-            model::ExpertWeightsOf(manifest_.Expert(layer, ids[i].expert), lease->data());
-        grouped.push_back({ref(ew.gate), ref(ew.up), ref(ew.down), bias(ew.gate_bias),
-                           bias(ew.up_bias), bias(ew.down_bias), rows.data(), scales.data(),
-                           static_cast<int64_t>(rows.size())});
-        count(static_cast<int64_t>(rows.size()));
-      }
-      backend::GroupedExpertsArgs args;
-      args.x = w.h->f32();
-      args.n = n;
-      args.hidden = H;
-      args.ffn = c.expert_ffn;
-      args.experts = grouped;
-      args.out = moe;
-      args.swiglu_alpha = kGptOssSwiGluAlpha;
-      args.swiglu_limit = static_cast<float>(c.swiglu_limit);
-      args.input_prepared = input_prepared;
-      host->ApplyExperts(args);
-      input_prepared = true;
-      applying += Clock::now() - apply_start;
-      return;
-    }
+    const bool in_place =
+        be.zero_copy() || std::all_of(group.begin(), group.end(),
+                                      [](const auto& g) { return g.second->device != nullptr; });
     for (const auto& [i, lease] : group) {
       const auto& [rows, scales] = by_expert[ids[i].expert];
       const int64_t m = static_cast<int64_t>(rows.size());
-      const model::ExpertBlock& blk = manifest_.Expert(layer, ids[i].expert);
       // A device tier's block is already in backend memory (Block::device): its parts are used
       // in place. Host blocks are imported (a copy per use on non-zero-copy backends).
       const bool on_device = lease->device != nullptr;
-      const model::ExpertWeights ew =
-          model::ExpertWeightsOf(blk, on_device ? lease->device : lease->data());
-      be.GatherRows(w.h->f32(), rows.data(), m, H, w.rows_in->f32());
-      if (absl::Status st = ApplyExpert(ew, on_device, m); !st.ok()) {
+      const model::ExpertWeights ew = model::ExpertWeightsOf(
+          manifest_.Expert(layer, ids[i].expert), on_device ? lease->device : lease->data());
+      auto import = [&](const model::TensorView& t) -> absl::StatusOr<WeightRef> {
+        if (on_device) return WeightRef{t.dtype, t.rows, t.cols, t.data};
+        storage.emplace_back();
+        return be.ImportWeight(t.dtype, t.rows, t.cols, t.data, &storage.back());
+      };
+      absl::Status st = [&]() -> absl::Status {
+        backend::GroupedExpert g;
+        ASSIGN_OR_RETURN(g.gate, import(ew.gate));
+        ASSIGN_OR_RETURN(g.up, import(ew.up));
+        ASSIGN_OR_RETURN(g.down, import(ew.down));
+        if (c.expert_bias) {
+          ASSIGN_OR_RETURN(WeightRef gb, import(ew.gate_bias));
+          ASSIGN_OR_RETURN(WeightRef ub, import(ew.up_bias));
+          ASSIGN_OR_RETURN(WeightRef db, import(ew.down_bias));
+          g.gate_bias = static_cast<const float*>(gb.data);
+          g.up_bias = static_cast<const float*>(ub.data);
+          g.down_bias = static_cast<const float*>(db.data);
+        }
+        g.rows = rows.data();
+        g.scales = scales.data();
+        g.m = m;
+        grouped.push_back(g);
+        if (stats) {
+          stats->experts_applied++;
+          stats->expert_rows += m;
+        }
+        counters_.experts_applied++;
+        return in_place ? absl::OkStatus() : apply();
+      }();
+      if (!st.ok()) {
         apply_status = st;
+        grouped.clear();
+        storage.clear();
         return;
       }
-      be.ScatterAddRows(w.rows_out->f32(), rows.data(), scales.data(), m, H, moe);
-      // The lease may be released now: on the CPU the kernels have finished; queued kernels on
-      // other backends keep reading `storage` (freed in op order) or the device tier's slot
-      // (reused only behind a fence recorded when the lease is dropped).
-      count(m);
     }
+    apply_status = apply();
     applying += Clock::now() - apply_start;
   });
   const auto wait =

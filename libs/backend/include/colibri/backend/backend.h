@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -78,6 +79,64 @@ struct AttentionArgs {
   const float* sinks = nullptr;  // [n_heads] (backend memory) or nullptr
 };
 
+// One expert of an MoE layer and the rows of the layer input it applies to.
+struct GroupedExpert {
+  WeightRef gate, up, down;          // [ffn, hidden], [ffn, hidden], [hidden, ffn]; backend memory
+  const float* gate_bias = nullptr;  // [ffn] or nullptr (gpt-oss has biases)
+  const float* up_bias = nullptr;    // [ffn] or nullptr
+  const float* down_bias = nullptr;  // [hidden] or nullptr
+  const int32_t* rows = nullptr;     // rows of x (host), distinct
+  const float* scales = nullptr;     // routing weight of each row (host)
+  int64_t m = 0;
+};
+
+// out[rows[i], :] += scales[i] * down(act(gate · x[rows[i]], up · x[rows[i]])) for every expert,
+// experts in the given order, act = SiLU(g) * u, or with swiglu_limit > 0 the clamped SwiGLU
+// of gpt-oss (see Backend::ClampedSwiGlu).
+struct GroupedExpertsArgs {
+  const float* x = nullptr;  // [n, hidden]
+  int64_t n = 0, hidden = 0, ffn = 0;
+  std::span<const GroupedExpert> experts;
+  float* out = nullptr;  // [n, hidden], accumulated into
+  float swiglu_alpha = 0, swiglu_limit = 0;
+  // False for the first group of experts applied to this x: a backend may prepare x then (the
+  // CPU quantizes it) and reuse that for the later groups of the layer (experts that landed late).
+  bool input_prepared = false;
+  // Backend memory a backend applying the experts op by op works in: rows_in and rows_out
+  // [max_m, hidden], gate and up [max_m, ffn], max_m the largest m of the experts.
+  float* rows_in = nullptr;
+  float* gate = nullptr;
+  float* up = nullptr;
+  float* rows_out = nullptr;
+};
+
+// The ops of the interface, for Backend::SupportsOp.
+enum class Op {
+  kGetRows,
+  kMatMul,  // and MatMuls
+  kAddBias,
+  kRmsNorm,
+  kRope,
+  kStoreKv,
+  kAttention,
+  kSiluMul,
+  kClampedSwiGlu,
+  kAdd,
+  kGatherRows,
+  kCopyStrided,
+  kScatterAddRows,
+  kApplyExperts,
+};
+std::string_view OpName(Op op);
+
+// An op as a model will ask for it: the weight type (GetRows, MatMul, ApplyExperts; kF32 for the
+// others) and, for attention, the head dimension.
+struct OpSpec {
+  Op op = Op::kMatMul;
+  quant::DType dtype = quant::DType::kF32;
+  int64_t head_dim = 0;
+};
+
 // A point in a backend's op queue (see Backend::RecordFence).
 class Fence {
  public:
@@ -96,6 +155,11 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+
+  // OK when this backend runs the op as specified; otherwise Unimplemented naming the op, the
+  // backend and what it lacks. A model checks every op it will use at load, so an unsupported
+  // one fails there, never at the first token.
+  virtual absl::Status SupportsOp(const OpSpec& spec) const = 0;
 
   // Memory --------------------------------------------------------------------------------------
   virtual absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) = 0;
@@ -146,6 +210,25 @@ class Backend {
   // dst[rows[i], :] += scales[i] * src[i, :]  (host indices and scales; rows distinct).
   virtual void ScatterAddRows(const float* src, const int32_t* rows, const float* scales, int64_t n,
                               int64_t dim, float* dst) = 0;
+  // ys[i] = x · ws[i]ᵀ (MatMul for each). The CPU quantizes x once for matrices of one width and
+  // activation type (q, k and v; gate and up) and runs every row in one parallel region.
+  virtual void MatMuls(std::span<const WeightRef> ws, const float* x, int64_t n,
+                       std::span<float* const> ys) = 0;
+  // The grouped-experts op: every expert of a group, the same results as applying them one by
+  // one with GatherRows, MatMul, AddBias, SiluMul (ClampedSwiGlu), MatMul, AddBias and
+  // ScatterAddRows (ApplyExpertsByOps does exactly that; the CPU runs the group in two parallel
+  // regions with the same bits).
+  virtual void ApplyExperts(const GroupedExpertsArgs& args) = 0;
+
+  // Advisory: a forward pass of `rows` rows of model `model` (a caller's tag: the models sharing
+  // this backend, a target and its drafter, are measured apart) begins / ends. A backend may
+  // choose how to run small ops from such measures (the CPU: on the calling thread alone where
+  // that measures faster, cpu/thread_choice.h); never a change of results.
+  // `excluded_seconds`: time in the pass spent waiting on something else (expert reads), left
+  // out of the measure; `completed` false (the pass failed part way): not measured. Passes may
+  // nest (the inner one is part of the outer).
+  virtual void BeginPass(uint32_t model, int64_t rows) {}
+  virtual void EndPass(double excluded_seconds, bool completed) {}
 
   // Waits for every queued op; the first error since the last call (device errors; OK on CPU).
   virtual absl::Status Synchronize() = 0;
@@ -160,5 +243,10 @@ class Backend {
   virtual std::unique_ptr<Fence> RecordFence() = 0;
   virtual MemoryInfo memory_info() const = 0;
 };
+
+// MatMuls and ApplyExperts op by op, for backends without a fused form of their own.
+void MatMulsByOps(Backend& be, std::span<const WeightRef> ws, const float* x, int64_t n,
+                  std::span<float* const> ys);
+void ApplyExpertsByOps(Backend& be, const GroupedExpertsArgs& args);
 
 }  // namespace colibri::backend

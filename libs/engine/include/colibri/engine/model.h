@@ -221,8 +221,6 @@ class Model {
   absl::Status GrowRings(KvCache* cache, int64_t rows);
   // Positions [0, n) of a sliding layer's ring as rows [n, kv_dim]; those it no longer holds as zeros.
   void DownloadRing(const KvCache& cache, backend::Buffer& ring, int64_t n, float* dst) const;
-  // Applies expert weights `ew` (biases and clamped SwiGLU per family) to the m gathered rows.
-  absl::Status ApplyExpert(const model::ExpertWeights& ew, bool on_device, int64_t m);
   absl::Status EnsureWorkspace(int64_t n);
   absl::Status MoE(int layer, int64_t n, ForwardStats* stats);
   // Latent attention of `layer` on the workspace's h into its attn [n, n_heads * v_head_dim]
@@ -257,7 +255,7 @@ class Model {
   ModelCounters counters_;
   std::unique_ptr<Lookahead> lookahead_;
   int64_t trace_step_ = 0;
-  // This model's tag in a host backend's pass measures (HostOps::BeginPass): a target and the
+  // This model's tag in a host backend's pass measures (Backend::BeginPass): a target and the
   // drafters sharing its backend are measured apart.
   static uint32_t NewPassTag();
   const uint32_t pass_tag_ = NewPassTag();

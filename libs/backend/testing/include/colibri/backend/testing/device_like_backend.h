@@ -9,6 +9,9 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "colibri/backend/backend.h"
 
@@ -35,6 +38,12 @@ class DeviceLikeBackend final : public Backend {
   const DeviceLikeCounters& counters() const { return *counters_; }
 
   std::string_view name() const override { return "device-like"; }
+  // Every op, unless refused below (as a device backend lacking a kernel would).
+  absl::Status SupportsOp(const OpSpec& spec) const override;
+  // From now on SupportsOp refuses `op` with `dtype` weights (any weight type: nullopt), or
+  // attention above `max_head_dim`. Call before the backend is shared.
+  void RefuseOp(Op op, std::optional<quant::DType> dtype = std::nullopt);
+  void LimitHeadDim(int64_t max_head_dim) { max_head_dim_ = max_head_dim; }
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override;
   void Upload(void* dst, const void* host_src, size_t bytes) override;
   void Download(void* host_dst, const void* src, size_t bytes) override;
@@ -64,6 +73,12 @@ class DeviceLikeBackend final : public Backend {
                    int64_t rows, int64_t cols) override;
   void ScatterAddRows(const float* src, const int32_t* rows, const float* scales, int64_t n,
                       int64_t dim, float* dst) override;
+  // Op by op, as a device backend without fused forms runs them (each op counted).
+  void MatMuls(std::span<const WeightRef> ws, const float* x, int64_t n,
+               std::span<float* const> ys) override {
+    MatMulsByOps(*this, ws, x, n, ys);
+  }
+  void ApplyExperts(const GroupedExpertsArgs& args) override { ApplyExpertsByOps(*this, args); }
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
   absl::Status TransferIn(void* dst, const void* host_src, size_t bytes) override;
@@ -74,6 +89,8 @@ class DeviceLikeBackend final : public Backend {
   const uint64_t cap_;
   std::unique_ptr<Backend> cpu_;
   std::shared_ptr<DeviceLikeCounters> counters_;  // shared with the buffers, which may outlive us
+  std::vector<std::pair<Op, std::optional<quant::DType>>> refused_;
+  int64_t max_head_dim_ = 0;  // 0: any
 };
 
 }  // namespace colibri::backend
