@@ -41,7 +41,8 @@ int main(int argc, char** argv) {
   std::printf(
       "| type | matrix | tokens | per-token MatVec (GMAC/s) | MatVecMulti (GMAC/s) | speed-up |\n");
   std::printf("|---|---|---|---|---|---|\n");
-  for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_0}) {
+  for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_0, DType::kQ4_0,
+                  DType::kIQ4_XS, DType::kMXFP4}) {
     for (const Shape& s : shapes) {
       const size_t row_bytes = colibri::quant::RowBytes(t, s.cols);
       std::vector<uint8_t> w(row_bytes * static_cast<size_t>(s.rows));

@@ -34,11 +34,10 @@ using quant::DType;
 
 // Every weight type a model may carry.
 const DType kWeightTypes[] = {
-    DType::kF32,     DType::kF16,    DType::kBF16,   DType::kQ4_0,   DType::kQ4_1,
-    DType::kQ5_0,    DType::kQ5_1,   DType::kQ8_0,   DType::kQ2_K,   DType::kQ3_K,
-    DType::kQ4_K,    DType::kQ5_K,   DType::kQ6_K,   DType::kIQ2_XXS, DType::kIQ2_XS,
-    DType::kIQ2_S,   DType::kIQ3_XXS, DType::kIQ3_S, DType::kIQ1_S,  DType::kIQ1_M,
-    DType::kIQ4_NL,  DType::kIQ4_XS, DType::kMXFP4};
+    DType::kF32,   DType::kF16,     DType::kBF16,   DType::kQ4_0,   DType::kQ4_1,    DType::kQ5_0,
+    DType::kQ5_1,  DType::kQ8_0,    DType::kQ2_K,   DType::kQ3_K,   DType::kQ4_K,    DType::kQ5_K,
+    DType::kQ6_K,  DType::kIQ2_XXS, DType::kIQ2_XS, DType::kIQ2_S,  DType::kIQ3_XXS, DType::kIQ3_S,
+    DType::kIQ1_S, DType::kIQ1_M,   DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4};
 
 double Nmse(const std::vector<float>& got, const std::vector<double>& want) {
   double err = 0, norm = 0;
@@ -452,7 +451,8 @@ TEST_P(BackendOpsTest, ApplyExpertsGroupsWithBiasesAndClamp) {
           if (limit > 0) {
             gg = std::min<double>(gg, limit);
             uu = std::clamp<double>(uu, -limit, limit);
-            act[static_cast<size_t>(j)] = static_cast<float>((uu + 1) * gg / (1 + std::exp(-1.702 * gg)));
+            act[static_cast<size_t>(j)] =
+                static_cast<float>((uu + 1) * gg / (1 + std::exp(-1.702 * gg)));
           } else {
             act[static_cast<size_t>(j)] = static_cast<float>(Silu(gg) * uu);
           }
@@ -484,15 +484,12 @@ TEST_P(BackendOpsTest, ApplyExpertsGroupsWithBiasesAndClamp) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, BackendOpsTest,
-                         ::testing::Values(Variant{"cpu_scalar", "scalar"},
-                                           Variant{"cpu_avx2", "avx2"},
-                                           Variant{"cpu_avx512", "avx512"},
-                                           Variant{"device_like", nullptr},
-                                           Variant{"cuda", nullptr}),
-                         [](const ::testing::TestParamInfo<Variant>& info) {
-                           return std::string(info.param.name);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Backends, BackendOpsTest,
+    ::testing::Values(Variant{"cpu_scalar", "scalar"}, Variant{"cpu_avx2", "avx2"},
+                      Variant{"cpu_avx512", "avx512"}, Variant{"device_like", nullptr},
+                      Variant{"cuda", nullptr}),
+    [](const ::testing::TestParamInfo<Variant>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace colibri::backend

@@ -106,6 +106,29 @@ struct Block32 {
     const int32_t isum = HorizontalSum(SignedSums(w.Quants(x), y.qs));
     return static_cast<float>(isum) * (W::Scale(x) * HalfToFloat(y.d));
   }
+  // Terms8 against T activation rows (y[t] at the same blocks), the 8 blocks decoded once.
+  template <int T>
+  void TermsMulti(const Block* x, const Act* const* y, __m256 out[T]) const {
+    if constexpr (T == 1) {
+      out[0] = Terms8(x, y[0]);  // decoded and used block by block: fewer live registers
+      return;
+    }
+    __m256i q[8], mag[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      q[k] = w.Quants(x[k]);
+      mag[k] = _mm256_abs_epi8(q[k]);
+    }
+    const __m256 ws = W::Scales8(x);
+    for (int t = 0; t < T; ++t) {
+      __m256i s[8];
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k)
+        s[k] = DotBytes(_mm256_setzero_si256(), mag[k], _mm256_sign_epi8(Load32(y[t][k].qs), q[k]));
+      const __m256 scale = _mm256_mul_ps(ws, GatherHalf8(y[t], sizeof(Act)));
+      out[t] = _mm256_mul_ps(_mm256_cvtepi32_ps(ReduceEach8(s)), scale);
+    }
+  }
 };
 
 // IQ4_XS: one super-block per chunk, its 8 groups of 32 the 8 terms
@@ -115,12 +138,8 @@ struct IQ4_XSKernel : Book<kIq4nlValues> {
   using Act = BlockQ8_K;
   static constexpr int kElems = 256, kChunk = 1;
 
-  __m256 Terms8(const Block* x, const Act* y) const {
-    __m256i s[8];
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g)
-      s[g] = SignedSums(LookupNibbles(book, x->qs + 16 * g), y->qs + 32 * g);
-    // The 6-bit group scales (blocks.h) as 8 int32 lanes, minus 32.
+  // The 6-bit group scales (blocks.h) as 8 int32 lanes, minus 32.
+  static __m256i GroupScales(const Block* x) {
     uint32_t low4;
     memcpy(&low4, x->scales_l, sizeof(low4));
     const __m256i low =
@@ -131,40 +150,48 @@ struct IQ4_XSKernel : Book<kIq4nlValues> {
         _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(x->scales_h),
                                            _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
                          _mm256_set1_epi32(3));
-    const __m256i ls =
-        _mm256_sub_epi32(_mm256_or_si256(low, _mm256_slli_epi32(high, 4)), _mm256_set1_epi32(32));
+    return _mm256_sub_epi32(_mm256_or_si256(low, _mm256_slli_epi32(high, 4)),
+                            _mm256_set1_epi32(32));
+  }
+
+  __m256 Terms8(const Block* x, const Act* y) const {
+    __m256i s[8];
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g)
+      s[g] = SignedSums(LookupNibbles(book, x->qs + 16 * g), y->qs + 32 * g);
     const __m256 scale =
-        _mm256_mul_ps(_mm256_set1_ps(HalfToFloat(x->d) * y->d), _mm256_cvtepi32_ps(ls));
+        _mm256_mul_ps(_mm256_set1_ps(HalfToFloat(x->d) * y->d), _mm256_cvtepi32_ps(GroupScales(x)));
     return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(ReduceEach8(s)));
   }
   float TailTerm(const Block&, const Act&) const { return 0.0f; }  // (kChunk 1: no tail)
+  // Terms8 against T activation rows, the 8 groups decoded once.
+  template <int T>
+  void TermsMulti(const Block* x, const Act* const* y, __m256 out[T]) const {
+    if constexpr (T == 1) {
+      out[0] = Terms8(x, y[0]);
+      return;
+    }
+    __m256i q[8], mag[8];
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      q[g] = LookupNibbles(book, x->qs + 16 * g);
+      mag[g] = _mm256_abs_epi8(q[g]);
+    }
+    const __m256 ls = _mm256_cvtepi32_ps(GroupScales(x));
+    const float xd = HalfToFloat(x->d);
+    for (int t = 0; t < T; ++t) {
+      __m256i s[8];
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g)
+        s[g] = DotBytes(_mm256_setzero_si256(), mag[g],
+                        _mm256_sign_epi8(Load32(y[t]->qs + 32 * g), q[g]));
+      const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(xd * y[t]->d), ls);
+      out[t] = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(ReduceEach8(s)));
+    }
+  }
 };
 
-// Row r's terms added in order, for 8 rows at once.
-template <class K>
-void Rows8(const K& k, const typename K::Block* const x[8], const typename K::Block* const next[8],
-           const typename K::Act* y, int64_t nb, float sum[8]) {
-  __m256 acc = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + K::kChunk <= nb; i += K::kChunk) {
-    // The same blocks of the next 8 rows (contiguous with these in a matrix): a whole 8-row group
-    // ahead, one stream per row being too many for the hardware prefetchers.
-    for (int r = 0; r < 8; ++r) {
-      for (size_t off = 0; off < K::kChunk * sizeof(x[0][0]); off += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(next[r] + i) + off, _MM_HINT_T0);
-      }
-    }
-    __m256 terms[8];
-    for (int r = 0; r < 8; ++r) terms[r] = k.Terms8(x[r] + i, y + i);
-    acc = AddRowsInOrder(acc, terms);
-  }
-  _mm256_storeu_ps(sum, acc);
-  for (int r = 0; r < 8; ++r) {
-    for (int64_t j = i; j < nb; ++j) sum[r] += k.TailTerm(x[r][j], y[j]);
-  }
-}
-
-// The same for one row.
+// One row's terms added in order (the rows past the last group of 8).
 template <class K>
 float Row(const K& k, const typename K::Block* x, const typename K::Act* y, int64_t nb) {
   alignas(32) float terms[8];
@@ -181,12 +208,18 @@ float Row(const K& k, const typename K::Block* x, const typename K::Act* y, int6
   return sum;
 }
 
-template <class K>
-void MatVecExact(const void* w, size_t row_stride_bytes, int64_t rows, const void* act, int64_t n,
-                 float* out) {
+// outs[t][r] = dot(row r, acts[t]) for T activation rows: 8 weight rows at a time, each weight
+// block decoded once for all T, each row's terms added in block order for 8 rows at once
+// (AddRowsInOrder), the rows past the last group of 8 one by one (Row): every output the
+// scalar reference's bits, whatever T is.
+template <class K, int T>
+void MatVecMultiExactT(const void* w, size_t row_stride_bytes, int64_t rows,
+                       const void* const* acts, int64_t n, float* const* outs) {
   using Block = typename K::Block;
+  using Act = typename K::Act;
   const int64_t nb = n / K::kElems;
-  const auto* y = static_cast<const typename K::Act*>(act);
+  const Act* y[T];
+  for (int t = 0; t < T; ++t) y[t] = static_cast<const Act*>(acts[t]);
   const auto* base = static_cast<const uint8_t*>(w);
   auto row = [&](int64_t r) {
     return reinterpret_cast<const Block*>(base + static_cast<size_t>(r) * row_stride_bytes);
@@ -200,9 +233,54 @@ void MatVecExact(const void* w, size_t row_stride_bytes, int64_t rows, const voi
       x[i] = row(r + i);
       next[i] = row(r + 8 + i < rows ? r + 8 + i : r + i);
     }
-    Rows8(kernel, x, next, y, nb, out + r);
+    __m256 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + K::kChunk <= nb; i += K::kChunk) {
+      for (int j = 0; j < 8; ++j) {
+        for (size_t off = 0; off < K::kChunk * sizeof(Block); off += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(next[j] + i) + off, _MM_HINT_T0);
+        }
+      }
+      const Act* yi[T];
+      for (int t = 0; t < T; ++t) yi[t] = y[t] + i;
+      __m256 terms[T][8];
+      for (int j = 0; j < 8; ++j) {
+        __m256 per_act[T];
+        kernel.template TermsMulti<T>(x[j] + i, yi, per_act);
+        for (int t = 0; t < T; ++t) terms[t][j] = per_act[t];
+      }
+      for (int t = 0; t < T; ++t) acc[t] = AddRowsInOrder(acc[t], terms[t]);
+    }
+    for (int t = 0; t < T; ++t) {
+      float sum[8];
+      _mm256_storeu_ps(sum, acc[t]);
+      for (int j = 0; j < 8; ++j) {
+        for (int64_t b = i; b < nb; ++b) sum[j] += kernel.TailTerm(x[j][b], y[t][b]);
+        outs[t][r + j] = sum[j];
+      }
+    }
   }
-  for (; r < rows; ++r) out[r] = Row(kernel, row(r), y, nb);
+  for (; r < rows; ++r) {
+    for (int t = 0; t < T; ++t) outs[t][r] = Row(kernel, row(r), y[t], nb);
+  }
+}
+
+template <class K>
+void MatVecExact(const void* w, size_t row_stride_bytes, int64_t rows, const void* act, int64_t n,
+                 float* out) {
+  MatVecMultiExactT<K, 1>(w, row_stride_bytes, rows, &act, n, &out);
+}
+
+template <class K>
+void MatVecMultiExact(const void* w, size_t row_stride_bytes, int64_t rows, const void* const* acts,
+                      int count, int64_t n, float* const* outs) {
+  switch (count) {
+    case 1: MatVecExact<K>(w, row_stride_bytes, rows, acts[0], n, outs[0]); return;
+    case 2: MatVecMultiExactT<K, 2>(w, row_stride_bytes, rows, acts, n, outs); return;
+    case 3: MatVecMultiExactT<K, 3>(w, row_stride_bytes, rows, acts, n, outs); return;
+    default: MatVecMultiExactT<K, 4>(w, row_stride_bytes, rows, acts, n, outs); return;
+  }
 }
 
 float RowQ8_0(const BlockQ8_0* x, const BlockQ8_0* y, int64_t nb) {
@@ -231,6 +309,57 @@ void MatVecQ8_0(const void* w, size_t row_stride_bytes, int64_t rows, const void
   }
 }
 
+// RowQ8_0 for T activation rows: each weight block loaded once, each row's sums in RowQ8_0's
+// order (the same bits).
+template <int T>
+void RowsQ8_0(const BlockQ8_0* x, const BlockQ8_0* const* y, int64_t nb, float* out) {
+  __m256 acc0[T], acc1[T];
+  for (int t = 0; t < T; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
+  auto terms = [&](int64_t i, __m256* acc) {
+    const __m256i q = Load32(x[i].qs);
+    const __m256i mag = _mm256_abs_epi8(q);
+    const float xd = HalfToFloat(x[i].d);
+    for (int t = 0; t < T; ++t) {
+      const __m256i isum =
+          DotBytes(_mm256_setzero_si256(), mag, _mm256_sign_epi8(Load32(y[t][i].qs), q));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum),
+                               _mm256_set1_ps(xd * HalfToFloat(y[t][i].d)), acc[t]);
+    }
+  };
+  int64_t i = 0;
+  for (; i + 2 <= nb; i += 2) {
+    terms(i, acc0);
+    terms(i + 1, acc1);
+  }
+  if (i < nb) terms(i, acc0);
+  for (int t = 0; t < T; ++t) out[t] = HorizontalSum(_mm256_add_ps(acc0[t], acc1[t]));
+}
+
+template <int T>
+void MatVecMultiQ8_0T(const void* w, size_t row_stride_bytes, int64_t rows, const void* const* acts,
+                      int64_t n, float* const* outs) {
+  const BlockQ8_0* y[T];
+  for (int t = 0; t < T; ++t) y[t] = static_cast<const BlockQ8_0*>(acts[t]);
+  const auto* base = static_cast<const uint8_t*>(w);
+  for (int64_t r = 0; r < rows; ++r) {
+    float part[T];
+    RowsQ8_0<T>(
+        reinterpret_cast<const BlockQ8_0*>(base + static_cast<size_t>(r) * row_stride_bytes), y,
+        n / 32, part);
+    for (int t = 0; t < T; ++t) outs[t][r] = part[t];
+  }
+}
+
+void MatVecMultiQ8_0(const void* w, size_t row_stride_bytes, int64_t rows, const void* const* acts,
+                     int count, int64_t n, float* const* outs) {
+  switch (count) {
+    case 1: MatVecQ8_0(w, row_stride_bytes, rows, acts[0], n, outs[0]); return;
+    case 2: MatVecMultiQ8_0T<2>(w, row_stride_bytes, rows, acts, n, outs); return;
+    case 3: MatVecMultiQ8_0T<3>(w, row_stride_bytes, rows, acts, n, outs); return;
+    default: MatVecMultiQ8_0T<4>(w, row_stride_bytes, rows, acts, n, outs); return;
+  }
+}
+
 float DotQ8_0(const void* w, const void* act, int64_t n) {
   float out = 0;
   MatVecQ8_0(w, 0, 1, act, n, &out);
@@ -248,6 +377,7 @@ template <class K>
 void Set(KernelTable* table, uint32_t id) {
   table->vec_dot[id] = DotExact<K>;
   table->mat_vec[id] = MatVecExact<K>;
+  table->mat_vec_multi[id] = MatVecMultiExact<K>;
 }
 
 }  // namespace
@@ -255,6 +385,7 @@ void Set(KernelTable* table, uint32_t id) {
 bool FillAvx512VnniVecDot(KernelTable* table) {
   table->vec_dot[kIdQ8_0] = DotQ8_0;
   table->mat_vec[kIdQ8_0] = MatVecQ8_0;
+  table->mat_vec_multi[kIdQ8_0] = MatVecMultiQ8_0;
   Set<Block32<Q4_0Weights>>(table, 2);
   Set<Block32<Q5_0Weights>>(table, 6);
   Set<Block32<IQ4_NLWeights>>(table, 20);
