@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
       "| type | matrix | tokens | per-token MatVec (GMAC/s) | MatVecMulti (GMAC/s) | speed-up |\n");
   std::printf("|---|---|---|---|---|---|\n");
   for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_0, DType::kQ4_0,
-                  DType::kIQ4_XS, DType::kMXFP4}) {
+                  DType::kIQ4_XS, DType::kMXFP4, DType::kQ2_K, DType::kQ3_K}) {
     for (const Shape& s : shapes) {
       const size_t row_bytes = colibri::quant::RowBytes(t, s.cols);
       std::vector<uint8_t> w(row_bytes * static_cast<size_t>(s.rows));

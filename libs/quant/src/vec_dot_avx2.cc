@@ -13,6 +13,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "avx2_helpers.h"
 #include "colibri/quant/blocks.h"
 #include "scale_min_k4.h"
@@ -277,63 +279,141 @@ inline __m256i UnpackQ3Scales(const uint8_t* q) {
   return _mm256_sub_epi16(_mm256_cvtepu8_epi16(biased), _mm256_set1_epi16(32));
 }
 
-float DotQ3_KAvx2(const void* w, const void* a, int64_t n) {
-  const auto* x = static_cast<const BlockQ3_K*>(w);
-  const auto* y = static_cast<const BlockQ8_K*>(a);
+// A K-quant block's integer sums with one activation block, as 8 int32 lanes: its 8 decoded
+// 32-element vectors times the activations, scaled per group (sc). With one activation row the
+// caller has summed them already, as it decoded (acc1).
+template <int T>
+inline __m256i BlockSums(__m256i acc1, const __m256i v[8], const __m256i sc[8], const int8_t* qs) {
+  if constexpr (T == 1) return acc1;
+  __m256i acc = _mm256_setzero_si256();
+  for (int k = 0; k < 8; ++k)
+    acc = _mm256_add_epi32(acc, DotScaled(v[k], Load32(qs + 32 * k), sc[k]));
+  return acc;
+}
+
+// One Q3_K row against T activation rows: each block's 3-bit quants and scales decoded once, each
+// activation row's integer sums and block terms in the same order whatever T is (the same bits).
+// With one row each vector is used as it is decoded (fewer live registers: decode's speed).
+template <int T>
+void RowsQ3_K(const BlockQ3_K* x, const BlockQ8_K* const* y, int64_t nb, float* out) {
   const __m256i low2 = _mm256_set1_epi8(3);
   const __m256i four = _mm256_set1_epi8(4);
   const PairShuffles shuffles;
-  float sum = 0;
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
+  float sum[T] = {};
+  for (int64_t i = 0; i < nb; ++i) {
     const __m256i scales16 = UnpackQ3Scales(x[i].scales);
-    // Quants are stored as q + 4 (0..7): subtract 4 * sum scale * bsum.
-    const int ibias = WeightedBsums(y[i].bsums, scales16);
     const __m256i hm = Load32(x[i].hmask);
-    __m256i acc = _mm256_setzero_si256();
+    __m256i v[8], sc[8];
+    __m256i acc1 = _mm256_setzero_si256();  // T == 1
     for (int h = 0; h < 2; ++h) {
       const __m256i q = Load32(x[i].qs + 32 * h);
       const __m256i half_scales = DuplicateLane(scales16, h);
       for (int s = 0; s < 4; ++s) {
+        const int k = 4 * h + s;
         const __m256i v2 = _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), low2);
-        const __m256i hb =
-            _mm256_and_si256(BitSet(hm, static_cast<uint8_t>(1u << (4 * h + s))), four);
-        acc = _mm256_add_epi32(
-            acc, DotScaled(_mm256_or_si256(v2, hb), Load32(y[i].qs + 128 * h + 32 * s),
-                           _mm256_shuffle_epi8(half_scales, shuffles.k[s])));
+        const __m256i hb = _mm256_and_si256(BitSet(hm, static_cast<uint8_t>(1u << k)), four);
+        v[k] = _mm256_or_si256(v2, hb);
+        sc[k] = _mm256_shuffle_epi8(half_scales, shuffles.k[s]);
+        if constexpr (T == 1)
+          acc1 = _mm256_add_epi32(acc1, DotScaled(v[k], Load32(y[0][i].qs + 32 * k), sc[k]));
       }
     }
-    const int isum = HorizontalSum(acc) - 4 * ibias;
-    sum += KBlockSum(HalfToFloat(x[i].d) * y[i].d, 0.f, isum, 0);
+    const float xd = HalfToFloat(x[i].d);
+    for (int t = 0; t < T; ++t) {
+      const BlockQ8_K& yb = y[t][i];
+      const __m256i acc = BlockSums<T>(acc1, v, sc, yb.qs);
+      // Quants are stored as q + 4 (0..7): subtract 4 * sum scale * bsum.
+      const int isum = HorizontalSum(acc) - 4 * WeightedBsums(yb.bsums, scales16);
+      sum[t] += KBlockSum(xd * yb.d, 0.f, isum, 0);
+    }
   }
-  return sum;
+  for (int t = 0; t < T; ++t) out[t] = sum[t];
+}
+
+// The same for Q2_K (2-bit quants, 4-bit scales and mins).
+template <int T>
+void RowsQ2_K(const BlockQ2_K* x, const BlockQ8_K* const* y, int64_t nb, float* out) {
+  const __m256i low2 = _mm256_set1_epi8(3);
+  const PairShuffles shuffles;
+  float sum[T] = {};
+  for (int64_t i = 0; i < nb; ++i) {
+    const __m256i packed =
+        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
+    const __m256i mins16 = _mm256_srli_epi16(packed, 4);
+    const __m256i scales16 = _mm256_and_si256(packed, _mm256_set1_epi16(0xF));
+    __m256i v[8], sc[8];
+    __m256i acc1 = _mm256_setzero_si256();  // T == 1
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q = Load32(x[i].qs + 32 * h);
+      const __m256i half_scales = DuplicateLane(scales16, h);
+      for (int s = 0; s < 4; ++s) {
+        const int k = 4 * h + s;
+        v[k] = _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), low2);
+        sc[k] = _mm256_shuffle_epi8(half_scales, shuffles.k[s]);
+        if constexpr (T == 1)
+          acc1 = _mm256_add_epi32(acc1, DotScaled(v[k], Load32(y[0][i].qs + 32 * k), sc[k]));
+      }
+    }
+    const float xd = HalfToFloat(x[i].d), xdmin = HalfToFloat(x[i].dmin);
+    for (int t = 0; t < T; ++t) {
+      const BlockQ8_K& yb = y[t][i];
+      const __m256i acc = BlockSums<T>(acc1, v, sc, yb.qs);
+      const float yd = yb.d;
+      sum[t] += KBlockSum(xd * yd, xdmin * yd, HorizontalSum(acc), WeightedBsums(yb.bsums, mins16));
+    }
+  }
+  for (int t = 0; t < T; ++t) out[t] = sum[t];
+}
+
+// Rows(x, y, nb, out) over a matrix's rows for `count` (<= kMaxMultiActs) activation rows.
+template <typename Block, template <int> class Rows>
+void MatVecMultiK(const void* w, size_t row_stride_bytes, int64_t rows, const void* const* acts,
+                  int count, int64_t n, float* const* outs) {
+  const auto* base = static_cast<const uint8_t*>(w);
+  auto run = [&](auto tag) {
+    constexpr int T = decltype(tag)::value;
+    const BlockQ8_K* y[T];
+    for (int t = 0; t < T; ++t) y[t] = static_cast<const BlockQ8_K*>(acts[t]);
+    for (int64_t r = 0; r < rows; ++r) {
+      float part[T];
+      Rows<T>::Run(reinterpret_cast<const Block*>(base + static_cast<size_t>(r) * row_stride_bytes),
+                   y, n / kQK_K, part);
+      for (int t = 0; t < T; ++t) outs[t][r] = part[t];
+    }
+  };
+  switch (count) {
+    case 1: run(std::integral_constant<int, 1>{}); return;
+    case 2: run(std::integral_constant<int, 2>{}); return;
+    case 3: run(std::integral_constant<int, 3>{}); return;
+    default: run(std::integral_constant<int, 4>{}); return;
+  }
+}
+
+template <int T>
+struct Q3Rows {
+  static void Run(const BlockQ3_K* x, const BlockQ8_K* const* y, int64_t nb, float* out) {
+    RowsQ3_K<T>(x, y, nb, out);
+  }
+};
+template <int T>
+struct Q2Rows {
+  static void Run(const BlockQ2_K* x, const BlockQ8_K* const* y, int64_t nb, float* out) {
+    RowsQ2_K<T>(x, y, nb, out);
+  }
+};
+
+float DotQ3_KAvx2(const void* w, const void* a, int64_t n) {
+  const BlockQ8_K* y[1] = {static_cast<const BlockQ8_K*>(a)};
+  float out;
+  RowsQ3_K<1>(static_cast<const BlockQ3_K*>(w), y, n / kQK_K, &out);
+  return out;
 }
 
 float DotQ2_KAvx2(const void* w, const void* a, int64_t n) {
-  const auto* x = static_cast<const BlockQ2_K*>(w);
-  const auto* y = static_cast<const BlockQ8_K*>(a);
-  const __m256i low2 = _mm256_set1_epi8(3);
-  const PairShuffles shuffles;
-  float sum = 0;
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const __m256i packed =
-        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
-    const int imin = WeightedBsums(y[i].bsums, _mm256_srli_epi16(packed, 4));
-    const __m256i scales16 = _mm256_and_si256(packed, _mm256_set1_epi16(0xF));
-    __m256i acc = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h) {
-      const __m256i q = Load32(x[i].qs + 32 * h);
-      const __m256i half_scales = DuplicateLane(scales16, h);
-      for (int s = 0; s < 4; ++s) {
-        const __m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), low2);
-        acc = _mm256_add_epi32(acc, DotScaled(v, Load32(y[i].qs + 128 * h + 32 * s),
-                                              _mm256_shuffle_epi8(half_scales, shuffles.k[s])));
-      }
-    }
-    const float yd = y[i].d;
-    sum +=
-        KBlockSum(HalfToFloat(x[i].d) * yd, HalfToFloat(x[i].dmin) * yd, HorizontalSum(acc), imin);
-  }
-  return sum;
+  const BlockQ8_K* y[1] = {static_cast<const BlockQ8_K*>(a)};
+  float out;
+  RowsQ2_K<1>(static_cast<const BlockQ2_K*>(w), y, n / kQK_K, &out);
+  return out;
 }
 
 }  // namespace
@@ -346,6 +426,8 @@ bool FillAvx2VecDot(KernelTable* table) {
   table->vec_dot[kIdQ8_K] = DotQ8_KAvx2;
   table->vec_dot[kIdQ2_K] = DotQ2_KAvx2;
   table->vec_dot[kIdQ3_K] = DotQ3_KAvx2;
+  table->mat_vec_multi[kIdQ2_K] = MatVecMultiK<BlockQ2_K, Q2Rows>;
+  table->mat_vec_multi[kIdQ3_K] = MatVecMultiK<BlockQ3_K, Q3Rows>;
   table->vec_dot[kIdQ4_K] = DotQ4_KAvx2;
   table->vec_dot[kIdQ5_K] = DotQ5_KAvx2;
   table->vec_dot[kIdQ6_K] = DotQ6_KAvx2;

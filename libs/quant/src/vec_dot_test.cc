@@ -203,8 +203,9 @@ TEST(VecDotTest, MatVecIsRowwiseVecDot) {
 TEST(VecDotTest, MatVecMultiIsMatVecPerActivationRow) {
   // 1..7 activation rows (the multi-row kernels take up to four at a time), rows and segments
   // as above: every output is MatVec's bits, under every kernel set.
-  for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_0, DType::kQ3_K,
-                  DType::kQ4_0, DType::kQ5_0, DType::kIQ4_NL, DType::kMXFP4, DType::kIQ4_XS}) {
+  for (DType t :
+       {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_0, DType::kQ3_K, DType::kQ2_K,
+        DType::kQ4_0, DType::kQ5_0, DType::kIQ4_NL, DType::kMXFP4, DType::kIQ4_XS}) {
     for (int64_t n : {int64_t{512}, int64_t{256 * 70}, int64_t{256 * 70 + 32 * 3}}) {
       if (n % Traits(t).block_elems != 0) continue;
       const int64_t rows = 11;
