@@ -720,8 +720,8 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
   using Clock = std::chrono::steady_clock;
   const auto fetch_start = Clock::now();
   Clock::duration applying{0};
-  auto apply = [&]() -> absl::Status {
-    if (grouped.empty()) return absl::OkStatus();
+  auto apply = [&] {
+    if (grouped.empty()) return;
     backend::GroupedExpertsArgs args;
     args.x = w.h->f32();
     args.n = n;
@@ -743,7 +743,6 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
     // (reused only behind a fence recorded when the lease is dropped).
     grouped.clear();
     storage.clear();
-    return absl::OkStatus();
   };
   absl::Status fetched = experts_->FetchGroups(ids, [&](std::span<std::pair<size_t, Lease>> group) {
     if (!apply_status.ok()) return;
@@ -786,7 +785,8 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
           stats->expert_rows += m;
         }
         counters_.experts_applied++;
-        return in_place ? absl::OkStatus() : apply();
+        if (!in_place) apply();
+        return absl::OkStatus();
       }();
       if (!st.ok()) {
         apply_status = st;
@@ -795,7 +795,7 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
         return;
       }
     }
-    apply_status = apply();
+    apply();
     applying += Clock::now() - apply_start;
   });
   const auto wait =
