@@ -9,8 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <map>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +22,7 @@
 #include "colibri/model/synthetic_model.h"
 #include "colibri/quant/dtype.h"
 #include "colibri/store/striped_source.h"
+#include "store_test_util.h"
 
 namespace colibri::store {
 namespace {
@@ -35,7 +34,9 @@ using expert_source::ExpertSource;
 using expert_source::Lease;
 using expert_source::MmapSource;
 using expert_source::Priority;
-using quant::DType;
+using testing::PartBytes;
+using testing::TinyPartSizes;
+using testing::WriteTinyModel;
 
 // Whether files in `dir` can be opened with O_DIRECT (tmpfs and some others refuse it).
 bool TakesDirectIo(const fs::path& dir) {
@@ -48,27 +49,7 @@ bool TakesDirectIo(const fs::path& dir) {
 
 uint64_t BytesRead(const StripedSource& src) { return src.store().io().Stats(0).bytes; }
 
-model::ModelConfig Config() {
-  model::ModelConfig c;
-  c.hidden_size = 32;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.n_kv_heads = 2;
-  c.head_dim = 16;
-  c.expert_ffn = 96;
-  c.n_experts = 4;
-  c.top_k = 2;
-  c.vocab_size = 8;
-  return c;
-}
-
-// Bytes of one part: distinct for every (layer, expert, part).
-std::vector<uint8_t> PartBytes(int64_t layer, int64_t expert, int part, size_t size) {
-  std::vector<uint8_t> b(size);
-  for (size_t i = 0; i < size; ++i)
-    b[i] = static_cast<uint8_t>(i * 13 + layer * 71 + expert * 29 + part * 7);
-  return b;
-}
+model::ModelConfig Config() { return testing::TinyConfig(2, 4); }
 
 class LocalSourceTest : public ::testing::TestWithParam<bool> {
  protected:
@@ -78,31 +59,7 @@ class LocalSourceTest : public ::testing::TestWithParam<bool> {
            (std::string("colibri_local_source_test ") + (GetParam() ? "split " : "single ") + "é " +
             std::to_string(::getpid()));
     fs::remove_all(dir_);
-    const model::ModelConfig c = Config();
-    model::ContainerWriter::Options options;
-    options.split_experts = GetParam();
-    auto w = model::ContainerWriter::Create(dir_, "disk test", c, options);
-    ASSERT_TRUE(w.ok()) << w.status();
-    std::vector<uint8_t> norm(static_cast<size_t>(c.hidden_size) * 4);
-    ASSERT_TRUE((*w)->AddDense("output_norm", DType::kF32, {c.hidden_size}, norm).ok());
-    const size_t gate_bytes =
-        quant::RowBytes(DType::kQ8_0, c.hidden_size) * static_cast<size_t>(c.expert_ffn);
-    const size_t down_bytes =
-        quant::RowBytes(DType::kF32, c.expert_ffn) * static_cast<size_t>(c.hidden_size);
-    for (int64_t l = 0; l < c.n_layers; ++l) {
-      for (int64_t e = 0; e < c.n_experts; ++e) {
-        auto& parts = written_[{l, e}];
-        parts = {PartBytes(l, e, 0, gate_bytes), PartBytes(l, e, 1, gate_bytes),
-                 PartBytes(l, e, 2, down_bytes)};
-        ASSERT_TRUE(
-            (*w)->AddExpert(l, e,
-                            {{"gate", DType::kQ8_0, {c.expert_ffn, c.hidden_size}, parts[0]},
-                             {"up", DType::kQ8_0, {c.expert_ffn, c.hidden_size}, parts[1]},
-                             {"down", DType::kF32, {c.hidden_size, c.expert_ffn}, parts[2]}})
-                .ok());
-      }
-    }
-    ASSERT_TRUE((*w)->Finish().ok());
+    WriteTinyModel(dir_, "disk test", 2, 4, /*split_experts=*/GetParam());
     auto container = model::Container::Open(dir_);
     ASSERT_TRUE(container.ok()) << container.status();
     container_ = std::move(*container);
@@ -120,11 +77,12 @@ class LocalSourceTest : public ::testing::TestWithParam<bool> {
     ASSERT_EQ(lease->size, b.size);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(lease->data()) % 4096, 0u);
     const model::ExpertWeights w = model::ExpertWeightsOf(b, lease->data());
-    const auto& want = written_.at({layer, expert});
+    const auto sizes = TinyPartSizes(Config());
     const model::TensorView* views[] = {&w.gate, &w.up, &w.down};
     for (int p = 0; p < 3; ++p) {
-      ASSERT_EQ(views[p]->size, want[static_cast<size_t>(p)].size());
-      EXPECT_EQ(std::memcmp(views[p]->data, want[static_cast<size_t>(p)].data(), views[p]->size), 0)
+      const std::vector<uint8_t> want = PartBytes(layer, expert, p, sizes[static_cast<size_t>(p)]);
+      ASSERT_EQ(views[p]->size, want.size());
+      EXPECT_EQ(std::memcmp(views[p]->data, want.data(), views[p]->size), 0)
           << "layer " << layer << " expert " << expert << " part " << p;
     }
   }
@@ -142,7 +100,6 @@ class LocalSourceTest : public ::testing::TestWithParam<bool> {
 
   fs::path dir_;
   std::unique_ptr<model::Container> container_;
-  std::map<std::pair<int64_t, int64_t>, std::vector<std::vector<uint8_t>>> written_;
 };
 
 INSTANTIATE_TEST_SUITE_P(Layouts, LocalSourceTest, ::testing::Bool(),

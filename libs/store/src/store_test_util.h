@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -59,23 +60,32 @@ class ScratchDir {
   fs::path path_;
 };
 
-// Writes a model directory (experts of ~19 KiB, padded to 20 KiB: five 4 KiB pages).
+// Writes a model directory (experts of ~19 KiB, padded to 20 KiB: five 4 KiB pages): expert
+// (l, e)'s gate, up and down parts are PartBytes(l, e, 0 / 1 / 2, TinyPartSizes()[part]), in one
+// experts.bin or (split_experts) a file per expert.
+inline std::array<size_t, 3> TinyPartSizes(const model::ModelConfig& c) {
+  const size_t gate =
+      quant::RowBytes(quant::DType::kQ8_0, c.hidden_size) * static_cast<size_t>(c.expert_ffn);
+  const size_t down =
+      quant::RowBytes(quant::DType::kF32, c.expert_ffn) * static_cast<size_t>(c.hidden_size);
+  return {gate, gate, down};
+}
+
 inline void WriteTinyModel(const fs::path& dir, const std::string& name, int64_t layers = 2,
-                           int64_t experts = 4) {
+                           int64_t experts = 4, bool split_experts = false) {
   using quant::DType;
   const model::ModelConfig c = TinyConfig(layers, experts);
-  auto w = model::ContainerWriter::Create(dir, name, c, {});
+  model::ContainerWriter::Options options;
+  options.split_experts = split_experts;
+  auto w = model::ContainerWriter::Create(dir, name, c, options);
   ASSERT_TRUE(w.ok()) << w.status();
   std::vector<uint8_t> norm(static_cast<size_t>(c.hidden_size) * 4);
   ASSERT_TRUE((*w)->AddDense("output_norm", DType::kF32, {c.hidden_size}, norm).ok());
-  const size_t gate_bytes =
-      quant::RowBytes(DType::kQ8_0, c.hidden_size) * static_cast<size_t>(c.expert_ffn);
-  const size_t down_bytes =
-      quant::RowBytes(DType::kF32, c.expert_ffn) * static_cast<size_t>(c.hidden_size);
+  const auto sizes = TinyPartSizes(c);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     for (int64_t e = 0; e < c.n_experts; ++e) {
-      auto g = PartBytes(l, e, 0, gate_bytes), u = PartBytes(l, e, 1, gate_bytes),
-           d = PartBytes(l, e, 2, down_bytes);
+      auto g = PartBytes(l, e, 0, sizes[0]), u = PartBytes(l, e, 1, sizes[1]),
+           d = PartBytes(l, e, 2, sizes[2]);
       ASSERT_TRUE((*w)->AddExpert(l, e,
                                   {{"gate", DType::kQ8_0, {c.expert_ffn, c.hidden_size}, g},
                                    {"up", DType::kQ8_0, {c.expert_ffn, c.hidden_size}, u},
