@@ -753,13 +753,14 @@ absl::Status Model::MoE(int layer, int64_t n, ForwardStats* stats) {
     for (const auto& [i, lease] : group) {
       const auto& [rows, scales] = by_expert[ids[i].expert];
       const int64_t m = static_cast<int64_t>(rows.size());
-      // A device tier's block is already in backend memory (Block::device): its parts are used
-      // in place. Host blocks are imported (a copy per use on non-zero-copy backends).
+      // A device tier's block is already in backend memory (Block::device).
       const bool on_device = lease->device != nullptr;
       const model::ExpertWeights ew = model::ExpertWeightsOf(
           manifest_.Expert(layer, ids[i].expert), on_device ? lease->device : lease->data());
+      // In place (a device tier's slot, or host memory a zero-copy backend reads as it is), else
+      // a copy per use.
       auto import = [&](const model::TensorView& t) -> absl::StatusOr<WeightRef> {
-        if (on_device) return WeightRef{t.dtype, t.rows, t.cols, t.data};
+        if (on_device || be.zero_copy()) return WeightRef{t.dtype, t.rows, t.cols, t.data};
         storage.emplace_back();
         return be.ImportWeight(t.dtype, t.rows, t.cols, t.data, &storage.back());
       };
